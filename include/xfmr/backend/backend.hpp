@@ -1,0 +1,85 @@
+// backend.hpp: the operations every backend provides, documented once.
+//
+// Layers call only these; a backend is a policy class passed by reference to
+// every forward/backward. All matrices are row-major, all pointers address
+// backend memory (host for CpuBackend, device for CudaBackend), and sizes are
+// runtime ints. The rule for outputs, as in each layer header:
+//   - "assign" outputs are overwritten (their prior contents never read);
+//   - "accumulate" outputs (+=) are parameter gradients, cleared by zero_grad.
+//
+//  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+//      C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C; beta == 0 never reads C.
+//  bias_add(rows, n, bias, y)                y[r,:] += bias                  (accumulate)
+//  bias_grad(rows, n, dy, dbias)             dbias += sum_r dy[r,:]          (accumulate)
+//  add(n, a, b, y)                           y = a + b                       (assign; y may alias a or b)
+//  add_to(n, x, y)                           y += x                          (accumulate)
+//  copy(n, x, y)                             y = x
+//  add_positions_forward(B, T, D, x, table, y)     y[b,t,:] = x[b,t,:] + table[t,:]
+//  add_positions_backward(B, T, D, dy, dtable)     dtable[t,:] += sum_b dy[b,t,:]
+//  layer_norm_forward(rows, n, x, gamma, beta, eps, y, mean, rstd)   saves mean, rstd (rows)
+//  layer_norm_backward(rows, n, dy, x, gamma, mean, rstd, dx, dgamma, dbeta)
+//      dx assigned, dgamma/dbeta accumulated
+//  softmax_forward(B, H, Tq, Tk, scores, probs, mask)   masked row softmax over (B,H,Tq,Tk)
+//  softmax_backward(rows, n, probs, dprobs, dscores)    dscores assigned
+//  relu_forward(n, x, y), relu_backward(n, x, dy, dx)
+//  gelu_forward(n, x, y), gelu_backward(n, x, dy, dx)   tanh approximation
+//  dropout_forward(n, p, key, x, y, keep)    keep[i] = counter_uniform(key, i) >= p
+//  dropout_backward(n, p, keep, dy, dx)
+//  embedding_forward(n, V, D, ids, table, y) checks every id in [0, V)
+//  embedding_backward(n, D, ids, dy, dtable) dtable[ids[i],:] += dy[i,:]
+//  cross_entropy_forward(rows, V, logits, targets, ignore_index, probs) -> mean loss
+//  cross_entropy_backward(rows, V, probs, targets, ignore_index, dloss, dlogits)
+//      dlogits assigned: dloss * (probs - onehot) / (number of counted rows)
+//  attention_forward(dims, q, ldq, k, ldk, v, ldv, y, ldy, probs, mask)
+//      per (b, h): probs = softmax(mask(Q K^T / sqrt(QK_DIM))); Y = probs V
+//  attention_backward(dims, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv)
+//      dq, dk, dv assigned (they may be interleaved slices of one buffer)
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+#include "xfmr/core/mask.hpp"
+
+namespace xfmr {
+
+// Sizes of one scaled dot-product attention call. Head h of a row reads
+// q[row*ldq + h*QK_DIM .. +QK_DIM) and writes y[row*ldy + h*V_DIM .. +V_DIM).
+struct AttentionDims {
+  int B = 0, H = 0, Tq = 0, Tk = 0, QK_DIM = 0, V_DIM = 0;
+};
+
+template <class Be>
+concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Scalar* cp,
+                           const std::int32_t* ids, std::uint8_t* keep, const AttentionMask& mask,
+                           AttentionDims dims, int i, std::size_t n, typename Be::Scalar s) {
+  typename Be::Scalar;
+  typename Be::Tensor;
+  be.gemm(true, false, i, i, i, s, cp, i, cp, i, s, p, i);
+  be.bias_add(i, i, cp, p);
+  be.bias_grad(i, i, cp, p);
+  be.add(n, cp, cp, p);
+  be.add_to(n, cp, p);
+  be.copy(n, cp, p);
+  be.add_positions_forward(i, i, i, cp, cp, p);
+  be.add_positions_backward(i, i, i, cp, p);
+  be.layer_norm_forward(i, i, cp, cp, cp, s, p, p, p);
+  be.layer_norm_backward(i, i, cp, cp, cp, cp, cp, p, p, p);
+  be.softmax_forward(i, i, i, i, cp, p, mask);
+  be.softmax_backward(i, i, cp, cp, p);
+  be.relu_forward(n, cp, p);
+  be.relu_backward(n, cp, cp, p);
+  be.gelu_forward(n, cp, p);
+  be.gelu_backward(n, cp, cp, p);
+  be.dropout_forward(n, 0.1f, std::uint64_t{1}, cp, p, keep);
+  be.dropout_backward(n, 0.1f, keep, cp, p);
+  be.embedding_forward(i, i, i, ids, cp, p);
+  be.embedding_backward(i, i, ids, cp, p);
+  { be.cross_entropy_forward(i, i, cp, ids, i, p) } -> std::convertible_to<double>;
+  be.cross_entropy_backward(i, i, cp, ids, i, s, p);
+  be.attention_forward(dims, cp, i, cp, i, cp, i, p, i, p, mask);
+  be.attention_backward(dims, cp, i, cp, i, cp, i, cp, i, cp, p, p, p);
+};
+
+}  // namespace xfmr

@@ -1,0 +1,389 @@
+// cpu.hpp: CpuBackend<Scalar>, the backend operations (see backend.hpp) on the
+// host with Eigen maps and OpenMP. Header-only; float for training, double for
+// gradient checks.
+//
+// Threading is one level only: GEMMs use Eigen's own OpenMP parallelism, every
+// other operation is an OpenMP loop over rows or (batch, head) with serial
+// Eigen inside (Eigen does not nest inside an active parallel region). Loops
+// run serially below a small amount of work, where a fork costs more than it
+// saves. Reductions across rows are done serially in a fixed order, so results
+// are bitwise reproducible for a given thread count.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "xfmr/backend/backend.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+namespace detail {
+// Below this many scalar operations a loop runs on one thread.
+inline constexpr long kParallelWork = 1L << 15;
+
+inline int thread_count() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+inline int thread_index() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+}  // namespace detail
+
+template <class S>
+class CpuBackend {
+  static_assert(std::is_same_v<S, float> || std::is_same_v<S, double>,
+                "CpuBackend supports float (training) and double (gradient checks)");
+
+  using MatR = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Strided = Eigen::OuterStride<>;
+  using Map = Eigen::Map<MatR, 0, Strided>;
+  using CMap = Eigen::Map<const MatR, 0, Strided>;
+  using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
+
+ public:
+  using Scalar = S;
+  using Tensor = xfmr::Tensor<S>;  // parameters and gradients
+  template <class T>
+  using Buffer = xfmr::Buffer<T>;   // activations and saved state
+  static constexpr const char* name = "cpu";
+
+  // ---- dense algebra ------------------------------------------------------
+
+  void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb,
+            S beta, S* C, int ldc) {
+    const CMap a(A, ta ? K : M, ta ? M : K, Strided(lda));
+    const CMap b(B, tb ? N : K, tb ? K : N, Strided(ldb));
+    Map c(C, M, N, Strided(ldc));
+    auto run = [&](const auto& opa, const auto& opb) {
+      if (beta == S(0)) {
+        c.noalias() = alpha * opa * opb;
+      } else {
+        if (beta != S(1)) c *= beta;
+        c.noalias() += alpha * opa * opb;
+      }
+    };
+    if (!ta && !tb) run(a, b);
+    else if (ta && !tb) run(a.transpose(), b);
+    else if (!ta && tb) run(a, b.transpose());
+    else run(a.transpose(), b.transpose());
+  }
+
+  void bias_add(int rows, int n, const S* bias, S* y) {
+    Map(y, rows, n, Strided(n)).rowwise() += Eigen::Map<const Vec>(bias, n);
+  }
+  void bias_grad(int rows, int n, const S* dy, S* dbias) {
+    Eigen::Map<Vec>(dbias, n) += CMap(dy, rows, n, Strided(n)).colwise().sum();
+  }
+
+  void add(std::size_t n, const S* a, const S* b, S* y) {
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
+    for (long i = 0; i < ln; ++i) y[i] = a[i] + b[i];
+  }
+  void add_to(std::size_t n, const S* x, S* y) {
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
+    for (long i = 0; i < ln; ++i) y[i] += x[i];
+  }
+  void copy(std::size_t n, const S* x, S* y) {
+    if (x != y) std::copy(x, x + n, y);
+  }
+
+  void add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y) {
+#pragma omp parallel for collapse(2) if (long(B) * T * D > detail::kParallelWork) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) {
+        const long off = (long(b) * T + t) * D;
+        for (int d = 0; d < D; ++d) y[off + d] = x[off + d] + table[long(t) * D + d];
+      }
+  }
+  void add_positions_backward(int B, int T, int D, const S* dy, S* dtable) {
+    // Parallel over t: each thread owns its table rows; the sum over b is serial.
+#pragma omp parallel for if (long(B) * T * D > detail::kParallelWork) schedule(static)
+    for (int t = 0; t < T; ++t)
+      for (int b = 0; b < B; ++b) {
+        const S* g = dy + (long(b) * T + t) * D;
+        for (int d = 0; d < D; ++d) dtable[long(t) * D + d] += g[d];
+      }
+  }
+
+  // ---- layer norm ---------------------------------------------------------
+
+  void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y,
+                          S* mean, S* rstd) {
+    const Eigen::Map<const Vec> g(gamma, n), bt(beta, n);
+#pragma omp parallel for if (long(rows) * n > detail::kParallelWork) schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      const Eigen::Map<const Vec> xr(x + long(r) * n, n);
+      const S m = xr.mean();
+      const S var = (xr.array() - m).square().mean();
+      const S rs = S(1) / std::sqrt(var + eps);
+      Eigen::Map<Vec>(y + long(r) * n, n) = ((xr.array() - m) * rs * g.array() + bt.array()).matrix();
+      mean[r] = m;
+      rstd[r] = rs;
+    }
+  }
+
+  // dgamma/dbeta are reduced first, so dx may alias dy.
+  void layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean,
+                           const S* rstd, S* dx, S* dgamma, S* dbeta) {
+    Eigen::Map<Vec> dg(dgamma, n), db(dbeta, n);
+    for (int r = 0; r < rows; ++r) {
+      const Eigen::Map<const Vec> dyr(dy + long(r) * n, n);
+      dg.array() += dyr.array() * (Eigen::Map<const Vec>(x + long(r) * n, n).array() - mean[r]) * rstd[r];
+      db += dyr;
+    }
+    const Eigen::Map<const Vec> g(gamma, n);
+#pragma omp parallel for if (long(rows) * n > detail::kParallelWork) schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      const auto xhat = (Eigen::Map<const Vec>(x + long(r) * n, n).array() - mean[r]) * rstd[r];
+      const auto dxhat = Eigen::Map<const Vec>(dy + long(r) * n, n).array() * g.array();
+      const S mean_dxhat = dxhat.mean();
+      const S mean_dxhat_xhat = (dxhat * xhat).mean();
+      Eigen::Map<Vec>(dx + long(r) * n, n) =
+          ((dxhat - mean_dxhat - xhat * mean_dxhat_xhat) * rstd[r]).matrix();
+    }
+  }
+
+  // ---- softmax ------------------------------------------------------------
+
+  void softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs, const AttentionMask& mask) {
+#pragma omp parallel for collapse(2) if (long(B) * H * Tq * Tk > detail::kParallelWork) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) {
+        const long off = (long(b) * H + h) * Tq * Tk;
+        for (int i = 0; i < Tq; ++i)
+          masked_softmax_row(b, i, Tq, Tk, scores + off + long(i) * Tk, probs + off + long(i) * Tk, mask);
+      }
+  }
+
+  void softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores) {
+#pragma omp parallel for if (long(rows) * n > detail::kParallelWork) schedule(static)
+    for (int r = 0; r < rows; ++r) softmax_backward_row(n, probs + long(r) * n, dprobs + long(r) * n, dscores + long(r) * n);
+  }
+
+  // ---- activations --------------------------------------------------------
+
+  void relu_forward(std::size_t n, const S* x, S* y) {
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
+    for (long i = 0; i < ln; ++i) y[i] = x[i] > S(0) ? x[i] : S(0);
+  }
+  void relu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
+    for (long i = 0; i < ln; ++i) dx[i] = x[i] > S(0) ? dy[i] : S(0);
+  }
+
+  // GELU, tanh form: 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi).
+  void gelu_forward(std::size_t n, const S* x, S* y) {
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork / 8) schedule(static)
+    for (long i = 0; i < ln; ++i) {
+      const S v = x[i];
+      y[i] = S(0.5) * v * (S(1) + std::tanh(kGeluC * (v + S(0.044715) * v * v * v)));
+    }
+  }
+  void gelu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork / 8) schedule(static)
+    for (long i = 0; i < ln; ++i) {
+      const S v = x[i];
+      const S t = std::tanh(kGeluC * (v + S(0.044715) * v * v * v));
+      const S dinner = kGeluC * (S(1) + S(3 * 0.044715) * v * v);
+      dx[i] = dy[i] * (S(0.5) * (S(1) + t) + S(0.5) * v * (S(1) - t * t) * dinner);
+    }
+  }
+
+  // ---- dropout ------------------------------------------------------------
+
+  // Inverted dropout: kept elements are scaled by 1/(1-p). The mask depends
+  // only on (key, element index).
+  void dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep) {
+    require(p >= 0.0f && p < 1.0f, "dropout probability ", p, " outside [0, 1)");
+    const S scale = S(1) / (S(1) - S(p));
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
+    for (long i = 0; i < ln; ++i) {
+      keep[i] = counter_uniform(key, static_cast<std::uint64_t>(i)) >= p ? 1 : 0;
+      y[i] = keep[i] ? x[i] * scale : S(0);
+    }
+  }
+  void dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx) {
+    const S scale = S(1) / (S(1) - S(p));
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
+    for (long i = 0; i < ln; ++i) dx[i] = keep[i] ? dy[i] * scale : S(0);
+  }
+
+  // ---- embeddings ---------------------------------------------------------
+
+  void embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, S* y) {
+    for (int i = 0; i < n; ++i)
+      require(ids[i] >= 0 && ids[i] < V, "token id ", ids[i], " at position ", i, " out of range [0, ", V, ")");
+#pragma omp parallel for if (long(n) * D > detail::kParallelWork) schedule(static)
+    for (int i = 0; i < n; ++i) std::copy_n(table + long(ids[i]) * D, D, y + long(i) * D);
+  }
+  // Serial: rows sharing an id add into the same table row, in input order.
+  void embedding_backward(int n, int D, const std::int32_t* ids, const S* dy, S* dtable) {
+    for (int i = 0; i < n; ++i) {
+      S* row = dtable + long(ids[i]) * D;
+      const S* g = dy + long(i) * D;
+      for (int d = 0; d < D; ++d) row[d] += g[d];
+    }
+  }
+
+  // ---- loss ---------------------------------------------------------------
+
+  // Softmax cross-entropy, mean over rows whose target != ignore_index (0 when
+  // every row is ignored). Saves probs (rows, V) for the backward pass.
+  double cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets, int ignore_index,
+                               S* probs) {
+    for (int r = 0; r < rows; ++r)
+      require(targets[r] == ignore_index || (targets[r] >= 0 && targets[r] < V), "target id ", targets[r],
+              " at row ", r, " out of range [0, ", V, ") and not the ignore index ", ignore_index);
+    row_loss_.resize(static_cast<std::size_t>(rows));
+#pragma omp parallel for if (long(rows) * V > detail::kParallelWork) schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      const Eigen::Map<const Vec> z(logits + long(r) * V, V);
+      Eigen::Map<Vec> p(probs + long(r) * V, V);
+      const S zmax = z.maxCoeff();
+      p = (z.array() - zmax).exp().matrix();
+      const S sum = p.sum();
+      p /= sum;
+      const int t = targets[r];
+      row_loss_[r] = t == ignore_index ? 0.0 : double(std::log(sum)) + double(zmax) - double(z[t]);
+    }
+    double total = 0.0;
+    int counted = 0;
+    for (int r = 0; r < rows; ++r) {
+      total += row_loss_[r];
+      counted += targets[r] != ignore_index;
+    }
+    return counted ? total / counted : 0.0;
+  }
+
+  void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index,
+                              S dloss, S* dlogits) {
+    int counted = 0;
+    for (int r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
+    const S scale = counted ? dloss / S(counted) : S(0);
+#pragma omp parallel for if (long(rows) * V > detail::kParallelWork) schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      Eigen::Map<Vec> d(dlogits + long(r) * V, V);
+      if (targets[r] == ignore_index) {
+        d.setZero();
+        continue;
+      }
+      d = Eigen::Map<const Vec>(probs + long(r) * V, V) * scale;
+      d[targets[r]] -= scale;
+    }
+  }
+
+  // ---- attention ----------------------------------------------------------
+
+  void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
+                         S* y, int ldy, S* probs, const AttentionMask& mask) {
+    const S scale = S(1) / std::sqrt(S(a.QK_DIM));
+    const long work = long(a.B) * a.H * a.Tq * a.Tk * (a.QK_DIM + a.V_DIM);
+#pragma omp parallel for collapse(2) if (work > detail::kParallelWork) schedule(static)
+    for (int b = 0; b < a.B; ++b)
+      for (int h = 0; h < a.H; ++h) {
+        const CMap Q(q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
+        const CMap K(k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
+        const CMap Vm(v + long(b) * a.Tk * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
+        S* p = probs + (long(b) * a.H + h) * a.Tq * a.Tk;
+        Map P(p, a.Tq, a.Tk, Strided(a.Tk));
+        P.noalias() = scale * Q * K.transpose();  // (Tq, Tk) scores
+        for (int i = 0; i < a.Tq; ++i) masked_softmax_row(b, i, a.Tq, a.Tk, p + long(i) * a.Tk, p + long(i) * a.Tk, mask);
+        Map Y(y + long(b) * a.Tq * ldy + long(h) * a.V_DIM, a.Tq, a.V_DIM, Strided(ldy));
+        Y.noalias() = P * Vm;  // (Tq, V_DIM)
+      }
+  }
+
+  void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
+                          const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
+    const S scale = S(1) / std::sqrt(S(a.QK_DIM));
+    const long tile = long(a.Tq) * a.Tk;
+    scratch_.resize(static_cast<std::size_t>(detail::thread_count() * tile));
+    const long work = long(a.B) * a.H * tile * (a.QK_DIM + a.V_DIM);
+#pragma omp parallel for collapse(2) if (work > detail::kParallelWork) schedule(static)
+    for (int b = 0; b < a.B; ++b)
+      for (int h = 0; h < a.H; ++h) {
+        const CMap dY(dy + long(b) * a.Tq * ldy + long(h) * a.V_DIM, a.Tq, a.V_DIM, Strided(ldy));
+        const CMap Q(q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
+        const CMap K(k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
+        const CMap Vm(v + long(b) * a.Tk * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
+        const S* p = probs + (long(b) * a.H + h) * tile;
+        const CMap P(p, a.Tq, a.Tk, Strided(a.Tk));
+        S* ds = scratch_.data() + detail::thread_index() * tile;
+        Map dS(ds, a.Tq, a.Tk, Strided(a.Tk));
+
+        Map dV(dv + long(b) * a.Tk * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
+        dV.noalias() = P.transpose() * dY;  // (Tk, V_DIM)
+        dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
+        for (int i = 0; i < a.Tq; ++i) softmax_backward_row(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
+        Map dQ(dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
+        Map dK(dk + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
+        dQ.noalias() = scale * dS * K;              // (Tq, QK_DIM)
+        dK.noalias() = scale * dS.transpose() * Q;  // (Tk, QK_DIM)
+      }
+  }
+
+ private:
+  static constexpr S kGeluC = S(0.7978845608028654);  // sqrt(2 / pi)
+
+  // One row of a masked softmax; in and out may alias. All-masked rows -> 0.
+  static void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const AttentionMask& mask) {
+    S mx = -std::numeric_limits<S>::infinity();
+    for (int j = 0; j < Tk; ++j)
+      if (mask.allowed(b, i, j, Tq, Tk)) mx = std::max(mx, in[j]);
+    if (mx == -std::numeric_limits<S>::infinity()) {
+      std::fill(out, out + Tk, S(0));
+      return;
+    }
+    S sum = 0;
+    for (int j = 0; j < Tk; ++j) {
+      const S e = mask.allowed(b, i, j, Tq, Tk) ? std::exp(in[j] - mx) : S(0);
+      out[j] = e;
+      sum += e;
+    }
+    const S inv = S(1) / sum;
+    for (int j = 0; j < Tk; ++j) out[j] *= inv;
+  }
+
+  // ds = p * (dp - <dp, p>); ds may alias dp.
+  static void softmax_backward_row(int n, const S* p, const S* dp, S* ds) {
+    S dot = 0;
+    for (int j = 0; j < n; ++j) dot += dp[j] * p[j];
+    for (int j = 0; j < n; ++j) ds[j] = p[j] * (dp[j] - dot);
+  }
+
+  std::vector<S> scratch_;      // per-thread (Tq, Tk) tiles for attention backward; grows only
+  std::vector<double> row_loss_;  // per-row cross-entropy before the ordered sum; grows only
+};
+
+static_assert(Backend<CpuBackend<float>>);
+static_assert(Backend<CpuBackend<double>>);
+
+}  // namespace xfmr

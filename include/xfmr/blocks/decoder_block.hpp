@@ -1,0 +1,96 @@
+// decoder_block.hpp: the encoder-decoder block: causal self-attention,
+// cross-attention to the encoder output (memory), feed-forward; each a
+// residual sublayer under Cfg::Norm.
+//
+// forward(be, x, memory, y, tgt, src, tgt_padding, src_padding):
+//   x, y (B*T_tgt, D); memory (B*T_src, D); paddings (B, T) bytes or nullptr.
+//   In PreNorm only x is normalised here; memory is the encoder's final output.
+// backward(be, dy, dx, dmemory): parameter gradients accumulate; dx and
+//   dmemory are assigned (a model with several blocks sums the dmemory's).
+// Parameters: "ln1.*", "self_attn.*", "ln2.*", "cross_attn.*", "ln3.*", "ff.*".
+#pragma once
+
+#include <cstdint>
+
+#include "xfmr/blocks/residual.hpp"
+#include "xfmr/core/config.hpp"
+#include "xfmr/core/params.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/core/tensor.hpp"
+#include "xfmr/layers/attention.hpp"
+#include "xfmr/layers/feed_forward.hpp"
+
+namespace xfmr {
+
+template <BlockConfig Cfg, class Backend>
+class DecoderBlock {
+ public:
+  static constexpr int D = Cfg::D_MODEL;
+  using S = typename Backend::Scalar;
+  using Norm = typename Cfg::Norm;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  explicit DecoderBlock(Rng& rng, float dropout = 0.0f)
+      : self_attn_(rng),
+        cross_attn_(rng),
+        ff_(rng),
+        r1_(dropout, rng.next_u64()),
+        r2_(dropout, rng.next_u64()),
+        r3_(dropout, rng.next_u64()) {}
+
+  void forward(Backend& be, ConstRows<S, D> x, ConstRows<S, D> memory, Rows<S, D> y, Shape tgt, Shape src,
+               const std::uint8_t* tgt_padding = nullptr, const std::uint8_t* src_padding = nullptr) {
+    const AttentionMask self_mask{true, tgt_padding};
+    const AttentionMask cross_mask{false, src_padding};
+    const auto h1 = h1_.template rows<D>(x.rows);  // (B*T_tgt, D) after self-attention
+    const auto h2 = h2_.template rows<D>(x.rows);  // (B*T_tgt, D) after cross-attention
+    r1_.forward(be, x, h1, [&](ConstRows<S, D> in, Rows<S, D> out) { self_attn_.forward(be, in, out, tgt, self_mask); });
+    r2_.forward(be, h1, h2, [&](ConstRows<S, D> in, Rows<S, D> out) {
+      cross_attn_.forward(be, in, memory, out, tgt, src, cross_mask);
+    });
+    r3_.forward(be, h2, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx, Rows<S, D> dmemory) {
+    const auto dh2 = dh2_.template rows<D>(dy.rows);  // (B*T_tgt, D)
+    const auto dh1 = dh1_.template rows<D>(dy.rows);  // (B*T_tgt, D)
+    r3_.backward(be, dy, dh2, [&](ConstRows<S, D> dout, Rows<S, D> din) { ff_.backward(be, dout, din); });
+    r2_.backward(be, dh2, dh1, [&](ConstRows<S, D> dout, Rows<S, D> din) {
+      cross_attn_.backward(be, dout, din, dmemory);
+    });
+    r1_.backward(be, dh1, dx, [&](ConstRows<S, D> dout, Rows<S, D> din) { self_attn_.backward(be, dout, din); });
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    r1_.visit(prefixed("ln1.", f));
+    self_attn_.visit(prefixed("self_attn.", f));
+    r2_.visit(prefixed("ln2.", f));
+    cross_attn_.visit(prefixed("cross_attn.", f));
+    r3_.visit(prefixed("ln3.", f));
+    ff_.visit(prefixed("ff.", f));
+  }
+
+  void set_training(bool on) {
+    r1_.set_training(on);
+    r2_.set_training(on);
+    r3_.set_training(on);
+  }
+  template <class F>
+  void for_each_dropout(F&& f) {
+    r1_.for_each_dropout(f);
+    r2_.for_each_dropout(f);
+    r3_.for_each_dropout(f);
+  }
+  CrossAttention<Cfg, Backend>& cross_attention() { return cross_attn_; }
+
+ private:
+  SelfAttention<Cfg, Backend> self_attn_;
+  CrossAttention<Cfg, Backend> cross_attn_;
+  FeedForward<Cfg, Backend> ff_;
+  Residual<Norm, D, Backend> r1_, r2_, r3_;
+  Buffer<S> h1_, h2_, dh1_, dh2_;
+};
+
+}  // namespace xfmr

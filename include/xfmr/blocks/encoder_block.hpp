@@ -1,0 +1,84 @@
+// encoder_block.hpp: self-attention + feed-forward, each a residual sublayer
+// under Cfg::Norm (PreNorm or PostNorm).
+//
+//   SelfAttentionBlock<Cfg, Backend, CAUSAL>
+//   EncoderBlock<Cfg, Backend>      = non-causal; key padding for ragged batches
+//   DecoderOnlyBlock<Cfg, Backend>  = causal: the GPT-style language-model block
+//
+// forward(be, x, y, bt, key_padding): x, y (B*T, D_MODEL); key_padding is
+// (B, T) bytes, nonzero = pad, or nullptr. Backward: parameter gradients
+// accumulate, dx assigned. Parameters: "ln1.*", "attn.*", "ln2.*", "ff.*".
+// Dropout (residual branches) is a runtime rate; set_training(false) turns it
+// off for evaluation.
+#pragma once
+
+#include <cstdint>
+
+#include "xfmr/blocks/residual.hpp"
+#include "xfmr/core/config.hpp"
+#include "xfmr/core/params.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/core/tensor.hpp"
+#include "xfmr/layers/attention.hpp"
+#include "xfmr/layers/feed_forward.hpp"
+
+namespace xfmr {
+
+template <BlockConfig Cfg, class Backend, bool CAUSAL>
+class SelfAttentionBlock {
+ public:
+  static constexpr int D = Cfg::D_MODEL;
+  using S = typename Backend::Scalar;
+  using Norm = typename Cfg::Norm;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  explicit SelfAttentionBlock(Rng& rng, float dropout = 0.0f)
+      : attn_(rng), ff_(rng), r1_(dropout, rng.next_u64()), r2_(dropout, rng.next_u64()) {}
+
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, const std::uint8_t* key_padding = nullptr) {
+    const AttentionMask mask{CAUSAL, key_padding};
+    const auto h = mid_.template rows<D>(x.rows);  // (B*T, D) after the attention sublayer
+    r1_.forward(be, x, h, [&](ConstRows<S, D> in, Rows<S, D> out) { attn_.forward(be, in, out, bt, mask); });
+    r2_.forward(be, h, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+    const auto dh = dmid_.template rows<D>(dy.rows);  // (B*T, D)
+    r2_.backward(be, dy, dh, [&](ConstRows<S, D> dout, Rows<S, D> din) { ff_.backward(be, dout, din); });
+    r1_.backward(be, dh, dx, [&](ConstRows<S, D> dout, Rows<S, D> din) { attn_.backward(be, dout, din); });
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    r1_.visit(prefixed("ln1.", f));
+    attn_.visit(prefixed("attn.", f));
+    r2_.visit(prefixed("ln2.", f));
+    ff_.visit(prefixed("ff.", f));
+  }
+
+  void set_training(bool on) {
+    r1_.set_training(on);
+    r2_.set_training(on);
+  }
+  template <class F>
+  void for_each_dropout(F&& f) {
+    r1_.for_each_dropout(f);
+    r2_.for_each_dropout(f);
+  }
+  SelfAttention<Cfg, Backend>& attention() { return attn_; }
+
+ private:
+  SelfAttention<Cfg, Backend> attn_;
+  FeedForward<Cfg, Backend> ff_;
+  Residual<Norm, D, Backend> r1_, r2_;
+  Buffer<S> mid_, dmid_;
+};
+
+template <BlockConfig Cfg, class Backend>
+using EncoderBlock = SelfAttentionBlock<Cfg, Backend, false>;
+
+template <BlockConfig Cfg, class Backend>
+using DecoderOnlyBlock = SelfAttentionBlock<Cfg, Backend, true>;
+
+}  // namespace xfmr

@@ -1,0 +1,98 @@
+// residual.hpp: one residual sublayer with its layer norm and dropout, under a
+// Norm policy:
+//   PreNorm   y = x + dropout(f(LN(x)))   (GPT-2, the seeds' char models)
+//   PostNorm  y = LN(x + dropout(f(x)))   (Vaswani et al. 2017)
+// f is the wrapped sublayer (attention or feed-forward), given to forward as
+// f(in, out) and to backward as g(dout, din) with din assigned.
+//
+// Saves: the normalised input (PreNorm) or the residual sum (PostNorm), and
+// what LN and dropout save. Backward: parameter gradients accumulate; dx is
+// assigned and must not alias dy. Parameters: the norm's "weight", "bias".
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "xfmr/core/tensor.hpp"
+#include "xfmr/layers/dropout.hpp"
+#include "xfmr/layers/layer_norm.hpp"
+
+namespace xfmr {
+
+struct PreNorm {
+  static constexpr const char* name = "pre-norm";
+};
+struct PostNorm {
+  static constexpr const char* name = "post-norm";
+};
+
+template <class Norm, int D, class Backend>
+class Residual {
+  static_assert(std::is_same_v<Norm, PreNorm> || std::is_same_v<Norm, PostNorm>,
+                "Norm must be xfmr::PreNorm or xfmr::PostNorm");
+  static constexpr bool PRE = std::is_same_v<Norm, PreNorm>;
+
+ public:
+  using S = typename Backend::Scalar;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  Residual(float dropout, std::uint64_t seed) : drop_(dropout, seed) {}
+
+  template <class F>
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, F&& f) {
+    require_rows(y, x.rows, "residual output");
+    const auto sub = sub_.template rows<D>(x.rows);  // (rows, D) f's output, dropped in place
+    if constexpr (PRE) {
+      const auto h = inner_.template rows<D>(x.rows);  // LN(x)
+      norm_.forward(be, x, h);
+      f(ConstRows<S, D>(h), sub);
+      drop_.forward(be, sub, sub);
+      be.add(x.size(), x.data, sub.data, y.data);
+    } else {
+      const auto z = inner_.template rows<D>(x.rows);  // x + dropout(f(x))
+      f(x, sub);
+      drop_.forward(be, sub, sub);
+      be.add(x.size(), x.data, sub.data, z.data);
+      norm_.forward(be, z, y);
+    }
+  }
+
+  template <class G>
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx, G&& g) {
+    require_rows(dx, dy.rows, "residual input gradient");
+    const auto dsub = dsub_.template rows<D>(dy.rows);  // (rows, D)
+    if constexpr (PRE) {
+      const auto dh = dinner_.template rows<D>(dy.rows);  // d LN(x)
+      drop_.backward(be, dy, dsub);
+      g(ConstRows<S, D>(dsub), dh);
+      norm_.backward(be, dh, dx);
+      be.add_to(dy.size(), dy.data, dx.data);
+    } else {
+      const auto dz = dinner_.template rows<D>(dy.rows);  // d (x + dropout(f(x)))
+      norm_.backward(be, dy, dz);
+      drop_.backward(be, dz, dsub);
+      g(ConstRows<S, D>(dsub), dx);
+      be.add_to(dz.size(), dz.data, dx.data);
+    }
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    norm_.visit(f);
+  }
+
+  void set_training(bool on) { drop_.set_training(on); }
+  // f(Dropout&) for the sublayer's dropout: to save or restore its call counter.
+  template <class F>
+  void for_each_dropout(F&& f) {
+    f(drop_);
+  }
+
+ private:
+  LayerNorm<D, Backend> norm_;
+  Dropout<D, Backend> drop_;
+  Buffer<S> inner_, sub_, dinner_, dsub_;
+};
+
+}  // namespace xfmr

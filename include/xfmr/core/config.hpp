@@ -1,0 +1,49 @@
+// config.hpp: what a model configuration provides, and the sizes derived
+// from it.
+//
+// A configuration is a struct of static constexpr sizes plus policy types:
+//   struct Tiny {
+//     static constexpr int MAX_T = 8, D_MODEL = 16, N_HEADS = 2, N_LAYERS = 2, D_FF = 32;
+//     using Norm = xfmr::PreNorm;        // or PostNorm
+//     using Activation = xfmr::Gelu;     // or Relu
+//   };
+// Optional: QK_HEAD_DIM and V_HEAD_DIM (default D_MODEL / N_HEADS) for heads
+// whose query/key or value width differs from D_MODEL / N_HEADS.
+#pragma once
+
+#include <concepts>
+
+namespace xfmr {
+
+template <class Cfg>
+concept AttentionConfig = requires {
+  { Cfg::D_MODEL } -> std::convertible_to<int>;
+  { Cfg::N_HEADS } -> std::convertible_to<int>;
+  { Cfg::MAX_T } -> std::convertible_to<int>;
+};
+
+template <class Cfg>
+concept BlockConfig = AttentionConfig<Cfg> && requires {
+  { Cfg::D_FF } -> std::convertible_to<int>;
+  typename Cfg::Norm;
+  typename Cfg::Activation;
+};
+
+template <AttentionConfig Cfg>
+consteval int qk_head_dim() {
+  if constexpr (requires { Cfg::QK_HEAD_DIM; }) return Cfg::QK_HEAD_DIM;
+  else return Cfg::D_MODEL / Cfg::N_HEADS;
+}
+
+template <AttentionConfig Cfg>
+consteval int v_head_dim() {
+  if constexpr (requires { Cfg::V_HEAD_DIM; }) return Cfg::V_HEAD_DIM;
+  else return Cfg::D_MODEL / Cfg::N_HEADS;
+}
+
+template <AttentionConfig Cfg>
+consteval bool head_dims_are_explicit() {
+  return requires { Cfg::QK_HEAD_DIM; } && requires { Cfg::V_HEAD_DIM; };
+}
+
+}  // namespace xfmr

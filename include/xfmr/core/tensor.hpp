@@ -1,0 +1,149 @@
+// tensor.hpp: host storage and the views layers pass around.
+//
+// Tensor<S> owns a contiguous row-major heap buffer with a shape. Rows<S, COLS>
+// is a non-owning (rows x COLS) view whose width is static and whose row count
+// (B*T) is runtime: layers take and return these, so a wrongly sized buffer is
+// an xfmr::Error at the layer boundary instead of a silent overrun.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+
+namespace xfmr {
+
+// A batch of B sequences of length T, laid out as B*T rows.
+struct Shape {
+  int B = 0;
+  int T = 0;
+  int rows() const { return B * T; }
+};
+
+inline std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+template <class S, int COLS>
+struct Rows {
+  static_assert(COLS > 0, "a row view needs a positive static width");
+  static constexpr int cols = COLS;
+
+  S* data = nullptr;
+  int rows = 0;
+
+  Rows() = default;
+  Rows(S* d, int r) : data(d), rows(r) { require(r >= 0, "negative row count ", r); }
+  // A mutable view converts to a read-only one.
+  template <class U>
+    requires(std::is_same_v<const U, S> && !std::is_same_v<U, S>)
+  Rows(Rows<U, COLS> other) : data(other.data), rows(other.rows) {}
+
+  std::size_t size() const { return static_cast<std::size_t>(rows) * COLS; }
+  S* row(int i) const { return data + static_cast<std::size_t>(i) * COLS; }
+};
+
+template <class S, int COLS>
+using ConstRows = Rows<const S, COLS>;
+
+// Throws unless the view holds exactly `expected` rows.
+template <class S, int COLS>
+void require_rows(const Rows<S, COLS>& v, int expected, const char* what) {
+  require(v.rows == expected, what, " has ", v.rows, " rows, expected ", expected);
+}
+
+template <class S>
+class Tensor {
+ public:
+  using value_type = S;
+
+  Tensor() = default;
+  explicit Tensor(std::vector<std::int64_t> shape) { resize(std::move(shape)); }
+  Tensor(std::initializer_list<std::int64_t> shape) : Tensor(std::vector<std::int64_t>(shape)) {}
+
+  // Sets the shape; storage only ever grows, so resizing back and forth between
+  // (B, T) sizes seen before allocates nothing. New elements are zero.
+  void resize(std::vector<std::int64_t> shape) {
+    std::size_t n = 1;
+    for (auto d : shape) {
+      require(d >= 0, "negative tensor dimension ", d, " in shape ", shape_string(shape));
+      n *= static_cast<std::size_t>(d);
+    }
+    shape_ = std::move(shape);
+    size_ = n;
+    if (storage_.size() < n) storage_.resize(n, S(0));
+  }
+
+  S* data() { return storage_.data(); }
+  const S* data() const { return storage_.data(); }
+  std::size_t size() const { return size_; }
+  const std::vector<std::int64_t>& shape() const { return shape_; }
+  std::int64_t dim(std::size_t i) const { return shape_.at(i); }
+
+  S& operator[](std::size_t i) { return storage_[i]; }
+  const S& operator[](std::size_t i) const { return storage_[i]; }
+  S* begin() { return data(); }
+  S* end() { return data() + size_; }
+  const S* begin() const { return data(); }
+  const S* end() const { return data() + size_; }
+
+  void fill(S v) { std::fill(begin(), end(), v); }
+  void zero() { fill(S(0)); }
+
+  // View as rows of static width COLS (the last dimension must equal COLS).
+  template <int COLS>
+  Rows<S, COLS> rows() {
+    check_width(COLS);
+    return {data(), static_cast<int>(size_ / COLS)};
+  }
+  template <int COLS>
+  ConstRows<S, COLS> rows() const {
+    check_width(COLS);
+    return {data(), static_cast<int>(size_ / COLS)};
+  }
+
+ private:
+  void check_width(int cols) const {
+    require(!shape_.empty() && shape_.back() == cols, "tensor of shape ", shape_string(shape_),
+            " viewed as rows of width ", cols);
+  }
+
+  std::vector<std::int64_t> shape_;
+  std::size_t size_ = 0;
+  std::vector<S> storage_;
+};
+
+}  // namespace xfmr
+
+namespace xfmr {
+
+// Buffer<T>: grows-only scratch for activations and saved state. reserve(n)
+// allocates only when n exceeds every size asked for before, so a training
+// loop allocates on its first step for a given (B, T) and never after.
+template <class T>
+class Buffer {
+ public:
+  T* reserve(std::size_t n) {
+    if (storage_.size() < n) storage_.resize(n);
+    return storage_.data();
+  }
+  template <int COLS>
+  Rows<T, COLS> rows(int r) {
+    return {reserve(static_cast<std::size_t>(r) * COLS), r};
+  }
+  T* data() { return storage_.data(); }
+  const T* data() const { return storage_.data(); }
+  std::size_t capacity() const { return storage_.size(); }
+
+ private:
+  std::vector<T> storage_;
+};
+
+}  // namespace xfmr

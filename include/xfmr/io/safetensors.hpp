@@ -1,0 +1,135 @@
+// safetensors.hpp: read and write the safetensors format.
+//
+// Layout: an 8-byte little-endian u64 N, then N bytes of UTF-8 JSON mapping
+// each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (byte
+// offsets into the data that follows), plus an optional "__metadata__" object
+// of string values; then the data, tensors packed back to back.
+//
+// Reading validates everything the reference loader does, and a little more:
+// header size limit (100 MB), header inside the file and starting with '{',
+// known dtypes, non-negative integer shapes, overflow-checked element and byte
+// counts, end - begin == product(shape) * dtype size, offsets contiguous from
+// 0 without gaps or overlap, the data ending exactly where the last tensor
+// ends, and no duplicate keys anywhere in the header. Each failure is an
+// xfmr::Error naming the file, the tensor and the value that broke the rule.
+//
+// Writing pads the header with spaces to a multiple of 8 bytes and is atomic:
+// the bytes go to a temporary file beside the target, are fsync'ed and then
+// renamed over it, so a failed write never damages an existing file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
+
+const char* dtype_name(DType t);
+std::size_t dtype_size(DType t);
+
+struct TensorInfo {
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  std::size_t begin = 0, end = 0;  // byte offsets into the data section
+  std::size_t elements() const;
+};
+
+class SafeTensors {
+ public:
+  // Parses and validates a whole file held in memory; `source` names it in errors.
+  static SafeTensors parse(std::vector<std::byte> bytes, std::string source = "<memory>");
+  static SafeTensors load(const std::filesystem::path& path);
+
+  // Tensor names in data order.
+  const std::vector<std::string>& names() const { return order_; }
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
+  std::span<const std::byte> bytes(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // Elements of a floating tensor (F64, F32, F16, BF16) converted to T.
+  template <class T>
+    requires std::is_floating_point_v<T>
+  std::vector<T> values(const std::string& name) const;
+  // Elements of an integer or bool tensor, widened to int64.
+  std::vector<std::int64_t> integers(const std::string& name) const;
+
+  // Copies a floating tensor into `out` after checking its shape equals `shape`.
+  template <class T>
+    requires std::is_floating_point_v<T>
+  void copy_to(const std::string& name, const std::vector<std::int64_t>& shape, std::span<T> out) const;
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+  std::vector<std::byte> bytes_;
+  std::size_t data_start_ = 0;
+  std::map<std::string, TensorInfo> tensors_;
+  std::vector<std::string> order_;
+  std::map<std::string, std::string> metadata_;
+};
+
+class SafeTensorsWriter {
+ public:
+  // Adds a tensor (its bytes are copied). Names must be unique and must not
+  // be "__metadata__".
+  void add(const std::string& name, DType dtype, std::vector<std::int64_t> shape, const void* data);
+  template <class T>
+  void add(const std::string& name, std::vector<std::int64_t> shape, std::span<const T> data);
+  void set_metadata(const std::string& key, const std::string& value);
+
+  std::vector<std::byte> serialize() const;
+  void write(const std::filesystem::path& path) const;
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<std::int64_t> shape;
+    std::vector<std::byte> data;
+  };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Atomically replaces `path` with `bytes` (temporary file, fsync, rename).
+void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
+
+namespace detail {
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, double>) return DType::F64;
+  else if constexpr (std::is_same_v<T, float>) return DType::F32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return DType::I64;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return DType::I32;
+  else if constexpr (std::is_same_v<T, std::int16_t>) return DType::I16;
+  else if constexpr (std::is_same_v<T, std::int8_t>) return DType::I8;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return DType::U8;
+  else static_assert(sizeof(T) == 0, "no safetensors dtype for this element type");
+}
+}  // namespace detail
+
+template <class T>
+void SafeTensorsWriter::add(const std::string& name, std::vector<std::int64_t> shape, std::span<const T> data) {
+  std::size_t n = 1;
+  for (auto d : shape) {
+    require(d >= 0, "tensor '", name, "' has a negative dimension in shape ", shape_string(shape));
+    n *= static_cast<std::size_t>(d);
+  }
+  require(n == data.size(), "tensor '", name, "' has ", data.size(), " elements but shape ", shape_string(shape),
+          " holds ", n);
+  add(name, detail::dtype_of<T>(), std::move(shape), data.data());
+}
+
+}  // namespace xfmr

@@ -1,0 +1,178 @@
+// attention.hpp: multi-head scaled dot-product attention.
+//
+//   SelfAttention<Cfg, Backend>   queries, keys and values from one input x,
+//                                 through one fused projection "qkv".
+//   CrossAttention<Cfg, Backend>  queries from x_q, keys and values from x_kv
+//                                 (e.g. an encoder's output), projections "q"
+//                                 and fused "kv".
+// Both: heads of QK_HEAD_DIM for queries/keys and V_HEAD_DIM for values (each
+// D_MODEL / N_HEADS unless the config sets them), optional causal and
+// key-padding masks (mask.hpp), output projection "proj" (H*V_HEAD_DIM -> D).
+//
+// Fused projection layout, per row: [q heads | k heads | v heads], head h of q
+// at columns [h*QK, (h+1)*QK). Weight shapes follow torch.nn.Linear:
+//   qkv.weight (H*(2*QK + V), D)   q.weight (H*QK, D)   kv.weight (H*(QK + V), D)
+//   proj.weight (D, H*V)           and a bias for each.
+// Saves: the projections, the attention probabilities (B, H, T_q, T_kv) and
+// the inputs by pointer. Backward: parameter gradients accumulate; input
+// gradients (dx, or dx_q and dx_kv) are assigned.
+#pragma once
+
+#include <span>
+
+#include "xfmr/backend/backend.hpp"
+#include "xfmr/core/config.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/mask.hpp"
+#include "xfmr/core/params.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/core/tensor.hpp"
+#include "xfmr/layers/linear.hpp"
+
+namespace xfmr {
+
+namespace detail {
+
+template <class Cfg>
+struct AttentionSizes {
+  static constexpr int D = Cfg::D_MODEL, H = Cfg::N_HEADS, MAX_T = Cfg::MAX_T;
+  static constexpr int QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>();
+  static_assert(H > 0 && D > 0, "D_MODEL and N_HEADS must be positive");
+  static_assert(head_dims_are_explicit<Cfg>() || D % H == 0,
+                "D_MODEL must be divisible by N_HEADS (or set QK_HEAD_DIM and V_HEAD_DIM)");
+  static_assert(QK > 0 && V > 0, "head sizes must be positive");
+};
+
+inline void check_attention_shape(Shape s, int rows, int max_t, const char* what) {
+  require(s.B > 0 && s.T > 0, what, ": batch ", s.B, " x length ", s.T, " must be positive");
+  require(s.T <= max_t, what, ": sequence length ", s.T, " exceeds MAX_T ", max_t);
+  require(rows == s.rows(), what, " has ", rows, " rows, expected B*T = ", s.rows());
+}
+
+}  // namespace detail
+
+template <AttentionConfig Cfg, class Backend>
+class SelfAttention : detail::AttentionSizes<Cfg> {
+  using Sz = detail::AttentionSizes<Cfg>;
+
+ public:
+  static constexpr int D = Sz::D, H = Sz::H, QK_HEAD_DIM = Sz::QK, V_HEAD_DIM = Sz::V;
+  static constexpr int QKV = H * (2 * QK_HEAD_DIM + V_HEAD_DIM), CTX = H * V_HEAD_DIM;
+  using S = typename Backend::Scalar;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  explicit SelfAttention(Rng& rng) : qkv_(rng), proj_(rng) {}
+
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, const AttentionMask& mask) {
+    detail::check_attention_shape(bt, x.rows, Sz::MAX_T, "self-attention input");
+    require_rows(y, x.rows, "self-attention output");
+    bt_ = bt;
+    const auto qkv = qkv_out_.template rows<QKV>(x.rows);  // (B*T, H*(2QK+V))
+    const auto ctx = ctx_.template rows<CTX>(x.rows);      // (B*T, H*V)
+    qkv_.forward(be, x, qkv);
+    const S* q = qkv.data;
+    be.attention_forward(dims(), q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV, ctx.data, CTX,
+                         probs_.reserve(probs_size()), mask);  // probs (B, H, T, T)
+    proj_.forward(be, ctx, y);
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+    require_rows(dy, bt_.rows(), "self-attention output gradient");
+    const auto dctx = dctx_.template rows<CTX>(dy.rows);  // (B*T, H*V)
+    const auto dqkv = dqkv_.template rows<QKV>(dy.rows);  // (B*T, H*(2QK+V))
+    proj_.backward(be, dy, dctx);
+    const S* q = qkv_out_.data();
+    S* dq = dqkv.data;
+    be.attention_backward(dims(), dctx.data, CTX, q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV,
+                          probs_.data(), dq, dq + H * QK_HEAD_DIM, dq + 2 * H * QK_HEAD_DIM);
+    qkv_.backward(be, dqkv, dx);
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    qkv_.visit(prefixed("qkv.", f));
+    proj_.visit(prefixed("proj.", f));
+  }
+
+  // Attention probabilities of the last forward, (B, H, T, T).
+  std::span<const S> probabilities() const { return {probs_.data(), probs_size()}; }
+
+ private:
+  AttentionDims dims() const { return {bt_.B, H, bt_.T, bt_.T, QK_HEAD_DIM, V_HEAD_DIM}; }
+  std::size_t probs_size() const { return std::size_t(bt_.B) * H * bt_.T * bt_.T; }
+
+  Linear<D, QKV, Backend> qkv_;
+  Linear<CTX, D, Backend> proj_;
+  Shape bt_;
+  Buffer<S> qkv_out_, ctx_, probs_, dctx_, dqkv_;
+};
+
+template <AttentionConfig Cfg, class Backend>
+class CrossAttention : detail::AttentionSizes<Cfg> {
+  using Sz = detail::AttentionSizes<Cfg>;
+
+ public:
+  static constexpr int D = Sz::D, H = Sz::H, QK_HEAD_DIM = Sz::QK, V_HEAD_DIM = Sz::V;
+  static constexpr int QW = H * QK_HEAD_DIM, KVW = H * (QK_HEAD_DIM + V_HEAD_DIM), CTX = H * V_HEAD_DIM;
+  using S = typename Backend::Scalar;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  explicit CrossAttention(Rng& rng) : q_(rng), kv_(rng), proj_(rng) {}
+
+  // x_q: (B*T_q, D) queries; x_kv: (B*T_kv, D) keys/values; mask.key_padding
+  // is (B, T_kv). A causal mask is allowed but unusual here.
+  void forward(Backend& be, ConstRows<S, D> x_q, ConstRows<S, D> x_kv, Rows<S, D> y, Shape q_shape, Shape kv_shape,
+               const AttentionMask& mask) {
+    detail::check_attention_shape(q_shape, x_q.rows, Sz::MAX_T, "cross-attention query input");
+    detail::check_attention_shape(kv_shape, x_kv.rows, Sz::MAX_T, "cross-attention key/value input");
+    require(q_shape.B == kv_shape.B, "cross-attention batch sizes differ: queries ", q_shape.B, ", keys ", kv_shape.B);
+    require_rows(y, x_q.rows, "cross-attention output");
+    q_shape_ = q_shape;
+    kv_shape_ = kv_shape;
+    const auto q = q_out_.template rows<QW>(x_q.rows);     // (B*Tq, H*QK)
+    const auto kv = kv_out_.template rows<KVW>(x_kv.rows); // (B*Tk, H*(QK+V))
+    const auto ctx = ctx_.template rows<CTX>(x_q.rows);    // (B*Tq, H*V)
+    q_.forward(be, x_q, q);
+    kv_.forward(be, x_kv, kv);
+    be.attention_forward(dims(), q.data, QW, kv.data, KVW, kv.data + H * QK_HEAD_DIM, KVW, ctx.data, CTX,
+                         probs_.reserve(probs_size()), mask);  // probs (B, H, Tq, Tk)
+    proj_.forward(be, ctx, y);
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx_q, Rows<S, D> dx_kv) {
+    require_rows(dy, q_shape_.rows(), "cross-attention output gradient");
+    const auto dctx = dctx_.template rows<CTX>(dy.rows);           // (B*Tq, H*V)
+    const auto dq = dq_.template rows<QW>(dy.rows);                // (B*Tq, H*QK)
+    const auto dkv = dkv_.template rows<KVW>(kv_shape_.rows());    // (B*Tk, H*(QK+V))
+    proj_.backward(be, dy, dctx);
+    const S* kv = kv_out_.data();
+    be.attention_backward(dims(), dctx.data, CTX, q_out_.data(), QW, kv, KVW, kv + H * QK_HEAD_DIM, KVW,
+                          probs_.data(), dq.data, dkv.data, dkv.data + H * QK_HEAD_DIM);
+    q_.backward(be, dq, dx_q);
+    kv_.backward(be, dkv, dx_kv);
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    q_.visit(prefixed("q.", f));
+    kv_.visit(prefixed("kv.", f));
+    proj_.visit(prefixed("proj.", f));
+  }
+
+  // Attention probabilities of the last forward, (B, H, T_q, T_kv).
+  std::span<const S> probabilities() const { return {probs_.data(), probs_size()}; }
+
+ private:
+  AttentionDims dims() const { return {q_shape_.B, H, q_shape_.T, kv_shape_.T, QK_HEAD_DIM, V_HEAD_DIM}; }
+  std::size_t probs_size() const { return std::size_t(q_shape_.B) * H * q_shape_.T * kv_shape_.T; }
+
+  Linear<D, QW, Backend> q_;
+  Linear<D, KVW, Backend> kv_;
+  Linear<CTX, D, Backend> proj_;
+  Shape q_shape_, kv_shape_;
+  Buffer<S> q_out_, kv_out_, ctx_, probs_, dctx_, dq_, dkv_;
+};
+
+}  // namespace xfmr

@@ -1,0 +1,71 @@
+// dropout.hpp: inverted dropout. In training mode each element is zeroed with
+// probability p and the rest scaled by 1/(1-p); in evaluation mode (or p = 0)
+// it is the identity.
+//
+// Masks are counter-based: call c of a layer seeded s draws element i from
+// hash(s, c, i), so a run is reproducible whatever the thread count, and
+// calls()/set_calls() are all the state a checkpoint needs to resume it.
+// Saves: the keep mask. Backward: dx assigned (dx may alias dy). No parameters.
+#pragma once
+
+#include <cstdint>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+template <int D, class Backend>
+class Dropout {
+ public:
+  using S = typename Backend::Scalar;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  Dropout(float p, std::uint64_t seed) : p_(p), seed_(seed) {
+    require(p >= 0.0f && p < 1.0f, "dropout probability ", p, " outside [0, 1)");
+  }
+
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
+    require_rows(y, x.rows, "Dropout output");
+    rows_ = x.rows;
+    active_ = training_ && p_ > 0.0f;
+    if (!active_) {
+      be.copy(x.size(), x.data, y.data);
+      return;
+    }
+    const std::uint64_t key = detail::mix64(seed_ ^ detail::mix64(calls_++));
+    be.dropout_forward(x.size(), p_, key, x.data, y.data, keep_.reserve(x.size()));
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+    require_rows(dy, rows_, "Dropout output gradient");
+    require_rows(dx, rows_, "Dropout input gradient");
+    if (!active_) {
+      be.copy(dy.size(), dy.data, dx.data);
+      return;
+    }
+    be.dropout_backward(dy.size(), p_, keep_.data(), dy.data, dx.data);
+  }
+
+  template <class F>
+  void visit(F&&) {}
+
+  void set_training(bool on) { training_ = on; }
+  bool training() const { return training_; }
+  float p() const { return p_; }
+  std::uint64_t calls() const { return calls_; }
+  void set_calls(std::uint64_t c) { calls_ = c; }
+
+ private:
+  float p_;
+  std::uint64_t seed_;
+  std::uint64_t calls_ = 0;
+  bool training_ = true;
+  bool active_ = false;
+  int rows_ = 0;
+  Buffer<std::uint8_t> keep_;  // (rows, D)
+};
+
+}  // namespace xfmr

@@ -1,0 +1,53 @@
+// layer_norm.hpp: y = (x - mean) / sqrt(var + eps) * weight + bias over the
+// last dimension, as torch.nn.LayerNorm (biased variance, eps = 1e-5).
+//
+// Saves: a pointer to x (kept alive by the caller), and mean and rstd per row.
+// Backward: dweight, dbias accumulate; dx assigned (dx may alias dy).
+// Parameters: "weight" (D) initialised to 1, "bias" (D) initialised to 0.
+#pragma once
+
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+template <int D, class Backend>
+class LayerNorm {
+ public:
+  using S = typename Backend::Scalar;
+  using Tensor = typename Backend::Tensor;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  explicit LayerNorm(S eps = S(1e-5)) : weight_{D}, dweight_{D}, bias_{D}, dbias_{D}, eps_(eps) {
+    weight_.fill(S(1));
+  }
+
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
+    require_rows(y, x.rows, "LayerNorm output");
+    x_ = x;
+    S* mean = mean_.reserve(x.rows);  // (rows)
+    S* rstd = rstd_.reserve(x.rows);  // (rows)
+    be.layer_norm_forward(x.rows, D, x.data, weight_.data(), bias_.data(), eps_, y.data, mean, rstd);
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+    require_rows(dy, x_.rows, "LayerNorm output gradient");
+    require_rows(dx, x_.rows, "LayerNorm input gradient");
+    be.layer_norm_backward(x_.rows, D, dy.data, x_.data, weight_.data(), mean_.data(), rstd_.data(), dx.data,
+                           dweight_.data(), dbias_.data());
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    f("weight", weight_, dweight_);
+    f("bias", bias_, dbias_);
+  }
+
+ private:
+  Tensor weight_, dweight_, bias_, dbias_;  // (D)
+  S eps_;
+  ConstRows<S, D> x_;
+  Buffer<S> mean_, rstd_;  // (rows)
+};
+
+}  // namespace xfmr

@@ -1,0 +1,71 @@
+// linear.hpp: y = x W^T + b, with W (OUT, IN) laid out as torch.nn.Linear.
+//
+// Saves: a pointer to x (the caller keeps x alive and unchanged until
+// backward). Backward: dW, db accumulate (+=); dx is assigned, and skipped
+// when dx has no data (an input that needs no gradient).
+// Parameters: "weight" (OUT, IN), "bias" (OUT) when enabled.
+#pragma once
+
+#include <cmath>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+template <int IN, int OUT, class Backend>
+class Linear {
+  static_assert(IN > 0 && OUT > 0, "Linear needs positive input and output widths");
+
+ public:
+  using S = typename Backend::Scalar;
+  using Tensor = typename Backend::Tensor;
+  static constexpr int IN_FEATURES = IN, OUT_FEATURES = OUT;
+
+  // torch.nn.Linear's default initialisation: U(-1/sqrt(IN), 1/sqrt(IN)).
+  explicit Linear(Rng& rng, bool with_bias = true)
+      : weight_{OUT, IN}, dweight_{OUT, IN}, has_bias_(with_bias) {
+    const double bound = 1.0 / std::sqrt(double(IN));
+    for (auto& w : weight_) w = S(rng.uniform(-bound, bound));
+    if (has_bias_) {
+      bias_.resize({OUT});
+      dbias_.resize({OUT});
+      for (auto& b : bias_) b = S(rng.uniform(-bound, bound));
+    }
+  }
+
+  void forward(Backend& be, ConstRows<S, IN> x, Rows<S, OUT> y) {
+    require_rows(y, x.rows, "Linear output");
+    x_ = x;
+    be.gemm(false, true, x.rows, OUT, IN, S(1), x.data, IN, weight_.data(), IN, S(0), y.data, OUT);  // (rows, OUT)
+    if (has_bias_) be.bias_add(x.rows, OUT, bias_.data(), y.data);
+  }
+
+  void backward(Backend& be, ConstRows<S, OUT> dy, Rows<S, IN> dx) {
+    require_rows(dy, x_.rows, "Linear output gradient");
+    be.gemm(true, false, OUT, IN, dy.rows, S(1), dy.data, OUT, x_.data, IN, S(1), dweight_.data(), IN);  // (OUT, IN)
+    if (has_bias_) be.bias_grad(dy.rows, OUT, dy.data, dbias_.data());
+    if (dx.data) {
+      require_rows(dx, x_.rows, "Linear input gradient");
+      be.gemm(false, false, dy.rows, IN, OUT, S(1), dy.data, OUT, weight_.data(), IN, S(0), dx.data, IN);  // (rows, IN)
+    }
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    f("weight", weight_, dweight_);
+    if (has_bias_) f("bias", bias_, dbias_);
+  }
+
+  bool has_bias() const { return has_bias_; }
+  Tensor& weight() { return weight_; }
+
+ private:
+  Tensor weight_, dweight_;  // (OUT, IN)
+  Tensor bias_, dbias_;      // (OUT)
+  bool has_bias_;
+  ConstRows<S, IN> x_;       // saved input, (rows, IN)
+};
+
+}  // namespace xfmr

@@ -1,0 +1,105 @@
+// positional.hpp: position information added to token embeddings,
+// y[b,t,:] = x[b,t,:] + P[t,:] for t < T <= MAX_T.
+//
+// LearnedPositions: P is a parameter, "weight" (MAX_T, D), initialised N(0, 1)
+//   like torch.nn.Embedding. Backward: dweight accumulates, dx assigned.
+// SinusoidalPositions: P is fixed (Vaswani et al. 2017),
+//   P[t, 2i] = sin(t / 10000^(2i/D)),  P[t, 2i+1] = cos(t / 10000^(2i/D)).
+//   No parameters; backward is dx = dy.
+// y may alias x and dx may alias dy (the operations are elementwise).
+#pragma once
+
+#include <cmath>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+namespace detail {
+template <int MAX_T>
+void require_length(Shape bt, int rows) {
+  require(bt.B > 0 && bt.T > 0, "batch ", bt.B, " x length ", bt.T, " must be positive");
+  require(bt.T <= MAX_T, "sequence length ", bt.T, " exceeds MAX_T ", MAX_T);
+  require(rows == bt.rows(), "input has ", rows, " rows, expected B*T = ", bt.rows());
+}
+}  // namespace detail
+
+template <int MAX_T, int D, class Backend>
+class LearnedPositions {
+ public:
+  using S = typename Backend::Scalar;
+  using Tensor = typename Backend::Tensor;
+
+  explicit LearnedPositions(Rng& rng) : weight_{MAX_T, D}, dweight_{MAX_T, D} {
+    for (auto& w : weight_) w = S(rng.normal());
+  }
+
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt) {
+    detail::require_length<MAX_T>(bt, x.rows);
+    require_rows(y, x.rows, "LearnedPositions output");
+    bt_ = bt;
+    be.add_positions_forward(bt.B, bt.T, D, x.data, weight_.data(), y.data);
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+    require_rows(dy, bt_.rows(), "LearnedPositions output gradient");
+    be.add_positions_backward(bt_.B, bt_.T, D, dy.data, dweight_.data());
+    if (dx.data) {
+      require_rows(dx, bt_.rows(), "LearnedPositions input gradient");
+      be.copy(dy.size(), dy.data, dx.data);
+    }
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    f("weight", weight_, dweight_);
+  }
+
+ private:
+  Tensor weight_, dweight_;  // (MAX_T, D)
+  Shape bt_;
+};
+
+template <int MAX_T, int D, class Backend>
+class SinusoidalPositions {
+  static_assert(D % 2 == 0, "sinusoidal positions pair sin and cos: D_MODEL must be even");
+
+ public:
+  using S = typename Backend::Scalar;
+  using Tensor = typename Backend::Tensor;
+
+  SinusoidalPositions() : table_{MAX_T, D} {
+    for (int t = 0; t < MAX_T; ++t)
+      for (int i = 0; i < D / 2; ++i) {
+        const double angle = t / std::pow(10000.0, 2.0 * i / D);
+        table_[std::size_t(t) * D + 2 * i] = S(std::sin(angle));
+        table_[std::size_t(t) * D + 2 * i + 1] = S(std::cos(angle));
+      }
+  }
+
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt) {
+    detail::require_length<MAX_T>(bt, x.rows);
+    require_rows(y, x.rows, "SinusoidalPositions output");
+    bt_ = bt;
+    be.add_positions_forward(bt.B, bt.T, D, x.data, table_.data(), y.data);
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+    require_rows(dy, bt_.rows(), "SinusoidalPositions output gradient");
+    require_rows(dx, bt_.rows(), "SinusoidalPositions input gradient");
+    be.copy(dy.size(), dy.data, dx.data);
+  }
+
+  template <class F>
+  void visit(F&&) {}
+
+  const Tensor& table() const { return table_; }
+
+ private:
+  Tensor table_;  // (MAX_T, D), fixed
+  Shape bt_;
+};
+
+}  // namespace xfmr

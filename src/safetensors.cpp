@@ -1,0 +1,392 @@
+// safetensors.cpp: the safetensors reader and writer (see safetensors.hpp).
+#include "xfmr/io/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "xfmr/core/error.hpp"
+
+namespace xfmr {
+
+namespace {
+
+using nlohmann::json;
+
+// The reference loader's limit on the JSON header.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+struct DTypeEntry {
+  DType type;
+  const char* name;
+  std::size_t size;
+};
+constexpr DTypeEntry kDTypes[] = {
+    {DType::F64, "F64", 8}, {DType::F32, "F32", 4}, {DType::F16, "F16", 2}, {DType::BF16, "BF16", 2},
+    {DType::I64, "I64", 8}, {DType::I32, "I32", 4}, {DType::I16, "I16", 2}, {DType::I8, "I8", 1},
+    {DType::U8, "U8", 1},   {DType::BOOL, "BOOL", 1},
+};
+
+bool dtype_from_name(const std::string& s, DType& out) {
+  for (const auto& e : kDTypes)
+    if (s == e.name) {
+      out = e.type;
+      return true;
+    }
+  return false;
+}
+
+// a * b, or false when it would overflow size_t.
+bool checked_mul(std::size_t a, std::size_t b, std::size_t& out) {
+  if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a) return false;
+  out = a * b;
+  return true;
+}
+
+std::uint64_t read_u64_le(const std::byte* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  return v;
+}
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: renormalise
+    exp = 113;
+    while (!(mant & 0x400u)) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+template <class T>
+T load_as(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+const char* dtype_name(DType t) {
+  for (const auto& e : kDTypes)
+    if (e.type == t) return e.name;
+  return "?";
+}
+
+std::size_t dtype_size(DType t) {
+  for (const auto& e : kDTypes)
+    if (e.type == t) return e.size;
+  return 0;
+}
+
+std::size_t TensorInfo::elements() const {
+  std::size_t n = 1;
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+// ---- reading ---------------------------------------------------------------
+
+SafeTensors SafeTensors::parse(std::vector<std::byte> bytes, std::string source) {
+  static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
+  SafeTensors st;
+  st.source_ = std::move(source);
+  const std::string& src = st.source_;
+  require(bytes.size() >= 8, src, ": file has ", bytes.size(), " bytes, too short for the 8-byte header length");
+  const std::uint64_t n = read_u64_le(bytes.data());
+  require(n <= kMaxHeaderBytes, src, ": header length ", n, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  require(n <= bytes.size() - 8, src, ": header length ", n, " runs past the end of the file (",
+          bytes.size() - 8, " bytes after the length)");
+  const std::string header(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(n));
+  require(!header.empty() && header[0] == '{', src, ": header does not start with '{'");
+
+  // Duplicate keys: nlohmann keeps the last silently, so watch key events.
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const json::parser_callback_t watch = [&](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) open_objects.emplace_back();
+    else if (ev == json::parse_event_t::object_end) open_objects.pop_back();
+    else if (ev == json::parse_event_t::key && !open_objects.empty() && duplicate.empty())
+      if (!open_objects.back().insert(parsed.get<std::string>()).second) duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json root;
+  try {
+    root = json::parse(header, watch);
+  } catch (const json::exception& e) {
+    detail::fail(src, ": header is not valid JSON: ", e.what());
+  }
+  require(duplicate.empty(), src, ": duplicate key '", duplicate, "' in header");
+  require(root.is_object(), src, ": header is not a JSON object");
+
+  struct Placed {
+    std::string name;
+    std::size_t begin, end;
+  };
+  std::vector<Placed> placed;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      require(v.is_object(), src, ": __metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        require(m.value().is_string(), src, ": __metadata__ value for '", m.key(), "' is not a string");
+        st.metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    require(v.is_object(), src, ": entry for tensor '", name, "' is not an object");
+    require(v.contains("dtype") && v["dtype"].is_string(), src, ": tensor '", name, "' has no dtype string");
+    require(v.contains("shape") && v["shape"].is_array(), src, ": tensor '", name, "' has no shape array");
+    require(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2, src,
+            ": tensor '", name, "' needs data_offsets [begin, end]");
+    TensorInfo info;
+    const std::string dt = v["dtype"].get<std::string>();
+    require(dtype_from_name(dt, info.dtype), src, ": tensor '", name, "' has unknown dtype '", dt, "'");
+    std::size_t elements = 1;
+    for (const json& d : v["shape"]) {
+      require(d.is_number_unsigned(), src, ": tensor '", name, "' has a shape entry that is not a non-negative integer: ",
+              d.dump());
+      const std::uint64_t dim = d.get<std::uint64_t>();
+      require(dim <= std::uint64_t(std::numeric_limits<std::int64_t>::max()) && checked_mul(elements, dim, elements),
+              src, ": tensor '", name, "' element count overflows");
+      info.shape.push_back(static_cast<std::int64_t>(dim));
+    }
+    for (const json& o : v["data_offsets"])
+      require(o.is_number_unsigned(), src, ": tensor '", name, "' has a data offset that is not a non-negative integer: ",
+              o.dump());
+    info.begin = v["data_offsets"][0].get<std::uint64_t>();
+    info.end = v["data_offsets"][1].get<std::uint64_t>();
+    require(info.begin <= info.end, src, ": tensor '", name, "' has data_offsets [", info.begin, ", ", info.end,
+            "] with begin after end");
+    std::size_t nbytes = 0;
+    require(checked_mul(elements, dtype_size(info.dtype), nbytes), src, ": tensor '", name, "' byte size overflows");
+    require(info.end - info.begin == nbytes, src, ": tensor '", name, "' of dtype ", dt, " and shape ",
+            shape_string(info.shape), " needs ", nbytes, " bytes but data_offsets span ", info.end - info.begin);
+    placed.push_back({name, info.begin, info.end});
+    st.tensors_.emplace(name, std::move(info));
+  }
+
+  // Offsets must tile [0, data size) exactly, in some order.
+  std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::size_t expected = 0;
+  for (const auto& p : placed) {
+    require(p.begin == expected, src, ": tensor '", p.name, "' starts at byte ", p.begin, " but the previous tensor ends at ",
+            expected, " (offsets must be contiguous and must not overlap)");
+    expected = p.end;
+    st.order_.push_back(p.name);
+  }
+  st.data_start_ = 8 + static_cast<std::size_t>(n);
+  const std::size_t data_size = bytes.size() - st.data_start_;
+  require(expected == data_size, src, ": tensors end at data byte ", expected, " but the file holds ", data_size,
+          " data bytes");
+  st.bytes_ = std::move(bytes);
+  return st;
+}
+
+SafeTensors SafeTensors::load(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  require(in.good(), path.string(), ": cannot open for reading");
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  require(size >= 0, path.string(), ": cannot determine file size");
+  in.seekg(0);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
+  in.read(reinterpret_cast<char*>(bytes.data()), size);
+  require(in.gcount() == size, path.string(), ": short read (", in.gcount(), " of ", size, " bytes)");
+  return parse(std::move(bytes), path.string());
+}
+
+const TensorInfo& SafeTensors::info(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  require(it != tensors_.end(), source_, ": no tensor named '", name, "'");
+  return it->second;
+}
+
+std::span<const std::byte> SafeTensors::bytes(const std::string& name) const {
+  const TensorInfo& i = info(name);
+  return {bytes_.data() + data_start_ + i.begin, i.end - i.begin};
+}
+
+template <class T>
+  requires std::is_floating_point_v<T>
+std::vector<T> SafeTensors::values(const std::string& name) const {
+  const TensorInfo& i = info(name);
+  const std::byte* p = bytes(name).data();
+  const std::size_t n = i.elements();
+  std::vector<T> out(n);
+  switch (i.dtype) {
+    case DType::F64:
+      for (std::size_t k = 0; k < n; ++k) out[k] = T(load_as<double>(p + 8 * k));
+      break;
+    case DType::F32:
+      for (std::size_t k = 0; k < n; ++k) out[k] = T(load_as<float>(p + 4 * k));
+      break;
+    case DType::F16:
+      for (std::size_t k = 0; k < n; ++k) out[k] = T(half_to_float(load_as<std::uint16_t>(p + 2 * k)));
+      break;
+    case DType::BF16:
+      for (std::size_t k = 0; k < n; ++k)
+        out[k] = T(std::bit_cast<float>(std::uint32_t(load_as<std::uint16_t>(p + 2 * k)) << 16));
+      break;
+    default:
+      detail::fail(source_, ": tensor '", name, "' has dtype ", dtype_name(i.dtype), ", expected a floating dtype");
+  }
+  return out;
+}
+
+std::vector<std::int64_t> SafeTensors::integers(const std::string& name) const {
+  const TensorInfo& i = info(name);
+  const std::byte* p = bytes(name).data();
+  const std::size_t n = i.elements();
+  std::vector<std::int64_t> out(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    switch (i.dtype) {
+      case DType::I64: out[k] = load_as<std::int64_t>(p + 8 * k); break;
+      case DType::I32: out[k] = load_as<std::int32_t>(p + 4 * k); break;
+      case DType::I16: out[k] = load_as<std::int16_t>(p + 2 * k); break;
+      case DType::I8: out[k] = load_as<std::int8_t>(p + k); break;
+      case DType::U8:
+      case DType::BOOL: out[k] = load_as<std::uint8_t>(p + k); break;
+      default:
+        detail::fail(source_, ": tensor '", name, "' has dtype ", dtype_name(i.dtype), ", expected an integer dtype");
+    }
+  }
+  return out;
+}
+
+template <class T>
+  requires std::is_floating_point_v<T>
+void SafeTensors::copy_to(const std::string& name, const std::vector<std::int64_t>& shape, std::span<T> out) const {
+  const TensorInfo& i = info(name);
+  require(i.shape == shape, source_, ": tensor '", name, "' has shape ", shape_string(i.shape), ", expected ",
+          shape_string(shape));
+  require(out.size() == i.elements(), source_, ": tensor '", name, "' has ", i.elements(),
+          " elements but the destination holds ", out.size());
+  const auto v = values<T>(name);
+  std::copy(v.begin(), v.end(), out.begin());
+}
+
+template std::vector<float> SafeTensors::values<float>(const std::string&) const;
+template std::vector<double> SafeTensors::values<double>(const std::string&) const;
+template void SafeTensors::copy_to<float>(const std::string&, const std::vector<std::int64_t>&, std::span<float>) const;
+template void SafeTensors::copy_to<double>(const std::string&, const std::vector<std::int64_t>&, std::span<double>) const;
+
+// ---- writing ---------------------------------------------------------------
+
+void SafeTensorsWriter::add(const std::string& name, DType dtype, std::vector<std::int64_t> shape, const void* data) {
+  require(name != "__metadata__", "a tensor cannot be named __metadata__");
+  require(!name.empty(), "a tensor needs a non-empty name");
+  for (const auto& e : entries_) require(e.name != name, "tensor '", name, "' added twice");
+  std::size_t n = 1;
+  for (auto d : shape) {
+    require(d >= 0, "tensor '", name, "' has a negative dimension in shape ", shape_string(shape));
+    require(checked_mul(n, static_cast<std::size_t>(d), n), "tensor '", name, "' element count overflows");
+  }
+  std::size_t nbytes = 0;
+  require(checked_mul(n, dtype_size(dtype), nbytes), "tensor '", name, "' byte size overflows");
+  require(data != nullptr || nbytes == 0, "tensor '", name, "' has no data");
+  Entry e{name, dtype, std::move(shape), std::vector<std::byte>(nbytes)};
+  if (nbytes) std::memcpy(e.data.data(), data, nbytes);
+  entries_.push_back(std::move(e));
+}
+
+void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+
+std::vector<std::byte> SafeTensorsWriter::serialize() const {
+  // ordered_json keeps insertion order, so the header lists tensors in data order.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata_) meta[k] = v;
+    header["__metadata__"] = std::move(meta);
+  }
+  std::size_t offset = 0;
+  for (const auto& e : entries_) {
+    header[e.name] = {{"dtype", dtype_name(e.dtype)},
+                      {"shape", e.shape},
+                      {"data_offsets", {offset, offset + e.data.size()}}};
+    offset += e.data.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::vector<std::byte> out(8 + text.size() + offset);
+  std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = std::byte((n >> (8 * i)) & 0xff);
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  std::size_t at = 8 + text.size();
+  for (const auto& e : entries_) {
+    if (!e.data.empty()) std::memcpy(out.data() + at, e.data.data(), e.data.size());
+    at += e.data.size();
+  }
+  return out;
+}
+
+void SafeTensorsWriter::write(const std::filesystem::path& path) const {
+  const auto bytes = serialize();
+  write_file_atomic(path, bytes);
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::string tmpl = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
+  const int fd = ::mkstemp(tmpl.data());
+  require(fd >= 0, path.string(), ": cannot create a temporary file in ", dir.string(), ": ", std::strerror(errno));
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmpl.c_str());
+    detail::fail(path.string(), ": ", what, ": ", std::strerror(err));
+  };
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed");
+    }
+    done += static_cast<std::size_t>(w);
+  }
+  if (::fchmod(fd, 0644) != 0) fail("chmod failed");
+  if (::fsync(fd) != 0) fail("fsync failed");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmpl.c_str());
+    detail::fail(path.string(), ": close failed: ", std::strerror(err));
+  }
+  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmpl.c_str());
+    detail::fail(path.string(), ": rename failed: ", std::strerror(err));
+  }
+  // Make the rename itself durable.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace xfmr

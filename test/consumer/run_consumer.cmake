@@ -1,0 +1,30 @@
+# ctest driver: builds and runs test/consumer against xfmr.
+#   MODE=package       install XFMR_BUILD_DIR into a prefix, then find_package(xfmr)
+#   MODE=subdirectory  add_subdirectory(XFMR_SOURCE_DIR)
+file(REMOVE_RECURSE "${WORK_DIR}")
+set(consumer_args)
+if(MODE STREQUAL "package")
+  execute_process(COMMAND ${CMAKE_COMMAND} --install "${XFMR_BUILD_DIR}" --prefix "${WORK_DIR}/prefix"
+                  RESULT_VARIABLE rc OUTPUT_QUIET)
+  if(rc)
+    message(FATAL_ERROR "installing xfmr failed (${rc})")
+  endif()
+  list(APPEND consumer_args "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
+else()
+  # The CUDA check is covered by the main build; skip it here to save time.
+  list(APPEND consumer_args "-DXFMR_SOURCE_DIR=${XFMR_SOURCE_DIR}" "-DXFMR_CUDA=OFF")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S "${XFMR_SOURCE_DIR}/test/consumer" -B "${WORK_DIR}/build"
+                        -DCMAKE_BUILD_TYPE=Release ${consumer_args}
+                RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "configuring the consumer failed (${rc})")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build "${WORK_DIR}/build" RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "building the consumer failed (${rc})")
+endif()
+execute_process(COMMAND "${WORK_DIR}/build/consumer" RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "the consumer failed (${rc})")
+endif()

@@ -1,0 +1,51 @@
+#define BOOST_TEST_MODULE activation
+#include <cmath>
+
+#include "support/gradcheck.hpp"
+#include "xfmr/layers/activation.hpp"
+
+using namespace xfmr;
+using namespace xfmr::test;
+
+template <class Kind>
+void check_activation(const char* name) {
+  Rng rng(11);
+  Be be;
+  Activation<Kind, 7, Be> act;
+  GradCase c;
+  c.name = name;
+  c.input("x", 3 * 7, rng, 3.0);
+  // Keep ReLU inputs away from its kink, where a central difference is meaningless.
+  for (auto& v : c.x[0])
+    if (std::abs(v) < 1e-3) v += 0.01;
+  c.output(3 * 7, rng);
+  c.forward = [&] { act.forward(be, crows_of<7>(c.x[0]), rows_of<7>(c.y)); };
+  c.backward = [&] { act.backward(be, crows_of<7>(c.dy), rows_of<7>(c.dx[0])); };
+  check_case(c);
+}
+
+BOOST_AUTO_TEST_CASE(relu_gradients) { check_activation<Relu>("ReLU"); }
+BOOST_AUTO_TEST_CASE(gelu_gradients) { check_activation<Gelu>("GELU (tanh)"); }
+
+BOOST_AUTO_TEST_CASE(gelu_matches_tanh_formula) {
+  CpuBackend<double> be;
+  const std::vector<double> x = {-3.0, -1.0, -0.1, 0.0, 0.5, 2.0};
+  std::vector<double> y(x.size());
+  be.gelu_forward(x.size(), x.data(), y.data());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    const double want = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    BOOST_TEST(y[i] == want, boost::test_tools::tolerance(1e-14));
+  }
+  // Known values of torch.nn.functional.gelu(x, approximate="tanh").
+  BOOST_TEST(y[1] == -0.15880800939172324, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(y[5] == 1.954597694087775, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(relu_zeroes_negatives) {
+  CpuBackend<float> be;
+  const std::vector<float> x = {-2, -0.0f, 0.5f, 3};
+  std::vector<float> y(4);
+  be.relu_forward(4, x.data(), y.data());
+  BOOST_TEST(y == (std::vector<float>{0, 0, 0.5f, 3}), boost::test_tools::per_element());
+}

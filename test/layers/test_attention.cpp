@@ -1,0 +1,199 @@
+#define BOOST_TEST_MODULE attention
+#include <cmath>
+
+#include "support/configs.hpp"
+#include "support/gradcheck.hpp"
+#include "xfmr/layers/attention.hpp"
+
+using namespace xfmr;
+using namespace xfmr::test;
+
+namespace {
+
+template <class Cfg>
+void check_self(const char* name, Shape bt, bool causal, const std::vector<std::uint8_t>& pad) {
+  constexpr int D = Cfg::D_MODEL;
+  Rng rng(3);
+  Be be;
+  SelfAttention<Cfg, Be> attn(rng);
+  const AttentionMask mask{causal, pad.empty() ? nullptr : pad.data()};
+  GradCase c;
+  c.name = name;
+  c.input("x", bt.rows() * D, rng);
+  c.output(bt.rows() * D, rng);
+  c.forward = [&] { attn.forward(be, crows_of<D>(c.x[0]), rows_of<D>(c.y), bt, mask); };
+  c.backward = [&] { attn.backward(be, crows_of<D>(c.dy), rows_of<D>(c.dx[0])); };
+  c.visit = [&](const ParamFn& f) { attn.visit(f); };
+  check_case(c);
+}
+
+template <class Cfg>
+void check_cross(const char* name, Shape q, Shape kv, const std::vector<std::uint8_t>& pad) {
+  constexpr int D = Cfg::D_MODEL;
+  Rng rng(4);
+  Be be;
+  CrossAttention<Cfg, Be> attn(rng);
+  const AttentionMask mask{false, pad.empty() ? nullptr : pad.data()};
+  GradCase c;
+  c.name = name;
+  c.input("x_q", q.rows() * D, rng);
+  c.input("x_kv", kv.rows() * D, rng);
+  c.output(q.rows() * D, rng);
+  c.forward = [&] { attn.forward(be, crows_of<D>(c.x[0]), crows_of<D>(c.x[1]), rows_of<D>(c.y), q, kv, mask); };
+  c.backward = [&] {
+    attn.backward(be, crows_of<D>(c.dy), rows_of<D>(c.dx[0]), rows_of<D>(c.dx[1]));
+  };
+  c.visit = [&](const ParamFn& f) { attn.visit(f); };
+  check_case(c);
+}
+
+// Straightforward per-element attention, for comparing the fused backend op.
+void naive_attention(const AttentionDims& a, const Vec& q, const Vec& k, const Vec& v, const AttentionMask& mask,
+                     Vec& y, Vec& probs) {
+  const int ldq = a.H * a.QK_DIM, ldv = a.H * a.V_DIM;
+  y.assign(std::size_t(a.B) * a.Tq * ldv, 0.0);
+  probs.assign(std::size_t(a.B) * a.H * a.Tq * a.Tk, 0.0);
+  for (int b = 0; b < a.B; ++b)
+    for (int h = 0; h < a.H; ++h)
+      for (int i = 0; i < a.Tq; ++i) {
+        std::vector<double> s(a.Tk, -INFINITY);
+        double mx = -INFINITY;
+        for (int j = 0; j < a.Tk; ++j) {
+          if (!mask.allowed(b, i, j, a.Tq, a.Tk)) continue;
+          double dot = 0;
+          for (int d = 0; d < a.QK_DIM; ++d)
+            dot += q[(b * a.Tq + i) * ldq + h * a.QK_DIM + d] * k[(b * a.Tk + j) * ldq + h * a.QK_DIM + d];
+          s[j] = dot / std::sqrt(double(a.QK_DIM));
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j < a.Tk; ++j) sum += std::isinf(s[j]) ? 0 : std::exp(s[j] - mx);
+        for (int j = 0; j < a.Tk; ++j) {
+          const double p = std::isinf(s[j]) ? 0 : std::exp(s[j] - mx) / sum;
+          probs[((b * a.H + h) * a.Tq + i) * a.Tk + j] = p;
+          for (int d = 0; d < a.V_DIM; ++d)
+            y[(b * a.Tq + i) * ldv + h * a.V_DIM + d] += p * v[(b * a.Tk + j) * ldv + h * a.V_DIM + d];
+        }
+      }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(self_attention_gradients_unmasked) { check_self<TinyPre>("SelfAttention", {2, 5}, false, {}); }
+
+BOOST_AUTO_TEST_CASE(self_attention_gradients_causal) {
+  check_self<TinyPre>("SelfAttention causal", {2, 5}, true, {});
+}
+
+BOOST_AUTO_TEST_CASE(self_attention_gradients_padded) {
+  // Sequence 1 has two padded positions.
+  check_self<TinyPost>("SelfAttention key padding", {2, 5}, false, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1});
+}
+
+BOOST_AUTO_TEST_CASE(self_attention_gradients_causal_and_padded) {
+  check_self<TinyPre>("SelfAttention causal + padding", {2, 4}, true, {0, 0, 0, 1, 0, 0, 1, 1});
+}
+
+BOOST_AUTO_TEST_CASE(self_attention_gradients_split_head_sizes) {
+  check_self<TinySplitHeads>("SelfAttention QK 3 / V 5", {2, 4}, true, {});
+}
+
+BOOST_AUTO_TEST_CASE(self_attention_gradients_wide_heads) {
+  check_self<TinyWideHeads>("SelfAttention wide heads", {2, 4}, false, {0, 0, 0, 0, 0, 0, 0, 1});
+}
+
+BOOST_AUTO_TEST_CASE(cross_attention_gradients) {
+  check_cross<TinyPre>("CrossAttention Tq 3, Tk 5", {2, 3}, {2, 5}, {});
+}
+
+BOOST_AUTO_TEST_CASE(cross_attention_gradients_padded_split_heads) {
+  check_cross<TinySplitHeads>("CrossAttention padded, QK 3 / V 5", {2, 4}, {2, 3}, {0, 0, 0, 0, 1, 1});
+}
+
+BOOST_AUTO_TEST_CASE(backend_attention_matches_naive_with_masks) {
+  Rng rng(9);
+  Be be;
+  const AttentionDims a{2, 3, 4, 4, 5, 5};
+  const Vec q = random_vector(2 * 4 * 15, rng, 2.0), k = random_vector(2 * 4 * 15, rng, 2.0),
+            v = random_vector(2 * 4 * 15, rng);
+  const std::vector<std::uint8_t> pad = {0, 0, 1, 0, 0, 1, 1, 1};  // b=1: keys 1..3 padded
+  for (bool causal : {false, true}) {
+    const AttentionMask mask{causal, pad.data()};
+    Vec y(2 * 4 * 15), probs(2 * 3 * 16), y_ref, p_ref;
+    be.attention_forward(a, q.data(), 15, k.data(), 15, v.data(), 15, y.data(), 15, probs.data(), mask);
+    naive_attention(a, q, k, v, mask, y_ref, p_ref);
+    BOOST_TEST(y == y_ref, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());
+    BOOST_TEST(probs == p_ref, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());
+    // Masked keys get exactly zero probability.
+    for (int h = 0; h < 3; ++h)
+      for (int i = 0; i < 4; ++i)
+        for (int j = 1; j < 4; ++j) BOOST_TEST(probs[((1 * 3 + h) * 4 + i) * 4 + j] == 0.0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fully_masked_rows_give_zeros_not_nan) {
+  Be be;
+  Rng rng(10);
+  const AttentionDims a{1, 1, 2, 3, 2, 2};
+  const Vec q = random_vector(4, rng), k = random_vector(6, rng), v = random_vector(6, rng);
+  const std::vector<std::uint8_t> pad = {1, 1, 1};
+  Vec y(4), probs(6);
+  be.attention_forward(a, q.data(), 2, k.data(), 2, v.data(), 2, y.data(), 2, probs.data(), AttentionMask{false, pad.data()});
+  for (double e : y) BOOST_TEST(e == 0.0);
+  for (double e : probs) BOOST_TEST(e == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(causal_probabilities_are_lower_triangular) {
+  Rng rng(11);
+  CpuBackend<float> be;
+  SelfAttention<TinyPre, CpuBackend<float>> attn(rng);
+  const Shape bt{1, 6};
+  std::vector<float> x(6 * 8), y(6 * 8);
+  for (auto& e : x) e = float(rng.uniform(-1, 1));
+  attn.forward(be, ConstRows<float, 8>(x.data(), 6), Rows<float, 8>(y.data(), 6), bt, AttentionMask{true, nullptr});
+  const auto p = attn.probabilities();
+  BOOST_TEST(p.size() == 2u * 36u);
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 6; ++i) {
+      float sum = 0;
+      for (int j = 0; j < 6; ++j) {
+        sum += p[(h * 6 + i) * 6 + j];
+        if (j > i) BOOST_TEST(p[(h * 6 + i) * 6 + j] == 0.0f);
+      }
+      BOOST_TEST(std::abs(sum - 1.0f) < 1e-5f);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(attention_parameter_names_and_shapes) {
+  Rng rng(1);
+  SelfAttention<TinySplitHeads, Be> self(rng);
+  CrossAttention<TinySplitHeads, Be> cross(rng);
+  std::vector<std::string> got;
+  auto record = [&](std::string_view n, auto& v, auto&) { got.push_back(std::string(n) + shape_string(v.shape())); };
+  self.visit(record);
+  cross.visit(record);
+  const std::vector<std::string> want = {
+      "qkv.weight(22, 8)", "qkv.bias(22)", "proj.weight(8, 10)", "proj.bias(8)",  // H*(2*3+5) = 22, H*5 = 10
+      "q.weight(6, 8)",    "q.bias(6)",    "kv.weight(16, 8)",   "kv.bias(16)",
+      "proj.weight(8, 10)", "proj.bias(8)"};
+  BOOST_TEST(got == want, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(attention_rejects_bad_shapes) {
+  Rng rng(12);
+  CpuBackend<float> be;
+  SelfAttention<TinyPre, CpuBackend<float>> self(rng);
+  CrossAttention<TinyPre, CpuBackend<float>> cross(rng);
+  std::vector<float> x(8 * 8), y(8 * 8);
+  try {
+    self.forward(be, ConstRows<float, 8>(x.data(), 8), Rows<float, 8>(y.data(), 8), Shape{1, 8}, {});
+    BOOST_FAIL("T = 8 > MAX_T = 6 accepted");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()) == "self-attention input: sequence length 8 exceeds MAX_T 6");
+  }
+  BOOST_CHECK_THROW(self.forward(be, ConstRows<float, 8>(x.data(), 8), Rows<float, 8>(y.data(), 8), Shape{2, 3}, {}),
+                    Error);
+  BOOST_CHECK_THROW(cross.forward(be, ConstRows<float, 8>(x.data(), 4), ConstRows<float, 8>(x.data(), 6),
+                                  Rows<float, 8>(y.data(), 4), Shape{2, 2}, Shape{3, 2}, {}),
+                    Error);  // batch sizes differ
+}

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Writes the PyTorch reference fixtures that test_pytorch_agreement compares
+xfmr's float32 blocks against.
+
+Run with Debian's python3 and python3-torch (a pyenv python3 may come first on
+PATH and lack torch):
+
+    /usr/bin/python3 test/reference/make_fixtures.py test/reference/fixtures
+
+The reference is torch's own nn.TransformerEncoderLayer / TransformerDecoderLayer
+(dropout 0), not a re-implementation: their parameters are renamed to xfmr's
+state-dict names. Values are drawn in float64, rounded to float32 (what is
+stored, so both sides start from identical numbers), and the forward and
+backward passes run in float64; everything is stored as F32.
+
+Each fixture holds: x (and memory), dy, key-padding masks as U8 (1 = pad),
+param.<name>, y, grad.x (grad.memory), grad.param.<name>; __metadata__ holds
+the sizes and settings.
+"""
+import json
+import struct
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+torch.set_default_dtype(torch.float64)
+B, T, S, D, H, FF = 2, 5, 6, 16, 4, 32
+
+
+def gelu_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def write_safetensors(path, tensors, metadata):
+    header, blobs, offset = {"__metadata__": metadata}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().contiguous()
+        if t.dtype == torch.uint8:
+            dtype, data = "U8", t.numpy().tobytes()
+        else:
+            dtype, data = "F32", t.to(torch.float32).numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text.encode())
+        for b in blobs:
+            f.write(b)
+
+
+def f32(t):
+    """Round to float32 and back, so the stored values are exactly the ones used."""
+    return t.to(torch.float32).to(torch.float64)
+
+
+def randomise(module, gen):
+    for name, p in module.named_parameters():
+        with torch.no_grad():
+            if name.startswith("norm"):
+                p.copy_(f32((1.0 if name.endswith("weight") else 0.0) + 0.2 * (2 * torch.rand(p.shape, generator=gen) - 1)))
+            else:
+                p.copy_(f32(0.4 * (2 * torch.rand(p.shape, generator=gen) - 1)))
+
+
+def attn_names(prefix, torch_prefix, cross):
+    """torch MultiheadAttention parameters -> xfmr names (weights split for cross-attention)."""
+    if not cross:
+        return {
+            f"{torch_prefix}.in_proj_weight": [(f"{prefix}.qkv.weight", None)],
+            f"{torch_prefix}.in_proj_bias": [(f"{prefix}.qkv.bias", None)],
+            f"{torch_prefix}.out_proj.weight": [(f"{prefix}.proj.weight", None)],
+            f"{torch_prefix}.out_proj.bias": [(f"{prefix}.proj.bias", None)],
+        }
+    return {  # rows [Wq; Wk; Wv]: q is the first D rows, kv the rest
+        f"{torch_prefix}.in_proj_weight": [(f"{prefix}.q.weight", slice(0, D)), (f"{prefix}.kv.weight", slice(D, 3 * D))],
+        f"{torch_prefix}.in_proj_bias": [(f"{prefix}.q.bias", slice(0, D)), (f"{prefix}.kv.bias", slice(D, 3 * D))],
+        f"{torch_prefix}.out_proj.weight": [(f"{prefix}.proj.weight", None)],
+        f"{torch_prefix}.out_proj.bias": [(f"{prefix}.proj.bias", None)],
+    }
+
+
+def common_names(n_norms):
+    m = {
+        "linear1.weight": [("ff.fc1.weight", None)], "linear1.bias": [("ff.fc1.bias", None)],
+        "linear2.weight": [("ff.fc2.weight", None)], "linear2.bias": [("ff.fc2.bias", None)],
+    }
+    for i in range(1, n_norms + 1):
+        m[f"norm{i}.weight"] = [(f"ln{i}.weight", None)]
+        m[f"norm{i}.bias"] = [(f"ln{i}.bias", None)]
+    return m
+
+
+def export_params(module, mapping, out, grads):
+    for tname, p in module.named_parameters():
+        for xname, rows in mapping[tname]:
+            src = p.grad if grads else p
+            out[("grad.param." if grads else "param.") + xname] = src if rows is None else src[rows]
+
+
+def causal_mask(n):
+    return torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # True = masked
+
+
+def self_block(name, norm_first, activation, causal, padding, seed, out_dir):
+    gen = torch.Generator().manual_seed(seed)
+    layer = torch.nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, activation=activation, batch_first=True,
+                                             norm_first=norm_first)
+    randomise(layer, gen)
+    x = f32(2 * torch.rand(B, T, D, generator=gen) - 1).requires_grad_()
+    dy = f32(2 * torch.rand(B, T, D, generator=gen) - 1)
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    if padding:
+        pad[1, T - 2:] = True
+    y = layer(x, src_mask=causal_mask(T) if causal else None, src_key_padding_mask=pad if padding else None)
+    y.backward(dy)
+    mapping = {**common_names(2), **{k: v for k, v in attn_names("attn", "self_attn", False).items()}}
+    t = {"x": x, "dy": dy}
+    if padding:
+        t["key_padding"] = pad.to(torch.uint8)
+    export_params(layer, mapping, t, grads=False)
+    t["y"] = y
+    t["grad.x"] = x.grad
+    export_params(layer, mapping, t, grads=True)
+    meta = {"B": B, "T": T, "D_MODEL": D, "N_HEADS": H, "D_FF": FF, "norm": "pre" if norm_first else "post",
+            "activation": "gelu_tanh" if activation is gelu_tanh else "relu", "causal": causal,
+            "reference": f"torch {torch.__version__} nn.TransformerEncoderLayer"}
+    write_safetensors(out_dir / f"{name}.safetensors", t, {"config": json.dumps(meta)})
+
+
+def decoder_block(name, norm_first, activation, seed, out_dir):
+    gen = torch.Generator().manual_seed(seed)
+    layer = torch.nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, activation=activation, batch_first=True,
+                                             norm_first=norm_first)
+    randomise(layer, gen)
+    x = f32(2 * torch.rand(B, T, D, generator=gen) - 1).requires_grad_()
+    memory = f32(2 * torch.rand(B, S, D, generator=gen) - 1).requires_grad_()
+    dy = f32(2 * torch.rand(B, T, D, generator=gen) - 1)
+    tgt_pad = torch.zeros(B, T, dtype=torch.bool)
+    tgt_pad[0, T - 1] = True
+    src_pad = torch.zeros(B, S, dtype=torch.bool)
+    src_pad[1, S - 3:] = True
+    y = layer(x, memory, tgt_mask=causal_mask(T), tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
+    y.backward(dy)
+    mapping = {**common_names(3), **attn_names("self_attn", "self_attn", False),
+               **attn_names("cross_attn", "multihead_attn", True)}
+    t = {"x": x, "memory": memory, "dy": dy, "tgt_padding": tgt_pad.to(torch.uint8),
+         "src_padding": src_pad.to(torch.uint8)}
+    export_params(layer, mapping, t, grads=False)
+    t["y"] = y
+    t["grad.x"] = x.grad
+    t["grad.memory"] = memory.grad
+    export_params(layer, mapping, t, grads=True)
+    meta = {"B": B, "T": T, "S": S, "D_MODEL": D, "N_HEADS": H, "D_FF": FF, "norm": "pre" if norm_first else "post",
+            "activation": "gelu_tanh" if activation is gelu_tanh else "relu",
+            "reference": f"torch {torch.__version__} nn.TransformerDecoderLayer"}
+    write_safetensors(out_dir / f"{name}.safetensors", t, {"config": json.dumps(meta)})
+
+
+def main():
+    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "fixtures")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    self_block("decoder_only_block_prenorm", True, gelu_tanh, causal=True, padding=False, seed=1, out_dir=out_dir)
+    self_block("encoder_block_postnorm_padded", False, F.relu, causal=False, padding=True, seed=2, out_dir=out_dir)
+    decoder_block("decoder_block_postnorm", False, F.relu, seed=3, out_dir=out_dir)
+    decoder_block("decoder_block_prenorm", True, gelu_tanh, seed=4, out_dir=out_dir)
+    for p in sorted(out_dir.glob("*.safetensors")):
+        print(f"{p}: {p.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()
