@@ -73,9 +73,7 @@ class DecoderBlock {
   }
 
   void set_training(bool on) {
-    r1_.set_training(on);
-    r2_.set_training(on);
-    r3_.set_training(on);
+    for_each_dropout([on](auto& d) { d.set_training(on); });
   }
   template <class F>
   void for_each_dropout(F&& f) {

@@ -58,8 +58,7 @@ class SelfAttentionBlock {
   }
 
   void set_training(bool on) {
-    r1_.set_training(on);
-    r2_.set_training(on);
+    for_each_dropout([on](auto& d) { d.set_training(on); });
   }
   template <class F>
   void for_each_dropout(F&& f) {

@@ -82,7 +82,6 @@ class Residual {
     norm_.visit(f);
   }
 
-  void set_training(bool on) { drop_.set_training(on); }
   // f(Dropout&) for the sublayer's dropout: to save or restore its call counter.
   template <class F>
   void for_each_dropout(F&& f) {
