@@ -112,6 +112,57 @@ BOOST_AUTO_TEST_CASE(cross_entropy_with_ignore_index) {
   BOOST_TEST(c.y[0] == want / 4, tt::tolerance(1e-12));
 }
 
+BOOST_AUTO_TEST_CASE(cross_entropy_with_label_smoothing) {
+  Rng rng(4);
+  Be be;
+  const int rows = 4, V = 5, ignore = -1;
+  const double eps = 0.1;
+  const std::vector<std::int32_t> targets = {0, 4, ignore, 2};
+  GradCase c;
+  c.name = "softmax cross-entropy, label smoothing 0.1";
+  c.input("logits", rows * V, rng, 2.0);
+  c.output(1, rng);
+  Vec probs(rows * V);
+  c.forward = [&] {
+    c.y[0] = be.cross_entropy_forward(rows, V, c.x[0].data(), targets.data(), ignore, probs.data(), eps);
+  };
+  c.backward = [&] {
+    be.cross_entropy_backward(rows, V, probs.data(), targets.data(), ignore, c.dy[0], c.dx[0].data(), eps);
+  };
+  check_case(c);
+  // Value: the cross-entropy against (1 - eps) onehot + eps / V, averaged over 3 rows.
+  c.forward();
+  double want = 0;
+  for (int r = 0; r < rows; ++r) {
+    if (targets[r] == ignore) continue;
+    double lse = 0;
+    for (int v = 0; v < V; ++v) lse += std::exp(c.x[0][r * V + v]);
+    lse = std::log(lse);
+    for (int v = 0; v < V; ++v)
+      want -= ((v == targets[r] ? 1 - eps : 0) + eps / V) * (c.x[0][r * V + v] - lse);
+  }
+  BOOST_TEST(c.y[0] == want / 3, tt::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(mean_pool_over_unpadded_positions) {
+  Rng rng(5);
+  Be be;
+  const int B = 2, T = 3, D = 4;
+  const std::vector<std::uint8_t> exclude = {0, 0, 1, 0, 1, 1};
+  GradCase c;
+  c.name = "masked mean pool";
+  c.input("x", B * T * D, rng);
+  c.output(B * D, rng);
+  c.forward = [&] { be.mean_pool_forward(B, T, D, c.x[0].data(), exclude.data(), c.y.data()); };
+  c.backward = [&] { be.mean_pool_backward(B, T, D, c.dy.data(), exclude.data(), c.dx[0].data()); };
+  check_case(c);
+  c.forward();
+  for (int d = 0; d < D; ++d) {
+    BOOST_TEST(c.y[d] == (c.x[0][d] + c.x[0][D + d]) / 2, tt::tolerance(1e-14));
+    BOOST_TEST(c.y[D + d] == c.x[0][3 * D + d], tt::tolerance(1e-14));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(cross_entropy_rejects_bad_targets) {
   Be be;
   const Vec logits(2 * 3, 0.0);

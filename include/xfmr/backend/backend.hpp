@@ -27,9 +27,12 @@
 //  dropout_backward(n, p, keep, dy, dx)
 //  embedding_forward(n, V, D, ids, table, y) checks every id in [0, V)
 //  embedding_backward(n, D, ids, dy, dtable) dtable[ids[i],:] += dy[i,:]
-//  cross_entropy_forward(rows, V, logits, targets, ignore_index, probs) -> mean loss
-//  cross_entropy_backward(rows, V, probs, targets, ignore_index, dloss, dlogits)
-//      dlogits assigned: dloss * (probs - onehot) / (number of counted rows)
+//  mean_pool_forward(B, T, D, x, exclude, y)     y[b,:] = mean over t with !exclude[b,t]
+//  mean_pool_backward(B, T, D, dy, exclude, dx)  dx assigned
+//  cross_entropy_forward(rows, V, logits, targets, ignore_index, probs, smoothing) -> mean loss
+//  cross_entropy_backward(rows, V, probs, targets, ignore_index, dloss, dlogits, smoothing)
+//      target distribution (1 - smoothing) onehot + smoothing / V; dlogits assigned:
+//      dloss * (probs - target distribution) / (number of counted rows)
 //  attention_forward(dims, q, ldq, k, ldk, v, ldv, y, ldy, probs, mask)
 //      per (b, h): probs = softmax(mask(Q K^T / sqrt(QK_DIM))); Y = probs V
 //  attention_backward(dims, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv)
@@ -76,8 +79,10 @@ concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Sc
   be.dropout_backward(n, 0.1f, keep, cp, p);
   be.embedding_forward(i, i, i, ids, cp, p);
   be.embedding_backward(i, i, ids, cp, p);
-  { be.cross_entropy_forward(i, i, cp, ids, i, p) } -> std::convertible_to<double>;
-  be.cross_entropy_backward(i, i, cp, ids, i, s, p);
+  be.mean_pool_forward(i, i, i, cp, keep, p);
+  be.mean_pool_backward(i, i, i, cp, keep, p);
+  { be.cross_entropy_forward(i, i, cp, ids, i, p, s) } -> std::convertible_to<double>;
+  be.cross_entropy_backward(i, i, cp, ids, i, s, p, s);
   be.attention_forward(dims, cp, i, cp, i, cp, i, p, i, p, mask);
   be.attention_backward(dims, cp, i, cp, i, cp, i, cp, i, cp, p, p, p);
 };

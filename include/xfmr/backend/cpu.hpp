@@ -253,15 +253,50 @@ class CpuBackend {
     }
   }
 
+  // ---- pooling ----------------------------------------------------------
+
+  // y[b,:] = mean of x[b,t,:] over positions t with exclude[b,t] == 0 (all
+  // positions when exclude is null); a sequence with none gives zeros.
+  void mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y) {
+#pragma omp parallel for if (long(B) * T * D > detail::kParallelWork) schedule(static)
+    for (int b = 0; b < B; ++b) {
+      Eigen::Map<Vec> yb(y + long(b) * D, D);
+      yb.setZero();
+      int n = 0;
+      for (int t = 0; t < T; ++t)
+        if (!exclude || !exclude[long(b) * T + t]) {
+          yb += Eigen::Map<const Vec>(x + (long(b) * T + t) * D, D);
+          ++n;
+        }
+      if (n) yb /= S(n);
+    }
+  }
+  // dx assigned: dy[b,:] / count at counted positions, 0 elsewhere.
+  void mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx) {
+#pragma omp parallel for if (long(B) * T * D > detail::kParallelWork) schedule(static)
+    for (int b = 0; b < B; ++b) {
+      int n = 0;
+      for (int t = 0; t < T; ++t) n += !exclude || !exclude[long(b) * T + t];
+      for (int t = 0; t < T; ++t) {
+        Eigen::Map<Vec> dxt(dx + (long(b) * T + t) * D, D);
+        if (!exclude || !exclude[long(b) * T + t]) dxt = Eigen::Map<const Vec>(dy + long(b) * D, D) / S(n);
+        else dxt.setZero();
+      }
+    }
+  }
+
   // ---- loss ---------------------------------------------------------------
 
-  // Softmax cross-entropy, mean over rows whose target != ignore_index (0 when
-  // every row is ignored). Saves probs (rows, V) for the backward pass.
+  // Softmax cross-entropy against the target distribution
+  // (1 - smoothing) * onehot(target) + smoothing / V (torch's label_smoothing),
+  // averaged over rows whose target != ignore_index (0 when every row is
+  // ignored). Saves probs (rows, V) for the backward pass.
   double cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets, int ignore_index,
-                               S* probs) {
+                               S* probs, S smoothing = S(0)) {
     for (int r = 0; r < rows; ++r)
       require(targets[r] == ignore_index || (targets[r] >= 0 && targets[r] < V), "target id ", targets[r],
               " at row ", r, " out of range [0, ", V, ") and not the ignore index ", ignore_index);
+    require(smoothing >= S(0) && smoothing < S(1), "label smoothing ", smoothing, " outside [0, 1)");
     row_loss_.resize(static_cast<std::size_t>(rows));
 #pragma omp parallel for if (long(rows) * V > detail::kParallelWork) schedule(static)
     for (int r = 0; r < rows; ++r) {
@@ -272,7 +307,12 @@ class CpuBackend {
       const S sum = p.sum();
       p /= sum;
       const int t = targets[r];
-      row_loss_[r] = t == ignore_index ? 0.0 : double(std::log(sum)) + double(zmax) - double(z[t]);
+      if (t == ignore_index) {
+        row_loss_[r] = 0.0;
+        continue;
+      }
+      const double lse = double(std::log(sum)) + double(zmax);
+      row_loss_[r] = lse - (1.0 - double(smoothing)) * double(z[t]) - double(smoothing) * double(z.mean());
     }
     double total = 0.0;
     int counted = 0;
@@ -283,8 +323,9 @@ class CpuBackend {
     return counted ? total / counted : 0.0;
   }
 
+  // dlogits assigned: dloss * (probs - target distribution) / counted rows.
   void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index,
-                              S dloss, S* dlogits) {
+                              S dloss, S* dlogits, S smoothing = S(0)) {
     int counted = 0;
     for (int r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
     const S scale = counted ? dloss / S(counted) : S(0);
@@ -295,8 +336,8 @@ class CpuBackend {
         d.setZero();
         continue;
       }
-      d = Eigen::Map<const Vec>(probs + long(r) * V, V) * scale;
-      d[targets[r]] -= scale;
+      d = (Eigen::Map<const Vec>(probs + long(r) * V, V).array() - smoothing / S(V)).matrix() * scale;
+      d[targets[r]] -= (S(1) - smoothing) * scale;
     }
   }
 

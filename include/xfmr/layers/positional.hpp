@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
@@ -17,12 +18,36 @@
 
 namespace xfmr {
 
+// Policy tags for a configuration's `using Positions = ...` (default Learned).
+struct Learned {
+  static constexpr const char* name = "learned";
+};
+struct Sinusoidal {
+  static constexpr const char* name = "sinusoidal";
+};
+
 namespace detail {
 template <int MAX_T>
 void require_length(Shape bt, int rows) {
   require(bt.B > 0 && bt.T > 0, "batch ", bt.B, " x length ", bt.T, " must be positive");
   require(bt.T <= MAX_T, "sequence length ", bt.T, " exceeds MAX_T ", MAX_T);
   require(rows == bt.rows(), "input has ", rows, " rows, expected B*T = ", bt.rows());
+}
+template <class Cfg>
+struct positions_tag {
+  using type = Learned;
+};
+template <class Cfg>
+  requires requires { typename Cfg::Positions; }
+struct positions_tag<Cfg> {
+  using type = typename Cfg::Positions;
+  static_assert(std::is_same_v<type, Learned> || std::is_same_v<type, Sinusoidal>,
+                "Positions must be xfmr::Learned or xfmr::Sinusoidal");
+};
+
+inline Rng& unused_rng() {
+  static thread_local Rng rng(0);
+  return rng;
 }
 }  // namespace detail
 
@@ -70,7 +95,7 @@ class SinusoidalPositions {
   using S = typename Backend::Scalar;
   using Tensor = typename Backend::Tensor;
 
-  SinusoidalPositions() : table_{MAX_T, D} {
+  explicit SinusoidalPositions(Rng& = detail::unused_rng()) : table_{MAX_T, D} {
     for (int t = 0; t < MAX_T; ++t)
       for (int i = 0; i < D / 2; ++i) {
         const double angle = t / std::pow(10000.0, 2.0 * i / D);
@@ -101,5 +126,15 @@ class SinusoidalPositions {
   Tensor table_;  // (MAX_T, D), fixed
   Shape bt_;
 };
+
+}  // namespace xfmr
+
+namespace xfmr {
+
+// The positions layer a configuration asks for.
+template <class Cfg, class Backend>
+using PositionsFor = std::conditional_t<
+    std::is_same_v<typename detail::positions_tag<Cfg>::type, Sinusoidal>,
+    SinusoidalPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>, LearnedPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>>;
 
 }  // namespace xfmr

@@ -1,0 +1,90 @@
+// output_projection.hpp: y = x W^T (+ b) onto a runtime number of outputs
+// (a vocabulary, a set of classes), W (out, IN) as torch.nn.Linear.
+//
+// The weight is owned, or tied to another layer's (value, grad) pair, e.g. the
+// token embedding (vocab, D): then visit() does not list it, its gradient
+// accumulates into the owner's, and the owner must outlive this layer and stay
+// where it is (models holding a tie are neither copyable nor movable).
+// Saves: a pointer to x. Backward: dW, db accumulate; dx assigned (skipped
+// when dx has no data). Parameters: "weight" (when owned), "bias" (optional).
+#pragma once
+
+#include <cmath>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+template <int IN, class Backend>
+class OutputProjection {
+ public:
+  using S = typename Backend::Scalar;
+  using Tensor = typename Backend::Tensor;
+
+  // Owned weight, torch.nn.Linear's default initialisation.
+  OutputProjection(int out, Rng& rng, bool with_bias) : out_(out), has_bias_(with_bias) {
+    require(out > 0, "output size ", out, " must be positive");
+    own_weight_.resize({out, IN});
+    own_dweight_.resize({out, IN});
+    weight_ = &own_weight_;
+    dweight_ = &own_dweight_;
+    const double bound = 1.0 / std::sqrt(double(IN));
+    for (auto& w : own_weight_) w = S(rng.uniform(-bound, bound));
+    init_bias(rng, bound);
+  }
+
+  // Weight tied to (weight, dweight), shape (out, IN).
+  OutputProjection(Tensor& weight, Tensor& dweight, Rng& rng, bool with_bias)
+      : weight_(&weight), dweight_(&dweight), out_(static_cast<int>(weight.dim(0))), has_bias_(with_bias) {
+    require(weight.shape().size() == 2 && weight.dim(1) == IN, "tied weight of shape ", shape_string(weight.shape()),
+            " does not project from width ", IN);
+    init_bias(rng, 1.0 / std::sqrt(double(IN)));
+  }
+
+  OutputProjection(const OutputProjection&) = delete;
+  OutputProjection& operator=(const OutputProjection&) = delete;
+
+  void forward(Backend& be, ConstRows<S, IN> x, S* y) {
+    x_ = x;
+    be.gemm(false, true, x.rows, out_, IN, S(1), x.data, IN, weight_->data(), IN, S(0), y, out_);  // (rows, out)
+    if (has_bias_) be.bias_add(x.rows, out_, bias_.data(), y);
+  }
+
+  void backward(Backend& be, const S* dy, Rows<S, IN> dx) {
+    be.gemm(true, false, out_, IN, x_.rows, S(1), dy, out_, x_.data, IN, S(1), dweight_->data(), IN);  // (out, IN)
+    if (has_bias_) be.bias_grad(x_.rows, out_, dy, dbias_.data());
+    if (dx.data) {
+      require_rows(dx, x_.rows, "output projection input gradient");
+      be.gemm(false, false, x_.rows, IN, out_, S(1), dy, out_, weight_->data(), IN, S(0), dx.data, IN);  // (rows, IN)
+    }
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    if (weight_ == &own_weight_) f("weight", own_weight_, own_dweight_);
+    if (has_bias_) f("bias", bias_, dbias_);
+  }
+
+  int out() const { return out_; }
+  bool tied() const { return weight_ != &own_weight_; }
+
+ private:
+  void init_bias(Rng& rng, double bound) {
+    if (!has_bias_) return;
+    bias_.resize({out_});
+    dbias_.resize({out_});
+    for (auto& b : bias_) b = S(rng.uniform(-bound, bound));
+  }
+
+  Tensor own_weight_, own_dweight_;  // (out, IN) unless tied
+  Tensor* weight_;
+  Tensor* dweight_;
+  Tensor bias_, dbias_;  // (out)
+  int out_;
+  bool has_bias_;
+  ConstRows<S, IN> x_;
+};
+
+}  // namespace xfmr

@@ -1,0 +1,106 @@
+// classifier.hpp: Classifier<Cfg, Backend>, sequence classification.
+//
+//   ids (B, T), key padding -> Encoder -> pool -> head -> logits (B, classes)
+//
+// Pooling: Pooling::Mean averages the encoder output over non-pad positions
+// (seed 004); Pooling::Cls takes position 0, where the data pipeline puts a
+// leading CLS token. The number of classes is runtime. Parameters:
+// "encoder.*", "head.weight", "head.bias". backward(dlogits) accumulates
+// parameter gradients. Initialisation: GPT-2 (N(0, 0.02)).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "xfmr/layers/output_projection.hpp"
+#include "xfmr/models/encoder.hpp"
+
+namespace xfmr {
+
+enum class Pooling { Mean, Cls };
+
+struct ClassifierOptions {
+  float dropout = 0.0f;
+  Pooling pooling = Pooling::Mean;
+};
+
+template <BlockConfig Cfg, class Backend>
+class Classifier {
+ public:
+  static constexpr int D = Cfg::D_MODEL;
+  using S = typename Backend::Scalar;
+  using Config = Cfg;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  Classifier(int vocab, int classes, std::uint64_t seed, ClassifierOptions opts = {})
+      : rng_(seed), encoder_(vocab, rng_, opts.dropout), head_(classes, rng_, true), opts_(opts) {
+    require(classes >= 2, "a classifier needs at least 2 classes, got ", classes);
+    init_gpt2(*this, rng_);
+  }
+
+  // Returns logits (B, classes).
+  std::span<const S> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt,
+                             const std::uint8_t* key_padding = nullptr) {
+    bt_ = bt;
+    const auto h = encoder_.forward(be, ids, bt, key_padding);  // (B*T, D)
+    const std::uint8_t* exclude = pool_mask(bt, key_padding);
+    const auto pooled = pooled_.template rows<D>(bt.B);          // (B, D)
+    be.mean_pool_forward(bt.B, bt.T, D, h.data, exclude, pooled.data);
+    S* logits = logits_.reserve(std::size_t(bt.B) * classes());  // (B, classes)
+    head_.forward(be, pooled, logits);
+    return {logits, std::size_t(bt.B) * classes()};
+  }
+
+  void backward(Backend& be, std::span<const S> dlogits) {
+    require(dlogits.size() == std::size_t(bt_.B) * classes(), "logit gradient has ", dlogits.size(),
+            " elements, expected ", std::size_t(bt_.B) * classes());
+    const auto dpooled = dpooled_.template rows<D>(bt_.B);
+    const auto dh = dh_.template rows<D>(bt_.rows());
+    head_.backward(be, dlogits.data(), dpooled);
+    be.mean_pool_backward(bt_.B, bt_.T, D, dpooled.data, exclude_, dh.data);
+    encoder_.backward(be, dh);
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    encoder_.visit(prefixed("encoder.", f));
+    head_.visit(prefixed("head.", f));
+  }
+  template <class F>
+  void for_each_dropout(F&& f) {
+    encoder_.for_each_dropout(f);
+  }
+  void set_training(bool on) {
+    for_each_dropout([on](auto& d) { d.set_training(on); });
+  }
+
+  int classes() const { return head_.out(); }
+  int vocab() const { return encoder_.vocab(); }
+  const ClassifierOptions& options() const { return opts_; }
+
+  static constexpr std::size_t parameter_count(std::size_t vocab, std::size_t classes) {
+    return Encoder<Cfg, Backend>::parameter_count(vocab) + classes * D + classes;
+  }
+
+ private:
+  // Positions excluded from pooling: the padding (Mean), all but 0 (Cls).
+  const std::uint8_t* pool_mask(Shape bt, const std::uint8_t* key_padding) {
+    if (opts_.pooling == Pooling::Mean) return exclude_ = key_padding;
+    std::uint8_t* m = cls_mask_.reserve(std::size_t(bt.rows()));
+    for (int b = 0; b < bt.B; ++b)
+      for (int t = 0; t < bt.T; ++t) m[std::size_t(b) * bt.T + t] = t != 0;
+    return exclude_ = m;
+  }
+
+  Rng rng_;
+  Encoder<Cfg, Backend> encoder_;
+  OutputProjection<D, Backend> head_;
+  ClassifierOptions opts_;
+  Shape bt_;
+  const std::uint8_t* exclude_ = nullptr;
+  Buffer<S> pooled_, logits_, dpooled_, dh_;
+  Buffer<std::uint8_t> cls_mask_;
+};
+
+}  // namespace xfmr
