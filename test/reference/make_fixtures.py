@@ -39,6 +39,8 @@ def write_safetensors(path, tensors, metadata):
         t = t.detach().contiguous()
         if t.dtype == torch.uint8:
             dtype, data = "U8", t.numpy().tobytes()
+        elif t.dtype == torch.int64:
+            dtype, data = "I64", t.numpy().astype("<i8").tobytes()
         else:
             dtype, data = "F32", t.to(torch.float32).numpy().astype("<f4").tobytes()
         header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
@@ -161,6 +163,114 @@ def decoder_block(name, norm_first, activation, seed, out_dir):
     write_safetensors(out_dir / f"{name}.safetensors", t, {"config": json.dumps(meta)})
 
 
+class TorchDecoderLM(torch.nn.Module):
+    """GPT-style LM from torch parts: embeddings, pre-norm causal encoder layers, ln_f, head."""
+
+    def __init__(self, vocab, max_t, layers):
+        super().__init__()
+        self.tok_emb = torch.nn.Embedding(vocab, D)
+        self.pos_emb = torch.nn.Parameter(torch.zeros(max_t, D))
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, activation=gelu_tanh, batch_first=True,
+                                             norm_first=True) for _ in range(layers))
+        self.ln_f = torch.nn.LayerNorm(D)
+        self.lm_head = torch.nn.Linear(D, vocab)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        x = self.tok_emb(ids) + self.pos_emb[:t]
+        for block in self.blocks:
+            x = block(x, src_mask=causal_mask(t))
+        return self.lm_head(self.ln_f(x))
+
+
+class TorchClassifier(torch.nn.Module):
+    """Post-norm encoder layers with padding, mean pooling over non-pad positions, linear head."""
+
+    def __init__(self, vocab, max_t, layers, classes):
+        super().__init__()
+        self.tok_emb = torch.nn.Embedding(vocab, D)
+        self.pos_emb = torch.nn.Parameter(torch.zeros(max_t, D))
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, activation="relu", batch_first=True,
+                                             norm_first=False) for _ in range(layers))
+        self.head = torch.nn.Linear(D, classes)
+
+    def forward(self, ids, pad):
+        t = ids.shape[1]
+        x = self.tok_emb(ids) + self.pos_emb[:t]
+        for block in self.blocks:
+            x = block(x, src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).to(x.dtype)
+        return self.head((x * keep).sum(1) / keep.sum(1))
+
+
+def model_names(module, prefix):
+    """torch parameter name -> [(xfmr name, rows)] for the models above."""
+    mapping = {}
+    for tname, _ in module.named_parameters():
+        if tname.startswith("blocks."):
+            i, rest = tname.split(".", 2)[1:]
+            block = {**common_names(2), **attn_names("attn", "self_attn", False)}
+            mapping[tname] = [(f"{prefix}blocks.{i}.{x}", rows) for x, rows in block[rest]]
+        elif tname == "pos_emb":
+            mapping[tname] = [(f"{prefix}pos_emb.weight", None)]
+        elif tname.startswith(("lm_head", "head")):
+            mapping[tname] = [(tname, None)]
+        else:
+            mapping[tname] = [(prefix + tname, None)]
+    return mapping
+
+
+def randomise_model(module, gen):
+    for name, p in module.named_parameters():
+        with torch.no_grad():
+            if ".norm" in name or name.startswith("ln_f"):
+                p.copy_(f32((1.0 if name.endswith("weight") else 0.0) + 0.2 * (2 * torch.rand(p.shape, generator=gen) - 1)))
+            else:
+                p.copy_(f32(0.4 * (2 * torch.rand(p.shape, generator=gen) - 1)))
+
+
+def decoder_model(out_dir, vocab=11, max_t=8, layers=2, seed=5):
+    gen = torch.Generator().manual_seed(seed)
+    model = TorchDecoderLM(vocab, max_t, layers)
+    randomise_model(model, gen)
+    ids = torch.randint(0, vocab, (B, T), generator=gen)
+    logits = model(ids)
+    dlogits = f32(2 * torch.rand(logits.shape, generator=gen) - 1)
+    logits.backward(dlogits)
+    mapping = model_names(model, "")
+    t = {"ids": ids.to(torch.int64), "dlogits": dlogits}
+    export_params(model, mapping, t, grads=False)
+    t["logits"] = logits
+    export_params(model, mapping, t, grads=True)
+    meta = {"B": B, "T": T, "vocab": vocab, "MAX_T": max_t, "N_LAYERS": layers, "D_MODEL": D, "N_HEADS": H,
+            "D_FF": FF, "norm": "pre", "activation": "gelu_tanh", "positions": "learned",
+            "reference": f"torch {torch.__version__}: Embedding + TransformerEncoderLayer(norm_first, causal) + LayerNorm + Linear"}
+    write_safetensors(out_dir / "decoder_model.safetensors", t, {"config": json.dumps(meta)})
+
+
+def classifier_model(out_dir, vocab=13, max_t=8, layers=2, classes=3, seed=6):
+    gen = torch.Generator().manual_seed(seed)
+    model = TorchClassifier(vocab, max_t, layers, classes)
+    randomise_model(model, gen)
+    ids = torch.randint(0, vocab, (B, T), generator=gen)
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[0, T - 2:] = True
+    logits = model(ids, pad)
+    dlogits = f32(2 * torch.rand(logits.shape, generator=gen) - 1)
+    logits.backward(dlogits)
+    mapping = model_names(model, "encoder.")
+    t = {"ids": ids.to(torch.int64), "key_padding": pad.to(torch.uint8), "dlogits": dlogits}
+    export_params(model, mapping, t, grads=False)
+    t["logits"] = logits
+    export_params(model, mapping, t, grads=True)
+    meta = {"B": B, "T": T, "vocab": vocab, "classes": classes, "MAX_T": max_t, "N_LAYERS": layers, "D_MODEL": D,
+            "N_HEADS": H, "D_FF": FF, "norm": "post", "activation": "relu", "pooling": "mean",
+            "reference": f"torch {torch.__version__}: Embedding + TransformerEncoderLayer(padding) + mean pool + Linear"}
+    write_safetensors(out_dir / "classifier_model.safetensors", t, {"config": json.dumps(meta)})
+
+
 def main():
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "fixtures")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -168,6 +278,8 @@ def main():
     self_block("encoder_block_postnorm_padded", False, F.relu, causal=False, padding=True, seed=2, out_dir=out_dir)
     decoder_block("decoder_block_postnorm", False, F.relu, seed=3, out_dir=out_dir)
     decoder_block("decoder_block_prenorm", True, gelu_tanh, seed=4, out_dir=out_dir)
+    decoder_model(out_dir)
+    classifier_model(out_dir)
     for p in sorted(out_dir.glob("*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 

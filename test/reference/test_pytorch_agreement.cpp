@@ -1,5 +1,6 @@
 #define BOOST_TEST_MODULE pytorch_agreement
-// xfmr's float32 blocks against torch.nn.Transformer{Encoder,Decoder}Layer.
+// xfmr's float32 blocks and models against torch.nn.Transformer{Encoder,Decoder}Layer
+// (models: torch embeddings + those layers + LayerNorm/pooling + Linear).
 // The fixtures are written by make_fixtures.py (see there); PyTorch is not
 // needed to run this test. Criterion: max |xfmr - torch| <= 1e-4 * max |torch|
 // for the output, every input gradient and every parameter gradient.
@@ -13,6 +14,8 @@
 #include "xfmr/blocks/decoder_block.hpp"
 #include "xfmr/blocks/encoder_block.hpp"
 #include "xfmr/io/safetensors.hpp"
+#include "xfmr/models/classifier.hpp"
+#include "xfmr/models/decoder.hpp"
 
 using namespace xfmr;
 using Cpu = CpuBackend<float>;
@@ -136,6 +139,47 @@ BOOST_AUTO_TEST_CASE(post_norm_decoder_block_with_cross_attention) {
 
 BOOST_AUTO_TEST_CASE(pre_norm_decoder_block_with_cross_attention) {
   check_decoder_block<FixtureCfg<PreNorm, Gelu>>("decoder_block_prenorm");
+}
+
+template <class NormPolicy, class ActivationKind>
+struct ModelCfg : FixtureCfg<NormPolicy, ActivationKind> {
+  static constexpr int N_LAYERS = 2;
+};
+
+std::vector<std::int32_t> ids_of(const SafeTensors& st) {
+  const auto v = st.integers("ids");
+  return {v.begin(), v.end()};
+}
+
+BOOST_AUTO_TEST_CASE(decoder_language_model) {
+  const auto st = fixture("decoder_model");
+  Cpu be;
+  Decoder<ModelCfg<PreNorm, Gelu>, Cpu> model(11, 0);
+  load_params(model, st);
+  const auto ids = ids_of(st);
+  const auto dlogits = st.values<float>("dlogits");
+  zero_grad(model);
+  const auto logits = model.forward(be, ids, Shape{2, 5});
+  double worst = compare(st, "logits", logits.data(), logits.size());
+  model.backward(be, dlogits);
+  worst = std::max(worst, compare_param_grads(model, st));
+  std::cout << "decoder_model: worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
+}
+
+BOOST_AUTO_TEST_CASE(classifier_with_padding_and_mean_pooling) {
+  const auto st = fixture("classifier_model");
+  Cpu be;
+  Classifier<ModelCfg<PostNorm, Relu>, Cpu> model(13, 3, 0, {.dropout = 0.0f, .pooling = Pooling::Mean});
+  load_params(model, st);
+  const auto ids = ids_of(st);
+  const auto pad = mask_of(st, "key_padding");
+  const auto dlogits = st.values<float>("dlogits");
+  zero_grad(model);
+  const auto logits = model.forward(be, ids, Shape{2, 5}, pad.data());
+  double worst = compare(st, "logits", logits.data(), logits.size());
+  model.backward(be, dlogits);
+  worst = std::max(worst, compare_param_grads(model, st));
+  std::cout << "classifier_model: worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
 }
 
 BOOST_AUTO_TEST_CASE(negative_control_a_perturbed_weight_is_detected) {
