@@ -33,6 +33,10 @@
 //  cross_entropy_backward(rows, V, probs, targets, ignore_index, dloss, dlogits, smoothing)
 //      target distribution (1 - smoothing) onehot + smoothing / V; dlogits assigned:
 //      dloss * (probs - target distribution) / (number of counted rows)
+//  sum_squares(n, x) -> double              in a fixed order
+//  scale(n, alpha, x)                        x *= alpha
+//  adamw_step(n, p, g, m, v, lr, beta1, beta2, eps, weight_decay, bc1, bc2)
+//  sgd_step(n, p, g, buf, lr, momentum, weight_decay)
 //  attention_forward(dims, q, ldq, k, ldk, v, ldv, y, ldy, probs, mask)
 //      per (b, h): probs = softmax(mask(Q K^T / sqrt(QK_DIM))); Y = probs V
 //  attention_backward(dims, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv)
@@ -83,6 +87,10 @@ concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Sc
   be.mean_pool_backward(i, i, i, cp, keep, p);
   { be.cross_entropy_forward(i, i, cp, ids, i, p, s) } -> std::convertible_to<double>;
   be.cross_entropy_backward(i, i, cp, ids, i, s, p, s);
+  { be.sum_squares(n, cp) } -> std::convertible_to<double>;
+  be.scale(n, s, p);
+  be.adamw_step(n, p, cp, p, p, s, s, s, s, s, s, s);
+  be.sgd_step(n, p, cp, p, s, s, s);
   be.attention_forward(dims, cp, i, cp, i, cp, i, p, i, p, mask);
   be.attention_backward(dims, cp, i, cp, i, cp, i, cp, i, cp, p, p, p);
 };

@@ -341,6 +341,48 @@ class CpuBackend {
     }
   }
 
+  // ---- optimisation -----------------------------------------------------
+
+  // Sum of squares, accumulated in double in a fixed order.
+  double sum_squares(std::size_t n, const S* x) {
+    double s = 0.0;
+    for (std::size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+    return s;
+  }
+  void scale(std::size_t n, S alpha, S* x) {
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
+    for (long i = 0; i < ln; ++i) x[i] *= alpha;
+  }
+
+  // One AdamW update (Loshchilov & Hutter; torch.optim.AdamW):
+  //   p -= lr * wd * p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+  //   p -= lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc = 1 - beta^step.
+  void adamw_step(std::size_t n, S* p, const S* g, S* m, S* v, S lr, S beta1, S beta2, S eps, S weight_decay,
+                  S bias_correction1, S bias_correction2) {
+    const S step_size = lr / bias_correction1;
+    const S rbc2 = S(1) / std::sqrt(bias_correction2);
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
+    for (long i = 0; i < ln; ++i) {
+      p[i] -= lr * weight_decay * p[i];
+      m[i] = beta1 * m[i] + (S(1) - beta1) * g[i];
+      v[i] = beta2 * v[i] + (S(1) - beta2) * g[i] * g[i];
+      p[i] -= step_size * m[i] / (std::sqrt(v[i]) * rbc2 + eps);
+    }
+  }
+
+  // SGD with momentum (torch.optim.SGD): g' = g + wd p; buf = mu buf + g'; p -= lr buf.
+  void sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay) {
+    const long ln = static_cast<long>(n);
+#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
+    for (long i = 0; i < ln; ++i) {
+      const S d = g[i] + weight_decay * p[i];
+      buf[i] = momentum * buf[i] + d;
+      p[i] -= lr * buf[i];
+    }
+  }
+
   // ---- attention ----------------------------------------------------------
 
   void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,

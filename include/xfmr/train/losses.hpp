@@ -1,0 +1,86 @@
+// losses.hpp: training objectives and metrics over logits (rows, classes).
+//
+// CrossEntropyLoss: softmax cross-entropy, mean over rows whose target is not
+// ignore_index, optional label smoothing (torch's definition). forward()
+// saves the probabilities; backward(dlogits, scale) assigns
+// scale * d(mean loss)/d(logits), so gradient accumulation over k
+// micro-batches passes scale = 1/k.
+// accuracy(): fraction of counted rows whose arg-max is the target.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "xfmr/core/error.hpp"
+
+namespace xfmr {
+
+inline constexpr int kIgnoreIndex = -100;
+
+template <class Backend>
+class CrossEntropyLoss {
+ public:
+  using S = typename Backend::Scalar;
+
+  explicit CrossEntropyLoss(double label_smoothing = 0.0, int ignore_index = kIgnoreIndex)
+      : smoothing_(label_smoothing), ignore_(ignore_index) {
+    require(label_smoothing >= 0.0 && label_smoothing < 1.0, "label smoothing ", label_smoothing, " outside [0, 1)");
+  }
+
+  double forward(Backend& be, std::span<const S> logits, std::span<const std::int32_t> targets, int classes) {
+    require(classes > 0 && logits.size() == targets.size() * std::size_t(classes), "logits hold ", logits.size(),
+            " values, expected ", targets.size(), " rows x ", classes, " classes");
+    rows_ = static_cast<int>(targets.size());
+    classes_ = classes;
+    targets_ = targets;
+    S* probs = probs_.reserve(logits.size());
+    return be.cross_entropy_forward(rows_, classes, logits.data(), targets.data(), ignore_, probs, S(smoothing_));
+  }
+
+  void backward(Backend& be, std::span<S> dlogits, double scale = 1.0) {
+    require(dlogits.size() == std::size_t(rows_) * classes_, "logit gradient holds ", dlogits.size(),
+            " values, expected ", std::size_t(rows_) * classes_);
+    be.cross_entropy_backward(rows_, classes_, probs_.data(), targets_.data(), ignore_, S(scale), dlogits.data(),
+                              S(smoothing_));
+  }
+
+  int ignore_index() const { return ignore_; }
+
+ private:
+  double smoothing_;
+  int ignore_;
+  int rows_ = 0, classes_ = 0;
+  std::span<const std::int32_t> targets_;
+  typename Backend::template Buffer<S> probs_;
+};
+
+// Correct predictions and counted rows (targets != ignore_index).
+struct Accuracy {
+  long correct = 0, counted = 0;
+  double value() const { return counted ? double(correct) / double(counted) : 0.0; }
+  Accuracy& operator+=(const Accuracy& o) {
+    correct += o.correct;
+    counted += o.counted;
+    return *this;
+  }
+};
+
+template <class S>
+Accuracy accuracy(std::span<const S> logits, std::span<const std::int32_t> targets, int classes,
+                  int ignore_index = kIgnoreIndex) {
+  require(logits.size() == targets.size() * std::size_t(classes), "logits hold ", logits.size(), " values, expected ",
+          targets.size(), " rows x ", classes, " classes");
+  Accuracy a;
+  for (std::size_t r = 0; r < targets.size(); ++r) {
+    if (targets[r] == ignore_index) continue;
+    const S* row = logits.data() + r * classes;
+    int best = 0;
+    for (int c = 1; c < classes; ++c)
+      if (row[c] > row[best]) best = c;
+    a.correct += best == targets[r];
+    ++a.counted;
+  }
+  return a;
+}
+
+}  // namespace xfmr
