@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "temp_names.hpp"
 #include "xfmr/core/error.hpp"
 
 namespace xfmr {
@@ -351,10 +352,7 @@ void SafeTensorsWriter::write(const std::filesystem::path& path) const {
 
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::string hidden_name = path.filename().string();
-  hidden_name.insert(hidden_name.begin(), '.');
-  hidden_name += ".tmp.XXXXXX";
-  std::string tmpl = (dir / hidden_name).string();
+  std::string tmpl = detail::hidden_temp_template(path, "tmp");
   const int fd = ::mkstemp(tmpl.data());
   require(fd >= 0, path.string(), ": cannot create a temporary file in ", dir.string(), ": ", std::strerror(errno));
   auto fail = [&](const char* what) {

@@ -1,0 +1,81 @@
+// text.hpp: reading corpora and turning text into token ids.
+//
+// read_text_file / read_lines: plain or gzip-compressed files, detected by
+//   content (zlib reads uncompressed files transparently). A missing,
+//   unreadable, corrupt or empty file is an xfmr::Error naming it.
+// CharTokenizer: one token per Unicode character (UTF-8 code point) seen in a
+//   corpus, ids in code-point order; or byte-level (256 tokens, any input).
+//   Unknown characters are an error naming the character and its position,
+//   or map to an explicit "<unk>" token when built with one. Serialises to
+//   JSON for checkpoint metadata.
+// WordVocab: whitespace-separated words with a minimum frequency, special
+//   tokens first (e.g. <pad>, <unk>, <cls>); unknown words map to <unk>.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xfmr {
+
+std::string read_text_file(const std::filesystem::path& path);
+// Lines without their '\n' (and a trailing '\r'); the last line may lack '\n'.
+std::vector<std::string> read_lines(const std::filesystem::path& path);
+
+// Splits UTF-8 text into characters (code points); throws on invalid UTF-8,
+// naming the byte offset.
+std::vector<std::string_view> utf8_characters(std::string_view text);
+
+class CharTokenizer {
+ public:
+  static CharTokenizer from_corpus(std::string_view corpus, bool with_unknown = false);
+  static CharTokenizer byte_level();
+  static CharTokenizer from_json(std::string_view json);
+
+  std::vector<std::int32_t> encode(std::string_view text) const;
+  std::string decode(std::span<const std::int32_t> ids) const;
+  std::string to_json() const;
+
+  int size() const { return static_cast<int>(tokens_.size()); }
+  bool is_byte_level() const { return byte_level_; }
+  std::optional<std::int32_t> unknown_id() const { return unknown_; }
+  const std::string& token(std::int32_t id) const;
+  std::optional<std::int32_t> find(std::string_view token) const;
+
+ private:
+  std::vector<std::string> tokens_;
+  std::map<std::string, std::int32_t, std::less<>> ids_;
+  bool byte_level_ = false;
+  std::optional<std::int32_t> unknown_;
+};
+
+class WordVocab {
+ public:
+  // Specials take ids 0.. in order; they must include "<unk>".
+  static WordVocab build(std::span<const std::string> texts, int min_freq,
+                         std::vector<std::string> specials = {"<pad>", "<unk>", "<cls>"});
+  static WordVocab from_json(std::string_view json);
+
+  std::vector<std::int32_t> encode(std::string_view text) const;
+  std::string decode(std::span<const std::int32_t> ids) const;
+  std::string to_json() const;
+
+  int size() const { return static_cast<int>(words_.size()); }
+  std::int32_t id(std::string_view word) const;  // <unk> when absent
+  std::optional<std::int32_t> special(std::string_view name) const;
+  const std::string& word(std::int32_t id) const;
+
+ private:
+  std::vector<std::string> words_;
+  std::map<std::string, std::int32_t, std::less<>> ids_;
+  std::int32_t unknown_ = 0;
+  int min_freq_ = 1;
+  int specials_ = 0;
+};
+
+}  // namespace xfmr

@@ -1,0 +1,395 @@
+// text.cpp: corpus reading, tokenizers and dataset batching (see text.hpp,
+// datasets.hpp).
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/text/datasets.hpp"
+#include "xfmr/text/text.hpp"
+
+namespace xfmr {
+
+using nlohmann::json;
+
+// ---- files -----------------------------------------------------------------
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  require(std::filesystem::is_regular_file(path, ec), path.string(), ": no such file");
+  gzFile f = gzopen(path.c_str(), "rb");
+  require(f != nullptr, path.string(), ": cannot open: ", std::strerror(errno));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const int n = gzread(f, buf, sizeof buf);
+    if (n < 0) {
+      int code = 0;
+      const std::string msg = gzerror(f, &code);
+      gzclose(f);
+      detail::fail(path.string(), ": read failed: ", msg);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  int code = 0;
+  const std::string msg = gzerror(f, &code);
+  gzclose(f);
+  require(code == Z_OK || code == Z_STREAM_END, path.string(), ": corrupt or truncated: ", msg);
+  require(!out.empty(), path.string(), ": file is empty");
+  return out;
+}
+
+std::vector<std::string> read_lines(const std::filesystem::path& path) {
+  const std::string text = read_text_file(path);
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(std::move(line));
+    start = end + 1;
+  }
+  return lines;
+}
+
+std::vector<std::string_view> utf8_characters(std::string_view text) {
+  std::vector<std::string_view> out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    require(len != 0 && i + len <= text.size(), "invalid UTF-8 at byte ", i);
+    for (std::size_t k = 1; k < len; ++k)
+      require((static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80, "invalid UTF-8 at byte ", i + k);
+    out.push_back(text.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+namespace {
+// A character for an error message: printable as is, otherwise escaped.
+std::string shown(std::string_view ch) {
+  if (ch.size() == 1 && (static_cast<unsigned char>(ch[0]) < 0x20 || ch[0] == 0x7f)) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(ch[0]));
+    return buf;
+  }
+  return std::string(ch);
+}
+}  // namespace
+
+// ---- CharTokenizer ---------------------------------------------------------
+
+CharTokenizer CharTokenizer::from_corpus(std::string_view corpus, bool with_unknown) {
+  require(!corpus.empty(), "cannot build a character vocabulary from empty text");
+  std::set<std::string, std::less<>> seen;
+  for (auto ch : utf8_characters(corpus)) seen.emplace(ch);  // byte order = code-point order for UTF-8
+  CharTokenizer t;
+  for (const auto& s : seen) t.tokens_.push_back(s);
+  if (with_unknown) {
+    t.unknown_ = static_cast<std::int32_t>(t.tokens_.size());
+    t.tokens_.push_back("<unk>");
+  }
+  for (std::size_t i = 0; i < t.tokens_.size(); ++i) t.ids_.emplace(t.tokens_[i], static_cast<std::int32_t>(i));
+  return t;
+}
+
+CharTokenizer CharTokenizer::byte_level() {
+  CharTokenizer t;
+  t.byte_level_ = true;
+  for (int b = 0; b < 256; ++b) t.tokens_.push_back(std::string(1, static_cast<char>(b)));
+  return t;
+}
+
+std::vector<std::int32_t> CharTokenizer::encode(std::string_view text) const {
+  std::vector<std::int32_t> ids;
+  if (byte_level_) {
+    for (char c : text) ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  }
+  std::size_t offset = 0;
+  for (auto ch : utf8_characters(text)) {
+    const auto it = ids_.find(ch);
+    if (it != ids_.end()) {
+      ids.push_back(it->second);
+    } else {
+      require(unknown_.has_value(), "character '", shown(ch), "' at byte ", offset,
+              " is not in the vocabulary of ", tokens_.size(), " characters");
+      ids.push_back(*unknown_);
+    }
+    offset += ch.size();
+  }
+  return ids;
+}
+
+std::string CharTokenizer::decode(std::span<const std::int32_t> ids) const {
+  std::string out;
+  for (auto id : ids) out += token(id);
+  return out;
+}
+
+const std::string& CharTokenizer::token(std::int32_t id) const {
+  require(id >= 0 && id < size(), "token id ", id, " out of range [0, ", size(), ")");
+  return tokens_[id];
+}
+
+std::optional<std::int32_t> CharTokenizer::find(std::string_view tok) const {
+  const auto it = ids_.find(tok);
+  if (it == ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string CharTokenizer::to_json() const {
+  json j;
+  j["type"] = byte_level_ ? "bytes" : "chars";
+  if (!byte_level_) {
+    json chars = json::array();
+    for (std::size_t i = 0; i < tokens_.size(); ++i)
+      if (!unknown_ || static_cast<std::int32_t>(i) != *unknown_) chars.push_back(tokens_[i]);
+    j["chars"] = chars;
+    j["unknown"] = unknown_.has_value();
+  }
+  return j.dump();
+}
+
+CharTokenizer CharTokenizer::from_json(std::string_view text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    detail::fail("tokenizer description is not valid JSON: ", e.what());
+  }
+  require(j.is_object() && j.contains("type"), "tokenizer description has no type");
+  if (j["type"] == "bytes") return byte_level();
+  require(j["type"] == "chars" && j.contains("chars") && j["chars"].is_array(), "unknown tokenizer description ",
+          j.dump());
+  CharTokenizer t;
+  for (const auto& c : j["chars"]) {
+    require(c.is_string(), "tokenizer character is not a string: ", c.dump());
+    require(t.ids_.emplace(c.get<std::string>(), static_cast<std::int32_t>(t.tokens_.size())).second,
+            "tokenizer lists '", c.get<std::string>(), "' twice");
+    t.tokens_.push_back(c.get<std::string>());
+  }
+  if (j.value("unknown", false)) {
+    t.unknown_ = static_cast<std::int32_t>(t.tokens_.size());
+    t.tokens_.push_back("<unk>");
+    t.ids_.emplace("<unk>", *t.unknown_);
+  }
+  require(!t.tokens_.empty(), "tokenizer has no characters");
+  return t;
+}
+
+// ---- WordVocab -------------------------------------------------------------
+
+namespace {
+std::vector<std::string_view> words_of(std::string_view text) {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    std::size_t j = i;
+    while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
+    if (j > i) out.push_back(text.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+}  // namespace
+
+WordVocab WordVocab::build(std::span<const std::string> texts, int min_freq, std::vector<std::string> specials) {
+  require(min_freq >= 1, "minimum word frequency ", min_freq, " must be at least 1");
+  WordVocab v;
+  v.min_freq_ = min_freq;
+  for (auto& s : specials) {
+    require(v.ids_.emplace(s, static_cast<std::int32_t>(v.words_.size())).second, "special token '", s, "' given twice");
+    v.words_.push_back(s);
+  }
+  v.specials_ = static_cast<int>(specials.size());
+  const auto unk = v.ids_.find("<unk>");
+  require(unk != v.ids_.end(), "a word vocabulary needs an <unk> special token");
+  v.unknown_ = unk->second;
+  std::map<std::string, long, std::less<>> counts;
+  for (const auto& t : texts)
+    for (auto w : words_of(t)) ++counts[std::string(w)];
+  // Most frequent first, ties alphabetical: a stable, readable order.
+  std::vector<std::pair<std::string, long>> kept;
+  for (auto& [w, c] : counts)
+    if (c >= min_freq && !v.ids_.count(w)) kept.emplace_back(w, c);
+  std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (auto& [w, c] : kept) {
+    v.ids_.emplace(w, static_cast<std::int32_t>(v.words_.size()));
+    v.words_.push_back(w);
+  }
+  return v;
+}
+
+std::vector<std::int32_t> WordVocab::encode(std::string_view text) const {
+  std::vector<std::int32_t> ids;
+  for (auto w : words_of(text)) ids.push_back(id(w));
+  return ids;
+}
+
+std::string WordVocab::decode(std::span<const std::int32_t> ids) const {
+  std::string out;
+  for (auto id : ids) {
+    if (!out.empty()) out += ' ';
+    out += word(id);
+  }
+  return out;
+}
+
+std::int32_t WordVocab::id(std::string_view w) const {
+  const auto it = ids_.find(w);
+  return it == ids_.end() ? unknown_ : it->second;
+}
+
+std::optional<std::int32_t> WordVocab::special(std::string_view name) const {
+  const auto it = ids_.find(name);
+  if (it == ids_.end() || it->second >= specials_) return std::nullopt;
+  return it->second;
+}
+
+const std::string& WordVocab::word(std::int32_t id) const {
+  require(id >= 0 && id < size(), "word id ", id, " out of range [0, ", size(), ")");
+  return words_[id];
+}
+
+std::string WordVocab::to_json() const {
+  json j;
+  j["type"] = "words";
+  j["specials"] = specials_;
+  j["min_freq"] = min_freq_;
+  j["words"] = words_;
+  return j.dump();
+}
+
+WordVocab WordVocab::from_json(std::string_view text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    detail::fail("vocabulary description is not valid JSON: ", e.what());
+  }
+  require(j.is_object() && j.value("type", "") == "words" && j.contains("words") && j["words"].is_array(),
+          "not a word vocabulary description");
+  WordVocab v;
+  v.specials_ = j.value("specials", 0);
+  v.min_freq_ = j.value("min_freq", 1);
+  for (const auto& w : j["words"]) {
+    require(w.is_string(), "vocabulary word is not a string: ", w.dump());
+    require(v.ids_.emplace(w.get<std::string>(), static_cast<std::int32_t>(v.words_.size())).second,
+            "vocabulary lists '", w.get<std::string>(), "' twice");
+    v.words_.push_back(w.get<std::string>());
+  }
+  const auto unk = v.ids_.find("<unk>");
+  require(unk != v.ids_.end(), "vocabulary has no <unk> token");
+  v.unknown_ = unk->second;
+  return v;
+}
+
+// ---- datasets --------------------------------------------------------------
+
+LmBatcher::LmBatcher(std::span<const std::int32_t> tokens, int batch, int length)
+    : tokens_(tokens), batch_(batch), length_(length) {
+  require(batch > 0 && length > 0, "batch ", batch, " x length ", length, " must be positive");
+  require(tokens.size() > std::size_t(length), "a stream of ", tokens.size(), " tokens is too short for windows of ",
+          length, " + 1");
+}
+
+void LmBatcher::window(std::size_t offset, std::int32_t* ids, std::int32_t* targets) const {
+  std::copy_n(tokens_.data() + offset, length_, ids);
+  std::copy_n(tokens_.data() + offset + 1, length_, targets);
+}
+
+void LmBatcher::sample(Rng& rng, std::int32_t* ids, std::int32_t* targets) const {
+  const std::size_t starts = tokens_.size() - length_;  // offsets 0 .. size-length-1
+  for (int b = 0; b < batch_; ++b)
+    window(rng.below(starts), ids + std::size_t(b) * length_, targets + std::size_t(b) * length_);
+}
+
+void LmBatcher::fixed(std::uint64_t seed, int i, std::int32_t* ids, std::int32_t* targets) const {
+  Rng rng(detail::mix64(seed) ^ detail::mix64(std::uint64_t(i) + 1));
+  sample(rng, ids, targets);
+}
+
+NamesCorpus names_corpus(const std::vector<std::string>& lines, double train_fraction, std::uint64_t seed,
+                         char separator) {
+  std::vector<std::string> names;
+  for (const auto& l : lines)
+    if (!l.empty()) names.push_back(l);
+  require(names.size() >= 2, "names mode needs at least 2 non-empty lines, got ", names.size());
+  require(train_fraction > 0 && train_fraction < 1, "train fraction ", train_fraction, " outside (0, 1)");
+  Rng rng(seed);
+  for (std::size_t i = names.size() - 1; i > 0; --i) std::swap(names[i], names[rng.below(i + 1)]);
+  const std::size_t n_train = std::clamp<std::size_t>(std::size_t(train_fraction * names.size()), 1, names.size() - 1);
+  NamesCorpus c;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    std::string& out = i < n_train ? c.train : c.val;
+    if (out.empty()) out += separator;
+    out += names[i];
+    out += separator;
+  }
+  return c;
+}
+
+std::vector<LabeledText> read_labeled_tsv(const std::filesystem::path& path) {
+  const auto lines = read_lines(path);
+  require(!lines.empty() && lines[0].find('\t') != std::string::npos, path.string(),
+          ": expected a header line 'label<TAB>text'");
+  std::vector<LabeledText> rows;
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    if (line.empty()) continue;
+    const auto tab = line.find('\t');
+    require(tab != std::string::npos, path.string(), ":", i + 1, ": no tab between label and text");
+    const std::string label = line.substr(0, tab);
+    std::size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(label, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == label.size() && !label.empty(), path.string(), ":", i + 1, ": label '", label,
+            "' is not an integer");
+    require(value >= 0, path.string(), ":", i + 1, ": label ", value, " is negative");
+    rows.push_back({value, line.substr(tab + 1)});
+  }
+  require(!rows.empty(), path.string(), ": no examples after the header");
+  return rows;
+}
+
+ClassBatch make_class_batch(std::span<const std::vector<std::int32_t>> sequences, std::span<const int> labels,
+                            int max_t, std::int32_t pad_id, std::int32_t cls_id) {
+  require(sequences.size() == labels.size() && !sequences.empty(), "batch of ", sequences.size(), " sequences and ",
+          labels.size(), " labels");
+  ClassBatch b;
+  b.B = static_cast<int>(sequences.size());
+  const int extra = cls_id >= 0 ? 1 : 0;
+  for (const auto& s : sequences) b.T = std::max(b.T, static_cast<int>(s.size()) + extra);
+  b.T = std::clamp(b.T, 1, max_t);
+  b.ids.assign(std::size_t(b.B) * b.T, pad_id);
+  b.padding.assign(std::size_t(b.B) * b.T, 1);
+  for (int i = 0; i < b.B; ++i) {
+    std::int32_t* row = b.ids.data() + std::size_t(i) * b.T;
+    std::uint8_t* pad = b.padding.data() + std::size_t(i) * b.T;
+    int t = 0;
+    if (extra) row[t] = cls_id, pad[t++] = 0;
+    for (std::size_t k = 0; k < sequences[i].size() && t < b.T; ++k) row[t] = sequences[i][k], pad[t++] = 0;
+    if (t == 0) pad[0] = 0;  // an empty sequence still contributes its pad token, never an all-masked row
+    b.labels.push_back(labels[i]);
+  }
+  return b;
+}
+
+}  // namespace xfmr

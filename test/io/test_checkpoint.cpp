@@ -1,0 +1,114 @@
+#define BOOST_TEST_MODULE checkpoint
+#include "xfmr/io/checkpoint.hpp"
+
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "support/configs.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/models/decoder.hpp"
+#include "xfmr/train/optimizers.hpp"
+
+using namespace xfmr;
+using namespace xfmr::test;
+namespace fs = std::filesystem;
+using Be = CpuBackend<float>;
+
+namespace {
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("xfmr_ckpt_" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+template <class M>
+std::vector<float> flat(M& m) {
+  std::vector<float> out;
+  m.visit([&](std::string_view, auto& v, auto&) { out.insert(out.end(), v.begin(), v.end()); });
+  return out;
+}
+struct TwoLayers : TinyPre {
+  static constexpr int N_LAYERS = 2;
+};
+std::size_t entries(const fs::path& dir) {
+  return static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(model_and_optimizer_round_trip) {
+  TempDir d;
+  Decoder<TinyPre, Be> a(7, 1), b(7, 2);
+  AdamW<Be> opt_a(a), opt_b(b);
+  a.visit([](std::string_view, auto&, auto& g) { g.fill(0.1f); });
+  Be be;
+  opt_a.step(be, 1e-2);
+  SafeTensorsWriter mw, ow;
+  add_parameters(mw, a);
+  mw.set_metadata("config", "tiny");
+  add_optimizer_state(ow, opt_a);
+  write_checkpoint(d.path / "ckpt", mw, ow, "{\"step\": 1}");
+  BOOST_TEST(is_checkpoint(d.path / "ckpt"));
+  BOOST_TEST(read_trainer_state(d.path / "ckpt") == "{\"step\": 1}");
+
+  BOOST_TEST((flat(a) != flat(b)));
+  load_parameters(b, SafeTensors::load(d.path / "ckpt" / kModelFile));
+  load_optimizer_state(opt_b, SafeTensors::load(d.path / "ckpt" / kOptimizerFile));
+  BOOST_TEST(flat(a) == flat(b), boost::test_tools::per_element());
+  BOOST_TEST(opt_b.steps() == 1);
+  std::vector<float> ma, mb;
+  opt_a.visit_state([&](const std::string&, auto& t) { ma.insert(ma.end(), t.begin(), t.end()); });
+  opt_b.visit_state([&](const std::string&, auto& t) { mb.insert(mb.end(), t.begin(), t.end()); });
+  BOOST_TEST(ma == mb, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(wrong_model_is_a_clear_error) {
+  TempDir d;
+  Decoder<TinyPre, Be> small(7, 1), other_vocab(9, 1);
+  SafeTensorsWriter w;
+  add_parameters(w, small);
+  const auto st = SafeTensors::parse(w.serialize(), "model.safetensors");
+  try {
+    load_parameters(other_vocab, st);
+    BOOST_FAIL("a vocabulary-7 checkpoint loaded into a vocabulary-9 model");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()) ==
+               "model.safetensors: tensor 'tok_emb.weight' has shape (7, 8) but the model expects (9, 8)");
+  }
+  Decoder<TwoLayers, Be> deeper(7, 1);
+  BOOST_CHECK_THROW(load_parameters(deeper, st), Error);  // blocks.1.* missing
+  SafeTensorsWriter extra;
+  add_parameters(extra, small);
+  const std::vector<float> one = {1};
+  extra.add<float>("stray.weight", {1}, one);
+  BOOST_CHECK_THROW(load_parameters(small, SafeTensors::parse(extra.serialize())), Error);
+}
+
+BOOST_AUTO_TEST_CASE(overwrites_only_checkpoints_and_leaves_no_temporaries) {
+  TempDir d;
+  SafeTensorsWriter m1, m2, o;
+  const std::vector<float> a = {1, 2}, b = {3, 4, 5};
+  m1.add<float>("w", {2}, a);
+  m2.add<float>("w", {3}, b);
+  write_checkpoint(d.path / "run", m1, o, "{}");
+  write_checkpoint(d.path / "run", m2, o, "{}");  // replaces the old checkpoint whole
+  BOOST_TEST(SafeTensors::load(d.path / "run" / kModelFile).values<float>("w") == b, boost::test_tools::per_element());
+  BOOST_TEST(entries(d.path) == 1u);  // no temporary directories left behind
+
+  // A directory of the user's is never replaced.
+  fs::create_directories(d.path / "mine");
+  std::ofstream(d.path / "mine" / "notes.txt") << "precious";
+  try {
+    write_checkpoint(d.path / "mine", m1, o, "{}");
+    BOOST_FAIL("a non-checkpoint directory was overwritten");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()).find("is not an xfmr checkpoint") != std::string::npos);
+  }
+  std::ifstream in(d.path / "mine" / "notes.txt");
+  std::string s;
+  in >> s;
+  BOOST_TEST(s == "precious");
+  BOOST_TEST(entries(d.path / "mine") == 1u);
+  BOOST_CHECK_THROW(read_trainer_state(d.path / "mine"), Error);
+}

@@ -1,0 +1,153 @@
+#define BOOST_TEST_MODULE text
+#include <unistd.h>
+#include <zlib.h>
+
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/text/datasets.hpp"
+#include "xfmr/text/text.hpp"
+
+using namespace xfmr;
+namespace fs = std::filesystem;
+
+namespace {
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("xfmr_text_" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path write(const std::string& name, const std::string& content) const {
+    std::ofstream(path / name, std::ios::binary) << content;
+    return path / name;
+  }
+  fs::path write_gz(const std::string& name, const std::string& content) const {
+    gzFile f = gzopen((path / name).c_str(), "wb");
+    gzwrite(f, content.data(), static_cast<unsigned>(content.size()));
+    gzclose(f);
+    return path / name;
+  }
+};
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(reads_plain_and_gzip_files) {
+  TempDir d;
+  const std::string text = "line one\nline two\r\nlast";
+  BOOST_TEST(read_text_file(d.write("a.txt", text)) == text);
+  BOOST_TEST(read_text_file(d.write_gz("a.txt.gz", text)) == text);
+  BOOST_TEST((read_lines(d.write_gz("b.gz", text)) == std::vector<std::string>{"line one", "line two", "last"}));
+  BOOST_TEST(error_of([&] { read_text_file(d.path / "missing.txt"); }) == (d.path / "missing.txt").string() + ": no such file");
+  BOOST_TEST(error_of([&] { read_text_file(d.write("empty.txt", "")); }).ends_with(": file is empty"));
+  // A gzip stream cut in half is reported, not silently shortened.
+  const auto gz = d.write_gz("long.gz", std::string(100000, 'x') + "tail");
+  fs::resize_file(gz, fs::file_size(gz) / 2);
+  BOOST_TEST(error_of([&] { read_text_file(gz); }).find("corrupt or truncated") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(char_tokenizer_from_corpus) {
+  const auto tok = CharTokenizer::from_corpus("hello wörld\n");
+  BOOST_TEST(tok.size() == 10);  // \n space d e h l o r w ö
+  BOOST_TEST(tok.token(0) == "\n");
+  BOOST_TEST(tok.token(9) == "ö");
+  const auto ids = tok.encode("world hö");
+  BOOST_TEST(tok.decode(ids) == "world hö");
+  BOOST_TEST(error_of([&] { tok.encode("hex"); }) == "character 'x' at byte 2 is not in the vocabulary of 10 characters");
+  BOOST_TEST(error_of([&] { tok.encode("h\x01"); }) == "character '\\x01' at byte 1 is not in the vocabulary of 10 characters");
+  BOOST_TEST(error_of([&] { tok.encode("h\xc3"); }) == "invalid UTF-8 at byte 1");
+  const auto back = CharTokenizer::from_json(tok.to_json());
+  BOOST_TEST(back.size() == tok.size());
+  BOOST_TEST((back.encode("world hö") == ids));
+}
+
+BOOST_AUTO_TEST_CASE(char_tokenizer_unknown_token_and_bytes) {
+  const auto tok = CharTokenizer::from_corpus("abc", /*with_unknown=*/true);
+  BOOST_TEST(tok.size() == 4);
+  BOOST_TEST((tok.encode("axc") == std::vector<std::int32_t>{0, 3, 2}));
+  BOOST_TEST(CharTokenizer::from_json(tok.to_json()).unknown_id().value_or(-1) == 3);
+  const auto bytes = CharTokenizer::byte_level();
+  BOOST_TEST(bytes.size() == 256);
+  const std::string any = "any \xff\x01 text";
+  BOOST_TEST(bytes.decode(bytes.encode(any)) == any);
+  BOOST_TEST(CharTokenizer::from_json(bytes.to_json()).is_byte_level());
+  BOOST_CHECK_THROW(CharTokenizer::from_json("{\"type\": \"chars\", \"chars\": [\"a\", \"a\"]}"), Error);
+  BOOST_CHECK_THROW(CharTokenizer::from_json("not json"), Error);
+}
+
+BOOST_AUTO_TEST_CASE(word_vocab) {
+  const std::vector<std::string> texts = {"the cat sat", "the dog sat", "a cat"};
+  const auto v = WordVocab::build(texts, 2);
+  // specials, then by frequency (ties alphabetical): cat 2, sat 2, the 2
+  BOOST_TEST(v.size() == 6);
+  BOOST_TEST(v.word(3) == "cat");
+  BOOST_TEST((v.encode("the dog") == std::vector<std::int32_t>{5, 1}));  // dog is rare: <unk>
+  BOOST_TEST(*v.special("<cls>") == 2);
+  const auto back = WordVocab::from_json(v.to_json());
+  BOOST_TEST((back.encode("a cat sat") == v.encode("a cat sat")));
+  BOOST_CHECK_THROW(WordVocab::build(texts, 1, {"<pad>"}), Error);  // no <unk>
+}
+
+BOOST_AUTO_TEST_CASE(lm_batches) {
+  std::vector<std::int32_t> tokens(50);
+  for (int i = 0; i < 50; ++i) tokens[i] = i;
+  const LmBatcher batcher(tokens, 3, 8);
+  Rng rng(1);
+  std::vector<std::int32_t> ids(24), targets(24), ids2(24), targets2(24);
+  batcher.sample(rng, ids.data(), targets.data());
+  for (int b = 0; b < 3; ++b)
+    for (int t = 0; t < 8; ++t) {
+      BOOST_TEST(targets[b * 8 + t] == ids[b * 8 + t] + 1);  // next token
+      if (t) BOOST_TEST(ids[b * 8 + t] == ids[b * 8 + t - 1] + 1);
+    }
+  batcher.fixed(7, 2, ids.data(), targets.data());
+  batcher.fixed(7, 2, ids2.data(), targets2.data());
+  BOOST_TEST(ids == ids2);
+  BOOST_CHECK_THROW(LmBatcher(std::span(tokens).first(8), 1, 8), Error);
+}
+
+BOOST_AUTO_TEST_CASE(names_mode) {
+  const std::vector<std::string> lines = {"emma", "olivia", "", "ava", "isabella", "sophia", "mia", "amelia", "harper",
+                                          "evelyn", "abigail"};
+  const auto c = names_corpus(lines, 0.8, 42);
+  BOOST_TEST(c.train.front() == '\n');
+  BOOST_TEST(c.val.front() == '\n');
+  const auto count = [](const std::string& s) { return std::count(s.begin(), s.end(), '\n') - 1; };
+  BOOST_TEST(count(c.train) == 8);
+  BOOST_TEST(count(c.val) == 2);
+  BOOST_TEST(c.train.size() + c.val.size() == std::string("emmaoliviaavaisabellasophiamiaameliaharperevelynabigail").size() + 12);
+}
+
+BOOST_AUTO_TEST_CASE(labeled_tsv) {
+  TempDir d;
+  const auto good = read_labeled_tsv(d.write("g.tsv", "label\tsentence\n1\ta fine film\n0\tdull\n"));
+  BOOST_TEST(good.size() == 2u);
+  BOOST_TEST(good[0].label == 1);
+  BOOST_TEST(good[1].text == "dull");
+  const auto p = d.write("bad.tsv", "label\tsentence\n1\tok\n0 no tab here\n");
+  BOOST_TEST(error_of([&] { read_labeled_tsv(p); }) == p.string() + ":3: no tab between label and text");
+  const auto q = d.write("bad2.tsv", "label\tsentence\npositive\tok\n");
+  BOOST_TEST(error_of([&] { read_labeled_tsv(q); }) == q.string() + ":2: label 'positive' is not an integer");
+  BOOST_TEST(error_of([&] { read_labeled_tsv(d.write("h.tsv", "1\n")); }).ends_with("expected a header line 'label<TAB>text'"));
+}
+
+BOOST_AUTO_TEST_CASE(class_batches_pad_truncate_and_cls) {
+  const std::vector<std::vector<std::int32_t>> seqs = {{5, 6, 7}, {8}, {9, 9, 9, 9, 9, 9}};
+  const std::vector<int> labels = {1, 0, 1};
+  const auto b = make_class_batch(seqs, labels, 5, 0, 2);
+  BOOST_TEST(b.B == 3);
+  BOOST_TEST(b.T == 5);  // 6 + CLS truncated to max_t
+  BOOST_TEST((std::vector<std::int32_t>(b.ids.begin(), b.ids.begin() + 5) == std::vector<std::int32_t>{2, 5, 6, 7, 0}));
+  BOOST_TEST((std::vector<std::uint8_t>(b.padding.begin() + 5, b.padding.begin() + 10) ==
+              std::vector<std::uint8_t>{0, 0, 1, 1, 1}));
+  BOOST_TEST((b.labels == std::vector<std::int32_t>{1, 0, 1}));
+  const auto plain = make_class_batch(seqs, labels, 64, 0);
+  BOOST_TEST(plain.T == 6);  // longest in the batch
+}
