@@ -1,0 +1,51 @@
+#define BOOST_TEST_MODULE sampling
+#include "xfmr/infer/sampling.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+using namespace xfmr;
+
+BOOST_AUTO_TEST_CASE(greedy_and_top_k_one_pick_the_arg_max) {
+  const std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f};
+  Rng rng(1);
+  Sampler greedy({.temperature = 0.0});
+  Sampler k1({.temperature = 1.5, .top_k = 1});
+  for (int i = 0; i < 20; ++i) {
+    BOOST_TEST(greedy(std::span<const float>(logits), rng) == 1);
+    BOOST_TEST(k1(std::span<const float>(logits), rng) == 1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(frequencies_follow_the_softmax) {
+  const std::vector<double> logits = {std::log(0.5), std::log(0.3), std::log(0.2)};
+  Rng rng(2);
+  Sampler s({});
+  std::vector<int> counts(3);
+  const int n = 40000;
+  for (int i = 0; i < n; ++i) ++counts[s(std::span<const double>(logits), rng)];
+  BOOST_TEST(std::abs(counts[0] / double(n) - 0.5) < 0.01);
+  BOOST_TEST(std::abs(counts[1] / double(n) - 0.3) < 0.01);
+  BOOST_TEST(std::abs(counts[2] / double(n) - 0.2) < 0.01);
+}
+
+BOOST_AUTO_TEST_CASE(top_k_and_top_p_restrict_the_support) {
+  const std::vector<double> logits = {std::log(0.5), std::log(0.3), std::log(0.15), std::log(0.05)};
+  Rng rng(3);
+  Sampler k2({.temperature = 1.0, .top_k = 2});
+  Sampler p07({.temperature = 1.0, .top_k = 0, .top_p = 0.7});  // 0.5 + 0.3 reaches 0.7
+  std::vector<int> ck(4), cp(4);
+  for (int i = 0; i < 20000; ++i) {
+    ++ck[k2(std::span<const double>(logits), rng)];
+    ++cp[p07(std::span<const double>(logits), rng)];
+  }
+  BOOST_TEST(ck[2] + ck[3] == 0);
+  BOOST_TEST(cp[2] + cp[3] == 0);
+  BOOST_TEST(std::abs(ck[0] / 20000.0 - 0.625) < 0.015);  // renormalised 0.5 / 0.8
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_are_errors) {
+  BOOST_CHECK_THROW(Sampler({.temperature = -1.0}), Error);
+  BOOST_CHECK_THROW(Sampler({.temperature = 1.0, .top_k = -2}), Error);
+  BOOST_CHECK_THROW(Sampler({.temperature = 1.0, .top_k = 0, .top_p = 0.0}), Error);
+}
