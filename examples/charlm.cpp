@@ -1,0 +1,450 @@
+// xfmr-charlm: train a character-level GPT on a text file, and sample from it.
+//
+//   xfmr-charlm train --data FILE [--model shakespeare-small] [--steps N] ...
+//   xfmr-charlm sample --checkpoint DIR [--tokens N] [--prompt TEXT] ...
+//
+// Run either command with --help for its options.
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "presets.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/infer/sampling.hpp"
+#include "xfmr/io/checkpoint.hpp"
+#include "xfmr/models/decoder.hpp"
+#include "xfmr/text/datasets.hpp"
+#include "xfmr/text/text.hpp"
+#include "xfmr/train/gradients.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/schedules.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace xfmr;
+using namespace xfmr::examples;
+using Be = CpuBackend<float>;
+
+namespace {
+
+constexpr const char* kFormat = "xfmr-charlm";
+constexpr std::uint64_t kEvalSeed = 0x5eed;
+
+// Settings that define a run; on --resume they come from the checkpoint.
+struct RunSettings {
+  std::string model = "shakespeare-small", mode = "text", schedule = "constant";
+  int batch = 16, grad_accum = 1;
+  double lr = 1e-3, clip = 0.0, weight_decay = 0.01, val_fraction = 0.1;
+  float dropout = -1.0f;  // < 0: the preset's
+  std::uint64_t seed = 1337;
+
+  json to_json() const {
+    return {{"model", model},   {"mode", mode},       {"schedule", schedule}, {"batch", batch},
+            {"grad_accum", grad_accum}, {"lr", lr},   {"clip", clip},         {"weight_decay", weight_decay},
+            {"val_fraction", val_fraction}, {"dropout", dropout}, {"seed", seed}};
+  }
+  static RunSettings from_json(const json& j) {
+    RunSettings s;
+    s.model = j.at("model");
+    s.mode = j.at("mode");
+    s.schedule = j.at("schedule");
+    s.batch = j.at("batch");
+    s.grad_accum = j.at("grad_accum");
+    s.lr = j.at("lr");
+    s.clip = j.at("clip");
+    s.weight_decay = j.at("weight_decay");
+    s.val_fraction = j.at("val_fraction");
+    s.dropout = j.at("dropout");
+    s.seed = j.at("seed");
+    return s;
+  }
+};
+
+struct TrainArgs {
+  RunSettings run;
+  std::string data, out, resume, metrics_json, log_csv, report;
+  long steps = 5000, stop_after = 0;  // stop_after > 0: stop (and checkpoint) at that step of the plan
+  int eval_every = 500, eval_batches = 100, samples = 300;
+};
+
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// The text the model learns from, split into train and validation streams.
+struct Corpus {
+  std::string train, val;
+  std::uint64_t hash = 0;
+};
+
+Corpus load_corpus(const std::string& path, const RunSettings& run) {
+  require(!path.empty(), "--data FILE is required");
+  Corpus c;
+  const std::string text = read_text_file(path);
+  c.hash = fnv1a(text);
+  if (run.mode == "names") {
+    std::vector<std::string> lines;
+    std::size_t start = 0;
+    while (start < text.size()) {
+      auto end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(start, end - start);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      lines.push_back(std::move(line));
+      start = end + 1;
+    }
+    auto nc = names_corpus(lines, 1.0 - run.val_fraction, run.seed);
+    c.train = std::move(nc.train);
+    c.val = std::move(nc.val);
+  } else {
+    require(run.mode == "text", "unknown --mode '", run.mode, "' (expected text or names)");
+    // The first (1 - val_fraction) of the characters train, the rest validate.
+    const auto chars = utf8_characters(text);
+    const std::size_t n_train = std::size_t(double(chars.size()) * (1.0 - run.val_fraction));
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < n_train; ++i) bytes += chars[i].size();
+    c.train = text.substr(0, bytes);
+    c.val = text.substr(bytes);
+  }
+  return c;
+}
+
+template <class Cfg>
+std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, std::vector<std::int32_t> context,
+                     int tokens, const SamplingOptions& opts, Rng& rng, bool stream) {
+  Sampler sampler(opts);
+  std::string out;
+  const int V = model.vocab();
+  for (int i = 0; i < tokens; ++i) {
+    const int T = std::min<int>(static_cast<int>(context.size()), Cfg::MAX_T);
+    const std::span<const std::int32_t> window(context.data() + context.size() - T, T);
+    const auto logits = model.forward(be, window, Shape{1, T});
+    const auto next = sampler(logits.subspan(std::size_t(T - 1) * V, V), rng);
+    context.push_back(next);
+    const std::string piece = tok.token(next);
+    out += piece;
+    if (stream) {
+      std::cout << piece;
+      std::cout.flush();
+    }
+  }
+  return out;
+}
+
+template <class Cfg>
+void train(TrainArgs args, const std::optional<json>& resumed) {
+  using Model = Decoder<Cfg, Be>;
+  RunSettings& run = args.run;
+  const float dropout = run.dropout >= 0 ? run.dropout : Cfg::DROPOUT;
+  const Corpus corpus = load_corpus(args.data, run);
+
+  // Tokenizer: built from the whole corpus, or the checkpoint's.
+  std::optional<SafeTensors> ckpt_model;
+  CharTokenizer tok = CharTokenizer::byte_level();
+  if (resumed) {
+    require(resumed->at("data_hash") == hex(corpus.hash), "--data ", args.data,
+            " is not the text the checkpoint was trained on (", resumed->at("data").get<std::string>(), ")");
+    ckpt_model = SafeTensors::load(fs::path(args.resume) / kModelFile);
+    tok = CharTokenizer::from_json(ckpt_model->metadata().at("tokenizer"));
+  } else {
+    tok = CharTokenizer::from_corpus(corpus.train + corpus.val);
+  }
+  const auto train_ids = tok.encode(corpus.train), val_ids = tok.encode(corpus.val);
+  const LmBatcher train_batches(train_ids, run.batch, Cfg::MAX_T);
+  const LmBatcher val_batches(val_ids, run.batch, Cfg::MAX_T);
+
+  Be be;
+  Model model(tok.size(), run.seed, {.dropout = dropout, .tie_weights = false});
+  AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = run.weight_decay});
+  const LrSchedule schedule = LrSchedule::parse(run.schedule, run.lr, args.steps);
+  CrossEntropyLoss<Be> ce;
+  Rng rng(detail::mix64(run.seed ^ 0xda7aULL));
+  long start = 0;
+  if (resumed) {
+    load_parameters(model, *ckpt_model);
+    load_optimizer_state(opt, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));
+    start = resumed->at("step");
+    rng.set_state(std::stoull(resumed->at("rng").get<std::string>()));
+    const auto calls = resumed->at("dropout_calls").get<std::vector<std::uint64_t>>();
+    std::size_t i = 0;
+    model.for_each_dropout([&](auto& d) {
+      require(i < calls.size(), "checkpoint has ", calls.size(), " dropout counters, the model more");
+      d.set_calls(calls[i++]);
+    });
+    require(start <= args.steps, "the checkpoint is at step ", start, ", past --steps ", args.steps);
+  }
+
+  const int T = Cfg::MAX_T, rows = run.batch * T, V = tok.size();
+  std::cout << "xfmr-charlm: " << Cfg::NAME << ", " << Model::parameter_count(V, false) << " parameters, vocabulary "
+            << V << ", " << train_ids.size() << " train / " << val_ids.size() << " val tokens, batch " << run.batch
+            << " x " << T << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << "\n";
+
+  std::vector<std::int32_t> ids(rows), targets(rows);
+  std::vector<float> dlogits(std::size_t(rows) * V);
+  auto evaluate = [&](const LmBatcher& b) {
+    model.set_training(false);
+    double total = 0;
+    for (int i = 0; i < args.eval_batches; ++i) {
+      b.fixed(kEvalSeed, i, ids.data(), targets.data());
+      total += ce.forward(be, model.forward(be, ids, Shape{run.batch, T}), targets, V);
+    }
+    model.set_training(true);
+    return total / args.eval_batches;
+  };
+  auto save = [&](long step) {
+    if (args.out.empty()) return;
+    SafeTensorsWriter mw, ow;
+    add_parameters(mw, model);
+    mw.set_metadata("format", kFormat);
+    mw.set_metadata("model", Cfg::NAME);
+    mw.set_metadata("tokenizer", tok.to_json());
+    add_optimizer_state(ow, opt);
+    std::vector<std::uint64_t> calls;
+    model.for_each_dropout([&](auto& d) { calls.push_back(d.calls()); });
+    json state = {{"format", kFormat},  {"version", 1},           {"step", step},
+                  {"steps", args.steps}, {"rng", std::to_string(rng.state())}, {"dropout_calls", calls},
+                  {"data", args.data},  {"data_hash", hex(corpus.hash)}, {"vocab", V},
+                  {"settings", run.to_json()}};
+    write_checkpoint(args.out, mw, ow, state.dump(2));
+  };
+
+  CsvLog csv(args.log_csv);
+  std::vector<std::pair<long, double>> batch_losses;
+  std::vector<LossPoint> evals;
+  Progress progress(start, args.steps, long(rows) * run.grad_accum);
+  double last_train = -1, last_val = -1, last_loss = 0;
+  const long stop = args.stop_after > 0 ? std::min(args.stop_after, args.steps) : args.steps;
+  for (long step = start; step < stop; ++step) {
+    const double lr = schedule.at(step);
+    zero_grad(model);
+    double loss = 0;
+    for (int micro = 0; micro < run.grad_accum; ++micro) {
+      train_batches.sample(rng, ids.data(), targets.data());
+      const auto logits = model.forward(be, ids, Shape{run.batch, T});
+      const double l = ce.forward(be, logits, targets, V);
+      if (!std::isfinite(l)) {
+        const auto bad = first_non_finite_parameter(be, model);
+        detail::fail("loss is ", l, " at step ", step, "; ",
+                     bad.empty() ? std::string("every parameter is finite") : "first non-finite parameter: '" + bad + "'");
+      }
+      loss += l / run.grad_accum;
+      ce.backward(be, dlogits, 1.0 / run.grad_accum);
+      model.backward(be, dlogits);
+    }
+    if (run.clip > 0) clip_gradients(be, model, run.clip);
+    else gradient_norm(be, model);  // throws naming the first non-finite gradient
+    opt.step(be, lr);
+    last_loss = loss;
+    batch_losses.emplace_back(step + 1, loss);
+    csv.batch(step + 1, lr, loss);
+    progress.update(step, loss);
+    if ((step + 1) % args.eval_every == 0 || step + 1 == stop) {
+      last_train = evaluate(train_batches);
+      last_val = evaluate(val_batches);
+      progress.clear_line();
+      std::cout << "step " << step + 1 << ": train loss " << std::fixed << std::setprecision(4) << last_train
+                << ", val loss " << last_val << std::defaultfloat << std::endl;
+      evals.push_back({step + 1, last_train, last_val});
+      csv.eval(step + 1, lr, last_train, last_val);
+      save(step + 1);
+    }
+  }
+  progress.clear_line();
+  const double wall = progress.elapsed(), tps = progress.tokens_per_second();
+  if (start == args.steps) std::cout << "already at step " << start << "; nothing to train\n";
+
+  std::string sample;
+  if (args.samples > 0) {
+    model.set_training(false);
+    Rng sample_rng(run.seed);
+    const auto nl = tok.find("\n");
+    std::cout << "--- sample ---\n";
+    sample = generate(model, be, tok, {nl.value_or(0)}, args.samples, {}, sample_rng, true);
+    std::cout << "\n--------------\n";
+  }
+  csv.save();
+  write_html_report(args.report, std::string("xfmr-charlm: ") + Cfg::NAME,
+                    {{"model", Cfg::NAME},
+                     {"parameters", std::to_string(Model::parameter_count(V, false))},
+                     {"data", args.data},
+                     {"steps", std::to_string(args.steps)},
+                     {"batch", std::to_string(run.batch) + " x " + std::to_string(T)},
+                     {"learning rate", std::to_string(run.lr) + " (" + run.schedule + ")"},
+                     {"final train loss", std::to_string(last_train)},
+                     {"final val loss", std::to_string(last_val)},
+                     {"tokens/s", std::to_string(tps)},
+                     {"wall time", format_duration(wall)},
+                     {"sample", sample}},
+                    batch_losses, evals);
+  if (!args.metrics_json.empty()) {
+    json m = {{"model", Cfg::NAME},   {"parameters", Model::parameter_count(V, false)}, {"steps", args.steps},
+              {"batch", run.batch},   {"train_loss", last_train}, {"val_loss", last_val},
+              {"last_batch_loss", last_loss}, {"first_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.front().second},
+              {"tokens_per_s", tps},  {"wall_s", wall}};
+    write_text_atomic(args.metrics_json, m.dump(2) + "\n");
+  }
+}
+
+struct SampleArgs {
+  std::string checkpoint, prompt;
+  int tokens = 500;
+  SamplingOptions sampling;
+  std::uint64_t seed = 1;
+};
+
+template <class Cfg>
+void sample(const SampleArgs& args) {
+  const auto st = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
+  const auto tok = CharTokenizer::from_json(st.metadata().at("tokenizer"));
+  Be be;
+  Decoder<Cfg, Be> model(tok.size(), 0);
+  load_parameters(model, st);
+  model.set_training(false);
+  std::vector<std::int32_t> context;
+  try {
+    context = tok.encode(args.prompt);
+  } catch (const Error& e) {
+    detail::fail("prompt: ", e.what());
+  }
+  if (context.empty()) context.push_back(tok.find("\n").value_or(0));
+  Rng rng(args.seed);
+  std::cout << args.prompt;
+  generate(model, be, tok, context, args.tokens, args.sampling, rng, true);
+  std::cout << "\n";
+}
+
+int usage(const char* argv0) {
+  std::cerr << "usage: " << argv0 << " train|sample [options]   (" << argv0 << " train --help for the options)\n";
+  return 2;
+}
+
+int run_train(int argc, char** argv) {
+  TrainArgs a;
+  po::options_description opts("xfmr-charlm train: train a character-level GPT");
+  opts.add_options()("help", "show this help")
+      ("data", po::value(&a.data), "training text, plain or .gz (required)")
+      ("model", po::value(&a.run.model)->default_value(a.run.model), (std::string("preset: ") + lm_preset_names()).c_str())
+      ("mode", po::value(&a.run.mode)->default_value(a.run.mode), "text (one stream, 90/10 split) or names (one name per line)")
+      ("steps", po::value(&a.steps)->default_value(a.steps), "total optimisation steps (the schedule spans them)")
+      ("stop-after", po::value(&a.stop_after), "stop at this step of the plan, with a checkpoint (resume later)")
+      ("batch", po::value(&a.run.batch)->default_value(a.run.batch), "sequences per batch")
+      ("grad-accum", po::value(&a.run.grad_accum)->default_value(a.run.grad_accum), "micro-batches per step")
+      ("lr", po::value(&a.run.lr)->default_value(a.run.lr), "peak learning rate (AdamW)")
+      ("schedule", po::value(&a.run.schedule)->default_value(a.run.schedule), "constant, cosine (warmup + cosine) or onecycle")
+      ("weight-decay", po::value(&a.run.weight_decay)->default_value(a.run.weight_decay), "AdamW weight decay (matrices only)")
+      ("clip", po::value(&a.run.clip)->default_value(a.run.clip), "global gradient-norm clip (0 = off)")
+      ("dropout", po::value(&a.run.dropout), "dropout rate (default: the preset's)")
+      ("val-fraction", po::value(&a.run.val_fraction)->default_value(a.run.val_fraction), "share of the data held out")
+      ("seed", po::value(&a.run.seed)->default_value(a.run.seed), "seed for initialisation, data order and dropout")
+      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between evaluations (and checkpoints)")
+      ("eval-batches", po::value(&a.eval_batches)->default_value(a.eval_batches), "batches per loss estimate")
+      ("out", po::value(&a.out), "checkpoint directory, written at every evaluation")
+      ("resume", po::value(&a.resume), "continue from this checkpoint (settings come from it)")
+      ("metrics-json", po::value(&a.metrics_json), "write final losses, tokens/s and wall time here")
+      ("log-csv", po::value(&a.log_csv)->default_value("charlm_log.csv"), "per-step CSV log")
+      ("report", po::value(&a.report)->default_value("charlm_report.html"), "HTML report with the loss curves")
+      ("samples", po::value(&a.samples)->default_value(a.samples), "characters to sample at the end");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  require(a.steps > 0 && a.run.batch > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_batches > 0,
+          "--steps, --batch, --grad-accum, --eval-every and --eval-batches must be positive");
+  require(a.run.lr > 0, "--lr ", a.run.lr, " must be positive");
+  require(a.run.val_fraction > 0 && a.run.val_fraction < 1, "--val-fraction ", a.run.val_fraction, " outside (0, 1)");
+
+  std::optional<json> resumed;
+  if (!a.resume.empty()) {
+    const json state = json::parse(read_trainer_state(a.resume));
+    require(state.value("format", "") == kFormat, a.resume, ": not an xfmr-charlm checkpoint");
+    const RunSettings saved = RunSettings::from_json(state.at("settings"));
+    // Settings given explicitly must agree with the checkpoint's.
+    auto agree = [&](const char* flag, bool same) {
+      require(!vm.count(flag) || vm[flag].defaulted() || same, "--", flag, " differs from the checkpoint in ", a.resume);
+    };
+    agree("model", a.run.model == saved.model);
+    agree("mode", a.run.mode == saved.mode);
+    agree("batch", a.run.batch == saved.batch);
+    agree("grad-accum", a.run.grad_accum == saved.grad_accum);
+    agree("lr", a.run.lr == saved.lr);
+    agree("schedule", a.run.schedule == saved.schedule);
+    agree("weight-decay", a.run.weight_decay == saved.weight_decay);
+    agree("clip", a.run.clip == saved.clip);
+    agree("dropout", a.run.dropout == saved.dropout);
+    agree("seed", a.run.seed == saved.seed);
+    agree("val-fraction", a.run.val_fraction == saved.val_fraction);
+    a.run = saved;
+    if (a.out.empty()) a.out = a.resume;
+    resumed = state;
+  }
+  with_lm_preset(a.run.model, [&]<class Cfg>() { train<Cfg>(a, resumed); });
+  return 0;
+}
+
+int run_sample(int argc, char** argv) {
+  SampleArgs a;
+  po::options_description opts("xfmr-charlm sample: generate text from a checkpoint");
+  opts.add_options()("help", "show this help")
+      ("checkpoint", po::value(&a.checkpoint), "checkpoint directory written by train --out (required)")
+      ("tokens", po::value(&a.tokens)->default_value(a.tokens), "characters to generate")
+      ("temperature", po::value(&a.sampling.temperature)->default_value(1.0), "0 = greedy")
+      ("top-k", po::value(&a.sampling.top_k)->default_value(0), "sample among the k most likely (0 = all)")
+      ("top-p", po::value(&a.sampling.top_p)->default_value(1.0), "nucleus sampling threshold (1 = off)")
+      ("prompt", po::value(&a.prompt)->default_value(""), "text to continue")
+      ("seed", po::value(&a.seed)->default_value(a.seed), "sampling seed");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  require(!a.checkpoint.empty(), "--checkpoint DIR is required");
+  require(a.tokens >= 0, "--tokens ", a.tokens, " must be >= 0");
+  a.sampling.validate();
+  const json state = json::parse(read_trainer_state(a.checkpoint));
+  require(state.value("format", "") == kFormat, a.checkpoint, ": not an xfmr-charlm checkpoint");
+  with_lm_preset(state.at("settings").at("model").get<std::string>(), [&]<class Cfg>() { sample<Cfg>(a); });
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(argv[0]);
+  const std::string command = argv[1];
+  try {
+    if (command == "train") return run_train(argc - 1, argv + 1);
+    if (command == "sample") return run_sample(argc - 1, argv + 1);
+    if (command == "--help" || command == "-h") {
+      usage(argv[0]);
+      return 0;
+    }
+    std::cerr << "xfmr-charlm: unknown command '" << command << "'\n";
+    return usage(argv[0]);
+  } catch (const Error& e) {
+    std::cerr << "\nxfmr-charlm: error: " << e.what() << "\n";
+  } catch (const po::error& e) {
+    std::cerr << "xfmr-charlm: " << e.what() << " (see --help)\n";
+  } catch (const json::exception& e) {
+    std::cerr << "xfmr-charlm: error: malformed checkpoint state: " << e.what() << "\n";
+  }
+  return 1;
+}

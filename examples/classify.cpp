@@ -1,0 +1,331 @@
+// xfmr-classify: train a transformer sentence classifier on "label<TAB>text"
+// files, and evaluate a trained one.
+//
+//   xfmr-classify train --train TSV --dev TSV [--model sst2] [--epochs N] ...
+//   xfmr-classify eval --checkpoint DIR --dev TSV
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "presets.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/io/checkpoint.hpp"
+#include "xfmr/models/classifier.hpp"
+#include "xfmr/text/datasets.hpp"
+#include "xfmr/text/text.hpp"
+#include "xfmr/train/gradients.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/schedules.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace xfmr;
+using namespace xfmr::examples;
+using Be = CpuBackend<float>;
+
+namespace {
+
+constexpr const char* kFormat = "xfmr-classify";
+
+// Words or characters, behind one interface; serialised into the checkpoint.
+struct Tokens {
+  std::string kind;  // "word" or "char"
+  std::optional<WordVocab> words;
+  std::optional<CharTokenizer> chars;
+  std::int32_t pad = 0, cls = -1;
+
+  static Tokens build(const std::string& kind, const std::vector<LabeledText>& train, int min_freq, bool cls) {
+    Tokens t;
+    t.kind = kind;
+    std::vector<std::string> texts;
+    for (const auto& r : train) texts.push_back(r.text);
+    if (kind == "word") {
+      t.words = WordVocab::build(texts, min_freq);
+      t.pad = *t.words->special("<pad>");
+      if (cls) t.cls = *t.words->special("<cls>");
+    } else {
+      require(kind == "char", "unknown --tokens '", kind, "' (expected word or char)");
+      std::string all;
+      for (const auto& s : texts) all += s;
+      // Characters: id 0 pads, the last id is CLS, unknown characters map to <unk>.
+      t.chars = CharTokenizer::from_corpus(all, /*with_unknown=*/true);
+      t.pad = t.chars->size();
+      t.cls = cls ? t.chars->size() + 1 : -1;
+    }
+    return t;
+  }
+  int size() const { return words ? words->size() : chars->size() + 2; }
+  std::vector<std::int32_t> encode(const std::string& text) const {
+    return words ? words->encode(text) : chars->encode(text);
+  }
+  json to_json() const {
+    return {{"kind", kind}, {"vocab", words ? words->to_json() : chars->to_json()}, {"cls", cls}};
+  }
+  static Tokens from_json(const json& j) {
+    Tokens t;
+    t.kind = j.at("kind");
+    if (t.kind == "word") {
+      t.words = WordVocab::from_json(j.at("vocab").get<std::string>());
+      t.pad = *t.words->special("<pad>");
+    } else {
+      t.chars = CharTokenizer::from_json(j.at("vocab").get<std::string>());
+      t.pad = t.chars->size();
+    }
+    t.cls = j.at("cls");
+    return t;
+  }
+};
+
+struct Encoded {
+  std::vector<std::vector<std::int32_t>> seqs;
+  std::vector<int> labels;
+};
+
+Encoded encode_all(const Tokens& tok, const std::vector<LabeledText>& rows, int classes, const std::string& source) {
+  Encoded e;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    require(rows[i].label < classes, source, ": example ", i + 1, " has label ", rows[i].label,
+            " but the model has ", classes, " classes");
+    e.seqs.push_back(tok.encode(rows[i].text));
+    e.labels.push_back(rows[i].label);
+  }
+  return e;
+}
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+};
+
+template <class Model>
+EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data, int max_t, int batch) {
+  model.set_training(false);
+  CrossEntropyLoss<Be> ce;
+  Accuracy acc;
+  double loss = 0;
+  for (std::size_t i = 0; i < data.seqs.size(); i += batch) {
+    const std::size_t n = std::min<std::size_t>(batch, data.seqs.size() - i);
+    const auto b = make_class_batch(std::span(data.seqs).subspan(i, n), std::span(data.labels).subspan(i, n), max_t,
+                                    tok.pad, tok.cls);
+    const auto logits = model.forward(be, b.ids, Shape{b.B, b.T}, b.padding.data());
+    loss += ce.forward(be, logits, b.labels, model.classes()) * double(n);
+    acc += accuracy<float>(logits, b.labels, model.classes());
+  }
+  model.set_training(true);
+  return {loss / double(data.seqs.size()), acc.value()};
+}
+
+struct TrainArgs {
+  std::string train, dev, model = "sst2", tokens = "word", pooling = "mean", schedule = "cosine", out, metrics_json,
+                          log_csv, report;
+  int epochs = 3, batch = 64, min_freq = 1, eval_every = 500;
+  double lr = 5e-4, weight_decay = 0.01, label_smoothing = 0.0, clip = 1.0;
+  float dropout = -1.0f;
+  std::uint64_t seed = 1337;
+};
+
+template <class Cfg>
+void train(const TrainArgs& a) {
+  using Model = Classifier<Cfg, Be>;
+  const auto train_rows = read_labeled_tsv(a.train), dev_rows = read_labeled_tsv(a.dev);
+  int classes = 2;
+  for (const auto& r : train_rows) classes = std::max(classes, r.label + 1);
+  const bool cls = a.pooling == "cls";
+  require(cls || a.pooling == "mean", "unknown --pooling '", a.pooling, "' (expected mean or cls)");
+  const Tokens tok = Tokens::build(a.tokens, train_rows, a.min_freq, cls);
+  const Encoded train_data = encode_all(tok, train_rows, classes, a.train);
+  const Encoded dev_data = encode_all(tok, dev_rows, classes, a.dev);
+
+  Be be;
+  Model model(tok.size(), classes, a.seed,
+              {.dropout = a.dropout >= 0 ? a.dropout : Cfg::DROPOUT, .pooling = cls ? Pooling::Cls : Pooling::Mean});
+  AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = a.weight_decay});
+  const long steps_per_epoch = long((train_data.seqs.size() + a.batch - 1) / a.batch);
+  const long total = steps_per_epoch * a.epochs;
+  const LrSchedule schedule = LrSchedule::parse(a.schedule, a.lr, total);
+  CrossEntropyLoss<Be> ce(a.label_smoothing);
+  Rng rng(detail::mix64(a.seed ^ 0xc1a55ULL));
+  std::cout << "xfmr-classify: " << Cfg::NAME << ", " << Model::parameter_count(tok.size(), classes)
+            << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
+            << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
+            << " steps\n";
+
+  std::vector<std::size_t> order(train_data.seqs.size());
+  std::vector<float> dlogits;
+  std::vector<std::vector<std::int32_t>> seqs;
+  std::vector<int> labels;
+  CsvLog csv(a.log_csv);
+  std::vector<std::pair<long, double>> batch_losses;
+  std::vector<LossPoint> evals;
+  Progress progress(0, total, long(a.batch) * Cfg::MAX_T / 2);
+  EvalResult dev{};
+  long tokens_seen = 0;
+  long step = 0;
+  for (int epoch = 0; epoch < a.epochs; ++epoch) {
+    std::iota(order.begin(), order.end(), 0);
+    for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+    for (long k = 0; k < steps_per_epoch; ++k, ++step) {
+      seqs.clear();
+      labels.clear();
+      for (std::size_t j = k * a.batch; j < std::min(order.size(), std::size_t(k + 1) * a.batch); ++j) {
+        seqs.push_back(train_data.seqs[order[j]]);
+        labels.push_back(train_data.labels[order[j]]);
+      }
+      const auto b = make_class_batch(seqs, labels, Cfg::MAX_T, tok.pad, tok.cls);
+      tokens_seen += long(b.B) * b.T;
+      const double lr = schedule.at(step);
+      zero_grad(model);
+      const auto logits = model.forward(be, b.ids, Shape{b.B, b.T}, b.padding.data());
+      const double loss = ce.forward(be, logits, b.labels, classes);
+      require(std::isfinite(loss), "loss is ", loss, " at step ", step);
+      dlogits.resize(logits.size());
+      ce.backward(be, dlogits);
+      model.backward(be, dlogits);
+      clip_gradients(be, model, a.clip);
+      opt.step(be, lr);
+      batch_losses.emplace_back(step + 1, loss);
+      csv.batch(step + 1, lr, loss);
+      progress.update(step, loss);
+      if ((step + 1) % a.eval_every == 0 || step + 1 == total) {
+        dev = evaluate(model, be, tok, dev_data, Cfg::MAX_T, 256);
+        progress.clear_line();
+        std::cout << "step " << step + 1 << " (epoch " << epoch + 1 << "): batch loss " << std::fixed
+                  << std::setprecision(4) << loss << ", dev loss " << dev.loss << ", dev accuracy "
+                  << std::setprecision(2) << 100 * dev.accuracy << "%" << std::defaultfloat << std::endl;
+        evals.push_back({step + 1, loss, dev.loss});
+        csv.eval(step + 1, lr, loss, dev.loss);
+      }
+    }
+  }
+  progress.clear_line();
+  const double wall = progress.elapsed();
+  std::cout << "dev accuracy " << std::fixed << std::setprecision(2) << 100 * dev.accuracy << "% (" << dev_data.seqs.size()
+            << " examples), " << format_duration(wall) << std::defaultfloat << "\n";
+  if (!a.out.empty()) {
+    SafeTensorsWriter mw, ow;
+    add_parameters(mw, model);
+    mw.set_metadata("format", kFormat);
+    mw.set_metadata("model", Cfg::NAME);
+    add_optimizer_state(ow, opt);
+    const json state = {{"format", kFormat}, {"version", 1}, {"model", Cfg::NAME}, {"classes", classes},
+                        {"pooling", a.pooling}, {"tokens", tok.to_json()}, {"step", total},
+                        {"dev_accuracy", dev.accuracy}};
+    write_checkpoint(a.out, mw, ow, state.dump(2));
+  }
+  csv.save();
+  write_html_report(a.report, std::string("xfmr-classify: ") + Cfg::NAME,
+                    {{"model", Cfg::NAME},
+                     {"train", a.train},
+                     {"dev", a.dev},
+                     {"epochs", std::to_string(a.epochs)},
+                     {"dev accuracy", std::to_string(100 * dev.accuracy) + "%"},
+                     {"wall time", format_duration(wall)}},
+                    batch_losses, evals);
+  if (!a.metrics_json.empty()) {
+    const json m = {{"model", Cfg::NAME}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
+                    {"steps", total},     {"epochs", a.epochs},           {"tokens_per_s", tokens_seen / wall},
+                    {"wall_s", wall},     {"first_batch_loss", batch_losses.front().second},
+                    {"last_batch_loss", batch_losses.back().second}};
+    write_text_atomic(a.metrics_json, m.dump(2) + "\n");
+  }
+}
+
+template <class Cfg>
+void eval(const std::string& checkpoint, const std::string& dev_path, const std::string& metrics_json) {
+  const json state = json::parse(read_trainer_state(checkpoint));
+  const Tokens tok = Tokens::from_json(state.at("tokens"));
+  const int classes = state.at("classes");
+  const bool cls = state.at("pooling") == "cls";
+  Be be;
+  Classifier<Cfg, Be> model(tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
+  load_parameters(model, SafeTensors::load(fs::path(checkpoint) / kModelFile));
+  const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, dev_path);
+  const auto r = evaluate(model, be, tok, dev, Cfg::MAX_T, 256);
+  std::cout << "dev accuracy " << std::fixed << std::setprecision(2) << 100 * r.accuracy << "% (" << dev.seqs.size()
+            << " examples), dev loss " << std::setprecision(4) << r.loss << "\n";
+  if (!metrics_json.empty())
+    write_text_atomic(metrics_json, json{{"dev_accuracy", r.accuracy}, {"dev_loss", r.loss}}.dump(2) + "\n");
+}
+
+int run_train(int argc, char** argv) {
+  TrainArgs a;
+  po::options_description opts("xfmr-classify train: train a sentence classifier");
+  opts.add_options()("help", "show this help")
+      ("train", po::value(&a.train), "training TSV: header line, then label<TAB>text (required)")
+      ("dev", po::value(&a.dev), "development TSV, same format (required)")
+      ("model", po::value(&a.model)->default_value(a.model), (std::string("preset: ") + classifier_preset_names()).c_str())
+      ("tokens", po::value(&a.tokens)->default_value(a.tokens), "word or char")
+      ("min-freq", po::value(&a.min_freq)->default_value(a.min_freq), "words seen fewer times map to <unk>")
+      ("pooling", po::value(&a.pooling)->default_value(a.pooling), "mean (over non-pad tokens) or cls")
+      ("epochs", po::value(&a.epochs)->default_value(a.epochs), "passes over the training data")
+      ("batch", po::value(&a.batch)->default_value(a.batch), "sentences per batch")
+      ("lr", po::value(&a.lr)->default_value(a.lr), "peak learning rate (AdamW)")
+      ("schedule", po::value(&a.schedule)->default_value(a.schedule), "constant, cosine or onecycle")
+      ("weight-decay", po::value(&a.weight_decay)->default_value(a.weight_decay), "AdamW weight decay")
+      ("label-smoothing", po::value(&a.label_smoothing)->default_value(a.label_smoothing), "cross-entropy label smoothing")
+      ("clip", po::value(&a.clip)->default_value(a.clip), "global gradient-norm clip (0 = off)")
+      ("dropout", po::value(&a.dropout), "dropout rate (default: the preset's)")
+      ("seed", po::value(&a.seed)->default_value(a.seed), "seed")
+      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between dev evaluations")
+      ("out", po::value(&a.out), "checkpoint directory")
+      ("metrics-json", po::value(&a.metrics_json), "write dev accuracy, loss and timing here")
+      ("log-csv", po::value(&a.log_csv)->default_value("classify_log.csv"), "per-step CSV log")
+      ("report", po::value(&a.report)->default_value("classify_report.html"), "HTML report");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  require(!a.train.empty() && !a.dev.empty(), "--train TSV and --dev TSV are required");
+  require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
+  with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg>(a); });
+  return 0;
+}
+
+int run_eval(int argc, char** argv) {
+  std::string checkpoint, dev, metrics_json;
+  po::options_description opts("xfmr-classify eval: accuracy of a trained classifier");
+  opts.add_options()("help", "show this help")("checkpoint", po::value(&checkpoint), "checkpoint directory (required)")
+      ("dev", po::value(&dev), "TSV to evaluate on (required)")("metrics-json", po::value(&metrics_json), "write results here");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  require(!checkpoint.empty() && !dev.empty(), "--checkpoint DIR and --dev TSV are required");
+  const json state = json::parse(read_trainer_state(checkpoint));
+  require(state.value("format", "") == kFormat, checkpoint, ": not an xfmr-classify checkpoint");
+  with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg>(checkpoint, dev, metrics_json); });
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: " << argv[0] << " train|eval [options]   (" << argv[0] << " train --help for the options)\n";
+    return 2;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "train") return run_train(argc - 1, argv + 1);
+    if (command == "eval") return run_eval(argc - 1, argv + 1);
+    std::cerr << "xfmr-classify: unknown command '" << command << "' (train or eval)\n";
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << "\nxfmr-classify: error: " << e.what() << "\n";
+  } catch (const po::error& e) {
+    std::cerr << "xfmr-classify: " << e.what() << " (see --help)\n";
+  } catch (const json::exception& e) {
+    std::cerr << "xfmr-classify: error: malformed checkpoint state: " << e.what() << "\n";
+  }
+  return 1;
+}

@@ -1,0 +1,187 @@
+// common.hpp: what the example programs share: error reporting, progress
+// display, the CSV log, the HTML report and small file helpers.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/io/safetensors.hpp"
+
+namespace xfmr::examples {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Writes text atomically (temporary file + rename): a failed write never
+// leaves a half-written file in place of an old one.
+inline void write_text_atomic(const std::filesystem::path& path, const std::string& text) {
+  write_file_atomic(path, std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+inline std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
+// A progress bar on a terminal; plain lines every `every` steps otherwise.
+class Progress {
+ public:
+  Progress(long first, long total, long tokens_per_step)
+      : first_(first), total_(total), tokens_per_step_(tokens_per_step), tty_(::isatty(STDERR_FILENO)),
+        every_(std::max(1L, (total - first) / 20)), t0_(Clock::now()) {}
+
+  void update(long step, double loss) {
+    const long done = step + 1 - first_;
+    const double elapsed = seconds_since(t0_);
+    const double tps = done * double(tokens_per_step_) / std::max(elapsed, 1e-9);
+    const double eta = elapsed / std::max(1L, done) * double(total_ - step - 1);
+    if (tty_) {
+      const int width = 30, filled = int(width * double(step + 1) / double(total_));
+      std::fprintf(stderr, "\r[%s%s] %ld/%ld  loss %.4f  %.0f tok/s  ETA %s   ", std::string(filled, '#').c_str(),
+                   std::string(width - filled, ' ').c_str(), step + 1, total_, loss, tps, format_duration(eta).c_str());
+      std::fflush(stderr);
+      dirty_ = true;
+    } else if ((step + 1) % every_ == 0 || step + 1 == total_) {
+      std::fprintf(stderr, "step %ld/%ld  loss %.4f  %.0f tok/s  elapsed %s  ETA %s\n", step + 1, total_, loss, tps,
+                   format_duration(elapsed).c_str(), format_duration(eta).c_str());
+    }
+    tokens_per_s_ = tps;
+  }
+  // Call before printing a line of one's own, so it does not land mid-bar.
+  void clear_line() {
+    if (tty_ && dirty_) std::fprintf(stderr, "\r%80s\r", "");
+    dirty_ = false;
+  }
+  double tokens_per_second() const { return tokens_per_s_; }
+  double elapsed() const { return seconds_since(t0_); }
+
+ private:
+  long first_, total_, tokens_per_step_;
+  bool tty_;
+  long every_;
+  Clock::time_point t0_;
+  bool dirty_ = false;
+  double tokens_per_s_ = 0;
+};
+
+// One point on the loss curves.
+struct LossPoint {
+  long step;
+  double train, val;  // val < 0 when there is none
+};
+
+// The CSV log: step,lr,batch_loss and, at evaluations, train/val estimates.
+class CsvLog {
+ public:
+  explicit CsvLog(const std::filesystem::path& path) : path_(path) { text_ << "step,lr,batch_loss,eval_train,eval_val\n"; }
+  void batch(long step, double lr, double loss) { text_ << step << ',' << lr << ',' << loss << ",,\n"; }
+  void eval(long step, double lr, double train, double val) {
+    text_ << step << ',' << lr << ",," << train << ',' << (val >= 0 ? std::to_string(val) : "") << "\n";
+  }
+  void save() const {
+    if (!path_.empty()) write_text_atomic(path_, text_.str());
+  }
+
+ private:
+  std::filesystem::path path_;
+  std::ostringstream text_;
+};
+
+inline std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// A self-contained HTML page: a summary table and an SVG chart of the batch
+// loss (thin) and the evaluation losses (train, val).
+inline void write_html_report(const std::filesystem::path& path, const std::string& title,
+                              const std::vector<std::pair<std::string, std::string>>& summary,
+                              const std::vector<std::pair<long, double>>& batch_loss,
+                              const std::vector<LossPoint>& evals) {
+  if (path.empty()) return;
+  const double W = 760, H = 360, L = 60, R = 20, T = 20, B = 40;
+  long smax = 1;
+  double lo = 1e300, hi = -1e300;
+  auto see = [&](long s, double v) {
+    if (v < 0 || !std::isfinite(v)) return;
+    smax = std::max(smax, s);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  };
+  for (auto [s, v] : batch_loss) see(s, v);
+  for (auto& e : evals) see(e.step, e.train), see(e.step, e.val);
+  if (lo > hi) lo = 0, hi = 1;
+  if (hi - lo < 1e-9) hi = lo + 1;
+  auto X = [&](double s) { return L + (W - L - R) * s / double(smax); };
+  auto Y = [&](double v) { return T + (H - T - B) * (hi - v) / (hi - lo); };
+  std::ostringstream svg;
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' font-size='11'>";
+  svg << "<rect width='100%' height='100%' fill='white'/>";
+  for (int i = 0; i <= 4; ++i) {
+    const double v = lo + (hi - lo) * i / 4.0;
+    svg << "<line x1='" << L << "' x2='" << W - R << "' y1='" << Y(v) << "' y2='" << Y(v) << "' stroke='#ddd'/>";
+    svg << "<text x='" << L - 6 << "' y='" << Y(v) + 4 << "' text-anchor='end'>" << std::setprecision(3) << v << "</text>";
+  }
+  for (int i = 0; i <= 4; ++i) {
+    const double s = smax * i / 4.0;
+    svg << "<text x='" << X(s) << "' y='" << H - B + 16 << "' text-anchor='middle'>" << long(s) << "</text>";
+  }
+  svg << "<text x='" << (L + W - R) / 2 << "' y='" << H - 6 << "' text-anchor='middle'>step</text>";
+  auto polyline = [&](const std::vector<std::pair<double, double>>& pts, const char* color, double width) {
+    if (pts.empty()) return;
+    svg << "<polyline fill='none' stroke='" << color << "' stroke-width='" << width << "' points='";
+    for (auto [s, v] : pts) svg << X(s) << ',' << Y(v) << ' ';
+    svg << "'/>";
+  };
+  std::vector<std::pair<double, double>> b, tr, va;
+  const std::size_t stride = std::max<std::size_t>(1, batch_loss.size() / 1500);
+  for (std::size_t i = 0; i < batch_loss.size(); i += stride) b.emplace_back(batch_loss[i].first, batch_loss[i].second);
+  for (auto& e : evals) {
+    tr.emplace_back(e.step, e.train);
+    if (e.val >= 0) va.emplace_back(e.step, e.val);
+  }
+  polyline(b, "#9ecae1", 1);
+  polyline(tr, "#08519c", 2);
+  polyline(va, "#d94801", 2);
+  svg << "<text x='" << W - R - 150 << "' y='" << T + 12 << "' fill='#9ecae1'>batch loss</text>";
+  svg << "<text x='" << W - R - 150 << "' y='" << T + 26 << "' fill='#08519c'>train (eval)</text>";
+  svg << "<text x='" << W - R - 150 << "' y='" << T + 40 << "' fill='#d94801'>val (eval)</text>";
+  svg << "</svg>";
+  std::ostringstream html;
+  html << "<!doctype html><html><head><meta charset='utf-8'><title>" << html_escape(title)
+       << "</title><style>body{font-family:sans-serif;margin:2em}td{padding:2px 12px}</style></head><body><h1>"
+       << html_escape(title) << "</h1><table>";
+  for (const auto& [k, v] : summary) html << "<tr><td>" << html_escape(k) << "</td><td>" << html_escape(v) << "</td></tr>";
+  html << "</table><h2>Loss</h2>" << svg.str() << "</body></html>\n";
+  write_text_atomic(path, html.str());
+}
+
+}  // namespace xfmr::examples

@@ -1,0 +1,99 @@
+// presets.hpp: the closed list of character-LM configurations xfmr-charlm
+// offers. Each is a compile-time configuration; with_lm_preset() maps a
+// user's --model onto one, or fails naming the choices.
+#pragma once
+
+#include <string>
+
+#include "xfmr/blocks/residual.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/layers/activation.hpp"
+#include "xfmr/layers/positional.hpp"
+
+namespace xfmr::examples {
+
+// For smoke tests and quick demonstrations.
+struct LmTiny {
+  static constexpr const char* NAME = "tiny";
+  static constexpr int MAX_T = 16, D_MODEL = 32, N_HEADS = 2, N_LAYERS = 2, D_FF = 64;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+
+// Seed 002 (the "let's build GPT" character model): D64 H4 L4 T32 FF256.
+struct ShakespeareSmall {
+  static constexpr const char* NAME = "shakespeare-small";
+  static constexpr int MAX_T = 32, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 4, D_FF = 256;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
+// Seed 000 (makemore-style names): a context long enough for any name.
+struct Names {
+  static constexpr const char* NAME = "names";
+  static constexpr int MAX_T = 16, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 4, D_FF = 256;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+
+// Seed 002's scaled-up model: D384 H6 L6 T256, dropout 0.2.
+struct ShakespeareLarge {
+  static constexpr const char* NAME = "shakespeare-large";
+  static constexpr int MAX_T = 256, D_MODEL = 384, N_HEADS = 6, N_LAYERS = 6, D_FF = 1536;
+  static constexpr float DROPOUT = 0.2f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
+inline const char* lm_preset_names() { return "tiny, shakespeare-small, names, shakespeare-large"; }
+
+template <class F>
+void with_lm_preset(const std::string& name, F&& f) {
+  if (name == LmTiny::NAME) f.template operator()<LmTiny>();
+  else if (name == ShakespeareSmall::NAME) f.template operator()<ShakespeareSmall>();
+  else if (name == Names::NAME) f.template operator()<Names>();
+  else if (name == ShakespeareLarge::NAME) f.template operator()<ShakespeareLarge>();
+  else detail::fail("unknown model '", name, "' (choose from ", lm_preset_names(), ")");
+}
+
+}  // namespace xfmr::examples
+
+namespace xfmr::examples {
+
+// Classifier configurations for xfmr-classify.
+struct ClassifierTiny {
+  static constexpr const char* NAME = "tiny";
+  static constexpr int MAX_T = 32, D_MODEL = 32, N_HEADS = 2, N_LAYERS = 1, D_FF = 64;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PostNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
+// Seed 004's sentiment model: post-norm encoder, mean pooling over words.
+struct Sst2 {
+  static constexpr const char* NAME = "sst2";
+  static constexpr int MAX_T = 64, D_MODEL = 128, N_HEADS = 4, N_LAYERS = 2, D_FF = 512;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PostNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
+inline const char* classifier_preset_names() { return "tiny, sst2"; }
+
+template <class F>
+void with_classifier_preset(const std::string& name, F&& f) {
+  if (name == ClassifierTiny::NAME) f.template operator()<ClassifierTiny>();
+  else if (name == Sst2::NAME) f.template operator()<Sst2>();
+  else detail::fail("unknown model '", name, "' (choose from ", classifier_preset_names(), ")");
+}
+
+}  // namespace xfmr::examples

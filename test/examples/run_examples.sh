@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# End-to-end checks of the example programs, one case per ctest test:
+#   run_examples.sh CASE BIN_DIR WORK_DIR
+# Each case fails (non-zero) with a message saying what went wrong.
+set -uo pipefail
+case_name=$1 bin=$2 work=$3
+charlm="$bin/xfmr-charlm" classify="$bin/xfmr-classify"
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+# Passive waiting: ctest runs cases side by side on few cores, where spinning
+# OpenMP threads of one process starve the other.
+export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect_error "message part" command...: must exit non-zero and print the message.
+expect_error() {
+  local want=$1; shift
+  local out
+  out=$("$@" 2>&1) && fail "expected failure of: $* (got success: $out)"
+  grep -qF -- "$want" <<<"$out" || fail "expected '$want' from: $*; got: $out"
+}
+json_value() { sed -n "s/.*\"$2\": *\\([-0-9.e+]*\\).*/\\1/p" "$1" | head -1; }
+
+# A small corpus of our own with regular structure, so a few steps learn something.
+make_corpus() {
+  for i in $(seq 1 400); do
+    echo "the cat sat on the mat $((i % 7)) times."
+    echo "a dog ran to the park $((i % 5)) days ago."
+  done > corpus.txt
+}
+# Toy sentiment data: the label follows the sentiment words.
+make_tsv() {
+  local n=$1 file=$2 pos=(good great fine lovely superb) neg=(bad awful poor dull boring) fill=(the film was a plot and it)
+  echo -e "label\tsentence" > "$file"
+  for i in $(seq 1 "$n"); do
+    if ((i % 2)); then w=${pos[$((i % 5))]}; l=1; else w=${neg[$((i % 5))]}; l=0; fi
+    echo -e "$l\t${fill[$((i % 7))]} ${fill[$(((i + 3) % 7))]} $w ${fill[$(((i + 1) % 7))]}" >> "$file"
+  done
+}
+train_tiny() {  # train_tiny STEPS OUT [extra...]
+  local steps=$1 out=$2; shift 2
+  "$charlm" train --data corpus.txt --model tiny --steps "$steps" --batch 8 --lr 3e-3 --eval-every 10 \
+    --eval-batches 4 --samples 0 --out "$out" --log-csv "$out.csv" --report "$out.html" "$@"
+}
+
+case "$case_name" in
+  charlm_help)
+    "$charlm" train --help | grep -q -- "--resume" || fail "train --help lacks --resume"
+    "$charlm" sample --help | grep -q -- "--top-p" || fail "sample --help lacks --top-p"
+    ;;
+  charlm_train_sample)
+    make_corpus
+    train_tiny 60 ckpt --metrics-json m.json > train.log 2>&1 || { cat train.log; fail "training failed"; }
+    grep -q "step 60: train loss" train.log || fail "no evaluation line in the output"
+    first=$(json_value m.json first_batch_loss) final=$(json_value m.json train_loss)
+    awk -v a="$first" -v b="$final" 'BEGIN { exit !(b < a - 1.0) }' || fail "loss did not decrease enough: $first -> $final"
+    [[ -s ckpt.csv && -s ckpt.html ]] || fail "no CSV log or HTML report"
+    grep -q "<svg" ckpt.html || fail "the report has no SVG chart"
+    out=$("$charlm" sample --checkpoint ckpt --prompt "the cat" --tokens 40 --seed 3) || fail "sampling failed"
+    [[ $out == "the cat"* && ${#out} -ge 47 ]] || fail "sample does not continue the prompt: $out"
+    again=$("$charlm" sample --checkpoint ckpt --prompt "the cat" --tokens 40 --seed 3)
+    [[ $out == "$again" ]] || fail "sampling with one seed is not reproducible"
+    greedy=$("$charlm" sample --checkpoint ckpt --prompt "a dog" --tokens 20 --temperature 0) || fail "greedy failed"
+    ;;
+  charlm_resume_bitwise)
+    make_corpus
+    # Cosine schedule and dropout: both must continue exactly where they stopped.
+    train_tiny 40 full --schedule cosine > /dev/null 2>&1 || fail "the 40-step run failed"
+    train_tiny 40 half --schedule cosine --stop-after 20 > half.log 2>&1 || { cat half.log; fail "the 20-step run failed"; }
+    grep -q "step 20: train loss" half.log || fail "the first half did not stop at step 20"
+    "$charlm" train --data corpus.txt --resume half --steps 40 --samples 0 --eval-batches 4 --log-csv r.csv \
+      --report r.html > resume.log 2>&1 || { cat resume.log; fail "resuming failed"; }
+    grep -q "resuming at step 20" resume.log || fail "the run did not resume at step 20"
+    cmp full/model.safetensors half/model.safetensors || fail "20 + 20 resumed steps differ from 40 steps (model)"
+    cmp full/optimizer.safetensors half/optimizer.safetensors || fail "20 + 20 resumed steps differ from 40 steps (optimizer)"
+    ;;
+  charlm_bad_input)
+    make_corpus
+    expect_error "missing.txt: no such file" "$charlm" train --data missing.txt --steps 1
+    : > empty.txt
+    expect_error "empty.txt: file is empty" "$charlm" train --data empty.txt --steps 1
+    expect_error "unknown model 'gpt5' (choose from tiny, shakespeare-small" "$charlm" train --data corpus.txt --model gpt5
+    expect_error "--data FILE is required" "$charlm" train --steps 1
+    expect_error "unrecognised option '--bogus'" "$charlm" train --bogus
+    train_tiny 10 ckpt > /dev/null 2>&1 || fail "training failed"
+    expect_error "prompt: character 'Z' at byte 4 is not in the vocabulary" "$charlm" sample --checkpoint ckpt --prompt "the Zebra"
+    expect_error "--model differs from the checkpoint" "$charlm" train --data corpus.txt --resume ckpt --model shakespeare-small
+    echo "other text entirely" > other.txt
+    expect_error "is not the text the checkpoint was trained on" "$charlm" train --data other.txt --resume ckpt --steps 20
+    expect_error "top-p 0 outside (0, 1]" "$charlm" sample --checkpoint ckpt --top-p 0
+    expect_error "not a checkpoint directory" "$charlm" sample --checkpoint .
+    mkdir mine && echo keep > mine/notes.txt
+    expect_error "is not an xfmr checkpoint" "$charlm" train --data corpus.txt --model tiny --steps 2 --eval-every 1 \
+      --eval-batches 1 --samples 0 --out mine
+    [[ $(cat mine/notes.txt) == keep && $(ls mine | wc -l) == 1 ]] || fail "a user's directory was modified"
+    ;;
+  classify_train_eval)
+    make_tsv 400 train.tsv && make_tsv 60 dev.tsv
+    "$classify" train --train train.tsv --dev dev.tsv --model tiny --epochs 4 --batch 16 --lr 3e-3 --eval-every 50 \
+      --out clf --metrics-json m.json --log-csv c.csv --report c.html > train.log 2>&1 || { cat train.log; fail "training failed"; }
+    acc=$(json_value m.json dev_accuracy)
+    awk -v a="$acc" 'BEGIN { exit !(a >= 0.95) }' || fail "dev accuracy $acc on separable toy data"
+    "$classify" eval --checkpoint clf --dev dev.tsv --metrics-json e.json > eval.log || fail "eval failed"
+    [[ $(json_value e.json dev_accuracy) == "$acc" ]] || fail "eval accuracy $(json_value e.json dev_accuracy) != $acc"
+    "$classify" train --train train.tsv --dev dev.tsv --model tiny --tokens char --pooling cls --epochs 1 --batch 16 \
+      --eval-every 100 --log-csv c2.csv --report c2.html > /dev/null 2>&1 || fail "char tokens with CLS pooling failed"
+    ;;
+  classify_bad_input)
+    make_tsv 20 good.tsv
+    printf 'label\tsentence\n1\tfine\n0 no tab\n' > notab.tsv
+    printf 'label\tsentence\nyes\tfine\n' > badlabel.tsv
+    expect_error "notab.tsv:3: no tab between label and text" "$classify" train --train notab.tsv --dev good.tsv --model tiny
+    expect_error "badlabel.tsv:2: label 'yes' is not an integer" "$classify" train --train good.tsv --dev badlabel.tsv --model tiny
+    expect_error "unknown model 'bert'" "$classify" train --train good.tsv --dev good.tsv --model bert
+    expect_error "missing.tsv: no such file" "$classify" train --train missing.tsv --dev good.tsv
+    printf 'label\tsentence\n7\tgood film\n' > label7.tsv
+    expect_error "has label 7 but the model has 2 classes" "$classify" train --train good.tsv --dev label7.tsv --model tiny --epochs 1
+    ;;
+  *) fail "unknown case $case_name" ;;
+esac
+echo "ok: $case_name"
