@@ -85,10 +85,18 @@ std::string hex(std::uint64_t v) {
   return buf;
 }
 
-// The text the model learns from, split into train and validation streams.
+// The text the model learns from: train and validation streams (text mode),
+// or train and validation names (names mode).
 struct Corpus {
-  std::string train, val;
+  std::string train, val;                   // text mode
+  std::vector<std::string> train_names, val_names;  // names mode
   std::uint64_t hash = 0;
+  std::string all_text() const {
+    std::string s = train + val;
+    for (const auto* v : {&train_names, &val_names})
+      for (const auto& n : *v) s += n + "\n";
+    return s;
+  }
 };
 
 Corpus load_corpus(const std::string& path, const RunSettings& run) {
@@ -107,9 +115,9 @@ Corpus load_corpus(const std::string& path, const RunSettings& run) {
       lines.push_back(std::move(line));
       start = end + 1;
     }
-    auto nc = names_corpus(lines, 1.0 - run.val_fraction, run.seed);
-    c.train = std::move(nc.train);
-    c.val = std::move(nc.val);
+    auto split = split_names(lines, 1.0 - run.val_fraction, run.seed);
+    c.train_names = std::move(split.train);
+    c.val_names = std::move(split.val);
   } else {
     require(run.mode == "text", "unknown --mode '", run.mode, "' (expected text or names)");
     // The first (1 - val_fraction) of the characters train, the rest validate.
@@ -122,6 +130,37 @@ Corpus load_corpus(const std::string& path, const RunSettings& run) {
   }
   return c;
 }
+
+// Training and evaluation batches for either mode.
+class Batches {
+ public:
+  Batches(const Corpus& c, const CharTokenizer& tok, const std::string& mode, int batch, int length, bool train) {
+    if (mode == "names") {
+      const auto sep = tok.find("\n").value();
+      std::vector<std::vector<std::int32_t>> seqs;
+      for (const auto& n : train ? c.train_names : c.val_names) seqs.push_back(tok.encode(n));
+      seq_.emplace(std::move(seqs), batch, length, sep, sep, kIgnoreIndex);
+    } else {
+      ids_ = tok.encode(train ? c.train : c.val);
+      lm_.emplace(ids_, batch, length);
+    }
+  }
+  void sample(Rng& rng, std::int32_t* ids, std::int32_t* targets) const {
+    lm_ ? lm_->sample(rng, ids, targets) : seq_->sample(rng, ids, targets);
+  }
+  // Evaluation batches: fixed random windows (text), or the names in order,
+  // all of them when `cap` allows (names).
+  int eval_count(int cap) const { return lm_ ? cap : std::min(cap, seq_->batches()); }
+  void eval_batch(int i, std::int32_t* ids, std::int32_t* targets) const {
+    lm_ ? lm_->fixed(kEvalSeed, i, ids, targets) : seq_->in_order(i, ids, targets);
+  }
+  std::size_t size() const { return lm_ ? ids_.size() : seq_->size(); }
+
+ private:
+  std::vector<std::int32_t> ids_;
+  std::optional<LmBatcher> lm_;
+  std::optional<SequenceBatcher> seq_;
+};
 
 template <class Cfg>
 std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, std::vector<std::int32_t> context,
@@ -161,11 +200,10 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
     ckpt_model = SafeTensors::load(fs::path(args.resume) / kModelFile);
     tok = CharTokenizer::from_json(ckpt_model->metadata().at("tokenizer"));
   } else {
-    tok = CharTokenizer::from_corpus(corpus.train + corpus.val);
+    tok = CharTokenizer::from_corpus(corpus.all_text());
   }
-  const auto train_ids = tok.encode(corpus.train), val_ids = tok.encode(corpus.val);
-  const LmBatcher train_batches(train_ids, run.batch, Cfg::MAX_T);
-  const LmBatcher val_batches(val_ids, run.batch, Cfg::MAX_T);
+  const Batches train_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, true);
+  const Batches val_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, false);
 
   Be be;
   Model model(tok.size(), run.seed, {.dropout = dropout, .tie_weights = false});
@@ -190,20 +228,25 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
 
   const int T = Cfg::MAX_T, rows = run.batch * T, V = tok.size();
   std::cout << "xfmr-charlm: " << Cfg::NAME << ", " << Model::parameter_count(V, false) << " parameters, vocabulary "
-            << V << ", " << train_ids.size() << " train / " << val_ids.size() << " val tokens, batch " << run.batch
+            << V << ", " << train_batches.size() << " train / " << val_batches.size()
+            << (run.mode == "names" ? " val names" : " val tokens") << ", batch " << run.batch
             << " x " << T << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << "\n";
 
   std::vector<std::int32_t> ids(rows), targets(rows);
   std::vector<float> dlogits(std::size_t(rows) * V);
-  auto evaluate = [&](const LmBatcher& b) {
+  // Mean loss over every counted target of the evaluation batches.
+  auto evaluate = [&](const Batches& b) {
     model.set_training(false);
     double total = 0;
-    for (int i = 0; i < args.eval_batches; ++i) {
-      b.fixed(kEvalSeed, i, ids.data(), targets.data());
-      total += ce.forward(be, model.forward(be, ids, Shape{run.batch, T}), targets, V);
+    long counted = 0;
+    for (int i = 0; i < b.eval_count(args.eval_batches); ++i) {
+      b.eval_batch(i, ids.data(), targets.data());
+      const long n = std::count_if(targets.begin(), targets.end(), [](std::int32_t t) { return t != kIgnoreIndex; });
+      total += ce.forward(be, model.forward(be, ids, Shape{run.batch, T}), targets, V) * double(n);
+      counted += n;
     }
     model.set_training(true);
-    return total / args.eval_batches;
+    return counted ? total / double(counted) : 0.0;
   };
   auto save = [&](long step) {
     if (args.out.empty()) return;

@@ -322,8 +322,7 @@ void LmBatcher::fixed(std::uint64_t seed, int i, std::int32_t* ids, std::int32_t
   sample(rng, ids, targets);
 }
 
-NamesCorpus names_corpus(const std::vector<std::string>& lines, double train_fraction, std::uint64_t seed,
-                         char separator) {
+NamesSplit split_names(const std::vector<std::string>& lines, double train_fraction, std::uint64_t seed) {
   std::vector<std::string> names;
   for (const auto& l : lines)
     if (!l.empty()) names.push_back(l);
@@ -332,14 +331,42 @@ NamesCorpus names_corpus(const std::vector<std::string>& lines, double train_fra
   Rng rng(seed);
   for (std::size_t i = names.size() - 1; i > 0; --i) std::swap(names[i], names[rng.below(i + 1)]);
   const std::size_t n_train = std::clamp<std::size_t>(std::size_t(train_fraction * names.size()), 1, names.size() - 1);
-  NamesCorpus c;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    std::string& out = i < n_train ? c.train : c.val;
-    if (out.empty()) out += separator;
-    out += names[i];
-    out += separator;
+  NamesSplit s;
+  s.train.assign(names.begin(), names.begin() + n_train);
+  s.val.assign(names.begin() + n_train, names.end());
+  return s;
+}
+
+SequenceBatcher::SequenceBatcher(std::vector<std::vector<std::int32_t>> sequences, int batch, int length,
+                                 std::int32_t sep, std::int32_t pad_id, std::int32_t ignore_index)
+    : seqs_(std::move(sequences)), batch_(batch), length_(length), sep_(sep), pad_(pad_id), ignore_(ignore_index) {
+  require(batch > 0 && length > 1, "batch ", batch, " x length ", length, " too small");
+  require(!seqs_.empty(), "no sequences to batch");
+  for (std::size_t i = 0; i < seqs_.size(); ++i)
+    require(seqs_[i].size() + 1 <= std::size_t(length), "sequence ", i + 1, " has ", seqs_[i].size(),
+            " tokens; with its separator that exceeds the context of ", length);
+}
+
+void SequenceBatcher::row(const std::vector<std::int32_t>* seq, std::int32_t* ids, std::int32_t* targets) const {
+  std::fill(ids, ids + length_, pad_);
+  std::fill(targets, targets + length_, ignore_);
+  if (!seq) return;
+  const int n = static_cast<int>(seq->size());
+  ids[0] = sep_;
+  for (int t = 0; t < n; ++t) ids[t + 1] = targets[t] = (*seq)[t];
+  targets[n] = sep_;
+}
+
+void SequenceBatcher::sample(Rng& rng, std::int32_t* ids, std::int32_t* targets) const {
+  for (int b = 0; b < batch_; ++b)
+    row(&seqs_[rng.below(seqs_.size())], ids + std::size_t(b) * length_, targets + std::size_t(b) * length_);
+}
+
+void SequenceBatcher::in_order(int i, std::int32_t* ids, std::int32_t* targets) const {
+  for (int b = 0; b < batch_; ++b) {
+    const std::size_t k = std::size_t(i) * batch_ + b;
+    row(k < seqs_.size() ? &seqs_[k] : nullptr, ids + std::size_t(b) * length_, targets + std::size_t(b) * length_);
   }
-  return c;
 }
 
 std::vector<LabeledText> read_labeled_tsv(const std::filesystem::path& path) {

@@ -116,13 +116,25 @@ BOOST_AUTO_TEST_CASE(lm_batches) {
 BOOST_AUTO_TEST_CASE(names_mode) {
   const std::vector<std::string> lines = {"emma", "olivia", "", "ava", "isabella", "sophia", "mia", "amelia", "harper",
                                           "evelyn", "abigail"};
-  const auto c = names_corpus(lines, 0.8, 42);
-  BOOST_TEST(c.train.front() == '\n');
-  BOOST_TEST(c.val.front() == '\n');
-  const auto count = [](const std::string& s) { return std::count(s.begin(), s.end(), '\n') - 1; };
-  BOOST_TEST(count(c.train) == 8);
-  BOOST_TEST(count(c.val) == 2);
-  BOOST_TEST(c.train.size() + c.val.size() == std::string("emmaoliviaavaisabellasophiamiaameliaharperevelynabigail").size() + 12);
+  const auto s = split_names(lines, 0.8, 42);
+  BOOST_TEST(s.train.size() == 8u);
+  BOOST_TEST(s.val.size() == 2u);
+  std::vector<std::string> all = s.train;
+  all.insert(all.end(), s.val.begin(), s.val.end());
+  std::sort(all.begin(), all.end());
+  BOOST_TEST(std::count(all.begin(), all.end(), "emma") == 1);
+  BOOST_TEST(all.size() == 10u);  // the empty line is dropped
+
+  // Rows are whole names: [sep, n...] -> [n..., sep], padding ignored.
+  const SequenceBatcher batcher({{5, 6}, {7, 8, 9}, {4}}, 2, 5, /*sep=*/0, /*pad=*/0, /*ignore=*/-100);
+  std::vector<std::int32_t> ids(10), targets(10);
+  batcher.in_order(0, ids.data(), targets.data());
+  BOOST_TEST((ids == std::vector<std::int32_t>{0, 5, 6, 0, 0, 0, 7, 8, 9, 0}));
+  BOOST_TEST((targets == std::vector<std::int32_t>{5, 6, 0, -100, -100, 7, 8, 9, 0, -100}));
+  BOOST_TEST(batcher.batches() == 2);
+  batcher.in_order(1, ids.data(), targets.data());
+  BOOST_TEST((std::vector<std::int32_t>(targets.begin() + 5, targets.end()) == std::vector<std::int32_t>(5, -100)));
+  BOOST_CHECK_THROW(SequenceBatcher({{1, 2, 3, 4, 5}}, 1, 5, 0, 0, -100), Error);  // 5 + separator > 5
 }
 
 BOOST_AUTO_TEST_CASE(labeled_tsv) {

@@ -37,11 +37,34 @@ class LmBatcher {
   int batch_, length_;
 };
 
-struct NamesCorpus {
-  std::string train, val;  // names joined by the separator, which also starts each split
+// Names mode (seed 000): non-empty lines shuffled with a seed and split by name.
+struct NamesSplit {
+  std::vector<std::string> train, val;
 };
-NamesCorpus names_corpus(const std::vector<std::string>& lines, double train_fraction, std::uint64_t seed,
-                         char separator = '\n');
+NamesSplit split_names(const std::vector<std::string>& lines, double train_fraction, std::uint64_t seed);
+
+// One whole sequence per row, as makemore trains on names: ids are
+// [sep, s1 .. sn] and targets [s1 .. sn, sep], the rest of the row padded
+// (ids pad_id, targets ignore_index). Sequences longer than length - 1 are an
+// error naming the sequence.
+class SequenceBatcher {
+ public:
+  SequenceBatcher(std::vector<std::vector<std::int32_t>> sequences, int batch, int length, std::int32_t sep,
+                  std::int32_t pad_id, std::int32_t ignore_index);
+  // A batch of sequences drawn at random (with replacement).
+  void sample(Rng& rng, std::int32_t* ids, std::int32_t* targets) const;
+  // The i-th batch of the sequences in order (the last may be partly padding
+  // rows whose targets are all ignored); batches() covers them all once.
+  void in_order(int i, std::int32_t* ids, std::int32_t* targets) const;
+  int batches() const { return static_cast<int>((seqs_.size() + batch_ - 1) / batch_); }
+  std::size_t size() const { return seqs_.size(); }
+
+ private:
+  void row(const std::vector<std::int32_t>* seq, std::int32_t* ids, std::int32_t* targets) const;
+  std::vector<std::vector<std::int32_t>> seqs_;
+  int batch_, length_;
+  std::int32_t sep_, pad_, ignore_;
+};
 
 struct LabeledText {
   int label = 0;
