@@ -162,9 +162,13 @@ class Batches {
   std::optional<SequenceBatcher> seq_;
 };
 
+// Samples `tokens` tokens after `context`. With a reset token (names mode:
+// the separator), each generated separator starts a fresh context, as in
+// training, where every row holds one name from its beginning.
 template <class Cfg>
 std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, std::vector<std::int32_t> context,
-                     int tokens, const SamplingOptions& opts, Rng& rng, bool stream) {
+                     int tokens, const SamplingOptions& opts, Rng& rng, bool stream,
+                     std::optional<std::int32_t> reset = std::nullopt) {
   Sampler sampler(opts);
   std::string out;
   const int V = model.vocab();
@@ -173,6 +177,7 @@ std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, 
     const std::span<const std::int32_t> window(context.data() + context.size() - T, T);
     const auto logits = model.forward(be, window, Shape{1, T});
     const auto next = sampler(logits.subspan(std::size_t(T - 1) * V, V), rng);
+    if (reset && next == *reset) context.clear();
     context.push_back(next);
     const std::string piece = tok.token(next);
     out += piece;
@@ -316,7 +321,9 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
     Rng sample_rng(run.seed);
     const auto nl = tok.find("\n");
     std::cout << "--- sample ---\n";
-    sample = generate(model, be, tok, {nl.value_or(0)}, args.samples, {}, sample_rng, true);
+    std::optional<std::int32_t> reset;
+    if (run.mode == "names") reset = nl;
+    sample = generate(model, be, tok, {nl.value_or(0)}, args.samples, {}, sample_rng, true, reset);
     std::cout << "\n--------------\n";
   }
   csv.save();
@@ -350,7 +357,7 @@ struct SampleArgs {
 };
 
 template <class Cfg>
-void sample(const SampleArgs& args) {
+void sample(const SampleArgs& args, const std::string& mode) {
   const auto st = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
   const auto tok = CharTokenizer::from_json(st.metadata().at("tokenizer"));
   Be be;
@@ -366,7 +373,10 @@ void sample(const SampleArgs& args) {
   if (context.empty()) context.push_back(tok.find("\n").value_or(0));
   Rng rng(args.seed);
   std::cout << args.prompt;
-  generate(model, be, tok, context, args.tokens, args.sampling, rng, true);
+  std::optional<std::int32_t> reset;
+  if (mode == "names") reset = tok.find("\n");
+  if (reset && context.front() != *reset) context.insert(context.begin(), *reset);  // a name starts after a separator
+  generate(model, be, tok, context, args.tokens, args.sampling, rng, true, reset);
   std::cout << "\n";
 }
 
@@ -464,7 +474,9 @@ int run_sample(int argc, char** argv) {
   a.sampling.validate();
   const json state = json::parse(read_trainer_state(a.checkpoint));
   require(state.value("format", "") == kFormat, a.checkpoint, ": not an xfmr-charlm checkpoint");
-  with_lm_preset(state.at("settings").at("model").get<std::string>(), [&]<class Cfg>() { sample<Cfg>(a); });
+  const json& settings = state.at("settings");
+  with_lm_preset(settings.at("model").get<std::string>(),
+                 [&]<class Cfg>() { sample<Cfg>(a, settings.at("mode").get<std::string>()); });
   return 0;
 }
 

@@ -61,6 +61,17 @@ case "$case_name" in
     [[ $out == "$again" ]] || fail "sampling with one seed is not reproducible"
     greedy=$("$charlm" sample --checkpoint ckpt --prompt "a dog" --tokens 20 --temperature 0) || fail "greedy failed"
     ;;
+  charlm_names)
+    for a in ma li so ka ro be; do for b in ri na la ti; do for c in "" a n e; do echo "$a$b$c"; done; done; done > names.txt
+    "$charlm" train --data names.txt --mode names --model tiny --steps 80 --batch 16 --lr 3e-3 --eval-every 40 \
+      --eval-batches 50 --samples 60 --out nm --metrics-json m.json --log-csv n.csv --report n.html > train.log 2>&1 \
+      || { cat train.log; fail "names training failed"; }
+    grep -q "86 train / 10 val names" train.log || fail "names were not split 90/10 by name: $(head -1 train.log)"
+    final=$(json_value m.json val_loss)
+    awk -v v="$final" 'BEGIN { exit !(v < 2.0) }' || fail "names val loss $final did not fall below 2.0"
+    out=$("$charlm" sample --checkpoint nm --tokens 40 --prompt ma --seed 2) || fail "sampling names failed"
+    [[ $out == ma* ]] || fail "the sample does not start with the prompt: $out"
+    ;;
   charlm_resume_bitwise)
     make_corpus
     # Cosine schedule and dropout: both must continue exactly where they stopped.
