@@ -412,12 +412,7 @@ int run_train(int argc, char** argv) {
       ("report", po::value(&a.report)->default_value("charlm_report.html"), "HTML report with the loss curves")
       ("samples", po::value(&a.samples)->default_value(a.samples), "characters to sample at the end");
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, opts), vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_options(argc, argv, opts, vm)) return 0;
   require(a.steps > 0 && a.run.batch > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_batches > 0,
           "--steps, --batch, --grad-accum, --eval-every and --eval-batches must be positive");
   require(a.run.lr > 0, "--lr ", a.run.lr, " must be positive");
@@ -463,12 +458,7 @@ int run_sample(int argc, char** argv) {
       ("prompt", po::value(&a.prompt)->default_value(""), "text to continue")
       ("seed", po::value(&a.seed)->default_value(a.seed), "sampling seed");
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, opts), vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.checkpoint.empty(), "--checkpoint DIR is required");
   require(a.tokens >= 0, "--tokens ", a.tokens, " must be >= 0");
   a.sampling.validate();

@@ -276,12 +276,7 @@ int run_train(int argc, char** argv) {
       ("log-csv", po::value(&a.log_csv)->default_value("classify_log.csv"), "per-step CSV log")
       ("report", po::value(&a.report)->default_value("classify_report.html"), "HTML report");
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, opts), vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.train.empty() && !a.dev.empty(), "--train TSV and --dev TSV are required");
   require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
   with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg>(a); });
@@ -294,12 +289,7 @@ int run_eval(int argc, char** argv) {
   opts.add_options()("help", "show this help")("checkpoint", po::value(&checkpoint), "checkpoint directory (required)")
       ("dev", po::value(&dev), "TSV to evaluate on (required)")("metrics-json", po::value(&metrics_json), "write results here");
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, opts), vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!checkpoint.empty() && !dev.empty(), "--checkpoint DIR and --dev TSV are required");
   const json state = json::parse(read_trainer_state(checkpoint));
   require(state.value("format", "") == kFormat, checkpoint, ": not an xfmr-classify checkpoint");

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <boost/program_options.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -31,6 +33,19 @@ inline double seconds_since(Clock::time_point t0) {
 // leaves a half-written file in place of an old one.
 inline void write_text_atomic(const std::filesystem::path& path, const std::string& text) {
   write_file_atomic(path, std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+// Parses argv into vm; prints the options and returns false on --help.
+inline bool parse_options(int argc, char** argv, const boost::program_options::options_description& opts,
+                          boost::program_options::variables_map& vm) {
+  namespace po = boost::program_options;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return false;
+  }
+  po::notify(vm);
+  return true;
 }
 
 inline std::string format_duration(double s) {

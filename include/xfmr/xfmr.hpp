@@ -28,3 +28,4 @@
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/encoder.hpp"
 #include "xfmr/models/stem.hpp"
+#include "xfmr/models/transformer.hpp"

@@ -52,7 +52,7 @@ class Classifier {
     return {logits, std::size_t(bt.B) * classes()};
   }
 
-  void backward(Backend& be, std::span<const S> dlogits) {
+  void backward(Backend& be, std::span<const S> dlogits) {  // parameter gradients accumulate
     require(dlogits.size() == std::size_t(bt_.B) * classes(), "logit gradient has ", dlogits.size(),
             " elements, expected ", std::size_t(bt_.B) * classes());
     const auto dpooled = dpooled_.template rows<D>(bt_.B);
@@ -71,9 +71,7 @@ class Classifier {
   void for_each_dropout(F&& f) {
     encoder_.for_each_dropout(f);
   }
-  void set_training(bool on) {
-    for_each_dropout([on](auto& d) { d.set_training(on); });
-  }
+  void set_training(bool on) { encoder_.set_training(on); }
 
   int classes() const { return head_.out(); }
   int vocab() const { return encoder_.vocab(); }

@@ -1,8 +1,7 @@
 // decoder.hpp: Decoder<Cfg, Backend>, a GPT-style language model.
 //
-//   ids (B, T) -> tok_emb + positions -> N causal DecoderOnlyBlocks
-//   -> ln_f (PreNorm configs only; PostNorm blocks end normalised)
-//   -> lm_head -> logits (B*T, vocab)
+//   ids (B, T) -> causal Transformer trunk (tok_emb + positions, N
+//   DecoderOnlyBlocks, ln_f for PreNorm configs) -> lm_head -> logits (B*T, vocab)
 //
 // The vocabulary size is runtime; D_MODEL, N_HEADS, N_LAYERS, D_FF, MAX_T are
 // static. With tie_weights the LM head uses the token embedding matrix (as in
@@ -18,11 +17,8 @@
 #include <span>
 #include <type_traits>
 
-#include "xfmr/blocks/encoder_block.hpp"
-#include "xfmr/core/config.hpp"
-#include "xfmr/layers/layer_norm.hpp"
 #include "xfmr/layers/output_projection.hpp"
-#include "xfmr/models/stem.hpp"
+#include "xfmr/models/transformer.hpp"
 
 namespace xfmr {
 
@@ -31,40 +27,21 @@ struct DecoderOptions {
   bool tie_weights = false;
 };
 
-namespace detail {
-// Parameters of one self-attention block of Cfg (what visit() lists).
-template <class Cfg>
-constexpr std::size_t self_block_parameters() {
-  constexpr std::size_t D = Cfg::D_MODEL, H = Cfg::N_HEADS, FF = Cfg::D_FF;
-  constexpr std::size_t QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>();
-  constexpr std::size_t qkv = H * (2 * QK + V), ctx = H * V;
-  return 2 * (2 * D) + (D * qkv + qkv) + (ctx * D + D) + (D * FF + FF) + (FF * D + D);
-}
-template <class Cfg>
-constexpr bool learned_positions() {
-  return std::is_same_v<typename positions_tag<Cfg>::type, Learned>;
-}
-template <class Cfg>
-constexpr bool pre_norm() {
-  return std::is_same_v<typename Cfg::Norm, PreNorm>;
-}
-}  // namespace detail
-
 template <BlockConfig Cfg, class Backend>
 class Decoder {
  public:
   static constexpr int D = Cfg::D_MODEL, MAX_T = Cfg::MAX_T, N_LAYERS = Cfg::N_LAYERS;
-  static constexpr bool FINAL_NORM = detail::pre_norm<Cfg>();
   using S = typename Backend::Scalar;
   using Config = Cfg;
+  using Trunk = Transformer<Cfg, Backend, true>;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
   Decoder(int vocab, std::uint64_t seed, DecoderOptions opts = {})
-      : rng_(seed), stem_(vocab, rng_), blocks_(N_LAYERS, rng_, opts.dropout), opts_(opts) {
-    auto& emb = stem_.token_embedding();
+      : rng_(seed), trunk_(vocab, rng_, opts.dropout), opts_(opts) {
     if (opts.tie_weights) {
-      emb.visit([&](std::string_view, auto& value, auto& grad) { head_.emplace(value, grad, rng_, true); });
+      trunk_.token_embedding().visit(
+          [&](std::string_view, auto& value, auto& grad) { head_.emplace(value, grad, rng_, true); });
     } else {
       head_.emplace(vocab, rng_, true);
     }
@@ -75,78 +52,49 @@ class Decoder {
 
   // ids: B*T token ids in [0, vocab). Returns logits (B*T, vocab).
   std::span<const S> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) {
-    require(bt.B > 0 && bt.T > 0, "batch ", bt.B, " x length ", bt.T, " must be positive");
-    bt_ = bt;
-    const int rows = bt.rows();
-    const auto x = x_.template rows<D>(rows);  // (B*T, D) embeddings
-    const auto h = h_.template rows<D>(rows);  // (B*T, D) after the blocks
-    stem_.forward(be, ids, x, bt);
-    blocks_.forward(be, x, h, bt);
-    ConstRows<S, D> top = h;
-    if constexpr (FINAL_NORM) {
-      const auto hn = hn_.template rows<D>(rows);
-      ln_f_.forward(be, h, hn);
-      top = hn;
-    }
-    S* logits = logits_.reserve(std::size_t(rows) * vocab());  // (B*T, vocab)
-    head_->forward(be, top, logits);
-    return {logits, std::size_t(rows) * vocab()};
+    const auto h = trunk_.forward(be, ids, bt);  // (B*T, D)
+    rows_ = bt.rows();
+    S* logits = logits_.reserve(std::size_t(rows_) * vocab());  // (B*T, vocab)
+    head_->forward(be, h, logits);
+    return {logits, std::size_t(rows_) * vocab()};
   }
 
   // dlogits (B*T, vocab) for the last forward.
   void backward(Backend& be, std::span<const S> dlogits) {
-    const int rows = bt_.rows();
-    require(dlogits.size() == std::size_t(rows) * vocab(), "logit gradient has ", dlogits.size(),
-            " elements, expected ", std::size_t(rows) * vocab());
-    const auto dtop = dh_.template rows<D>(rows);
-    const auto dx = dx_.template rows<D>(rows);
-    head_->backward(be, dlogits.data(), dtop);
-    if constexpr (FINAL_NORM) {
-      const auto dh = dhn_.template rows<D>(rows);
-      ln_f_.backward(be, dtop, dh);
-      blocks_.backward(be, dh, dx);
-    } else {
-      blocks_.backward(be, dtop, dx);
-    }
-    stem_.backward(be, dx);
+    require(dlogits.size() == std::size_t(rows_) * vocab(), "logit gradient has ", dlogits.size(),
+            " elements, expected ", std::size_t(rows_) * vocab());
+    const auto dh = dh_.template rows<D>(rows_);
+    head_->backward(be, dlogits.data(), dh);
+    trunk_.backward(be, dh);
   }
 
   template <class F>
   void visit(F&& f) {
-    stem_.visit(f);
-    blocks_.visit(f);
-    if constexpr (FINAL_NORM) ln_f_.visit(prefixed("ln_f.", f));
+    trunk_.visit(f);
     head_->visit(prefixed("lm_head.", f));
   }
-
   template <class F>
   void for_each_dropout(F&& f) {
-    blocks_.for_each_dropout(f);
+    trunk_.for_each_dropout(f);
   }
-  void set_training(bool on) {
-    for_each_dropout([on](auto& d) { d.set_training(on); });
-  }
+  void set_training(bool on) { trunk_.set_training(on); }
 
-  int vocab() const { return stem_.vocab(); }
+  int vocab() const { return trunk_.vocab(); }
   const DecoderOptions& options() const { return opts_; }
-  BlockStack<DecoderOnlyBlock<Cfg, Backend>, Backend>& blocks() { return blocks_; }
+  BlockStack<DecoderOnlyBlock<Cfg, Backend>, Backend>& blocks() { return trunk_.blocks(); }
 
   // What visit() lists, from the configuration alone.
   static constexpr std::size_t parameter_count(std::size_t vocab, bool tie_weights) {
-    return vocab * D + (detail::learned_positions<Cfg>() ? std::size_t(MAX_T) * D : 0) +
-           std::size_t(N_LAYERS) * detail::self_block_parameters<Cfg>() + (FINAL_NORM ? 2 * D : 0) +
-           (tie_weights ? 0 : vocab * D) + vocab;
+    return Trunk::parameter_count(vocab) + (tie_weights ? 0 : vocab * D) + vocab;
   }
 
  private:
   Rng rng_;
-  TokenStem<Cfg, Backend> stem_;
-  BlockStack<DecoderOnlyBlock<Cfg, Backend>, Backend> blocks_;
-  LayerNorm<D, Backend> ln_f_;
+  Trunk trunk_;
   std::optional<OutputProjection<D, Backend>> head_;
   DecoderOptions opts_;
-  Shape bt_;
-  Buffer<S> x_, h_, hn_, logits_, dh_, dhn_, dx_;
+  int rows_ = 0;
+  Buffer<S> logits_, dh_;
 };
 
 }  // namespace xfmr

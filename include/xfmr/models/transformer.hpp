@@ -1,0 +1,122 @@
+// transformer.hpp: Transformer<Cfg, Backend, CAUSAL>, the trunk the sequence
+// models share:
+//
+//   ids (B, T) -> tok_emb + positions -> N self-attention blocks (causal or
+//   with key padding) -> ln_f (PreNorm configs only; PostNorm blocks end
+//   normalised) -> hidden (B*T, D)
+//
+// Encoder<Cfg, Backend> is the non-causal trunk; Decoder puts an LM head on
+// the causal one. Parameters: "tok_emb.weight", "pos_emb.weight" (learned
+// positions), "blocks.<i>.*", "ln_f.*". forward() returns the hidden states,
+// valid until the next forward; backward(dhidden) accumulates every parameter
+// gradient. The constructor draws from the caller's generator, so a model
+// holding a trunk initialises from one stream.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include "xfmr/blocks/encoder_block.hpp"
+#include "xfmr/core/config.hpp"
+#include "xfmr/layers/layer_norm.hpp"
+#include "xfmr/models/stem.hpp"
+
+namespace xfmr {
+
+namespace detail {
+// Parameters of one self-attention block of Cfg (what visit() lists).
+template <class Cfg>
+constexpr std::size_t self_block_parameters() {
+  constexpr std::size_t D = Cfg::D_MODEL, H = Cfg::N_HEADS, FF = Cfg::D_FF;
+  constexpr std::size_t QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>();
+  constexpr std::size_t qkv = H * (2 * QK + V), ctx = H * V;
+  return 2 * (2 * D) + (D * qkv + qkv) + (ctx * D + D) + (D * FF + FF) + (FF * D + D);
+}
+template <class Cfg>
+constexpr bool learned_positions() {
+  return std::is_same_v<typename positions_tag<Cfg>::type, Learned>;
+}
+template <class Cfg>
+constexpr bool pre_norm() {
+  return std::is_same_v<typename Cfg::Norm, PreNorm>;
+}
+}  // namespace detail
+
+template <BlockConfig Cfg, class Backend, bool CAUSAL>
+class Transformer {
+ public:
+  static constexpr int D = Cfg::D_MODEL, MAX_T = Cfg::MAX_T, N_LAYERS = Cfg::N_LAYERS;
+  static constexpr bool FINAL_NORM = detail::pre_norm<Cfg>();
+  using S = typename Backend::Scalar;
+  using Config = Cfg;
+  using Block = SelfAttentionBlock<Cfg, Backend, CAUSAL>;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  Transformer(int vocab, Rng& rng, float dropout = 0.0f) : stem_(vocab, rng), blocks_(N_LAYERS, rng, dropout) {}
+
+  // key_padding: (B, T) bytes, nonzero = pad, or nullptr. Returns (B*T, D).
+  ConstRows<S, D> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt,
+                          const std::uint8_t* key_padding = nullptr) {
+    require(bt.B > 0 && bt.T > 0, "batch ", bt.B, " x length ", bt.T, " must be positive");
+    bt_ = bt;
+    const int rows = bt.rows();
+    const auto x = x_.template rows<D>(rows);  // (B*T, D) embeddings
+    const auto h = h_.template rows<D>(rows);  // (B*T, D) after the blocks
+    stem_.forward(be, ids, x, bt);
+    blocks_.forward(be, x, h, bt, key_padding);
+    if constexpr (FINAL_NORM) {
+      const auto hn = hn_.template rows<D>(rows);
+      ln_f_.forward(be, h, hn);
+      return hn;
+    } else {
+      return h;
+    }
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dhidden) {
+    require_rows(dhidden, bt_.rows(), "transformer output gradient");
+    const auto dx = dx_.template rows<D>(bt_.rows());
+    if constexpr (FINAL_NORM) {
+      const auto dh = dh_.template rows<D>(bt_.rows());
+      ln_f_.backward(be, dhidden, dh);
+      blocks_.backward(be, dh, dx);
+    } else {
+      blocks_.backward(be, dhidden, dx);
+    }
+    stem_.backward(be, dx);
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    stem_.visit(f);
+    blocks_.visit(f);
+    if constexpr (FINAL_NORM) ln_f_.visit(prefixed("ln_f.", f));
+  }
+  template <class F>
+  void for_each_dropout(F&& f) {
+    blocks_.for_each_dropout(f);
+  }
+  void set_training(bool on) {
+    for_each_dropout([on](auto& d) { d.set_training(on); });
+  }
+
+  int vocab() const { return stem_.vocab(); }
+  Embedding<D, Backend>& token_embedding() { return stem_.token_embedding(); }
+  BlockStack<Block, Backend>& blocks() { return blocks_; }
+
+  static constexpr std::size_t parameter_count(std::size_t vocab) {
+    return vocab * D + (detail::learned_positions<Cfg>() ? std::size_t(MAX_T) * D : 0) +
+           std::size_t(N_LAYERS) * detail::self_block_parameters<Cfg>() + (FINAL_NORM ? 2 * D : 0);
+  }
+
+ private:
+  TokenStem<Cfg, Backend> stem_;
+  BlockStack<Block, Backend> blocks_;
+  LayerNorm<D, Backend> ln_f_;
+  Shape bt_;
+  Buffer<S> x_, h_, hn_, dh_, dx_;
+};
+
+}  // namespace xfmr
