@@ -165,19 +165,30 @@ class Batches {
 // Samples `tokens` tokens after `context`. With a reset token (names mode:
 // the separator), each generated separator starts a fresh context, as in
 // training, where every row holds one name from its beginning.
+// With the KV cache each new token costs one position of work; when the
+// cache holds MAX_T positions it restarts from the last MAX_T / 2 tokens.
+// Without it (the reference), every token re-reads the last MAX_T tokens;
+// the two agree token for token while the context fits in MAX_T.
 template <class Cfg>
 std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, std::vector<std::int32_t> context,
                      int tokens, const SamplingOptions& opts, Rng& rng, bool stream,
-                     std::optional<std::int32_t> reset = std::nullopt) {
+                     std::optional<std::int32_t> reset = std::nullopt, bool use_cache = true) {
   Sampler sampler(opts);
   std::string out;
   const int V = model.vocab();
+  DecodingCache<Be> cache;
+  std::span<const float> last;  // logits of the newest position
+  auto encode_window = [&](int keep) {
+    const std::span<const std::int32_t> window(context.data() + context.size() - keep, keep);
+    const auto logits = use_cache ? (model.start_cache(cache, 1), model.forward_cached(be, window, 1, cache))
+                                  : model.forward(be, window, Shape{1, keep});
+    last = logits.subspan(std::size_t(keep - 1) * V, V);
+  };
+  encode_window(std::min<int>(static_cast<int>(context.size()), Cfg::MAX_T));
   for (int i = 0; i < tokens; ++i) {
-    const int T = std::min<int>(static_cast<int>(context.size()), Cfg::MAX_T);
-    const std::span<const std::int32_t> window(context.data() + context.size() - T, T);
-    const auto logits = model.forward(be, window, Shape{1, T});
-    const auto next = sampler(logits.subspan(std::size_t(T - 1) * V, V), rng);
-    if (reset && next == *reset) context.clear();
+    const auto next = sampler(last, rng);
+    const bool restart = reset && next == *reset;
+    if (restart) context.clear();
     context.push_back(next);
     const std::string piece = tok.token(next);
     out += piece;
@@ -185,6 +196,12 @@ std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, 
       std::cout << piece;
       std::cout.flush();
     }
+    if (i + 1 == tokens) break;
+    const int size = static_cast<int>(context.size());
+    if (!use_cache) encode_window(std::min(size, Cfg::MAX_T));
+    else if (restart) encode_window(1);
+    else if (cache.length() == Cfg::MAX_T) encode_window(std::min(size, Cfg::MAX_T / 2));
+    else last = model.forward_cached(be, std::span<const std::int32_t>(&context.back(), 1), 1, cache);
   }
   return out;
 }
@@ -351,6 +368,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
 
 struct SampleArgs {
   std::string checkpoint, prompt;
+  bool no_cache = false;
   int tokens = 500;
   SamplingOptions sampling;
   std::uint64_t seed = 1;
@@ -376,7 +394,11 @@ void sample(const SampleArgs& args, const std::string& mode) {
   std::optional<std::int32_t> reset;
   if (mode == "names") reset = tok.find("\n");
   if (reset && context.front() != *reset) context.insert(context.begin(), *reset);  // a name starts after a separator
-  generate(model, be, tok, context, args.tokens, args.sampling, rng, true, reset);
+  const auto t0 = Clock::now();
+  generate(model, be, tok, context, args.tokens, args.sampling, rng, true, reset, !args.no_cache);
+  const double s = seconds_since(t0);
+  std::cerr << "\n[" << args.tokens << " tokens in " << s << " s, " << args.tokens / s << " tokens/s, "
+            << (args.no_cache ? "no cache" : "KV cache") << "]";
   std::cout << "\n";
 }
 
@@ -456,7 +478,8 @@ int run_sample(int argc, char** argv) {
       ("top-k", po::value(&a.sampling.top_k)->default_value(0), "sample among the k most likely (0 = all)")
       ("top-p", po::value(&a.sampling.top_p)->default_value(1.0), "nucleus sampling threshold (1 = off)")
       ("prompt", po::value(&a.prompt)->default_value(""), "text to continue")
-      ("seed", po::value(&a.seed)->default_value(a.seed), "sampling seed");
+      ("seed", po::value(&a.seed)->default_value(a.seed), "sampling seed")
+      ("no-cache", po::bool_switch(&a.no_cache), "recompute the whole context for every token (the reference path)");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.checkpoint.empty(), "--checkpoint DIR is required");

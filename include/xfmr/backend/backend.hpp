@@ -53,8 +53,11 @@ namespace xfmr {
 
 // Sizes of one scaled dot-product attention call. Head h of a row reads
 // q[row*ldq + h*QK_DIM .. +QK_DIM) and writes y[row*ldy + h*V_DIM .. +V_DIM).
+// Sequence b's keys and values start at row b*KV_ROWS (KV_ROWS = 0: Tk), so
+// they can live in a cache of capacity KV_ROWS of which Tk rows are filled.
 struct AttentionDims {
-  int B = 0, H = 0, Tq = 0, Tk = 0, QK_DIM = 0, V_DIM = 0;
+  int B = 0, H = 0, Tq = 0, Tk = 0, QK_DIM = 0, V_DIM = 0, KV_ROWS = 0;
+  int kv_rows() const { return KV_ROWS ? KV_ROWS : Tk; }
 };
 
 template <class Be>

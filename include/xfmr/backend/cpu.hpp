@@ -393,8 +393,8 @@ class CpuBackend {
     for (int b = 0; b < a.B; ++b)
       for (int h = 0; h < a.H; ++h) {
         const CMap Q(q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
-        const CMap K(k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
-        const CMap Vm(v + long(b) * a.Tk * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
+        const CMap K(k + long(b) * a.kv_rows() * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
+        const CMap Vm(v + long(b) * a.kv_rows() * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
         S* p = probs + (long(b) * a.H + h) * a.Tq * a.Tk;
         Map P(p, a.Tq, a.Tk, Strided(a.Tk));
         P.noalias() = scale * Q * K.transpose();  // (Tq, Tk) scores
@@ -406,6 +406,7 @@ class CpuBackend {
 
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
                           const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
+    require(a.kv_rows() == a.Tk, "attention backward needs unstrided keys (KV_ROWS ", a.KV_ROWS, ", Tk ", a.Tk, ")");
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
     const long tile = long(a.Tq) * a.Tk;
     scratch_.resize(static_cast<std::size_t>(detail::thread_count() * tile));

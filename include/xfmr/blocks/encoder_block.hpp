@@ -43,6 +43,15 @@ class SelfAttentionBlock {
     r2_.forward(be, h, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
   }
 
+  // Incremental decoding (causal blocks): see SelfAttention::forward_cached.
+  void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, KvCache<Backend>& cache)
+    requires CAUSAL
+  {
+    const auto h = mid_.template rows<D>(x.rows);
+    r1_.forward(be, x, h, [&](ConstRows<S, D> in, Rows<S, D> out) { attn_.forward_cached(be, in, out, B, cache); });
+    r2_.forward(be, h, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
+  }
+
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
     const auto dh = dmid_.template rows<D>(dy.rows);  // (B*T, D)
     r2_.backward(be, dy, dh, [&](ConstRows<S, D> dout, Rows<S, D> din) { ff_.backward(be, dout, din); });

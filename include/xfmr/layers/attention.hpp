@@ -27,6 +27,7 @@
 #include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
+#include "xfmr/infer/kv_cache.hpp"
 #include "xfmr/layers/linear.hpp"
 
 namespace xfmr {
@@ -88,6 +89,27 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
                           probs_.data(), dq, dq + H * QK_HEAD_DIM, dq + 2 * H * QK_HEAD_DIM);
     qkv_.backward(be, dqkv, dx);
   }
+
+  // Incremental decoding: x holds n new positions of each of B sequences
+  // (rows B*n), which follow the cache.length() positions already in the
+  // cache; their keys and values are appended and they attend causally to
+  // everything cached. Forward only (no backward).
+  void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, KvCache<Backend>& cache) {
+    require(B > 0 && x.rows % B == 0 && x.rows > 0, "cached attention: ", x.rows, " rows for ", B, " sequences");
+    require(cache.batch() == B && cache.k_width() == H * QK_HEAD_DIM && cache.v_width() == CTX,
+            "cached attention: the cache was not started for this layer and batch");
+    require_rows(y, x.rows, "self-attention output");
+    const int n = x.rows / B, t0 = cache.length();
+    const auto qkv = qkv_out_.template rows<QKV>(x.rows);
+    const auto ctx = ctx_.template rows<CTX>(x.rows);
+    qkv_.forward(be, x, qkv);
+    cache.append(be, qkv.data, QKV, H * QK_HEAD_DIM, 2 * H * QK_HEAD_DIM, n);
+    const AttentionDims dims{B, H, n, t0 + n, QK_HEAD_DIM, V_HEAD_DIM, cache.capacity()};
+    be.attention_forward(dims, qkv.data, QKV, cache.keys(), H * QK_HEAD_DIM, cache.values(), CTX, ctx.data, CTX,
+                         probs_.reserve(std::size_t(B) * H * n * (t0 + n)), AttentionMask{true, nullptr});
+    proj_.forward(be, ctx, y);
+  }
+  void start_cache(KvCache<Backend>& cache, int B) const { cache.reset(B, Sz::MAX_T, H * QK_HEAD_DIM, CTX); }
 
   template <class F>
   void visit(F&& f) {

@@ -28,9 +28,11 @@ struct Sinusoidal {
 
 namespace detail {
 template <int MAX_T>
-void require_length(Shape bt, int rows) {
+void require_length(Shape bt, int rows, int offset) {
   require(bt.B > 0 && bt.T > 0, "batch ", bt.B, " x length ", bt.T, " must be positive");
-  require(bt.T <= MAX_T, "sequence length ", bt.T, " exceeds MAX_T ", MAX_T);
+  require(offset >= 0, "negative position offset ", offset);
+  if (offset == 0) require(bt.T <= MAX_T, "sequence length ", bt.T, " exceeds MAX_T ", MAX_T);
+  else require(offset + bt.T <= MAX_T, "positions ", offset, "..", offset + bt.T - 1, " exceed MAX_T ", MAX_T);
   require(rows == bt.rows(), "input has ", rows, " rows, expected B*T = ", bt.rows());
 }
 template <class Cfg>
@@ -61,11 +63,13 @@ class LearnedPositions {
     for (auto& w : weight_) w = S(rng.normal());
   }
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt) {
-    detail::require_length<MAX_T>(bt, x.rows);
+  // offset: the position of the first row of each sequence (incremental
+  // decoding); backward supports offset 0 only.
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, int offset = 0) {
+    detail::require_length<MAX_T>(bt, x.rows, offset);
     require_rows(y, x.rows, "LearnedPositions output");
     bt_ = bt;
-    be.add_positions_forward(bt.B, bt.T, D, x.data, weight_.data(), y.data);
+    be.add_positions_forward(bt.B, bt.T, D, x.data, weight_.data() + std::size_t(offset) * D, y.data);
   }
 
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
@@ -104,11 +108,11 @@ class SinusoidalPositions {
       }
   }
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt) {
-    detail::require_length<MAX_T>(bt, x.rows);
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, int offset = 0) {
+    detail::require_length<MAX_T>(bt, x.rows, offset);
     require_rows(y, x.rows, "SinusoidalPositions output");
     bt_ = bt;
-    be.add_positions_forward(bt.B, bt.T, D, x.data, table_.data(), y.data);
+    be.add_positions_forward(bt.B, bt.T, D, x.data, table_.data() + std::size_t(offset) * D, y.data);
   }
 
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {

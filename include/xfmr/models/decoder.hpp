@@ -59,6 +59,19 @@ class Decoder {
     return {logits, std::size_t(rows_) * vocab()};
   }
 
+  // Incremental decoding: start a cache for B sequences, then feed each
+  // sequence's next n ids (ids B*n) and get their logits (B*n, vocab). The
+  // same numbers as forward() over the whole prefix, at one row of work per
+  // new position. Inference only; up to MAX_T positions.
+  void start_cache(DecodingCache<Backend>& cache, int B) { trunk_.start_cache(cache, B); }
+  std::span<const S> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
+                                    DecodingCache<Backend>& cache) {
+    const auto h = trunk_.forward_cached(be, ids, B, cache);
+    S* logits = logits_.reserve(std::size_t(h.rows) * vocab());
+    head_->forward(be, h, logits);
+    return {logits, std::size_t(h.rows) * vocab()};
+  }
+
   // dlogits (B*T, vocab) for the last forward.
   void backward(Backend& be, std::span<const S> dlogits) {
     require(dlogits.size() == std::size_t(rows_) * vocab(), "logit gradient has ", dlogits.size(),

@@ -43,12 +43,13 @@ class TokenStem {
 
   TokenStem(int vocab, Rng& rng) : tok_emb_(vocab, rng), pos_(rng) {}
 
-  void forward(Backend& be, std::span<const std::int32_t> ids, Rows<S, D> x, Shape bt) {
+  // offset: position of each sequence's first id (incremental decoding).
+  void forward(Backend& be, std::span<const std::int32_t> ids, Rows<S, D> x, Shape bt, int offset = 0) {
     require(static_cast<long>(ids.size()) == long(bt.B) * bt.T, "got ", ids.size(), " token ids, expected B*T = ",
             long(bt.B) * bt.T);
-    require(bt.T <= Cfg::MAX_T, "sequence length ", bt.T, " exceeds MAX_T ", Cfg::MAX_T);
+    if (offset == 0) require(bt.T <= Cfg::MAX_T, "sequence length ", bt.T, " exceeds MAX_T ", Cfg::MAX_T);
     tok_emb_.forward(be, ids, x);
-    pos_.forward(be, x, x, bt);
+    pos_.forward(be, x, x, bt, offset);
   }
 
   // dx is consumed (overwritten) on the way to the embedding gradient.
@@ -107,6 +108,19 @@ class BlockStack {
       const Rows<S, D> out = i == 0 ? dx : Rows<S, D>(scratch + std::size_t(i % 2) * dy.size(), dy.rows);
       blocks_[i].backward(be, g, out);
       g = out;
+    }
+  }
+
+  // Incremental decoding through every block, layer i using cache[i].
+  template <class Cache>
+  void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, Cache& cache) {
+    const int n = static_cast<int>(blocks_.size());
+    S* acts = acts_.reserve(std::size_t(n - 1) * x.size());
+    ConstRows<S, D> in = x;
+    for (int i = 0; i < n; ++i) {
+      const Rows<S, D> out = i + 1 < n ? Rows<S, D>(acts + std::size_t(i) * x.size(), x.rows) : y;
+      blocks_[i].forward_cached(be, in, out, B, cache[i]);
+      in = out;
     }
   }
 

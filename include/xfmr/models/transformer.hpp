@@ -19,6 +19,7 @@
 
 #include "xfmr/blocks/encoder_block.hpp"
 #include "xfmr/core/config.hpp"
+#include "xfmr/infer/kv_cache.hpp"
 #include "xfmr/layers/layer_norm.hpp"
 #include "xfmr/models/stem.hpp"
 
@@ -66,6 +67,38 @@ class Transformer {
     const auto h = h_.template rows<D>(rows);  // (B*T, D) after the blocks
     stem_.forward(be, ids, x, bt);
     blocks_.forward(be, x, h, bt, key_padding);
+    if constexpr (FINAL_NORM) {
+      const auto hn = hn_.template rows<D>(rows);
+      ln_f_.forward(be, h, hn);
+      return hn;
+    } else {
+      return h;
+    }
+  }
+
+  // Causal trunks: a cache for B sequences, empty.
+  void start_cache(DecodingCache<Backend>& cache, int B)
+    requires CAUSAL
+  {
+    cache.layers().resize(N_LAYERS);
+    for (int i = 0; i < N_LAYERS; ++i) blocks_[i].attention().start_cache(cache[i], B);
+  }
+
+  // The hidden states of n new positions of each of B sequences (ids B*n),
+  // continuing the cached ones. Inference only.
+  ConstRows<S, D> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B, DecodingCache<Backend>& cache)
+    requires CAUSAL
+  {
+    require(B > 0 && !ids.empty() && ids.size() % B == 0, ids.size(), " ids for ", B, " sequences");
+    require(cache.batch() == B, "the cache holds ", cache.batch(), " sequences, not ", B);
+    const Shape bt{B, static_cast<int>(ids.size()) / B};
+    require(cache.length() + bt.T <= MAX_T, "decoding past MAX_T ", MAX_T, ": ", cache.length(), " cached + ", bt.T,
+            " new positions");
+    const int rows = bt.rows();
+    const auto x = x_.template rows<D>(rows);
+    const auto h = h_.template rows<D>(rows);
+    stem_.forward(be, ids, x, bt, cache.length());
+    blocks_.forward_cached(be, x, h, B, cache);
     if constexpr (FINAL_NORM) {
       const auto hn = hn_.template rows<D>(rows);
       ln_f_.forward(be, h, hn);

@@ -1,0 +1,92 @@
+// kv_cache.hpp: keys and values of the positions already decoded, so that
+// each new position costs one row of work per layer instead of a pass over
+// the whole prefix.
+//
+// KvCache holds one attention layer's cache for B sequences:
+//   k (B, capacity, k_width), v (B, capacity, v_width), `length` rows filled.
+// DecodingCache holds one KvCache per layer of a model. reorder() permutes the
+// sequences (beam search keeps the cache of the beams it continues).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+
+namespace xfmr {
+
+template <class Backend>
+class KvCache {
+ public:
+  using S = typename Backend::Scalar;
+
+  void reset(int batch, int capacity, int k_width, int v_width) {
+    require(batch > 0 && capacity > 0, "cache for ", batch, " sequences of ", capacity, " positions");
+    B_ = batch, capacity_ = capacity, k_width_ = k_width, v_width_ = v_width, length_ = 0;
+    k_.reserve(std::size_t(batch) * capacity * k_width);
+    v_.reserve(std::size_t(batch) * capacity * v_width);
+  }
+
+  // Copies position rows [length, length + n) of every sequence from src
+  // (B*n rows, row stride ld, keys at column k_col, values at v_col).
+  void append(Backend& be, const S* src, int ld, int k_col, int v_col, int n) {
+    require(length_ + n <= capacity_, "decoding past the cache: ", length_, " + ", n, " positions exceed ", capacity_);
+    for (int b = 0; b < B_; ++b)
+      for (int t = 0; t < n; ++t) {
+        const S* row = src + (std::size_t(b) * n + t) * ld;
+        be.copy(k_width_, row + k_col, k_row(b, length_ + t));
+        be.copy(v_width_, row + v_col, v_row(b, length_ + t));
+      }
+    length_ += n;
+  }
+
+  // Sequence b takes the cache of sequence order[b].
+  void reorder(Backend& be, std::span<const int> order) {
+    require(order.size() == std::size_t(B_), "reorder of ", order.size(), " sequences, the cache holds ", B_);
+    const std::size_t kn = std::size_t(length_) * k_width_, vn = std::size_t(length_) * v_width_;
+    S* kt = scratch_k_.reserve(std::size_t(B_) * kn);
+    S* vt = scratch_v_.reserve(std::size_t(B_) * vn);
+    for (int b = 0; b < B_; ++b) {
+      require(order[b] >= 0 && order[b] < B_, "reorder index ", order[b], " out of range [0, ", B_, ")");
+      be.copy(kn, k_row(order[b], 0), kt + b * kn);
+      be.copy(vn, v_row(order[b], 0), vt + b * vn);
+    }
+    for (int b = 0; b < B_; ++b) {
+      be.copy(kn, kt + b * kn, k_row(b, 0));
+      be.copy(vn, vt + b * vn, v_row(b, 0));
+    }
+  }
+
+  S* k_row(int b, int t) { return k_.data() + (std::size_t(b) * capacity_ + t) * k_width_; }
+  S* v_row(int b, int t) { return v_.data() + (std::size_t(b) * capacity_ + t) * v_width_; }
+  const S* keys() const { return k_.data(); }
+  const S* values() const { return v_.data(); }
+  int batch() const { return B_; }
+  int capacity() const { return capacity_; }
+  int length() const { return length_; }
+  int k_width() const { return k_width_; }
+  int v_width() const { return v_width_; }
+
+ private:
+  int B_ = 0, capacity_ = 0, k_width_ = 0, v_width_ = 0, length_ = 0;
+  typename Backend::template Buffer<S> k_, v_, scratch_k_, scratch_v_;
+};
+
+// One cache per layer, all at the same length.
+template <class Backend>
+class DecodingCache {
+ public:
+  std::vector<KvCache<Backend>>& layers() { return layers_; }
+  KvCache<Backend>& operator[](int i) { return layers_.at(i); }
+  int length() const { return layers_.empty() ? 0 : layers_.front().length(); }
+  int batch() const { return layers_.empty() ? 0 : layers_.front().batch(); }
+  void reorder(Backend& be, std::span<const int> order) {
+    for (auto& l : layers_) l.reorder(be, order);
+  }
+
+ private:
+  std::vector<KvCache<Backend>> layers_;
+};
+
+}  // namespace xfmr

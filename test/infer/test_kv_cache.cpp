@@ -1,0 +1,97 @@
+#define BOOST_TEST_MODULE kv_cache
+#include "support/configs.hpp"
+#include "support/gradcheck.hpp"
+#include "xfmr/models/decoder.hpp"
+
+using namespace xfmr;
+using namespace xfmr::test;
+
+namespace {
+struct TinyLm : TinyPre {
+  static constexpr int N_LAYERS = 2;
+};
+struct TinyLmPostSinusoidal : TinyPost {
+  static constexpr int N_LAYERS = 2;
+  using Positions = Sinusoidal;
+};
+
+// Feeds ids (B, T) through the cache in chunks (prefill `first`, then one at
+// a time) and returns the logits of every position, laid out as forward().
+template <class Model>
+Vec cached_logits(Model& model, Be& be, const std::vector<std::int32_t>& ids, int B, int T, int first) {
+  DecodingCache<Be> cache;
+  model.start_cache(cache, B);
+  const int V = model.vocab();
+  Vec out(std::size_t(B) * T * V);
+  for (int t0 = 0; t0 < T;) {
+    const int n = t0 == 0 ? first : 1;
+    std::vector<std::int32_t> chunk;
+    for (int b = 0; b < B; ++b)
+      for (int t = t0; t < t0 + n; ++t) chunk.push_back(ids[b * T + t]);
+    const auto logits = model.forward_cached(be, chunk, B, cache);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < n; ++t)
+        std::copy_n(logits.data() + (std::size_t(b) * n + t) * V, V, out.data() + (std::size_t(b) * T + t0 + t) * V);
+    t0 += n;
+    BOOST_TEST(cache.length() == t0);
+  }
+  return out;
+}
+
+template <class Cfg>
+void check_equivalence(const char* name) {
+  Rng rng(3);
+  Be be;
+  Decoder<Cfg, Be> model(9, 5);
+  const int B = 2, T = Cfg::MAX_T;
+  std::vector<std::int32_t> ids(B * T);
+  for (auto& i : ids) i = static_cast<std::int32_t>(rng.below(9));
+  const auto full = model.forward(be, ids, Shape{B, T});
+  const Vec want(full.begin(), full.end());
+  for (int first : {1, 3, T}) {
+    const Vec got = cached_logits(model, be, ids, B, T, first);
+    double worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+    BOOST_TEST(worst < 1e-12, name << ", prefill " << first << ": cached logits differ by " << worst);
+  }
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(cached_decoding_matches_full_recomputation) {
+  check_equivalence<TinyLm>("pre-norm, learned positions");
+  check_equivalence<TinyLmPostSinusoidal>("post-norm, sinusoidal positions");
+}
+
+BOOST_AUTO_TEST_CASE(reorder_moves_a_sequence_cache) {
+  Be be;
+  Decoder<TinyLm, Be> model(9, 6);
+  const std::vector<std::int32_t> a = {1, 2, 3}, b = {4, 5, 6};
+  DecodingCache<Be> cache;
+  model.start_cache(cache, 2);
+  model.forward_cached(be, std::vector<std::int32_t>{1, 2, 3, 4, 5, 6}, 2, cache);
+  const std::vector<int> swap = {1, 0};
+  cache.reorder(be, swap);
+  const auto next = model.forward_cached(be, std::vector<std::int32_t>{7, 7}, 2, cache);
+  const Vec got(next.begin(), next.end());
+  // Reference: sequence 0 is now b + 7, sequence 1 is a + 7.
+  const auto full = model.forward(be, std::vector<std::int32_t>{4, 5, 6, 7, 1, 2, 3, 7}, Shape{2, 4});
+  for (int v = 0; v < 9; ++v) {
+    BOOST_TEST(got[v] == full[3 * 9 + v], boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(got[9 + v] == full[7 * 9 + v], boost::test_tools::tolerance(1e-12));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(decoding_past_max_t_is_an_error) {
+  Be be;
+  Decoder<TinyLm, Be> model(9, 7);
+  DecodingCache<Be> cache;
+  model.start_cache(cache, 1);
+  model.forward_cached(be, std::vector<std::int32_t>(6, 1), 1, cache);  // MAX_T = 6
+  try {
+    model.forward_cached(be, std::vector<std::int32_t>{1}, 1, cache);
+    BOOST_FAIL("a 7th position was accepted");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()) == "decoding past MAX_T 6: 6 cached + 1 new positions");
+  }
+  BOOST_CHECK_THROW(model.forward_cached(be, std::vector<std::int32_t>{1, 2, 3}, 2, cache), Error);  // 3 ids, 2 seqs
+}
