@@ -29,3 +29,4 @@
 #include "xfmr/models/encoder.hpp"
 #include "xfmr/models/stem.hpp"
 #include "xfmr/models/transformer.hpp"
+#include "xfmr/models/seq2seq.hpp"

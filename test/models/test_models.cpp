@@ -5,6 +5,7 @@
 #include "xfmr/models/classifier.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/encoder.hpp"
+#include "xfmr/models/seq2seq.hpp"
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -202,4 +203,39 @@ BOOST_AUTO_TEST_CASE(parameter_counts_are_compile_time) {
   static_assert(Decoder<Shakespeare, CpuBackend<float>>::parameter_count(65, false) ==
                 65 * 64 + 32 * 64 + 4 * 49984 + 128 + 65 * 64 + 65);
   BOOST_TEST((Decoder<Shakespeare, CpuBackend<float>>::parameter_count(65, false)) == 210'497u);
+}
+
+struct TinySrc : TinyPost {
+  static constexpr int N_LAYERS = 2, D_FF = 10;
+  using Positions = Sinusoidal;
+};
+struct TinyTgt : TinyPost {
+  static constexpr int N_LAYERS = 2;
+  using Positions = Sinusoidal;
+};
+struct TinySrcPre : TinyPre {};
+struct TinyTgtPre : TinyPre {
+  static constexpr int N_LAYERS = 2;
+};
+
+template <class Model>
+void check_seq2seq(const std::string& name, Model& model, int sv, int tv) {
+  Rng rng(31);
+  const Shape src{2, 5}, tgt{2, 4};
+  const auto src_ids = random_ids(src.rows(), sv, rng), tgt_ids = random_ids(tgt.rows(), tv, rng);
+  const std::vector<std::uint8_t> src_pad = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, tgt_pad = {0, 0, 0, 0, 0, 0, 0, 1};
+  check_model(name, model, tgt.rows() * tv,
+              [&](Be& be) { return model.forward(be, src_ids, src, src_pad.data(), tgt_ids, tgt, tgt_pad.data()); });
+}
+
+BOOST_AUTO_TEST_CASE(seq2seq_post_norm_sinusoidal) {
+  Seq2Seq<TinySrc, TinyTgt, Be> model(7, 6, 41);
+  check_seq2seq("Seq2Seq post-norm, sinusoidal, padded", model, 7, 6);
+  BOOST_TEST(visited(model) == (Seq2Seq<TinySrc, TinyTgt, Be>::parameter_count(7, 6, false)));
+}
+
+BOOST_AUTO_TEST_CASE(seq2seq_pre_norm_tied_output) {
+  Seq2Seq<TinySrcPre, TinyTgtPre, Be> model(7, 6, 42, {.dropout = 0.0f, .tie_output = true});
+  check_seq2seq("Seq2Seq pre-norm, tied output", model, 7, 6);
+  BOOST_TEST(visited(model) == (Seq2Seq<TinySrcPre, TinyTgtPre, Be>::parameter_count(7, 6, true)));
 }

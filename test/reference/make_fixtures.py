@@ -271,6 +271,78 @@ def classifier_model(out_dir, vocab=13, max_t=8, layers=2, classes=3, seed=6):
     write_safetensors(out_dir / "classifier_model.safetensors", t, {"config": json.dumps(meta)})
 
 
+class TorchSeq2Seq(torch.nn.Module):
+    """Embeddings + learned positions around torch's own nn.Transformer (pre-norm) + a Linear head."""
+
+    def __init__(self, src_vocab, tgt_vocab, max_t, layers):
+        super().__init__()
+        self.src_emb = torch.nn.Embedding(src_vocab, D)
+        self.src_pos = torch.nn.Parameter(torch.zeros(max_t, D))
+        self.tgt_emb = torch.nn.Embedding(tgt_vocab, D)
+        self.tgt_pos = torch.nn.Parameter(torch.zeros(max_t, D))
+        self.transformer = torch.nn.Transformer(D, H, layers, layers, FF, dropout=0.0, activation=gelu_tanh,
+                                                batch_first=True, norm_first=True)
+        self.out = torch.nn.Linear(D, tgt_vocab)
+
+    def forward(self, src, src_pad, tgt, tgt_pad):
+        s = self.src_emb(src) + self.src_pos[:src.shape[1]]
+        t = self.tgt_emb(tgt) + self.tgt_pos[:tgt.shape[1]]
+        y = self.transformer(s, t, tgt_mask=causal_mask(tgt.shape[1]), src_key_padding_mask=src_pad,
+                             tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
+        return self.out(y)
+
+
+def seq2seq_names(module):
+    mapping = {}
+    self_block = {**common_names(2), **attn_names("attn", "self_attn", False)}
+    dec_block = {**common_names(3), **attn_names("self_attn", "self_attn", False),
+                 **attn_names("cross_attn", "multihead_attn", True)}
+    fixed = {"src_emb.weight": "encoder.tok_emb.weight", "src_pos": "encoder.pos_emb.weight",
+             "tgt_emb.weight": "decoder.tok_emb.weight", "tgt_pos": "decoder.pos_emb.weight",
+             "transformer.encoder.norm.weight": "encoder.ln_f.weight", "transformer.encoder.norm.bias": "encoder.ln_f.bias",
+             "transformer.decoder.norm.weight": "decoder.ln_f.weight", "transformer.decoder.norm.bias": "decoder.ln_f.bias",
+             "out.weight": "lm_head.weight", "out.bias": "lm_head.bias"}
+    for tname, _ in module.named_parameters():
+        if tname in fixed:
+            mapping[tname] = [(fixed[tname], None)]
+            continue
+        side, _, i, rest = tname.split(".", 4)[1:]
+        prefix, table = ("encoder", self_block) if side == "encoder" else ("decoder", dec_block)
+        mapping[tname] = [(f"{prefix}.blocks.{i}.{x}", rows) for x, rows in table[rest]]
+    return mapping
+
+
+def seq2seq_model(out_dir, src_vocab=12, tgt_vocab=10, max_t=8, layers=2, seed=7):
+    gen = torch.Generator().manual_seed(seed)
+    model = TorchSeq2Seq(src_vocab, tgt_vocab, max_t, layers)
+    for name, p in model.named_parameters():
+        with torch.no_grad():
+            if "norm" in name:
+                p.copy_(f32((1.0 if name.endswith("weight") else 0.0) + 0.2 * (2 * torch.rand(p.shape, generator=gen) - 1)))
+            else:
+                p.copy_(f32(0.4 * (2 * torch.rand(p.shape, generator=gen) - 1)))
+    S_ = 6
+    src = torch.randint(0, src_vocab, (B, S_), generator=gen)
+    tgt = torch.randint(0, tgt_vocab, (B, T), generator=gen)
+    src_pad = torch.zeros(B, S_, dtype=torch.bool)
+    src_pad[1, S_ - 2:] = True
+    tgt_pad = torch.zeros(B, T, dtype=torch.bool)
+    tgt_pad[0, T - 1] = True
+    logits = model(src, src_pad, tgt, tgt_pad)
+    dlogits = f32(2 * torch.rand(logits.shape, generator=gen) - 1)
+    logits.backward(dlogits)
+    mapping = seq2seq_names(model)
+    t = {"src": src.to(torch.int64), "tgt": tgt.to(torch.int64), "src_padding": src_pad.to(torch.uint8),
+         "tgt_padding": tgt_pad.to(torch.uint8), "dlogits": dlogits}
+    export_params(model, mapping, t, grads=False)
+    t["logits"] = logits
+    export_params(model, mapping, t, grads=True)
+    meta = {"B": B, "S": S_, "T": T, "src_vocab": src_vocab, "tgt_vocab": tgt_vocab, "MAX_T": max_t,
+            "N_LAYERS": layers, "D_MODEL": D, "N_HEADS": H, "D_FF": FF, "norm": "pre", "activation": "gelu_tanh",
+            "reference": f"torch {torch.__version__}: nn.Transformer(norm_first) with embeddings and a Linear head"}
+    write_safetensors(out_dir / "seq2seq_model.safetensors", t, {"config": json.dumps(meta)})
+
+
 def main():
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "fixtures")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -280,6 +352,7 @@ def main():
     decoder_block("decoder_block_prenorm", True, gelu_tanh, seed=4, out_dir=out_dir)
     decoder_model(out_dir)
     classifier_model(out_dir)
+    seq2seq_model(out_dir)
     for p in sorted(out_dir.glob("*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 

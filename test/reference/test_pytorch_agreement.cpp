@@ -16,6 +16,7 @@
 #include "xfmr/io/safetensors.hpp"
 #include "xfmr/models/classifier.hpp"
 #include "xfmr/models/decoder.hpp"
+#include "xfmr/models/seq2seq.hpp"
 
 using namespace xfmr;
 using Cpu = CpuBackend<float>;
@@ -180,6 +181,24 @@ BOOST_AUTO_TEST_CASE(classifier_with_padding_and_mean_pooling) {
   model.backward(be, dlogits);
   worst = std::max(worst, compare_param_grads(model, st));
   std::cout << "classifier_model: worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
+}
+
+BOOST_AUTO_TEST_CASE(seq2seq_against_nn_transformer) {
+  const auto st = fixture("seq2seq_model");
+  Cpu be;
+  using Cfg = ModelCfg<PreNorm, Gelu>;
+  Seq2Seq<Cfg, Cfg, Cpu> model(12, 10, 0);
+  load_params(model, st);
+  const auto src = st.integers("src"), tgt = st.integers("tgt");
+  const std::vector<std::int32_t> src_ids(src.begin(), src.end()), tgt_ids(tgt.begin(), tgt.end());
+  const auto src_pad = mask_of(st, "src_padding"), tgt_pad = mask_of(st, "tgt_padding");
+  const auto dlogits = st.values<float>("dlogits");
+  zero_grad(model);
+  const auto logits = model.forward(be, src_ids, Shape{2, 6}, src_pad.data(), tgt_ids, Shape{2, 5}, tgt_pad.data());
+  double worst = compare(st, "logits", logits.data(), logits.size());
+  model.backward(be, dlogits);
+  worst = std::max(worst, compare_param_grads(model, st));
+  std::cout << "seq2seq_model: worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
 }
 
 BOOST_AUTO_TEST_CASE(negative_control_a_perturbed_weight_is_detected) {

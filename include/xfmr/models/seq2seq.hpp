@@ -1,0 +1,165 @@
+// seq2seq.hpp: Seq2Seq<EncCfg, DecCfg, Backend>, the encoder-decoder
+// translator (Vaswani et al. 2017).
+//
+//   src ids (B, S), source padding -> Encoder -> memory (B*S, D)
+//   tgt ids (B, T), target padding -> tok_emb + positions -> N_LAYERS
+//     DecoderBlocks (causal self-attention, cross-attention to memory,
+//     feed-forward) -> ln_f (PreNorm configs) -> lm_head -> logits (B*T, V_tgt)
+//
+// Both configurations share D_MODEL; layers, heads, widths and positions may
+// differ. Parameters: "encoder.*", "decoder.tok_emb.weight",
+// "decoder.pos_emb.weight" (learned), "decoder.blocks.<i>.*",
+// "decoder.ln_f.*", "lm_head.weight" (unless tied to the target embedding),
+// "lm_head.bias". backward(dlogits) accumulates every parameter gradient,
+// the encoder's through the sum of the blocks' memory gradients.
+// Initialisation: GPT-2 (N(0, 0.02)).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "xfmr/blocks/decoder_block.hpp"
+#include "xfmr/layers/output_projection.hpp"
+#include "xfmr/models/transformer.hpp"
+
+namespace xfmr {
+
+struct Seq2SeqOptions {
+  float dropout = 0.0f;
+  bool tie_output = false;  // lm_head uses the target embedding matrix
+};
+
+template <BlockConfig EncCfg, BlockConfig DecCfg, class Backend>
+class Seq2Seq {
+  static_assert(EncCfg::D_MODEL == DecCfg::D_MODEL, "encoder and decoder must share D_MODEL");
+
+ public:
+  static constexpr int D = DecCfg::D_MODEL, N_DEC = DecCfg::N_LAYERS;
+  static constexpr bool FINAL_NORM = detail::pre_norm<DecCfg>();
+  using S = typename Backend::Scalar;
+  using Block = DecoderBlock<DecCfg, Backend>;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  Seq2Seq(int src_vocab, int tgt_vocab, std::uint64_t seed, Seq2SeqOptions opts = {})
+      : rng_(seed), encoder_(src_vocab, rng_, opts.dropout), stem_(tgt_vocab, rng_), opts_(opts) {
+    blocks_.reserve(N_DEC);
+    for (int i = 0; i < N_DEC; ++i) blocks_.emplace_back(rng_, opts.dropout);
+    if (opts.tie_output) {
+      stem_.token_embedding().visit(
+          [&](std::string_view, auto& value, auto& grad) { head_.emplace(value, grad, rng_, true); });
+    } else {
+      head_.emplace(tgt_vocab, rng_, true);
+    }
+    init_gpt2(*this, rng_);
+  }
+  Seq2Seq(const Seq2Seq&) = delete;
+  Seq2Seq& operator=(const Seq2Seq&) = delete;
+
+  // Encodes the source; the memory stays valid until the next encode/forward.
+  ConstRows<S, D> encode(Backend& be, std::span<const std::int32_t> src, Shape src_shape,
+                         const std::uint8_t* src_padding = nullptr) {
+    src_shape_ = src_shape;
+    src_padding_ = src_padding;
+    memory_ = encoder_.forward(be, src, src_shape, src_padding);
+    return memory_;
+  }
+
+  // Teacher-forced decoding of tgt (B, T) against the encoded source.
+  std::span<const S> forward(Backend& be, std::span<const std::int32_t> src, Shape src_shape,
+                             const std::uint8_t* src_padding, std::span<const std::int32_t> tgt, Shape tgt_shape,
+                             const std::uint8_t* tgt_padding = nullptr) {
+    require(src_shape.B == tgt_shape.B, "source batch ", src_shape.B, " and target batch ", tgt_shape.B, " differ");
+    encode(be, src, src_shape, src_padding);
+    tgt_shape_ = tgt_shape;
+    const int rows = tgt_shape.rows(), n = N_DEC;
+    S* acts = acts_.reserve(std::size_t(n + 1) * rows * D);  // block inputs, then the last output
+    auto act = [&](int i) { return Rows<S, D>(acts + std::size_t(i) * rows * D, rows); };
+    stem_.forward(be, tgt, act(0), tgt_shape);
+    for (int i = 0; i < n; ++i)
+      blocks_[i].forward(be, act(i), memory_, act(i + 1), tgt_shape, src_shape, tgt_padding, src_padding);
+    ConstRows<S, D> top = act(n);
+    if constexpr (FINAL_NORM) {
+      const auto hn = hn_.template rows<D>(rows);
+      ln_f_.forward(be, top, hn);
+      top = hn;
+    }
+    S* logits = logits_.reserve(std::size_t(rows) * vocab());
+    head_->forward(be, top, logits);
+    return {logits, std::size_t(rows) * vocab()};
+  }
+
+  void backward(Backend& be, std::span<const S> dlogits) {
+    const int rows = tgt_shape_.rows(), src_rows = src_shape_.rows();
+    require(dlogits.size() == std::size_t(rows) * vocab(), "logit gradient has ", dlogits.size(),
+            " elements, expected ", std::size_t(rows) * vocab());
+    S* g = grads_.reserve(std::size_t(2) * rows * D);  // ping-pong between blocks
+    auto grad = [&](int i) { return Rows<S, D>(g + std::size_t(i % 2) * rows * D, rows); };
+    const auto dmem = dmem_.template rows<D>(src_rows);          // one block's memory gradient
+    const auto dmem_sum = dmem_sum_.template rows<D>(src_rows);  // all blocks'
+    const auto dtop = dtop_.template rows<D>(rows);
+    head_->backward(be, dlogits.data(), dtop);
+    Rows<S, D> dy = grad(N_DEC);
+    if constexpr (FINAL_NORM) ln_f_.backward(be, dtop, dy);
+    else be.copy(dtop.size(), dtop.data, dy.data);
+    for (int i = N_DEC - 1; i >= 0; --i) {
+      const Rows<S, D> dx = grad(i);
+      blocks_[i].backward(be, dy, dx, dmem);
+      if (i == N_DEC - 1) be.copy(dmem.size(), dmem.data, dmem_sum.data);
+      else be.add_to(dmem.size(), dmem.data, dmem_sum.data);
+      dy = dx;
+    }
+    stem_.backward(be, dy);
+    encoder_.backward(be, dmem_sum);
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    encoder_.visit(prefixed("encoder.", f));
+    auto dec = prefixed("decoder.", f);
+    stem_.visit(dec);
+    for (int i = 0; i < N_DEC; ++i) blocks_[i].visit(prefixed("decoder.blocks." + std::to_string(i) + ".", f));
+    if constexpr (FINAL_NORM) ln_f_.visit(prefixed("decoder.ln_f.", f));
+    head_->visit(prefixed("lm_head.", f));
+  }
+  template <class F>
+  void for_each_dropout(F&& f) {
+    encoder_.for_each_dropout(f);
+    for (auto& b : blocks_) b.for_each_dropout(f);
+  }
+  void set_training(bool on) {
+    for_each_dropout([on](auto& d) { d.set_training(on); });
+  }
+
+  int vocab() const { return head_->out(); }
+  int source_vocab() const { return encoder_.vocab(); }
+  Block& block(int i) { return blocks_.at(i); }
+
+  static constexpr std::size_t parameter_count(std::size_t src_vocab, std::size_t tgt_vocab, bool tie_output) {
+    constexpr std::size_t H = DecCfg::N_HEADS;
+    constexpr std::size_t QK = qk_head_dim<DecCfg>(), V = v_head_dim<DecCfg>(), ctx = H * V;
+    constexpr std::size_t cross = (D * H * QK + H * QK) + (D * H * (QK + V) + H * (QK + V)) + (ctx * D + D);
+    constexpr std::size_t block = detail::self_block_parameters<DecCfg>() + cross + 2 * D;  // + ln3
+    return Transformer<EncCfg, Backend, false>::parameter_count(src_vocab) + tgt_vocab * D +
+           (detail::learned_positions<DecCfg>() ? std::size_t(DecCfg::MAX_T) * D : 0) + N_DEC * block +
+           (FINAL_NORM ? 2 * D : 0) + (tie_output ? 0 : tgt_vocab * D) + tgt_vocab;
+  }
+
+ private:
+  Rng rng_;
+  Transformer<EncCfg, Backend, false> encoder_;
+  TokenStem<DecCfg, Backend> stem_;
+  std::vector<Block> blocks_;
+  LayerNorm<D, Backend> ln_f_;
+  std::optional<OutputProjection<D, Backend>> head_;
+  Seq2SeqOptions opts_;
+  Shape src_shape_, tgt_shape_;
+  const std::uint8_t* src_padding_ = nullptr;
+  ConstRows<S, D> memory_;
+  Buffer<S> acts_, hn_, logits_, grads_, dmem_, dmem_sum_, dtop_;
+};
+
+}  // namespace xfmr
