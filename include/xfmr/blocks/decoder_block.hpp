@@ -52,6 +52,22 @@ class DecoderBlock {
     r3_.forward(be, h2, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
   }
 
+  // Incremental decoding: n new target positions per sequence (rows B*n)
+  // against the self-attention cache and the precomputed memory keys/values
+  // (see CrossAttention::project_memory). Forward only.
+  void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, KvCache<Backend>& self_cache,
+                      const S* memory_kv, int src_len, const std::uint8_t* src_padding) {
+    const auto h1 = h1_.template rows<D>(x.rows);
+    const auto h2 = h2_.template rows<D>(x.rows);
+    r1_.forward(be, x, h1,
+                [&](ConstRows<S, D> in, Rows<S, D> out) { self_attn_.forward_cached(be, in, out, B, self_cache); });
+    r2_.forward(be, h1, h2, [&](ConstRows<S, D> in, Rows<S, D> out) {
+      cross_attn_.forward_cached(be, in, out, B, memory_kv, src_len, src_padding);
+    });
+    r3_.forward(be, h2, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
+  }
+  SelfAttention<Cfg, Backend>& self_attention() { return self_attn_; }
+
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx, Rows<S, D> dmemory) {
     const auto dh2 = dh2_.template rows<D>(dy.rows);  // (B*T_tgt, D)
     const auto dh1 = dh1_.template rows<D>(dy.rows);  // (B*T_tgt, D)

@@ -176,6 +176,28 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     kv_.backward(be, dkv, dx_kv);
   }
 
+  // Decoding: the memory's keys and values are computed once per source
+  // (memory_kv: (B*S, H*(QK+V)), the fused kv projection of memory), then
+  // every step attends to them. Forward only.
+  void project_memory(Backend& be, ConstRows<S, D> memory, Rows<S, KVW> memory_kv) {
+    kv_.forward(be, memory, memory_kv);
+  }
+  void forward_cached(Backend& be, ConstRows<S, D> x_q, Rows<S, D> y, int B, const S* memory_kv, int src_len,
+                      const std::uint8_t* src_padding) {
+    require(B > 0 && x_q.rows % B == 0, "cached cross-attention: ", x_q.rows, " rows for ", B, " sequences");
+    require_rows(y, x_q.rows, "cross-attention output");
+    const int n = x_q.rows / B;
+    const auto q = q_out_.template rows<QW>(x_q.rows);
+    const auto ctx = ctx_.template rows<CTX>(x_q.rows);
+    q_.forward(be, x_q, q);
+    const AttentionDims dims{B, H, n, src_len, QK_HEAD_DIM, V_HEAD_DIM, 0};
+    be.attention_forward(dims, q.data, QW, memory_kv, KVW, memory_kv + H * QK_HEAD_DIM, KVW, ctx.data, CTX,
+                         probs_.reserve(std::size_t(B) * H * n * src_len), AttentionMask{false, src_padding});
+    q_shape_ = Shape{B, n};
+    kv_shape_ = Shape{B, src_len};
+    proj_.forward(be, ctx, y);
+  }
+
   template <class F>
   void visit(F&& f) {
     q_.visit(prefixed("q.", f));

@@ -92,6 +92,68 @@ class Seq2Seq {
     return {logits, std::size_t(rows) * vocab()};
   }
 
+  // ---- decoding (inference) ----------------------------------------------
+
+  // State for decoding B sequences against an encoded source: the target
+  // self-attention caches and each layer's memory keys/values.
+  struct DecodeState {
+    DecodingCache<Backend> self;
+    Buffer<S> memory_kv;  // (N_DEC, B*S, H*(QK+V))
+    std::vector<std::uint8_t> src_padding;
+    int B = 0, src_len = 0;
+  };
+
+  // Starts decoding against the last encode()d source. With beams > 1 each
+  // source sequence is repeated `beams` times (sequence b*beams + k decodes
+  // source b), so beam search can keep one cache row per hypothesis.
+  void start_decoding(Backend& be, DecodeState& st, int beams = 1) {
+    require(beams >= 1, "beam size ", beams, " must be at least 1");
+    const int B = src_shape_.B * beams, S_len = src_shape_.T;
+    st.B = B;
+    st.src_len = S_len;
+    const auto memory = expanded_.template rows<D>(B * S_len);  // (B*beams*S, D)
+    st.src_padding.assign(std::size_t(B) * S_len, 0);
+    for (int b = 0; b < src_shape_.B; ++b)
+      for (int k = 0; k < beams; ++k) {
+        be.copy(std::size_t(S_len) * D, memory_.row(b * S_len), memory.row((b * beams + k) * S_len));
+        if (src_padding_)
+          std::copy_n(src_padding_ + std::size_t(b) * S_len, S_len, st.src_padding.data() + std::size_t(b * beams + k) * S_len);
+      }
+    constexpr int KVW = CrossAttention<DecCfg, Backend>::KVW;
+    S* kv = st.memory_kv.reserve(std::size_t(N_DEC) * B * S_len * KVW);
+    st.self.layers().resize(N_DEC);
+    for (int i = 0; i < N_DEC; ++i) {
+      blocks_[i].cross_attention().project_memory(be, memory, Rows<S, KVW>(kv + std::size_t(i) * B * S_len * KVW, B * S_len));
+      blocks_[i].self_attention().start_cache(st.self[i], B);
+    }
+  }
+
+  // Logits (B*n, vocab) of the next n target ids of each sequence (ids B*n).
+  std::span<const S> decode(Backend& be, std::span<const std::int32_t> ids, DecodeState& st) {
+    require(st.B > 0 && !ids.empty() && ids.size() % st.B == 0, ids.size(), " ids for ", st.B, " sequences");
+    const Shape bt{st.B, static_cast<int>(ids.size()) / st.B};
+    require(st.self.length() + bt.T <= DecCfg::MAX_T, "decoding past MAX_T ", DecCfg::MAX_T, ": ", st.self.length(),
+            " cached + ", bt.T, " new positions");
+    const int rows = bt.rows();
+    constexpr int KVW = CrossAttention<DecCfg, Backend>::KVW;
+    S* acts = acts_.reserve(std::size_t(N_DEC + 1) * rows * D);
+    auto act = [&](int i) { return Rows<S, D>(acts + std::size_t(i) * rows * D, rows); };
+    stem_.forward(be, ids, act(0), bt, st.self.length());
+    for (int i = 0; i < N_DEC; ++i)
+      blocks_[i].forward_cached(be, act(i), act(i + 1), st.B, st.self[i],
+                                st.memory_kv.data() + std::size_t(i) * st.B * st.src_len * KVW, st.src_len,
+                                st.src_padding.data());
+    ConstRows<S, D> top = act(N_DEC);
+    if constexpr (FINAL_NORM) {
+      const auto hn = hn_.template rows<D>(rows);
+      ln_f_.forward(be, top, hn);
+      top = hn;
+    }
+    S* logits = logits_.reserve(std::size_t(rows) * vocab());
+    head_->forward(be, top, logits);
+    return {logits, std::size_t(rows) * vocab()};
+  }
+
   void backward(Backend& be, std::span<const S> dlogits) {
     const int rows = tgt_shape_.rows(), src_rows = src_shape_.rows();
     require(dlogits.size() == std::size_t(rows) * vocab(), "logit gradient has ", dlogits.size(),
@@ -159,7 +221,7 @@ class Seq2Seq {
   Shape src_shape_, tgt_shape_;
   const std::uint8_t* src_padding_ = nullptr;
   ConstRows<S, D> memory_;
-  Buffer<S> acts_, hn_, logits_, grads_, dmem_, dmem_sum_, dtop_;
+  Buffer<S> acts_, hn_, logits_, grads_, dmem_, dmem_sum_, dtop_, expanded_;
 };
 
 }  // namespace xfmr
