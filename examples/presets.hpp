@@ -97,3 +97,37 @@ void with_classifier_preset(const std::string& name, F&& f) {
 }
 
 }  // namespace xfmr::examples
+
+namespace xfmr::examples {
+
+// Translator configurations for xfmr-translate (one config for both sides).
+struct TranslateTiny {
+  static constexpr const char* NAME = "tiny";
+  static constexpr int MAX_T = 24, D_MODEL = 32, N_HEADS = 2, N_LAYERS = 1, D_FF = 64;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Sinusoidal;
+};
+
+// Seed 001's encoder-decoder scaled to a 2-core machine; sinusoidal
+// positions as in seed 003.
+struct Multi30k {
+  static constexpr const char* NAME = "multi30k";
+  static constexpr int MAX_T = 64, D_MODEL = 256, N_HEADS = 4, N_LAYERS = 3, D_FF = 512;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Sinusoidal;
+};
+
+inline const char* translate_preset_names() { return "tiny, multi30k"; }
+
+template <class F>
+void with_translate_preset(const std::string& name, F&& f) {
+  if (name == TranslateTiny::NAME) f.template operator()<TranslateTiny>();
+  else if (name == Multi30k::NAME) f.template operator()<Multi30k>();
+  else detail::fail("unknown model '", name, "' (choose from ", translate_preset_names(), ")");
+}
+
+}  // namespace xfmr::examples

@@ -88,6 +88,47 @@ std::string shown(std::string_view ch) {
 }
 }  // namespace
 
+// ---- word pre-tokenization -------------------------------------------------
+
+namespace {
+bool is_split_punct(char c) {
+  return c == '.' || c == ',' || c == '!' || c == '?' || c == ';' || c == ':' || c == '"' || c == '(' || c == ')' ||
+         c == '[' || c == ']';
+}
+}  // namespace
+
+std::vector<std::string> pretokenize(std::string_view text, bool lowercase) {
+  std::vector<std::string> out;
+  std::string cur;
+  auto flush = [&] {
+    if (!cur.empty()) out.push_back(std::move(cur)), cur.clear();
+  };
+  for (char c : text) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      flush();
+    } else if (is_split_punct(c)) {
+      flush();
+      out.emplace_back(1, c);
+    } else {
+      cur += lowercase && c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c;
+    }
+  }
+  flush();
+  return out;
+}
+
+std::string detokenize(std::span<const std::string> words) {
+  std::string out;
+  bool glue_next = false;
+  for (const auto& w : words) {
+    const bool closes = w.size() == 1 && std::string_view(".,!?;:)]").find(w[0]) != std::string_view::npos;
+    if (!out.empty() && !closes && !glue_next) out += ' ';
+    out += w;
+    glue_next = w == "(" || w == "[";
+  }
+  return out;
+}
+
 // ---- CharTokenizer ---------------------------------------------------------
 
 CharTokenizer CharTokenizer::from_corpus(std::string_view corpus, bool with_unknown) {

@@ -4,7 +4,7 @@
 # Each case fails (non-zero) with a message saying what went wrong.
 set -uo pipefail
 case_name=$1 bin=$2 work=$3
-charlm="$bin/xfmr-charlm" classify="$bin/xfmr-classify"
+charlm="$bin/xfmr-charlm" classify="$bin/xfmr-classify" translate="$bin/xfmr-translate"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 # Passive waiting: ctest runs cases side by side on few cores, where spinning
 # OpenMP threads of one process starve the other.
@@ -34,6 +34,18 @@ make_tsv() {
   for i in $(seq 1 "$n"); do
     if ((i % 2)); then w=${pos[$((i % 5))]}; l=1; else w=${neg[$((i % 5))]}; l=0; fi
     echo -e "$l\t${fill[$((i % 7))]} ${fill[$(((i + 3) % 7))]} $w ${fill[$(((i + 1) % 7))]}" >> "$file"
+  done
+}
+# A toy translation task: each source word maps to one target word.
+make_parallel() {  # make_parallel N PREFIX
+  local src=(red blue green big small cat dog bird sees eats) tgt=(rouge bleu vert grand petit chat chien oiseau voit mange)
+  : > "$2.src"; : > "$2.tgt"
+  for i in $(seq 1 "$1"); do
+    local a=$((i % 10)) b=$(((i * 7 + 3) % 10)) c=$(((i * 3 + 1) % 10)) n=$((3 + i % 4)) s="" t=""
+    for k in $(seq 1 "$n"); do
+      local w=$(((a + b * k + c * k * k) % 10)); s+="${src[$w]} "; t+="${tgt[$w]} "
+    done
+    echo "${s% }." >> "$2.src"; echo "${t% }." >> "$2.tgt"
   done
 }
 train_tiny() {  # train_tiny STEPS OUT [extra...]
@@ -131,6 +143,43 @@ case "$case_name" in
     expect_error "missing.tsv: no such file" "$classify" train --train missing.tsv --dev good.tsv
     printf 'label\tsentence\n7\tgood film\n' > label7.tsv
     expect_error "has label 7 but the model has 2 classes" "$classify" train --train good.tsv --dev label7.tsv --model tiny --epochs 1
+    ;;
+  translate_train_translate)
+    make_parallel 600 train && make_parallel 40 val
+    "$translate" train --src-train train.src --tgt-train train.tgt --src-val val.src --tgt-val val.tgt --model tiny \
+      --epochs 40 --batch 32 --lr 3e-3 --min-freq 1 --eval-every 200 --out tr --metrics-json m.json \
+      --log-csv t.csv --report t.html > train.log 2>&1 || { cat train.log; fail "training failed"; }
+    bleu=$(json_value m.json bleu)
+    awk -v b="$bleu" 'BEGIN { exit !(b >= 90) }' || fail "BLEU $bleu on a word-for-word toy task"
+    "$translate" eval --checkpoint tr --src val.src --ref val.tgt --metrics-json e.json > eval.log || fail "eval failed"
+    [[ $(json_value e.json bleu) == "$bleu" ]] || fail "eval BLEU $(json_value e.json bleu) != training's $bleu"
+    out=$(echo "red cat sees blue bird." | "$translate" translate --checkpoint tr --beam 1 --attention-map map.svg) \
+      || fail "translate failed"
+    [[ -n $out && -s map.svg ]] || fail "no translation or no attention map"
+    grep -q "<svg" map.svg || fail "the attention map is not SVG"
+    unk=$(echo "red zebra sees blue bird." | "$translate" translate --checkpoint tr) || fail "an unknown word failed"
+    ;;
+  translate_bad_input)
+    make_parallel 50 a && make_parallel 10 v
+    head -n 40 a.tgt > short.tgt
+    expect_error "a.src has 50 lines but short.tgt has 40" "$translate" train --src-train a.src --tgt-train short.tgt \
+      --src-val v.src --tgt-val v.tgt --model tiny
+    sed '5s/.*//' a.src > gap.src && echo "trailing" >> gap.src
+    sed -n '1,50p' a.tgt > gap.tgt && echo "fin" >> gap.tgt
+    expect_error "gap.src:5: empty sentence" "$translate" train --src-train gap.src --tgt-train gap.tgt \
+      --src-val v.src --tgt-val v.tgt --model tiny
+    { cat a.src; printf 'red %.0s' $(seq 1 30); echo; } > long.src && { cat a.tgt; echo "rouge"; } > long.tgt
+    expect_error "long.src:51: sentence of 30 tokens exceeds the model's limit of 23" "$translate" train \
+      --src-train long.src --tgt-train long.tgt --src-val v.src --tgt-val v.tgt --model tiny
+    "$translate" train --src-train a.src --tgt-train a.tgt --src-val v.src --tgt-val v.tgt --model tiny --epochs 1 \
+      --out ck --log-csv c.csv --report c.html > /dev/null 2>&1 || fail "a short training run failed"
+    expect_error "--beam 0 must be at least 1" "$translate" translate --checkpoint ck --beam 0 --input v.src
+    expect_error "unknown model 'marian'" "$translate" train --src-train a.src --tgt-train a.tgt --src-val v.src \
+      --tgt-val v.tgt --model marian
+    mkdir mine && echo keep > mine/notes.txt
+    expect_error "is not an xfmr checkpoint" "$translate" train --src-train a.src --tgt-train a.tgt --src-val v.src \
+      --tgt-val v.tgt --model tiny --epochs 1 --out mine
+    [[ $(cat mine/notes.txt) == keep ]] || fail "a user's directory was modified"
     ;;
   *) fail "unknown case $case_name" ;;
 esac

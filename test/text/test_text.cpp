@@ -163,3 +163,12 @@ BOOST_AUTO_TEST_CASE(class_batches_pad_truncate_and_cls) {
   const auto plain = make_class_batch(seqs, labels, 64, 0);
   BOOST_TEST(plain.T == 6);  // longest in the batch
 }
+
+BOOST_AUTO_TEST_CASE(translation_pretokenization) {
+  const auto w = pretokenize("Un homme, avec l'air (très) heureux!  Two-way.");
+  BOOST_TEST((w == std::vector<std::string>{"Un", "homme", ",", "avec", "l'air", "(", "très", ")", "heureux", "!",
+                                            "Two-way", "."}));
+  BOOST_TEST((pretokenize("A Dog.", true) == std::vector<std::string>{"a", "dog", "."}));
+  BOOST_TEST(detokenize(w) == "Un homme, avec l'air (très) heureux! Two-way.");
+  BOOST_TEST(pretokenize("   ").empty());
+}

@@ -31,6 +31,14 @@ std::vector<std::string> read_lines(const std::filesystem::path& path);
 // naming the byte offset.
 std::vector<std::string_view> utf8_characters(std::string_view text);
 
+// Word pre-tokenization for translation: optional ASCII lower-casing, then
+// the punctuation . , ! ? ; : " ( ) [ ] split off as tokens (apostrophes and
+// hyphens stay inside words, as BLEU's 13a tokenization keeps them), then
+// whitespace-separated words. detokenize() joins tokens back, without spaces
+// before . , ! ? ; : ) ] or after ( [.
+std::vector<std::string> pretokenize(std::string_view text, bool lowercase = false);
+std::string detokenize(std::span<const std::string> words);
+
 class CharTokenizer {
  public:
   static CharTokenizer from_corpus(std::string_view corpus, bool with_unknown = false);

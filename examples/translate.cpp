@@ -1,0 +1,480 @@
+// xfmr-translate: train an encoder-decoder translator on parallel text,
+// translate with beam search, and score with BLEU.
+//
+//   xfmr-translate train [--src-train F --tgt-train F --src-val F --tgt-val F] [--model multi30k] ...
+//   xfmr-translate translate --checkpoint DIR [--input FILE] [--beam 4] [--attention-map map.svg]
+//   xfmr-translate eval --checkpoint DIR --src FILE --ref FILE
+// Files are one sentence per line, plain or .gz. Without file options, train
+// uses Multi30k English->French from ../shared/data/multi30k when present.
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "presets.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/infer/beam_search.hpp"
+#include "xfmr/infer/bleu.hpp"
+#include "xfmr/io/checkpoint.hpp"
+#include "xfmr/models/seq2seq.hpp"
+#include "xfmr/text/text.hpp"
+#include "xfmr/train/gradients.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/schedules.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace xfmr;
+using namespace xfmr::examples;
+using Be = CpuBackend<float>;
+
+namespace {
+
+constexpr const char* kFormat = "xfmr-translate";
+const std::vector<std::string> kSpecials = {"<pad>", "<unk>", "<bos>", "<eos>"};
+
+struct Vocabs {
+  WordVocab src, tgt;
+  bool lowercase = false;
+  std::int32_t pad() const { return *tgt.special("<pad>"); }
+  std::int32_t bos() const { return *tgt.special("<bos>"); }
+  std::int32_t eos() const { return *tgt.special("<eos>"); }
+};
+
+std::string join_words(const std::vector<std::string>& w) {
+  std::string s;
+  for (const auto& x : w) (s.empty() ? s : s += ' ') += x;
+  return s;
+}
+
+// Sentences as token ids; a sentence longer than max_len is an error naming
+// it, unless truncate is set.
+std::vector<std::vector<std::int32_t>> encode_lines(const WordVocab& v, const std::vector<std::string>& lines,
+                                                    bool lowercase, int max_len, bool truncate, const std::string& file) {
+  std::vector<std::vector<std::int32_t>> out;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    auto ids = v.encode(join_words(pretokenize(lines[i], lowercase)));
+    require(!ids.empty(), file, ":", i + 1, ": empty sentence");
+    if (int(ids.size()) > max_len) {
+      require(truncate, file, ":", i + 1, ": sentence of ", ids.size(), " tokens exceeds the model's limit of ", max_len,
+              " (MAX_T minus <bos>/<eos>; pass --truncate to cut it)");
+      ids.resize(max_len);
+    }
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+std::vector<std::string> read_sentences(const std::string& path) {
+  auto lines = read_lines(path);
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();  // a trailing newline
+  return lines;
+}
+
+struct Pair {
+  std::vector<std::int32_t> src, tgt;
+};
+
+// Batches of similar source length (less padding), in a seeded random order.
+std::vector<std::vector<int>> bucket_batches(const std::vector<Pair>& data, int batch, Rng& rng) {
+  std::vector<int> idx(data.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  for (std::size_t i = idx.size() - 1; i > 0; --i) std::swap(idx[i], idx[rng.below(i + 1)]);
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return data[a].src.size() < data[b].src.size(); });
+  std::vector<std::vector<int>> batches;
+  for (std::size_t i = 0; i < idx.size(); i += batch)
+    batches.emplace_back(idx.begin() + i, idx.begin() + std::min(idx.size(), i + batch));
+  for (std::size_t i = batches.size() - 1; i > 0; --i) std::swap(batches[i], batches[rng.below(i + 1)]);
+  return batches;
+}
+
+struct Batch {
+  Shape src, tgt;
+  std::vector<std::int32_t> src_ids, tgt_in, tgt_out;
+  std::vector<std::uint8_t> src_pad, tgt_pad;
+  long tokens = 0;
+};
+
+Batch make_batch(const std::vector<Pair>& data, const std::vector<int>& which, const Vocabs& v) {
+  Batch b;
+  const int B = static_cast<int>(which.size());
+  int S = 1, T = 1;
+  for (int i : which) S = std::max<int>(S, data[i].src.size()), T = std::max<int>(T, data[i].tgt.size() + 1);
+  b.src = {B, S};
+  b.tgt = {B, T};
+  b.src_ids.assign(std::size_t(B) * S, v.pad());
+  b.src_pad.assign(std::size_t(B) * S, 1);
+  b.tgt_in.assign(std::size_t(B) * T, v.pad());
+  b.tgt_out.assign(std::size_t(B) * T, kIgnoreIndex);
+  b.tgt_pad.assign(std::size_t(B) * T, 1);
+  for (int r = 0; r < B; ++r) {
+    const Pair& p = data[which[r]];
+    for (std::size_t t = 0; t < p.src.size(); ++t) b.src_ids[r * S + t] = p.src[t], b.src_pad[r * S + t] = 0;
+    b.tgt_in[r * T] = v.bos();
+    for (std::size_t t = 0; t < p.tgt.size(); ++t) b.tgt_in[r * T + t + 1] = p.tgt[t];
+    for (std::size_t t = 0; t <= p.tgt.size(); ++t)
+      b.tgt_out[r * T + t] = t < p.tgt.size() ? p.tgt[t] : v.eos(), b.tgt_pad[r * T + t] = 0;
+    b.tokens += long(p.tgt.size()) + 1;
+  }
+  return b;
+}
+
+template <class Model>
+std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, const std::vector<std::string>& lines,
+                                       const BeamOptions& beam, int batch, int max_len, bool truncate,
+                                       const std::string& file) {
+  const auto srcs = encode_lines(v.src, lines, v.lowercase, max_len, truncate, file);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < srcs.size(); i += batch) {
+    const int B = static_cast<int>(std::min<std::size_t>(batch, srcs.size() - i));
+    int S = 1;
+    for (int r = 0; r < B; ++r) S = std::max<int>(S, srcs[i + r].size());
+    std::vector<std::int32_t> ids(std::size_t(B) * S, v.pad());
+    std::vector<std::uint8_t> pad(std::size_t(B) * S, 1);
+    for (int r = 0; r < B; ++r)
+      for (std::size_t t = 0; t < srcs[i + r].size(); ++t) ids[r * S + t] = srcs[i + r][t], pad[r * S + t] = 0;
+    model.encode(be, ids, Shape{B, S}, pad.data());
+    typename Model::DecodeState st;
+    model.start_decoding(be, st, beam.beam);
+    const auto hyps = beam_search(
+        B, model.vocab(), beam, [&](std::span<const std::int32_t> step) { return model.decode(be, step, st); },
+        [&](std::span<const int> order) { st.self.reorder(be, order); });
+    for (const auto& h : hyps) {
+      std::vector<std::string> words;
+      for (auto id : h.tokens) words.push_back(v.tgt.word(id));
+      out.push_back(detokenize(words));
+    }
+  }
+  return out;
+}
+
+// The cross-attention of the last decoder layer for one sentence (averaged
+// over heads, or one head), as an SVG heatmap: rows target, columns source.
+template <class Model>
+void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::string& src_line,
+                         const std::string& translation, const std::string& path, int head) {
+  auto src = v.src.encode(join_words(pretokenize(src_line, v.lowercase)));
+  auto tgt_words = pretokenize(translation, false);
+  std::vector<std::int32_t> tgt_in = {v.bos()};
+  for (const auto& w : tgt_words) tgt_in.push_back(v.tgt.id(w));
+  const int S = static_cast<int>(src.size()), T = static_cast<int>(tgt_in.size());
+  model.forward(be, src, Shape{1, S}, nullptr, tgt_in, Shape{1, T});
+  const auto probs = model.block(Model::N_DEC - 1).cross_attention().probabilities();  // (1, heads, T, S)
+  const int heads = static_cast<int>(probs.size() / (std::size_t(T) * S));
+  require(head < heads, "--head ", head, " out of range [0, ", heads, ")");
+  std::vector<double> m(std::size_t(T) * S, 0.0);
+  for (int h = 0; h < heads; ++h) {
+    if (head >= 0 && h != head) continue;
+    for (std::size_t i = 0; i < m.size(); ++i) m[i] += probs[std::size_t(h) * T * S + i] / (head >= 0 ? 1 : heads);
+  }
+  // Row t is the step that produced output token t (the last one <eos>).
+  std::vector<std::string> rows = tgt_words, cols;
+  rows.push_back("<eos>");
+  for (auto id : src) cols.push_back(v.src.word(id));
+  const int cell = 28, left = 110, top = 100;
+  std::ostringstream svg;
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << left + S * cell + 20 << "' height='" << top + T * cell + 20
+      << "' font-family='sans-serif' font-size='12'><rect width='100%' height='100%' fill='white'/>";
+  for (int j = 0; j < S; ++j)
+    svg << "<text transform='translate(" << left + j * cell + cell / 2 << "," << top - 6 << ") rotate(-60)'>"
+        << html_escape(cols[j]) << "</text>";
+  for (int i = 0; i < T; ++i) {
+    svg << "<text x='" << left - 6 << "' y='" << top + i * cell + cell / 2 + 4 << "' text-anchor='end'>"
+        << html_escape(i < int(rows.size()) ? rows[i] : "") << "</text>";
+    for (int j = 0; j < S; ++j) {
+      const int shade = 255 - int(255 * std::clamp(m[std::size_t(i) * S + j], 0.0, 1.0));
+      svg << "<rect x='" << left + j * cell << "' y='" << top + i * cell << "' width='" << cell << "' height='" << cell
+          << "' fill='rgb(" << shade << "," << shade << ",255)'><title>" << m[std::size_t(i) * S + j]
+          << "</title></rect>";
+    }
+  }
+  svg << "</svg>\n";
+  write_text_atomic(path, svg.str());
+}
+
+struct TrainArgs {
+  std::string src_train, tgt_train, src_val, tgt_val, model = "multi30k", out, metrics_json, log_csv, report,
+                                                      schedule = "cosine";
+  int epochs = 10, batch = 64, min_freq = 2, beam = 4, eval_every = 1000, bleu_sentences = 0;
+  double lr = 5e-4, label_smoothing = 0.1, clip = 1.0, weight_decay = 0.01, length_penalty = 0.6;
+  bool lowercase = false, truncate = false;
+  std::uint64_t seed = 1337;
+};
+
+template <class Cfg>
+void train(const TrainArgs& a) {
+  using Model = Seq2Seq<Cfg, Cfg, Be>;
+  const int max_len = Cfg::MAX_T - 1;  // room for <bos> (input) or <eos> (target)
+  const auto src_lines = read_sentences(a.src_train), tgt_lines = read_sentences(a.tgt_train);
+  const auto src_val = read_sentences(a.src_val), tgt_val = read_sentences(a.tgt_val);
+  require(src_lines.size() == tgt_lines.size(), a.src_train, " has ", src_lines.size(), " lines but ", a.tgt_train,
+          " has ", tgt_lines.size());
+  require(src_val.size() == tgt_val.size(), a.src_val, " has ", src_val.size(), " lines but ", a.tgt_val, " has ",
+          tgt_val.size());
+  Vocabs v;
+  v.lowercase = a.lowercase;
+  auto words_of = [&](const std::vector<std::string>& lines) {
+    std::vector<std::string> out;
+    for (const auto& l : lines) out.push_back(join_words(pretokenize(l, a.lowercase)));
+    return out;
+  };
+  v.src = WordVocab::build(words_of(src_lines), a.min_freq, kSpecials);
+  v.tgt = WordVocab::build(words_of(tgt_lines), a.min_freq, kSpecials);
+  const auto src_ids = encode_lines(v.src, src_lines, a.lowercase, max_len, a.truncate, a.src_train);
+  const auto tgt_ids = encode_lines(v.tgt, tgt_lines, a.lowercase, max_len, a.truncate, a.tgt_train);
+  std::vector<Pair> data;
+  for (std::size_t i = 0; i < src_ids.size(); ++i) data.push_back({src_ids[i], tgt_ids[i]});
+  const auto vsrc = encode_lines(v.src, src_val, a.lowercase, max_len, a.truncate, a.src_val);
+  const auto vtgt = encode_lines(v.tgt, tgt_val, a.lowercase, max_len, a.truncate, a.tgt_val);
+  std::vector<Pair> val;
+  for (std::size_t i = 0; i < vsrc.size(); ++i) val.push_back({vsrc[i], vtgt[i]});
+
+  Be be;
+  Model model(v.src.size(), v.tgt.size(), a.seed, {.dropout = Cfg::DROPOUT, .tie_output = false});
+  AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
+  Rng rng(detail::mix64(a.seed ^ 0x7a5ULL));
+  const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;
+  const LrSchedule schedule = LrSchedule::parse(a.schedule, a.lr, total);
+  CrossEntropyLoss<Be> ce(a.label_smoothing), ce_eval;
+  std::cout << "xfmr-translate: " << Cfg::NAME << ", " << Model::parameter_count(v.src.size(), v.tgt.size(), false)
+            << " parameters, vocabularies " << v.src.size() << " / " << v.tgt.size() << ", " << data.size()
+            << " train / " << val.size() << " val pairs, " << total << " steps" << std::endl;
+
+  auto val_loss = [&]() {
+    model.set_training(false);
+    double loss = 0;
+    long n = 0;
+    for (std::size_t i = 0; i < val.size(); i += 128) {
+      std::vector<int> which(std::min<std::size_t>(128, val.size() - i));
+      std::iota(which.begin(), which.end(), int(i));
+      const Batch b = make_batch(val, which, v);
+      const auto logits = model.forward(be, b.src_ids, b.src, b.src_pad.data(), b.tgt_in, b.tgt, b.tgt_pad.data());
+      loss += ce_eval.forward(be, logits, b.tgt_out, model.vocab()) * double(b.tokens);
+      n += b.tokens;
+    }
+    model.set_training(true);
+    return loss / double(n);
+  };
+  auto save = [&](double bleu) {
+    if (a.out.empty()) return;
+    SafeTensorsWriter mw, ow;
+    add_parameters(mw, model);
+    mw.set_metadata("format", kFormat);
+    add_optimizer_state(ow, opt);
+    const json state = {{"format", kFormat},        {"version", 1},          {"model", Cfg::NAME},
+                        {"src_vocab", v.src.to_json()}, {"tgt_vocab", v.tgt.to_json()}, {"lowercase", v.lowercase},
+                        {"val_bleu", bleu}};
+    write_checkpoint(a.out, mw, ow, state.dump(2));
+  };
+
+  CsvLog csv(a.log_csv);
+  std::vector<std::pair<long, double>> batch_losses;
+  std::vector<LossPoint> evals;
+  Progress progress(0, total, long(a.batch) * 14);
+  std::vector<float> dlogits;
+  long step = 0, tokens = 0;
+  double vloss = 0;
+  for (int epoch = 0; epoch < a.epochs; ++epoch) {
+    for (const auto& which : bucket_batches(data, a.batch, rng)) {
+      const Batch b = make_batch(data, which, v);
+      const double lr = schedule.at(step);
+      zero_grad(model);
+      const auto logits = model.forward(be, b.src_ids, b.src, b.src_pad.data(), b.tgt_in, b.tgt, b.tgt_pad.data());
+      const double loss = ce.forward(be, logits, b.tgt_out, model.vocab());
+      require(std::isfinite(loss), "loss is ", loss, " at step ", step);
+      dlogits.resize(logits.size());
+      ce.backward(be, dlogits);
+      model.backward(be, dlogits);
+      clip_gradients(be, model, a.clip);
+      opt.step(be, lr);
+      tokens += b.tokens;
+      batch_losses.emplace_back(step + 1, loss);
+      csv.batch(step + 1, lr, loss);
+      progress.update(step, loss);
+      ++step;
+      if (step % a.eval_every == 0 || step == total) {
+        vloss = val_loss();
+        progress.clear_line();
+        std::cout << "step " << step << " (epoch " << epoch + 1 << "): batch loss " << std::fixed << std::setprecision(4)
+                  << loss << ", val loss " << vloss << std::defaultfloat << std::endl;
+        evals.push_back({step, loss, vloss});
+        csv.eval(step, lr, loss, vloss);
+      }
+    }
+  }
+  progress.clear_line();
+  const double train_s = progress.elapsed();
+  // BLEU on the validation set (or its first --bleu-sentences) with beam search.
+  model.set_training(false);
+  std::vector<std::string> srcs = src_val, refs = tgt_val;
+  if (a.bleu_sentences > 0 && std::size_t(a.bleu_sentences) < srcs.size()) {
+    srcs.resize(a.bleu_sentences);
+    refs.resize(a.bleu_sentences);
+  }
+  const auto t0 = Clock::now();
+  const BeamOptions beam{.beam = a.beam, .length_penalty = a.length_penalty, .max_len = max_len + 1,
+                         .bos = v.bos(), .eos = v.eos()};
+  const auto hyps = translate_all(model, be, v, srcs, beam, 32, max_len, true, a.src_val);
+  const double decode_s = seconds_since(t0);
+  const std::vector<std::vector<std::string>> ref_sets = {refs};
+  const auto bleu = corpus_bleu(hyps, ref_sets);
+  std::cout << "val " << bleu.to_string() << " (" << hyps.size() << " sentences, beam " << a.beam << ")\n";
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, hyps.size()); ++i)
+    std::cout << "  " << srcs[i] << "\n  -> " << hyps[i] << "\n";
+  save(bleu.score);
+  csv.save();
+  write_html_report(a.report, std::string("xfmr-translate: ") + Cfg::NAME,
+                    {{"model", Cfg::NAME}, {"epochs", std::to_string(a.epochs)}, {"val loss", std::to_string(vloss)},
+                     {"val BLEU", bleu.to_string()}, {"training time", format_duration(train_s)}},
+                    batch_losses, evals);
+  if (!a.metrics_json.empty()) {
+    const json m = {{"model", Cfg::NAME}, {"bleu", bleu.score},      {"val_loss", vloss},
+                    {"epochs", a.epochs},  {"steps", total},         {"train_s", train_s},
+                    {"train_tokens_per_s", tokens / train_s}, {"decode_sentences_per_s", hyps.size() / decode_s}};
+    write_text_atomic(a.metrics_json, m.dump(2) + "\n");
+  }
+}
+
+struct UseArgs {
+  std::string checkpoint, input, src, ref, attention_map, metrics_json;
+  int beam = 4, head = -1;
+  double length_penalty = 0.6;
+  bool truncate = false;
+};
+
+template <class Cfg>
+void use(const UseArgs& a, const json& state, bool evaluate) {
+  using Model = Seq2Seq<Cfg, Cfg, Be>;
+  Vocabs v;
+  v.src = WordVocab::from_json(state.at("src_vocab").get<std::string>());
+  v.tgt = WordVocab::from_json(state.at("tgt_vocab").get<std::string>());
+  v.lowercase = state.at("lowercase");
+  Be be;
+  Model model(v.src.size(), v.tgt.size(), 0);
+  load_parameters(model, SafeTensors::load(fs::path(a.checkpoint) / kModelFile));
+  model.set_training(false);
+  const int max_len = Cfg::MAX_T - 1;
+  const BeamOptions beam{.beam = a.beam, .length_penalty = a.length_penalty, .max_len = max_len + 1,
+                         .bos = v.bos(), .eos = v.eos()};
+  if (evaluate) {
+    const auto srcs = read_sentences(a.src), refs = read_sentences(a.ref);
+    require(srcs.size() == refs.size(), a.src, " has ", srcs.size(), " lines but ", a.ref, " has ", refs.size());
+    const auto t0 = Clock::now();
+    const auto hyps = translate_all(model, be, v, srcs, beam, 32, max_len, a.truncate, a.src);
+    const double s = seconds_since(t0);
+    const std::vector<std::vector<std::string>> ref_sets = {refs};
+    const auto bleu = corpus_bleu(hyps, ref_sets);
+    std::cout << bleu.to_string() << " (" << hyps.size() << " sentences, beam " << a.beam << ", " << s << " s)\n";
+    if (!a.metrics_json.empty())
+      write_text_atomic(a.metrics_json, json{{"bleu", bleu.score}, {"sentences", hyps.size()}, {"decode_s", s}}.dump(2) + "\n");
+    return;
+  }
+  std::vector<std::string> lines;
+  if (a.input.empty()) {
+    for (std::string line; std::getline(std::cin, line);)
+      if (!line.empty()) lines.push_back(line);
+  } else {
+    lines = read_sentences(a.input);
+  }
+  const auto out = translate_all(model, be, v, lines, beam, 32, max_len, a.truncate, a.input.empty() ? "stdin" : a.input);
+  for (const auto& t : out) std::cout << t << "\n";
+  if (!a.attention_map.empty() && !lines.empty())
+    write_attention_map(model, be, v, lines[0], out[0], a.attention_map, a.head);
+}
+
+std::string shared_data(const char* name) {
+  for (const char* base : {"../shared/data/multi30k/", "../../shared/data/multi30k/"})
+    if (fs::exists(fs::path(base) / name)) return (fs::path(base) / name).string();
+  return "";
+}
+
+int run_train(int argc, char** argv) {
+  TrainArgs a;
+  a.src_train = shared_data("train.en.gz"), a.tgt_train = shared_data("train.fr.gz");
+  a.src_val = shared_data("val.en.gz"), a.tgt_val = shared_data("val.fr.gz");
+  po::options_description opts("xfmr-translate train: train an encoder-decoder translator");
+  opts.add_options()("help", "show this help")
+      ("src-train", po::value(&a.src_train), "source sentences (default: Multi30k English, when present)")
+      ("tgt-train", po::value(&a.tgt_train), "target sentences (default: Multi30k French)")
+      ("src-val", po::value(&a.src_val), "validation source")("tgt-val", po::value(&a.tgt_val), "validation target")
+      ("model", po::value(&a.model)->default_value(a.model), (std::string("preset: ") + translate_preset_names()).c_str())
+      ("epochs", po::value(&a.epochs)->default_value(a.epochs), "passes over the training pairs")
+      ("batch", po::value(&a.batch)->default_value(a.batch), "sentence pairs per batch (bucketed by length)")
+      ("lr", po::value(&a.lr)->default_value(a.lr), "peak learning rate")
+      ("schedule", po::value(&a.schedule)->default_value(a.schedule), "constant, cosine or onecycle")
+      ("label-smoothing", po::value(&a.label_smoothing)->default_value(a.label_smoothing), "label smoothing")
+      ("min-freq", po::value(&a.min_freq)->default_value(a.min_freq), "rarer words map to <unk>")
+      ("lowercase", po::bool_switch(&a.lowercase), "lower-case before tokenizing")
+      ("truncate", po::bool_switch(&a.truncate), "cut sentences longer than the model allows (else an error)")
+      ("beam", po::value(&a.beam)->default_value(a.beam), "beam size for the final BLEU")
+      ("length-penalty", po::value(&a.length_penalty)->default_value(a.length_penalty), "GNMT alpha")
+      ("bleu-sentences", po::value(&a.bleu_sentences)->default_value(0), "score only the first N validation pairs")
+      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between validation losses")
+      ("seed", po::value(&a.seed)->default_value(a.seed), "seed")
+      ("out", po::value(&a.out), "checkpoint directory")
+      ("metrics-json", po::value(&a.metrics_json), "write BLEU, loss and timing here")
+      ("log-csv", po::value(&a.log_csv)->default_value("translate_log.csv"), "per-step CSV log")
+      ("report", po::value(&a.report)->default_value("translate_report.html"), "HTML report");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(!a.src_train.empty() && !a.tgt_train.empty() && !a.src_val.empty() && !a.tgt_val.empty(),
+          "no training data: pass --src-train, --tgt-train, --src-val and --tgt-val");
+  require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
+  require(a.beam >= 1, "--beam ", a.beam, " must be at least 1");
+  with_translate_preset(a.model, [&]<class Cfg>() { train<Cfg>(a); });
+  return 0;
+}
+
+int run_use(int argc, char** argv, bool evaluate) {
+  UseArgs a;
+  po::options_description opts(evaluate ? "xfmr-translate eval: BLEU of a checkpoint" : "xfmr-translate translate");
+  opts.add_options()("help", "show this help")("checkpoint", po::value(&a.checkpoint), "checkpoint directory (required)")
+      ("beam", po::value(&a.beam)->default_value(a.beam), "beam size (1 = greedy)")
+      ("length-penalty", po::value(&a.length_penalty)->default_value(a.length_penalty), "GNMT alpha")
+      ("truncate", po::bool_switch(&a.truncate), "cut over-long sentences instead of failing");
+  if (evaluate)
+    opts.add_options()("src", po::value(&a.src), "source sentences")("ref", po::value(&a.ref), "reference translations")
+        ("metrics-json", po::value(&a.metrics_json), "write BLEU here");
+  else
+    opts.add_options()("input", po::value(&a.input), "sentences to translate (default: standard input)")
+        ("attention-map", po::value(&a.attention_map), "SVG heatmap of the first sentence's cross-attention")
+        ("head", po::value(&a.head)->default_value(-1), "attention map of one head (default: the mean)");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(!a.checkpoint.empty(), "--checkpoint DIR is required");
+  require(a.beam >= 1, "--beam ", a.beam, " must be at least 1");
+  if (evaluate) require(!a.src.empty() && !a.ref.empty(), "--src FILE and --ref FILE are required");
+  const json state = json::parse(read_trainer_state(a.checkpoint));
+  require(state.value("format", "") == kFormat, a.checkpoint, ": not an xfmr-translate checkpoint");
+  with_translate_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { use<Cfg>(a, state, evaluate); });
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: " << argv[0] << " train|translate|eval [options]   (--help on each)\n";
+    return 2;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "train") return run_train(argc - 1, argv + 1);
+    if (command == "translate") return run_use(argc - 1, argv + 1, false);
+    if (command == "eval") return run_use(argc - 1, argv + 1, true);
+    std::cerr << "xfmr-translate: unknown command '" << command << "' (train, translate or eval)\n";
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << "\nxfmr-translate: error: " << e.what() << "\n";
+  } catch (const po::error& e) {
+    std::cerr << "xfmr-translate: " << e.what() << " (see --help)\n";
+  } catch (const json::exception& e) {
+    std::cerr << "xfmr-translate: error: malformed checkpoint state: " << e.what() << "\n";
+  }
+  return 1;
+}
