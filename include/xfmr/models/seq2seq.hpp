@@ -81,15 +81,7 @@ class Seq2Seq {
     stem_.forward(be, tgt, act(0), tgt_shape);
     for (int i = 0; i < n; ++i)
       blocks_[i].forward(be, act(i), memory_, act(i + 1), tgt_shape, src_shape, tgt_padding, src_padding);
-    ConstRows<S, D> top = act(n);
-    if constexpr (FINAL_NORM) {
-      const auto hn = hn_.template rows<D>(rows);
-      ln_f_.forward(be, top, hn);
-      top = hn;
-    }
-    S* logits = logits_.reserve(std::size_t(rows) * vocab());
-    head_->forward(be, top, logits);
-    return {logits, std::size_t(rows) * vocab()};
+    return project(be, act(n));
   }
 
   // ---- decoding (inference) ----------------------------------------------
@@ -143,15 +135,7 @@ class Seq2Seq {
       blocks_[i].forward_cached(be, act(i), act(i + 1), st.B, st.self[i],
                                 st.memory_kv.data() + std::size_t(i) * st.B * st.src_len * KVW, st.src_len,
                                 st.src_padding.data());
-    ConstRows<S, D> top = act(N_DEC);
-    if constexpr (FINAL_NORM) {
-      const auto hn = hn_.template rows<D>(rows);
-      ln_f_.forward(be, top, hn);
-      top = hn;
-    }
-    S* logits = logits_.reserve(std::size_t(rows) * vocab());
-    head_->forward(be, top, logits);
-    return {logits, std::size_t(rows) * vocab()};
+    return project(be, act(N_DEC));
   }
 
   void backward(Backend& be, std::span<const S> dlogits) {
@@ -211,6 +195,19 @@ class Seq2Seq {
   }
 
  private:
+  // The last block's output -> ln_f (PreNorm) -> lm_head -> logits.
+  std::span<const S> project(Backend& be, ConstRows<S, D> top) {
+    const int rows = top.rows;
+    if constexpr (FINAL_NORM) {
+      const auto hn = hn_.template rows<D>(rows);
+      ln_f_.forward(be, top, hn);
+      top = hn;
+    }
+    S* logits = logits_.reserve(std::size_t(rows) * vocab());
+    head_->forward(be, top, logits);
+    return {logits, std::size_t(rows) * vocab()};
+  }
+
   Rng rng_;
   Transformer<EncCfg, Backend, false> encoder_;
   TokenStem<DecCfg, Backend> stem_;

@@ -67,13 +67,7 @@ class Transformer {
     const auto h = h_.template rows<D>(rows);  // (B*T, D) after the blocks
     stem_.forward(be, ids, x, bt);
     blocks_.forward(be, x, h, bt, key_padding);
-    if constexpr (FINAL_NORM) {
-      const auto hn = hn_.template rows<D>(rows);
-      ln_f_.forward(be, h, hn);
-      return hn;
-    } else {
-      return h;
-    }
+    return finish(be, h);
   }
 
   // Causal trunks: a cache for B sequences, empty.
@@ -99,13 +93,7 @@ class Transformer {
     const auto h = h_.template rows<D>(rows);
     stem_.forward(be, ids, x, bt, cache.length());
     blocks_.forward_cached(be, x, h, B, cache);
-    if constexpr (FINAL_NORM) {
-      const auto hn = hn_.template rows<D>(rows);
-      ln_f_.forward(be, h, hn);
-      return hn;
-    } else {
-      return h;
-    }
+    return finish(be, h);
   }
 
   void backward(Backend& be, ConstRows<S, D> dhidden) {
@@ -145,6 +133,17 @@ class Transformer {
   }
 
  private:
+  // The last block's output, normalised by ln_f in PreNorm configurations.
+  ConstRows<S, D> finish(Backend& be, ConstRows<S, D> h) {
+    if constexpr (FINAL_NORM) {
+      const auto hn = hn_.template rows<D>(h.rows);
+      ln_f_.forward(be, h, hn);
+      return hn;
+    } else {
+      return h;
+    }
+  }
+
   TokenStem<Cfg, Backend> stem_;
   BlockStack<Block, Backend> blocks_;
   LayerNorm<D, Backend> ln_f_;
