@@ -172,3 +172,28 @@ BOOST_AUTO_TEST_CASE(translation_pretokenization) {
   BOOST_TEST(detokenize(w) == "Un homme, avec l'air (très) heureux! Two-way.");
   BOOST_TEST(pretokenize("   ").empty());
 }
+
+#include "xfmr/text/bpe.hpp"
+
+BOOST_AUTO_TEST_CASE(bpe_trains_merges_and_round_trips) {
+  const std::vector<std::string> texts = {"the cat sat on the mat.", "the cat ate the rat.", "a cat, the hat!"};
+  const auto bpe = BpeTokenizer::train(texts, 4 + 257 + 12);
+  // Training stops early once no pair occurs twice: this corpus has 7 such merges.
+  BOOST_TEST(bpe.merges() == 7u);
+  BOOST_TEST(bpe.size() == 4 + 257 + 7);
+  // "the" (5 times) becomes one symbol with its end of word.
+  const auto the = bpe.encode("the");
+  BOOST_TEST(the.size() == 1u);
+  BOOST_TEST(bpe.symbol(the[0]) == "the</w>");
+  // Any text, unseen words and bytes included, round-trips.
+  for (const std::string s : {"the cat sat.", "zebras écoutent la radio!", "x\x01y"})
+    BOOST_TEST(bpe.decode(bpe.encode(s)) == detokenize(pretokenize(s)));
+  // Deterministic, and the JSON description reproduces the tokenizer.
+  const auto again = BpeTokenizer::train(texts, 4 + 257 + 12);
+  BOOST_TEST(again.to_json() == bpe.to_json());
+  const auto back = BpeTokenizer::from_json(bpe.to_json());
+  BOOST_TEST((back.encode("the rat sat on a hat") == bpe.encode("the rat sat on a hat")));
+  BOOST_TEST(*bpe.special("<eos>") == 3);
+  BOOST_CHECK_THROW(BpeTokenizer::train(texts, 10), Error);  // below the base alphabet
+  BOOST_CHECK_THROW(BpeTokenizer::from_json("{\"type\": \"bpe\", \"specials\": [], \"merges\": [[0, 9999]]}"), Error);
+}
