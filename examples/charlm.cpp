@@ -498,7 +498,7 @@ int run_sample(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc < 2) return usage(argv[0]);
   const std::string command = argv[1];
-  try {
+  return run_command("xfmr-charlm", [&] {
     if (command == "train") return run_train(argc - 1, argv + 1);
     if (command == "sample") return run_sample(argc - 1, argv + 1);
     if (command == "--help" || command == "-h") {
@@ -507,12 +507,5 @@ int main(int argc, char** argv) {
     }
     std::cerr << "xfmr-charlm: unknown command '" << command << "'\n";
     return usage(argv[0]);
-  } catch (const Error& e) {
-    std::cerr << "\nxfmr-charlm: error: " << e.what() << "\n";
-  } catch (const po::error& e) {
-    std::cerr << "xfmr-charlm: " << e.what() << " (see --help)\n";
-  } catch (const json::exception& e) {
-    std::cerr << "xfmr-charlm: error: malformed checkpoint state: " << e.what() << "\n";
-  }
-  return 1;
+  });
 }

@@ -305,17 +305,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = argv[1];
-  try {
+  return run_command("xfmr-classify", [&] {
     if (command == "train") return run_train(argc - 1, argv + 1);
     if (command == "eval") return run_eval(argc - 1, argv + 1);
     std::cerr << "xfmr-classify: unknown command '" << command << "' (train or eval)\n";
     return 2;
-  } catch (const Error& e) {
-    std::cerr << "\nxfmr-classify: error: " << e.what() << "\n";
-  } catch (const po::error& e) {
-    std::cerr << "xfmr-classify: " << e.what() << " (see --help)\n";
-  } catch (const json::exception& e) {
-    std::cerr << "xfmr-classify: error: malformed checkpoint state: " << e.what() << "\n";
-  }
-  return 1;
+  });
 }

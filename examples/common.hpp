@@ -48,6 +48,22 @@ inline bool parse_options(int argc, char** argv, const boost::program_options::o
   return true;
 }
 
+// Runs a program's command, turning every error into one line on stderr and
+// exit status 1 (2 for a usage error).
+template <class Run>
+int run_command(const char* program, Run&& run) {
+  try {
+    return run();
+  } catch (const Error& e) {
+    std::cerr << "\n" << program << ": error: " << e.what() << "\n";
+  } catch (const boost::program_options::error& e) {
+    std::cerr << program << ": " << e.what() << " (see --help)\n";
+  } catch (const nlohmann::json::exception& e) {
+    std::cerr << program << ": error: malformed checkpoint state: " << e.what() << "\n";
+  }
+  return 1;
+}
+
 inline std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   const long t = std::lround(s);

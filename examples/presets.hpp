@@ -12,6 +12,22 @@
 
 namespace xfmr::examples {
 
+// "a, b, c": the NAMEs of a closed preset list.
+template <class... Presets>
+std::string preset_names() {
+  std::string s;
+  ((s += (s.empty() ? "" : ", ") + std::string(Presets::NAME)), ...);
+  return s;
+}
+
+// Calls f.template operator()<P>() for the preset P named `name`, or fails
+// naming the choices.
+template <class... Presets, class F>
+void with_preset(const std::string& name, F&& f) {
+  const bool found = ((name == Presets::NAME ? (f.template operator()<Presets>(), true) : false) || ...);
+  if (!found) detail::fail("unknown model '", name, "' (choose from ", preset_names<Presets...>(), ")");
+}
+
 // For smoke tests and quick demonstrations.
 struct LmTiny {
   static constexpr const char* NAME = "tiny";
@@ -52,15 +68,10 @@ struct ShakespeareLarge {
   using Positions = Learned;
 };
 
-inline const char* lm_preset_names() { return "tiny, shakespeare-small, names, shakespeare-large"; }
-
+inline std::string lm_preset_names() { return preset_names<LmTiny, ShakespeareSmall, Names, ShakespeareLarge>(); }
 template <class F>
 void with_lm_preset(const std::string& name, F&& f) {
-  if (name == LmTiny::NAME) f.template operator()<LmTiny>();
-  else if (name == ShakespeareSmall::NAME) f.template operator()<ShakespeareSmall>();
-  else if (name == Names::NAME) f.template operator()<Names>();
-  else if (name == ShakespeareLarge::NAME) f.template operator()<ShakespeareLarge>();
-  else detail::fail("unknown model '", name, "' (choose from ", lm_preset_names(), ")");
+  with_preset<LmTiny, ShakespeareSmall, Names, ShakespeareLarge>(name, f);
 }
 
 }  // namespace xfmr::examples
@@ -87,13 +98,10 @@ struct Sst2 {
   using Positions = Learned;
 };
 
-inline const char* classifier_preset_names() { return "tiny, sst2"; }
-
+inline std::string classifier_preset_names() { return preset_names<ClassifierTiny, Sst2>(); }
 template <class F>
 void with_classifier_preset(const std::string& name, F&& f) {
-  if (name == ClassifierTiny::NAME) f.template operator()<ClassifierTiny>();
-  else if (name == Sst2::NAME) f.template operator()<Sst2>();
-  else detail::fail("unknown model '", name, "' (choose from ", classifier_preset_names(), ")");
+  with_preset<ClassifierTiny, Sst2>(name, f);
 }
 
 }  // namespace xfmr::examples
@@ -121,13 +129,10 @@ struct Multi30k {
   using Positions = Sinusoidal;
 };
 
-inline const char* translate_preset_names() { return "tiny, multi30k"; }
-
+inline std::string translate_preset_names() { return preset_names<TranslateTiny, Multi30k>(); }
 template <class F>
 void with_translate_preset(const std::string& name, F&& f) {
-  if (name == TranslateTiny::NAME) f.template operator()<TranslateTiny>();
-  else if (name == Multi30k::NAME) f.template operator()<Multi30k>();
-  else detail::fail("unknown model '", name, "' (choose from ", translate_preset_names(), ")");
+  with_preset<TranslateTiny, Multi30k>(name, f);
 }
 
 }  // namespace xfmr::examples

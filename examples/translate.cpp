@@ -463,18 +463,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = argv[1];
-  try {
+  return run_command("xfmr-translate", [&] {
     if (command == "train") return run_train(argc - 1, argv + 1);
     if (command == "translate") return run_use(argc - 1, argv + 1, false);
     if (command == "eval") return run_use(argc - 1, argv + 1, true);
     std::cerr << "xfmr-translate: unknown command '" << command << "' (train, translate or eval)\n";
     return 2;
-  } catch (const Error& e) {
-    std::cerr << "\nxfmr-translate: error: " << e.what() << "\n";
-  } catch (const po::error& e) {
-    std::cerr << "xfmr-translate: " << e.what() << " (see --help)\n";
-  } catch (const json::exception& e) {
-    std::cerr << "xfmr-translate: error: malformed checkpoint state: " << e.what() << "\n";
-  }
-  return 1;
+  });
 }
