@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
   libeigen3-dev                      # Eigen 3.4
+  libopenblas-openmp-dev             # the CPU backend's GEMMs (OpenBLAS sharing xfmr's OpenMP threads)
   libboost-test-dev libboost-program-options-dev
   nlohmann-json3-dev zlib1g-dev
   "$@"

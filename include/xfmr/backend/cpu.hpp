@@ -2,11 +2,11 @@
 // host with Eigen maps and OpenMP. Header-only; float for training, double for
 // gradient checks.
 //
-// Threading is one level only: GEMMs use Eigen's own OpenMP parallelism, every
-// other operation is an OpenMP loop over rows or (batch, head) with serial
-// Eigen inside (Eigen does not nest inside an active parallel region). Loops
-// run serially below a small amount of work, where a fork costs more than it
-// saves. Reductions across rows are done serially in a fixed order, so results
+// Threading is one level only: GEMMs use OpenBLAS's (or Eigen's) own OpenMP
+// parallelism, every other operation splits its rows or (batch, head) pairs
+// over the OpenMP threads with detail::parallel_ranges, serial Eigen inside.
+// Below a small amount of work an operation runs inline, without entering
+// the OpenMP runtime at all: a fork costs more than it saves. Reductions across rows are done serially in a fixed order, so results
 // are bitwise reproducible for a given thread count.
 #pragma once
 
@@ -21,6 +21,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#ifdef XFMR_WITH_OPENBLAS
+#include <cblas.h>
+#endif
 
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/core/error.hpp"
@@ -32,6 +35,9 @@ namespace xfmr {
 namespace detail {
 // Below this many scalar operations a loop runs on one thread.
 inline constexpr long kParallelWork = 1L << 15;
+// From this many multiply-adds a GEMM goes to BLAS (when built with it).
+inline constexpr long kBlasWork = 1L << 16;
+inline constexpr int kBlasMinSide = 8;
 
 inline int thread_count() {
 #ifdef _OPENMP
@@ -40,6 +46,31 @@ inline int thread_count() {
   return 1;
 #endif
 }
+// Runs f(begin, end) over [0, n): split into one contiguous range per
+// OpenMP thread (as schedule(static)) when `parallel`, else as one call on
+// this thread without entering the OpenMP runtime, whose fork costs
+// microseconds: more than a decoding step's small operations themselves.
+// f should capture by value ([=]).
+template <class F>
+void parallel_ranges(long n, bool parallel, F&& f) {
+#ifdef _OPENMP
+  if (parallel && n > 1 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel
+    {
+      const long t = omp_get_thread_num(), k = omp_get_num_threads();
+      const long lo = n * t / k, hi = n * (t + 1) / k;
+      // A private copy of a by-value closure keeps its pointers in
+      // registers: through the shared one every access reloads them and the
+      // loop does not vectorise.
+      std::decay_t<F> local(f);
+      if (lo < hi) local(lo, hi);
+    }
+    return;
+  }
+#endif
+  if (n > 0) f(0L, n);
+}
+
 inline int thread_index() {
 #ifdef _OPENMP
   return omp_get_thread_num();
@@ -71,6 +102,16 @@ class CpuBackend {
 
   void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb,
             S beta, S* C, int ldc) {
+#ifdef XFMR_WITH_OPENBLAS
+    // Small products and matrix-vector ones (a decoding step's single rows)
+    // stay inline in Eigen: BLAS would pack a whole operand for one row.
+    if (M >= detail::kBlasMinSide && N >= detail::kBlasMinSide && long(M) * N * K >= detail::kBlasWork) {
+      const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+      if constexpr (std::is_same_v<S, float>) cblas_sgemm(CblasRowMajor, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      else cblas_dgemm(CblasRowMajor, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+#endif
     const CMap a(A, ta ? K : M, ta ? M : K, Strided(lda));
     const CMap b(B, tb ? N : K, tb ? K : N, Strided(ldb));
     Map c(C, M, N, Strided(ldc));
@@ -97,34 +138,38 @@ class CpuBackend {
 
   void add(std::size_t n, const S* a, const S* b, S* y) {
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
-    for (long i = 0; i < ln; ++i) y[i] = a[i] + b[i];
+    detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) y[i] = a[i] + b[i];
+    });
   }
   void add_to(std::size_t n, const S* x, S* y) {
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
-    for (long i = 0; i < ln; ++i) y[i] += x[i];
+    detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) y[i] += x[i];
+    });
   }
   void copy(std::size_t n, const S* x, S* y) {
     if (x != y) std::copy(x, x + n, y);
   }
 
   void add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y) {
-#pragma omp parallel for collapse(2) if (long(B) * T * D > detail::kParallelWork) schedule(static)
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < T; ++t) {
+    detail::parallel_ranges(long(B) * T, long(B) * T * D > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i_ = lo; i_ < hi; ++i_) {
+        const int b = int(i_ / T), t = int(i_ % T);
         const long off = (long(b) * T + t) * D;
         for (int d = 0; d < D; ++d) y[off + d] = x[off + d] + table[long(t) * D + d];
       }
+    });
   }
   void add_positions_backward(int B, int T, int D, const S* dy, S* dtable) {
     // Parallel over t: each thread owns its table rows; the sum over b is serial.
-#pragma omp parallel for if (long(B) * T * D > detail::kParallelWork) schedule(static)
-    for (int t = 0; t < T; ++t)
-      for (int b = 0; b < B; ++b) {
-        const S* g = dy + (long(b) * T + t) * D;
-        for (int d = 0; d < D; ++d) dtable[long(t) * D + d] += g[d];
-      }
+    detail::parallel_ranges(long(T), long(B) * T * D > detail::kParallelWork, [=](long lo, long hi) {
+      for (int t = int(lo); t < int(hi); ++t)
+        for (int b = 0; b < B; ++b) {
+          const S* g = dy + (long(b) * T + t) * D;
+          for (int d = 0; d < D; ++d) dtable[long(t) * D + d] += g[d];
+        }
+    });
   }
 
   // ---- layer norm ---------------------------------------------------------
@@ -132,16 +177,17 @@ class CpuBackend {
   void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y,
                           S* mean, S* rstd) {
     const Eigen::Map<const Vec> g(gamma, n), bt(beta, n);
-#pragma omp parallel for if (long(rows) * n > detail::kParallelWork) schedule(static)
-    for (int r = 0; r < rows; ++r) {
-      const Eigen::Map<const Vec> xr(x + long(r) * n, n);
-      const S m = xr.mean();
-      const S var = (xr.array() - m).square().mean();
-      const S rs = S(1) / std::sqrt(var + eps);
-      Eigen::Map<Vec>(y + long(r) * n, n) = ((xr.array() - m) * rs * g.array() + bt.array()).matrix();
-      mean[r] = m;
-      rstd[r] = rs;
-    }
+    detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
+      for (int r = int(lo); r < int(hi); ++r) {
+        const Eigen::Map<const Vec> xr(x + long(r) * n, n);
+        const S m = xr.mean();
+        const S var = (xr.array() - m).square().mean();
+        const S rs = S(1) / std::sqrt(var + eps);
+        Eigen::Map<Vec>(y + long(r) * n, n) = ((xr.array() - m) * rs * g.array() + bt.array()).matrix();
+        mean[r] = m;
+        rstd[r] = rs;
+      }
+    });
   }
 
   // dgamma/dbeta are reduced first, so dx may alias dy.
@@ -154,65 +200,72 @@ class CpuBackend {
       db += dyr;
     }
     const Eigen::Map<const Vec> g(gamma, n);
-#pragma omp parallel for if (long(rows) * n > detail::kParallelWork) schedule(static)
-    for (int r = 0; r < rows; ++r) {
-      const auto xhat = (Eigen::Map<const Vec>(x + long(r) * n, n).array() - mean[r]) * rstd[r];
-      const auto dxhat = Eigen::Map<const Vec>(dy + long(r) * n, n).array() * g.array();
-      const S mean_dxhat = dxhat.mean();
-      const S mean_dxhat_xhat = (dxhat * xhat).mean();
-      Eigen::Map<Vec>(dx + long(r) * n, n) =
-          ((dxhat - mean_dxhat - xhat * mean_dxhat_xhat) * rstd[r]).matrix();
-    }
+    detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
+      for (int r = int(lo); r < int(hi); ++r) {
+        const auto xhat = (Eigen::Map<const Vec>(x + long(r) * n, n).array() - mean[r]) * rstd[r];
+        const auto dxhat = Eigen::Map<const Vec>(dy + long(r) * n, n).array() * g.array();
+        const S mean_dxhat = dxhat.mean();
+        const S mean_dxhat_xhat = (dxhat * xhat).mean();
+        Eigen::Map<Vec>(dx + long(r) * n, n) = ((dxhat - mean_dxhat - xhat * mean_dxhat_xhat) * rstd[r]).matrix();
+      }
+    });
   }
 
   // ---- softmax ------------------------------------------------------------
 
   void softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs, const AttentionMask& mask) {
-#pragma omp parallel for collapse(2) if (long(B) * H * Tq * Tk > detail::kParallelWork) schedule(static)
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < H; ++h) {
+    detail::parallel_ranges(long(B) * H, long(B) * H * Tq * Tk > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i_ = lo; i_ < hi; ++i_) {
+        const int b = int(i_ / H), h = int(i_ % H);
         const long off = (long(b) * H + h) * Tq * Tk;
         for (int i = 0; i < Tq; ++i)
           masked_softmax_row(b, i, Tq, Tk, scores + off + long(i) * Tk, probs + off + long(i) * Tk, mask);
       }
+    });
   }
 
   void softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores) {
-#pragma omp parallel for if (long(rows) * n > detail::kParallelWork) schedule(static)
-    for (int r = 0; r < rows; ++r) softmax_backward_row(n, probs + long(r) * n, dprobs + long(r) * n, dscores + long(r) * n);
+    detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
+      for (int r = int(lo); r < int(hi); ++r)
+        softmax_backward_row(n, probs + long(r) * n, dprobs + long(r) * n, dscores + long(r) * n);
+    });
   }
 
   // ---- activations --------------------------------------------------------
 
   void relu_forward(std::size_t n, const S* x, S* y) {
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
-    for (long i = 0; i < ln; ++i) y[i] = x[i] > S(0) ? x[i] : S(0);
+    detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) y[i] = x[i] > S(0) ? x[i] : S(0);
+    });
   }
   void relu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
-    for (long i = 0; i < ln; ++i) dx[i] = x[i] > S(0) ? dy[i] : S(0);
+    detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) dx[i] = x[i] > S(0) ? dy[i] : S(0);
+    });
   }
 
   // GELU, tanh form: 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi).
   void gelu_forward(std::size_t n, const S* x, S* y) {
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork / 8) schedule(static)
-    for (long i = 0; i < ln; ++i) {
-      const S v = x[i];
-      y[i] = S(0.5) * v * (S(1) + std::tanh(kGeluC * (v + S(0.044715) * v * v * v)));
-    }
+    detail::parallel_ranges(ln, ln > detail::kParallelWork / 8, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) {
+        const S v = x[i];
+        y[i] = S(0.5) * v * (S(1) + std::tanh(kGeluC * (v + S(0.044715) * v * v * v)));
+      }
+    });
   }
   void gelu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork / 8) schedule(static)
-    for (long i = 0; i < ln; ++i) {
-      const S v = x[i];
-      const S t = std::tanh(kGeluC * (v + S(0.044715) * v * v * v));
-      const S dinner = kGeluC * (S(1) + S(3 * 0.044715) * v * v);
-      dx[i] = dy[i] * (S(0.5) * (S(1) + t) + S(0.5) * v * (S(1) - t * t) * dinner);
-    }
+    detail::parallel_ranges(ln, ln > detail::kParallelWork / 8, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) {
+        const S v = x[i];
+        const S t = std::tanh(kGeluC * (v + S(0.044715) * v * v * v));
+        const S dinner = kGeluC * (S(1) + S(3 * 0.044715) * v * v);
+        dx[i] = dy[i] * (S(0.5) * (S(1) + t) + S(0.5) * v * (S(1) - t * t) * dinner);
+      }
+    });
   }
 
   // ---- dropout ------------------------------------------------------------
@@ -223,17 +276,19 @@ class CpuBackend {
     require(p >= 0.0f && p < 1.0f, "dropout probability ", p, " outside [0, 1)");
     const S scale = S(1) / (S(1) - S(p));
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
-    for (long i = 0; i < ln; ++i) {
-      keep[i] = counter_uniform(key, static_cast<std::uint64_t>(i)) >= p ? 1 : 0;
-      y[i] = keep[i] ? x[i] * scale : S(0);
-    }
+    detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) {
+        keep[i] = counter_uniform(key, static_cast<std::uint64_t>(i)) >= p ? 1 : 0;
+        y[i] = keep[i] ? x[i] * scale : S(0);
+      }
+    });
   }
   void dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx) {
     const S scale = S(1) / (S(1) - S(p));
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
-    for (long i = 0; i < ln; ++i) dx[i] = keep[i] ? dy[i] * scale : S(0);
+    detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) dx[i] = keep[i] ? dy[i] * scale : S(0);
+    });
   }
 
   // ---- embeddings ---------------------------------------------------------
@@ -241,8 +296,9 @@ class CpuBackend {
   void embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, S* y) {
     for (int i = 0; i < n; ++i)
       require(ids[i] >= 0 && ids[i] < V, "token id ", ids[i], " at position ", i, " out of range [0, ", V, ")");
-#pragma omp parallel for if (long(n) * D > detail::kParallelWork) schedule(static)
-    for (int i = 0; i < n; ++i) std::copy_n(table + long(ids[i]) * D, D, y + long(i) * D);
+    detail::parallel_ranges(long(n), long(n) * D > detail::kParallelWork, [=](long lo, long hi) {
+      for (int i = int(lo); i < int(hi); ++i) std::copy_n(table + long(ids[i]) * D, D, y + long(i) * D);
+    });
   }
   // Serial: rows sharing an id add into the same table row, in input order.
   void embedding_backward(int n, int D, const std::int32_t* ids, const S* dy, S* dtable) {
@@ -258,31 +314,35 @@ class CpuBackend {
   // y[b,:] = mean of x[b,t,:] over positions t with exclude[b,t] == 0 (all
   // positions when exclude is null); a sequence with none gives zeros.
   void mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y) {
-#pragma omp parallel for if (long(B) * T * D > detail::kParallelWork) schedule(static)
-    for (int b = 0; b < B; ++b) {
-      Eigen::Map<Vec> yb(y + long(b) * D, D);
-      yb.setZero();
-      int n = 0;
-      for (int t = 0; t < T; ++t)
-        if (!exclude || !exclude[long(b) * T + t]) {
-          yb += Eigen::Map<const Vec>(x + (long(b) * T + t) * D, D);
-          ++n;
-        }
-      if (n) yb /= S(n);
-    }
+    detail::parallel_ranges(long(B), long(B) * T * D > detail::kParallelWork, [=](long lo, long hi) {
+      for (int b = int(lo); b < int(hi); ++b) {
+        Eigen::Map<Vec> yb(y + long(b) * D, D);
+        yb.setZero();
+        int n = 0;
+        for (int t = 0; t < T; ++t)
+          if (!exclude || !exclude[long(b) * T + t]) {
+            yb += Eigen::Map<const Vec>(x + (long(b) * T + t) * D, D);
+            ++n;
+          }
+        if (n) yb /= S(n);
+      }
+    });
   }
   // dx assigned: dy[b,:] / count at counted positions, 0 elsewhere.
   void mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx) {
-#pragma omp parallel for if (long(B) * T * D > detail::kParallelWork) schedule(static)
-    for (int b = 0; b < B; ++b) {
-      int n = 0;
-      for (int t = 0; t < T; ++t) n += !exclude || !exclude[long(b) * T + t];
-      for (int t = 0; t < T; ++t) {
-        Eigen::Map<Vec> dxt(dx + (long(b) * T + t) * D, D);
-        if (!exclude || !exclude[long(b) * T + t]) dxt = Eigen::Map<const Vec>(dy + long(b) * D, D) / S(n);
-        else dxt.setZero();
+    detail::parallel_ranges(long(B), long(B) * T * D > detail::kParallelWork, [=](long lo, long hi) {
+      for (int b = int(lo); b < int(hi); ++b) {
+        int n = 0;
+        for (int t = 0; t < T; ++t) n += !exclude || !exclude[long(b) * T + t];
+        for (int t = 0; t < T; ++t) {
+          Eigen::Map<Vec> dxt(dx + (long(b) * T + t) * D, D);
+          if (!exclude || !exclude[long(b) * T + t])
+            dxt = Eigen::Map<const Vec>(dy + long(b) * D, D) / S(n);
+          else
+            dxt.setZero();
+        }
       }
-    }
+    });
   }
 
   // ---- loss ---------------------------------------------------------------
@@ -298,22 +358,24 @@ class CpuBackend {
               " at row ", r, " out of range [0, ", V, ") and not the ignore index ", ignore_index);
     require(smoothing >= S(0) && smoothing < S(1), "label smoothing ", smoothing, " outside [0, 1)");
     row_loss_.resize(static_cast<std::size_t>(rows));
-#pragma omp parallel for if (long(rows) * V > detail::kParallelWork) schedule(static)
-    for (int r = 0; r < rows; ++r) {
-      const Eigen::Map<const Vec> z(logits + long(r) * V, V);
-      Eigen::Map<Vec> p(probs + long(r) * V, V);
-      const S zmax = z.maxCoeff();
-      p = (z.array() - zmax).exp().matrix();
-      const S sum = p.sum();
-      p /= sum;
-      const int t = targets[r];
-      if (t == ignore_index) {
-        row_loss_[r] = 0.0;
-        continue;
+    double* row_loss = row_loss_.data();
+    detail::parallel_ranges(long(rows), long(rows) * V > detail::kParallelWork, [=](long lo, long hi) {
+      for (int r = int(lo); r < int(hi); ++r) {
+        const Eigen::Map<const Vec> z(logits + long(r) * V, V);
+        Eigen::Map<Vec> p(probs + long(r) * V, V);
+        const S zmax = z.maxCoeff();
+        p = (z.array() - zmax).exp().matrix();
+        const S sum = p.sum();
+        p /= sum;
+        const int t = targets[r];
+        if (t == ignore_index) {
+          row_loss[r] = 0.0;
+          continue;
+        }
+        const double lse = double(std::log(sum)) + double(zmax);
+        row_loss[r] = lse - (1.0 - double(smoothing)) * double(z[t]) - double(smoothing) * double(z.mean());
       }
-      const double lse = double(std::log(sum)) + double(zmax);
-      row_loss_[r] = lse - (1.0 - double(smoothing)) * double(z[t]) - double(smoothing) * double(z.mean());
-    }
+    });
     double total = 0.0;
     int counted = 0;
     for (int r = 0; r < rows; ++r) {
@@ -329,16 +391,17 @@ class CpuBackend {
     int counted = 0;
     for (int r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
     const S scale = counted ? dloss / S(counted) : S(0);
-#pragma omp parallel for if (long(rows) * V > detail::kParallelWork) schedule(static)
-    for (int r = 0; r < rows; ++r) {
-      Eigen::Map<Vec> d(dlogits + long(r) * V, V);
-      if (targets[r] == ignore_index) {
-        d.setZero();
-        continue;
+    detail::parallel_ranges(long(rows), long(rows) * V > detail::kParallelWork, [=](long lo, long hi) {
+      for (int r = int(lo); r < int(hi); ++r) {
+        Eigen::Map<Vec> d(dlogits + long(r) * V, V);
+        if (targets[r] == ignore_index) {
+          d.setZero();
+          continue;
+        }
+        d = (Eigen::Map<const Vec>(probs + long(r) * V, V).array() - smoothing / S(V)).matrix() * scale;
+        d[targets[r]] -= (S(1) - smoothing) * scale;
       }
-      d = (Eigen::Map<const Vec>(probs + long(r) * V, V).array() - smoothing / S(V)).matrix() * scale;
-      d[targets[r]] -= (S(1) - smoothing) * scale;
-    }
+    });
   }
 
   // ---- optimisation -----------------------------------------------------
@@ -351,8 +414,9 @@ class CpuBackend {
   }
   void scale(std::size_t n, S alpha, S* x) {
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
-    for (long i = 0; i < ln; ++i) x[i] *= alpha;
+    detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) x[i] *= alpha;
+    });
   }
 
   // One AdamW update (Loshchilov & Hutter; torch.optim.AdamW):
@@ -363,24 +427,26 @@ class CpuBackend {
     const S step_size = lr / bias_correction1;
     const S rbc2 = S(1) / std::sqrt(bias_correction2);
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
-    for (long i = 0; i < ln; ++i) {
-      p[i] -= lr * weight_decay * p[i];
-      m[i] = beta1 * m[i] + (S(1) - beta1) * g[i];
-      v[i] = beta2 * v[i] + (S(1) - beta2) * g[i] * g[i];
-      p[i] -= step_size * m[i] / (std::sqrt(v[i]) * rbc2 + eps);
-    }
+    detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) {
+        p[i] -= lr * weight_decay * p[i];
+        m[i] = beta1 * m[i] + (S(1) - beta1) * g[i];
+        v[i] = beta2 * v[i] + (S(1) - beta2) * g[i] * g[i];
+        p[i] -= step_size * m[i] / (std::sqrt(v[i]) * rbc2 + eps);
+      }
+    });
   }
 
   // SGD with momentum (torch.optim.SGD): g' = g + wd p; buf = mu buf + g'; p -= lr buf.
   void sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay) {
     const long ln = static_cast<long>(n);
-#pragma omp parallel for if (ln > detail::kParallelWork) schedule(static)
-    for (long i = 0; i < ln; ++i) {
-      const S d = g[i] + weight_decay * p[i];
-      buf[i] = momentum * buf[i] + d;
-      p[i] -= lr * buf[i];
-    }
+    detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i = lo; i < hi; ++i) {
+        const S d = g[i] + weight_decay * p[i];
+        buf[i] = momentum * buf[i] + d;
+        p[i] -= lr * buf[i];
+      }
+    });
   }
 
   // ---- attention ----------------------------------------------------------
@@ -389,19 +455,21 @@ class CpuBackend {
                          S* y, int ldy, S* probs, const AttentionMask& mask) {
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
     const long work = long(a.B) * a.H * a.Tq * a.Tk * (a.QK_DIM + a.V_DIM);
-#pragma omp parallel for collapse(2) if (work > detail::kParallelWork) schedule(static)
-    for (int b = 0; b < a.B; ++b)
-      for (int h = 0; h < a.H; ++h) {
+    detail::parallel_ranges(long(a.B) * a.H, work > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i_ = lo; i_ < hi; ++i_) {
+        const int b = int(i_ / a.H), h = int(i_ % a.H);
         const CMap Q(q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
         const CMap K(k + long(b) * a.kv_rows() * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
         const CMap Vm(v + long(b) * a.kv_rows() * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
         S* p = probs + (long(b) * a.H + h) * a.Tq * a.Tk;
         Map P(p, a.Tq, a.Tk, Strided(a.Tk));
         P.noalias() = scale * Q * K.transpose();  // (Tq, Tk) scores
-        for (int i = 0; i < a.Tq; ++i) masked_softmax_row(b, i, a.Tq, a.Tk, p + long(i) * a.Tk, p + long(i) * a.Tk, mask);
+        for (int i = 0; i < a.Tq; ++i)
+          masked_softmax_row(b, i, a.Tq, a.Tk, p + long(i) * a.Tk, p + long(i) * a.Tk, mask);
         Map Y(y + long(b) * a.Tq * ldy + long(h) * a.V_DIM, a.Tq, a.V_DIM, Strided(ldy));
         Y.noalias() = P * Vm;  // (Tq, V_DIM)
       }
+    });
   }
 
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
@@ -410,28 +478,31 @@ class CpuBackend {
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
     const long tile = long(a.Tq) * a.Tk;
     scratch_.resize(static_cast<std::size_t>(detail::thread_count() * tile));
+    S* scratch = scratch_.data();
     const long work = long(a.B) * a.H * tile * (a.QK_DIM + a.V_DIM);
-#pragma omp parallel for collapse(2) if (work > detail::kParallelWork) schedule(static)
-    for (int b = 0; b < a.B; ++b)
-      for (int h = 0; h < a.H; ++h) {
+    detail::parallel_ranges(long(a.B) * a.H, work > detail::kParallelWork, [=](long lo, long hi) {
+      for (long i_ = lo; i_ < hi; ++i_) {
+        const int b = int(i_ / a.H), h = int(i_ % a.H);
         const CMap dY(dy + long(b) * a.Tq * ldy + long(h) * a.V_DIM, a.Tq, a.V_DIM, Strided(ldy));
         const CMap Q(q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
         const CMap K(k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
         const CMap Vm(v + long(b) * a.Tk * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
         const S* p = probs + (long(b) * a.H + h) * tile;
         const CMap P(p, a.Tq, a.Tk, Strided(a.Tk));
-        S* ds = scratch_.data() + detail::thread_index() * tile;
+        S* ds = scratch + detail::thread_index() * tile;
         Map dS(ds, a.Tq, a.Tk, Strided(a.Tk));
 
         Map dV(dv + long(b) * a.Tk * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
         dV.noalias() = P.transpose() * dY;  // (Tk, V_DIM)
         dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
-        for (int i = 0; i < a.Tq; ++i) softmax_backward_row(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
+        for (int i = 0; i < a.Tq; ++i)
+          softmax_backward_row(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
         Map dQ(dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
         Map dK(dk + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
         dQ.noalias() = scale * dS * K;              // (Tq, QK_DIM)
         dK.noalias() = scale * dS.transpose() * Q;  // (Tk, QK_DIM)
       }
+    });
   }
 
  private:
@@ -463,7 +534,7 @@ class CpuBackend {
     for (int j = 0; j < n; ++j) ds[j] = p[j] * (dp[j] - dot);
   }
 
-  std::vector<S> scratch_;      // per-thread (Tq, Tk) tiles for attention backward; grows only
+  AlignedVector<S> scratch_;    // per-thread (Tq, Tk) tiles for attention backward; grows only
   std::vector<double> row_loss_;  // per-row cross-entropy before the ordered sum; grows only
 };
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -24,6 +25,26 @@ struct Shape {
   int T = 0;
   int rows() const { return B * T; }
 };
+
+// Storage aligned to 64 bytes (a cache line, an AVX-512 register). Besides
+// speed, this makes results reproducible across processes: vectorised
+// reductions peel to alignment, so their summation order depends on where a
+// buffer starts, and malloc's 16-byte alignment varies with allocation
+// history (a resumed run would round differently from an uninterrupted one).
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  AlignedAllocator() = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, kAlign); }
+  template <class U>
+  bool operator==(const AlignedAllocator<U>&) const { return true; }
+};
+template <class T>
+using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 
 inline std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string s = "(";
@@ -117,7 +138,7 @@ class Tensor {
 
   std::vector<std::int64_t> shape_;
   std::size_t size_ = 0;
-  std::vector<S> storage_;
+  AlignedVector<S> storage_;
 };
 
 }  // namespace xfmr
@@ -143,7 +164,7 @@ class Buffer {
   std::size_t capacity() const { return storage_.size(); }
 
  private:
-  std::vector<T> storage_;
+  AlignedVector<T> storage_;
 };
 
 }  // namespace xfmr
