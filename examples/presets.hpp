@@ -58,6 +58,16 @@ struct Names {
   using Positions = Learned;
 };
 
+// Between the two Shakespeare models (the benchmark's middle size).
+struct ShakespeareMid {
+  static constexpr const char* NAME = "shakespeare-mid";
+  static constexpr int MAX_T = 128, D_MODEL = 128, N_HEADS = 4, N_LAYERS = 4, D_FF = 512;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
 // Seed 002's scaled-up model: D384 H6 L6 T256, dropout 0.2.
 struct ShakespeareLarge {
   static constexpr const char* NAME = "shakespeare-large";
@@ -68,10 +78,10 @@ struct ShakespeareLarge {
   using Positions = Learned;
 };
 
-inline std::string lm_preset_names() { return preset_names<LmTiny, ShakespeareSmall, Names, ShakespeareLarge>(); }
+inline std::string lm_preset_names() { return preset_names<LmTiny, ShakespeareSmall, Names, ShakespeareMid, ShakespeareLarge>(); }
 template <class F>
 void with_lm_preset(const std::string& name, F&& f) {
-  with_preset<LmTiny, ShakespeareSmall, Names, ShakespeareLarge>(name, f);
+  with_preset<LmTiny, ShakespeareSmall, Names, ShakespeareMid, ShakespeareLarge>(name, f);
 }
 
 }  // namespace xfmr::examples

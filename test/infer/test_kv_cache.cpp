@@ -95,3 +95,19 @@ BOOST_AUTO_TEST_CASE(decoding_past_max_t_is_an_error) {
   }
   BOOST_CHECK_THROW(model.forward_cached(be, std::vector<std::int32_t>{1, 2, 3}, 2, cache), Error);  // 3 ids, 2 seqs
 }
+
+BOOST_AUTO_TEST_CASE(truncate_rolls_decoding_back) {
+  Be be;
+  Decoder<TinyLm, Be> model(9, 8);
+  DecodingCache<Be> cache;
+  model.start_cache(cache, 1);
+  model.forward_cached(be, std::vector<std::int32_t>{1, 2, 3, 4}, 1, cache);
+  cache.truncate(2);  // forget 3, 4
+  BOOST_TEST(cache.length() == 2);
+  const auto next = model.forward_cached(be, std::vector<std::int32_t>{5}, 1, cache);
+  const Vec got(next.begin(), next.end());
+  const auto full = model.forward(be, std::vector<std::int32_t>{1, 2, 5}, Shape{1, 3});
+  for (int v = 0; v < 9; ++v) BOOST_TEST(got[v] == full[2 * 9 + v], boost::test_tools::tolerance(1e-12));
+  BOOST_CHECK_THROW(cache.truncate(4), Error);  // longer than what it holds
+  BOOST_CHECK_THROW(cache.truncate(-1), Error);
+}

@@ -5,7 +5,8 @@
 // KvCache holds one attention layer's cache for B sequences:
 //   k (B, capacity, k_width), v (B, capacity, v_width), `length` rows filled.
 // DecodingCache holds one KvCache per layer of a model. reorder() permutes the
-// sequences (beam search keeps the cache of the beams it continues).
+// sequences (beam search keeps the cache of the beams it continues);
+// truncate() forgets the newest positions.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,12 @@ class KvCache {
         be.copy(v_width_, row + v_col, v_row(b, length_ + t));
       }
     length_ += n;
+  }
+
+  // Forgets every position from `length` on (rolls decoding back).
+  void truncate(int length) {
+    require(length >= 0 && length <= length_, "cannot truncate a cache of ", length_, " positions to ", length);
+    length_ = length;
   }
 
   // Sequence b takes the cache of sequence order[b].
@@ -83,6 +90,9 @@ class DecodingCache {
   int batch() const { return layers_.empty() ? 0 : layers_.front().batch(); }
   void reorder(Backend& be, std::span<const int> order) {
     for (auto& l : layers_) l.reorder(be, order);
+  }
+  void truncate(int length) {
+    for (auto& l : layers_) l.truncate(length);
   }
 
  private:

@@ -1,0 +1,385 @@
+// xfmr-bench: how fast a character-LM preset trains and generates on this
+// machine, in the format benchmark/pytorch_reference.py also prints, so that
+// benchmark/compare can put the two side by side.
+//
+//   xfmr-bench --model shakespeare-small [--batch 16] [--modes train,forward,generate]
+//              [--min-time 2] [--json FILE] [--smoke]
+//   xfmr-bench --translator multi30k [--vocab 8000]   (translator decoding only)
+//
+// Modes (every time is the median of many repetitions after a warm-up):
+//   train     one full step: forward, cross-entropy, backward, AdamW
+//   forward   the logits of a batch (inference: no dropout, no saved loss)
+//   generate  greedy generation of MAX_T - 1 tokens after a 1-token prompt,
+//             per token, with the KV cache and by recomputing the context
+//             (the seeds' loop); and one step at full context both ways
+// The translator measurement decodes greedily against an encoded source of
+// MAX_T / 2 tokens: with the caches (self-attention keys/values and the
+// memory's cross-attention keys/values, computed once), and by the seeds'
+// loop, which re-runs the whole decoder over the prefix for every token.
+// GFLOP/s count matrix products only (the exact count of the model's GEMMs
+// and attention products, full T x T scores as computed), divided by the
+// machine's single-precision GEMM ceiling, which the bench measures itself.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.hpp"
+#include "presets.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/models/decoder.hpp"
+#include "xfmr/models/seq2seq.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+
+namespace po = boost::program_options;
+using json = nlohmann::json;
+using namespace xfmr;
+using namespace xfmr::examples;
+using Be = CpuBackend<float>;
+
+namespace {
+
+struct Args {
+  std::string model = "shakespeare-small", modes = "train,forward,generate", json_path, translator;
+  int batch = 0;  // 0: the preset's benchmark batch
+  int vocab = 65;  // tiny Shakespeare's characters
+  double min_time = 2.0;  // seconds of timed repetitions per measurement
+  int min_reps = 10, warmup = 3;
+  bool smoke = false;
+};
+
+// Batch sizes of the benchmark presets (the shapes).
+int default_batch(const std::string& model) { return model == "shakespeare-large" ? 64 : 16; }
+
+// Times f() repeatedly: `warmup` untimed calls, then at least min_reps and
+// at least min_time seconds of calls. Returns seconds per call.
+template <class F>
+std::vector<double> time_calls(const Args& a, F&& f) {
+  for (int i = 0; i < a.warmup; ++i) f();
+  std::vector<double> t;
+  const auto start = Clock::now();
+  while (int(t.size()) < a.min_reps || seconds_since(start) < a.min_time) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+    if (a.smoke) break;
+  }
+  return t;
+}
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * double(v.size() - 1);
+  const std::size_t i = std::size_t(pos);
+  const double f = pos - double(i);
+  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+}
+
+// One measurement: per-call seconds -> JSON with median and spread. `per`
+// divides a call into units (tokens generated); flops is per call.
+json summarize(const std::vector<double>& secs, double tokens_per_call, double flops_per_call, double ceiling,
+               double per = 1.0) {
+  std::vector<double> unit;
+  for (double s : secs) unit.push_back(s / per);
+  const double med = quantile(unit, 0.5);
+  json j = {{"median_ms", med * 1e3},
+            {"p10_ms", quantile(unit, 0.1) * 1e3},
+            {"p90_ms", quantile(unit, 0.9) * 1e3},
+            {"reps", secs.size()},
+            {"samples_ms", json::array()}};
+  for (double s : unit) j["samples_ms"].push_back(s * 1e3);
+  j["tokens_per_s"] = tokens_per_call / per / med;
+  if (flops_per_call > 0) {
+    j["gflops"] = flops_per_call / per / med * 1e-9;
+    j["ceiling_fraction"] = flops_per_call / per / med * 1e-9 / ceiling;
+  }
+  return j;
+}
+
+// Single-precision GEMM ceiling of this machine through the backend's gemm:
+// the best of square products at a few sizes (all threads), in GFLOP/s.
+double gemm_ceiling(const Args& a) {
+  Be be;
+  double best = 0;
+  for (int n : a.smoke ? std::vector<int>{128} : std::vector<int>{256, 512, 1024}) {
+    std::vector<float> A(std::size_t(n) * n, 0.5f), B(A), C(A.size());
+    Args timing = a;
+    timing.min_time = a.smoke ? 0 : 0.5;
+    const auto t = time_calls(timing, [&] { be.gemm(false, false, n, n, n, 1.0f, A.data(), n, B.data(), n, 0.0f, C.data(), n); });
+    best = std::max(best, 2.0 * n * n * n / quantile(t, 0.5) * 1e-9);
+  }
+  return best;
+}
+
+// Exact matrix-product FLOPs of a forward pass over B sequences of T
+// positions (full T x T attention scores, as computed).
+template <class Cfg>
+double forward_flops(double B, double T, double V) {
+  const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS;
+  const double per_row = L * (2 * D * 3 * D + 2 * D * D + 2 * 2 * D * FF) + 2 * D * V;
+  return B * T * per_row + B * L * 4 * T * T * D;
+}
+// One cached decoding step at position t (t positions already cached).
+template <class Cfg>
+double cached_step_flops(double t, double V) {
+  const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS;
+  return L * (2 * D * 3 * D + 2 * D * D + 2 * 2 * D * FF) + 2 * D * V + L * 4 * (t + 1) * D;
+}
+
+// What a training step must hold, in bytes: parameters, gradients, AdamW's
+// two moments, and the activations a textbook backward needs (per block and
+// row: block input, both norm outputs and statistics, q/k/v, the attention
+// probabilities, the attention context, the feed-forward pre-activation and
+// activation; then the final norm, the logits and their softmax).
+template <class Cfg>
+json analytical_memory(std::size_t params, double B, double V) {
+  const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS, H = Cfg::N_HEADS, T = Cfg::MAX_T;
+  const double rows = B * T;
+  const double act = rows * (L * (D + 2 * (D + 2) + 3 * D + H * T + D + 2 * FF) + (D + 2) + 2 * V);
+  const double p = double(params) * 4;
+  return {{"parameters_mb", p / 1e6},
+          {"gradients_mb", p / 1e6},
+          {"optimizer_mb", 2 * p / 1e6},
+          {"activations_mb", act * 4 / 1e6},
+          {"total_mb", (4 * p + act * 4) / 1e6}};
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1e3;  // kilobytes on Linux
+}
+
+std::int32_t argmax(std::span<const float> row) {
+  return std::int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+template <class Cfg>
+json run(const Args& a) {
+  using Model = Decoder<Cfg, Be>;
+  const int B = a.batch > 0 ? a.batch : default_batch(Cfg::NAME), T = Cfg::MAX_T, V = a.vocab;
+  const double rss_before = peak_rss_mb();
+  const double ceiling = gemm_ceiling(a);
+  json out = {{"impl", "xfmr"},
+              {"backend", Be::name},
+              {"model", Cfg::NAME},
+              {"shape", {{"B", B}, {"T", T}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
+                         {"FF", Cfg::D_FF}, {"V", V}, {"dropout", Cfg::DROPOUT}}},
+              {"threads", detail::thread_count()},
+              {"hardware_threads", std::thread::hardware_concurrency()},
+              {"gemm_ceiling_gflops", ceiling},
+              {"parameters", Model::parameter_count(V, false)},
+              {"results", json::object()}};
+
+  Be be;
+  Model model(V, 1337, {.dropout = Cfg::DROPOUT});
+  AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+  CrossEntropyLoss<Be> ce;
+  Rng rng(7);
+  std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
+  for (auto& i : ids) i = std::int32_t(rng.below(V));
+  for (auto& i : targets) i = std::int32_t(rng.below(V));
+  std::vector<float> dlogits(ids.size() * V);
+  const double tokens = double(B) * T, fwd = forward_flops<Cfg>(B, T, V);
+  auto has = [&](const char* m) { return ("," + a.modes + ",").find("," + std::string(m) + ",") != std::string::npos; };
+
+  if (has("train")) {
+    model.set_training(true);
+    const auto t = time_calls(a, [&] {
+      zero_grad(model);
+      ce.forward(be, model.forward(be, ids, Shape{B, T}), targets, V);
+      ce.backward(be, dlogits);
+      model.backward(be, dlogits);
+      opt.step(be, 1e-4);
+    });
+    out["results"]["train_step"] = summarize(t, tokens, 3 * fwd, ceiling);
+  }
+  if (has("forward")) {
+    model.set_training(false);
+    const auto t = time_calls(a, [&] { model.forward(be, ids, Shape{B, T}); });
+    out["results"]["forward"] = summarize(t, tokens, fwd, ceiling);
+  }
+  if (has("generate")) {
+    model.set_training(false);
+    const int n = T - 1;  // new tokens after a 1-token prompt: the context ends full
+    DecodingCache<Be> cache;
+    double cached_flops = 0, recompute_flops = 0;
+    for (int i = 0; i < n; ++i) {
+      cached_flops += cached_step_flops<Cfg>(i, V);
+      recompute_flops += forward_flops<Cfg>(1, i + 1, V);
+    }
+    std::vector<std::int32_t> seq;
+    const auto cached = time_calls(a, [&] {
+      seq.assign(1, 0);
+      model.start_cache(cache, 1);
+      auto logits = model.forward_cached(be, seq, 1, cache);
+      for (int i = 0; i < n; ++i) {
+        seq.push_back(argmax(logits));
+        if (i + 1 < n) logits = model.forward_cached(be, std::span(&seq.back(), 1), 1, cache);
+      }
+    });
+    const std::vector<std::int32_t> greedy = seq;
+    const auto recompute = time_calls(a, [&] {
+      seq.assign(1, 0);
+      for (int i = 0; i < n; ++i) {
+        const auto logits = model.forward(be, seq, Shape{1, int(seq.size())});
+        seq.push_back(argmax(logits.subspan(std::size_t(seq.size() - 1) * V, V)));
+      }
+    });
+    require(seq == greedy, "cached and recomputed greedy generation disagree");
+    out["results"]["generate_cached"] = summarize(cached, n, cached_flops, ceiling, n);
+    out["results"]["generate_recompute"] = summarize(recompute, n, recompute_flops, ceiling, n);
+
+    // One token at full context: the cache holds MAX_T - 1 positions.
+    model.start_cache(cache, 1);
+    model.forward_cached(be, std::span(greedy.data(), T - 1), 1, cache);
+    const auto step = time_calls(a, [&] {
+      model.forward_cached(be, std::span(&greedy[T - 1], 1), 1, cache);
+      cache.truncate(T - 1);
+    });
+    const auto full = time_calls(a, [&] { model.forward(be, greedy, Shape{1, T}); });
+    out["results"]["full_context_cached"] = summarize(step, 1, cached_step_flops<Cfg>(T - 1, V), ceiling);
+    out["results"]["full_context_recompute"] = summarize(full, 1, forward_flops<Cfg>(1, T, V), ceiling);
+  }
+  out["memory"] = {{"peak_rss_mb", peak_rss_mb()},
+                   {"rss_before_model_mb", rss_before},
+                   {"analytical", analytical_memory<Cfg>(Model::parameter_count(V, false), B, V)}};
+  return out;
+}
+
+// Greedy translation decoding, per token, with and without the caches.
+template <class Cfg>
+json run_translator(const Args& a) {
+  using Model = Seq2Seq<Cfg, Cfg, Be>;
+  const int V = a.vocab, S_len = Cfg::MAX_T / 2, n = Cfg::MAX_T - 1;
+  json out = {{"impl", "xfmr"},
+              {"backend", Be::name},
+              {"model", std::string("translator-") + Cfg::NAME},
+              {"shape", {{"B", 1}, {"T", Cfg::MAX_T}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
+                         {"FF", Cfg::D_FF}, {"V", V}, {"dropout", 0.0}}},
+              {"threads", detail::thread_count()},
+              {"hardware_threads", std::thread::hardware_concurrency()},
+              {"gemm_ceiling_gflops", gemm_ceiling(a)},
+              {"parameters", Model::parameter_count(V, V, false)},
+              {"results", json::object()}};
+  Be be;
+  Model model(V, V, 1337);
+  model.set_training(false);
+  Rng rng(9);
+  std::vector<std::int32_t> src(S_len);
+  for (auto& i : src) i = std::int32_t(2 + rng.below(V - 2));
+  model.encode(be, src, Shape{1, S_len});
+  typename Model::DecodeState st;
+  std::vector<std::int32_t> seq;
+  const auto cached = time_calls(a, [&] {
+    seq.assign(1, 0);
+    model.start_decoding(be, st);
+    auto logits = model.decode(be, seq, st);
+    for (int i = 0; i < n; ++i) {
+      seq.push_back(argmax(logits));
+      if (i + 1 < n) logits = model.decode(be, std::span(&seq.back(), 1), st);
+    }
+  });
+  const auto greedy = seq;
+  const auto recompute = time_calls(a, [&] {
+    seq.assign(1, 0);
+    for (int i = 0; i < n; ++i) {
+      model.start_decoding(be, st);
+      const auto logits = model.decode(be, seq, st);
+      seq.push_back(argmax(logits.subspan(std::size_t(seq.size() - 1) * V, V)));
+    }
+  });
+  require(seq == greedy, "cached and recomputed greedy translation disagree");
+  // One token at full context.
+  model.start_decoding(be, st);
+  model.decode(be, std::span(greedy.data(), n), st);
+  const auto step = time_calls(a, [&] {
+    model.decode(be, std::span(&greedy[n], 1), st);
+    st.self.truncate(n);
+  });
+  const auto full = time_calls(a, [&] {
+    model.start_decoding(be, st);
+    model.decode(be, greedy, st);
+  });
+  out["results"]["translate_cached"] = summarize(cached, n, 0, 1, n);
+  out["results"]["translate_recompute"] = summarize(recompute, n, 0, 1, n);
+  out["results"]["translate_full_context_cached"] = summarize(step, 1, 0, 1);
+  out["results"]["translate_full_context_recompute"] = summarize(full, 1, 0, 1);
+  out["memory"] = {{"peak_rss_mb", peak_rss_mb()}};
+  return out;
+}
+
+void print(const json& r) {
+  const auto& s = r["shape"];
+  std::cout << "xfmr-bench " << r["model"].get<std::string>() << " (B" << s["B"] << " T" << s["T"] << " D" << s["D"]
+            << " H" << s["H"] << " L" << s["L"] << "), " << r["backend"].get<std::string>() << ", " << r["threads"]
+            << " threads; GEMM ceiling " << std::fixed << std::setprecision(1) << r["gemm_ceiling_gflops"].get<double>()
+            << " GFLOP/s\n";
+  for (const auto& [name, m] : r["results"].items()) {
+    std::cout << "  " << std::left << std::setw(24) << name << std::right << std::setprecision(3) << std::setw(10)
+              << m["median_ms"].get<double>() << " ms  [" << m["p10_ms"].get<double>() << ", "
+              << m["p90_ms"].get<double>() << "]  " << std::setprecision(0) << std::setw(9)
+              << m["tokens_per_s"].get<double>() << " tok/s";
+    if (m.contains("gflops"))
+      std::cout << std::setprecision(1) << std::setw(8) << m["gflops"].get<double>() << " GFLOP/s ("
+                << std::setprecision(0) << 100 * m["ceiling_fraction"].get<double>() << "% of ceiling)";
+    std::cout << "\n";
+  }
+  const auto& mem = r["memory"];
+  if (!mem.contains("analytical")) return;
+  std::cout << "  peak RSS " << std::setprecision(1) << mem["peak_rss_mb"].get<double>()
+            << " MB; analytical params+grads+AdamW+activations "
+            << mem["analytical"]["total_mb"].get<double>() << " MB\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_command("xfmr-bench", [&] {
+    Args a;
+    po::options_description opts("xfmr-bench options");
+    opts.add_options()("help,h", "show this help")
+      ("model", po::value(&a.model)->default_value(a.model), ("preset: " + lm_preset_names()).c_str())
+      ("batch", po::value(&a.batch)->default_value(a.batch), "sequences per batch (0: 64 for shakespeare-large, else 16)")
+      ("vocab", po::value(&a.vocab)->default_value(a.vocab), "vocabulary size (65; 8000 with --translator)")
+      ("translator", po::value(&a.translator), ("time translation decoding of this preset instead: " +
+                                                translate_preset_names()).c_str())
+      ("modes", po::value(&a.modes)->default_value(a.modes), "comma-separated: train, forward, generate")
+      ("min-time", po::value(&a.min_time)->default_value(a.min_time), "timed seconds per measurement (at least)")
+      ("min-reps", po::value(&a.min_reps)->default_value(a.min_reps), "timed repetitions per measurement (at least)")
+      ("warmup", po::value(&a.warmup)->default_value(a.warmup), "untimed repetitions first")
+      ("json", po::value(&a.json_path), "also write the results as JSON to this file")
+      ("smoke", po::bool_switch(&a.smoke), "one repetition of everything (a test that the bench runs)");
+    po::variables_map vm;
+    if (!parse_options(argc, argv, opts, vm)) return 0;
+    require(a.batch >= 0, "--batch ", a.batch, " is negative");
+    require(a.vocab >= 2, "--vocab ", a.vocab, " must be at least 2");
+    require(a.min_reps >= 1 && a.warmup >= 0 && a.min_time >= 0, "--min-reps must be >= 1, --warmup and --min-time >= 0");
+    {
+      std::istringstream in(a.modes);
+      for (std::string m; std::getline(in, m, ',');)
+        require(m == "train" || m == "forward" || m == "generate", "unknown mode '", m,
+                "' (choose from train, forward, generate)");
+    }
+    if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
+    json result;
+    if (a.translator.empty()) {
+      with_lm_preset(a.model, [&]<class Cfg>() { result = run<Cfg>(a); });
+    } else {
+      if (vm["vocab"].defaulted()) a.vocab = 8000;
+      with_translate_preset(a.translator, [&]<class Cfg>() { result = run_translator<Cfg>(a); });
+    }
+    print(result);
+    if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");
+    return 0;
+  });
+}

@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""The xfmr-bench measurements for the same models in PyTorch (eager).
+
+The model is the seeds' character GPT, shaped exactly like xfmr's Decoder:
+token and learned position embeddings, N pre-norm blocks (fused q/k/v linear,
+causal softmax attention written out as in the seeds, output projection,
+ReLU feed-forward, dropout on both residual branches), a final layer norm and
+a linear head with bias. Initialisation as xfmr's init_gpt2: N(0, 0.02)
+matrices and embeddings, zero biases. AdamW(0.9, 0.999, eps 1e-8, decay
+0.01 on matrices only). Generation is the seeds' loop: recompute the whole
+context for every new token. Prints the same JSON as xfmr-bench --json.
+
+Run it with Debian's python3 and python3-torch, e.g.
+  OPENBLAS_NUM_THREADS=1 /usr/bin/python3 benchmark/pytorch_reference.py \
+      --model shakespeare-small --threads 2
+"""
+import argparse
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+# name: (MAX_T, D, H, L, FF, dropout, default batch); as examples/presets.hpp
+PRESETS = {
+    "tiny": (16, 32, 2, 2, 64, 0.1, 16),
+    "shakespeare-small": (32, 64, 4, 4, 256, 0.0, 16),
+    "names": (16, 64, 4, 4, 256, 0.0, 16),
+    "shakespeare-mid": (128, 128, 4, 4, 512, 0.0, 16),
+    "shakespeare-large": (256, 384, 6, 6, 1536, 0.2, 64),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, d, h, ff, t, dropout):
+        super().__init__()
+        self.h = h
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, ff)
+        self.fc2 = nn.Linear(ff, d)
+        self.drop1 = nn.Dropout(dropout)
+        self.drop2 = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.tril(torch.ones(t, t, dtype=torch.bool)))
+
+    def attention(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        heads = lambda z: z.view(b, t, self.h, d // self.h).transpose(1, 2)
+        q, k, v = heads(q), heads(k), heads(v)
+        scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(d // self.h))
+        scores = scores.masked_fill(~self.mask[:t, :t], float("-inf"))
+        y = F.softmax(scores, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
+
+    def forward(self, x):
+        x = x + self.drop1(self.attention(self.ln1(x)))
+        return x + self.drop2(self.fc2(F.relu(self.fc1(self.ln2(x)))))
+
+
+class CharGpt(nn.Module):
+    def __init__(self, vocab, t, d, h, l, ff, dropout):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab, d)
+        self.pos_emb = nn.Embedding(t, d)
+        self.blocks = nn.Sequential(*[Block(d, h, ff, t, dropout) for _ in range(l)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, 0.0, 0.02)
+            elif name.endswith("bias") and "ln" not in name:
+                nn.init.zeros_(p)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        x = self.tok_emb(ids) + self.pos_emb(torch.arange(t))
+        return self.lm_head(self.ln_f(self.blocks(x)))
+
+
+def time_calls(f, args):
+    for _ in range(args.warmup):
+        f()
+    t, start = [], time.perf_counter()
+    while len(t) < args.min_reps or time.perf_counter() - start < args.min_time:
+        t0 = time.perf_counter()
+        f()
+        t.append(time.perf_counter() - t0)
+        if args.smoke:
+            break
+    return t
+
+
+def quantile(v, q):
+    v = sorted(v)
+    pos = q * (len(v) - 1)
+    i = int(pos)
+    f = pos - i
+    return v[i] * (1 - f) + v[i + 1] * f if i + 1 < len(v) else v[i]
+
+
+def summarize(secs, tokens, flops, ceiling, per=1.0):
+    unit = [s / per for s in secs]
+    med = quantile(unit, 0.5)
+    j = {"median_ms": med * 1e3, "p10_ms": quantile(unit, 0.1) * 1e3, "p90_ms": quantile(unit, 0.9) * 1e3,
+         "reps": len(secs), "samples_ms": [s * 1e3 for s in unit], "tokens_per_s": tokens / per / med}
+    if flops > 0:
+        j["gflops"] = flops / per / med * 1e-9
+        j["ceiling_fraction"] = j["gflops"] / ceiling
+    return j
+
+
+def forward_flops(cfg, b, t, v):
+    _, d, _, l, ff, _, _ = cfg
+    per_row = l * (2 * d * 3 * d + 2 * d * d + 2 * 2 * d * ff) + 2 * d * v
+    return b * t * per_row + b * l * 4 * t * t * d
+
+
+def gemm_ceiling(args):
+    best = 0.0
+    for n in ([128] if args.smoke else [256, 512, 1024]):
+        a, b = torch.full((n, n), 0.5), torch.full((n, n), 0.5)
+        timing = argparse.Namespace(**vars(args))
+        timing.min_time = 0 if args.smoke else 0.5
+        t = time_calls(lambda: torch.mm(a, b), timing)
+        best = max(best, 2.0 * n ** 3 / quantile(t, 0.5) * 1e-9)
+    return best
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="shakespeare-small", choices=sorted(PRESETS))
+    p.add_argument("--batch", type=int, default=0)
+    p.add_argument("--vocab", type=int, default=65)
+    p.add_argument("--modes", default="train,forward,generate")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
+    p.add_argument("--min-time", type=float, default=2.0)
+    p.add_argument("--min-reps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--json")
+    p.add_argument("--smoke", action="store_true")
+    args = p.parse_args()
+    if args.smoke:
+        args.warmup, args.min_reps, args.min_time = 0, 1, 0
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    modes = args.modes.split(",")
+    cfg = PRESETS[args.model]
+    t_max, d, h, l, ff, dropout, default_batch = cfg
+    b = args.batch or default_batch
+    v = args.vocab
+    torch.manual_seed(1337)
+    ceiling = gemm_ceiling(args)
+    model = CharGpt(v, t_max, d, h, l, ff, dropout)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "emb" not in n]
+    other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
+    ids = torch.randint(0, v, (b, t_max))
+    targets = torch.randint(0, v, (b, t_max))
+    out = {"impl": "pytorch", "backend": "cpu", "model": args.model, "torch": torch.__version__,
+           "shape": {"B": b, "T": t_max, "D": d, "H": h, "L": l, "FF": ff, "V": v, "dropout": dropout},
+           "threads": torch.get_num_threads(), "gemm_ceiling_gflops": ceiling,
+           "parameters": sum(p.numel() for p in model.parameters()), "results": {}}
+    fwd = forward_flops(cfg, b, t_max, v)
+
+    if "train" in modes:
+        model.train()
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(ids).view(-1, v), targets.view(-1))
+            loss.backward()
+            opt.step()
+        out["results"]["train_step"] = summarize(time_calls(step, args), b * t_max, 3 * fwd, ceiling)
+    model.eval()
+    with torch.no_grad():
+        if "forward" in modes:
+            out["results"]["forward"] = summarize(time_calls(lambda: model(ids), args), b * t_max, fwd, ceiling)
+        if "generate" in modes:
+            n = t_max - 1
+            flops = sum(forward_flops(cfg, 1, i + 1, v) for i in range(n))
+
+            def generate():
+                seq = torch.zeros((1, 1), dtype=torch.long)
+                for _ in range(n):
+                    logits = model(seq[:, -t_max:])
+                    seq = torch.cat([seq, logits[:, -1, :].argmax(-1, keepdim=True)], dim=1)
+                return seq
+            out["results"]["generate_recompute"] = summarize(time_calls(generate, args), n, flops, ceiling, n)
+            full = generate()
+            out["results"]["full_context_recompute"] = summarize(
+                time_calls(lambda: model(full), args), 1, forward_flops(cfg, 1, t_max, v), ceiling)
+    out["memory"] = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}
+    print(f"pytorch {args.model} (B{b} T{t_max} D{d} H{h} L{l}), {out['threads']} threads; "
+          f"GEMM ceiling {ceiling:.1f} GFLOP/s")
+    for name, m in out["results"].items():
+        print(f"  {name:24s}{m['median_ms']:10.3f} ms  [{m['p10_ms']:.3f}, {m['p90_ms']:.3f}]"
+              f"{m['tokens_per_s']:10.0f} tok/s{m.get('gflops', 0):8.1f} GFLOP/s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
