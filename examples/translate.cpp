@@ -4,6 +4,10 @@
 //   xfmr-translate train [--src-train F --tgt-train F --src-val F --tgt-val F] [--model multi30k] ...
 //   xfmr-translate translate --checkpoint DIR [--input FILE] [--beam 4] [--attention-map map.svg]
 //   xfmr-translate eval --checkpoint DIR --src FILE --ref FILE
+// Tokens are whole words (--tokens word, rare ones <unk>) or byte-level BPE
+// pieces learned from the training text (--tokens bpe); the vocabularies or
+// merges go into the checkpoint. --share-embeddings learns one joint
+// vocabulary and one token table for both languages.
 // Files are one sentence per line, plain or .gz. Without file options, train
 // uses Multi30k English->French from ../shared/data/multi30k when present.
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <iostream>
 #include <numeric>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common.hpp"
@@ -20,6 +25,7 @@
 #include "xfmr/infer/bleu.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/seq2seq.hpp"
+#include "xfmr/text/bpe.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/train/gradients.hpp"
 #include "xfmr/train/losses.hpp"
@@ -38,27 +44,96 @@ namespace {
 constexpr const char* kFormat = "xfmr-translate";
 const std::vector<std::string> kSpecials = {"<pad>", "<unk>", "<bos>", "<eos>"};
 
-struct Vocabs {
-  WordVocab src, tgt;
-  bool lowercase = false;
-  std::int32_t pad() const { return *tgt.special("<pad>"); }
-  std::int32_t bos() const { return *tgt.special("<bos>"); }
-  std::int32_t eos() const { return *tgt.special("<eos>"); }
-};
-
 std::string join_words(const std::vector<std::string>& w) {
   std::string s;
   for (const auto& x : w) (s.empty() ? s : s += ' ') += x;
   return s;
 }
 
+// One language's tokens: words of pretokenize() in a WordVocab, or BPE pieces.
+class Codec {
+ public:
+  static Codec words(const std::vector<std::string>& lines, int min_freq, bool lowercase) {
+    std::vector<std::string> texts;
+    for (const auto& l : lines) texts.push_back(join_words(pretokenize(l, lowercase)));
+    return Codec(WordVocab::build(texts, min_freq, kSpecials), lowercase);
+  }
+  static Codec bpe(const std::vector<std::string>& lines, int vocab_size, bool lowercase) {
+    return Codec(BpeTokenizer::train(lines, vocab_size, kSpecials, lowercase), lowercase);
+  }
+  // kind "word" (the default, as in checkpoints before BPE) or "bpe".
+  static Codec from_json(const std::string& kind, const std::string& text, bool lowercase) {
+    if (kind == "bpe") return Codec(BpeTokenizer::from_json(text), lowercase);
+    require(kind == "word", "unknown token kind '", kind, "' in the checkpoint");
+    return Codec(WordVocab::from_json(text), lowercase);
+  }
+  std::string kind() const { return std::holds_alternative<WordVocab>(v_) ? "word" : "bpe"; }
+  std::string to_json() const {
+    return std::visit([](const auto& t) { return t.to_json(); }, v_);
+  }
+
+  std::vector<std::int32_t> encode(const std::string& line) const {
+    if (const auto* w = std::get_if<WordVocab>(&v_)) return w->encode(join_words(pretokenize(line, lowercase_)));
+    return std::get<BpeTokenizer>(v_).encode(line);
+  }
+  std::string decode(std::span<const std::int32_t> ids) const {
+    if (const auto* w = std::get_if<WordVocab>(&v_)) {
+      std::vector<std::string> words;
+      for (auto id : ids) words.push_back(w->word(id));
+      return detokenize(words);
+    }
+    return std::get<BpeTokenizer>(v_).decode(ids);
+  }
+  // The token texts, for labels ("</w>" marks a BPE word end).
+  std::string piece(std::int32_t id) const {
+    return std::visit(
+        [&](const auto& t) -> std::string {
+          if constexpr (std::is_same_v<std::decay_t<decltype(t)>, WordVocab>) return t.word(id);
+          else return t.symbol(id);
+        },
+        v_);
+  }
+  int size() const {
+    return std::visit([](const auto& t) { return t.size(); }, v_);
+  }
+  std::int32_t special(const char* name) const {
+    return std::visit([&](const auto& t) { return *t.special(name); }, v_);
+  }
+  bool lowercase() const { return lowercase_; }
+
+ private:
+  template <class T>
+  Codec(T t, bool lowercase) : v_(std::move(t)), lowercase_(lowercase) {}
+  std::variant<WordVocab, BpeTokenizer> v_;
+  bool lowercase_;
+};
+
+struct Vocabs {
+  Codec src, tgt;
+  bool shared = false;  // one joint vocabulary and token table
+  std::int32_t pad() const { return tgt.special("<pad>"); }
+  std::int32_t bos() const { return tgt.special("<bos>"); }
+  std::int32_t eos() const { return tgt.special("<eos>"); }
+
+  json to_json() const {
+    return {{"tokens", src.kind()}, {"src_vocab", src.to_json()}, {"tgt_vocab", tgt.to_json()},
+            {"lowercase", src.lowercase()}, {"share_embeddings", shared}};
+  }
+  static Vocabs from_json(const json& state) {
+    const std::string kind = state.value("tokens", "word");
+    const bool lower = state.at("lowercase");
+    return {Codec::from_json(kind, state.at("src_vocab"), lower), Codec::from_json(kind, state.at("tgt_vocab"), lower),
+            state.value("share_embeddings", false)};
+  }
+};
+
 // Sentences as token ids; a sentence longer than max_len is an error naming
 // it, unless truncate is set.
-std::vector<std::vector<std::int32_t>> encode_lines(const WordVocab& v, const std::vector<std::string>& lines,
-                                                    bool lowercase, int max_len, bool truncate, const std::string& file) {
+std::vector<std::vector<std::int32_t>> encode_lines(const Codec& v, const std::vector<std::string>& lines,
+                                                    int max_len, bool truncate, const std::string& file) {
   std::vector<std::vector<std::int32_t>> out;
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    auto ids = v.encode(join_words(pretokenize(lines[i], lowercase)));
+    auto ids = v.encode(lines[i]);
     require(!ids.empty(), file, ":", i + 1, ": empty sentence");
     if (int(ids.size()) > max_len) {
       require(truncate, file, ":", i + 1, ": sentence of ", ids.size(), " tokens exceeds the model's limit of ", max_len,
@@ -128,7 +203,7 @@ template <class Model>
 std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, const std::vector<std::string>& lines,
                                        const BeamOptions& beam, int batch, int max_len, bool truncate,
                                        const std::string& file) {
-  const auto srcs = encode_lines(v.src, lines, v.lowercase, max_len, truncate, file);
+  const auto srcs = encode_lines(v.src, lines, max_len, truncate, file);
   std::vector<std::string> out;
   for (std::size_t i = 0; i < srcs.size(); i += batch) {
     const int B = static_cast<int>(std::min<std::size_t>(batch, srcs.size() - i));
@@ -144,11 +219,7 @@ std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, co
     const auto hyps = beam_search(
         B, model.vocab(), beam, [&](std::span<const std::int32_t> step) { return model.decode(be, step, st); },
         [&](std::span<const int> order) { st.self.reorder(be, order); });
-    for (const auto& h : hyps) {
-      std::vector<std::string> words;
-      for (auto id : h.tokens) words.push_back(v.tgt.word(id));
-      out.push_back(detokenize(words));
-    }
+    for (const auto& h : hyps) out.push_back(v.tgt.decode(h.tokens));
   }
   return out;
 }
@@ -158,10 +229,9 @@ std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, co
 template <class Model>
 void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::string& src_line,
                          const std::string& translation, const std::string& path, int head) {
-  auto src = v.src.encode(join_words(pretokenize(src_line, v.lowercase)));
-  auto tgt_words = pretokenize(translation, false);
+  const auto src = v.src.encode(src_line), tgt = v.tgt.encode(translation);
   std::vector<std::int32_t> tgt_in = {v.bos()};
-  for (const auto& w : tgt_words) tgt_in.push_back(v.tgt.id(w));
+  tgt_in.insert(tgt_in.end(), tgt.begin(), tgt.end());
   const int S = static_cast<int>(src.size()), T = static_cast<int>(tgt_in.size());
   model.forward(be, src, Shape{1, S}, nullptr, tgt_in, Shape{1, T});
   const auto probs = model.block(Model::N_DEC - 1).cross_attention().probabilities();  // (1, heads, T, S)
@@ -173,9 +243,10 @@ void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::strin
     for (std::size_t i = 0; i < m.size(); ++i) m[i] += probs[std::size_t(h) * T * S + i] / (head >= 0 ? 1 : heads);
   }
   // Row t is the step that produced output token t (the last one <eos>).
-  std::vector<std::string> rows = tgt_words, cols;
+  std::vector<std::string> rows, cols;
+  for (auto id : tgt) rows.push_back(v.tgt.piece(id));
   rows.push_back("<eos>");
-  for (auto id : src) cols.push_back(v.src.word(id));
+  for (auto id : src) cols.push_back(v.src.piece(id));
   const int cell = 28, left = 110, top = 100;
   std::ostringstream svg;
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << left + S * cell + 20 << "' height='" << top + T * cell + 20
@@ -200,9 +271,10 @@ void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::strin
 struct TrainArgs {
   std::string src_train, tgt_train, src_val, tgt_val, model = "multi30k", out, metrics_json, log_csv, report,
                                                       schedule = "cosine";
-  int epochs = 10, batch = 64, min_freq = 2, beam = 4, eval_every = 1000, bleu_sentences = 0;
+  std::string tokens = "word";
+  int epochs = 10, batch = 64, min_freq = 2, bpe_vocab = 8000, beam = 4, eval_every = 1000, bleu_sentences = 0;
   double lr = 5e-4, label_smoothing = 0.1, clip = 1.0, weight_decay = 0.01, length_penalty = 0.6;
-  bool lowercase = false, truncate = false;
+  bool lowercase = false, truncate = false, share_embeddings = false;
   std::uint64_t seed = 1337;
 };
 
@@ -216,33 +288,36 @@ void train(const TrainArgs& a) {
           " has ", tgt_lines.size());
   require(src_val.size() == tgt_val.size(), a.src_val, " has ", src_val.size(), " lines but ", a.tgt_val, " has ",
           tgt_val.size());
-  Vocabs v;
-  v.lowercase = a.lowercase;
-  auto words_of = [&](const std::vector<std::string>& lines) {
-    std::vector<std::string> out;
-    for (const auto& l : lines) out.push_back(join_words(pretokenize(l, a.lowercase)));
-    return out;
+  auto learn = [&](const std::vector<std::string>& lines) {
+    return a.tokens == "bpe" ? Codec::bpe(lines, a.bpe_vocab, a.lowercase) : Codec::words(lines, a.min_freq, a.lowercase);
   };
-  v.src = WordVocab::build(words_of(src_lines), a.min_freq, kSpecials);
-  v.tgt = WordVocab::build(words_of(tgt_lines), a.min_freq, kSpecials);
-  const auto src_ids = encode_lines(v.src, src_lines, a.lowercase, max_len, a.truncate, a.src_train);
-  const auto tgt_ids = encode_lines(v.tgt, tgt_lines, a.lowercase, max_len, a.truncate, a.tgt_train);
+  auto both = src_lines;
+  if (a.share_embeddings) both.insert(both.end(), tgt_lines.begin(), tgt_lines.end());
+  const Vocabs v = a.share_embeddings ? Vocabs{learn(both), learn(both), true}
+                                      : Vocabs{learn(src_lines), learn(tgt_lines), false};
+  const auto src_ids = encode_lines(v.src, src_lines, max_len, a.truncate, a.src_train);
+  const auto tgt_ids = encode_lines(v.tgt, tgt_lines, max_len, a.truncate, a.tgt_train);
   std::vector<Pair> data;
   for (std::size_t i = 0; i < src_ids.size(); ++i) data.push_back({src_ids[i], tgt_ids[i]});
-  const auto vsrc = encode_lines(v.src, src_val, a.lowercase, max_len, a.truncate, a.src_val);
-  const auto vtgt = encode_lines(v.tgt, tgt_val, a.lowercase, max_len, a.truncate, a.tgt_val);
+  const auto vsrc = encode_lines(v.src, src_val, max_len, a.truncate, a.src_val);
+  const auto vtgt = encode_lines(v.tgt, tgt_val, max_len, a.truncate, a.tgt_val);
   std::vector<Pair> val;
   for (std::size_t i = 0; i < vsrc.size(); ++i) val.push_back({vsrc[i], vtgt[i]});
 
   Be be;
-  Model model(v.src.size(), v.tgt.size(), a.seed, {.dropout = Cfg::DROPOUT, .tie_output = false});
+  Model model(v.src.size(), v.tgt.size(), a.seed,
+              {.dropout = Cfg::DROPOUT, .tie_output = false, .share_embeddings = v.shared});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
   Rng rng(detail::mix64(a.seed ^ 0x7a5ULL));
   const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;
   const LrSchedule schedule = LrSchedule::parse(a.schedule, a.lr, total);
   CrossEntropyLoss<Be> ce(a.label_smoothing), ce_eval;
-  std::cout << "xfmr-translate: " << Cfg::NAME << ", " << Model::parameter_count(v.src.size(), v.tgt.size(), false)
-            << " parameters, vocabularies " << v.src.size() << " / " << v.tgt.size() << ", " << data.size()
+  std::cout << "xfmr-translate: " << Cfg::NAME << ", "
+            << Model::parameter_count(v.src.size(), v.tgt.size(), false, v.shared) << " parameters, "
+            << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
+            << v.src.size();
+  if (!v.shared) std::cout << " / " << v.tgt.size();
+  std::cout << ", " << data.size()
             << " train / " << val.size() << " val pairs, " << total << " steps" << std::endl;
 
   auto val_loss = [&]() {
@@ -266,9 +341,8 @@ void train(const TrainArgs& a) {
     add_parameters(mw, model);
     mw.set_metadata("format", kFormat);
     add_optimizer_state(ow, opt);
-    const json state = {{"format", kFormat},        {"version", 1},          {"model", Cfg::NAME},
-                        {"src_vocab", v.src.to_json()}, {"tgt_vocab", v.tgt.to_json()}, {"lowercase", v.lowercase},
-                        {"val_bleu", bleu}};
+    json state = v.to_json();
+    state.update({{"format", kFormat}, {"version", 1}, {"model", Cfg::NAME}, {"val_bleu", bleu}});
     write_checkpoint(a.out, mw, ow, state.dump(2));
   };
 
@@ -350,12 +424,9 @@ struct UseArgs {
 template <class Cfg>
 void use(const UseArgs& a, const json& state, bool evaluate) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
-  Vocabs v;
-  v.src = WordVocab::from_json(state.at("src_vocab").get<std::string>());
-  v.tgt = WordVocab::from_json(state.at("tgt_vocab").get<std::string>());
-  v.lowercase = state.at("lowercase");
+  const Vocabs v = Vocabs::from_json(state);
   Be be;
-  Model model(v.src.size(), v.tgt.size(), 0);
+  Model model(v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
   load_parameters(model, SafeTensors::load(fs::path(a.checkpoint) / kModelFile));
   model.set_training(false);
   const int max_len = Cfg::MAX_T - 1;
@@ -408,7 +479,10 @@ int run_train(int argc, char** argv) {
       ("lr", po::value(&a.lr)->default_value(a.lr), "peak learning rate")
       ("schedule", po::value(&a.schedule)->default_value(a.schedule), "constant, cosine or onecycle")
       ("label-smoothing", po::value(&a.label_smoothing)->default_value(a.label_smoothing), "label smoothing")
-      ("min-freq", po::value(&a.min_freq)->default_value(a.min_freq), "rarer words map to <unk>")
+      ("tokens", po::value(&a.tokens)->default_value(a.tokens), "word (a vocabulary of whole words) or bpe (byte-level BPE)")
+      ("min-freq", po::value(&a.min_freq)->default_value(a.min_freq), "--tokens word: rarer words map to <unk>")
+      ("bpe-vocab", po::value(&a.bpe_vocab)->default_value(a.bpe_vocab), "--tokens bpe: symbols per vocabulary")
+      ("share-embeddings", po::bool_switch(&a.share_embeddings), "one joint vocabulary and token table for both sides")
       ("lowercase", po::bool_switch(&a.lowercase), "lower-case before tokenizing")
       ("truncate", po::bool_switch(&a.truncate), "cut sentences longer than the model allows (else an error)")
       ("beam", po::value(&a.beam)->default_value(a.beam), "beam size for the final BLEU")
@@ -426,6 +500,7 @@ int run_train(int argc, char** argv) {
           "no training data: pass --src-train, --tgt-train, --src-val and --tgt-val");
   require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
   require(a.beam >= 1, "--beam ", a.beam, " must be at least 1");
+  require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");
   with_translate_preset(a.model, [&]<class Cfg>() { train<Cfg>(a); });
   return 0;
 }

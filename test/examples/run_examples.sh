@@ -159,6 +159,27 @@ case "$case_name" in
     grep -q "<svg" map.svg || fail "the attention map is not SVG"
     unk=$(echo "red zebra sees blue bird." | "$translate" translate --checkpoint tr) || fail "an unknown word failed"
     ;;
+  translate_bpe_shared)
+    # BPE pieces learned from the data, one joint vocabulary and embedding table.
+    make_parallel 600 train && make_parallel 40 val
+    "$translate" train --src-train train.src --tgt-train train.tgt --src-val val.src --tgt-val val.tgt --model tiny \
+      --tokens bpe --bpe-vocab 320 --share-embeddings --epochs 40 --batch 32 --lr 3e-3 --eval-every 200 --out tr \
+      --metrics-json m.json --log-csv t.csv --report t.html > train.log 2>&1 || { cat train.log; fail "training failed"; }
+    grep -q "one joint bpe vocabulary 320" train.log || { cat train.log; fail "no joint BPE vocabulary"; }
+    bleu=$(json_value m.json bleu)
+    awk -v b="$bleu" 'BEGIN { exit !(b >= 80) }' || fail "BLEU $bleu on a word-for-word toy task with BPE"
+    grep -q '"tokens": "bpe"' tr/trainer_state.json || fail "the checkpoint does not record BPE"
+    grep -q '"share_embeddings": true' tr/trainer_state.json || fail "the checkpoint does not record sharing"
+    "$translate" eval --checkpoint tr --src val.src --ref val.tgt --metrics-json e.json > eval.log || fail "eval failed"
+    [[ $(json_value e.json bleu) == "$bleu" ]] || fail "eval BLEU $(json_value e.json bleu) != training's $bleu"
+    out=$(echo "red zebra sees blue bird." | "$translate" translate --checkpoint tr --attention-map map.svg) \
+      || fail "an unseen word failed under BPE"
+    [[ -n $out ]] && grep -q "<svg" map.svg || fail "no translation or attention map"
+    expect_error "--tokens chars is not word or bpe" "$translate" train --src-train train.src --tgt-train train.tgt \
+      --src-val val.src --tgt-val val.tgt --model tiny --tokens chars
+    expect_error "BPE vocabulary size 100 is below the 261 base symbols" "$translate" train --src-train train.src \
+      --tgt-train train.tgt --src-val val.src --tgt-val val.tgt --model tiny --tokens bpe --bpe-vocab 100
+    ;;
   translate_bad_input)
     make_parallel 50 a && make_parallel 10 v
     head -n 40 a.tgt > short.tgt

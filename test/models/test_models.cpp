@@ -239,3 +239,16 @@ BOOST_AUTO_TEST_CASE(seq2seq_pre_norm_tied_output) {
   check_seq2seq("Seq2Seq pre-norm, tied output", model, 7, 6);
   BOOST_TEST(visited(model) == (Seq2Seq<TinySrcPre, TinyTgtPre, Be>::parameter_count(7, 6, true)));
 }
+
+BOOST_AUTO_TEST_CASE(seq2seq_shared_embeddings_and_tied_output) {
+  // One table embeds source and target and projects the output: its gradient
+  // sums the encoder's, the decoder's and the head's contributions.
+  using Model = Seq2Seq<TinySrcPre, TinyTgtPre, Be>;
+  Model model(7, 7, 43, {.dropout = 0.0f, .tie_output = true, .share_embeddings = true});
+  check_seq2seq("Seq2Seq pre-norm, shared embeddings, tied output", model, 7, 7);
+  BOOST_TEST(visited(model) == Model::parameter_count(7, 7, true, true));
+  int tables = 0;
+  model.visit([&](std::string_view name, auto&, auto&) { tables += name.ends_with("tok_emb.weight"); });
+  BOOST_TEST(tables == 1);
+  BOOST_CHECK_THROW(Model(7, 6, 43, {.share_embeddings = true}), Error);  // two vocabularies cannot share
+}

@@ -4,6 +4,8 @@
 // static. Every id is checked against [0, vocab). Saves: a pointer to ids
 // (kept alive by the caller until backward). Backward: dweight accumulates;
 // there is no input gradient. Parameters: "weight" (vocab, D).
+// An embedding built with `share` reads and accumulates into another's table
+// (shared source/target embeddings) and lists no parameter of its own.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +24,12 @@ class Embedding {
   using Tensor = typename Backend::Tensor;
 
   // torch.nn.Embedding's default initialisation: N(0, 1).
-  Embedding(int vocab, Rng& rng) : vocab_(vocab) {
+  Embedding(int vocab, Rng& rng, Embedding* share = nullptr) : vocab_(vocab), shared_(share) {
     require(vocab > 0, "vocabulary size ", vocab, " must be positive");
+    if (share) {
+      require(share->vocab() == vocab, "a shared embedding needs one vocabulary: ", vocab, " vs ", share->vocab());
+      return;
+    }
     weight_.resize({vocab, D});
     dweight_.resize({vocab, D});
     for (auto& w : weight_) w = S(rng.normal());
@@ -32,24 +38,28 @@ class Embedding {
   void forward(Backend& be, std::span<const std::int32_t> ids, Rows<S, D> y) {
     require_rows(y, static_cast<int>(ids.size()), "Embedding output");
     ids_ = ids;
-    be.embedding_forward(static_cast<int>(ids.size()), vocab_, D, ids.data(), weight_.data(), y.data);  // (n, D)
+    be.embedding_forward(static_cast<int>(ids.size()), vocab_, D, ids.data(), weight().data(), y.data);  // (n, D)
   }
 
   void backward(Backend& be, ConstRows<S, D> dy) {
     require_rows(dy, static_cast<int>(ids_.size()), "Embedding output gradient");
-    be.embedding_backward(dy.rows, D, ids_.data(), dy.data, dweight_.data());
+    be.embedding_backward(dy.rows, D, ids_.data(), dy.data, grad().data());
   }
 
   template <class F>
   void visit(F&& f) {
-    f("weight", weight_, dweight_);
+    if (!shared_) f("weight", weight_, dweight_);
   }
 
   int vocab() const { return vocab_; }
+  // The table and its gradient (the shared one's, when sharing).
+  Tensor& weight() { return shared_ ? shared_->weight() : weight_; }
+  Tensor& grad() { return shared_ ? shared_->grad() : dweight_; }
 
  private:
   int vocab_;
-  Tensor weight_, dweight_;  // (vocab, D)
+  Embedding* shared_;
+  Tensor weight_, dweight_;  // (vocab, D); empty when sharing
   std::span<const std::int32_t> ids_;
 };
 

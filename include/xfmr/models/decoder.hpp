@@ -40,8 +40,8 @@ class Decoder {
   Decoder(int vocab, std::uint64_t seed, DecoderOptions opts = {})
       : rng_(seed), trunk_(vocab, rng_, opts.dropout), opts_(opts) {
     if (opts.tie_weights) {
-      trunk_.token_embedding().visit(
-          [&](std::string_view, auto& value, auto& grad) { head_.emplace(value, grad, rng_, true); });
+      auto& emb = trunk_.token_embedding();
+      head_.emplace(emb.weight(), emb.grad(), rng_, true);
     } else {
       head_.emplace(vocab, rng_, true);
     }

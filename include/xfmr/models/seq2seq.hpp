@@ -7,7 +7,8 @@
 //     feed-forward) -> ln_f (PreNorm configs) -> lm_head -> logits (B*T, V_tgt)
 //
 // Both configurations share D_MODEL; layers, heads, widths and positions may
-// differ. Parameters: "encoder.*", "decoder.tok_emb.weight",
+// differ. Parameters: "encoder.*", "decoder.tok_emb.weight" (unless shared:
+// then encoder.tok_emb.weight embeds both sides, from one joint vocabulary),
 // "decoder.pos_emb.weight" (learned), "decoder.blocks.<i>.*",
 // "decoder.ln_f.*", "lm_head.weight" (unless tied to the target embedding),
 // "lm_head.bias". backward(dlogits) accumulates every parameter gradient,
@@ -29,7 +30,8 @@ namespace xfmr {
 
 struct Seq2SeqOptions {
   float dropout = 0.0f;
-  bool tie_output = false;  // lm_head uses the target embedding matrix
+  bool tie_output = false;         // lm_head uses the target embedding matrix
+  bool share_embeddings = false;   // one token table for source and target (one joint vocabulary)
 };
 
 template <BlockConfig EncCfg, BlockConfig DecCfg, class Backend>
@@ -45,12 +47,15 @@ class Seq2Seq {
   using Buffer = typename Backend::template Buffer<T>;
 
   Seq2Seq(int src_vocab, int tgt_vocab, std::uint64_t seed, Seq2SeqOptions opts = {})
-      : rng_(seed), encoder_(src_vocab, rng_, opts.dropout), stem_(tgt_vocab, rng_), opts_(opts) {
+      : rng_(seed),
+        encoder_(src_vocab, rng_, opts.dropout),
+        stem_(tgt_vocab, rng_, opts.share_embeddings ? &encoder_.token_embedding() : nullptr),
+        opts_(opts) {
     blocks_.reserve(N_DEC);
     for (int i = 0; i < N_DEC; ++i) blocks_.emplace_back(rng_, opts.dropout);
     if (opts.tie_output) {
-      stem_.token_embedding().visit(
-          [&](std::string_view, auto& value, auto& grad) { head_.emplace(value, grad, rng_, true); });
+      auto& emb = stem_.token_embedding();
+      head_.emplace(emb.weight(), emb.grad(), rng_, true);
     } else {
       head_.emplace(tgt_vocab, rng_, true);
     }
@@ -184,12 +189,13 @@ class Seq2Seq {
   int source_vocab() const { return encoder_.vocab(); }
   Block& block(int i) { return blocks_.at(i); }
 
-  static constexpr std::size_t parameter_count(std::size_t src_vocab, std::size_t tgt_vocab, bool tie_output) {
+  static constexpr std::size_t parameter_count(std::size_t src_vocab, std::size_t tgt_vocab, bool tie_output,
+                                               bool share_embeddings = false) {
     constexpr std::size_t H = DecCfg::N_HEADS;
     constexpr std::size_t QK = qk_head_dim<DecCfg>(), V = v_head_dim<DecCfg>(), ctx = H * V;
     constexpr std::size_t cross = (D * H * QK + H * QK) + (D * H * (QK + V) + H * (QK + V)) + (ctx * D + D);
     constexpr std::size_t block = detail::self_block_parameters<DecCfg>() + cross + 2 * D;  // + ln3
-    return Transformer<EncCfg, Backend, false>::parameter_count(src_vocab) + tgt_vocab * D +
+    return Transformer<EncCfg, Backend, false>::parameter_count(src_vocab) + (share_embeddings ? 0 : tgt_vocab * D) +
            (detail::learned_positions<DecCfg>() ? std::size_t(DecCfg::MAX_T) * D : 0) + N_DEC * block +
            (FINAL_NORM ? 2 * D : 0) + (tie_output ? 0 : tgt_vocab * D) + tgt_vocab;
   }

@@ -41,7 +41,8 @@ class TokenStem {
   static constexpr int D = Cfg::D_MODEL;
   using S = typename Backend::Scalar;
 
-  TokenStem(int vocab, Rng& rng) : tok_emb_(vocab, rng), pos_(rng) {}
+  // share: another stem's token embedding to use instead of an own one.
+  TokenStem(int vocab, Rng& rng, Embedding<D, Backend>* share = nullptr) : tok_emb_(vocab, rng, share), pos_(rng) {}
 
   // offset: position of each sequence's first id (incremental decoding).
   void forward(Backend& be, std::span<const std::int32_t> ids, Rows<S, D> x, Shape bt, int offset = 0) {
