@@ -44,12 +44,11 @@ namespace po = boost::program_options;
 using json = nlohmann::json;
 using namespace xfmr;
 using namespace xfmr::examples;
-using Be = CpuBackend<float>;
 
 namespace {
 
 struct Args {
-  std::string model = "shakespeare-small", modes = "train,forward,generate", json_path, translator;
+  std::string model = "shakespeare-small", modes = "train,forward,generate", json_path, translator, backend = "cpu";
   int batch = 0;  // 0: the preset's benchmark batch
   int vocab = 65;  // tiny Shakespeare's characters
   double min_time = 2.0;  // seconds of timed repetitions per measurement
@@ -61,15 +60,18 @@ struct Args {
 int default_batch(const std::string& model) { return model == "shakespeare-large" ? 64 : 16; }
 
 // Times f() repeatedly: `warmup` untimed calls, then at least min_reps and
-// at least min_time seconds of calls. Returns seconds per call.
-template <class F>
-std::vector<double> time_calls(const Args& a, F&& f) {
+// at least min_time seconds of calls. Returns seconds per call. Each call
+// ends with be.synchronize(), so a GPU's queued work is inside its time.
+template <class Be, class F>
+std::vector<double> time_calls(const Args& a, Be& be, F&& f) {
   for (int i = 0; i < a.warmup; ++i) f();
+  be.synchronize();
   std::vector<double> t;
   const auto start = Clock::now();
   while (int(t.size()) < a.min_reps || seconds_since(start) < a.min_time) {
     const auto t0 = Clock::now();
     f();
+    be.synchronize();
     t.push_back(seconds_since(t0));
     if (a.smoke) break;
   }
@@ -107,14 +109,17 @@ json summarize(const std::vector<double>& secs, double tokens_per_call, double f
 
 // Single-precision GEMM ceiling of this machine through the backend's gemm:
 // the best of square products at a few sizes (all threads), in GFLOP/s.
-double gemm_ceiling(const Args& a) {
-  Be be;
+template <class Be>
+double gemm_ceiling(const Args& a, Be& be) {
   double best = 0;
-  for (int n : a.smoke ? std::vector<int>{128} : std::vector<int>{256, 512, 1024}) {
-    std::vector<float> A(std::size_t(n) * n, 0.5f), B(A), C(A.size());
+  for (int n : a.smoke ? std::vector<int>{128} : std::vector<int>{256, 512, 1024, 4096}) {
+    if (n == 4096 && std::string(Be::name) == "cpu") continue;  // a GPU needs a larger product to peak
+    typename Be::template Buffer<float> A, B, C;  // zeros: values do not change the time
+    const std::size_t nn = std::size_t(n) * n;
+    float *pa = A.reserve(nn), *pb = B.reserve(nn), *pc = C.reserve(nn);
     Args timing = a;
     timing.min_time = a.smoke ? 0 : 0.5;
-    const auto t = time_calls(timing, [&] { be.gemm(false, false, n, n, n, 1.0f, A.data(), n, B.data(), n, 0.0f, C.data(), n); });
+    const auto t = time_calls(timing, be, [&] { be.gemm(false, false, n, n, n, 1.0f, pa, n, pb, n, 0.0f, pc, n); });
     best = std::max(best, 2.0 * n * n * n / quantile(t, 0.5) * 1e-9);
   }
   return best;
@@ -163,14 +168,15 @@ std::int32_t argmax(std::span<const float> row) {
   return std::int32_t(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-template <class Cfg>
+template <class Cfg, class Be>
 json run(const Args& a) {
   using Model = Decoder<Cfg, Be>;
+  Be be;
   const int B = a.batch > 0 ? a.batch : default_batch(Cfg::NAME), T = Cfg::MAX_T, V = a.vocab;
   const double rss_before = peak_rss_mb();
-  const double ceiling = gemm_ceiling(a);
+  const double ceiling = gemm_ceiling(a, be);
   json out = {{"impl", "xfmr"},
-              {"backend", Be::name},
+              {"backend", describe(be)},
               {"model", Cfg::NAME},
               {"shape", {{"B", B}, {"T", T}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
                          {"FF", Cfg::D_FF}, {"V", V}, {"dropout", Cfg::DROPOUT}}},
@@ -180,7 +186,6 @@ json run(const Args& a) {
               {"parameters", Model::parameter_count(V, false)},
               {"results", json::object()}};
 
-  Be be;
   Model model(V, 1337, {.dropout = Cfg::DROPOUT});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
   CrossEntropyLoss<Be> ce;
@@ -188,24 +193,26 @@ json run(const Args& a) {
   std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
   for (auto& i : ids) i = std::int32_t(rng.below(V));
   for (auto& i : targets) i = std::int32_t(rng.below(V));
-  std::vector<float> dlogits(ids.size() * V);
+  typename Be::template Buffer<float> dlogits_storage;
+  const std::span<float> dlogits(dlogits_storage.reserve(ids.size() * V), ids.size() * V);
+  std::vector<float> staging;  // logits on the host, for argmax
   const double tokens = double(B) * T, fwd = forward_flops<Cfg>(B, T, V);
   auto has = [&](const char* m) { return ("," + a.modes + ",").find("," + std::string(m) + ",") != std::string::npos; };
 
   if (has("train")) {
     model.set_training(true);
-    const auto t = time_calls(a, [&] {
+    const auto t = time_calls(a, be, [&] {
       zero_grad(model);
       ce.forward(be, model.forward(be, ids, Shape{B, T}), targets, V);
       ce.backward(be, dlogits);
-      model.backward(be, dlogits);
+      model.backward(be, std::span<const float>(dlogits));
       opt.step(be, 1e-4);
     });
     out["results"]["train_step"] = summarize(t, tokens, 3 * fwd, ceiling);
   }
   if (has("forward")) {
     model.set_training(false);
-    const auto t = time_calls(a, [&] { model.forward(be, ids, Shape{B, T}); });
+    const auto t = time_calls(a, be, [&] { model.forward(be, ids, Shape{B, T}); });
     out["results"]["forward"] = summarize(t, tokens, fwd, ceiling);
   }
   if (has("generate")) {
@@ -218,21 +225,21 @@ json run(const Args& a) {
       recompute_flops += forward_flops<Cfg>(1, i + 1, V);
     }
     std::vector<std::int32_t> seq;
-    const auto cached = time_calls(a, [&] {
+    const auto cached = time_calls(a, be, [&] {
       seq.assign(1, 0);
       model.start_cache(cache, 1);
       auto logits = model.forward_cached(be, seq, 1, cache);
       for (int i = 0; i < n; ++i) {
-        seq.push_back(argmax(logits));
+        seq.push_back(argmax(be.host_view(logits, staging)));
         if (i + 1 < n) logits = model.forward_cached(be, std::span(&seq.back(), 1), 1, cache);
       }
     });
     const std::vector<std::int32_t> greedy = seq;
-    const auto recompute = time_calls(a, [&] {
+    const auto recompute = time_calls(a, be, [&] {
       seq.assign(1, 0);
       for (int i = 0; i < n; ++i) {
         const auto logits = model.forward(be, seq, Shape{1, int(seq.size())});
-        seq.push_back(argmax(logits.subspan(std::size_t(seq.size() - 1) * V, V)));
+        seq.push_back(argmax(be.host_view(logits.subspan(std::size_t(seq.size() - 1) * V, V), staging)));
       }
     });
     require(seq == greedy, "cached and recomputed greedy generation disagree");
@@ -242,11 +249,11 @@ json run(const Args& a) {
     // One token at full context: the cache holds MAX_T - 1 positions.
     model.start_cache(cache, 1);
     model.forward_cached(be, std::span(greedy.data(), T - 1), 1, cache);
-    const auto step = time_calls(a, [&] {
+    const auto step = time_calls(a, be, [&] {
       model.forward_cached(be, std::span(&greedy[T - 1], 1), 1, cache);
       cache.truncate(T - 1);
     });
-    const auto full = time_calls(a, [&] { model.forward(be, greedy, Shape{1, T}); });
+    const auto full = time_calls(a, be, [&] { model.forward(be, greedy, Shape{1, T}); });
     out["results"]["full_context_cached"] = summarize(step, 1, cached_step_flops<Cfg>(T - 1, V), ceiling);
     out["results"]["full_context_recompute"] = summarize(full, 1, forward_flops<Cfg>(1, T, V), ceiling);
   }
@@ -257,21 +264,22 @@ json run(const Args& a) {
 }
 
 // Greedy translation decoding, per token, with and without the caches.
-template <class Cfg>
+template <class Cfg, class Be>
 json run_translator(const Args& a) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
+  Be be;
+  std::vector<float> staging;  // logits on the host, for argmax
   const int V = a.vocab, S_len = Cfg::MAX_T / 2, n = Cfg::MAX_T - 1;
   json out = {{"impl", "xfmr"},
-              {"backend", Be::name},
+              {"backend", describe(be)},
               {"model", std::string("translator-") + Cfg::NAME},
               {"shape", {{"B", 1}, {"T", Cfg::MAX_T}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
                          {"FF", Cfg::D_FF}, {"V", V}, {"dropout", 0.0}}},
               {"threads", detail::thread_count()},
               {"hardware_threads", std::thread::hardware_concurrency()},
-              {"gemm_ceiling_gflops", gemm_ceiling(a)},
+              {"gemm_ceiling_gflops", gemm_ceiling(a, be)},
               {"parameters", Model::parameter_count(V, V, false)},
               {"results", json::object()}};
-  Be be;
   Model model(V, V, 1337);
   model.set_training(false);
   Rng rng(9);
@@ -280,33 +288,33 @@ json run_translator(const Args& a) {
   model.encode(be, src, Shape{1, S_len});
   typename Model::DecodeState st;
   std::vector<std::int32_t> seq;
-  const auto cached = time_calls(a, [&] {
+  const auto cached = time_calls(a, be, [&] {
     seq.assign(1, 0);
     model.start_decoding(be, st);
     auto logits = model.decode(be, seq, st);
     for (int i = 0; i < n; ++i) {
-      seq.push_back(argmax(logits));
+      seq.push_back(argmax(be.host_view(logits, staging)));
       if (i + 1 < n) logits = model.decode(be, std::span(&seq.back(), 1), st);
     }
   });
   const auto greedy = seq;
-  const auto recompute = time_calls(a, [&] {
+  const auto recompute = time_calls(a, be, [&] {
     seq.assign(1, 0);
     for (int i = 0; i < n; ++i) {
       model.start_decoding(be, st);
       const auto logits = model.decode(be, seq, st);
-      seq.push_back(argmax(logits.subspan(std::size_t(seq.size() - 1) * V, V)));
+      seq.push_back(argmax(be.host_view(logits.subspan(std::size_t(seq.size() - 1) * V, V), staging)));
     }
   });
   require(seq == greedy, "cached and recomputed greedy translation disagree");
   // One token at full context.
   model.start_decoding(be, st);
   model.decode(be, std::span(greedy.data(), n), st);
-  const auto step = time_calls(a, [&] {
+  const auto step = time_calls(a, be, [&] {
     model.decode(be, std::span(&greedy[n], 1), st);
     st.self.truncate(n);
   });
-  const auto full = time_calls(a, [&] {
+  const auto full = time_calls(a, be, [&] {
     model.start_decoding(be, st);
     model.decode(be, greedy, st);
   });
@@ -358,7 +366,8 @@ int main(int argc, char** argv) {
       ("min-reps", po::value(&a.min_reps)->default_value(a.min_reps), "timed repetitions per measurement (at least)")
       ("warmup", po::value(&a.warmup)->default_value(a.warmup), "untimed repetitions first")
       ("json", po::value(&a.json_path), "also write the results as JSON to this file")
-      ("smoke", po::bool_switch(&a.smoke), "one repetition of everything (a test that the bench runs)");
+      ("smoke", po::bool_switch(&a.smoke), "one repetition of everything (a test that the bench runs)")
+      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;
     require(a.batch >= 0, "--batch ", a.batch, " is negative");
@@ -373,10 +382,12 @@ int main(int argc, char** argv) {
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
     json result;
     if (a.translator.empty()) {
-      with_lm_preset(a.model, [&]<class Cfg>() { result = run<Cfg>(a); });
+      with_backend(a.backend, [&]<class Be>() { with_lm_preset(a.model, [&]<class Cfg>() { result = run<Cfg, Be>(a); }); });
     } else {
       if (vm["vocab"].defaulted()) a.vocab = 8000;
-      with_translate_preset(a.translator, [&]<class Cfg>() { result = run_translator<Cfg>(a); });
+      with_backend(a.backend, [&]<class Be>() {
+        with_translate_preset(a.translator, [&]<class Cfg>() { result = run_translator<Cfg, Be>(a); });
+      });
     }
     print(result);
     if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");

@@ -29,7 +29,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace xfmr;
 using namespace xfmr::examples;
-using Be = CpuBackend<float>;
 
 namespace {
 
@@ -68,7 +67,7 @@ struct RunSettings {
 
 struct TrainArgs {
   RunSettings run;
-  std::string data, out, resume, metrics_json, log_csv, report;
+  std::string data, out, resume, metrics_json, log_csv, report, backend = "cpu";
   long steps = 5000, stop_after = 0;  // stop_after > 0: stop (and checkpoint) at that step of the plan
   int eval_every = 500, eval_batches = 100, samples = 300;
 };
@@ -169,7 +168,7 @@ class Batches {
 // cache holds MAX_T positions it restarts from the last MAX_T / 2 tokens.
 // Without it (the reference), every token re-reads the last MAX_T tokens;
 // the two agree token for token while the context fits in MAX_T.
-template <class Cfg>
+template <class Cfg, class Be>
 std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, std::vector<std::int32_t> context,
                      int tokens, const SamplingOptions& opts, Rng& rng, bool stream,
                      std::optional<std::int32_t> reset = std::nullopt, bool use_cache = true) {
@@ -177,12 +176,13 @@ std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, 
   std::string out;
   const int V = model.vocab();
   DecodingCache<Be> cache;
-  std::span<const float> last;  // logits of the newest position
+  std::vector<float> staging;
+  std::span<const float> last;  // logits of the newest position, on the host
   auto encode_window = [&](int keep) {
     const std::span<const std::int32_t> window(context.data() + context.size() - keep, keep);
     const auto logits = use_cache ? (model.start_cache(cache, 1), model.forward_cached(be, window, 1, cache))
                                   : model.forward(be, window, Shape{1, keep});
-    last = logits.subspan(std::size_t(keep - 1) * V, V);
+    last = be.host_view(logits.subspan(std::size_t(keep - 1) * V, V), staging);
   };
   encode_window(std::min<int>(static_cast<int>(context.size()), Cfg::MAX_T));
   for (int i = 0; i < tokens; ++i) {
@@ -201,12 +201,12 @@ std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, 
     if (!use_cache) encode_window(std::min(size, Cfg::MAX_T));
     else if (restart) encode_window(1);
     else if (cache.length() == Cfg::MAX_T) encode_window(std::min(size, Cfg::MAX_T / 2));
-    else last = model.forward_cached(be, std::span<const std::int32_t>(&context.back(), 1), 1, cache);
+    else last = be.host_view(model.forward_cached(be, std::span<const std::int32_t>(&context.back(), 1), 1, cache), staging);
   }
   return out;
 }
 
-template <class Cfg>
+template <class Cfg, class Be>
 void train(TrainArgs args, const std::optional<json>& resumed) {
   using Model = Decoder<Cfg, Be>;
   RunSettings& run = args.run;
@@ -249,13 +249,14 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
   }
 
   const int T = Cfg::MAX_T, rows = run.batch * T, V = tok.size();
-  std::cout << "xfmr-charlm: " << Cfg::NAME << ", " << Model::parameter_count(V, false) << " parameters, vocabulary "
+  std::cout << "xfmr-charlm: " << Cfg::NAME << " on " << describe(be) << ", " << Model::parameter_count(V, false) << " parameters, vocabulary "
             << V << ", " << train_batches.size() << " train / " << val_batches.size()
             << (run.mode == "names" ? " val names" : " val tokens") << ", batch " << run.batch
             << " x " << T << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << "\n";
 
   std::vector<std::int32_t> ids(rows), targets(rows);
-  std::vector<float> dlogits(std::size_t(rows) * V);
+  typename Be::template Buffer<float> dlogits_storage;  // backend memory
+  const std::span<float> dlogits(dlogits_storage.reserve(std::size_t(rows) * V), std::size_t(rows) * V);
   // Mean loss over every counted target of the evaluation batches.
   auto evaluate = [&](const Batches& b) {
     model.set_training(false);
@@ -308,7 +309,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
       }
       loss += l / run.grad_accum;
       ce.backward(be, dlogits, 1.0 / run.grad_accum);
-      model.backward(be, dlogits);
+      model.backward(be, std::span<const float>(dlogits));
     }
     if (run.clip > 0) clip_gradients(be, model, run.clip);
     else gradient_norm(be, model);  // throws naming the first non-finite gradient
@@ -358,7 +359,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
                      {"sample", sample}},
                     batch_losses, evals);
   if (!args.metrics_json.empty()) {
-    json m = {{"model", Cfg::NAME},   {"parameters", Model::parameter_count(V, false)}, {"steps", args.steps},
+    json m = {{"model", Cfg::NAME},   {"backend", Be::name}, {"parameters", Model::parameter_count(V, false)}, {"steps", args.steps},
               {"batch", run.batch},   {"train_loss", last_train}, {"val_loss", last_val},
               {"last_batch_loss", last_loss}, {"first_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.front().second},
               {"tokens_per_s", tps},  {"wall_s", wall}};
@@ -367,14 +368,14 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
 }
 
 struct SampleArgs {
-  std::string checkpoint, prompt;
+  std::string checkpoint, prompt, backend = "cpu";
   bool no_cache = false;
   int tokens = 500;
   SamplingOptions sampling;
   std::uint64_t seed = 1;
 };
 
-template <class Cfg>
+template <class Cfg, class Be>
 void sample(const SampleArgs& args, const std::string& mode) {
   const auto st = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
   const auto tok = CharTokenizer::from_json(st.metadata().at("tokenizer"));
@@ -432,7 +433,8 @@ int run_train(int argc, char** argv) {
       ("metrics-json", po::value(&a.metrics_json), "write final losses, tokens/s and wall time here")
       ("log-csv", po::value(&a.log_csv)->default_value("charlm_log.csv"), "per-step CSV log")
       ("report", po::value(&a.report)->default_value("charlm_report.html"), "HTML report with the loss curves")
-      ("samples", po::value(&a.samples)->default_value(a.samples), "characters to sample at the end");
+      ("samples", po::value(&a.samples)->default_value(a.samples), "characters to sample at the end")
+      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(a.steps > 0 && a.run.batch > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_batches > 0,
@@ -464,7 +466,7 @@ int run_train(int argc, char** argv) {
     if (a.out.empty()) a.out = a.resume;
     resumed = state;
   }
-  with_lm_preset(a.run.model, [&]<class Cfg>() { train<Cfg>(a, resumed); });
+  with_backend(a.backend, [&]<class Be>() { with_lm_preset(a.run.model, [&]<class Cfg>() { train<Cfg, Be>(a, resumed); }); });
   return 0;
 }
 
@@ -479,7 +481,8 @@ int run_sample(int argc, char** argv) {
       ("top-p", po::value(&a.sampling.top_p)->default_value(1.0), "nucleus sampling threshold (1 = off)")
       ("prompt", po::value(&a.prompt)->default_value(""), "text to continue")
       ("seed", po::value(&a.seed)->default_value(a.seed), "sampling seed")
-      ("no-cache", po::bool_switch(&a.no_cache), "recompute the whole context for every token (the reference path)");
+      ("no-cache", po::bool_switch(&a.no_cache), "recompute the whole context for every token (the reference path)")
+      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.checkpoint.empty(), "--checkpoint DIR is required");
@@ -489,7 +492,9 @@ int run_sample(int argc, char** argv) {
   require(state.value("format", "") == kFormat, a.checkpoint, ": not an xfmr-charlm checkpoint");
   const json& settings = state.at("settings");
   with_lm_preset(settings.at("model").get<std::string>(),
-                 [&]<class Cfg>() { sample<Cfg>(a, settings.at("mode").get<std::string>()); });
+                 [&]<class Cfg>() {
+                   with_backend(a.backend, [&]<class Be>() { sample<Cfg, Be>(a, settings.at("mode").get<std::string>()); });
+                 });
   return 0;
 }
 

@@ -26,7 +26,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace xfmr;
 using namespace xfmr::examples;
-using Be = CpuBackend<float>;
 
 namespace {
 
@@ -101,19 +100,20 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
 };
 
-template <class Model>
+template <class Model, class Be>
 EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data, int max_t, int batch) {
   model.set_training(false);
   CrossEntropyLoss<Be> ce;
   Accuracy acc;
   double loss = 0;
+  std::vector<float> staging;
   for (std::size_t i = 0; i < data.seqs.size(); i += batch) {
     const std::size_t n = std::min<std::size_t>(batch, data.seqs.size() - i);
     const auto b = make_class_batch(std::span(data.seqs).subspan(i, n), std::span(data.labels).subspan(i, n), max_t,
                                     tok.pad, tok.cls);
     const auto logits = model.forward(be, b.ids, Shape{b.B, b.T}, b.padding.data());
     loss += ce.forward(be, logits, b.labels, model.classes()) * double(n);
-    acc += accuracy<float>(logits, b.labels, model.classes());
+    acc += accuracy<float>(be.host_view(logits, staging), b.labels, model.classes());
   }
   model.set_training(true);
   return {loss / double(data.seqs.size()), acc.value()};
@@ -121,14 +121,14 @@ EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data
 
 struct TrainArgs {
   std::string train, dev, model = "sst2", tokens = "word", pooling = "mean", schedule = "cosine", out, metrics_json,
-                          log_csv, report;
+                          log_csv, report, backend = "cpu";
   int epochs = 3, batch = 64, min_freq = 1, eval_every = 500;
   double lr = 5e-4, weight_decay = 0.01, label_smoothing = 0.0, clip = 1.0;
   float dropout = -1.0f;
   std::uint64_t seed = 1337;
 };
 
-template <class Cfg>
+template <class Cfg, class Be>
 void train(const TrainArgs& a) {
   using Model = Classifier<Cfg, Be>;
   const auto train_rows = read_labeled_tsv(a.train), dev_rows = read_labeled_tsv(a.dev);
@@ -149,13 +149,13 @@ void train(const TrainArgs& a) {
   const LrSchedule schedule = LrSchedule::parse(a.schedule, a.lr, total);
   CrossEntropyLoss<Be> ce(a.label_smoothing);
   Rng rng(detail::mix64(a.seed ^ 0xc1a55ULL));
-  std::cout << "xfmr-classify: " << Cfg::NAME << ", " << Model::parameter_count(tok.size(), classes)
+  std::cout << "xfmr-classify: " << Cfg::NAME << " on " << describe(be) << ", " << Model::parameter_count(tok.size(), classes)
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
             << " steps\n";
 
   std::vector<std::size_t> order(train_data.seqs.size());
-  std::vector<float> dlogits;
+  typename Be::template Buffer<float> dlogits_storage;  // backend memory
   std::vector<std::vector<std::int32_t>> seqs;
   std::vector<int> labels;
   CsvLog csv(a.log_csv);
@@ -182,9 +182,9 @@ void train(const TrainArgs& a) {
       const auto logits = model.forward(be, b.ids, Shape{b.B, b.T}, b.padding.data());
       const double loss = ce.forward(be, logits, b.labels, classes);
       require(std::isfinite(loss), "loss is ", loss, " at step ", step);
-      dlogits.resize(logits.size());
+      const std::span<float> dlogits(dlogits_storage.reserve(logits.size()), logits.size());
       ce.backward(be, dlogits);
-      model.backward(be, dlogits);
+      model.backward(be, std::span<const float>(dlogits));
       clip_gradients(be, model, a.clip);
       opt.step(be, lr);
       batch_losses.emplace_back(step + 1, loss);
@@ -226,7 +226,7 @@ void train(const TrainArgs& a) {
                      {"wall time", format_duration(wall)}},
                     batch_losses, evals);
   if (!a.metrics_json.empty()) {
-    const json m = {{"model", Cfg::NAME}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
+    const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
                     {"steps", total},     {"epochs", a.epochs},           {"tokens_per_s", tokens_seen / wall},
                     {"wall_s", wall},     {"first_batch_loss", batch_losses.front().second},
                     {"last_batch_loss", batch_losses.back().second}};
@@ -234,7 +234,7 @@ void train(const TrainArgs& a) {
   }
 }
 
-template <class Cfg>
+template <class Cfg, class Be>
 void eval(const std::string& checkpoint, const std::string& dev_path, const std::string& metrics_json) {
   const json state = json::parse(read_trainer_state(checkpoint));
   const Tokens tok = Tokens::from_json(state.at("tokens"));
@@ -274,26 +274,30 @@ int run_train(int argc, char** argv) {
       ("out", po::value(&a.out), "checkpoint directory")
       ("metrics-json", po::value(&a.metrics_json), "write dev accuracy, loss and timing here")
       ("log-csv", po::value(&a.log_csv)->default_value("classify_log.csv"), "per-step CSV log")
-      ("report", po::value(&a.report)->default_value("classify_report.html"), "HTML report");
+      ("report", po::value(&a.report)->default_value("classify_report.html"), "HTML report")
+      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.train.empty() && !a.dev.empty(), "--train TSV and --dev TSV are required");
   require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
-  with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg>(a); });
+  with_backend(a.backend, [&]<class Be>() { with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
   return 0;
 }
 
 int run_eval(int argc, char** argv) {
-  std::string checkpoint, dev, metrics_json;
+  std::string checkpoint, dev, metrics_json, backend = "cpu";
   po::options_description opts("xfmr-classify eval: accuracy of a trained classifier");
   opts.add_options()("help", "show this help")("checkpoint", po::value(&checkpoint), "checkpoint directory (required)")
-      ("dev", po::value(&dev), "TSV to evaluate on (required)")("metrics-json", po::value(&metrics_json), "write results here");
+      ("dev", po::value(&dev), "TSV to evaluate on (required)")("metrics-json", po::value(&metrics_json), "write results here")
+      ("backend", po::value(&backend)->default_value(backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!checkpoint.empty() && !dev.empty(), "--checkpoint DIR and --dev TSV are required");
   const json state = json::parse(read_trainer_state(checkpoint));
   require(state.value("format", "") == kFormat, checkpoint, ": not an xfmr-classify checkpoint");
-  with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg>(checkpoint, dev, metrics_json); });
+  with_backend(backend, [&]<class Be>() {
+    with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg, Be>(checkpoint, dev, metrics_json); });
+  });
   return 0;
 }
 

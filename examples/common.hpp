@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/backend/cuda.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/safetensors.hpp"
 
@@ -213,6 +215,32 @@ inline void write_html_report(const std::filesystem::path& path, const std::stri
   for (const auto& [k, v] : summary) html << "<tr><td>" << html_escape(k) << "</td><td>" << html_escape(v) << "</td></tr>";
   html << "</table><h2>Loss</h2>" << svg.str() << "</body></html>\n";
   write_text_atomic(path, html.str());
+}
+
+// --backend cpu|cuda: calls f.template operator()<Backend>() with the backend
+// named; "cuda" needs an xfmr built with CUDA (and, when run, a GPU).
+inline constexpr const char* kBackendHelp = "cpu, or cuda (an NVIDIA GPU; needs xfmr built with CUDA)";
+template <class F>
+void with_backend(const std::string& name, F&& f) {
+  if (name == "cpu") return f.template operator()<CpuBackend<float>>();
+  if (name == "cuda") {
+#ifdef XFMR_WITH_CUDA
+    return f.template operator()<CudaBackend>();
+#else
+    detail::fail("--backend cuda: this xfmr was built without CUDA (CMake found no CUDA compiler)");
+#endif
+  }
+  detail::fail("unknown --backend '", name, "' (expected cpu or cuda)");
+}
+
+// "cpu" or "cuda (NVIDIA H100 80GB HBM3)", for the programs' first line.
+template <class Be>
+std::string describe(const Be& be) {
+#ifdef XFMR_WITH_CUDA
+  if constexpr (std::is_same_v<Be, CudaBackend>) return std::string("cuda (") + be.device_name() + ")";
+#endif
+  (void)be;
+  return Be::name;
 }
 
 }  // namespace xfmr::examples

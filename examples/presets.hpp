@@ -78,10 +78,22 @@ struct ShakespeareLarge {
   using Positions = Learned;
 };
 
-inline std::string lm_preset_names() { return preset_names<LmTiny, ShakespeareSmall, Names, ShakespeareMid, ShakespeareLarge>(); }
+// GPT-2 small's shape (D768 H12 L12 T1024), for the GPU benchmark.
+struct Gpt2Small {
+  static constexpr const char* NAME = "gpt2-small";
+  static constexpr int MAX_T = 1024, D_MODEL = 768, N_HEADS = 12, N_LAYERS = 12, D_FF = 3072;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+
+inline std::string lm_preset_names() {
+  return preset_names<LmTiny, ShakespeareSmall, Names, ShakespeareMid, ShakespeareLarge, Gpt2Small>();
+}
 template <class F>
 void with_lm_preset(const std::string& name, F&& f) {
-  with_preset<LmTiny, ShakespeareSmall, Names, ShakespeareMid, ShakespeareLarge>(name, f);
+  with_preset<LmTiny, ShakespeareSmall, Names, ShakespeareMid, ShakespeareLarge, Gpt2Small>(name, f);
 }
 
 }  // namespace xfmr::examples

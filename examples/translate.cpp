@@ -37,7 +37,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace xfmr;
 using namespace xfmr::examples;
-using Be = CpuBackend<float>;
 
 namespace {
 
@@ -199,7 +198,7 @@ Batch make_batch(const std::vector<Pair>& data, const std::vector<int>& which, c
   return b;
 }
 
-template <class Model>
+template <class Model, class Be>
 std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, const std::vector<std::string>& lines,
                                        const BeamOptions& beam, int batch, int max_len, bool truncate,
                                        const std::string& file) {
@@ -216,8 +215,10 @@ std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, co
     model.encode(be, ids, Shape{B, S}, pad.data());
     typename Model::DecodeState st;
     model.start_decoding(be, st, beam.beam);
+    std::vector<float> staging;  // the logits on the host
     const auto hyps = beam_search(
-        B, model.vocab(), beam, [&](std::span<const std::int32_t> step) { return model.decode(be, step, st); },
+        B, model.vocab(), beam,
+        [&](std::span<const std::int32_t> step) { return be.host_view(model.decode(be, step, st), staging); },
         [&](std::span<const int> order) { st.self.reorder(be, order); });
     for (const auto& h : hyps) out.push_back(v.tgt.decode(h.tokens));
   }
@@ -226,7 +227,7 @@ std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, co
 
 // The cross-attention of the last decoder layer for one sentence (averaged
 // over heads, or one head), as an SVG heatmap: rows target, columns source.
-template <class Model>
+template <class Model, class Be>
 void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::string& src_line,
                          const std::string& translation, const std::string& path, int head) {
   const auto src = v.src.encode(src_line), tgt = v.tgt.encode(translation);
@@ -234,7 +235,8 @@ void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::strin
   tgt_in.insert(tgt_in.end(), tgt.begin(), tgt.end());
   const int S = static_cast<int>(src.size()), T = static_cast<int>(tgt_in.size());
   model.forward(be, src, Shape{1, S}, nullptr, tgt_in, Shape{1, T});
-  const auto probs = model.block(Model::N_DEC - 1).cross_attention().probabilities();  // (1, heads, T, S)
+  std::vector<float> staging;
+  const auto probs = be.host_view(model.block(Model::N_DEC - 1).cross_attention().probabilities(), staging);  // (1, heads, T, S)
   const int heads = static_cast<int>(probs.size() / (std::size_t(T) * S));
   require(head < heads, "--head ", head, " out of range [0, ", heads, ")");
   std::vector<double> m(std::size_t(T) * S, 0.0);
@@ -269,6 +271,7 @@ void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::strin
 }
 
 struct TrainArgs {
+  std::string backend = "cpu";
   std::string src_train, tgt_train, src_val, tgt_val, model = "multi30k", out, metrics_json, log_csv, report,
                                                       schedule = "cosine";
   std::string tokens = "word";
@@ -278,7 +281,7 @@ struct TrainArgs {
   std::uint64_t seed = 1337;
 };
 
-template <class Cfg>
+template <class Cfg, class Be>
 void train(const TrainArgs& a) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
   const int max_len = Cfg::MAX_T - 1;  // room for <bos> (input) or <eos> (target)
@@ -312,7 +315,7 @@ void train(const TrainArgs& a) {
   const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;
   const LrSchedule schedule = LrSchedule::parse(a.schedule, a.lr, total);
   CrossEntropyLoss<Be> ce(a.label_smoothing), ce_eval;
-  std::cout << "xfmr-translate: " << Cfg::NAME << ", "
+  std::cout << "xfmr-translate: " << Cfg::NAME << " on " << describe(be) << ", "
             << Model::parameter_count(v.src.size(), v.tgt.size(), false, v.shared) << " parameters, "
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
             << v.src.size();
@@ -350,7 +353,7 @@ void train(const TrainArgs& a) {
   std::vector<std::pair<long, double>> batch_losses;
   std::vector<LossPoint> evals;
   Progress progress(0, total, long(a.batch) * 14);
-  std::vector<float> dlogits;
+  typename Be::template Buffer<float> dlogits_storage;  // backend memory
   long step = 0, tokens = 0;
   double vloss = 0;
   for (int epoch = 0; epoch < a.epochs; ++epoch) {
@@ -361,9 +364,9 @@ void train(const TrainArgs& a) {
       const auto logits = model.forward(be, b.src_ids, b.src, b.src_pad.data(), b.tgt_in, b.tgt, b.tgt_pad.data());
       const double loss = ce.forward(be, logits, b.tgt_out, model.vocab());
       require(std::isfinite(loss), "loss is ", loss, " at step ", step);
-      dlogits.resize(logits.size());
+      const std::span<float> dlogits(dlogits_storage.reserve(logits.size()), logits.size());
       ce.backward(be, dlogits);
-      model.backward(be, dlogits);
+      model.backward(be, std::span<const float>(dlogits));
       clip_gradients(be, model, a.clip);
       opt.step(be, lr);
       tokens += b.tokens;
@@ -407,7 +410,7 @@ void train(const TrainArgs& a) {
                      {"val BLEU", bleu.to_string()}, {"training time", format_duration(train_s)}},
                     batch_losses, evals);
   if (!a.metrics_json.empty()) {
-    const json m = {{"model", Cfg::NAME}, {"bleu", bleu.score},      {"val_loss", vloss},
+    const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"bleu", bleu.score},      {"val_loss", vloss},
                     {"epochs", a.epochs},  {"steps", total},         {"train_s", train_s},
                     {"train_tokens_per_s", tokens / train_s}, {"decode_sentences_per_s", hyps.size() / decode_s}};
     write_text_atomic(a.metrics_json, m.dump(2) + "\n");
@@ -415,13 +418,13 @@ void train(const TrainArgs& a) {
 }
 
 struct UseArgs {
-  std::string checkpoint, input, src, ref, attention_map, metrics_json;
+  std::string checkpoint, input, src, ref, attention_map, metrics_json, backend = "cpu";
   int beam = 4, head = -1;
   double length_penalty = 0.6;
   bool truncate = false;
 };
 
-template <class Cfg>
+template <class Cfg, class Be>
 void use(const UseArgs& a, const json& state, bool evaluate) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
   const Vocabs v = Vocabs::from_json(state);
@@ -493,7 +496,8 @@ int run_train(int argc, char** argv) {
       ("out", po::value(&a.out), "checkpoint directory")
       ("metrics-json", po::value(&a.metrics_json), "write BLEU, loss and timing here")
       ("log-csv", po::value(&a.log_csv)->default_value("translate_log.csv"), "per-step CSV log")
-      ("report", po::value(&a.report)->default_value("translate_report.html"), "HTML report");
+      ("report", po::value(&a.report)->default_value("translate_report.html"), "HTML report")
+      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.src_train.empty() && !a.tgt_train.empty() && !a.src_val.empty() && !a.tgt_val.empty(),
@@ -501,7 +505,7 @@ int run_train(int argc, char** argv) {
   require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
   require(a.beam >= 1, "--beam ", a.beam, " must be at least 1");
   require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");
-  with_translate_preset(a.model, [&]<class Cfg>() { train<Cfg>(a); });
+  with_backend(a.backend, [&]<class Be>() { with_translate_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
   return 0;
 }
 
@@ -511,7 +515,8 @@ int run_use(int argc, char** argv, bool evaluate) {
   opts.add_options()("help", "show this help")("checkpoint", po::value(&a.checkpoint), "checkpoint directory (required)")
       ("beam", po::value(&a.beam)->default_value(a.beam), "beam size (1 = greedy)")
       ("length-penalty", po::value(&a.length_penalty)->default_value(a.length_penalty), "GNMT alpha")
-      ("truncate", po::bool_switch(&a.truncate), "cut over-long sentences instead of failing");
+      ("truncate", po::bool_switch(&a.truncate), "cut over-long sentences instead of failing")
+      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   if (evaluate)
     opts.add_options()("src", po::value(&a.src), "source sentences")("ref", po::value(&a.ref), "reference translations")
         ("metrics-json", po::value(&a.metrics_json), "write BLEU here");
@@ -526,7 +531,9 @@ int run_use(int argc, char** argv, bool evaluate) {
   if (evaluate) require(!a.src.empty() && !a.ref.empty(), "--src FILE and --ref FILE are required");
   const json state = json::parse(read_trainer_state(a.checkpoint));
   require(state.value("format", "") == kFormat, a.checkpoint, ": not an xfmr-translate checkpoint");
-  with_translate_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { use<Cfg>(a, state, evaluate); });
+  with_backend(a.backend, [&]<class Be>() {
+    with_translate_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { use<Cfg, Be>(a, state, evaluate); });
+  });
   return 0;
 }
 

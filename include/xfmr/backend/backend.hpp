@@ -41,11 +41,21 @@
 //      per (b, h): probs = softmax(mask(Q K^T / sqrt(QK_DIM))); Y = probs V
 //  attention_backward(dims, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv)
 //      dq, dk, dv assigned (they may be interleaved slices of one buffer)
+//  host_view(x, staging) -> span               x readable on the host (copied
+//      into staging when x is device memory): logits for sampling, accuracy
+//  synchronize()                             waits for queued work (timing)
+//
+// Token ids, targets and masks (key_padding, exclude) are always host memory,
+// whatever the backend: they come from the caller's batch. Dropout's `keep`
+// is backend memory (a Buffer<std::uint8_t>).
 #pragma once
 
 #include <concepts>
 #include <cstddef>
+#include <utility>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "xfmr/core/mask.hpp"
 
@@ -96,6 +106,9 @@ concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Sc
   be.sgd_step(n, p, cp, p, s, s, s);
   be.attention_forward(dims, cp, i, cp, i, cp, i, p, i, p, mask);
   be.attention_backward(dims, cp, i, cp, i, cp, i, cp, i, cp, p, p, p);
+  be.synchronize();
+  { be.host_view(std::span<const typename Be::Scalar>(), std::declval<std::vector<typename Be::Scalar>&>()) }
+      -> std::convertible_to<std::span<const typename Be::Scalar>>;
 };
 
 }  // namespace xfmr

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <numbers>
+#include <span>
 #include <vector>
 
 #ifdef _OPENMP
@@ -97,6 +98,11 @@ class CpuBackend {
   template <class T>
   using Buffer = xfmr::Buffer<T>;   // activations and saved state
   static constexpr const char* name = "cpu";
+
+  // Results for host code (sampling, accuracy): already host memory here.
+  std::span<const S> host_view(std::span<const S> x, std::vector<S>&) { return x; }
+  // Waits for queued work (a device's); the CPU's is done on return.
+  void synchronize() {}
 
   // ---- dense algebra ------------------------------------------------------
 

@@ -1,13 +1,41 @@
-// cuda.hpp: the CUDA side of the backend seam. Declarations only; the
-// definitions live in cuda/*.cu (no Eigen there) and are compiled into
-// xfmr_cuda whenever CMake finds a CUDA compiler, which then defines
-// XFMR_WITH_CUDA for users of xfmr::xfmr. Including this header without
-// XFMR_WITH_CUDA declares nothing.
+// cuda.hpp: CudaBackend, the backend operations (see backend.hpp) on an
+// NVIDIA GPU, and the device storage its layers keep.
+//
+// Declarations only: the definitions live in cuda/*.cu (kernels and cuBLAS
+// calls, no Eigen), compiled into xfmr_cuda whenever CMake finds a CUDA
+// compiler, which then defines XFMR_WITH_CUDA for users of xfmr::xfmr. This
+// header needs no CUDA header of its own; without XFMR_WITH_CUDA it declares
+// nothing.
+//
+// Memory. Every Scalar pointer an operation takes is device memory (model
+// tensors, activations, gradients, dropout masks). Token ids, targets and
+// masks (key padding, pooling exclusions) are host memory, as on the CPU:
+// they come from the caller's batch, and the backend checks them on the host
+// (same messages as CpuBackend) and uploads them itself.
+//
+// Execution. All work goes to one stream in order; an operation that returns
+// a value to the host (a loss, a sum of squares) waits for it. Every CUDA and
+// cuBLAS call and every kernel launch is checked: failures throw xfmr::Error
+// with the CUDA message and the operation's name.
+//
+// Precision. float throughout; GEMMs in strict FP32 by default, TF32 tensor
+// cores only when CudaOptions::tf32 asks for them.
 #pragma once
 
 #ifdef XFMR_WITH_CUDA
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "xfmr/backend/backend.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/mask.hpp"
+#include "xfmr/core/tensor.hpp"
 
 namespace xfmr::cuda {
 
@@ -19,6 +47,231 @@ int device_count();
 // the ordinal and the device count when the ordinal is out of range.
 std::string device_name(int ordinal);
 
+// Raw device memory (cudaMalloc, never managed memory). Each throws
+// xfmr::Error with the CUDA message on failure; release never throws.
+void* allocate(std::size_t bytes);
+void release(void* p) noexcept;
+void upload(void* device_dst, const void* host_src, std::size_t bytes);
+void download(void* host_dst, const void* device_src, std::size_t bytes);
+void copy_on_device(void* dst, const void* src, std::size_t bytes);
+void fill_zero(void* device_dst, std::size_t bytes);
+void synchronize();
+
+// Grow-only device storage of T. Growing keeps the existing elements and
+// zeroes the new ones, like the host containers.
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray& o) { *this = o; }
+  DeviceArray(DeviceArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceArray& operator=(const DeviceArray& o) {
+    if (this != &o) {
+      reserve(o.n_);
+      if (o.n_) copy_on_device(p_, o.p_, o.n_ * sizeof(T));
+    }
+    return *this;
+  }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~DeviceArray() { release(p_); }
+
+  T* reserve(std::size_t n) {
+    if (n > n_) {
+      T* q = static_cast<T*>(allocate(n * sizeof(T)));
+      if (n_) copy_on_device(q, p_, n_ * sizeof(T));
+      fill_zero(q + n_, (n - n_) * sizeof(T));
+      release(p_);
+      p_ = q;
+      n_ = n;
+    }
+    return p_;
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  std::size_t capacity() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// A parameter-like tensor in device memory, with the host Tensor's interface
+// minus element access: values come and go through generate(),
+// copy_from_host() and copy_to_host() (initialisation, checkpoints, moving
+// weights between backends).
+template <class S>
+class Tensor : public ShapedStorage<Tensor<S>, S> {
+ public:
+  using ShapedStorage<Tensor<S>, S>::size;
+
+  Tensor() = default;
+  explicit Tensor(std::vector<std::int64_t> shape) { resize(std::move(shape)); }
+  Tensor(std::initializer_list<std::int64_t> shape) : Tensor(std::vector<std::int64_t>(shape)) {}
+
+  void resize(std::vector<std::int64_t> shape) { storage_.reserve(this->set_shape(std::move(shape))); }
+
+  S* data() { return storage_.data(); }
+  const S* data() const { return storage_.data(); }
+
+  void zero() {
+    if (size()) fill_zero(data(), size() * sizeof(S));
+  }
+  void fill(S v) {
+    std::vector<S> host(size(), v);
+    copy_from_host(host.data());
+  }
+  // Sets every element, in order, to f() computed on the host.
+  template <class F>
+  void generate(F&& f) {
+    std::vector<S> host(size());
+    for (auto& x : host) x = f();
+    copy_from_host(host.data());
+  }
+  void copy_from_host(const S* src) {
+    if (size()) upload(data(), src, size() * sizeof(S));
+  }
+  void copy_to_host(S* dst) const {
+    if (size()) download(dst, data(), size() * sizeof(S));
+  }
+
+ private:
+  DeviceArray<S> storage_;
+};
+
+// Activations and saved state in device memory (host Buffer's interface).
+template <class T>
+class Buffer {
+ public:
+  T* reserve(std::size_t n) { return storage_.reserve(n); }
+  template <int COLS>
+  Rows<T, COLS> rows(int r) {
+    return {reserve(static_cast<std::size_t>(r) * COLS), r};
+  }
+  T* data() { return storage_.data(); }
+  const T* data() const { return storage_.data(); }
+  std::size_t capacity() const { return storage_.capacity(); }
+
+ private:
+  DeviceArray<T> storage_;
+};
+
+// Row-major GEMM as cuBLAS's column-major call: a row-major (M, N) matrix
+// with leading dimension ld is the column-major (N, M) one, so
+// C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: cuBLAS gets B as its
+// first operand and A as its second. Host-side logic, unit-tested without a
+// GPU (test_cuda_runtime).
+struct ColumnMajorGemm {
+  bool trans_first, trans_second;  // cuBLAS transa (applies to B), transb (to A)
+  int m, n, k;                     // cuBLAS m = N, n = M, k = K
+  int ld_first, ld_second, ldc;    // ldb, lda, ldc
+};
+constexpr ColumnMajorGemm column_major_gemm(bool ta, bool tb, int M, int N, int K, int lda, int ldb, int ldc) {
+  return {tb, ta, N, M, K, ldb, lda, ldc};
+}
+
+// Launch shape for n independent elements: 256 threads a block, grid
+// capped (kernels stride over the rest), so a result never depends on it.
+struct Launch {
+  unsigned blocks, threads;
+};
+constexpr Launch elementwise_launch(std::size_t n, unsigned max_blocks = 65535) {
+  const unsigned threads = 256;
+  const std::size_t want = (n + threads - 1) / threads;
+  return {static_cast<unsigned>(want == 0 ? 1 : (want < max_blocks ? want : max_blocks)), threads};
+}
+
 }  // namespace xfmr::cuda
+
+namespace xfmr {
+
+struct CudaOptions {
+  int device = 0;
+  bool tf32 = false;  // TF32 tensor-core GEMMs (about 1e-3 relative error); FP32 when false
+};
+
+class CudaBackend {
+ public:
+  using Scalar = float;
+  using S = float;
+  using Tensor = cuda::Tensor<float>;
+  template <class T>
+  using Buffer = cuda::Buffer<T>;
+  static constexpr const char* name = "cuda";
+
+  // Selects the device and creates the cuBLAS handle. Throws xfmr::Error
+  // naming the device and the CUDA message when there is none.
+  explicit CudaBackend(CudaOptions opts = {});
+  ~CudaBackend();
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const CudaOptions& options() const { return opts_; }
+  std::string device_name() const;
+  void synchronize();
+
+  // Logits and other results for host code (sampling, accuracy): copies x to
+  // `staging` and returns it.
+  std::span<const S> host_view(std::span<const S> x, std::vector<S>& staging);
+
+  // ---- the operations of backend.hpp ----
+  void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
+            int ldc);
+  void bias_add(int rows, int n, const S* bias, S* y);
+  void bias_grad(int rows, int n, const S* dy, S* dbias);
+  void add(std::size_t n, const S* a, const S* b, S* y);
+  void add_to(std::size_t n, const S* x, S* y);
+  void copy(std::size_t n, const S* x, S* y);
+  void add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y);
+  void add_positions_backward(int B, int T, int D, const S* dy, S* dtable);
+  void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y, S* mean, S* rstd);
+  void layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean, const S* rstd,
+                           S* dx, S* dgamma, S* dbeta);
+  void softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs, const AttentionMask& mask);
+  void softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores);
+  void relu_forward(std::size_t n, const S* x, S* y);
+  void relu_backward(std::size_t n, const S* x, const S* dy, S* dx);
+  void gelu_forward(std::size_t n, const S* x, S* y);
+  void gelu_backward(std::size_t n, const S* x, const S* dy, S* dx);
+  void dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep);
+  void dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx);
+  void embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, S* y);
+  void embedding_backward(int n, int D, const std::int32_t* ids, const S* dy, S* dtable);
+  void mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y);
+  void mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx);
+  double cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets, int ignore_index,
+                               S* probs, S smoothing = S(0));
+  void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index, S dloss,
+                              S* dlogits, S smoothing = S(0));
+  double sum_squares(std::size_t n, const S* x);
+  void scale(std::size_t n, S alpha, S* x);
+  void adamw_step(std::size_t n, S* p, const S* g, S* m, S* v, S lr, S beta1, S beta2, S eps, S weight_decay,
+                  S bias_correction1, S bias_correction2);
+  void sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay);
+  void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv, S* y,
+                         int ldy, S* probs, const AttentionMask& mask);
+  void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
+                          const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv);
+
+  // Strided-batched row-major GEMM (attention scores and their gradients).
+  void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, long stride_a,
+                            const S* B, int ldb, long stride_b, S beta, S* C, int ldc, long stride_c, int batch);
+
+  struct Context;  // cuBLAS handle and upload staging (cuda/runtime.cu)
+
+ private:
+  const std::uint8_t* upload_mask(const std::uint8_t* host, std::size_t n);
+  const std::int32_t* upload_ids(const std::int32_t* host, std::size_t n);
+
+  CudaOptions opts_;
+  std::unique_ptr<Context> ctx_;
+};
+
+static_assert(Backend<CudaBackend>);
+
+}  // namespace xfmr
 
 #endif  // XFMR_WITH_CUDA

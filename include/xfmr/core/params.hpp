@@ -7,9 +7,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/tensor.hpp"
 
 namespace xfmr {
 
@@ -24,6 +31,31 @@ auto prefixed(std::string prefix, F& f) {
 template <class Layer>
 void zero_grad(Layer& layer) {
   layer.visit([](std::string_view, auto&, auto& grad) { grad.zero(); });
+}
+
+// Copies every parameter value of `from` into `to` (same names and shapes,
+// any backends: a model trained on the GPU into a CPU one, or back).
+template <class From, class To>
+void copy_parameters(From& from, To& to) {
+  std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<double>>> values;
+  from.visit([&](std::string_view name, auto& value, auto&) {
+    using S = typename std::remove_cvref_t<decltype(value)>::value_type;
+    std::vector<S> host(value.size());
+    value.copy_to_host(host.data());
+    values[std::string(name)] = {value.shape(), std::vector<double>(host.begin(), host.end())};
+  });
+  std::size_t n = 0;
+  to.visit([&](std::string_view name, auto& value, auto&) {
+    using S = typename std::remove_cvref_t<decltype(value)>::value_type;
+    const auto it = values.find(std::string(name));
+    require(it != values.end(), "copy_parameters: the source has no parameter '", name, "'");
+    require(it->second.first == value.shape(), "copy_parameters: '", name, "' has shape ",
+            shape_string(it->second.first), " in the source, ", shape_string(value.shape()), " in the target");
+    const std::vector<S> host(it->second.second.begin(), it->second.second.end());
+    value.copy_from_host(host.data());
+    ++n;
+  });
+  require(n == values.size(), "copy_parameters: the source has ", values.size(), " parameters, the target ", n);
 }
 
 template <class Layer>

@@ -80,54 +80,39 @@ void require_rows(const Rows<S, COLS>& v, int expected, const char* what) {
   require(v.rows == expected, what, " has ", v.rows, " rows, expected ", expected);
 }
 
-template <class S>
-class Tensor {
+// Shape bookkeeping and row views shared by the host Tensor and the device
+// one (cuda::Tensor): Derived provides data().
+template <class Derived, class S>
+class ShapedStorage {
  public:
   using value_type = S;
 
-  Tensor() = default;
-  explicit Tensor(std::vector<std::int64_t> shape) { resize(std::move(shape)); }
-  Tensor(std::initializer_list<std::int64_t> shape) : Tensor(std::vector<std::int64_t>(shape)) {}
+  std::size_t size() const { return size_; }
+  const std::vector<std::int64_t>& shape() const { return shape_; }
+  std::int64_t dim(std::size_t i) const { return shape_.at(i); }
 
-  // Sets the shape; storage only ever grows, so resizing back and forth between
-  // (B, T) sizes seen before allocates nothing. New elements are zero.
-  void resize(std::vector<std::int64_t> shape) {
+  // View as rows of static width COLS (the last dimension must equal COLS).
+  template <int COLS>
+  Rows<S, COLS> rows() {
+    check_width(COLS);
+    return {static_cast<Derived&>(*this).data(), static_cast<int>(size_ / COLS)};
+  }
+  template <int COLS>
+  ConstRows<S, COLS> rows() const {
+    check_width(COLS);
+    return {static_cast<const Derived&>(*this).data(), static_cast<int>(size_ / COLS)};
+  }
+
+ protected:
+  // Records the shape and returns its element count.
+  std::size_t set_shape(std::vector<std::int64_t> shape) {
     std::size_t n = 1;
     for (auto d : shape) {
       require(d >= 0, "negative tensor dimension ", d, " in shape ", shape_string(shape));
       n *= static_cast<std::size_t>(d);
     }
     shape_ = std::move(shape);
-    size_ = n;
-    if (storage_.size() < n) storage_.resize(n, S(0));
-  }
-
-  S* data() { return storage_.data(); }
-  const S* data() const { return storage_.data(); }
-  std::size_t size() const { return size_; }
-  const std::vector<std::int64_t>& shape() const { return shape_; }
-  std::int64_t dim(std::size_t i) const { return shape_.at(i); }
-
-  S& operator[](std::size_t i) { return storage_[i]; }
-  const S& operator[](std::size_t i) const { return storage_[i]; }
-  S* begin() { return data(); }
-  S* end() { return data() + size_; }
-  const S* begin() const { return data(); }
-  const S* end() const { return data() + size_; }
-
-  void fill(S v) { std::fill(begin(), end(), v); }
-  void zero() { fill(S(0)); }
-
-  // View as rows of static width COLS (the last dimension must equal COLS).
-  template <int COLS>
-  Rows<S, COLS> rows() {
-    check_width(COLS);
-    return {data(), static_cast<int>(size_ / COLS)};
-  }
-  template <int COLS>
-  ConstRows<S, COLS> rows() const {
-    check_width(COLS);
-    return {data(), static_cast<int>(size_ / COLS)};
+    return size_ = n;
   }
 
  private:
@@ -138,6 +123,49 @@ class Tensor {
 
   std::vector<std::int64_t> shape_;
   std::size_t size_ = 0;
+};
+
+template <class S>
+class Tensor : public ShapedStorage<Tensor<S>, S> {
+  using Base = ShapedStorage<Tensor<S>, S>;
+
+ public:
+  using Base::size;
+
+  Tensor() = default;
+  explicit Tensor(std::vector<std::int64_t> shape) { resize(std::move(shape)); }
+  Tensor(std::initializer_list<std::int64_t> shape) : Tensor(std::vector<std::int64_t>(shape)) {}
+
+  // Sets the shape; storage only ever grows, so resizing back and forth between
+  // (B, T) sizes seen before allocates nothing. New elements are zero.
+  void resize(std::vector<std::int64_t> shape) {
+    const std::size_t n = this->set_shape(std::move(shape));
+    if (storage_.size() < n) storage_.resize(n, S(0));
+  }
+
+  S* data() { return storage_.data(); }
+  const S* data() const { return storage_.data(); }
+
+  S& operator[](std::size_t i) { return storage_[i]; }
+  const S& operator[](std::size_t i) const { return storage_[i]; }
+  S* begin() { return data(); }
+  S* end() { return data() + size(); }
+  const S* begin() const { return data(); }
+  const S* end() const { return data() + size(); }
+
+  void fill(S v) { std::fill(begin(), end(), v); }
+  void zero() { fill(S(0)); }
+  // Sets every element, in order, to f(). With copy_from_host() and
+  // copy_to_host() this is how values reach a tensor whatever memory it
+  // lives in (cuda::Tensor has the same three).
+  template <class F>
+  void generate(F&& f) {
+    for (auto& x : *this) x = f();
+  }
+  void copy_from_host(const S* src) { std::copy(src, src + size(), data()); }
+  void copy_to_host(S* dst) const { std::copy(begin(), end(), dst); }
+
+ private:
   AlignedVector<S> storage_;
 };
 

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/safetensors.hpp"
@@ -29,13 +30,28 @@ inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
 
+namespace detail {
+// Through host memory, so that tensors of any backend save and load alike.
+template <class Tensor>
+void add_tensor(SafeTensorsWriter& w, const std::string& name, const Tensor& t) {
+  using S = typename Tensor::value_type;
+  std::vector<S> host(t.size());
+  t.copy_to_host(host.data());
+  w.add<S>(name, t.shape(), std::span<const S>(host));
+}
+template <class Tensor>
+void load_tensor(const SafeTensors& st, const std::string& name, Tensor& t) {
+  using S = typename Tensor::value_type;
+  std::vector<S> host(t.size());
+  st.copy_to<S>(name, t.shape(), std::span<S>(host));
+  t.copy_from_host(host.data());
+}
+}  // namespace detail
+
 // Adds every parameter of `model` to `w` under its visit() name.
 template <class Model>
 void add_parameters(SafeTensorsWriter& w, Model& model) {
-  model.visit([&](std::string_view name, auto& value, auto&) {
-    using S = std::remove_cvref_t<decltype(value[0])>;
-    w.add<S>(std::string(name), value.shape(), std::span<const S>(value.data(), value.size()));
-  });
+  model.visit([&](std::string_view name, auto& value, auto&) { detail::add_tensor(w, std::string(name), value); });
 }
 
 // Loads every parameter of `model` from `st`: each name must be present with
@@ -44,13 +60,12 @@ template <class Model>
 void load_parameters(Model& model, const SafeTensors& st, std::string_view prefix = "") {
   std::set<std::string> used;
   model.visit([&](std::string_view name, auto& value, auto&) {
-    using S = std::remove_cvref_t<decltype(value[0])>;
     const std::string key = std::string(prefix) + std::string(name);
     require(st.contains(key), st.source(), ": no tensor '", key, "' (the checkpoint is from a different model?)");
     const auto& info = st.info(key);
     require(info.shape == value.shape(), st.source(), ": tensor '", key, "' has shape ", shape_string(info.shape),
             " but the model expects ", shape_string(value.shape()));
-    st.copy_to<S>(key, value.shape(), std::span<S>(value.data(), value.size()));
+    detail::load_tensor(st, key, value);
     used.insert(key);
   });
   for (const auto& n : st.names())
@@ -61,10 +76,7 @@ void load_parameters(Model& model, const SafeTensors& st, std::string_view prefi
 // The optimizer's state tensors, through its visit_state().
 template <class Optimizer>
 void add_optimizer_state(SafeTensorsWriter& w, Optimizer& opt) {
-  opt.visit_state([&](const std::string& name, auto& t) {
-    using S = std::remove_cvref_t<decltype(t[0])>;
-    w.add<S>(name, t.shape(), std::span<const S>(t.data(), t.size()));
-  });
+  opt.visit_state([&](const std::string& name, auto& t) { detail::add_tensor(w, name, t); });
   w.set_metadata("steps", std::to_string(opt.steps()));
 }
 
@@ -72,9 +84,8 @@ template <class Optimizer>
 void load_optimizer_state(Optimizer& opt, const SafeTensors& st) {
   std::size_t n = 0;
   opt.visit_state([&](const std::string& name, auto& t) {
-    using S = std::remove_cvref_t<decltype(t[0])>;
     require(st.contains(name), st.source(), ": no optimizer state '", name, "'");
-    st.copy_to<S>(name, t.shape(), std::span<S>(t.data(), t.size()));
+    detail::load_tensor(st, name, t);
     ++n;
   });
   require(n == st.names().size(), st.source(), ": holds ", st.names().size(), " state tensors, the optimizer has ", n);

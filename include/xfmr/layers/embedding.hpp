@@ -32,7 +32,7 @@ class Embedding {
     }
     weight_.resize({vocab, D});
     dweight_.resize({vocab, D});
-    for (auto& w : weight_) w = S(rng.normal());
+    weight_.generate([&] { return S(rng.normal()); });
   }
 
   void forward(Backend& be, std::span<const std::int32_t> ids, Rows<S, D> y) {

@@ -27,11 +27,11 @@ class Linear {
   explicit Linear(Rng& rng, bool with_bias = true)
       : weight_{OUT, IN}, dweight_{OUT, IN}, has_bias_(with_bias) {
     const double bound = 1.0 / std::sqrt(double(IN));
-    for (auto& w : weight_) w = S(rng.uniform(-bound, bound));
+    weight_.generate([&] { return S(rng.uniform(-bound, bound)); });
     if (has_bias_) {
       bias_.resize({OUT});
       dbias_.resize({OUT});
-      for (auto& b : bias_) b = S(rng.uniform(-bound, bound));
+      bias_.generate([&] { return S(rng.uniform(-bound, bound)); });
     }
   }
 

@@ -31,7 +31,7 @@ class OutputProjection {
     weight_ = &own_weight_;
     dweight_ = &own_dweight_;
     const double bound = 1.0 / std::sqrt(double(IN));
-    for (auto& w : own_weight_) w = S(rng.uniform(-bound, bound));
+    own_weight_.generate([&] { return S(rng.uniform(-bound, bound)); });
     init_bias(rng, bound);
   }
 
@@ -75,7 +75,7 @@ class OutputProjection {
     if (!has_bias_) return;
     bias_.resize({out_});
     dbias_.resize({out_});
-    for (auto& b : bias_) b = S(rng.uniform(-bound, bound));
+    bias_.generate([&] { return S(rng.uniform(-bound, bound)); });
   }
 
   Tensor own_weight_, own_dweight_;  // (out, IN) unless tied

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
@@ -60,7 +61,7 @@ class LearnedPositions {
   using Tensor = typename Backend::Tensor;
 
   explicit LearnedPositions(Rng& rng) : weight_{MAX_T, D}, dweight_{MAX_T, D} {
-    for (auto& w : weight_) w = S(rng.normal());
+    weight_.generate([&] { return S(rng.normal()); });
   }
 
   // offset: the position of the first row of each sequence (incremental
@@ -100,12 +101,14 @@ class SinusoidalPositions {
   using Tensor = typename Backend::Tensor;
 
   explicit SinusoidalPositions(Rng& = detail::unused_rng()) : table_{MAX_T, D} {
+    std::vector<S> host(static_cast<std::size_t>(MAX_T * D));
     for (int t = 0; t < MAX_T; ++t)
       for (int i = 0; i < D / 2; ++i) {
         const double angle = t / std::pow(10000.0, 2.0 * i / D);
-        table_[std::size_t(t) * D + 2 * i] = S(std::sin(angle));
-        table_[std::size_t(t) * D + 2 * i + 1] = S(std::cos(angle));
+        host[std::size_t(t) * D + 2 * i] = S(std::sin(angle));
+        host[std::size_t(t) * D + 2 * i + 1] = S(std::cos(angle));
       }
+    table_.copy_from_host(host.data());
   }
 
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, int offset = 0) {

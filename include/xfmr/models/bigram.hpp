@@ -25,7 +25,7 @@ class Bigram {
     Rng rng(seed);
     table_.resize({vocab, vocab});
     dtable_.resize({vocab, vocab});
-    for (auto& w : table_) w = S(rng.normal());
+    table_.generate([&] { return S(rng.normal()); });
   }
 
   std::span<const S> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) {

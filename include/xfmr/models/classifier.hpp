@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "xfmr/layers/output_projection.hpp"
 #include "xfmr/models/encoder.hpp"
@@ -85,7 +86,8 @@ class Classifier {
   // Positions excluded from pooling: the padding (Mean), all but 0 (Cls).
   const std::uint8_t* pool_mask(Shape bt, const std::uint8_t* key_padding) {
     if (opts_.pooling == Pooling::Mean) return exclude_ = key_padding;
-    std::uint8_t* m = cls_mask_.reserve(std::size_t(bt.rows()));
+    cls_mask_.resize(std::size_t(bt.rows()));  // a mask: host memory on every backend
+    std::uint8_t* m = cls_mask_.data();
     for (int b = 0; b < bt.B; ++b)
       for (int t = 0; t < bt.T; ++t) m[std::size_t(b) * bt.T + t] = t != 0;
     return exclude_ = m;
@@ -98,7 +100,7 @@ class Classifier {
   Shape bt_;
   const std::uint8_t* exclude_ = nullptr;
   Buffer<S> pooled_, logits_, dpooled_, dh_;
-  Buffer<std::uint8_t> cls_mask_;
+  std::vector<std::uint8_t> cls_mask_;
 };
 
 }  // namespace xfmr

@@ -26,9 +26,9 @@ namespace xfmr {
 template <class Model>
 void init_gpt2(Model& model, Rng& rng, double stddev = 0.02) {
   model.visit([&](std::string_view name, auto& value, auto&) {
-    using S = std::remove_reference_t<decltype(value[0])>;
+    using S = typename std::remove_cvref_t<decltype(value)>::value_type;
     if (value.shape().size() >= 2) {
-      for (auto& v : value) v = S(stddev * rng.normal());
+      value.generate([&] { return S(stddev * rng.normal()); });
     } else if (name.ends_with("bias") && name.find("ln") == std::string_view::npos) {
       value.zero();
     }

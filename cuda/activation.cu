@@ -1,0 +1,47 @@
+// activation.cu: ReLU and GELU (tanh form), forward and backward.
+#include "common.cuh"
+
+namespace xfmr {
+
+namespace {
+using cuda::detail::first_index;
+using cuda::detail::grid_stride;
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+
+__global__ void relu_forward_kernel(std::size_t n, const float* x, float* y) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+__global__ void relu_backward_kernel(std::size_t n, const float* x, const float* dy, float* dx) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+__global__ void gelu_forward_kernel(std::size_t n, const float* x, float* y) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
+  }
+}
+__global__ void gelu_backward_kernel(std::size_t n, const float* x, const float* dy, float* dx) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const float v = x[i];
+    const float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
+    const float dinner = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
+  }
+}
+}  // namespace
+
+void CudaBackend::relu_forward(std::size_t n, const S* x, S* y) {
+  cuda::detail::launch("relu_forward", cuda::elementwise_launch(n), relu_forward_kernel, n, x, y);
+}
+void CudaBackend::relu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
+  cuda::detail::launch("relu_backward", cuda::elementwise_launch(n), relu_backward_kernel, n, x, dy, dx);
+}
+void CudaBackend::gelu_forward(std::size_t n, const S* x, S* y) {
+  cuda::detail::launch("gelu_forward", cuda::elementwise_launch(n), gelu_forward_kernel, n, x, y);
+}
+void CudaBackend::gelu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
+  cuda::detail::launch("gelu_backward", cuda::elementwise_launch(n), gelu_backward_kernel, n, x, dy, dx);
+}
+
+}  // namespace xfmr

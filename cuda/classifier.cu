@@ -1,0 +1,67 @@
+// classifier.cu: mean pooling over the unmasked positions of each sequence.
+// The exclusion mask is host memory; the per-sequence counts are computed
+// there and uploaded with it.
+#include "common.cuh"
+
+namespace xfmr {
+
+namespace {
+using cuda::detail::first_index;
+using cuda::detail::grid_stride;
+
+__device__ inline bool counted(const std::uint8_t* exclude, int b, int T, int t) {
+  return !exclude || !exclude[std::size_t(b) * T + t];
+}
+
+// y[b,d] = mean over counted t of x[b,t,d] (zeros when none is counted).
+__global__ void mean_pool_forward_kernel(int B, int T, int D, const float* x, const std::uint8_t* exclude,
+                                         const std::int32_t* counts, float* y) {
+  const std::size_t total = std::size_t(B) * D;
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) {
+    const int b = int(i / D), d = int(i % D);
+    float s = 0.0f;
+    for (int t = 0; t < T; ++t)
+      if (counted(exclude, b, T, t)) s += x[(std::size_t(b) * T + t) * D + d];
+    y[i] = counts[b] ? s / float(counts[b]) : 0.0f;
+  }
+}
+__global__ void mean_pool_backward_kernel(int B, int T, int D, const float* dy, const std::uint8_t* exclude,
+                                          const std::int32_t* counts, float* dx) {
+  const std::size_t total = std::size_t(B) * T * D;
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) {
+    const int d = int(i % D), t = int(i / D % T), b = int(i / (std::size_t(T) * D));
+    dx[i] = counted(exclude, b, T, t) ? dy[std::size_t(b) * D + d] / float(counts[b]) : 0.0f;
+  }
+}
+}  // namespace
+
+namespace {
+std::vector<std::int32_t> pool_counts(int B, int T, const std::uint8_t* exclude) {
+  std::vector<std::int32_t> counts(B, T);
+  if (exclude)
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) counts[b] -= exclude[std::size_t(b) * T + t] != 0;
+  return counts;
+}
+}  // namespace
+
+void CudaBackend::mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y) {
+  const auto counts = pool_counts(B, T, exclude);
+  std::int32_t* d_counts = ctx_->counts.reserve(counts.size());
+  cuda::upload(d_counts, counts.data(), counts.size() * sizeof(std::int32_t));
+  const std::uint8_t* d_exclude = upload_mask(exclude, std::size_t(B) * T);
+  cuda::detail::launch("mean_pool_forward", cuda::elementwise_launch(std::size_t(B) * D), mean_pool_forward_kernel, B,
+                       T, D, x, d_exclude, static_cast<const std::int32_t*>(d_counts), y);
+}
+
+void CudaBackend::mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx) {
+  const auto counts = pool_counts(B, T, exclude);
+  std::int32_t* d_counts = ctx_->counts.reserve(counts.size());
+  cuda::upload(d_counts, counts.data(), counts.size() * sizeof(std::int32_t));
+  const std::uint8_t* d_exclude = upload_mask(exclude, std::size_t(B) * T);
+  cuda::detail::launch("mean_pool_backward", cuda::elementwise_launch(std::size_t(B) * T * D),
+                       mean_pool_backward_kernel, B, T, D, dy, d_exclude, static_cast<const std::int32_t*>(d_counts),
+                       dx);
+}
+
+}  // namespace xfmr

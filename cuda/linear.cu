@@ -1,0 +1,56 @@
+// linear.cu: GEMMs through cuBLAS (row-major, see cuda::column_major_gemm),
+// and the bias kernels of Linear and OutputProjection.
+#include "common.cuh"
+
+namespace xfmr {
+
+namespace {
+using cuda::detail::first_index;
+using cuda::detail::grid_stride;
+
+cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+__global__ void bias_add_kernel(int rows, int n, const float* bias, float* y) {
+  const std::size_t total = std::size_t(rows) * n;
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) y[i] += bias[i % n];
+}
+
+// One thread per column, rows summed in order (deterministic, like the CPU).
+__global__ void bias_grad_kernel(int rows, int n, const float* dy, float* dbias) {
+  for (std::size_t c = first_index(); c < std::size_t(n); c += grid_stride()) {
+    float s = 0.0f;
+    for (int r = 0; r < rows; ++r) s += dy[std::size_t(r) * n + c];
+    dbias[c] += s;
+  }
+}
+}  // namespace
+
+void CudaBackend::gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb,
+                       S beta, S* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  const auto g = cuda::column_major_gemm(ta, tb, M, N, K, lda, ldb, ldc);
+  cuda::detail::check_cublas(cublasSgemm(ctx_->blas, op(g.trans_first), op(g.trans_second), g.m, g.n, g.k, &alpha, B,
+                                         g.ld_first, A, g.ld_second, &beta, C, g.ldc),
+                             "cublasSgemm");
+}
+
+void CudaBackend::gemm_strided_batched(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda,
+                                       long stride_a, const S* B, int ldb, long stride_b, S beta, S* C, int ldc,
+                                       long stride_c, int batch) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  const auto g = cuda::column_major_gemm(ta, tb, M, N, K, lda, ldb, ldc);
+  cuda::detail::check_cublas(
+      cublasSgemmStridedBatched(ctx_->blas, op(g.trans_first), op(g.trans_second), g.m, g.n, g.k, &alpha, B,
+                                g.ld_first, stride_b, A, g.ld_second, stride_a, &beta, C, g.ldc, stride_c, batch),
+      "cublasSgemmStridedBatched");
+}
+
+void CudaBackend::bias_add(int rows, int n, const S* bias, S* y) {
+  cuda::detail::launch("bias_add", cuda::elementwise_launch(std::size_t(rows) * n), bias_add_kernel, rows, n, bias, y);
+}
+
+void CudaBackend::bias_grad(int rows, int n, const S* dy, S* dbias) {
+  cuda::detail::launch("bias_grad", cuda::elementwise_launch(std::size_t(n)), bias_grad_kernel, rows, n, dy, dbias);
+}
+
+}  // namespace xfmr

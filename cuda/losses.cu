@@ -1,0 +1,100 @@
+// losses.cu: fused softmax cross-entropy with label smoothing, one block per
+// row. Targets are host memory: checked there, counted there, uploaded. The
+// per-row losses come back to the host and are summed in row order in
+// double, as on the CPU.
+#include <cmath>
+
+#include "common.cuh"
+
+namespace xfmr {
+
+namespace {
+using namespace cuda::detail;
+
+constexpr unsigned kThreads = 256;
+
+__global__ void cross_entropy_forward_kernel(int rows, int V, const float* logits, const std::int32_t* targets,
+                                             int ignore_index, float smoothing, float* probs, double* row_loss) {
+  __shared__ float shared[32];
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* z = logits + std::size_t(r) * V;
+    float* p = probs + std::size_t(r) * V;
+    float mx = -INFINITY, zsum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+      mx = fmaxf(mx, z[j]);
+      zsum += z[j];
+    }
+    mx = block_max(mx, shared);
+    zsum = block_sum(zsum, shared);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+      const float e = expf(z[j] - mx);
+      p[j] = e;
+      s += e;
+    }
+    s = block_sum(s, shared);
+    const float inv = 1.0f / s;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv;
+    if (threadIdx.x == 0) {
+      const int t = targets[r];
+      row_loss[r] = t == ignore_index ? 0.0
+                                      : double(logf(s)) + double(mx) - (1.0 - double(smoothing)) * double(z[t]) -
+                                            double(smoothing) * double(zsum) / double(V);
+    }
+  }
+}
+
+__global__ void cross_entropy_backward_kernel(int rows, int V, const float* probs, const std::int32_t* targets,
+                                              int ignore_index, float scale, float smoothing, float* dlogits) {
+  const std::size_t total = std::size_t(rows) * V;
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) {
+    const int r = int(i / V), j = int(i % V), t = targets[r];
+    if (t == ignore_index) {
+      dlogits[i] = 0.0f;
+      continue;
+    }
+    const float d = (probs[i] - smoothing / float(V)) * scale;
+    dlogits[i] = j == t ? d - (1.0f - smoothing) * scale : d;
+  }
+}
+
+void check_targets(int rows, int V, const std::int32_t* targets, int ignore_index) {
+  for (int r = 0; r < rows; ++r)
+    require(targets[r] == ignore_index || (targets[r] >= 0 && targets[r] < V), "target id ", targets[r], " at row ", r,
+            " out of range [0, ", V, ") and not the ignore index ", ignore_index);
+}
+}  // namespace
+
+double CudaBackend::cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets,
+                                          int ignore_index, S* probs, S smoothing) {
+  check_targets(rows, V, targets, ignore_index);
+  require(smoothing >= S(0) && smoothing < S(1), "label smoothing ", smoothing, " outside [0, 1)");
+  if (rows == 0) return 0.0;
+  const std::int32_t* d_targets = upload_ids(targets, std::size_t(rows));
+  double* row_loss = ctx_->partial.reserve(std::size_t(rows));
+  const unsigned blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+  launch("cross_entropy_forward", cuda::Launch{blocks, kThreads}, cross_entropy_forward_kernel, rows, V, logits, d_targets,
+         ignore_index, float(smoothing), probs, row_loss);
+  auto& host = ctx_->host_partial;
+  host.resize(std::size_t(rows));
+  cuda::download(host.data(), row_loss, host.size() * sizeof(double));
+  double total = 0.0;
+  int counted = 0;
+  for (int r = 0; r < rows; ++r) {
+    total += host[r];
+    counted += targets[r] != ignore_index;
+  }
+  return counted ? total / counted : 0.0;
+}
+
+void CudaBackend::cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets,
+                                         int ignore_index, S dloss, S* dlogits, S smoothing) {
+  int counted = 0;
+  for (int r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
+  const S scale = counted ? dloss / S(counted) : S(0);
+  const std::int32_t* d_targets = upload_ids(targets, std::size_t(rows));
+  launch("cross_entropy_backward", cuda::elementwise_launch(std::size_t(rows) * V), cross_entropy_backward_kernel,
+         rows, V, probs, d_targets, ignore_index, float(scale), float(smoothing), dlogits);
+}
+
+}  // namespace xfmr
