@@ -39,6 +39,8 @@ inline constexpr long kParallelWork = 1L << 15;
 // From this many multiply-adds a GEMM goes to BLAS (when built with it).
 inline constexpr long kBlasWork = 1L << 16;
 inline constexpr int kBlasMinSide = 8;
+// From this many weights a single-row product goes to BLAS's threaded GEMV.
+inline constexpr long kGemvThreadedWork = 1L << 17;
 
 inline int thread_count() {
 #ifdef _OPENMP
@@ -115,6 +117,21 @@ class CpuBackend {
       const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
       if constexpr (std::is_same_v<S, float>) cblas_sgemm(CblasRowMajor, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       else cblas_dgemm(CblasRowMajor, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+    // A single row against a large matrix (a decoding step's projections and
+    // vocabulary head) streams the whole weight matrix for one row: memory
+    // bound, so OpenBLAS's threaded GEMV, which splits the matrix over the
+    // cores and their caches, wins.
+    if (M == 1 && long(N) * K >= detail::kGemvThreadedWork) {
+      const int incx = ta ? lda : 1;
+      if constexpr (std::is_same_v<S, float>) {
+        if (tb) cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, B, ldb, A, incx, beta, C, 1);
+        else cblas_sgemv(CblasRowMajor, CblasTrans, K, N, alpha, B, ldb, A, incx, beta, C, 1);
+      } else {
+        if (tb) cblas_dgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, B, ldb, A, incx, beta, C, 1);
+        else cblas_dgemv(CblasRowMajor, CblasTrans, K, N, alpha, B, ldb, A, incx, beta, C, 1);
+      }
       return;
     }
 #endif
