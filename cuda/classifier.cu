@@ -33,35 +33,31 @@ __global__ void mean_pool_backward_kernel(int B, int T, int D, const float* dy, 
     dx[i] = counted(exclude, b, T, t) ? dy[std::size_t(b) * D + d] / float(counts[b]) : 0.0f;
   }
 }
-}  // namespace
 
-namespace {
-std::vector<std::int32_t> pool_counts(int B, int T, const std::uint8_t* exclude) {
+// Counted positions per sequence, computed on the host and uploaded.
+const std::int32_t* upload_counts(CudaBackend::Context& ctx, int B, int T, const std::uint8_t* exclude) {
   std::vector<std::int32_t> counts(B, T);
   if (exclude)
     for (int b = 0; b < B; ++b)
       for (int t = 0; t < T; ++t) counts[b] -= exclude[std::size_t(b) * T + t] != 0;
-  return counts;
+  std::int32_t* d = ctx.counts.reserve(counts.size());
+  cuda::upload(d, counts.data(), counts.size() * sizeof(std::int32_t));
+  return d;
 }
 }  // namespace
 
 void CudaBackend::mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y) {
-  const auto counts = pool_counts(B, T, exclude);
-  std::int32_t* d_counts = ctx_->counts.reserve(counts.size());
-  cuda::upload(d_counts, counts.data(), counts.size() * sizeof(std::int32_t));
+  const std::int32_t* d_counts = upload_counts(*ctx_, B, T, exclude);
   const std::uint8_t* d_exclude = upload_mask(exclude, std::size_t(B) * T);
   cuda::detail::launch("mean_pool_forward", cuda::elementwise_launch(std::size_t(B) * D), mean_pool_forward_kernel, B,
-                       T, D, x, d_exclude, static_cast<const std::int32_t*>(d_counts), y);
+                       T, D, x, d_exclude, d_counts, y);
 }
 
 void CudaBackend::mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx) {
-  const auto counts = pool_counts(B, T, exclude);
-  std::int32_t* d_counts = ctx_->counts.reserve(counts.size());
-  cuda::upload(d_counts, counts.data(), counts.size() * sizeof(std::int32_t));
+  const std::int32_t* d_counts = upload_counts(*ctx_, B, T, exclude);
   const std::uint8_t* d_exclude = upload_mask(exclude, std::size_t(B) * T);
   cuda::detail::launch("mean_pool_backward", cuda::elementwise_launch(std::size_t(B) * T * D),
-                       mean_pool_backward_kernel, B, T, D, dy, d_exclude, static_cast<const std::int32_t*>(d_counts),
-                       dx);
+                       mean_pool_backward_kernel, B, T, D, dy, d_exclude, d_counts, dx);
 }
 
 }  // namespace xfmr
