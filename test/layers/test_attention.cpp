@@ -110,24 +110,37 @@ BOOST_AUTO_TEST_CASE(cross_attention_gradients_padded_split_heads) {
   check_cross<TinySplitHeads>("CrossAttention padded, QK 3 / V 5", {2, 4}, {2, 3}, {0, 0, 0, 0, 1, 1});
 }
 
+// Both CPU paths: row by row (Tq <= 4, fixed 16-wide heads or any size) and
+// per-head GEMMs (longer query blocks); queries that end a longer key sequence
+// (a cache) with the causal mask aligned to its end.
 BOOST_AUTO_TEST_CASE(backend_attention_matches_naive_with_masks) {
   Rng rng(9);
   Be be;
-  const AttentionDims a{2, 3, 4, 4, 5, 5};
-  const Vec q = random_vector(2 * 4 * 15, rng, 2.0), k = random_vector(2 * 4 * 15, rng, 2.0),
-            v = random_vector(2 * 4 * 15, rng);
-  const std::vector<std::uint8_t> pad = {0, 0, 1, 0, 0, 1, 1, 1};  // b=1: keys 1..3 padded
-  for (bool causal : {false, true}) {
-    const AttentionMask mask{causal, pad.data()};
-    Vec y(2 * 4 * 15), probs(2 * 3 * 16), y_ref, p_ref;
-    be.attention_forward(a, q.data(), 15, k.data(), 15, v.data(), 15, y.data(), 15, probs.data(), mask);
-    naive_attention(a, q, k, v, mask, y_ref, p_ref);
-    BOOST_TEST(y == y_ref, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());
-    BOOST_TEST(probs == p_ref, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());
-    // Masked keys get exactly zero probability.
-    for (int h = 0; h < 3; ++h)
-      for (int i = 0; i < 4; ++i)
-        for (int j = 1; j < 4; ++j) BOOST_TEST(probs[((1 * 3 + h) * 4 + i) * 4 + j] == 0.0);
+  const AttentionDims cases[] = {{2, 3, 4, 4, 5, 5},   {2, 3, 1, 5, 5, 5},    {2, 2, 3, 6, 3, 4},
+                                 {2, 2, 1, 7, 16, 16}, {2, 2, 6, 7, 16, 16}, {2, 3, 6, 6, 5, 5}};
+  for (const AttentionDims& a : cases) {
+    const int ldq = a.H * a.QK_DIM, ldv = a.H * a.V_DIM;
+    const Vec q = random_vector(a.B * a.Tq * ldq, rng, 2.0), k = random_vector(a.B * a.Tk * ldq, rng, 2.0),
+              v = random_vector(a.B * a.Tk * ldv, rng);
+    std::vector<std::uint8_t> pad(std::size_t(a.B) * a.Tk, 0);
+    for (int j = 1; j < a.Tk; ++j) pad[a.Tk + j] = 1;  // sequence 1: only key 0 left
+    pad[a.Tk - 2] = 1;                                 // sequence 0: one padded key
+    for (bool causal : {false, true}) {
+      BOOST_TEST_CONTEXT("Tq " << a.Tq << ", Tk " << a.Tk << ", QK " << a.QK_DIM << ", causal " << causal) {
+        const AttentionMask mask{causal, pad.data()};
+        Vec y(std::size_t(a.B) * a.Tq * ldv), probs(std::size_t(a.B) * a.H * a.Tq * a.Tk), y_ref, p_ref;
+        be.attention_forward(a, q.data(), ldq, k.data(), ldq, v.data(), ldv, y.data(), ldv, probs.data(), mask);
+        naive_attention(a, q, k, v, mask, y_ref, p_ref);
+        BOOST_TEST(y == y_ref, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());
+        BOOST_TEST(probs == p_ref, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());
+        // Masked keys get exactly zero probability.
+        for (int h = 0; h < a.H; ++h)
+          for (int i = 0; i < a.Tq; ++i) {
+            BOOST_TEST(probs[((0 * a.H + h) * a.Tq + i) * a.Tk + a.Tk - 2] == 0.0);
+            for (int j = 1; j < a.Tk; ++j) BOOST_TEST(probs[((1 * a.H + h) * a.Tq + i) * a.Tk + j] == 0.0);
+          }
+      }
+    }
   }
 }
 

@@ -41,6 +41,8 @@ inline constexpr long kBlasWork = 1L << 16;
 inline constexpr int kBlasMinSide = 8;
 // From this many weights a single-row product goes to BLAS's threaded GEMV.
 inline constexpr long kGemvThreadedWork = 1L << 17;
+// Up to this many query rows per (sequence, head), attention goes row by row.
+inline constexpr int kRowAttentionRows = 4;
 
 inline int thread_count() {
 #ifdef _OPENMP
@@ -138,12 +140,16 @@ class CpuBackend {
     const CMap a(A, ta ? K : M, ta ? M : K, Strided(lda));
     const CMap b(B, tb ? N : K, tb ? K : N, Strided(ldb));
     Map c(C, M, N, Strided(ldc));
+    // alpha == 1 (every layer's product) is left out of the expression: with
+    // it, Eigen copies a single-row operand into a heap temporary.
     auto run = [&](const auto& opa, const auto& opb) {
       if (beta == S(0)) {
-        c.noalias() = alpha * opa * opb;
+        if (alpha == S(1)) c.noalias() = opa * opb;
+        else c.noalias() = alpha * opa * opb;
       } else {
         if (beta != S(1)) c *= beta;
-        c.noalias() += alpha * opa * opb;
+        if (alpha == S(1)) c.noalias() += opa * opb;
+        else c.noalias() += alpha * opa * opb;
       }
     };
     if (!ta && !tb) run(a, b);
@@ -474,22 +480,36 @@ class CpuBackend {
 
   // ---- attention ----------------------------------------------------------
 
+  // Few query rows per (sequence, head) (decoding, short prompts) go row by
+  // row, each against its visible keys only: at one row a product through
+  // Eigen's GEMV costs more in dispatch than in arithmetic. Longer blocks are
+  // three GEMMs per head.
   void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
                          S* y, int ldy, S* probs, const AttentionMask& mask) {
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
     const long work = long(a.B) * a.H * a.Tq * a.Tk * (a.QK_DIM + a.V_DIM);
+    const AttendRow attend = row_kernel(a);
     detail::parallel_ranges(long(a.B) * a.H, work > detail::kParallelWork, [=](long lo, long hi) {
       for (long i_ = lo; i_ < hi; ++i_) {
         const int b = int(i_ / a.H), h = int(i_ % a.H);
-        const CMap Q(q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
-        const CMap K(k + long(b) * a.kv_rows() * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
-        const CMap Vm(v + long(b) * a.kv_rows() * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
+        const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
+        const S* kb = k + long(b) * a.kv_rows() * ldk + long(h) * a.QK_DIM;
+        const S* vb = v + long(b) * a.kv_rows() * ldv + long(h) * a.V_DIM;
+        S* yb = y + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
         S* p = probs + (long(b) * a.H + h) * a.Tq * a.Tk;
+        if (a.Tq <= detail::kRowAttentionRows) {
+          for (int i = 0; i < a.Tq; ++i)
+            attend(b, i, a, scale, qb + long(i) * ldq, kb, ldk, vb, ldv, p + long(i) * a.Tk, yb + long(i) * ldy, mask);
+          continue;
+        }
+        const CMap Q(qb, a.Tq, a.QK_DIM, Strided(ldq));
+        const CMap K(kb, a.Tk, a.QK_DIM, Strided(ldk));
+        const CMap Vm(vb, a.Tk, a.V_DIM, Strided(ldv));
         Map P(p, a.Tq, a.Tk, Strided(a.Tk));
         P.noalias() = scale * Q * K.transpose();  // (Tq, Tk) scores
         for (int i = 0; i < a.Tq; ++i)
           masked_softmax_row(b, i, a.Tq, a.Tk, p + long(i) * a.Tk, p + long(i) * a.Tk, mask);
-        Map Y(y + long(b) * a.Tq * ldy + long(h) * a.V_DIM, a.Tq, a.V_DIM, Strided(ldy));
+        Map Y(yb, a.Tq, a.V_DIM, Strided(ldy));
         Y.noalias() = P * Vm;  // (Tq, V_DIM)
       }
     });
@@ -531,23 +551,58 @@ class CpuBackend {
  private:
   static constexpr S kGeluC = S(0.7978845608028654);  // sqrt(2 / pi)
 
+  // Query row i of one (sequence, head): scores against the visible keys,
+  // masked softmax into p (Tk), y (V_DIM) = p V. DQ and DV are the head sizes
+  // when known at compile time (Eigen::Dynamic otherwise): a fixed 16-wide
+  // dot product is one vector multiply and one horizontal sum.
+  template <int DQ, int DV>
+  static void attend_row(int b, int i, const AttentionDims& a, S scale, const S* qi, const S* k, int ldk,
+                         const S* v, int ldv, S* p, S* y, const AttentionMask& mask) {
+    using RowQ = Eigen::Matrix<S, 1, DQ>;
+    using RowV = Eigen::Matrix<S, 1, DV>;
+    const int n = visible_keys(mask, i, a.Tq, a.Tk);
+    const Eigen::Map<const RowQ> query(qi, a.QK_DIM);
+    for (int j = 0; j < n; ++j) p[j] = scale * query.dot(Eigen::Map<const RowQ>(k + long(j) * ldk, a.QK_DIM));
+    masked_softmax_row(b, i, a.Tq, a.Tk, p, p, mask);
+    Eigen::Map<RowV> out(y, a.V_DIM);
+    out.setZero();
+    for (int j = 0; j < n; ++j) out += p[j] * Eigen::Map<const RowV>(v + long(j) * ldv, a.V_DIM);
+  }
+  using AttendRow = void (*)(int, int, const AttentionDims&, S, const S*, const S*, int, const S*, int, S*, S*,
+                             const AttentionMask&);
+  static AttendRow row_kernel(const AttentionDims& a) {
+    if (a.QK_DIM == a.V_DIM) {
+      if (a.QK_DIM == 16) return &attend_row<16, 16>;
+      if (a.QK_DIM == 32) return &attend_row<32, 32>;
+      if (a.QK_DIM == 64) return &attend_row<64, 64>;
+    }
+    return &attend_row<Eigen::Dynamic, Eigen::Dynamic>;
+  }
+
+  // Keys [0, n) that the causal part of the mask leaves to query row i.
+  static int visible_keys(const AttentionMask& mask, int i, int Tq, int Tk) {
+    return mask.causal ? std::clamp(i + Tk - Tq + 1, 0, Tk) : Tk;
+  }
+
   // One row of a masked softmax; in and out may alias. All-masked rows -> 0.
+  // Masked keys get exactly zero; the exponentials are Eigen's vectorised ones.
   static void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const AttentionMask& mask) {
+    const int n = visible_keys(mask, i, Tq, Tk);
+    const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * Tk : nullptr;
     S mx = -std::numeric_limits<S>::infinity();
-    for (int j = 0; j < Tk; ++j)
-      if (mask.allowed(b, i, j, Tq, Tk)) mx = std::max(mx, in[j]);
+    for (int j = 0; j < n; ++j)
+      if (!pad || !pad[j]) mx = std::max(mx, in[j]);
+    std::fill(out + n, out + Tk, S(0));
     if (mx == -std::numeric_limits<S>::infinity()) {
-      std::fill(out, out + Tk, S(0));
+      std::fill(out, out + n, S(0));
       return;
     }
-    S sum = 0;
-    for (int j = 0; j < Tk; ++j) {
-      const S e = mask.allowed(b, i, j, Tq, Tk) ? std::exp(in[j] - mx) : S(0);
-      out[j] = e;
-      sum += e;
-    }
-    const S inv = S(1) / sum;
-    for (int j = 0; j < Tk; ++j) out[j] *= inv;
+    Eigen::Map<Vec> e(out, n);
+    e = (Eigen::Map<const Vec>(in, n).array() - mx).exp().matrix();
+    if (pad)
+      for (int j = 0; j < n; ++j)
+        if (pad[j]) out[j] = S(0);
+    e *= S(1) / e.sum();
   }
 
   // ds = p * (dp - <dp, p>); ds may alias dp.
