@@ -2,12 +2,15 @@
 // host with Eigen maps and OpenMP. Header-only; float for training, double for
 // gradient checks.
 //
-// Threading is one level only: GEMMs use OpenBLAS's (or Eigen's) own OpenMP
-// parallelism, every other operation splits its rows or (batch, head) pairs
-// over the OpenMP threads with detail::parallel_ranges, serial Eigen inside.
-// Below a small amount of work an operation runs inline, without entering
-// the OpenMP runtime at all: a fork costs more than it saves. Reductions across rows are done serially in a fixed order, so results
-// are bitwise reproducible for a given thread count.
+// Threading is one level only. Every operation splits its rows, columns or
+// (batch, head) pairs over the OpenMP threads with detail::parallel_ranges,
+// serial code inside; GEMMs of up to a few million multiply-adds do the same
+// with one single-threaded BLAS call per thread, larger ones use OpenBLAS's
+// (or Eigen's) own OpenMP parallelism. Below a small amount of work an
+// operation runs inline, without entering the OpenMP runtime at all: a fork
+// costs more than it saves. Reductions across rows run in a fixed order
+// (split over columns, never over the rows being summed), so results are
+// bitwise reproducible for a given thread count.
 #pragma once
 
 #include <Eigen/Core>
@@ -35,10 +38,14 @@ namespace xfmr {
 
 namespace detail {
 // Below this many scalar operations a loop runs on one thread.
-inline constexpr long kParallelWork = 1L << 15;
+inline constexpr long kParallelWork = 1L << 12;
 // From this many multiply-adds a GEMM goes to BLAS (when built with it).
 inline constexpr long kBlasWork = 1L << 16;
 inline constexpr int kBlasMinSide = 8;
+// Below this many multiply-adds each thread runs BLAS on its own block of C;
+// the blocks are multiples of kBlasSplitGrain rows or columns.
+inline constexpr long kBlasSplitWork = 1L << 24;
+inline constexpr long kBlasSplitGrain = 16;
 // From this many weights a single-row product goes to BLAS's threaded GEMV.
 inline constexpr long kGemvThreadedWork = 1L << 17;
 // Up to this many query rows per (sequence, head), attention goes row by row.
@@ -52,18 +59,18 @@ inline int thread_count() {
 #endif
 }
 // Runs f(begin, end) over [0, n): split into one contiguous range per
-// OpenMP thread (as schedule(static)) when `parallel`, else as one call on
-// this thread without entering the OpenMP runtime, whose fork costs
-// microseconds: more than a decoding step's small operations themselves.
-// f should capture by value ([=]).
+// OpenMP thread (as schedule(static)), with every boundary a multiple of
+// `grain`, when `parallel`; else as one call on this thread without entering
+// the OpenMP runtime, whose fork costs microseconds: more than a decoding
+// step's small operations themselves. f should capture by value ([=]).
 template <class F>
-void parallel_ranges(long n, bool parallel, F&& f) {
+void parallel_ranges(long n, bool parallel, F&& f, long grain = 1) {
 #ifdef _OPENMP
-  if (parallel && n > 1 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+  if (parallel && n > grain && !omp_in_parallel() && omp_get_max_threads() > 1) {
 #pragma omp parallel
     {
-      const long t = omp_get_thread_num(), k = omp_get_num_threads();
-      const long lo = n * t / k, hi = n * (t + 1) / k;
+      const long t = omp_get_thread_num(), k = omp_get_num_threads(), grains = (n + grain - 1) / grain;
+      const long lo = std::min(n, grains * t / k * grain), hi = std::min(n, grains * (t + 1) / k * grain);
       // A private copy of a by-value closure keeps its pointers in
       // registers: through the shared one every access reloads them and the
       // loop does not vectorise.
@@ -95,6 +102,7 @@ class CpuBackend {
   using Map = Eigen::Map<MatR, 0, Strided>;
   using CMap = Eigen::Map<const MatR, 0, Strided>;
   using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
+  using Arr = Eigen::Array<S, Eigen::Dynamic, 1>;
 
  public:
   using Scalar = S;
@@ -117,8 +125,29 @@ class CpuBackend {
     // stay inline in Eigen: BLAS would pack a whole operand for one row.
     if (M >= detail::kBlasMinSide && N >= detail::kBlasMinSide && long(M) * N * K >= detail::kBlasWork) {
       const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
-      if constexpr (std::is_same_v<S, float>) cblas_sgemm(CblasRowMajor, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-      else cblas_dgemm(CblasRowMajor, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      auto blas = [=](int m0, int m1, int n0, int n1) {
+        const S* a = A + (ta ? m0 : long(m0) * lda);
+        const S* b = B + (tb ? long(n0) * ldb : n0);
+        S* c = C + long(m0) * ldc + n0;
+        if constexpr (std::is_same_v<S, float>) cblas_sgemm(CblasRowMajor, opa, opb, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, c, ldc);
+        else cblas_dgemm(CblasRowMajor, opa, opb, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, c, ldc);
+      };
+      // Up to a few million multiply-adds, one single-threaded BLAS call per
+      // thread on its own block of C's rows (or columns) beats BLAS's own
+      // threading, which splits and synchronises inside each call; larger
+      // products share their packed panels and go to BLAS whole.
+      if (long(M) * N * K < detail::kBlasSplitWork) {
+        const bool by_rows = M >= N;
+        detail::parallel_ranges(
+            by_rows ? M : N, true,
+            [=](long lo, long hi) {
+              if (by_rows) blas(int(lo), int(hi), 0, N);
+              else blas(0, M, int(lo), int(hi));
+            },
+            detail::kBlasSplitGrain);
+        return;
+      }
+      blas(0, M, 0, N);
       return;
     }
     // A single row against a large matrix (a decoding step's projections and
@@ -159,10 +188,16 @@ class CpuBackend {
   }
 
   void bias_add(int rows, int n, const S* bias, S* y) {
-    Map(y, rows, n, Strided(n)).rowwise() += Eigen::Map<const Vec>(bias, n);
+    detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
+      Map(y + lo * n, hi - lo, n, Strided(n)).rowwise() += Eigen::Map<const Vec>(bias, n);
+    });
   }
+  // Split over columns, each summed over the rows in order: the same result
+  // on any thread count.
   void bias_grad(int rows, int n, const S* dy, S* dbias) {
-    Eigen::Map<Vec>(dbias, n) += CMap(dy, rows, n, Strided(n)).colwise().sum();
+    detail::parallel_ranges(long(n), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
+      Eigen::Map<Vec>(dbias + lo, hi - lo) += CMap(dy + lo, rows, hi - lo, Strided(n)).colwise().sum();
+    });
   }
 
   void add(std::size_t n, const S* a, const S* b, S* y) {
@@ -222,12 +257,16 @@ class CpuBackend {
   // dgamma/dbeta are reduced first, so dx may alias dy.
   void layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean,
                            const S* rstd, S* dx, S* dgamma, S* dbeta) {
-    Eigen::Map<Vec> dg(dgamma, n), db(dbeta, n);
-    for (int r = 0; r < rows; ++r) {
-      const Eigen::Map<const Vec> dyr(dy + long(r) * n, n);
-      dg.array() += dyr.array() * (Eigen::Map<const Vec>(x + long(r) * n, n).array() - mean[r]) * rstd[r];
-      db += dyr;
-    }
+    // Split over columns, rows added in order: the same sums on any thread count.
+    detail::parallel_ranges(long(n), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
+      const long w = hi - lo;
+      Eigen::Map<Vec> dg(dgamma + lo, w), db(dbeta + lo, w);
+      for (int r = 0; r < rows; ++r) {
+        const Eigen::Map<const Vec> dyr(dy + long(r) * n + lo, w);
+        dg.array() += dyr.array() * (Eigen::Map<const Vec>(x + long(r) * n + lo, w).array() - mean[r]) * rstd[r];
+        db += dyr;
+      }
+    }, 16);
     const Eigen::Map<const Vec> g(gamma, n);
     detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
       for (int r = int(lo); r < int(hi); ++r) {
@@ -453,16 +492,19 @@ class CpuBackend {
   //   p -= lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc = 1 - beta^step.
   void adamw_step(std::size_t n, S* p, const S* g, S* m, S* v, S lr, S beta1, S beta2, S eps, S weight_decay,
                   S bias_correction1, S bias_correction2) {
-    const S step_size = lr / bias_correction1;
+    const S step_size = lr / bias_correction1, decay = lr * weight_decay;
     const S rbc2 = S(1) / std::sqrt(bias_correction2);
     const long ln = static_cast<long>(n);
+    // Eigen arrays: its square root vectorises whatever -fmath-errno says
+    // (std::sqrt in a plain loop keeps the loop scalar under GCC's default).
     detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
-      for (long i = lo; i < hi; ++i) {
-        p[i] -= lr * weight_decay * p[i];
-        m[i] = beta1 * m[i] + (S(1) - beta1) * g[i];
-        v[i] = beta2 * v[i] + (S(1) - beta2) * g[i] * g[i];
-        p[i] -= step_size * m[i] / (std::sqrt(v[i]) * rbc2 + eps);
-      }
+      const long len = hi - lo;
+      Eigen::Map<Arr> pa(p + lo, len), ma(m + lo, len), va(v + lo, len);
+      const Eigen::Map<const Arr> ga(g + lo, len);
+      pa -= decay * pa;
+      ma = beta1 * ma + (S(1) - beta1) * ga;
+      va = beta2 * va + (S(1) - beta2) * ga * ga;
+      pa -= step_size * ma / (va.sqrt() * rbc2 + eps);
     });
   }
 
