@@ -47,7 +47,11 @@ inline constexpr int kBlasMinSide = 8;
 inline constexpr long kBlasSplitWork = 1L << 24;
 inline constexpr long kBlasSplitGrain = 16;
 // From this many weights a single-row product goes to BLAS's threaded GEMV.
-inline constexpr long kGemvThreadedWork = 1L << 17;
+inline constexpr long kGemvThreadedWork = 1L << 16;
+// Attention forward forks from this many multiply-adds: cheaper per unit
+// than the elements of the other operations (a decoding step's heads stay on
+// one thread).
+inline constexpr long kAttentionParallelWork = 1L << 15;
 // Up to this many query rows per (sequence, head), attention goes row by row.
 inline constexpr int kRowAttentionRows = 4;
 
@@ -531,7 +535,7 @@ class CpuBackend {
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
     const long work = long(a.B) * a.H * a.Tq * a.Tk * (a.QK_DIM + a.V_DIM);
     const AttendRow attend = row_kernel(a);
-    detail::parallel_ranges(long(a.B) * a.H, work > detail::kParallelWork, [=](long lo, long hi) {
+    detail::parallel_ranges(long(a.B) * a.H, work > detail::kAttentionParallelWork, [=](long lo, long hi) {
       for (long i_ = lo; i_ < hi; ++i_) {
         const int b = int(i_ / a.H), h = int(i_ % a.H);
         const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
