@@ -200,7 +200,10 @@ class CpuBackend {
   // on any thread count.
   void bias_grad(int rows, int n, const S* dy, S* dbias) {
     detail::parallel_ranges(long(n), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
-      Eigen::Map<Vec>(dbias + lo, hi - lo) += CMap(dy + lo, rows, hi - lo, Strided(n)).colwise().sum();
+      for (int r = 0; r < rows; ++r) {
+        const S* g = dy + long(r) * n;
+        for (long c = lo; c < hi; ++c) dbias[c] += g[c];
+      }
     });
   }
 
