@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE cpu_backend
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include "support/gradcheck.hpp"
 
@@ -9,36 +10,39 @@ using namespace xfmr::test;
 namespace tt = boost::test_tools;
 
 // Shapes for each path: Eigen (small), BLAS split over C's rows between the
-// threads (M >= N), split over its columns (N > M), BLAS whole (large).
+// threads (M >= N), split over its columns (N > M), BLAS whole (large); and
+// single rows (decoding): Eigen's GEMV, direct when alpha = 1 and beta = 0,
+// and BLAS's threaded GEMV from 2^16 weights.
 BOOST_AUTO_TEST_CASE(gemm_all_transpose_combinations_with_alpha_beta_and_strides) {
   Rng rng(1);
   Be be;
   const int pad = 2;  // leading dimensions wider than the matrices
-  for (auto [M, N, K] : {std::array{5, 4, 3}, {70, 40, 30}, {20, 100, 40}, {300, 260, 220}})
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        BOOST_TEST_CONTEXT("M " << M << ", N " << N << ", K " << K << ", ta " << ta << ", tb " << tb) {
-          const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-          const int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
-          const Vec A = random_vector(a_rows * lda, rng), B = random_vector(b_rows * ldb, rng);
-          Vec C = random_vector(M * ldc, rng);
-          const Vec C0 = C;
-          const double alpha = 0.7, beta = -1.3;
-          be.gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
-          for (int i = 0; i < M; ++i) {
-            for (int j = 0; j < N; ++j) {
-              double s = 0, magnitude = std::abs(beta * C0[i * ldc + j]);  // error scale: sum of |terms|
-              for (int k = 0; k < K; ++k) {
-                const double t = (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
-                s += t;
-                magnitude += std::abs(alpha * t);
+  for (auto [M, N, K] : {std::array{5, 4, 3}, {70, 40, 30}, {20, 100, 40}, {300, 260, 220}, {1, 37, 29}, {1, 300, 260}})
+    for (auto [alpha, beta] : {std::pair{0.7, -1.3}, {1.0, 0.0}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          BOOST_TEST_CONTEXT("M " << M << ", N " << N << ", K " << K << ", ta " << ta << ", tb " << tb << ", alpha "
+                                  << alpha << ", beta " << beta) {
+            const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+            const int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+            const Vec A = random_vector(a_rows * lda, rng), B = random_vector(b_rows * ldb, rng);
+            Vec C = random_vector(M * ldc, rng);
+            const Vec C0 = C;
+            be.gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+            for (int i = 0; i < M; ++i) {
+              for (int j = 0; j < N; ++j) {
+                double s = 0, magnitude = std::abs(beta * C0[i * ldc + j]);  // error scale: sum of |terms|
+                for (int k = 0; k < K; ++k) {
+                  const double t = (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+                  s += t;
+                  magnitude += std::abs(alpha * t);
+                }
+                BOOST_TEST(std::abs(C[i * ldc + j] - (alpha * s + beta * C0[i * ldc + j])) <= 1e-14 * magnitude);
               }
-              BOOST_TEST(std::abs(C[i * ldc + j] - (alpha * s + beta * C0[i * ldc + j])) <= 1e-14 * magnitude);
+              for (int j = N; j < ldc; ++j) BOOST_TEST(C[i * ldc + j] == C0[i * ldc + j]);  // padding untouched
             }
-            for (int j = N; j < ldc; ++j) BOOST_TEST(C[i * ldc + j] == C0[i * ldc + j]);  // padding untouched
           }
         }
-      }
 }
 
 BOOST_AUTO_TEST_CASE(gemm_with_zero_beta_ignores_nan_in_c) {

@@ -170,6 +170,13 @@ class CpuBackend {
       return;
     }
 #endif
+    // One contiguous row times a (N, K) weight matrix, y = W x: straight to
+    // Eigen's row-major GEMV, without the general product's dispatch.
+    if (M == 1 && tb && !ta && alpha == S(1) && beta == S(0)) {
+      using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+      Eigen::Map<Col>(C, N).noalias() = CMap(B, N, K, Strided(ldb)) * Eigen::Map<const Col>(A, K);
+      return;
+    }
     const CMap a(A, ta ? K : M, ta ? M : K, Strided(lda));
     const CMap b(B, tb ? N : K, tb ? K : N, Strided(ldb));
     Map c(C, M, N, Strided(ldc));
@@ -193,7 +200,10 @@ class CpuBackend {
 
   void bias_add(int rows, int n, const S* bias, S* y) {
     detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
-      Map(y + lo * n, hi - lo, n, Strided(n)).rowwise() += Eigen::Map<const Vec>(bias, n);
+      for (long r = lo; r < hi; ++r) {
+        S* yr = y + r * n;
+        for (int c = 0; c < n; ++c) yr[c] += bias[c];
+      }
     });
   }
   // Split over columns, each summed over the rows in order: the same result
@@ -639,8 +649,12 @@ class CpuBackend {
     const int n = visible_keys(mask, i, Tq, Tk);
     const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * Tk : nullptr;
     S mx = -std::numeric_limits<S>::infinity();
-    for (int j = 0; j < n; ++j)
-      if (!pad || !pad[j]) mx = std::max(mx, in[j]);
+    if (!pad) {
+      if (n > 0) mx = Eigen::Map<const Vec>(in, n).maxCoeff();
+    } else {
+      for (int j = 0; j < n; ++j)
+        if (!pad[j]) mx = std::max(mx, in[j]);
+    }
     std::fill(out + n, out + Tk, S(0));
     if (mx == -std::numeric_limits<S>::infinity()) {
       std::fill(out, out + n, S(0));
