@@ -10,7 +10,9 @@
 // operation runs inline, without entering the OpenMP runtime at all: a fork
 // costs more than it saves. Reductions across rows run in a fixed order
 // (split over columns, never over the rows being summed), so results are
-// bitwise reproducible for a given thread count.
+// bitwise reproducible for a given thread count. The thresholds and the
+// threading helper are in cpu_parallel.hpp, the per-row attention kernels in
+// cpu_rows.hpp.
 #pragma once
 
 #include <Eigen/Core>
@@ -22,79 +24,19 @@
 #include <span>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #ifdef XFMR_WITH_OPENBLAS
 #include <cblas.h>
 #endif
 
 #include "xfmr/backend/backend.hpp"
+#include "xfmr/backend/cpu_parallel.hpp"
+#include "xfmr/backend/cpu_rows.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 
 namespace xfmr {
 
-namespace detail {
-// Below this many scalar operations a loop runs on one thread.
-inline constexpr long kParallelWork = 1L << 12;
-// From this many multiply-adds a GEMM goes to BLAS (when built with it).
-inline constexpr long kBlasWork = 1L << 16;
-inline constexpr int kBlasMinSide = 8;
-// Below this many multiply-adds each thread runs BLAS on its own block of C;
-// the blocks are multiples of kBlasSplitGrain rows or columns.
-inline constexpr long kBlasSplitWork = 1L << 24;
-inline constexpr long kBlasSplitGrain = 16;
-// From this many weights a single-row product goes to BLAS's threaded GEMV.
-inline constexpr long kGemvThreadedWork = 1L << 16;
-// Attention forward forks from this many multiply-adds: cheaper per unit
-// than the elements of the other operations (a decoding step's heads stay on
-// one thread).
-inline constexpr long kAttentionParallelWork = 1L << 15;
-// Up to this many query rows per (sequence, head), attention goes row by row.
-inline constexpr int kRowAttentionRows = 4;
-
-inline int thread_count() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-// Runs f(begin, end) over [0, n): split into one contiguous range per
-// OpenMP thread (as schedule(static)), with every boundary a multiple of
-// `grain`, when `parallel`; else as one call on this thread without entering
-// the OpenMP runtime, whose fork costs microseconds: more than a decoding
-// step's small operations themselves. f should capture by value ([=]).
-template <class F>
-void parallel_ranges(long n, bool parallel, F&& f, long grain = 1) {
-#ifdef _OPENMP
-  if (parallel && n > grain && !omp_in_parallel() && omp_get_max_threads() > 1) {
-#pragma omp parallel
-    {
-      const long t = omp_get_thread_num(), k = omp_get_num_threads(), grains = (n + grain - 1) / grain;
-      const long lo = std::min(n, grains * t / k * grain), hi = std::min(n, grains * (t + 1) / k * grain);
-      // A private copy of a by-value closure keeps its pointers in
-      // registers: through the shared one every access reloads them and the
-      // loop does not vectorise.
-      std::decay_t<F> local(f);
-      if (lo < hi) local(lo, hi);
-    }
-    return;
-  }
-#endif
-  if (n > 0) f(0L, n);
-}
-
-inline int thread_index() {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-}  // namespace detail
 
 template <class S>
 class CpuBackend {
@@ -304,7 +246,7 @@ class CpuBackend {
         const int b = int(i_ / H), h = int(i_ % H);
         const long off = (long(b) * H + h) * Tq * Tk;
         for (int i = 0; i < Tq; ++i)
-          masked_softmax_row(b, i, Tq, Tk, scores + off + long(i) * Tk, probs + off + long(i) * Tk, mask);
+          detail::masked_softmax_row<S>(b, i, Tq, Tk, scores + off + long(i) * Tk, probs + off + long(i) * Tk, mask);
       }
     });
   }
@@ -312,7 +254,7 @@ class CpuBackend {
   void softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores) {
     detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
       for (int r = int(lo); r < int(hi); ++r)
-        softmax_backward_row(n, probs + long(r) * n, dprobs + long(r) * n, dscores + long(r) * n);
+        detail::softmax_backward_row<S>(n, probs + long(r) * n, dprobs + long(r) * n, dscores + long(r) * n);
     });
   }
 
@@ -547,7 +489,7 @@ class CpuBackend {
                          S* y, int ldy, S* probs, const AttentionMask& mask) {
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
     const long work = long(a.B) * a.H * a.Tq * a.Tk * (a.QK_DIM + a.V_DIM);
-    const AttendRow attend = row_kernel(a);
+    const detail::AttendRow<S> attend = detail::row_kernel<S>(a);
     detail::parallel_ranges(long(a.B) * a.H, work > detail::kAttentionParallelWork, [=](long lo, long hi) {
       for (long i_ = lo; i_ < hi; ++i_) {
         const int b = int(i_ / a.H), h = int(i_ % a.H);
@@ -567,7 +509,7 @@ class CpuBackend {
         Map P(p, a.Tq, a.Tk, Strided(a.Tk));
         P.noalias() = scale * Q * K.transpose();  // (Tq, Tk) scores
         for (int i = 0; i < a.Tq; ++i)
-          masked_softmax_row(b, i, a.Tq, a.Tk, p + long(i) * a.Tk, p + long(i) * a.Tk, mask);
+          detail::masked_softmax_row<S>(b, i, a.Tq, a.Tk, p + long(i) * a.Tk, p + long(i) * a.Tk, mask);
         Map Y(yb, a.Tq, a.V_DIM, Strided(ldy));
         Y.noalias() = P * Vm;  // (Tq, V_DIM)
       }
@@ -598,7 +540,7 @@ class CpuBackend {
         dV.noalias() = P.transpose() * dY;  // (Tk, V_DIM)
         dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
         for (int i = 0; i < a.Tq; ++i)
-          softmax_backward_row(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
+          detail::softmax_backward_row<S>(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
         Map dQ(dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
         Map dK(dk + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
         dQ.noalias() = scale * dS * K;              // (Tq, QK_DIM)
@@ -609,71 +551,6 @@ class CpuBackend {
 
  private:
   static constexpr S kGeluC = S(0.7978845608028654);  // sqrt(2 / pi)
-
-  // Query row i of one (sequence, head): scores against the visible keys,
-  // masked softmax into p (Tk), y (V_DIM) = p V. DQ and DV are the head sizes
-  // when known at compile time (Eigen::Dynamic otherwise): a fixed 16-wide
-  // dot product is one vector multiply and one horizontal sum.
-  template <int DQ, int DV>
-  static void attend_row(int b, int i, const AttentionDims& a, S scale, const S* qi, const S* k, int ldk,
-                         const S* v, int ldv, S* p, S* y, const AttentionMask& mask) {
-    using RowQ = Eigen::Matrix<S, 1, DQ>;
-    using RowV = Eigen::Matrix<S, 1, DV>;
-    const int n = visible_keys(mask, i, a.Tq, a.Tk);
-    const Eigen::Map<const RowQ> query(qi, a.QK_DIM);
-    for (int j = 0; j < n; ++j) p[j] = scale * query.dot(Eigen::Map<const RowQ>(k + long(j) * ldk, a.QK_DIM));
-    masked_softmax_row(b, i, a.Tq, a.Tk, p, p, mask);
-    Eigen::Map<RowV> out(y, a.V_DIM);
-    out.setZero();
-    for (int j = 0; j < n; ++j) out += p[j] * Eigen::Map<const RowV>(v + long(j) * ldv, a.V_DIM);
-  }
-  using AttendRow = void (*)(int, int, const AttentionDims&, S, const S*, const S*, int, const S*, int, S*, S*,
-                             const AttentionMask&);
-  static AttendRow row_kernel(const AttentionDims& a) {
-    if (a.QK_DIM == a.V_DIM) {
-      if (a.QK_DIM == 16) return &attend_row<16, 16>;
-      if (a.QK_DIM == 32) return &attend_row<32, 32>;
-      if (a.QK_DIM == 64) return &attend_row<64, 64>;
-    }
-    return &attend_row<Eigen::Dynamic, Eigen::Dynamic>;
-  }
-
-  // Keys [0, n) that the causal part of the mask leaves to query row i.
-  static int visible_keys(const AttentionMask& mask, int i, int Tq, int Tk) {
-    return mask.causal ? std::clamp(i + Tk - Tq + 1, 0, Tk) : Tk;
-  }
-
-  // One row of a masked softmax; in and out may alias. All-masked rows -> 0.
-  // Masked keys get exactly zero; the exponentials are Eigen's vectorised ones.
-  static void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const AttentionMask& mask) {
-    const int n = visible_keys(mask, i, Tq, Tk);
-    const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * Tk : nullptr;
-    S mx = -std::numeric_limits<S>::infinity();
-    if (!pad) {
-      if (n > 0) mx = Eigen::Map<const Vec>(in, n).maxCoeff();
-    } else {
-      for (int j = 0; j < n; ++j)
-        if (!pad[j]) mx = std::max(mx, in[j]);
-    }
-    std::fill(out + n, out + Tk, S(0));
-    if (mx == -std::numeric_limits<S>::infinity()) {
-      std::fill(out, out + n, S(0));
-      return;
-    }
-    Eigen::Map<Vec> e(out, n);
-    e = (Eigen::Map<const Vec>(in, n).array() - mx).exp().matrix();
-    if (pad)
-      for (int j = 0; j < n; ++j)
-        if (pad[j]) out[j] = S(0);
-    e *= S(1) / e.sum();
-  }
-
-  // ds = p * (dp - <dp, p>); ds may alias dp.
-  static void softmax_backward_row(int n, const S* p, const S* dp, S* ds) {
-    S dot = 0;
-    for (int j = 0; j < n; ++j) dot += dp[j] * p[j];
-    for (int j = 0; j < n; ++j) ds[j] = p[j] * (dp[j] - dot);
-  }
 
   AlignedVector<S> scratch_;    // per-thread (Tq, Tk) tiles for attention backward; grows only
   std::vector<double> row_loss_;  // per-row cross-entropy before the ordered sum; grows only

@@ -1,0 +1,76 @@
+// cpu_parallel.hpp: how CpuBackend spends its threads: the work thresholds
+// below which an operation stays on one thread, and detail::parallel_ranges,
+// the one helper every operation splits its rows, columns or (batch, head)
+// pairs with.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace xfmr {
+
+namespace detail {
+// Below this many scalar operations a loop runs on one thread.
+inline constexpr long kParallelWork = 1L << 12;
+// From this many multiply-adds a GEMM goes to BLAS (when built with it).
+inline constexpr long kBlasWork = 1L << 16;
+inline constexpr int kBlasMinSide = 8;
+// Below this many multiply-adds each thread runs BLAS on its own block of C;
+// the blocks are multiples of kBlasSplitGrain rows or columns.
+inline constexpr long kBlasSplitWork = 1L << 24;
+inline constexpr long kBlasSplitGrain = 16;
+// From this many weights a single-row product goes to BLAS's threaded GEMV.
+inline constexpr long kGemvThreadedWork = 1L << 16;
+// Attention forward forks from this many multiply-adds: cheaper per unit
+// than the elements of the other operations (a decoding step's heads stay on
+// one thread).
+inline constexpr long kAttentionParallelWork = 1L << 15;
+// Up to this many query rows per (sequence, head), attention goes row by row.
+inline constexpr int kRowAttentionRows = 4;
+
+inline int thread_count() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+// Runs f(begin, end) over [0, n): split into one contiguous range per
+// OpenMP thread (as schedule(static)), with every boundary a multiple of
+// `grain`, when `parallel`; else as one call on this thread without entering
+// the OpenMP runtime, whose fork costs microseconds: more than a decoding
+// step's small operations themselves. f should capture by value ([=]).
+template <class F>
+void parallel_ranges(long n, bool parallel, F&& f, long grain = 1) {
+#ifdef _OPENMP
+  if (parallel && n > grain && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel
+    {
+      const long t = omp_get_thread_num(), k = omp_get_num_threads(), grains = (n + grain - 1) / grain;
+      const long lo = std::min(n, grains * t / k * grain), hi = std::min(n, grains * (t + 1) / k * grain);
+      // A private copy of a by-value closure keeps its pointers in
+      // registers: through the shared one every access reloads them and the
+      // loop does not vectorise.
+      std::decay_t<F> local(f);
+      if (lo < hi) local(lo, hi);
+    }
+    return;
+  }
+#endif
+  if (n > 0) f(0L, n);
+}
+
+inline int thread_index() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+}  // namespace detail
+
+}  // namespace xfmr
