@@ -13,6 +13,8 @@ context for every new token. Prints the same JSON as xfmr-bench --json.
 Run it with Debian's python3 and python3-torch, e.g.
   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 benchmark/pytorch_reference.py \
       --model shakespeare-small --threads 2
+or on an NVIDIA GPU with --device cuda (strict FP32 unless --tf32; every
+timed call ends with torch.cuda.synchronize(), as xfmr-bench's do).
 """
 import argparse
 import json
@@ -33,13 +35,18 @@ PRESETS = {
     "names": (16, 64, 4, 4, 256, 0.0, 16),
     "shakespeare-mid": (128, 128, 4, 4, 512, 0.0, 16),
     "shakespeare-large": (256, 384, 6, 6, 1536, 0.2, 64),
+    "gpt2-small": (1024, 768, 12, 12, 3072, 0.0, 16),
 }
+# The feed-forward activation of each preset; ReLU where not named.
+# xfmr's Gelu is the tanh approximation.
+GELU_PRESETS = {"gpt2-small"}
 
 
 class Block(nn.Module):
-    def __init__(self, d, h, ff, t, dropout):
+    def __init__(self, d, h, ff, t, dropout, gelu):
         super().__init__()
         self.h = h
+        self.act = (lambda z: F.gelu(z, approximate="tanh")) if gelu else F.relu
         self.ln1 = nn.LayerNorm(d)
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
@@ -62,15 +69,15 @@ class Block(nn.Module):
 
     def forward(self, x):
         x = x + self.drop1(self.attention(self.ln1(x)))
-        return x + self.drop2(self.fc2(F.relu(self.fc1(self.ln2(x)))))
+        return x + self.drop2(self.fc2(self.act(self.fc1(self.ln2(x)))))
 
 
 class CharGpt(nn.Module):
-    def __init__(self, vocab, t, d, h, l, ff, dropout):
+    def __init__(self, vocab, t, d, h, l, ff, dropout, gelu):
         super().__init__()
         self.tok_emb = nn.Embedding(vocab, d)
         self.pos_emb = nn.Embedding(t, d)
-        self.blocks = nn.Sequential(*[Block(d, h, ff, t, dropout) for _ in range(l)])
+        self.blocks = nn.Sequential(*[Block(d, h, ff, t, dropout, gelu) for _ in range(l)])
         self.ln_f = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, vocab)
         for name, p in self.named_parameters():
@@ -81,17 +88,24 @@ class CharGpt(nn.Module):
 
     def forward(self, ids):
         t = ids.shape[1]
-        x = self.tok_emb(ids) + self.pos_emb(torch.arange(t))
+        x = self.tok_emb(ids) + self.pos_emb(torch.arange(t, device=ids.device))
         return self.lm_head(self.ln_f(self.blocks(x)))
+
+
+def sync(args):
+    if args.device == "cuda":
+        torch.cuda.synchronize()
 
 
 def time_calls(f, args):
     for _ in range(args.warmup):
         f()
+    sync(args)
     t, start = [], time.perf_counter()
     while len(t) < args.min_reps or time.perf_counter() - start < args.min_time:
         t0 = time.perf_counter()
         f()
+        sync(args)
         t.append(time.perf_counter() - t0)
         if args.smoke:
             break
@@ -125,8 +139,10 @@ def forward_flops(cfg, b, t, v):
 
 def gemm_ceiling(args):
     best = 0.0
-    for n in ([128] if args.smoke else [256, 512, 1024]):
-        a, b = torch.full((n, n), 0.5), torch.full((n, n), 0.5)
+    sizes = [256, 512, 1024] if args.device == "cpu" else [2048, 4096, 8192]
+    for n in ([128] if args.smoke else sizes):
+        a = torch.rand((n, n), device=args.device)
+        b = torch.rand((n, n), device=args.device)
         timing = argparse.Namespace(**vars(args))
         timing.min_time = 0 if args.smoke else 0.5
         t = time_calls(lambda: torch.mm(a, b), timing)
@@ -140,6 +156,8 @@ def main():
     p.add_argument("--batch", type=int, default=0)
     p.add_argument("--vocab", type=int, default=65)
     p.add_argument("--modes", default="train,forward,generate")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--tf32", action="store_true", help="on CUDA, TF32 matrix products (default strict FP32)")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
     p.add_argument("--min-time", type=float, default=2.0)
     p.add_argument("--min-reps", type=int, default=10)
@@ -151,6 +169,9 @@ def main():
         args.warmup, args.min_reps, args.min_time = 0, 1, 0
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
     modes = args.modes.split(",")
     cfg = PRESETS[args.model]
     t_max, d, h, l, ff, dropout, default_batch = cfg
@@ -158,14 +179,15 @@ def main():
     v = args.vocab
     torch.manual_seed(1337)
     ceiling = gemm_ceiling(args)
-    model = CharGpt(v, t_max, d, h, l, ff, dropout)
+    model = CharGpt(v, t_max, d, h, l, ff, dropout, args.model in GELU_PRESETS).to(args.device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "emb" not in n]
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
-    ids = torch.randint(0, v, (b, t_max))
-    targets = torch.randint(0, v, (b, t_max))
-    out = {"impl": "pytorch", "backend": "cpu", "model": args.model, "torch": torch.__version__,
+    ids = torch.randint(0, v, (b, t_max), device=args.device)
+    targets = torch.randint(0, v, (b, t_max), device=args.device)
+    backend = "cpu" if args.device == "cpu" else torch.cuda.get_device_name() + (" tf32" if args.tf32 else "")
+    out = {"impl": "pytorch", "backend": backend, "model": args.model, "torch": torch.__version__,
            "shape": {"B": b, "T": t_max, "D": d, "H": h, "L": l, "FF": ff, "V": v, "dropout": dropout},
            "threads": torch.get_num_threads(), "gemm_ceiling_gflops": ceiling,
            "parameters": sum(p.numel() for p in model.parameters()), "results": {}}
@@ -189,7 +211,7 @@ def main():
             flops = sum(forward_flops(cfg, 1, i + 1, v) for i in range(n))
 
             def generate():
-                seq = torch.zeros((1, 1), dtype=torch.long)
+                seq = torch.zeros((1, 1), dtype=torch.long, device=args.device)
                 for _ in range(n):
                     logits = model(seq[:, -t_max:])
                     seq = torch.cat([seq, logits[:, -1, :].argmax(-1, keepdim=True)], dim=1)
@@ -199,7 +221,9 @@ def main():
             out["results"]["full_context_recompute"] = summarize(
                 time_calls(lambda: model(full), args), 1, forward_flops(cfg, 1, t_max, v), ceiling)
     out["memory"] = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}
-    print(f"pytorch {args.model} (B{b} T{t_max} D{d} H{h} L{l}), {out['threads']} threads; "
+    if args.device == "cuda":
+        out["memory"]["peak_device_mb"] = torch.cuda.max_memory_allocated() / 1e6
+    print(f"pytorch {args.model} (B{b} T{t_max} D{d} H{h} L{l}), {backend}, {out['threads']} threads; "
           f"GEMM ceiling {ceiling:.1f} GFLOP/s")
     for name, m in out["results"].items():
         print(f"  {name:24s}{m['median_ms']:10.3f} ms  [{m['p10_ms']:.3f}, {m['p90_ms']:.3f}]"
