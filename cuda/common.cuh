@@ -75,6 +75,63 @@ __device__ inline float block_max(float v, float* shared) {
   return m;
 }
 
+// Column sums of a row-major (rows, n) expression, parallel and repeatable
+// (no atomics; the order of the additions is fixed by kColumnChunkRows alone,
+// never by the GPU). Rows go in chunks of kColumnChunkRows; a block of 32
+// columns x 8 row lanes sums one chunk (lane y takes rows y, y + 8, ...; then
+// the 8 lanes add in order), and one thread per column adds the chunks in
+// order to out[k][c]. Term: `__device__ void operator()(int r, int c,
+// float* acc) const` adds row r's K terms of column c to acc[0..K).
+constexpr int kColumnChunkRows = 256, kColumnTile = 32, kColumnLanes = 8;
+
+template <int K>
+struct ColumnOutputs {
+  float* out[K];
+};
+
+template <int K, class Term>
+__global__ void column_chunk_sums_kernel(int rows, int n, Term term, float* partial) {
+  __shared__ float lanes[K][kColumnLanes][kColumnTile + 1];
+  const int c = blockIdx.x * kColumnTile + threadIdx.x;
+  const int first = blockIdx.y * kColumnChunkRows;
+  const int last = min(rows, first + kColumnChunkRows);
+  float acc[K] = {};
+  if (c < n)
+    for (int r = first + threadIdx.y; r < last; r += kColumnLanes) term(r, c, acc);
+  for (int k = 0; k < K; ++k) lanes[k][threadIdx.y][threadIdx.x] = acc[k];
+  __syncthreads();
+  if (threadIdx.y == 0 && c < n)
+    for (int k = 0; k < K; ++k) {
+      float s = 0.0f;
+      for (int y = 0; y < kColumnLanes; ++y) s += lanes[k][y][threadIdx.x];
+      partial[(std::size_t(blockIdx.y) * K + k) * n + c] = s;
+    }
+}
+
+template <int K>
+__global__ void column_chunk_total_kernel(int chunks, int n, const float* partial, ColumnOutputs<K> outputs) {
+  for (std::size_t c = first_index(); c < std::size_t(n); c += grid_stride())
+    for (int k = 0; k < K; ++k) {
+      float s = 0.0f;
+      for (int chunk = 0; chunk < chunks; ++chunk) s += partial[(std::size_t(chunk) * K + k) * n + c];
+      outputs.out[k][c] += s;
+    }
+}
+
+// out[k][c] += sum over r of term k of (r, c); `scratch` holds the chunk sums.
+template <int K, class Term>
+void add_column_sums(const char* what, int rows, int n, Term term, ColumnOutputs<K> outputs,
+                     DeviceArray<float>& scratch) {
+  if (rows == 0 || n == 0) return;
+  const int chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+  float* partial = scratch.reserve(std::size_t(chunks) * K * n);
+  const dim3 grid((n + kColumnTile - 1) / kColumnTile, chunks), block(kColumnTile, kColumnLanes);
+  column_chunk_sums_kernel<K><<<grid, block>>>(rows, n, term, partial);
+  check(cudaGetLastError(), what);
+  launch(what, elementwise_launch(std::size_t(n)), column_chunk_total_kernel<K>, chunks, n,
+         static_cast<const float*>(partial), outputs);
+}
+
 // The attention mask of mask.hpp, with the key padding in device memory.
 struct DeviceMask {
   bool causal;
@@ -97,7 +154,9 @@ struct CudaBackend::Context {
   cuda::DeviceArray<std::int32_t> counts;  // per-sequence counts (pooling)
   cuda::DeviceArray<double> partial;       // per-block or per-row partial sums
   cuda::DeviceArray<float> scratch;        // attention backward's dS
+  cuda::DeviceArray<float> column_partial; // add_column_sums' chunk sums
   std::vector<double> host_partial;
+  std::vector<std::int32_t> host_ids;      // embedding_backward's plan
 };
 
 }  // namespace xfmr

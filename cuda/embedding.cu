@@ -1,5 +1,8 @@
 // embedding.cu: token embedding gather and its gradient's scatter-add.
 // Ids are host memory: checked there (CpuBackend's message), then uploaded.
+#include <algorithm>
+#include <vector>
+
 #include "common.cuh"
 
 namespace xfmr {
@@ -13,11 +16,24 @@ __global__ void embedding_forward_kernel(int n, int D, const std::int32_t* ids, 
   for (std::size_t i = first_index(); i < total; i += grid_stride())
     y[i] = table[std::size_t(ids[i / D]) * D + i % D];
 }
-// One thread per column d, rows in input order: rows sharing an id add in
-// the same order as on the CPU, without atomics, so results are repeatable.
-__global__ void embedding_backward_kernel(int n, int D, const std::int32_t* ids, const float* dy, float* dtable) {
-  for (std::size_t d = first_index(); d < std::size_t(D); d += grid_stride())
-    for (int i = 0; i < n; ++i) dtable[std::size_t(ids[i]) * D + d] += dy[std::size_t(i) * D + d];
+// One block per distinct id (blockIdx.y), threads over the columns: each
+// table entry adds its rows' gradients in input order, exactly as the CPU
+// does, without atomics. `groups` is the host-built plan of
+// embedding_backward: positions sorted by id (stable), then for every
+// distinct id its value, then the offsets of its run of positions.
+__global__ void embedding_backward_kernel(int n, int n_ids, int D, const std::int32_t* groups, const float* dy,
+                                          float* dtable) {
+  const std::int32_t* positions = groups;
+  const std::int32_t* id = groups + n;
+  const std::int32_t* offset = groups + n + n_ids;
+  for (int g = blockIdx.y; g < n_ids; g += gridDim.y) {
+    float* row = dtable + std::size_t(id[g]) * D;
+    for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) {
+      float s = row[d];
+      for (int k = offset[g]; k < offset[g + 1]; ++k) s += dy[std::size_t(positions[k]) * D + d];
+      row[d] = s;
+    }
+  }
 }
 }  // namespace
 
@@ -30,9 +46,34 @@ void CudaBackend::embedding_forward(int n, int V, int D, const std::int32_t* ids
 }
 
 void CudaBackend::embedding_backward(int n, int D, const std::int32_t* ids, const S* dy, S* dtable) {
-  const std::int32_t* d_ids = upload_ids(ids, std::size_t(n));
-  cuda::detail::launch("embedding_backward", cuda::elementwise_launch(std::size_t(D)), embedding_backward_kernel, n, D,
-                       d_ids, dy, dtable);
+  if (n == 0) return;
+  // Counting sort of the positions by id.
+  auto& plan = ctx_->host_ids;
+  const int V = *std::max_element(ids, ids + n) + 1;
+  for (int i = 0; i < n; ++i) require(ids[i] >= 0, "token id ", ids[i], " at position ", i, " is negative");
+  std::vector<std::int32_t> start(std::size_t(V) + 1, 0);
+  for (int i = 0; i < n; ++i) ++start[std::size_t(ids[i]) + 1];
+  int n_ids = 0;
+  for (int v = 0; v < V; ++v) {
+    n_ids += start[std::size_t(v) + 1] > 0;
+    start[std::size_t(v) + 1] += start[std::size_t(v)];
+  }
+  plan.assign(std::size_t(n) + 2 * n_ids + 1, 0);
+  std::int32_t* positions = plan.data();
+  std::int32_t* id = positions + n;
+  std::int32_t* offset = id + n_ids;
+  for (int v = 0, g = 0; v < V; ++v)
+    if (start[std::size_t(v) + 1] > start[std::size_t(v)]) {
+      id[g] = v;
+      offset[g] = start[std::size_t(v)];
+      offset[++g] = start[std::size_t(v) + 1];
+    }
+  for (int i = 0; i < n; ++i) positions[start[std::size_t(ids[i])]++] = i;
+  const std::int32_t* groups = upload_ids(plan.data(), plan.size());
+  const unsigned threads = 128;
+  const dim3 grid((D + threads - 1) / threads, std::min(n_ids, 65535));
+  embedding_backward_kernel<<<grid, threads>>>(n, n_ids, D, groups, dy, dtable);
+  cuda::detail::check(cudaGetLastError(), "embedding_backward");
 }
 
 }  // namespace xfmr

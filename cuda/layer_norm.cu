@@ -1,5 +1,5 @@
 // layer_norm.cu: LayerNorm forward and backward, one warp per row; the
-// parameter gradients one thread per column over the rows in order.
+// parameter gradients as chunked column sums (add_column_sums).
 #include "common.cuh"
 
 namespace xfmr {
@@ -52,19 +52,16 @@ __global__ void layer_norm_dx_kernel(int rows, int n, const float* dy, const flo
   }
 }
 
-__global__ void layer_norm_dparams_kernel(int rows, int n, const float* dy, const float* x, const float* mean,
-                                          const float* rstd, float* dgamma, float* dbeta) {
-  for (std::size_t c = first_index(); c < std::size_t(n); c += grid_stride()) {
-    float g = 0.0f, b = 0.0f;
-    for (int r = 0; r < rows; ++r) {
-      const float d = dy[std::size_t(r) * n + c];
-      g += d * (x[std::size_t(r) * n + c] - mean[r]) * rstd[r];
-      b += d;
-    }
-    dgamma[c] += g;
-    dbeta[c] += b;
+// Terms of dgamma (dy xhat) and dbeta (dy) for add_column_sums.
+struct LayerNormParamTerms {
+  const float *dy, *x, *mean, *rstd;
+  int n;
+  __device__ void operator()(int r, int c, float* acc) const {
+    const std::size_t i = std::size_t(r) * n + c;
+    acc[0] += dy[i] * (x[i] - mean[r]) * rstd[r];
+    acc[1] += dy[i];
   }
-}
+};
 }  // namespace
 
 void CudaBackend::layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y, S* mean,
@@ -76,8 +73,8 @@ void CudaBackend::layer_norm_forward(int rows, int n, const S* x, const S* gamma
 // The parameter gradients are reduced first (as on the CPU), so dx may alias dy.
 void CudaBackend::layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean,
                                       const S* rstd, S* dx, S* dgamma, S* dbeta) {
-  launch("layer_norm_backward (parameters)", cuda::elementwise_launch(std::size_t(n)), layer_norm_dparams_kernel, rows,
-         n, dy, x, mean, rstd, dgamma, dbeta);
+  add_column_sums<2>("layer_norm_backward (parameters)", rows, n, LayerNormParamTerms{dy, x, mean, rstd, n},
+                     {{dgamma, dbeta}}, ctx_->column_partial);
   launch("layer_norm_backward (input)", warp_per_row(rows), layer_norm_dx_kernel, rows, n, dy, x, gamma, mean, rstd,
          dx);
 }

@@ -15,14 +15,11 @@ __global__ void bias_add_kernel(int rows, int n, const float* bias, float* y) {
   for (std::size_t i = first_index(); i < total; i += grid_stride()) y[i] += bias[i % n];
 }
 
-// One thread per column, rows summed in order (deterministic, like the CPU).
-__global__ void bias_grad_kernel(int rows, int n, const float* dy, float* dbias) {
-  for (std::size_t c = first_index(); c < std::size_t(n); c += grid_stride()) {
-    float s = 0.0f;
-    for (int r = 0; r < rows; ++r) s += dy[std::size_t(r) * n + c];
-    dbias[c] += s;
-  }
-}
+struct BiasGradTerm {
+  const float* dy;
+  int n;
+  __device__ void operator()(int r, int c, float* acc) const { acc[0] += dy[std::size_t(r) * n + c]; }
+};
 }  // namespace
 
 void CudaBackend::gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb,
@@ -50,7 +47,7 @@ void CudaBackend::bias_add(int rows, int n, const S* bias, S* y) {
 }
 
 void CudaBackend::bias_grad(int rows, int n, const S* dy, S* dbias) {
-  cuda::detail::launch("bias_grad", cuda::elementwise_launch(std::size_t(n)), bias_grad_kernel, rows, n, dy, dbias);
+  cuda::detail::add_column_sums<1>("bias_grad", rows, n, BiasGradTerm{dy, n}, {{dbias}}, ctx_->column_partial);
 }
 
 }  // namespace xfmr
