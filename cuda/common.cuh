@@ -76,35 +76,43 @@ __device__ inline float block_max(float v, float* shared) {
 }
 
 // Column sums of a row-major (rows, n) expression, parallel and repeatable
-// (no atomics; the order of the additions is fixed by kColumnChunkRows alone,
-// never by the GPU). Rows go in chunks of kColumnChunkRows; a block of 32
-// columns x 8 row lanes sums one chunk (lane y takes rows y, y + 8, ...; then
-// the 8 lanes add in order), and one thread per column adds the chunks in
-// order to out[k][c]. Term: `__device__ void operator()(int r, int c,
-// float* acc) const` adds row r's K terms of column c to acc[0..K).
-constexpr int kColumnChunkRows = 256, kColumnTile = 32, kColumnLanes = 8;
+// (no atomics; the order of the additions depends on `rows` alone, never on
+// the GPU). A block of 32 columns x LANES row lanes sums a chunk of rows:
+// lane y takes rows y, y + LANES, ..., then the lanes add in order. Up to
+// kColumnOnePassRows rows are one chunk of 32 lanes added straight into
+// out[k][c]; more go in chunks of kColumnChunkRows with 8 lanes, and then one
+// thread per column adds the chunks in order. Term: `__device__ void
+// operator()(int r, int c, float* acc) const` adds row r's K terms of column c
+// to acc[0..K).
+constexpr int kColumnTile = 32, kColumnOnePassRows = 1024, kColumnChunkRows = 256;
 
 template <int K>
 struct ColumnOutputs {
   float* out[K];
 };
 
-template <int K, class Term>
-__global__ void column_chunk_sums_kernel(int rows, int n, Term term, float* partial) {
-  __shared__ float lanes[K][kColumnLanes][kColumnTile + 1];
+// With one chunk (gridDim.y == 1) the sums go straight to `outputs`, else to
+// partial[chunk][k][c].
+template <int K, int LANES, class Term>
+__global__ void column_chunk_sums_kernel(int rows, int n, int chunk_rows, Term term, float* partial,
+                                         ColumnOutputs<K> outputs) {
+  __shared__ float lanes[K][LANES][kColumnTile + 1];
   const int c = blockIdx.x * kColumnTile + threadIdx.x;
-  const int first = blockIdx.y * kColumnChunkRows;
-  const int last = min(rows, first + kColumnChunkRows);
+  const int first = blockIdx.y * chunk_rows;
+  const int last = min(rows, first + chunk_rows);
   float acc[K] = {};
   if (c < n)
-    for (int r = first + threadIdx.y; r < last; r += kColumnLanes) term(r, c, acc);
+    for (int r = first + threadIdx.y; r < last; r += LANES) term(r, c, acc);
   for (int k = 0; k < K; ++k) lanes[k][threadIdx.y][threadIdx.x] = acc[k];
   __syncthreads();
   if (threadIdx.y == 0 && c < n)
     for (int k = 0; k < K; ++k) {
       float s = 0.0f;
-      for (int y = 0; y < kColumnLanes; ++y) s += lanes[k][y][threadIdx.x];
-      partial[(std::size_t(blockIdx.y) * K + k) * n + c] = s;
+      for (int y = 0; y < LANES; ++y) s += lanes[k][y][threadIdx.x];
+      if (gridDim.y == 1)
+        outputs.out[k][c] += s;
+      else
+        partial[(std::size_t(blockIdx.y) * K + k) * n + c] = s;
     }
 }
 
@@ -123,10 +131,16 @@ template <int K, class Term>
 void add_column_sums(const char* what, int rows, int n, Term term, ColumnOutputs<K> outputs,
                      DeviceArray<float>& scratch) {
   if (rows == 0 || n == 0) return;
+  const unsigned tiles = (n + kColumnTile - 1) / kColumnTile;
+  if (rows <= kColumnOnePassRows) {
+    column_chunk_sums_kernel<K, 32><<<dim3(tiles, 1), dim3(kColumnTile, 32)>>>(rows, n, rows, term, nullptr, outputs);
+    check(cudaGetLastError(), what);
+    return;
+  }
   const int chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
   float* partial = scratch.reserve(std::size_t(chunks) * K * n);
-  const dim3 grid((n + kColumnTile - 1) / kColumnTile, chunks), block(kColumnTile, kColumnLanes);
-  column_chunk_sums_kernel<K><<<grid, block>>>(rows, n, term, partial);
+  column_chunk_sums_kernel<K, 8><<<dim3(tiles, chunks), dim3(kColumnTile, 8)>>>(rows, n, kColumnChunkRows, term,
+                                                                               partial, outputs);
   check(cudaGetLastError(), what);
   launch(what, elementwise_launch(std::size_t(n)), column_chunk_total_kernel<K>, chunks, n,
          static_cast<const float*>(partial), outputs);

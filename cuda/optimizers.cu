@@ -1,6 +1,9 @@
-// optimizers.cu: fused AdamW and SGD updates, and the gradient utilities'
-// sum of squares (fixed launch shape, partial sums added on the host in
-// block order: repeatable) and scaling.
+// optimizers.cu: the multi-tensor AdamW update and SGD, and the gradient
+// utilities' sum of squares (fixed launch shape, partial sums added on the
+// host in block order: repeatable) and scaling.
+#include <algorithm>
+#include <cmath>
+
 #include "common.cuh"
 
 namespace xfmr {
@@ -10,17 +13,33 @@ using namespace cuda::detail;
 
 constexpr unsigned kSumBlocks = 256, kSumThreads = 256;
 
-__global__ void adamw_kernel(std::size_t n, float* p, const float* g, float* m, float* v, float lr, float beta1,
-                             float beta2, float eps, float weight_decay, float step_size, float rbc2) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
-    float pi = p[i];
-    pi -= lr * weight_decay * pi;
-    const float gi = g[i];
-    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - step_size * mi / (sqrtf(vi) * rbc2 + eps);
+// Up to kAdamWBatch tensors per launch, passed by value (about 1.7 KB of
+// kernel parameters): block b updates kAdamWBlockValues values of the tensor
+// whose block range holds b.
+constexpr int kAdamWBatch = 32;
+constexpr unsigned kAdamWThreads = 256, kAdamWPerThread = 4, kAdamWBlockValues = kAdamWThreads * kAdamWPerThread;
+struct AdamWBatch {
+  int count;
+  unsigned first_block[kAdamWBatch + 1];
+  AdamWTensor<float> t[kAdamWBatch];
+};
+
+__global__ void adamw_kernel(AdamWBatch batch, float lr, float beta1, float beta2, float eps, float step_size,
+                             float rbc2) {
+  int k = 0;
+  while (blockIdx.x >= batch.first_block[k + 1]) ++k;
+  const AdamWTensor<float>& t = batch.t[k];
+  std::size_t i = std::size_t(blockIdx.x - batch.first_block[k]) * kAdamWBlockValues + threadIdx.x;
+  for (unsigned j = 0; j < kAdamWPerThread; ++j, i += kAdamWThreads) {
+    if (i >= t.n) return;
+    float pi = t.p[i];
+    pi -= lr * t.weight_decay * pi;
+    const float gi = t.g[i];
+    const float mi = beta1 * t.m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * t.v[i] + (1.0f - beta2) * gi * gi;
+    t.m[i] = mi;
+    t.v[i] = vi;
+    t.p[i] = pi - step_size * mi / (sqrtf(vi) * rbc2 + eps);
   }
 }
 __global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, float lr, float momentum,
@@ -44,10 +63,24 @@ __global__ void sum_squares_kernel(std::size_t n, const float* x, double* partia
 }
 }  // namespace
 
-void CudaBackend::adamw_step(std::size_t n, S* p, const S* g, S* m, S* v, S lr, S beta1, S beta2, S eps,
-                             S weight_decay, S bias_correction1, S bias_correction2) {
-  launch("adamw_step", cuda::elementwise_launch(n), adamw_kernel, n, p, g, m, v, lr, beta1, beta2, eps, weight_decay,
-         lr / bias_correction1, 1.0f / std::sqrt(bias_correction2));
+void CudaBackend::adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps,
+                             S bias_correction1, S bias_correction2) {
+  const S step_size = lr / bias_correction1, rbc2 = 1.0f / std::sqrt(bias_correction2);
+  for (std::size_t first = 0; first < tensors.size(); first += kAdamWBatch) {
+    AdamWBatch batch{};
+    batch.count = int(std::min<std::size_t>(kAdamWBatch, tensors.size() - first));
+    unsigned blocks = 0;
+    for (int k = 0; k < batch.count; ++k) {
+      batch.t[k] = tensors[first + k];
+      batch.first_block[k] = blocks;
+      const std::size_t need = (batch.t[k].n + kAdamWBlockValues - 1) / kAdamWBlockValues;
+      require(need <= 0x7fffffffu - blocks, "adamw_step: ", batch.t[k].n, " values are too many for one launch");
+      blocks += unsigned(need);
+    }
+    for (int k = batch.count; k <= kAdamWBatch; ++k) batch.first_block[k] = blocks;
+    launch("adamw_step", cuda::Launch{blocks, kAdamWThreads}, adamw_kernel, batch, lr, beta1, beta2, eps, step_size,
+           rbc2);
+  }
 }
 
 void CudaBackend::sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay) {

@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE(gemm_all_transposes_strides_and_beta) {
 
 BOOST_AUTO_TEST_CASE(bias_add_and_grad) {
   const int n = 70;
-  for (int rows : {45, 700}) {  // one and several chunks of the column sums
+  for (int rows : {45, 1024, 1500}) {  // one pass, and several chunks, of the column sums
     F y = randn(rows * n, 4), bias = randn(n, 5), dbias = randn(n, 6);
     DevF dy_(y), db(bias), ddb(dbias);
     cpu.bias_add(rows, n, bias.data(), y.data());
@@ -198,7 +198,7 @@ BOOST_AUTO_TEST_CASE(positions_forward_backward) {
 }
 
 BOOST_AUTO_TEST_CASE(layer_norm_forward_backward) {
-  for (auto [rows, n] : {std::pair{33, 24}, {33, 200}, {33, 768}, {600, 200}}) {
+  for (auto [rows, n] : {std::pair{33, 24}, {33, 200}, {33, 768}, {600, 200}, {1300, 100}}) {
     F x = randn(rows * n, 12, 2.0), g = randn(n, 13), b = randn(n, 14), y(rows * n), mean(rows), rstd(rows);
     DevF dx(x), dg(g), db(b), dy(y.size()), dmean(rows), drstd(rows);
     cpu.layer_norm_forward(rows, n, x.data(), g.data(), b.data(), 1e-5f, y.data(), mean.data(), rstd.data());
@@ -347,23 +347,47 @@ BOOST_AUTO_TEST_CASE(cross_entropy_with_ignore_and_smoothing) {
 }
 
 BOOST_AUTO_TEST_CASE(optimizer_updates) {
-  const std::size_t n = 10007;
-  F p = randn(n, 33), g = randn(n, 34), m = randn(n, 35, 0.1), v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = float(0.01 * (1 + i % 7));
-  DevF dp(p), dg(g), dm(m), dv(v);
+  // 40 tensors (two launches of up to 32), sizes from 0 to past a block's
+  // 1024 values, each with its own decay; then one large tensor.
+  std::vector<std::size_t> sizes;
+  for (std::size_t k = 0; k < 40; ++k) sizes.push_back(k * 53 % 1500);
+  sizes.push_back(10007);
+  std::vector<F> p, g, m, v;
+  std::vector<DevF> dp, dg, dm, dv;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::size_t n = sizes[k];
+    p.push_back(randn(n, 33 + 4 * k));
+    g.push_back(randn(n, 34 + 4 * k));
+    m.push_back(randn(n, 35 + 4 * k, 0.1));
+    v.emplace_back(n);
+    for (std::size_t i = 0; i < n; ++i) v[k][i] = float(0.01 * (1 + i % 7));
+    dp.emplace_back(p[k]), dg.emplace_back(g[k]), dm.emplace_back(m[k]), dv.emplace_back(v[k]);
+  }
+  std::vector<AdamWTensor<float>> on_cpu, on_gpu;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const float decay = k % 3 ? 0.01f : 0.0f;
+    on_cpu.push_back({sizes[k], p[k].data(), g[k].data(), m[k].data(), v[k].data(), decay});
+    on_gpu.push_back({sizes[k], dp[k].p(), dg[k].p(), dm[k].p(), dv[k].p(), decay});
+  }
   for (int step = 1; step <= 3; ++step) {
     const float bc1 = 1 - std::pow(0.9f, step), bc2 = 1 - std::pow(0.999f, step);
-    cpu.adamw_step(n, p.data(), g.data(), m.data(), v.data(), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2);
-    gpu.adamw_step(n, dp.p(), dg.p(), dm.p(), dv.p(), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2);
+    cpu.adamw_step(std::span<const AdamWTensor<float>>(on_cpu), 1e-3f, 0.9f, 0.999f, 1e-8f, bc1, bc2);
+    gpu.adamw_step(std::span<const AdamWTensor<float>>(on_gpu), 1e-3f, 0.9f, 0.999f, 1e-8f, bc1, bc2);
   }
-  expect_close(p, dp.host(), "adamw p", 1e-5, 1e-6);
-  expect_close(m, dm.host(), "adamw m", 1e-5, 1e-7);
-  expect_close(v, dv.host(), "adamw v", 1e-5, 1e-8);
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::string t = " tensor " + std::to_string(k);
+    expect_close(p[k], dp[k].host(), "adamw p" + t, 1e-5, 1e-6);
+    expect_close(m[k], dm[k].host(), "adamw m" + t, 1e-5, 1e-7);
+    expect_close(v[k], dv[k].host(), "adamw v" + t, 1e-5, 1e-8);
+  }
+  const std::size_t n = sizes.back();
+  F p1 = p.back(), g1 = g.back();
+  DevF dp1(p1), dg1(g1);
   F buf(n);
   DevF dbuf(n);
-  cpu.sgd_step(n, p.data(), g.data(), buf.data(), 0.1f, 0.9f, 1e-4f);
-  gpu.sgd_step(n, dp.p(), dg.p(), dbuf.p(), 0.1f, 0.9f, 1e-4f);
-  expect_close(p, dp.host(), "sgd p", 1e-5, 1e-6);
+  cpu.sgd_step(n, p1.data(), g1.data(), buf.data(), 0.1f, 0.9f, 1e-4f);
+  gpu.sgd_step(n, dp1.p(), dg1.p(), dbuf.p(), 0.1f, 0.9f, 1e-4f);
+  expect_close(p1, dp1.host(), "sgd p", 1e-5, 1e-6);
   expect_close(buf, dbuf.host(), "sgd buffer", 1e-5, 1e-6);
 }
 

@@ -35,7 +35,9 @@
 //      dloss * (probs - target distribution) / (number of counted rows)
 //  sum_squares(n, x) -> double              in a fixed order
 //  scale(n, alpha, x)                        x *= alpha
-//  adamw_step(n, p, g, m, v, lr, beta1, beta2, eps, weight_decay, bc1, bc2)
+//  adamw_step(tensors, lr, beta1, beta2, eps, bc1, bc2)   every AdamWTensor
+//      in one pass (one parallel region on the CPU, one launch per 32
+//      tensors on a GPU); each tensor has its own weight decay
 //  sgd_step(n, p, g, buf, lr, momentum, weight_decay)
 //  attention_forward(dims, q, ldq, k, ldk, v, ldv, y, ldy, probs, mask)
 //      per (b, h): probs = softmax(mask(Q K^T / sqrt(QK_DIM))); Y = probs V
@@ -60,6 +62,19 @@
 #include "xfmr/core/mask.hpp"
 
 namespace xfmr {
+
+// One parameter tensor of an AdamW update: n values p, their gradients g and
+// first and second moments m, v (backend memory), and the tensor's decoupled
+// weight decay.
+template <class S>
+struct AdamWTensor {
+  std::size_t n;
+  S* p;
+  const S* g;
+  S* m;
+  S* v;
+  S weight_decay;
+};
 
 // Sizes of one scaled dot-product attention call. Head h of a row reads
 // q[row*ldq + h*QK_DIM .. +QK_DIM) and writes y[row*ldy + h*V_DIM .. +V_DIM).
@@ -102,7 +117,7 @@ concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Sc
   be.cross_entropy_backward(i, i, cp, ids, i, s, p, s);
   { be.sum_squares(n, cp) } -> std::convertible_to<double>;
   be.scale(n, s, p);
-  be.adamw_step(n, p, cp, p, p, s, s, s, s, s, s, s);
+  be.adamw_step(std::span<const AdamWTensor<typename Be::Scalar>>(), s, s, s, s, s, s);
   be.sgd_step(n, p, cp, p, s, s, s);
   be.attention_forward(dims, cp, i, cp, i, cp, i, p, i, p, mask);
   be.attention_backward(dims, cp, i, cp, i, cp, i, cp, i, cp, p, p, p);

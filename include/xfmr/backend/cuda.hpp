@@ -248,8 +248,8 @@ class CudaBackend {
                               S* dlogits, S smoothing = S(0));
   double sum_squares(std::size_t n, const S* x);
   void scale(std::size_t n, S alpha, S* x);
-  void adamw_step(std::size_t n, S* p, const S* g, S* m, S* v, S lr, S beta1, S beta2, S eps, S weight_decay,
-                  S bias_correction1, S bias_correction2);
+  void adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps, S bias_correction1,
+                  S bias_correction2);
   void sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay);
   void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv, S* y,
                          int ldy, S* probs, const AttentionMask& mask);

@@ -15,10 +15,12 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "xfmr/backend/backend.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/tensor.hpp"
 
@@ -74,10 +76,12 @@ class AdamW {
     ++steps_;
     const double bc1 = 1.0 - std::pow(opts_.beta1, double(steps_));
     const double bc2 = 1.0 - std::pow(opts_.beta2, double(steps_));
+    tensors_.clear();
     for (auto& s : slots_)
-      be.adamw_step(s.value->size(), s.value->data(), s.grad->data(), s.state1.data(), s.state2.data(), S(lr),
-                    S(opts_.beta1), S(opts_.beta2), S(opts_.eps), S(s.decay ? opts_.weight_decay : 0.0), S(bc1),
-                    S(bc2));
+      tensors_.push_back({s.value->size(), s.value->data(), s.grad->data(), s.state1.data(), s.state2.data(),
+                          S(s.decay ? opts_.weight_decay : 0.0)});
+    be.adamw_step(std::span<const AdamWTensor<S>>(tensors_), S(lr), S(opts_.beta1), S(opts_.beta2), S(opts_.eps),
+                  S(bc1), S(bc2));
   }
 
   template <class F>
@@ -102,6 +106,7 @@ class AdamW {
 
   AdamWOptions opts_;
   std::vector<detail::Slot<Backend>> slots_;
+  std::vector<AdamWTensor<S>> tensors_;  // step()'s list, kept to reuse its memory
   std::int64_t steps_ = 0;
 };
 
