@@ -41,7 +41,7 @@ const std::int32_t* upload_counts(CudaBackend::Context& ctx, int B, int T, const
     for (int b = 0; b < B; ++b)
       for (int t = 0; t < T; ++t) counts[b] -= exclude[std::size_t(b) * T + t] != 0;
   std::int32_t* d = ctx.counts.reserve(counts.size());
-  cuda::upload(d, counts.data(), counts.size() * sizeof(std::int32_t));
+  ctx.staging.upload(d, counts.data(), counts.size() * sizeof(std::int32_t));
   return d;
 }
 }  // namespace

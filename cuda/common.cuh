@@ -157,12 +157,37 @@ struct DeviceMask {
   }
 };
 
+// Page-locked host staging for uploads, so that an upload is queued in order
+// with the kernels instead of waiting for them (a copy from pageable memory
+// first waits for all queued work). Slots are used in turn; a slot is
+// refilled only after its previous copy has completed (its event).
+class UploadStaging {
+ public:
+  static constexpr int kSlots = 4;
+  UploadStaging() = default;
+  UploadStaging(const UploadStaging&) = delete;
+  UploadStaging& operator=(const UploadStaging&) = delete;
+  ~UploadStaging();
+  // Queues a copy of `bytes` from host_src to device_dst on the default stream.
+  void upload(void* device_dst, const void* host_src, std::size_t bytes);
+
+ private:
+  struct Slot {
+    void* host = nullptr;
+    std::size_t bytes = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  Slot slots_[kSlots];
+  int next_ = 0;
+};
+
 }  // namespace xfmr::cuda::detail
 
 namespace xfmr {
 
 struct CudaBackend::Context {
   cublasHandle_t blas = nullptr;
+  cuda::detail::UploadStaging staging;     // ids, targets and masks on their way in
   cuda::DeviceArray<std::uint8_t> mask;    // uploaded key padding / pooling exclusions
   cuda::DeviceArray<std::int32_t> ids;     // uploaded token ids or targets
   cuda::DeviceArray<std::int32_t> counts;  // per-sequence counts (pooling)

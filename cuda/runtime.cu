@@ -1,4 +1,5 @@
 // runtime.cu: devices, memory, error checking and the backend's context.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -17,6 +18,37 @@ void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
     xfmr::detail::fail("cuBLAS error in ", what, ": ", cublasGetStatusString(status), " (status ", int(status), ")");
 }
+UploadStaging::~UploadStaging() {
+  for (Slot& s : slots_) {
+    if (s.copied) {
+      cudaEventSynchronize(s.copied);
+      cudaEventDestroy(s.copied);
+    }
+    if (s.host) cudaFreeHost(s.host);
+  }
+}
+
+void UploadStaging::upload(void* device_dst, const void* host_src, std::size_t bytes) {
+  if (bytes == 0) return;
+  Slot& s = slots_[next_];
+  next_ = (next_ + 1) % kSlots;
+  if (s.copied)
+    check(cudaEventSynchronize(s.copied), "upload (waiting for a staging slot)");
+  else
+    check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "upload (cudaEventCreate)");
+  if (s.bytes < bytes) {
+    if (s.host) check(cudaFreeHost(s.host), "upload (cudaFreeHost)");
+    s.host = nullptr;
+    s.bytes = 0;
+    const std::size_t want = std::max<std::size_t>(bytes, 4096);
+    check(cudaHostAlloc(&s.host, want, cudaHostAllocDefault), "upload (cudaHostAlloc)");
+    s.bytes = want;
+  }
+  std::memcpy(s.host, host_src, bytes);
+  check(cudaMemcpyAsync(device_dst, s.host, bytes, cudaMemcpyHostToDevice, 0), "upload (cudaMemcpyAsync)");
+  check(cudaEventRecord(s.copied, 0), "upload (cudaEventRecord)");
+}
+
 }  // namespace detail
 
 int device_count() {
@@ -98,12 +130,12 @@ std::span<const float> CudaBackend::host_view(std::span<const float> x, std::vec
 const std::uint8_t* CudaBackend::upload_mask(const std::uint8_t* host, std::size_t n) {
   if (!host) return nullptr;
   std::uint8_t* d = ctx_->mask.reserve(n);
-  cuda::upload(d, host, n);
+  ctx_->staging.upload(d, host, n);
   return d;
 }
 const std::int32_t* CudaBackend::upload_ids(const std::int32_t* host, std::size_t n) {
   std::int32_t* d = ctx_->ids.reserve(n);
-  cuda::upload(d, host, n * sizeof(std::int32_t));
+  ctx_->staging.upload(d, host, n * sizeof(std::int32_t));
   return d;
 }
 
