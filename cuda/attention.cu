@@ -1,9 +1,14 @@
 // attention.cu: masked softmax (forward and backward, one warp per row) and
-// scaled dot-product attention. The products are cuBLAS strided-batched
-// GEMMs, one call per head batched over the sequences: head h of sequence b
-// starts at a fixed stride from head h of sequence b - 1 in Q, K, V, the
-// output and the (B, H, Tq, Tk) probabilities, which is what the
-// strided-batched call needs.
+// scaled dot-product attention, two ways:
+// - up to kFusedKeys keys and heads up to kFusedHeadDim wide (training at
+//   small T, and every decoding step of such models): fused kernels, one
+//   warp per query row (forward: scores, softmax, probabilities, output; the
+//   backward's first kernel: dP, dS, dQ) and one warp per key row (dK, dV):
+//   one launch for the forward and two for the backward, for all heads;
+// - otherwise cuBLAS strided-batched GEMMs, one call per head batched over
+//   the sequences (head h of sequence b starts at a fixed stride from head h
+//   of sequence b - 1 in Q, K, V, the output and the (B, H, Tq, Tk)
+//   probabilities), around the masked softmax kernels.
 #include <cmath>
 
 #include "common.cuh"
@@ -52,6 +57,159 @@ __global__ void softmax_backward_kernel(int rows, int n, const float* probs, con
     for (int j = lane(); j < n; j += 32) ds[j] = p[j] * (dp[j] - dot);
   }
 }
+// ---- fused attention for short rows ----------------------------------------
+constexpr int kFusedKeys = 256, kFusedHeadDim = 128;
+constexpr int kKeysPerLane = kFusedKeys / 32, kColsPerLane = kFusedHeadDim / 32;
+
+struct RowPointers {
+  int b, h, i;  // sequence, head, query row of warp row r of (B, H, Tq)
+};
+__device__ inline RowPointers split_row(long r, const AttentionDims& a) {
+  return {int(r / (long(a.H) * a.Tq)), int(r / a.Tq % a.H), int(r % a.Tq)};
+}
+
+// out[c] = sum over keys j < Tk of w_j * rows[j * ld + c] for the lanes'
+// columns c = lane + 32 u, where lane j % 32 holds w_j in w[j / 32].
+template <int KEYS>
+__device__ inline void weighted_rows(const float (&w)[KEYS], int Tk, const float* rows, long ld, int cols, float* out,
+                                     float scale) {
+  float acc[kColsPerLane] = {};
+#pragma unroll
+  for (int t = 0; t < KEYS; ++t)
+    for (int src = 0; src < 32; ++src) {
+      const int j = 32 * t + src;
+      if (j >= Tk) break;  // uniform across the warp
+      const float wj = __shfl_sync(0xffffffffu, w[t], src);
+      if (wj == 0.0f) continue;
+      const float* row = rows + j * ld;
+#pragma unroll
+      for (int u = 0; u < kColsPerLane; ++u)
+        if (lane() + 32 * u < cols) acc[u] += wj * row[lane() + 32 * u];
+    }
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u)
+    if (lane() + 32 * u < cols) out[lane() + 32 * u] = scale * acc[u];
+}
+
+__device__ inline float dot(const float* x, const float* y, int n) {
+  float s = 0.0f;
+  for (int c = 0; c < n; ++c) s += x[c] * y[c];
+  return s;
+}
+
+// One warp per query row: scores against the visible keys (lane j % 32 takes
+// key j), the masked softmax in registers, the probabilities row, and the
+// output row (lanes over its columns). A row with every key masked gets zero
+// probabilities and a zero output, as on the CPU.
+template <int KEYS>
+__global__ void attention_rows_forward_kernel(AttentionDims a, float scale, const float* q, int ldq, const float* k,
+                                              int ldk, const float* v, int ldv, float* y, int ldy, float* probs,
+                                              DeviceMask mask) {
+  const long rows = long(a.B) * a.H * a.Tq, kv = a.KV_ROWS ? a.KV_ROWS : a.Tk;
+  for (long r = first_warp(); r < rows; r += warp_stride()) {
+    const auto [b, h, i] = split_row(r, a);
+    const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
+    const float* kb = k + long(b) * kv * ldk + long(h) * a.QK_DIM;
+    float p[KEYS];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < KEYS; ++t) {
+      const int j = lane() + 32 * t;
+      p[t] = -INFINITY;
+      if (j < a.Tk && mask.allowed(b, i, j, a.Tq, a.Tk)) {
+        p[t] = scale * dot(qi, kb + long(j) * ldk, a.QK_DIM);
+        mx = fmaxf(mx, p[t]);
+      }
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < KEYS; ++t) {
+      p[t] = p[t] == -INFINITY ? 0.0f : expf(p[t] - mx);
+      sum += p[t];
+    }
+    sum = warp_sum(sum);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    float* pr = probs + r * a.Tk;
+#pragma unroll
+    for (int t = 0; t < KEYS; ++t) {
+      p[t] *= inv;
+      if (lane() + 32 * t < a.Tk) pr[lane() + 32 * t] = p[t];
+    }
+    weighted_rows(p, a.Tk, v + long(b) * kv * ldv + long(h) * a.V_DIM, ldv, a.V_DIM,
+                  y + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM, 1.0f);
+  }
+}
+
+// Backward, one warp per query row: dP_ij = dY_i . V_j, dS = P (dP - <dP, P>)
+// (kept in ds for the key rows), dQ_i = scale sum_j dS_ij K_j.
+template <int KEYS>
+__global__ void attention_rows_backward_q_kernel(AttentionDims a, float scale, const float* dy, int ldy,
+                                                 const float* k, int ldk, const float* v, int ldv, const float* probs,
+                                                 float* ds, float* dq, int ldq) {
+  const long rows = long(a.B) * a.H * a.Tq;
+  for (long r = first_warp(); r < rows; r += warp_stride()) {
+    const auto [b, h, i] = split_row(r, a);
+    const float* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
+    const float* vb = v + long(b) * a.Tk * ldv + long(h) * a.V_DIM;
+    const float* pr = probs + r * a.Tk;
+    float p[KEYS], d[KEYS];
+    float pd = 0.0f;
+#pragma unroll
+    for (int t = 0; t < KEYS; ++t) {
+      const int j = lane() + 32 * t;
+      p[t] = j < a.Tk ? pr[j] : 0.0f;
+      d[t] = p[t] != 0.0f ? dot(dyi, vb + long(j) * ldv, a.V_DIM) : 0.0f;
+      pd += p[t] * d[t];
+    }
+    pd = warp_sum(pd);
+    float* dsr = ds + r * a.Tk;
+#pragma unroll
+    for (int t = 0; t < KEYS; ++t) {
+      d[t] = p[t] * (d[t] - pd);
+      if (lane() + 32 * t < a.Tk) dsr[lane() + 32 * t] = d[t];
+    }
+    weighted_rows(d, a.Tk, k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, ldk, a.QK_DIM,
+                  dq + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM, scale);
+  }
+}
+
+// Backward, one warp per key row j: dV_j = sum_i P_ij dY_i and
+// dK_j = scale sum_i dS_ij Q_i, the query rows in order, lanes over columns.
+__global__ void attention_rows_backward_kv_kernel(AttentionDims a, float scale, const float* dy, int ldy,
+                                                  const float* q, int ldq, const float* probs, const float* ds,
+                                                  float* dk, int ldk, float* dv, int ldv) {
+  const long rows = long(a.B) * a.H * a.Tk;
+  for (long r = first_warp(); r < rows; r += warp_stride()) {
+    const int b = int(r / (long(a.H) * a.Tk)), h = int(r / a.Tk % a.H), j = int(r % a.Tk);
+    const long tile = (long(b) * a.H + h) * a.Tq * a.Tk;  // (b, h)'s (Tq, Tk) block
+    float kacc[kColsPerLane] = {}, vacc[kColsPerLane] = {};
+    for (int i = 0; i < a.Tq; ++i) {
+      const float pij = probs[tile + long(i) * a.Tk + j], dsij = ds[tile + long(i) * a.Tk + j];
+      if (pij == 0.0f && dsij == 0.0f) continue;
+      const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
+      const float* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
+#pragma unroll
+      for (int u = 0; u < kColsPerLane; ++u) {
+        const int c = lane() + 32 * u;
+        if (c < a.QK_DIM) kacc[u] += dsij * qi[c];
+        if (c < a.V_DIM) vacc[u] += pij * dyi[c];
+      }
+    }
+    float* dkj = dk + (long(b) * a.Tk + j) * ldk + long(h) * a.QK_DIM;
+    float* dvj = dv + (long(b) * a.Tk + j) * ldv + long(h) * a.V_DIM;
+#pragma unroll
+    for (int u = 0; u < kColsPerLane; ++u) {
+      const int c = lane() + 32 * u;
+      if (c < a.QK_DIM) dkj[c] = scale * kacc[u];
+      if (c < a.V_DIM) dvj[c] = vacc[u];
+    }
+  }
+}
+
+bool fused_attention(const AttentionDims& a) {
+  return a.Tk <= kFusedKeys && a.QK_DIM <= kFusedHeadDim && a.V_DIM <= kFusedHeadDim;
+}
 }  // namespace
 
 void CudaBackend::softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs,
@@ -67,6 +225,17 @@ void CudaBackend::softmax_backward(int rows, int n, const S* probs, const S* dpr
 void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v,
                                     int ldv, S* y, int ldy, S* probs, const AttentionMask& mask) {
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
+  if (fused_attention(a)) {
+    const DeviceMask m{mask.causal, upload_mask(mask.key_padding, std::size_t(a.B) * a.Tk)};
+    const cuda::Launch shape = warp_per_row(long(a.B) * a.H * a.Tq);
+    if (a.Tk <= 32)
+      launch("attention_forward", shape, attention_rows_forward_kernel<1>, a, scale, q, ldq, k, ldk, v, ldv, y, ldy,
+             probs, m);
+    else
+      launch("attention_forward", shape, attention_rows_forward_kernel<kKeysPerLane>, a, scale, q, ldq, k, ldk, v, ldv,
+             y, ldy, probs, m);
+    return;
+  }
   const long tile = long(a.Tq) * a.Tk, kv = a.kv_rows();
   for (int h = 0; h < a.H; ++h)  // scores (Tq, Tk) = scale Q K^T
     gemm_strided_batched(false, true, a.Tq, a.Tk, a.QK_DIM, scale, q + long(h) * a.QK_DIM, ldq, long(a.Tq) * ldq,
@@ -84,6 +253,18 @@ void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ld
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   const long tile = long(a.Tq) * a.Tk, bh = long(a.H) * tile;
   S* ds = ctx_->scratch.reserve(std::size_t(a.B) * bh);
+  if (fused_attention(a)) {
+    const cuda::Launch q_rows = warp_per_row(long(a.B) * a.H * a.Tq);
+    if (a.Tk <= 32)
+      launch("attention_backward (queries)", q_rows, attention_rows_backward_q_kernel<1>, a, scale, dy, ldy, k, ldk, v,
+             ldv, probs, ds, dq, ldq);
+    else
+      launch("attention_backward (queries)", q_rows, attention_rows_backward_q_kernel<kKeysPerLane>, a, scale, dy, ldy,
+             k, ldk, v, ldv, probs, ds, dq, ldq);
+    launch("attention_backward (keys)", warp_per_row(long(a.B) * a.H * a.Tk), attention_rows_backward_kv_kernel, a,
+           scale, dy, ldy, q, ldq, probs, static_cast<const S*>(ds), dk, ldk, dv, ldv);
+    return;
+  }
   for (int h = 0; h < a.H; ++h) {
     const S* dy_h = dy + long(h) * a.V_DIM;
     const S* v_h = v + long(h) * a.V_DIM;

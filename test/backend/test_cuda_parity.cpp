@@ -12,6 +12,7 @@
 #define BOOST_TEST_MODULE cuda_parity
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iostream>
@@ -392,42 +393,65 @@ BOOST_AUTO_TEST_CASE(optimizer_updates) {
 }
 
 BOOST_AUTO_TEST_CASE(attention_forward_backward) {
-  // Interleaved q|k|v columns (as SelfAttention's fused projection leaves them).
-  const int B = 3, H = 4, T = 13, QK = 8, VD = 6, ld = H * (2 * QK + VD);
-  std::vector<std::uint8_t> pad(B * T, 0);
-  for (int j = 9; j < T; ++j) pad[2 * T + j] = 1;
-  for (bool causal : {false, true}) {
-    const AttentionDims dims{B, H, T, T, QK, VD, 0};
-    const AttentionMask mask{causal, pad.data()};
-    F qkv = randn(std::size_t(B) * T * ld, 36), y(std::size_t(B) * T * H * VD), probs(std::size_t(B) * H * T * T);
-    DevF d_qkv(qkv), d_y(y.size()), d_probs(probs.size());
-    const float* q = qkv.data();
-    cpu.attention_forward(dims, q, ld, q + H * QK, ld, q + 2 * H * QK, ld, y.data(), H * VD, probs.data(), mask);
-    const float* dq = d_qkv.p();
-    gpu.attention_forward(dims, dq, ld, dq + H * QK, ld, dq + 2 * H * QK, ld, d_y.p(), H * VD, d_probs.p(), mask);
-    expect_close(y, d_y.host(), "attention_forward y", 1e-4, 1e-5);
-    expect_close(probs, d_probs.host(), "attention_forward probs", 1e-4, 1e-6);
+  // Interleaved q|k|v columns (as SelfAttention's fused projection leaves
+  // them). Shapes for both paths: the fused kernels (up to 32 keys, up to
+  // 256 keys) and cuBLAS (more keys, or heads over 128 wide).
+  struct Shape {
+    int T, QK, VD;
+  };
+  for (const Shape sh : {Shape{13, 8, 6}, Shape{40, 16, 16}, Shape{300, 8, 6}, Shape{20, 130, 6}}) {
+    const int B = 3, H = 4, T = sh.T, QK = sh.QK, VD = sh.VD, ld = H * (2 * QK + VD);
+    const std::string what = " T " + std::to_string(T) + " QK " + std::to_string(QK);
+    std::vector<std::uint8_t> pad(B * T, 0);
+    for (int j = 2 * T / 3; j < T; ++j) pad[2 * T + j] = 1;  // sequence 2: padded tail
+    for (bool causal : {false, true}) {
+      for (bool all_masked : {false, true}) {
+        if (all_masked) std::fill(pad.begin() + T, pad.begin() + 2 * T, 1);  // sequence 1: no visible key
+        const AttentionDims dims{B, H, T, T, QK, VD, 0};
+        const AttentionMask mask{causal, pad.data()};
+        F qkv = randn(std::size_t(B) * T * ld, 36), y(std::size_t(B) * T * H * VD), probs(std::size_t(B) * H * T * T);
+        DevF d_qkv(qkv), d_y(y.size()), d_probs(probs.size());
+        const float* q = qkv.data();
+        cpu.attention_forward(dims, q, ld, q + H * QK, ld, q + 2 * H * QK, ld, y.data(), H * VD, probs.data(), mask);
+        const float* dq = d_qkv.p();
+        gpu.attention_forward(dims, dq, ld, dq + H * QK, ld, dq + 2 * H * QK, ld, d_y.p(), H * VD, d_probs.p(), mask);
+        expect_close(y, d_y.host(), "attention_forward y" + what, 1e-4, 1e-5);
+        expect_close(probs, d_probs.host(), "attention_forward probs" + what, 1e-4, 1e-6);
 
-    F up = randn(y.size(), 37), g(qkv.size());
-    DevF d_up(up), d_g(g.size());
-    cpu.attention_backward(dims, up.data(), H * VD, q, ld, q + H * QK, ld, q + 2 * H * QK, ld, probs.data(), g.data(),
-                           g.data() + H * QK, g.data() + 2 * H * QK);
-    float* dg = d_g.p();
-    gpu.attention_backward(dims, d_up.p(), H * VD, dq, ld, dq + H * QK, ld, dq + 2 * H * QK, ld, d_probs.p(), dg,
-                           dg + H * QK, dg + 2 * H * QK);
-    expect_close(g, d_g.host(), causal ? "attention_backward causal" : "attention_backward", 1e-4, 1e-5);
+        F up = randn(y.size(), 37), g(qkv.size());
+        DevF d_up(up), d_g(g.size());
+        cpu.attention_backward(dims, up.data(), H * VD, q, ld, q + H * QK, ld, q + 2 * H * QK, ld, probs.data(),
+                               g.data(), g.data() + H * QK, g.data() + 2 * H * QK);
+        float* dg = d_g.p();
+        gpu.attention_backward(dims, d_up.p(), H * VD, dq, ld, dq + H * QK, ld, dq + 2 * H * QK, ld, d_probs.p(), dg,
+                               dg + H * QK, dg + 2 * H * QK);
+        expect_close(g, d_g.host(), std::string(causal ? "attention_backward causal" : "attention_backward") + what,
+                     1e-4, 1e-5);
+      }
+      std::fill(pad.begin() + T, pad.begin() + 2 * T, 0);
+    }
   }
-  // Keys and values in a cache of capacity 20 rows per sequence, 13 filled,
-  // one new query row per sequence (a decoding step).
-  const int CAP = 20;
-  const AttentionDims dims{B, H, 1, T, QK, VD, CAP};
-  F q = randn(B * H * QK, 38), k = randn(std::size_t(B) * CAP * H * QK, 39), v = randn(std::size_t(B) * CAP * H * VD, 40);
-  F y(B * H * VD), probs(B * H * T);
-  DevF dq(q), dk(k), dv(v), d_y(y.size()), d_probs(probs.size());
-  const AttentionMask causal{true, nullptr};
-  cpu.attention_forward(dims, q.data(), H * QK, k.data(), H * QK, v.data(), H * VD, y.data(), H * VD, probs.data(), causal);
-  gpu.attention_forward(dims, dq.p(), H * QK, dk.p(), H * QK, dv.p(), H * VD, d_y.p(), H * VD, d_probs.p(), causal);
-  expect_close(y, d_y.host(), "attention_forward from a cache", 1e-4, 1e-5);
+  // Keys and values in a cache of capacity 20 rows per sequence, 13 filled;
+  // one or three new query rows per sequence (decoding steps), causal, with
+  // and without padded keys.
+  const int B = 3, H = 4, T = 13, QK = 8, VD = 6, CAP = 20;
+  std::vector<std::uint8_t> pad(B * T, 0);
+  pad[T + 2] = pad[T + 5] = 1;
+  const std::uint8_t* no_padding = nullptr;
+  for (int Tq : {1, 3})
+    for (const std::uint8_t* padding : {no_padding, static_cast<const std::uint8_t*>(pad.data())}) {
+      const AttentionDims dims{B, H, Tq, T, QK, VD, CAP};
+      F q = randn(std::size_t(B) * Tq * H * QK, 38), k = randn(std::size_t(B) * CAP * H * QK, 39);
+      F v = randn(std::size_t(B) * CAP * H * VD, 40), y(std::size_t(B) * Tq * H * VD), probs(std::size_t(B) * H * Tq * T);
+      DevF dq(q), dk(k), dv(v), d_y(y.size()), d_probs(probs.size());
+      const AttentionMask mask{true, padding};
+      cpu.attention_forward(dims, q.data(), H * QK, k.data(), H * QK, v.data(), H * VD, y.data(), H * VD, probs.data(),
+                            mask);
+      gpu.attention_forward(dims, dq.p(), H * QK, dk.p(), H * QK, dv.p(), H * VD, d_y.p(), H * VD, d_probs.p(), mask);
+      const std::string what = " from a cache, Tq " + std::to_string(Tq) + (padding ? ", padded" : "");
+      expect_close(y, d_y.host(), "attention_forward" + what, 1e-4, 1e-5);
+      expect_close(probs, d_probs.host(), "attention_forward probs" + what, 1e-4, 1e-6);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(tf32_gemm_within_its_tolerance) {
