@@ -114,9 +114,13 @@ double gemm_ceiling(const Args& a, Be& be) {
   double best = 0;
   for (int n : a.smoke ? std::vector<int>{128} : std::vector<int>{256, 512, 1024, 4096}) {
     if (n == 4096 && std::string(Be::name) == "cpu") continue;  // a GPU needs a larger product to peak
-    typename Be::template Buffer<float> A, B, C;  // zeros: values do not change the time
-    const std::size_t nn = std::size_t(n) * n;
-    float *pa = A.reserve(nn), *pb = B.reserve(nn), *pc = C.reserve(nn);
+    // Random operands: a GPU can multiply zeros faster than real data.
+    typename Be::Tensor A({n, n}), B({n, n}), C({n, n});
+    Rng rng(n);
+    A.generate([&] { return float(rng.uniform()); });
+    B.generate([&] { return float(rng.uniform()); });
+    const float *pa = A.data(), *pb = B.data();
+    float* pc = C.data();
     Args timing = a;
     timing.min_time = a.smoke ? 0 : 0.5;
     const auto t = time_calls(timing, be, [&] { be.gemm(false, false, n, n, n, 1.0f, pa, n, pb, n, 0.0f, pc, n); });
