@@ -138,6 +138,7 @@ void add_column_sums(const char* what, int rows, int n, Term term, ColumnOutputs
     return;
   }
   const int chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+  require(chunks <= 65535, what, ": ", rows, " rows exceed the column sums' limit of ", 65535L * kColumnChunkRows);
   float* partial = scratch.reserve(std::size_t(chunks) * K * n);
   column_chunk_sums_kernel<K, 8><<<dim3(tiles, chunks), dim3(kColumnTile, 8)>>>(rows, n, kColumnChunkRows, term,
                                                                                partial, outputs);
