@@ -4,7 +4,8 @@
 #   scripts/gpu-check.sh [OUT_DIR]
 # 1. builds (CUDA for sm_90 unless CMAKE_CUDA_ARCHITECTURES is set) and runs
 #    every test; the gpu-labelled parity suite must run here, not skip;
-# 2. compute-sanitizer memcheck on the parity suite;
+# 2. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the
+#    parity suite;
 # 3. xfmr-charlm on tiny Shakespeare, same seed, CPU and CUDA: loss curves
 #    side by side (per-step CSVs and the largest gap);
 # 4. xfmr-bench and benchmark/pytorch_reference.py --device cuda, alternately:
@@ -44,10 +45,14 @@ fi
 step "parity" bash -c "'$bin/test/test_cuda_parity' --report_level=short > '$out/parity.log' 2>&1; \
   rc=\$?; grep -E 'error|failure|passed|skipped' '$out/parity.log' | tail -40; exit \$rc"
 
-# 2. Memory errors in the kernels (out-of-bounds, misaligned, uninitialised).
+# 2. compute-sanitizer on the parity suite: memory errors (out-of-bounds,
+#    misaligned), shared-memory races, barrier misuse, reads of memory
+#    nothing wrote.
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-step "memcheck" bash -c "'$sanitizer' --tool memcheck --error-exitcode 3 '$bin/test/test_cuda_parity' \
-  > '$out/memcheck.log' 2>&1; rc=\$?; tail -15 '$out/memcheck.log'; exit \$rc"
+for tool in memcheck racecheck synccheck initcheck; do
+  step "$tool" bash -c "'$sanitizer' --tool $tool --error-exitcode 3 '$bin/test/test_cuda_parity' \
+    > '$out/$tool.log' 2>&1; rc=\$?; tail -3 '$out/$tool.log'; exit \$rc"
+done
 
 # 3. The same training on both backends.
 data=${XFMR_DATA:-../shared/data}/tinyshakespeare.txt
