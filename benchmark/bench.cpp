@@ -175,7 +175,7 @@ std::int32_t argmax(std::span<const float> row) {
 template <class Cfg, class Be>
 json run(const Args& a) {
   using Model = Decoder<Cfg, Be>;
-  Be be;
+  Be be = make_backend<Be>(a.backend);
   const int B = a.batch > 0 ? a.batch : default_batch(Cfg::NAME), T = Cfg::MAX_T, V = a.vocab;
   const double rss_before = peak_rss_mb();
   const double ceiling = gemm_ceiling(a, be);
@@ -271,7 +271,7 @@ json run(const Args& a) {
 template <class Cfg, class Be>
 json run_translator(const Args& a) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
-  Be be;
+  Be be = make_backend<Be>(a.backend);
   std::vector<float> staging;  // logits on the host, for argmax
   const int V = a.vocab, S_len = Cfg::MAX_T / 2, n = Cfg::MAX_T - 1;
   json out = {{"impl", "xfmr"},

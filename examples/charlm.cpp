@@ -227,7 +227,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
   const Batches train_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, true);
   const Batches val_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, false);
 
-  Be be;
+  Be be = make_backend<Be>(args.backend);
   Model model(tok.size(), run.seed, {.dropout = dropout, .tie_weights = false});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = run.weight_decay});
   const LrSchedule schedule = LrSchedule::parse(run.schedule, run.lr, args.steps);
@@ -379,7 +379,7 @@ template <class Cfg, class Be>
 void sample(const SampleArgs& args, const std::string& mode) {
   const auto st = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
   const auto tok = CharTokenizer::from_json(st.metadata().at("tokenizer"));
-  Be be;
+  Be be = make_backend<Be>(args.backend);
   Decoder<Cfg, Be> model(tok.size(), 0);
   load_parameters(model, st);
   model.set_training(false);

@@ -140,7 +140,7 @@ void train(const TrainArgs& a) {
   const Encoded train_data = encode_all(tok, train_rows, classes, a.train);
   const Encoded dev_data = encode_all(tok, dev_rows, classes, a.dev);
 
-  Be be;
+  Be be = make_backend<Be>(a.backend);
   Model model(tok.size(), classes, a.seed,
               {.dropout = a.dropout >= 0 ? a.dropout : Cfg::DROPOUT, .pooling = cls ? Pooling::Cls : Pooling::Mean});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = a.weight_decay});
@@ -235,12 +235,13 @@ void train(const TrainArgs& a) {
 }
 
 template <class Cfg, class Be>
-void eval(const std::string& checkpoint, const std::string& dev_path, const std::string& metrics_json) {
+void eval(const std::string& checkpoint, const std::string& dev_path, const std::string& metrics_json,
+          const std::string& backend) {
   const json state = json::parse(read_trainer_state(checkpoint));
   const Tokens tok = Tokens::from_json(state.at("tokens"));
   const int classes = state.at("classes");
   const bool cls = state.at("pooling") == "cls";
-  Be be;
+  Be be = make_backend<Be>(backend);
   Classifier<Cfg, Be> model(tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
   load_parameters(model, SafeTensors::load(fs::path(checkpoint) / kModelFile));
   const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, dev_path);
@@ -296,7 +297,7 @@ int run_eval(int argc, char** argv) {
   const json state = json::parse(read_trainer_state(checkpoint));
   require(state.value("format", "") == kFormat, checkpoint, ": not an xfmr-classify checkpoint");
   with_backend(backend, [&]<class Be>() {
-    with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg, Be>(checkpoint, dev, metrics_json); });
+    with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg, Be>(checkpoint, dev, metrics_json, backend); });
   });
   return 0;
 }

@@ -217,27 +217,40 @@ inline void write_html_report(const std::filesystem::path& path, const std::stri
   write_text_atomic(path, html.str());
 }
 
-// --backend cpu|cuda: calls f.template operator()<Backend>() with the backend
-// named; "cuda" needs an xfmr built with CUDA (and, when run, a GPU).
-inline constexpr const char* kBackendHelp = "cpu, or cuda (an NVIDIA GPU; needs xfmr built with CUDA)";
+// --backend cpu|cuda|cuda-tf32: calls f.template operator()<Backend>() with
+// the backend type named; make_backend<Backend>(name) then builds it. "cuda"
+// (strict FP32 GEMMs) and "cuda-tf32" (TF32 tensor-core GEMMs) need an xfmr
+// built with CUDA and, when run, a GPU.
+inline constexpr const char* kBackendHelp =
+    "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA) or cuda-tf32 (the same with TF32 tensor-core GEMMs)";
 template <class F>
 void with_backend(const std::string& name, F&& f) {
   if (name == "cpu") return f.template operator()<CpuBackend<float>>();
-  if (name == "cuda") {
+  if (name == "cuda" || name == "cuda-tf32") {
 #ifdef XFMR_WITH_CUDA
     return f.template operator()<CudaBackend>();
 #else
-    detail::fail("--backend cuda: this xfmr was built without CUDA (CMake found no CUDA compiler)");
+    detail::fail("--backend ", name, ": this xfmr was built without CUDA (CMake found no CUDA compiler)");
 #endif
   }
-  detail::fail("unknown --backend '", name, "' (expected cpu or cuda)");
+  detail::fail("unknown --backend '", name, "' (expected cpu, cuda or cuda-tf32)");
 }
 
-// "cpu" or "cuda (NVIDIA H100 80GB HBM3)", for the programs' first line.
+template <class Be>
+Be make_backend([[maybe_unused]] const std::string& name) {
+#ifdef XFMR_WITH_CUDA
+  if constexpr (std::is_same_v<Be, CudaBackend>) return CudaBackend({.device = 0, .tf32 = name == "cuda-tf32"});
+#endif
+  return Be{};
+}
+
+// "cpu" or "cuda (NVIDIA H100 80GB HBM3)" (", TF32" when on), for the
+// programs' first line.
 template <class Be>
 std::string describe(const Be& be) {
 #ifdef XFMR_WITH_CUDA
-  if constexpr (std::is_same_v<Be, CudaBackend>) return std::string("cuda (") + be.device_name() + ")";
+  if constexpr (std::is_same_v<Be, CudaBackend>)
+    return std::string("cuda (") + be.device_name() + (be.options().tf32 ? ", TF32)" : ")");
 #endif
   (void)be;
   return Be::name;

@@ -307,7 +307,7 @@ void train(const TrainArgs& a) {
   std::vector<Pair> val;
   for (std::size_t i = 0; i < vsrc.size(); ++i) val.push_back({vsrc[i], vtgt[i]});
 
-  Be be;
+  Be be = make_backend<Be>(a.backend);
   Model model(v.src.size(), v.tgt.size(), a.seed,
               {.dropout = Cfg::DROPOUT, .tie_output = false, .share_embeddings = v.shared});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
@@ -428,7 +428,7 @@ template <class Cfg, class Be>
 void use(const UseArgs& a, const json& state, bool evaluate) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
   const Vocabs v = Vocabs::from_json(state);
-  Be be;
+  Be be = make_backend<Be>(a.backend);
   Model model(v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
   load_parameters(model, SafeTensors::load(fs::path(a.checkpoint) / kModelFile));
   model.set_training(false);

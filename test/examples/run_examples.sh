@@ -121,15 +121,20 @@ case "$case_name" in
     expect_error "is not an xfmr checkpoint" "$charlm" train --data corpus.txt --model tiny --steps 2 --eval-every 1 \
       --eval-batches 1 --samples 0 --out mine
     [[ $(cat mine/notes.txt) == keep && $(ls mine | wc -l) == 1 ]] || fail "a user's directory was modified"
-    expect_error "unknown --backend 'tpu' (expected cpu or cuda)" "$charlm" train --data corpus.txt --model tiny --backend tpu
-    # --backend cuda: a clear error without a GPU (or without CUDA in the
-    # build); with one, a short run that says where it ran.
-    if "$charlm" train --data corpus.txt --model tiny --steps 4 --eval-every 2 --eval-batches 1 --samples 20 \
-         --log-csv cuda.csv --report cuda.html --backend cuda > cuda.log 2>&1; then
-      grep -q " on cuda (" cuda.log || { cat cuda.log; fail "--backend cuda ran but did not say so"; }
-    else
-      grep -qE "CUDA backend: no usable CUDA device|built without CUDA" cuda.log || { cat cuda.log; fail "--backend cuda failed without a clear reason"; }
-    fi
+    expect_error "unknown --backend 'tpu' (expected cpu, cuda or cuda-tf32)" "$charlm" train --data corpus.txt \
+      --model tiny --backend tpu
+    # --backend cuda and cuda-tf32: a clear error without a GPU (or without
+    # CUDA in the build); with one, a short run that says where it ran.
+    for be in cuda cuda-tf32; do
+      if "$charlm" train --data corpus.txt --model tiny --steps 4 --eval-every 2 --eval-batches 1 --samples 20 \
+           --log-csv $be.csv --report $be.html --backend $be > $be.log 2>&1; then
+        grep -q " on cuda (" $be.log || { cat $be.log; fail "--backend $be ran but did not say so"; }
+        [[ $be == cuda ]] || grep -q "TF32)" $be.log || { cat $be.log; fail "--backend $be did not say TF32"; }
+      else
+        grep -qE "CUDA backend: no usable CUDA device|built without CUDA" $be.log \
+          || { cat $be.log; fail "--backend $be failed without a clear reason"; }
+      fi
+    done
     ;;
   classify_train_eval)
     make_tsv 400 train.tsv && make_tsv 60 dev.tsv
