@@ -1,0 +1,287 @@
+// test_cuda_parity, second file: layers, blocks and models built twice from
+// one seed, one on each backend (see test_cuda_parity.cpp for the tolerances
+// and the skip without a GPU).
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "support/configs.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/backend/cuda.hpp"
+#include "xfmr/blocks/decoder_block.hpp"
+#include "xfmr/blocks/encoder_block.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/infer/kv_cache.hpp"
+#include "xfmr/layers/attention.hpp"
+#include "xfmr/layers/feed_forward.hpp"
+#include "xfmr/layers/layer_norm.hpp"
+#include "xfmr/layers/linear.hpp"
+#include "xfmr/models/classifier.hpp"
+#include "xfmr/models/decoder.hpp"
+#include "xfmr/models/encoder.hpp"
+#include "xfmr/models/seq2seq.hpp"
+#include "xfmr/train/gradients.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+
+#include "backend/parity.hpp"
+
+using namespace xfmr;
+using namespace xfmr::test;
+using namespace xfmr::test::parity;
+
+// ---- layers, blocks and models: same seed, same weights on both -----------
+
+namespace {
+
+struct Small {
+  static constexpr int MAX_T = 16, D_MODEL = 32, N_HEADS = 4, N_LAYERS = 2, D_FF = 64;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+};
+struct SmallPost : Small {
+  using Norm = PostNorm;
+  using Activation = Relu;
+  using Positions = Sinusoidal;
+};
+
+constexpr double kLayerRtol = 5e-4, kLayerAtol = 5e-5;
+constexpr double kModelRtol = 2e-3, kModelAtol = 2e-4;
+
+// Forward x -> y, backward dy -> dx of a layer built twice from one seed.
+template <class LayerC, class LayerG, class Fwd, class Bwd>
+void layer_parity(const std::string& what, LayerC& lc, LayerG& lg, int rows, int width, Fwd fwd, Bwd bwd) {
+  Cpu cpu;
+  Gpu gpu;
+  const F x = randn(std::size_t(rows) * width, 50), up = randn(std::size_t(rows) * width, 51);
+  F y(x.size()), dx(x.size());
+  DevF d_x(x), d_y(x.size()), d_up(up), d_dx(x.size());
+  fwd(cpu, lc, x.data(), y.data());
+  fwd(gpu, lg, d_x.p(), d_y.p());
+  expect_close(y, d_y.host(), what + " forward", kLayerRtol, kLayerAtol);
+  bwd(cpu, lc, up.data(), dx.data());
+  bwd(gpu, lg, d_up.p(), d_dx.p());
+  expect_close(dx, d_dx.host(), what + " input gradient", kLayerRtol, kLayerAtol);
+  expect_same_tensors(lc, lg, true, what, kLayerRtol, kLayerAtol);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(layers_blocks_models)
+
+BOOST_AUTO_TEST_CASE(linear_layer_norm_feed_forward) {
+  constexpr int D = 32, rows = 20;
+  {
+    Rng r1(3), r2(3);
+    Linear<D, D, Cpu> c(r1);
+    Linear<D, D, Gpu> g(r2);
+    expect_same_tensors(c, g, false, "Linear init", 0, 0);
+    layer_parity("Linear", c, g, rows, D,
+        [](auto& be, auto& l, const float* x, float* y) { l.forward(be, ConstRows<float, D>(x, rows), Rows<float, D>(y, rows)); },
+        [](auto& be, auto& l, const float* dy, float* dx) { l.backward(be, ConstRows<float, D>(dy, rows), Rows<float, D>(dx, rows)); });
+  }
+  {
+    LayerNorm<D, Cpu> c;
+    LayerNorm<D, Gpu> g;
+    layer_parity("LayerNorm", c, g, rows, D,
+        [](auto& be, auto& l, const float* x, float* y) { l.forward(be, ConstRows<float, D>(x, rows), Rows<float, D>(y, rows)); },
+        [](auto& be, auto& l, const float* dy, float* dx) { l.backward(be, ConstRows<float, D>(dy, rows), Rows<float, D>(dx, rows)); });
+  }
+  {
+    Rng r1(4), r2(4);
+    FeedForward<Small, Cpu> c(r1);
+    FeedForward<Small, Gpu> g(r2);
+    layer_parity("FeedForward", c, g, rows, D,
+        [](auto& be, auto& l, const float* x, float* y) { l.forward(be, ConstRows<float, D>(x, rows), Rows<float, D>(y, rows)); },
+        [](auto& be, auto& l, const float* dy, float* dx) { l.backward(be, ConstRows<float, D>(dy, rows), Rows<float, D>(dx, rows)); });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(self_attention_and_encoder_block_with_padding) {
+  constexpr int D = 32;
+  const Shape bt{3, 10};
+  static std::vector<std::uint8_t> pad(30, 0);
+  for (int t = 7; t < 10; ++t) pad[20 + t] = 1;
+  {
+    Rng r1(5), r2(5);
+    SelfAttention<Small, Cpu> c(r1);
+    SelfAttention<Small, Gpu> g(r2);
+    layer_parity("SelfAttention (causal)", c, g, bt.rows(), D,
+        [&](auto& be, auto& l, const float* x, float* y) {
+          l.forward(be, ConstRows<float, D>(x, bt.rows()), Rows<float, D>(y, bt.rows()), bt, AttentionMask{true, pad.data()});
+        },
+        [&](auto& be, auto& l, const float* dy, float* dx) {
+          l.backward(be, ConstRows<float, D>(dy, bt.rows()), Rows<float, D>(dx, bt.rows()));
+        });
+  }
+  {
+    Rng r1(6), r2(6);
+    SelfAttentionBlock<SmallPost, Cpu, false> c(r1);
+    SelfAttentionBlock<SmallPost, Gpu, false> g(r2);
+    layer_parity("encoder block (post-norm, ReLU)", c, g, bt.rows(), D,
+        [&](auto& be, auto& l, const float* x, float* y) {
+          l.forward(be, ConstRows<float, D>(x, bt.rows()), Rows<float, D>(y, bt.rows()), bt, pad.data());
+        },
+        [&](auto& be, auto& l, const float* dy, float* dx) {
+          l.backward(be, ConstRows<float, D>(dy, bt.rows()), Rows<float, D>(dx, bt.rows()));
+        });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(decoder_block_with_cross_attention) {
+  constexpr int D = 32;
+  const Shape tgt{2, 7}, src{2, 9};
+  std::vector<std::uint8_t> src_pad(18, 0), tgt_pad(14, 0);
+  src_pad[17] = src_pad[16] = tgt_pad[13] = 1;
+  Rng r1(7), r2(7);
+  DecoderBlock<Small, Cpu> c(r1);
+  DecoderBlock<Small, Gpu> g(r2);
+  Cpu cpu;
+  Gpu gpu;
+  const F x = randn(tgt.rows() * D, 52), mem = randn(src.rows() * D, 53), up = randn(tgt.rows() * D, 54);
+  F y(x.size()), dx(x.size()), dmem(mem.size());
+  DevF d_x(x), d_mem(mem), d_up(up), d_y(x.size()), d_dx(x.size()), d_dmem(mem.size());
+  c.forward(cpu, ConstRows<float, D>(x.data(), tgt.rows()), ConstRows<float, D>(mem.data(), src.rows()),
+            Rows<float, D>(y.data(), tgt.rows()), tgt, src, tgt_pad.data(), src_pad.data());
+  g.forward(gpu, ConstRows<float, D>(d_x.p(), tgt.rows()), ConstRows<float, D>(d_mem.p(), src.rows()),
+            Rows<float, D>(d_y.p(), tgt.rows()), tgt, src, tgt_pad.data(), src_pad.data());
+  expect_close(y, d_y.host(), "DecoderBlock forward", kLayerRtol, kLayerAtol);
+  c.backward(cpu, ConstRows<float, D>(up.data(), tgt.rows()), Rows<float, D>(dx.data(), tgt.rows()),
+             Rows<float, D>(dmem.data(), src.rows()));
+  g.backward(gpu, ConstRows<float, D>(d_up.p(), tgt.rows()), Rows<float, D>(d_dx.p(), tgt.rows()),
+             Rows<float, D>(d_dmem.p(), src.rows()));
+  expect_close(dx, d_dx.host(), "DecoderBlock input gradient", kLayerRtol, kLayerAtol);
+  expect_close(dmem, d_dmem.host(), "DecoderBlock memory gradient", kLayerRtol, kLayerAtol);
+  expect_same_tensors(c, g, true, "DecoderBlock", kLayerRtol, kLayerAtol);
+}
+
+BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
+  const int V = 40;
+  const Shape bt{4, Small::MAX_T};
+  Decoder<Small, Cpu> c(V, 99, {.dropout = 0.1f, .tie_weights = true});
+  Decoder<Small, Gpu> g(V, 99, {.dropout = 0.1f, .tie_weights = true});
+  expect_same_tensors(c, g, false, "Decoder init", 0, 0);
+  Cpu cpu;
+  Gpu gpu;
+  AdamW<Cpu> oc(c);
+  AdamW<Gpu> og(g);
+  CrossEntropyLoss<Cpu> cec;
+  CrossEntropyLoss<Gpu> ceg;
+  std::vector<float> dl(std::size_t(bt.rows()) * V);
+  Gpu::Buffer<float> d_dl;
+  float* dlg = d_dl.reserve(dl.size());
+  for (int step = 0; step < 3; ++step) {  // dropout on: the masks must agree too
+    const auto ids = random_ids(bt.rows(), V, 60 + step), targets = random_ids(bt.rows(), V, 70 + step);
+    zero_grads(c);
+    zero_grads(g);
+    const auto lc = c.forward(cpu, ids, bt), lg = g.forward(gpu, ids, bt);
+    std::vector<float> staging;
+    const auto lg_host = gpu.host_view(lg, staging);
+    expect_close(F(lc.begin(), lc.end()), F(lg_host.begin(), lg_host.end()), "Decoder logits", kModelRtol, kModelAtol);
+    const double loss_c = cec.forward(cpu, lc, targets, V), loss_g = ceg.forward(gpu, lg, targets, V);
+    BOOST_TEST(std::abs(loss_c - loss_g) <= 1e-4 * loss_c, "step " << step << " loss cpu " << loss_c << " gpu " << loss_g);
+    cec.backward(cpu, dl);
+    ceg.backward(gpu, std::span<float>(dlg, dl.size()));
+    c.backward(cpu, dl);
+    g.backward(gpu, std::span<const float>(dlg, dl.size()));
+    expect_same_tensors(c, g, true, "Decoder step " + std::to_string(step), kModelRtol, kModelAtol);
+    BOOST_TEST(std::abs(gradient_norm(cpu, c) - gradient_norm(gpu, g)) <= 1e-4 * gradient_norm(cpu, c));
+    oc.step(cpu, 1e-3);
+    og.step(gpu, 1e-3);
+    expect_same_tensors(c, g, false, "Decoder after AdamW step " + std::to_string(step), kModelRtol, kModelAtol);
+  }
+  // Greedy decoding with the KV cache: the same tokens on both.
+  c.set_training(false);
+  g.set_training(false);
+  DecodingCache<Cpu> kc;
+  DecodingCache<Gpu> kg;
+  c.start_cache(kc, 1);
+  g.start_cache(kg, 1);
+  std::vector<std::int32_t> tc{1}, tg{1};
+  std::vector<float> staging;
+  for (int i = 0; i < Small::MAX_T - 1; ++i) {
+    const auto lc = c.forward_cached(cpu, std::span<const std::int32_t>(&tc.back(), 1), 1, kc);
+    const auto lg = gpu.host_view(g.forward_cached(gpu, std::span<const std::int32_t>(&tg.back(), 1), 1, kg), staging);
+    expect_close(F(lc.begin(), lc.end()), F(lg.begin(), lg.end()), "cached logits", kModelRtol, kModelAtol);
+    tc.push_back(std::int32_t(std::max_element(lc.begin(), lc.end()) - lc.begin()));
+    tg.push_back(std::int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin()));
+  }
+  BOOST_TEST(tc == tg);
+}
+
+BOOST_AUTO_TEST_CASE(classifier_with_padding) {
+  const int V = 30, classes = 3;
+  const Shape bt{5, 12};
+  std::vector<std::uint8_t> pad(bt.rows(), 0);
+  for (int t = 8; t < 12; ++t) pad[12 + t] = 1;
+  for (Pooling pooling : {Pooling::Mean, Pooling::Cls}) {
+    Classifier<SmallPost, Cpu> c(V, classes, 5, {.dropout = 0.0f, .pooling = pooling});
+    Classifier<SmallPost, Gpu> g(V, classes, 5, {.dropout = 0.0f, .pooling = pooling});
+    Cpu cpu;
+    Gpu gpu;
+    const auto ids = random_ids(bt.rows(), V, 80);
+    const auto lc = c.forward(cpu, ids, bt, pad.data());
+    std::vector<float> staging;
+    const auto lg = gpu.host_view(g.forward(gpu, ids, bt, pad.data()), staging);
+    expect_close(F(lc.begin(), lc.end()), F(lg.begin(), lg.end()), "Classifier logits", kModelRtol, kModelAtol);
+    const F up = randn(std::size_t(bt.B) * classes, 81);
+    DevF d_up(up);
+    c.backward(cpu, up);
+    g.backward(gpu, std::span<const float>(d_up.p(), up.size()));
+    expect_same_tensors(c, g, true, "Classifier", kModelRtol, kModelAtol);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(encoder_and_seq2seq_with_shared_embeddings) {
+  const int V = 25;
+  const Shape src{3, 11}, tgt{3, 9};
+  std::vector<std::uint8_t> src_pad(src.rows(), 0), tgt_pad(tgt.rows(), 0);
+  for (int t = 6; t < 11; ++t) src_pad[11 + t] = 1;
+  for (int t = 5; t < 9; ++t) tgt_pad[18 + t] = 1;
+  const Seq2SeqOptions opts{.dropout = 0.0f, .tie_output = true, .share_embeddings = true};
+  Seq2Seq<SmallPost, Small, Cpu> c(V, V, 11, opts);
+  Seq2Seq<SmallPost, Small, Gpu> g(V, V, 11, opts);
+  Cpu cpu;
+  Gpu gpu;
+  const auto s = random_ids(src.rows(), V, 90), t = random_ids(tgt.rows(), V, 91);
+  const auto lc = c.forward(cpu, s, src, src_pad.data(), t, tgt, tgt_pad.data());
+  std::vector<float> staging;
+  const auto lg = gpu.host_view(g.forward(gpu, s, src, src_pad.data(), t, tgt, tgt_pad.data()), staging);
+  expect_close(F(lc.begin(), lc.end()), F(lg.begin(), lg.end()), "Seq2Seq logits", kModelRtol, kModelAtol);
+  const F up = randn(lc.size(), 92);
+  DevF d_up(up);
+  c.backward(cpu, up);
+  g.backward(gpu, std::span<const float>(d_up.p(), up.size()));
+  expect_same_tensors(c, g, true, "Seq2Seq", kModelRtol, kModelAtol);
+
+  // Cached decoding against the encoded source, two beams per input.
+  typename Seq2Seq<SmallPost, Small, Cpu>::DecodeState sc;
+  typename Seq2Seq<SmallPost, Small, Gpu>::DecodeState sg;
+  c.encode(cpu, s, src, src_pad.data());
+  g.encode(gpu, s, src, src_pad.data());
+  c.start_decoding(cpu, sc, 2);
+  g.start_decoding(gpu, sg, 2);
+  const std::vector<std::int32_t> step_ids = random_ids(6, V, 93);
+  for (int i = 0; i < 3; ++i) {
+    const auto dc = c.decode(cpu, step_ids, sc);
+    const auto dg = gpu.host_view(g.decode(gpu, step_ids, sg), staging);
+    expect_close(F(dc.begin(), dc.end()), F(dg.begin(), dg.end()), "Seq2Seq cached decode", kModelRtol, kModelAtol);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(weights_move_between_backends) {
+  Decoder<Small, Cpu> c(40, 1);
+  Decoder<Small, Gpu> g(40, 2);  // other weights
+  copy_parameters(c, g);
+  expect_same_tensors(c, g, false, "copy_parameters CPU -> GPU", 0, 0);
+  Decoder<Small, Cpu> back(40, 3);
+  copy_parameters(g, back);
+  expect_same_tensors(c, back, false, "copy_parameters GPU -> CPU", 0, 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
