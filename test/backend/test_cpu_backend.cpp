@@ -1,5 +1,7 @@
 #define BOOST_TEST_MODULE cpu_backend
+#include <algorithm>
 #include <array>
+#include <span>
 #include <cmath>
 #include <utility>
 
@@ -62,6 +64,36 @@ BOOST_AUTO_TEST_CASE(bias_add_and_bias_grad) {
   Vec db = {1, 1, 1};
   be.bias_grad(2, 3, y.data(), db.data());  // accumulates
   BOOST_TEST(db == (Vec{26, 48, 70}), tt::per_element());
+}
+
+// One AdamW call over many tensors, laid end to end past the fork threshold
+// so the threads' ranges cut across tensors (and one tensor is empty):
+// every value as the scalar formula, with each tensor's own decay.
+BOOST_AUTO_TEST_CASE(adamw_over_many_tensors_matches_the_scalar_formula) {
+  Be be;
+  const std::vector<std::size_t> sizes = {5000, 0, 1, 4099, 17, 9000, 3};
+  std::vector<Vec> p, g, m, v;
+  std::vector<AdamWTensor<double>> tensors;
+  Rng rng(5);
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::size_t n = sizes[k];
+    p.emplace_back(n), g.emplace_back(n), m.emplace_back(n), v.emplace_back(n);
+    for (std::size_t i = 0; i < n; ++i)
+      p[k][i] = rng.normal(), g[k][i] = rng.normal(), m[k][i] = 0.1 * rng.normal(), v[k][i] = 0.01 + rng.uniform();
+  }
+  const std::vector<Vec> p0 = p, m0 = m, v0 = v;
+  for (std::size_t k = 0; k < sizes.size(); ++k)
+    tensors.push_back({sizes[k], p[k].data(), g[k].data(), m[k].data(), v[k].data(), k % 2 ? 0.0 : 0.01});
+  const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, bc1 = 1 - b1 * b1, bc2 = 1 - b2 * b2;
+  be.adamw_step(std::span<const AdamWTensor<double>>(tensors), lr, b1, b2, eps, bc1, bc2);
+  double worst = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k)
+    for (std::size_t i = 0; i < sizes[k]; ++i) {
+      const double mi = b1 * m0[k][i] + (1 - b1) * g[k][i], vi = b2 * v0[k][i] + (1 - b2) * g[k][i] * g[k][i];
+      const double pi = p0[k][i] * (1 - lr * tensors[k].weight_decay) - lr / bc1 * mi / (std::sqrt(vi / bc2) + eps);
+      worst = std::max({worst, std::abs(p[k][i] - pi), std::abs(m[k][i] - mi), std::abs(v[k][i] - vi)});
+    }
+  BOOST_TEST(worst < 1e-12);
 }
 
 BOOST_AUTO_TEST_CASE(softmax_with_masks_forward_and_backward) {
