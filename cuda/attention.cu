@@ -61,10 +61,10 @@ __global__ void softmax_backward_kernel(int rows, int n, const float* probs, con
 constexpr int kFusedKeys = 256, kFusedHeadDim = 128;
 constexpr int kKeysPerLane = kFusedKeys / 32, kColsPerLane = kFusedHeadDim / 32;
 
-struct RowPointers {
+struct RowIndex {
   int b, h, i;  // sequence, head, query row of warp row r of (B, H, Tq)
 };
-__device__ inline RowPointers split_row(long r, const AttentionDims& a) {
+__device__ inline RowIndex split_row(long r, const AttentionDims& a) {
   return {int(r / (long(a.H) * a.Tq)), int(r / a.Tq % a.H), int(r % a.Tq)};
 }
 
@@ -227,13 +227,9 @@ void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq,
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   if (fused_attention(a)) {
     const DeviceMask m{mask.causal, upload_mask(mask.key_padding, std::size_t(a.B) * a.Tk)};
-    const cuda::Launch shape = warp_per_row(long(a.B) * a.H * a.Tq);
-    if (a.Tk <= 32)
-      launch("attention_forward", shape, attention_rows_forward_kernel<1>, a, scale, q, ldq, k, ldk, v, ldv, y, ldy,
-             probs, m);
-    else
-      launch("attention_forward", shape, attention_rows_forward_kernel<kKeysPerLane>, a, scale, q, ldq, k, ldk, v, ldv,
-             y, ldy, probs, m);
+    auto* kernel = a.Tk <= 32 ? attention_rows_forward_kernel<1> : attention_rows_forward_kernel<kKeysPerLane>;
+    launch("attention_forward", warp_per_row(long(a.B) * a.H * a.Tq), kernel, a, scale, q, ldq, k, ldk, v, ldv, y, ldy,
+           probs, m);
     return;
   }
   const long tile = long(a.Tq) * a.Tk, kv = a.kv_rows();
@@ -254,13 +250,10 @@ void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ld
   const long tile = long(a.Tq) * a.Tk, bh = long(a.H) * tile;
   S* ds = ctx_->scratch.reserve(std::size_t(a.B) * bh);
   if (fused_attention(a)) {
-    const cuda::Launch q_rows = warp_per_row(long(a.B) * a.H * a.Tq);
-    if (a.Tk <= 32)
-      launch("attention_backward (queries)", q_rows, attention_rows_backward_q_kernel<1>, a, scale, dy, ldy, k, ldk, v,
-             ldv, probs, ds, dq, ldq);
-    else
-      launch("attention_backward (queries)", q_rows, attention_rows_backward_q_kernel<kKeysPerLane>, a, scale, dy, ldy,
-             k, ldk, v, ldv, probs, ds, dq, ldq);
+    auto* q_kernel =
+        a.Tk <= 32 ? attention_rows_backward_q_kernel<1> : attention_rows_backward_q_kernel<kKeysPerLane>;
+    launch("attention_backward (queries)", warp_per_row(long(a.B) * a.H * a.Tq), q_kernel, a, scale, dy, ldy, k, ldk,
+           v, ldv, probs, ds, dq, ldq);
     launch("attention_backward (keys)", warp_per_row(long(a.B) * a.H * a.Tk), attention_rows_backward_kv_kernel, a,
            scale, dy, ldy, q, ldq, probs, static_cast<const S*>(ds), dk, ldk, dv, ldv);
     return;

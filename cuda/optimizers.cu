@@ -19,8 +19,7 @@ constexpr unsigned kSumBlocks = 256, kSumThreads = 256;
 constexpr int kAdamWBatch = 32;
 constexpr unsigned kAdamWThreads = 256, kAdamWPerThread = 4, kAdamWBlockValues = kAdamWThreads * kAdamWPerThread;
 struct AdamWBatch {
-  int count;
-  unsigned first_block[kAdamWBatch + 1];
+  unsigned first_block[kAdamWBatch + 1];  // tensor k: blocks [first_block[k], first_block[k + 1])
   AdamWTensor<float> t[kAdamWBatch];
 };
 
@@ -68,16 +67,16 @@ void CudaBackend::adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S be
   const S step_size = lr / bias_correction1, rbc2 = 1.0f / std::sqrt(bias_correction2);
   for (std::size_t first = 0; first < tensors.size(); first += kAdamWBatch) {
     AdamWBatch batch{};
-    batch.count = int(std::min<std::size_t>(kAdamWBatch, tensors.size() - first));
+    const int count = int(std::min<std::size_t>(kAdamWBatch, tensors.size() - first));
     unsigned blocks = 0;
-    for (int k = 0; k < batch.count; ++k) {
+    for (int k = 0; k < count; ++k) {
       batch.t[k] = tensors[first + k];
       batch.first_block[k] = blocks;
       const std::size_t need = (batch.t[k].n + kAdamWBlockValues - 1) / kAdamWBlockValues;
       require(need <= 0x7fffffffu - blocks, "adamw_step: ", batch.t[k].n, " values are too many for one launch");
       blocks += unsigned(need);
     }
-    for (int k = batch.count; k <= kAdamWBatch; ++k) batch.first_block[k] = blocks;
+    for (int k = count; k <= kAdamWBatch; ++k) batch.first_block[k] = blocks;
     launch("adamw_step", cuda::Launch{blocks, kAdamWThreads}, adamw_kernel, batch, lr, beta1, beta2, eps, step_size,
            rbc2);
   }

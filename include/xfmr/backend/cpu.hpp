@@ -450,29 +450,29 @@ class CpuBackend {
   //   p -= lr * wd * p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
   //   p -= lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc = 1 - beta^step.
   // All tensors in one parallel region: the ranges cut the tensors laid end
-  // to end, and each value's update depends on nothing else, so the result
-  // is the same however they are cut.
+  // to end (a value's update reads only its own p, g, m and v).
   void adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps, S bias_correction1,
                   S bias_correction2) {
     const S step_size = lr / bias_correction1, rbc2 = S(1) / std::sqrt(bias_correction2);
     long total = 0;
     for (const auto& t : tensors) total += static_cast<long>(t.n);
     detail::parallel_ranges(total, total > detail::kParallelWork, [=](long lo, long hi) {
-      long base = 0;
+      long start = 0;  // of tensor t in the concatenation
       for (const auto& t : tensors) {
-        const long first = std::max(lo, base), last = std::min(hi, base + static_cast<long>(t.n));
-        base += static_cast<long>(t.n);
-        if (first >= last) continue;
-        // Eigen arrays: its square root vectorises whatever -fmath-errno says
-        // (std::sqrt in a plain loop keeps the loop scalar under GCC's default).
-        const long off = first - (base - static_cast<long>(t.n)), len = last - first;
-        Eigen::Map<Arr> pa(t.p + off, len), ma(t.m + off, len), va(t.v + off, len);
-        const Eigen::Map<const Arr> ga(t.g + off, len);
-        pa -= (lr * t.weight_decay) * pa;
-        ma = beta1 * ma + (S(1) - beta1) * ga;
-        va = beta2 * va + (S(1) - beta2) * ga * ga;
-        pa -= step_size * ma / (va.sqrt() * rbc2 + eps);
-        if (base >= hi) break;
+        const long end = start + static_cast<long>(t.n), first = std::max(lo, start), last = std::min(hi, end);
+        if (first < last) {
+          // Eigen arrays: the square root vectorises whatever -fmath-errno
+          // says (std::sqrt in a plain loop stays scalar under GCC's default).
+          const long off = first - start, len = last - first;
+          Eigen::Map<Arr> pa(t.p + off, len), ma(t.m + off, len), va(t.v + off, len);
+          const Eigen::Map<const Arr> ga(t.g + off, len);
+          pa -= (lr * t.weight_decay) * pa;
+          ma = beta1 * ma + (S(1) - beta1) * ga;
+          va = beta2 * va + (S(1) - beta2) * ga * ga;
+          pa -= step_size * ma / (va.sqrt() * rbc2 + eps);
+        }
+        if (end >= hi) break;
+        start = end;
       }
     });
   }
