@@ -61,7 +61,14 @@ void parallel_ranges(long n, bool parallel, F&& f, long grain = 1) {
     return;
   }
 #endif
-  if (n > 0) f(0L, n);
+  // The same private copy on one thread: called through the caller's
+  // closure, a store through one of its pointers may change the others, so
+  // an elementwise loop neither vectorises nor keeps its pointers in
+  // registers.
+  if (n > 0) {
+    std::decay_t<F> local(f);
+    local(0L, n);
+  }
 }
 
 inline int thread_index() {
