@@ -534,9 +534,25 @@ class CpuBackend {
     scratch_.resize(static_cast<std::size_t>(detail::thread_count() * tile));
     S* scratch = scratch_.data();
     const long work = long(a.B) * a.H * tile * (a.QK_DIM + a.V_DIM);
+    const detail::AttendRowBackward<S> attend_backward = detail::row_backward_kernel<S>(a);
     detail::parallel_ranges(long(a.B) * a.H, work > detail::kParallelWork, [=](long lo, long hi) {
       for (long i_ = lo; i_ < hi; ++i_) {
         const int b = int(i_ / a.H), h = int(i_ % a.H);
+        if (a.Tq <= detail::kRowAttentionRows) {
+          const long kv = long(b) * a.Tk, qr = long(b) * a.Tq;
+          S* dkb = dk + kv * ldk + long(h) * a.QK_DIM;
+          S* dvb = dv + kv * ldv + long(h) * a.V_DIM;
+          for (int j = 0; j < a.Tk; ++j) {
+            std::fill_n(dkb + long(j) * ldk, a.QK_DIM, S(0));
+            std::fill_n(dvb + long(j) * ldv, a.V_DIM, S(0));
+          }
+          for (int i = 0; i < a.Tq; ++i)
+            attend_backward(a, scale, dy + (qr + i) * ldy + long(h) * a.V_DIM, q + (qr + i) * ldq + long(h) * a.QK_DIM,
+                            k + kv * ldk + long(h) * a.QK_DIM, ldk, v + kv * ldv + long(h) * a.V_DIM, ldv,
+                            probs + ((long(b) * a.H + h) * a.Tq + i) * a.Tk, scratch + detail::thread_index() * tile,
+                            dq + (qr + i) * ldq + long(h) * a.QK_DIM, dkb, dvb);
+          continue;
+        }
         const CMap dY(dy + long(b) * a.Tq * ldy + long(h) * a.V_DIM, a.Tq, a.V_DIM, Strided(ldy));
         const CMap Q(q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
         const CMap K(k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));

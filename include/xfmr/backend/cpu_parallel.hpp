@@ -29,8 +29,12 @@ inline constexpr long kGemvThreadedWork = 1L << 16;
 // than the elements of the other operations (a decoding step's heads stay on
 // one thread).
 inline constexpr long kAttentionParallelWork = 1L << 15;
-// Up to this many query rows per (sequence, head), attention goes row by row.
-inline constexpr int kRowAttentionRows = 4;
+// Up to this many query rows per (sequence, head), attention forward and
+// backward go row by row (fixed-width dot products, causally hidden keys
+// skipped); longer sequences use three or four small GEMMs per head. At
+// shakespeare-small's 32 rows the row kernels are 5-8% faster forward than
+// Eigen's dynamic GEMMs, and as fast backward.
+inline constexpr int kRowAttentionRows = 64;
 
 inline int thread_count() {
 #ifdef _OPENMP

@@ -1,12 +1,14 @@
 // cpu_rows.hpp: CpuBackend's per-row attention kernels: the masked softmax
 // of one score row, its backward, and one query row attending to its visible
-// keys (the decoding path). Serial; the backend threads over rows.
+// keys with its backward (decoding steps and sequences of up to
+// kRowAttentionRows). Serial; the backend threads over (sequence, head).
 #pragma once
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/core/mask.hpp"
@@ -65,27 +67,68 @@ void attend_row(int b, int i, const AttentionDims& a, S scale, const S* qi, cons
   for (int j = 0; j < n; ++j) out += p[j] * Eigen::Map<const RowV>(v + long(j) * ldv, a.V_DIM);
 }
 
-template <class S>
-using AttendRow = void (*)(int, int, const AttentionDims&, S, const S*, const S*, int, const S*, int, S*, S*,
-                           const AttentionMask&);
-
-// attend_row for these head sizes: fixed-size kernels for 16, 32 and 64.
-template <class S>
-AttendRow<S> row_kernel(const AttentionDims& a) {
-  if (a.QK_DIM == a.V_DIM) {
-    if (a.QK_DIM == 16) return &attend_row<S, 16, 16>;
-    if (a.QK_DIM == 32) return &attend_row<S, 32, 32>;
-    if (a.QK_DIM == 64) return &attend_row<S, 64, 64>;
-  }
-  return &attend_row<S, Eigen::Dynamic, Eigen::Dynamic>;
-}
-
 // ds = p * (dp - <dp, p>); ds may alias dp.
 template <class S>
 void softmax_backward_row(int n, const S* p, const S* dp, S* ds) {
   S dot = 0;
   for (int j = 0; j < n; ++j) dot += dp[j] * p[j];
   for (int j = 0; j < n; ++j) ds[j] = p[j] * (dp[j] - dot);
+}
+
+// Backward of attend_row for query row i, given its probabilities p (Tk)
+// and output gradient dyi: dS = softmax'(dY V^T), dQ_i = scale dS K, and
+// dK_j += scale dS_j Q_i, dV_j += p_j dY_i for the keys it attended to.
+// Keys past the last one with p_j != 0 (the causal part of the mask) add
+// exact zeros, so they are skipped. ds: Tk scratch.
+template <class S, int DQ, int DV>
+void attend_row_backward(const AttentionDims& a, S scale, const S* dyi, const S* qi, const S* k, int ldk,
+                         const S* v, int ldv, const S* p, S* ds, S* dqi, S* dk, S* dv) {
+  using RowQ = Eigen::Matrix<S, 1, DQ>;
+  using RowV = Eigen::Matrix<S, 1, DV>;
+  int n = a.Tk;
+  while (n > 0 && p[n - 1] == S(0)) --n;
+  const Eigen::Map<const RowV> dy(dyi, a.V_DIM);
+  for (int j = 0; j < n; ++j) ds[j] = dy.dot(Eigen::Map<const RowV>(v + long(j) * ldv, a.V_DIM));
+  softmax_backward_row(n, p, ds, ds);
+  const Eigen::Map<const RowQ> q(qi, a.QK_DIM);
+  Eigen::Map<RowQ> dq(dqi, a.QK_DIM);
+  dq.setZero();
+  for (int j = 0; j < n; ++j) {
+    const S g = scale * ds[j];
+    dq += g * Eigen::Map<const RowQ>(k + long(j) * ldk, a.QK_DIM);
+    Eigen::Map<RowQ>(dk + long(j) * ldk, a.QK_DIM) += g * q;
+    Eigen::Map<RowV>(dv + long(j) * ldv, a.V_DIM) += p[j] * dy;
+  }
+}
+
+// Calls f with the head width as a compile-time constant: 16, 32 or 64 when
+// the query/key and value heads have that width, else Eigen::Dynamic.
+template <class F>
+auto with_head_width(const AttentionDims& a, F&& f) {
+  if (a.QK_DIM == a.V_DIM) {
+    if (a.QK_DIM == 16) return f(std::integral_constant<int, 16>{});
+    if (a.QK_DIM == 32) return f(std::integral_constant<int, 32>{});
+    if (a.QK_DIM == 64) return f(std::integral_constant<int, 64>{});
+  }
+  return f(std::integral_constant<int, Eigen::Dynamic>{});
+}
+
+template <class S>
+using AttendRow = void (*)(int, int, const AttentionDims&, S, const S*, const S*, int, const S*, int, S*, S*,
+                           const AttentionMask&);
+template <class S>
+using AttendRowBackward = void (*)(const AttentionDims&, S, const S*, const S*, const S*, int, const S*, int,
+                                   const S*, S*, S*, S*, S*);
+
+// attend_row and its backward for these heads: fixed-size kernels for 16,
+// 32 and 64 wide heads.
+template <class S>
+AttendRow<S> row_kernel(const AttentionDims& a) {
+  return with_head_width(a, [](auto w) -> AttendRow<S> { return &attend_row<S, w(), w()>; });
+}
+template <class S>
+AttendRowBackward<S> row_backward_kernel(const AttentionDims& a) {
+  return with_head_width(a, [](auto w) -> AttendRowBackward<S> { return &attend_row_backward<S, w(), w()>; });
 }
 
 }  // namespace xfmr::detail
