@@ -102,6 +102,21 @@ BOOST_AUTO_TEST_CASE(self_attention_gradients_wide_heads) {
   check_self<TinyWideHeads>("SelfAttention wide heads", {2, 4}, false, {0, 0, 0, 0, 0, 0, 0, 1});
 }
 
+// Past kRowAttentionRows query rows the backend leaves its row kernels for
+// per-head GEMMs: the same gradients must come out of that path too.
+struct LongPre {
+  static constexpr int MAX_T = detail::kRowAttentionRows + 3, D_MODEL = 8, N_HEADS = 2, N_LAYERS = 1, D_FF = 12;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+};
+
+BOOST_AUTO_TEST_CASE(self_attention_gradients_past_the_row_kernels) {
+  constexpr int T = LongPre::MAX_T;
+  std::vector<std::uint8_t> pad(T, 0);
+  pad[T - 1] = pad[T - 2] = 1;
+  check_self<LongPre>("SelfAttention causal + padding, GEMM path", {1, T}, true, pad);
+}
+
 BOOST_AUTO_TEST_CASE(cross_attention_gradients) {
   check_cross<TinyPre>("CrossAttention Tq 3, Tk 5", {2, 3}, {2, 5}, {});
 }

@@ -538,37 +538,40 @@ class CpuBackend {
     detail::parallel_ranges(long(a.B) * a.H, work > detail::kParallelWork, [=](long lo, long hi) {
       for (long i_ = lo; i_ < hi; ++i_) {
         const int b = int(i_ / a.H), h = int(i_ % a.H);
+        // This (sequence, head)'s blocks; keys and values are unstrided (Tk rows).
+        const S* dyb = dy + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
+        const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
+        const S* kb = k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM;
+        const S* vb = v + long(b) * a.Tk * ldv + long(h) * a.V_DIM;
+        const S* p = probs + (long(b) * a.H + h) * tile;
+        S* dqb = dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
+        S* dkb = dk + long(b) * a.Tk * ldk + long(h) * a.QK_DIM;
+        S* dvb = dv + long(b) * a.Tk * ldv + long(h) * a.V_DIM;
+        S* ds = scratch + detail::thread_index() * tile;
         if (a.Tq <= detail::kRowAttentionRows) {
-          const long kv = long(b) * a.Tk, qr = long(b) * a.Tq;
-          S* dkb = dk + kv * ldk + long(h) * a.QK_DIM;
-          S* dvb = dv + kv * ldv + long(h) * a.V_DIM;
           for (int j = 0; j < a.Tk; ++j) {
             std::fill_n(dkb + long(j) * ldk, a.QK_DIM, S(0));
             std::fill_n(dvb + long(j) * ldv, a.V_DIM, S(0));
           }
           for (int i = 0; i < a.Tq; ++i)
-            attend_backward(a, scale, dy + (qr + i) * ldy + long(h) * a.V_DIM, q + (qr + i) * ldq + long(h) * a.QK_DIM,
-                            k + kv * ldk + long(h) * a.QK_DIM, ldk, v + kv * ldv + long(h) * a.V_DIM, ldv,
-                            probs + ((long(b) * a.H + h) * a.Tq + i) * a.Tk, scratch + detail::thread_index() * tile,
-                            dq + (qr + i) * ldq + long(h) * a.QK_DIM, dkb, dvb);
+            attend_backward(a, scale, dyb + long(i) * ldy, qb + long(i) * ldq, kb, ldk, vb, ldv, p + long(i) * a.Tk, ds,
+                            dqb + long(i) * ldq, dkb, dvb);
           continue;
         }
-        const CMap dY(dy + long(b) * a.Tq * ldy + long(h) * a.V_DIM, a.Tq, a.V_DIM, Strided(ldy));
-        const CMap Q(q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
-        const CMap K(k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
-        const CMap Vm(v + long(b) * a.Tk * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
-        const S* p = probs + (long(b) * a.H + h) * tile;
+        const CMap dY(dyb, a.Tq, a.V_DIM, Strided(ldy));
+        const CMap Q(qb, a.Tq, a.QK_DIM, Strided(ldq));
+        const CMap K(kb, a.Tk, a.QK_DIM, Strided(ldk));
+        const CMap Vm(vb, a.Tk, a.V_DIM, Strided(ldv));
         const CMap P(p, a.Tq, a.Tk, Strided(a.Tk));
-        S* ds = scratch + detail::thread_index() * tile;
         Map dS(ds, a.Tq, a.Tk, Strided(a.Tk));
 
-        Map dV(dv + long(b) * a.Tk * ldv + long(h) * a.V_DIM, a.Tk, a.V_DIM, Strided(ldv));
+        Map dV(dvb, a.Tk, a.V_DIM, Strided(ldv));
         dV.noalias() = P.transpose() * dY;  // (Tk, V_DIM)
         dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
         for (int i = 0; i < a.Tq; ++i)
           detail::softmax_backward_row<S>(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
-        Map dQ(dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM, a.Tq, a.QK_DIM, Strided(ldq));
-        Map dK(dk + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, a.Tk, a.QK_DIM, Strided(ldk));
+        Map dQ(dqb, a.Tq, a.QK_DIM, Strided(ldq));
+        Map dK(dkb, a.Tk, a.QK_DIM, Strided(ldk));
         dQ.noalias() = scale * dS * K;              // (Tq, QK_DIM)
         dK.noalias() = scale * dS.transpose() * Q;  // (Tk, QK_DIM)
       }
