@@ -12,6 +12,8 @@ packages=(
   nlohmann-json3-dev zlib1g-dev
   "$@"
 )
+# libxsmm (the CPU backend's small GEMMs: JIT kernels, no packing) is x86-64 only.
+if [[ $(dpkg --print-architecture) == amd64 ]]; then packages+=(libxsmm-dev); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -31,6 +31,7 @@
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/backend/cpu_parallel.hpp"
 #include "xfmr/backend/cpu_rows.hpp"
+#include "xfmr/backend/cpu_small_gemm.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
@@ -83,12 +84,25 @@ class CpuBackend {
       // threading, which splits and synchronises inside each call; larger
       // products share their packed panels and go to BLAS whole.
       if (long(M) * N * K < detail::kBlasSplitWork) {
+        // With libxsmm, a block whose (K, N) operand stays in cache runs
+        // without packing (B^T transposed once first); BLAS otherwise.
+        [[maybe_unused]] const bool small = alpha == S(1) && (beta == S(0) || beta == S(1)) &&
+                                            long(K) * N * long(sizeof(S)) <= detail::kSmallGemmPanelBytes;
+#ifdef XFMR_WITH_LIBXSMM
+        const S* bs = small && tb ? detail::transposed(B, ldb, N, K) : B;
+        const int ldbs = small && tb ? N : ldb;
+#endif
         const bool by_rows = M >= N;
         detail::parallel_ranges(
             by_rows ? M : N, true,
             [=](long lo, long hi) {
-              if (by_rows) blas(int(lo), int(hi), 0, N);
-              else blas(0, M, int(lo), int(hi));
+              const int m0 = by_rows ? int(lo) : 0, m1 = by_rows ? int(hi) : M;
+              const int n0 = by_rows ? 0 : int(lo), n1 = by_rows ? N : int(hi);
+#ifdef XFMR_WITH_LIBXSMM
+              if (small && detail::small_gemm_block(ta, m0, m1, n0, n1, K, A, lda, bs + n0, ldbs, beta, C, ldc))
+                return;
+#endif
+              blas(m0, m1, n0, n1);
             },
             detail::kBlasSplitGrain);
         return;
