@@ -15,13 +15,14 @@ namespace tt = boost::test_tools;
 // threads (M >= N), split over its columns (N > M), BLAS whole (large); and
 // single rows (decoding): Eigen's GEMV, direct when alpha = 1 and beta = 0,
 // and BLAS's threaded GEMV from 2^16 weights. With libxsmm, the split shapes
-// go to its kernels when alpha is 1 and beta 0 or 1 (accumulation), to BLAS
-// otherwise.
+// and any other whose (K, N) operand fits in 256 KiB (1100 x 64 x 240, past
+// the split's 2^24 multiply-adds) go to its kernels when alpha is 1 and beta
+// 0 or 1 (accumulation), to BLAS otherwise.
 BOOST_AUTO_TEST_CASE(gemm_all_transpose_combinations_with_alpha_beta_and_strides) {
   Rng rng(1);
   Be be;
   const int pad = 2;  // leading dimensions wider than the matrices
-  for (auto [M, N, K] : {std::array{5, 4, 3}, {70, 40, 30}, {20, 100, 40}, {300, 260, 220}, {1, 37, 29}, {1, 300, 260}})
+  for (auto [M, N, K] : {std::array{5, 4, 3}, {70, 40, 30}, {20, 100, 40}, {300, 260, 220}, {1100, 64, 240}, {1, 37, 29}, {1, 300, 260}})
     for (auto [alpha, beta] : {std::pair{0.7, -1.3}, {1.0, 0.0}, {1.0, 1.0}})
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {

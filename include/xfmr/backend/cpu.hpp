@@ -79,15 +79,16 @@ class CpuBackend {
         if constexpr (std::is_same_v<S, float>) cblas_sgemm(CblasRowMajor, opa, opb, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, c, ldc);
         else cblas_dgemm(CblasRowMajor, opa, opb, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, c, ldc);
       };
-      // Up to a few million multiply-adds, one single-threaded BLAS call per
-      // thread on its own block of C's rows (or columns) beats BLAS's own
-      // threading, which splits and synchronises inside each call; larger
-      // products share their packed panels and go to BLAS whole.
-      if (long(M) * N * K < detail::kBlasSplitWork) {
-        // With libxsmm, a block whose (K, N) operand stays in cache runs
-        // without packing (B^T transposed once first); BLAS otherwise.
-        [[maybe_unused]] const bool small = alpha == S(1) && (beta == S(0) || beta == S(1)) &&
-                                            long(K) * N * long(sizeof(S)) <= detail::kSmallGemmPanelBytes;
+      // With libxsmm, each thread multiplies its own block of C's rows (or
+      // columns) with a JIT kernel, without packing, whenever the (K, N)
+      // operand stays in cache (B^T is transposed once first). Otherwise, up
+      // to a few million multiply-adds, one single-threaded BLAS call per
+      // thread on its block beats BLAS's own threading, which splits and
+      // synchronises inside each call; larger products share their packed
+      // panels and go to BLAS whole.
+      const bool small = detail::kWithLibxsmm && alpha == S(1) && (beta == S(0) || beta == S(1)) &&
+                         long(K) * N * long(sizeof(S)) <= detail::kSmallGemmPanelBytes;
+      if (small || long(M) * N * K < detail::kBlasSplitWork) {
 #ifdef XFMR_WITH_LIBXSMM
         const S* bs = small && tb ? detail::transposed(B, ldb, N, K) : B;
         const int ldbs = small && tb ? N : ldb;

@@ -23,9 +23,10 @@ inline constexpr int kBlasMinSide = 8;
 // the blocks are multiples of kBlasSplitGrain rows or columns.
 inline constexpr long kBlasSplitWork = 1L << 24;
 inline constexpr long kBlasSplitGrain = 16;
-// With libxsmm, a block whose (K, N) operand takes up to this many bytes
-// goes to its kernels, which keep that operand in cache across the block's
-// rows without packing; larger ones go to BLAS, which blocks it.
+// With libxsmm, a product whose (K, N) operand takes up to this many bytes
+// goes to its kernels, one block of rows or columns per thread, whatever its
+// size: they keep that operand in cache across the block's rows without
+// packing. Larger operands go to BLAS, which blocks them.
 inline constexpr long kSmallGemmPanelBytes = 256L << 10;
 // From this many weights a single-row product goes to BLAS's threaded GEMV.
 inline constexpr long kGemvThreadedWork = 1L << 16;

@@ -1,8 +1,8 @@
 // cpu_small_gemm.hpp: one thread's block of a small row-major product through
 // a libxsmm JIT kernel, which streams the operands as they lie instead of
 // packing them as BLAS does. Used by CpuBackend::gemm when xfmr is built
-// with libxsmm (XFMR_WITH_LIBXSMM) for products whose weight-sized operand
-// stays in a core's cache.
+// with libxsmm (XFMR_WITH_LIBXSMM) for products, of any number of rows,
+// whose weight-sized operand stays in a core's cache.
 //
 // libxsmm is column-major, and a row-major C = op(A) op(B) is the
 // column-major C^T = op(B)^T op(A)^T: libxsmm's A is our B and its B our A.
@@ -11,6 +11,14 @@
 // transposes such a B, once for all threads (transposed(), libxsmm's own
 // transposition: a few microseconds for a small model's weight matrix).
 #pragma once
+
+namespace xfmr::detail {
+#ifdef XFMR_WITH_LIBXSMM
+inline constexpr bool kWithLibxsmm = true;
+#else
+inline constexpr bool kWithLibxsmm = false;
+#endif
+}  // namespace xfmr::detail
 
 #ifdef XFMR_WITH_LIBXSMM
 
