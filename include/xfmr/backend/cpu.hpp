@@ -81,13 +81,15 @@ class CpuBackend {
       };
       // With libxsmm, each thread multiplies its own block of C's rows (or
       // columns) with a JIT kernel, without packing, whenever the (K, N)
-      // operand stays in cache (B^T is transposed once first). Otherwise, up
+      // operand stays in cache (B^T is transposed once first, when there are
+      // enough rows to pay for it). Otherwise, up
       // to a few million multiply-adds, one single-threaded BLAS call per
       // thread on its block beats BLAS's own threading, which splits and
       // synchronises inside each call; larger products share their packed
       // panels and go to BLAS whole.
       const bool small = detail::kWithLibxsmm && alpha == S(1) && (beta == S(0) || beta == S(1)) &&
-                         long(K) * N * long(sizeof(S)) <= detail::kSmallGemmPanelBytes;
+                         long(K) * N * long(sizeof(S)) <= detail::kSmallGemmPanelBytes &&
+                         (!tb || M >= detail::kSmallGemmTransposeRows);
       if (small || long(M) * N * K < detail::kBlasSplitWork) {
 #ifdef XFMR_WITH_LIBXSMM
         const S* bs = small && tb ? detail::transposed(B, ldb, N, K) : B;

@@ -28,6 +28,12 @@ inline constexpr long kBlasSplitGrain = 16;
 // size: they keep that operand in cache across the block's rows without
 // packing. Larger operands go to BLAS, which blocks them.
 inline constexpr long kSmallGemmPanelBytes = 256L << 10;
+// A product with B^T goes to libxsmm from this many rows: its (K, N) operand
+// is first transposed on one thread, at about 0.3 ns an element, against
+// about 0.01 ns a multiply-add for the product on two cores, so at 256 rows
+// the transposition costs a tenth of the product. With fewer rows (a
+// recomputed decoding context) OpenBLAS's per-thread packing is cheaper.
+inline constexpr int kSmallGemmTransposeRows = 256;
 // From this many weights a single-row product goes to BLAS's threaded GEMV.
 inline constexpr long kGemvThreadedWork = 1L << 16;
 // Attention forward forks from this many multiply-adds: cheaper per unit
