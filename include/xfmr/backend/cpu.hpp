@@ -4,11 +4,12 @@
 //
 // Threading is one level only. Every operation splits its rows, columns or
 // (batch, head) pairs over the OpenMP threads with detail::parallel_ranges,
-// serial code inside; GEMMs of up to a few million multiply-adds do the same
-// with one single-threaded BLAS call per thread, larger ones use OpenBLAS's
-// (or Eigen's) own OpenMP parallelism. Below a small amount of work an
-// operation runs inline, without entering the OpenMP runtime at all: a fork
-// costs more than it saves. Reductions across rows run in a fixed order
+// serial code inside; GEMMs do the same with one libxsmm kernel per thread
+// when their weight-sized operand stays in cache (cpu_small_gemm.hpp), else
+// up to a few million multiply-adds with one single-threaded BLAS call per
+// thread; larger ones use OpenBLAS's (or Eigen's) own OpenMP parallelism.
+// Below a small amount of work an operation runs inline, without entering
+// the OpenMP runtime at all: a fork costs more than it saves. Reductions across rows run in a fixed order
 // (split over columns, never over the rows being summed), so results are
 // bitwise reproducible for a given thread count. The thresholds and the
 // threading helper are in cpu_parallel.hpp, the per-row attention kernels in
