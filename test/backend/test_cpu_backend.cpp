@@ -1,8 +1,11 @@
 #define BOOST_TEST_MODULE cpu_backend
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <span>
 #include <cmath>
+#include <thread>
 #include <utility>
 
 #include "support/gradcheck.hpp"
@@ -48,6 +51,33 @@ BOOST_AUTO_TEST_CASE(gemm_all_transpose_combinations_with_alpha_beta_and_strides
             }
           }
         }
+}
+
+// The decoding partner thread: each half runs exactly once, whether the
+// partner takes it, the caller takes it back (the partner asleep after a
+// pause), or a second caller finds the partner in use and runs both halves.
+BOOST_AUTO_TEST_CASE(partner_runs_each_half_exactly_once) {
+  auto& partner = detail::Partner::instance();
+  std::atomic<int> wrong{0}, on_partner{0};
+  auto caller = [&](int calls, bool pauses) {
+    const auto self = std::this_thread::get_id();
+    for (int i = 0; i < calls; ++i) {
+      std::array<int, 2> runs{0, 0};
+      std::array<std::thread::id, 2> where{};
+      partner.run_halves([&](int h) {
+        ++runs[h];
+        where[h] = std::this_thread::get_id();
+      });
+      if (runs != std::array{1, 1} || where[0] != self) ++wrong;
+      if (where[1] != self) ++on_partner;
+      if (pauses && i % 500 == 499) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  std::thread second(caller, 20000, false);
+  caller(20000, true);
+  second.join();
+  BOOST_TEST(wrong.load() == 0);
+  BOOST_TEST(on_partner.load() > 0);  // the partner did take halves
 }
 
 BOOST_AUTO_TEST_CASE(gemm_with_zero_beta_ignores_nan_in_c) {

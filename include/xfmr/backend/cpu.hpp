@@ -31,6 +31,7 @@
 
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/backend/cpu_parallel.hpp"
+#include "xfmr/backend/cpu_partner.hpp"
 #include "xfmr/backend/cpu_rows.hpp"
 #include "xfmr/backend/cpu_small_gemm.hpp"
 #include "xfmr/core/error.hpp"
@@ -68,6 +69,27 @@ class CpuBackend {
 
   void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb,
             S beta, S* C, int ldc) {
+    // One contiguous row times a (N, K) weight matrix, y = W x (a decoding
+    // step's projections): Eigen's row-major GEMV, without the general
+    // product's dispatch; from kGemvPartnerWork weights the partner thread
+    // streams half of the matrix from its own core's cache.
+    if (M == 1 && tb && !ta && alpha == S(1) && beta == S(0)) {
+      using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+      auto rows = [=](int n0, int n1) {
+        Eigen::Map<Col>(C + n0, n1 - n0).noalias() =
+            CMap(B + long(n0) * ldb, n1 - n0, K, Strided(ldb)) * Eigen::Map<const Col>(A, K);
+      };
+      if (long(N) * K >= detail::kGemvPartnerWork && detail::may_fork()) {
+        const int half = std::min(N, (N / 2 + 15) / 16 * 16);
+        detail::Partner::instance().run_halves([&](int h) {
+          if (h == 0) rows(0, half);
+          else rows(half, N);
+        });
+      } else {
+        rows(0, N);
+      }
+      return;
+    }
 #ifdef XFMR_WITH_OPENBLAS
     // Small products and matrix-vector ones (a decoding step's single rows)
     // stay inline in Eigen: BLAS would pack a whole operand for one row.
@@ -130,13 +152,6 @@ class CpuBackend {
       return;
     }
 #endif
-    // One contiguous row times a (N, K) weight matrix, y = W x: straight to
-    // Eigen's row-major GEMV, without the general product's dispatch.
-    if (M == 1 && tb && !ta && alpha == S(1) && beta == S(0)) {
-      using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
-      Eigen::Map<Col>(C, N).noalias() = CMap(B, N, K, Strided(ldb)) * Eigen::Map<const Col>(A, K);
-      return;
-    }
     const CMap a(A, ta ? K : M, ta ? M : K, Strided(lda));
     const CMap b(B, tb ? N : K, tb ? K : N, Strided(ldb));
     Map c(C, M, N, Strided(ldc));

@@ -34,8 +34,11 @@ inline constexpr long kSmallGemmPanelBytes = 256L << 10;
 // the transposition costs a tenth of the product. With fewer rows (a
 // recomputed decoding context) OpenBLAS's per-thread packing is cheaper.
 inline constexpr int kSmallGemmTransposeRows = 256;
-// From this many weights a single-row product goes to BLAS's threaded GEMV.
+// From this many weights a single-row product goes to BLAS's threaded GEMV;
+// y = W x, a decoding step's projection, from kGemvPartnerWork weights to
+// Partner (cpu_partner.hpp), which takes half of W.
 inline constexpr long kGemvThreadedWork = 1L << 16;
+inline constexpr long kGemvPartnerWork = 1L << 13;
 // Attention forward forks from this many multiply-adds: cheaper per unit
 // than the elements of the other operations (a decoding step's heads stay on
 // one thread).
@@ -84,6 +87,16 @@ void parallel_ranges(long n, bool parallel, F&& f, long grain = 1) {
     std::decay_t<F> local(f);
     local(0L, n);
   }
+}
+
+// Whether this thread may hand work to another: more than one thread
+// allowed, and not already inside a parallel region.
+inline bool may_fork() {
+#ifdef _OPENMP
+  return omp_get_max_threads() > 1 && !omp_in_parallel();
+#else
+  return false;
+#endif
 }
 
 inline int thread_index() {
