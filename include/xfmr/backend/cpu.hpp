@@ -9,11 +9,13 @@
 // up to a few million multiply-adds with one single-threaded BLAS call per
 // thread; larger ones use OpenBLAS's (or Eigen's) own OpenMP parallelism.
 // Below a small amount of work an operation runs inline, without entering
-// the OpenMP runtime at all: a fork costs more than it saves. Reductions across rows run in a fixed order
-// (split over columns, never over the rows being summed), so results are
-// bitwise reproducible for a given thread count. The thresholds and the
-// threading helper are in cpu_parallel.hpp, the per-row attention kernels in
-// cpu_rows.hpp.
+// the OpenMP runtime at all: a fork costs more than it saves. A decoding
+// step's single-row products instead share their rows with a partner thread
+// that is already spinning (cpu_partner.hpp). Reductions across rows run in
+// a fixed order (split over columns, never over the rows being summed), so
+// results are bitwise reproducible for a given thread count. The thresholds
+// and the threading helper are in cpu_parallel.hpp, the per-row attention
+// kernels in cpu_rows.hpp.
 #pragma once
 
 #include <Eigen/Core>
@@ -105,11 +107,11 @@ class CpuBackend {
       // With libxsmm, each thread multiplies its own block of C's rows (or
       // columns) with a JIT kernel, without packing, whenever the (K, N)
       // operand stays in cache (B^T is transposed once first, when there are
-      // enough rows to pay for it). Otherwise, up
-      // to a few million multiply-adds, one single-threaded BLAS call per
-      // thread on its block beats BLAS's own threading, which splits and
-      // synchronises inside each call; larger products share their packed
-      // panels and go to BLAS whole.
+      // enough rows to pay for it). Otherwise, up to a few million
+      // multiply-adds, one single-threaded BLAS call per thread on its block
+      // beats BLAS's own threading, which splits and synchronises inside
+      // each call; larger products share their packed panels and go to BLAS
+      // whole.
       const bool small = detail::kWithLibxsmm && alpha == S(1) && (beta == S(0) || beta == S(1)) &&
                          long(K) * N * long(sizeof(S)) <= detail::kSmallGemmPanelBytes &&
                          (!tb || M >= detail::kSmallGemmTransposeRows);
@@ -136,10 +138,10 @@ class CpuBackend {
       blas(0, M, 0, N);
       return;
     }
-    // A single row against a large matrix (a decoding step's projections and
-    // vocabulary head) streams the whole weight matrix for one row: memory
-    // bound, so OpenBLAS's threaded GEMV, which splits the matrix over the
-    // cores and their caches, wins.
+    // Any other single row against a large matrix (transposed, scaled or
+    // accumulating; y = W x went to the partner above) streams the whole
+    // matrix for one row: memory bound, so OpenBLAS's threaded GEMV, which
+    // splits the matrix over the cores and their caches, wins.
     if (M == 1 && long(N) * K >= detail::kGemvThreadedWork) {
       const int incx = ta ? lda : 1;
       if constexpr (std::is_same_v<S, float>) {
