@@ -53,21 +53,43 @@ BOOST_AUTO_TEST_CASE(gemm_all_transpose_combinations_with_alpha_beta_and_strides
         }
 }
 
+// Waits (up to `limit`) until `started`: a caller's first half holding on
+// until the partner has begun the posted second half, so that a test does
+// not depend on how soon the OS runs the partner (e.g. beside other tests).
+bool wait_for(const std::atomic<bool>& started, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!started.load()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 // The decoding partner thread: each half runs exactly once, whether the
 // partner takes it, the caller takes it back (the partner asleep after a
 // pause), or a second caller finds the partner in use and runs both halves.
 BOOST_AUTO_TEST_CASE(partner_runs_each_half_exactly_once) {
   auto& partner = detail::Partner::instance();
+  partner.set_policy(detail::PartnerPolicy::always);  // every call posts a half
   std::atomic<int> wrong{0}, on_partner{0};
   auto caller = [&](int calls, bool pauses) {
     const auto self = std::this_thread::get_id();
     for (int i = 0; i < calls; ++i) {
       std::array<int, 2> runs{0, 0};
       std::array<std::thread::id, 2> where{};
-      partner.run_halves([&](int h) {
-        ++runs[h];
-        where[h] = std::this_thread::get_id();
-      });
+      std::atomic<bool> started{false};
+      // Now and then the first half waits a little for the partner to start
+      // the second (if the other caller holds the partner, it runs both
+      // halves here and the wait runs out).
+      const bool wait = pauses && i % 500 == 250;
+      partner.run_halves(
+          [&](int h) {
+            if (h == 1) started = true;
+            ++runs[h];
+            where[h] = std::this_thread::get_id();
+            if (h == 0 && wait) wait_for(started, std::chrono::milliseconds(5));
+          },
+          1);
       if (runs != std::array{1, 1} || where[0] != self) ++wrong;
       if (where[1] != self) ++on_partner;
       if (pauses && i % 500 == 499) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -76,8 +98,51 @@ BOOST_AUTO_TEST_CASE(partner_runs_each_half_exactly_once) {
   std::thread second(caller, 20000, false);
   caller(20000, true);
   second.join();
+  partner.set_policy(detail::PartnerPolicy::measured);
   BOOST_TEST(wrong.load() == 0);
   BOOST_TEST(on_partner.load() > 0);  // the partner did take halves
+}
+
+// The measured policy stops handing halves to a partner that costs more
+// than it saves: here every half the partner takes sleeps 200 us, while the
+// caller's first half works 20 us (time for a posted half to be picked up)
+// and its second is free. Only the exploring calls (1 in kPartnerExplore)
+// may still reach the partner. Negative control: under PartnerPolicy::always
+// the same partner takes more than that.
+BOOST_AUTO_TEST_CASE(partner_measured_policy_avoids_a_slow_partner) {
+  auto& partner = detail::Partner::instance();
+  auto halves_on_partner = [&](detail::PartnerPolicy policy, int calls) {
+    partner.set_policy(policy);
+    const auto self = std::this_thread::get_id();
+    int taken = 0;
+    for (int i = 0; i < calls; ++i) {
+      std::thread::id where;
+      std::atomic<bool> started{false};
+      partner.run_halves(
+          [&](int h) {
+            if (h == 0) {
+              // Always posts, so the partner will start the second half.
+              if (policy == detail::PartnerPolicy::always) wait_for(started, std::chrono::seconds(1));
+              const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+              while (std::chrono::steady_clock::now() < until) {
+              }
+              return;
+            }
+            started = true;
+            where = std::this_thread::get_id();
+            if (where != self) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          },
+          1000);
+      if (where != self) ++taken;
+    }
+    partner.set_policy(detail::PartnerPolicy::measured);
+    return taken;
+  };
+  const int calls = 4000;
+  const int measured = halves_on_partner(detail::PartnerPolicy::measured, calls);
+  BOOST_TEST(measured <= int(calls / detail::kPartnerExplore) + 8);
+  const int always = halves_on_partner(detail::PartnerPolicy::always, 400);
+  BOOST_TEST(always == 400);  // the partner does take posted halves when asked to
 }
 
 BOOST_AUTO_TEST_CASE(gemm_with_zero_beta_ignores_nan_in_c) {

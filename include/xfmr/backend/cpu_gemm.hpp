@@ -3,7 +3,7 @@
 //
 // - one row times a weight matrix, y = W x (a decoding step's projections):
 //   Eigen's GEMV, shared with the partner thread from kGemvPartnerWork
-//   weights (cpu_partner.hpp);
+//   weights when that measures cheaper (cpu_partner.hpp);
 // - from kBlasWork multiply-adds and kBlasMinSide rows and columns: one
 //   block of C's rows (or columns) per thread, through a libxsmm kernel
 //   when the weight-sized operand stays in cache (cpu_small_gemm.hpp), else
@@ -47,10 +47,12 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
     };
     if (long(N) * K >= kGemvPartnerWork && may_fork()) {
       const int half = std::min(N, (N / 2 + 15) / 16 * 16);
-      Partner::instance().run_halves([&](int h) {
-        if (h == 0) rows(0, half);
-        else rows(half, N);
-      });
+      Partner::instance().run_halves(
+          [&](int h) {
+            if (h == 0) rows(0, half);
+            else rows(half, N);
+          },
+          long(N) * K);
     } else {
       rows(0, N);
     }

@@ -11,8 +11,18 @@
 // (asleep, or descheduled by the OS: it shares the cores with the OpenMP
 // threads), so a product waits on the partner only while the partner works
 // on it, and then yields its core after a while in case they share one.
+//
+// Whether a handoff pays depends on how far apart the two cores are, which
+// a VM can change while it runs: on one 2-vCPU VM the round trip of a cache
+// line between the cores moved between 0.07 and 0.6 us, and at 0.4 us the
+// partner made shakespeare-small's decoding step 2x slower instead of 10%
+// faster. So by default (PartnerPolicy::measured) the caller times every
+// product per multiply-add, paired and alone, keeps a running cost of each
+// and takes the cheaper; one call in kPartnerExplore goes the other way, so
+// the choice follows the machine within a few hundred products.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -25,6 +35,11 @@
 namespace xfmr::detail {
 
 inline constexpr auto kPartnerSpin = std::chrono::microseconds(50);
+inline constexpr unsigned kPartnerExplore = 64;
+
+// How run_halves splits a product: the cheaper way as measured (default),
+// or always or never through the partner (tests, experiments).
+enum class PartnerPolicy { measured, always, never };
 
 class Partner {
  public:
@@ -35,15 +50,76 @@ class Partner {
   }
 
   // half(0) here and half(1) on the partner, or both here when the partner
-  // is busy with another caller or has not started on it. Returns when both
-  // are done.
+  // is busy with another caller, has not started on it, or costs more than
+  // it saves (see the policy). work: the product's multiply-adds, so that
+  // products of different sizes share one cost per multiply-add. Returns
+  // when both halves are done.
   template <class F>
-  void run_halves(const F& half) {
+  void run_halves(const F& half, long work) {
     if (in_use_.exchange(true, std::memory_order_acquire)) {
       half(0);
       half(1);
       return;
     }
+    const bool paired = choose_paired();
+    const std::uint64_t start = ticks();
+    if (paired) {
+      run_paired(half);
+    } else {
+      half(0);
+      half(1);
+    }
+    record(paired, double(ticks() - start) / double(std::max(work, 1L)));
+    in_use_.store(false, std::memory_order_release);
+  }
+
+  void set_policy(PartnerPolicy p) { policy_.store(p, std::memory_order_relaxed); }
+
+  Partner(const Partner&) = delete;
+  Partner& operator=(const Partner&) = delete;
+  ~Partner() {
+    state_.store(kStop, std::memory_order_seq_cst);
+    state_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  static constexpr std::uint32_t kIdle = 0, kPosted = 1, kTaken = 2, kDone = 3, kStop = 4;
+
+  Partner() : thread_([this] { loop(); }) {}
+
+  // A cheap clock on the caller's core: the time-stamp counter, which runs at
+  // a constant rate on the x86-64 processors that have AVX2 and later.
+  static std::uint64_t ticks() {
+#if defined(__x86_64__) || defined(__i386__)
+    return __rdtsc();
+#else
+    return std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+  }
+
+  // Called by the caller holding in_use_, as is record(): no other thread
+  // touches calls_ and cost_. A cost of 0 is unknown, so each way is tried
+  // once before they are compared.
+  bool choose_paired() {
+    switch (policy_.load(std::memory_order_relaxed)) {
+      case PartnerPolicy::always: return true;
+      case PartnerPolicy::never: return false;
+      case PartnerPolicy::measured: break;
+    }
+    const bool paired_cheaper = cost_[1] <= cost_[0];
+    return ++calls_ % kPartnerExplore == 0 ? !paired_cheaper : paired_cheaper;
+  }
+  // A running mean over about the last 8 calls of one way; a sample counts
+  // at most 4 times the mean, so that one call the OS interrupted does not
+  // swing the choice for long.
+  void record(bool paired, double cost) {
+    double& mean = cost_[paired];
+    mean = mean == 0 ? cost : mean + (std::min(cost, 4 * mean) - mean) / 8;
+  }
+
+  template <class F>
+  void run_paired(const F& half) {
     job_ = [](const void* f) { (*static_cast<const F*>(f))(1); };
     arg_ = &half;
     state_.store(kPosted, std::memory_order_seq_cst);
@@ -59,21 +135,7 @@ class Partner {
       }
       state_.store(kIdle, std::memory_order_relaxed);
     }
-    in_use_.store(false, std::memory_order_release);
   }
-
-  Partner(const Partner&) = delete;
-  Partner& operator=(const Partner&) = delete;
-  ~Partner() {
-    state_.store(kStop, std::memory_order_seq_cst);
-    state_.notify_one();
-    thread_.join();
-  }
-
- private:
-  static constexpr std::uint32_t kIdle = 0, kPosted = 1, kTaken = 2, kDone = 3, kStop = 4;
-
-  Partner() : thread_([this] { loop(); }) {}
 
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -111,6 +173,9 @@ class Partner {
 
   std::atomic<std::uint32_t> state_{kIdle};
   std::atomic<bool> in_use_{false}, sleeping_{false};
+  std::atomic<PartnerPolicy> policy_{PartnerPolicy::measured};
+  unsigned calls_ = 0;
+  double cost_[2] = {0, 0};  // ticks per multiply-add: [alone, paired]
   void (*job_)(const void*) = nullptr;  // written before kPosted is published
   const void* arg_ = nullptr;
   std::thread thread_;  // last: starts once the members above exist
