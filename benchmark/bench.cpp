@@ -107,6 +107,16 @@ json summarize(const std::vector<double>& secs, double tokens_per_call, double f
   return j;
 }
 
+// The BLAS behind the CPU backend's larger products and the kernel it runs
+// on this processor (OPENBLAS_CORETYPE, if set, overrides its own choice).
+std::string blas_kernel() {
+#ifdef XFMR_WITH_OPENBLAS
+  return std::string("OpenBLAS ") + openblas_get_corename();
+#else
+  return "none";
+#endif
+}
+
 // Single-precision GEMM ceiling of this machine through the backend's gemm:
 // the best of square products at a few sizes (all threads), in GFLOP/s.
 template <class Be>
@@ -186,6 +196,7 @@ json run(const Args& a) {
                          {"FF", Cfg::D_FF}, {"V", V}, {"dropout", Cfg::DROPOUT}}},
               {"threads", detail::thread_count()},
               {"hardware_threads", std::thread::hardware_concurrency()},
+              {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", ceiling},
               {"parameters", Model::parameter_count(V, false)},
               {"results", json::object()}};
@@ -281,6 +292,7 @@ json run_translator(const Args& a) {
                          {"FF", Cfg::D_FF}, {"V", V}, {"dropout", 0.0}}},
               {"threads", detail::thread_count()},
               {"hardware_threads", std::thread::hardware_concurrency()},
+              {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", gemm_ceiling(a, be)},
               {"parameters", Model::parameter_count(V, V, false)},
               {"results", json::object()}};
@@ -291,23 +303,21 @@ json run_translator(const Args& a) {
   for (auto& i : src) i = std::int32_t(2 + rng.below(V - 2));
   model.encode(be, src, Shape{1, S_len});
   typename Model::DecodeState st;
-  std::vector<std::int32_t> seq;
+  std::vector<std::int32_t> seq(n + 1);  // token 0, then the n generated
   const auto cached = time_calls(a, be, [&] {
-    seq.assign(1, 0);
     model.start_decoding(be, st);
-    auto logits = model.decode(be, seq, st);
+    auto logits = model.decode(be, std::span(seq.data(), 1), st);
     for (int i = 0; i < n; ++i) {
-      seq.push_back(argmax(be.host_view(logits, staging)));
-      if (i + 1 < n) logits = model.decode(be, std::span(&seq.back(), 1), st);
+      seq[i + 1] = argmax(be.host_view(logits, staging));
+      if (i + 1 < n) logits = model.decode(be, std::span(&seq[i + 1], 1), st);
     }
   });
   const auto greedy = seq;
   const auto recompute = time_calls(a, be, [&] {
-    seq.assign(1, 0);
     for (int i = 0; i < n; ++i) {
       model.start_decoding(be, st);
-      const auto logits = model.decode(be, seq, st);
-      seq.push_back(argmax(be.host_view(logits.subspan(std::size_t(seq.size() - 1) * V, V), staging)));
+      const auto logits = model.decode(be, std::span(seq.data(), i + 1), st);
+      seq[i + 1] = argmax(be.host_view(logits.subspan(std::size_t(i) * V, V), staging));
     }
   });
   require(seq == greedy, "cached and recomputed greedy translation disagree");
@@ -334,8 +344,8 @@ void print(const json& r) {
   const auto& s = r["shape"];
   std::cout << "xfmr-bench " << r["model"].get<std::string>() << " (B" << s["B"] << " T" << s["T"] << " D" << s["D"]
             << " H" << s["H"] << " L" << s["L"] << "), " << r["backend"].get<std::string>() << ", " << r["threads"]
-            << " threads; GEMM ceiling " << std::fixed << std::setprecision(1) << r["gemm_ceiling_gflops"].get<double>()
-            << " GFLOP/s\n";
+            << " threads, " << r["blas"].get<std::string>() << "; GEMM ceiling " << std::fixed
+            << std::setprecision(1) << r["gemm_ceiling_gflops"].get<double>() << " GFLOP/s\n";
   for (const auto& [name, m] : r["results"].items()) {
     std::cout << "  " << std::left << std::setw(24) << name << std::right << std::setprecision(3) << std::setw(10)
               << m["median_ms"].get<double>() << " ms  [" << m["p10_ms"].get<double>() << ", "

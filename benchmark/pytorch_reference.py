@@ -17,6 +17,7 @@ or on an NVIDIA GPU with --device cuda (strict FP32 unless --tf32; every
 timed call ends with torch.cuda.synchronize(), as xfmr-bench's do).
 """
 import argparse
+import ctypes
 import json
 import math
 import resource
@@ -137,6 +138,18 @@ def forward_flops(cfg, b, t, v):
     return b * t * per_row + b * l * 4 * t * t * d
 
 
+def blas_kernel():
+    """The OpenBLAS kernel torch's BLAS runs here (OPENBLAS_CORETYPE, if set,
+    overrides OpenBLAS's own choice), or what else torch was built with."""
+    with open("/proc/self/maps") as maps:
+        libs = sorted({line.split()[-1] for line in maps if "libopenblas" in line})
+    if not libs:
+        return "not OpenBLAS"
+    lib = ctypes.CDLL(libs[0])
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return "OpenBLAS " + lib.openblas_get_corename().decode()
+
+
 def gemm_ceiling(args):
     best = 0.0
     sizes = [256, 512, 1024] if args.device == "cpu" else [2048, 4096, 8192]
@@ -189,7 +202,7 @@ def main():
     backend = "cpu" if args.device == "cpu" else torch.cuda.get_device_name() + (" tf32" if args.tf32 else "")
     out = {"impl": "pytorch", "backend": backend, "model": args.model, "torch": torch.__version__,
            "shape": {"B": b, "T": t_max, "D": d, "H": h, "L": l, "FF": ff, "V": v, "dropout": dropout},
-           "threads": torch.get_num_threads(), "gemm_ceiling_gflops": ceiling,
+           "threads": torch.get_num_threads(), "blas": blas_kernel(), "gemm_ceiling_gflops": ceiling,
            "parameters": sum(p.numel() for p in model.parameters()), "results": {}}
     fwd = forward_flops(cfg, b, t_max, v)
 
@@ -223,7 +236,7 @@ def main():
     out["memory"] = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}
     if args.device == "cuda":
         out["memory"]["peak_device_mb"] = torch.cuda.max_memory_allocated() / 1e6
-    print(f"pytorch {args.model} (B{b} T{t_max} D{d} H{h} L{l}), {backend}, {out['threads']} threads; "
+    print(f"pytorch {args.model} (B{b} T{t_max} D{d} H{h} L{l}), {backend}, {out['threads']} threads, {out['blas']}; "
           f"GEMM ceiling {ceiling:.1f} GFLOP/s")
     for name, m in out["results"].items():
         print(f"  {name:24s}{m['median_ms']:10.3f} ms  [{m['p10_ms']:.3f}, {m['p90_ms']:.3f}]"
