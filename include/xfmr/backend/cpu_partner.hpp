@@ -18,8 +18,14 @@
 // partner made shakespeare-small's decoding step 2x slower instead of 10%
 // faster. So by default (PartnerPolicy::measured) the caller times every
 // product per multiply-add, paired and alone, keeps a running cost of each
-// and takes the cheaper; one call in kPartnerExplore goes the other way, so
-// the choice follows the machine within a few hundred products.
+// and takes the cheaper; now and then a call goes the other way (explores),
+// so the choice follows the machine: after kPartnerExplore calls, and twice
+// as many after each exploration that confirms the choice, up to
+// kPartnerExploreMax (about 15 ms of shakespeare-small decoding). Waking the
+// partner costs tens of microseconds on such a VM, so a steady choice must
+// not explore often. A paired call that had to wake the partner
+// times the wake-up (a system call), not a handoff: it is not counted, and
+// a call soon after, once the partner is up, tries it again.
 #pragma once
 
 #include <algorithm>
@@ -35,7 +41,7 @@
 namespace xfmr::detail {
 
 inline constexpr auto kPartnerSpin = std::chrono::microseconds(50);
-inline constexpr unsigned kPartnerExplore = 64;
+inline constexpr unsigned kPartnerExplore = 256, kPartnerExploreMax = 1u << 14;
 
 // How run_halves splits a product: the cheaper way as measured (default),
 // or always or never through the partner (tests, experiments).
@@ -62,14 +68,24 @@ class Partner {
       return;
     }
     const bool paired = choose_paired();
-    const std::uint64_t start = ticks();
-    if (paired) {
-      run_paired(half);
-    } else {
+    if (paired && policy_.load(std::memory_order_relaxed) == PartnerPolicy::measured &&
+        sleeping_.load(std::memory_order_seq_cst)) {
+      // Timing this call would time a wake-up (a system call), not a
+      // handoff: wake the partner for a later call and run alone, untimed.
+      wake();
+      retry_ = kPartnerExplore;
       half(0);
       half(1);
+    } else {
+      const std::uint64_t start = ticks();
+      if (paired) {
+        run_paired(half);
+      } else {
+        half(0);
+        half(1);
+      }
+      record(paired, double(ticks() - start) / double(std::max(work, 1L)));
     }
-    record(paired, double(ticks() - start) / double(std::max(work, 1L)));
     in_use_.store(false, std::memory_order_release);
   }
 
@@ -84,7 +100,7 @@ class Partner {
   }
 
  private:
-  static constexpr std::uint32_t kIdle = 0, kPosted = 1, kTaken = 2, kDone = 3, kStop = 4;
+  static constexpr std::uint32_t kIdle = 0, kPosted = 1, kTaken = 2, kDone = 3, kStop = 4, kWake = 5;
 
   Partner() : thread_([this] { loop(); }) {}
 
@@ -99,25 +115,44 @@ class Partner {
   }
 
   // Called by the caller holding in_use_, as is record(): no other thread
-  // touches calls_ and cost_. A cost of 0 is unknown, so each way is tried
-  // once before they are compared.
+  // touches these members. A cost of 0 is unknown, so each way is tried once
+  // before they are compared.
   bool choose_paired() {
     switch (policy_.load(std::memory_order_relaxed)) {
       case PartnerPolicy::always: return true;
       case PartnerPolicy::never: return false;
       case PartnerPolicy::measured: break;
     }
+    // After a wake-up, the first of the next kPartnerExplore calls that
+    // finds the partner up explores it (if none does, the next exploring
+    // call wakes it again).
+    if (retry_ > 0) {
+      --retry_;
+      if (!sleeping_.load(std::memory_order_relaxed)) {
+        retry_ = 0;
+        explored_ = true;
+        return true;
+      }
+    }
+    explored_ = ++calls_ >= explore_every_;
+    if (explored_) calls_ = 0;
     const bool paired_cheaper = cost_[1] <= cost_[0];
-    return ++calls_ % kPartnerExplore == 0 ? !paired_cheaper : paired_cheaper;
+    return explored_ ? !paired_cheaper : paired_cheaper;
   }
-  // A running mean over about the last 8 calls of one way; a sample counts
-  // at most 4 times the mean, so that one call the OS interrupted does not
-  // swing the choice for long.
+  // A running mean over about the last 8 calls of one way, where an exploring
+  // call (rare, and maybe after the machine changed) counts for half; a
+  // sample counts at most 4 times the mean, so that one call the OS
+  // interrupted does not swing the choice for long.
   void record(bool paired, double cost) {
     double& mean = cost_[paired];
-    mean = mean == 0 ? cost : mean + (std::min(cost, 4 * mean) - mean) / 8;
+    mean = mean == 0 ? cost : mean + (std::min(cost, 4 * mean) - mean) / (explored_ ? 2 : 8);
+    if (explored_) {
+      const bool confirmed = paired ? cost_[1] > cost_[0] : cost_[0] >= cost_[1];
+      explore_every_ = confirmed ? std::min(2 * explore_every_, kPartnerExploreMax) : kPartnerExplore;
+    }
   }
 
+  // Posts half(1), runs half(0), then takes half(1) back or waits for it.
   template <class F>
   void run_paired(const F& half) {
     job_ = [](const void* f) { (*static_cast<const F*>(f))(1); };
@@ -135,6 +170,15 @@ class Partner {
       }
       state_.store(kIdle, std::memory_order_relaxed);
     }
+  }
+
+  // Wakes a sleeping partner with nothing to do, so that it spins, ready
+  // for the next half. kWake stays until the partner sees it (a post taken
+  // back before the partner is up would leave it asleep); a post replaces
+  // it, which wakes the partner just as well.
+  void wake() {
+    std::uint32_t idle = kIdle;
+    if (state_.compare_exchange_strong(idle, kWake, std::memory_order_seq_cst)) state_.notify_one();
   }
 
   static void pause() {
@@ -158,11 +202,17 @@ class Partner {
         spins = 0;
         continue;
       }
+      if (s == kWake && state_.compare_exchange_strong(s, kIdle, std::memory_order_acq_rel)) {
+        last = clock::now();  // woken for a half to come: spin from now
+        spins = 0;
+        continue;
+      }
       pause();
       if ((spins & 1023) == 1023 && clock::now() - last > kPartnerSpin) {
-        // Sleep until something is posted. A post between the flag and the
-        // wait is seen by the wait, which returns at once when state_ is no
-        // longer idle; a post after it sees the flag and wakes this thread.
+        // Sleep until something is posted (or kWake). A post between the
+        // flag and the wait is seen by the wait, which returns at once when
+        // state_ is no longer idle; a post after it sees the flag and wakes
+        // this thread.
         sleeping_.store(true, std::memory_order_seq_cst);
         state_.wait(kIdle, std::memory_order_seq_cst);
         sleeping_.store(false, std::memory_order_seq_cst);
@@ -174,7 +224,9 @@ class Partner {
   std::atomic<std::uint32_t> state_{kIdle};
   std::atomic<bool> in_use_{false}, sleeping_{false};
   std::atomic<PartnerPolicy> policy_{PartnerPolicy::measured};
-  unsigned calls_ = 0;
+  unsigned calls_ = 0, explore_every_ = kPartnerExplore;
+  unsigned retry_ = 0;  // calls left to try a woken partner
+  bool explored_ = false;
   double cost_[2] = {0, 0};  // ticks per multiply-add: [alone, paired]
   void (*job_)(const void*) = nullptr;  // written before kPosted is published
   const void* arg_ = nullptr;
