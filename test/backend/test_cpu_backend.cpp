@@ -107,10 +107,10 @@ BOOST_AUTO_TEST_CASE(partner_runs_each_half_exactly_once) {
 // than it saves: here every half the partner takes sleeps 200 us, while the
 // caller's first half works 20 us (time for a posted half to be picked up)
 // and its second is free. Only the exploring calls may still reach the
-// partner: after 256, 512, ... calls (each confirms the choice), 6 of them
-// in 16000 calls, each after the partner is woken for it. They must go on
-// reaching it, or the choice could not follow a change. Negative control:
-// under PartnerPolicy::always the same partner takes every half.
+// partner: bursts of kPartnerBurst after 256, 512, ... calls (each confirms
+// the choice), 5 bursts in 16000 calls. They must go on reaching it, or the
+// choice could not follow a change. Negative control: under
+// PartnerPolicy::always the same partner takes every half.
 BOOST_AUTO_TEST_CASE(partner_measured_policy_avoids_a_slow_partner) {
   auto& partner = detail::Partner::instance();
   auto halves_on_partner = [&](detail::PartnerPolicy policy, int calls) {
@@ -143,8 +143,8 @@ BOOST_AUTO_TEST_CASE(partner_measured_policy_avoids_a_slow_partner) {
   const int calls = 16000;
   const int measured = halves_on_partner(detail::PartnerPolicy::measured, calls);
   BOOST_TEST_MESSAGE("halves on the partner: measured " << measured);
-  BOOST_TEST(measured <= 2 * 6 + 4);  // an exploration might meet a partner still up
-  BOOST_TEST(measured >= 2);
+  BOOST_TEST(measured <= int(6 * detail::kPartnerBurst));
+  BOOST_TEST(measured >= int(detail::kPartnerBurst / 2));
   const int always = halves_on_partner(detail::PartnerPolicy::always, 400);
   BOOST_TEST(always == 400);  // the partner does take posted halves when asked to
 }

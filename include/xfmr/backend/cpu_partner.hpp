@@ -18,14 +18,18 @@
 // partner made shakespeare-small's decoding step 2x slower instead of 10%
 // faster. So by default (PartnerPolicy::measured) the caller times every
 // product per multiply-add, paired and alone, keeps a running cost of each
-// and takes the cheaper; now and then a call goes the other way (explores),
-// so the choice follows the machine: after kPartnerExplore calls, and twice
-// as many after each exploration that confirms the choice, up to
-// kPartnerExploreMax (about 15 ms of shakespeare-small decoding). Waking the
-// partner costs tens of microseconds on such a VM, so a steady choice must
-// not explore often. A paired call that had to wake the partner
-// times the wake-up (a system call), not a handoff: it is not counted, and
-// a call soon after, once the partner is up, tries it again.
+// and takes the cheaper, for each size class of products (4x steps): a
+// handoff's fixed cost weighs on small products, so on the same cores the
+// translator's 768 x 256 projections gain from the partner while
+// shakespeare-small's 192 x 64 ones lose. Now and then kPartnerBurst calls
+// go the other way (explore), timed in their second half only, once the
+// caches hold what that way reads, so that the choice follows the machine:
+// after kPartnerExplore calls of the class, and twice as many after each
+// exploration that confirms the choice, up to kPartnerExploreMax (about
+// 15 ms of shakespeare-small decoding). Waking the partner costs tens of
+// microseconds on such a VM, so a steady choice must not explore often; a
+// paired call that finds the partner asleep wakes it for the calls to come
+// and runs alone, untimed.
 #pragma once
 
 #include <algorithm>
@@ -41,7 +45,7 @@
 namespace xfmr::detail {
 
 inline constexpr auto kPartnerSpin = std::chrono::microseconds(50);
-inline constexpr unsigned kPartnerExplore = 256, kPartnerExploreMax = 1u << 14;
+inline constexpr unsigned kPartnerExplore = 256, kPartnerExploreMax = 1u << 14, kPartnerBurst = 32;
 
 // How run_halves splits a product: the cheaper way as measured (default),
 // or always or never through the partner (tests, experiments).
@@ -57,9 +61,9 @@ class Partner {
 
   // half(0) here and half(1) on the partner, or both here when the partner
   // is busy with another caller, has not started on it, or costs more than
-  // it saves (see the policy). work: the product's multiply-adds, so that
-  // products of different sizes share one cost per multiply-add. Returns
-  // when both halves are done.
+  // it saves (see the policy). work: the product's multiply-adds; products
+  // within a factor of 4 of each other share one choice. Returns when both
+  // halves are done.
   template <class F>
   void run_halves(const F& half, long work) {
     if (in_use_.exchange(true, std::memory_order_acquire)) {
@@ -67,13 +71,15 @@ class Partner {
       half(1);
       return;
     }
-    const bool paired = choose_paired();
-    if (paired && policy_.load(std::memory_order_relaxed) == PartnerPolicy::measured &&
-        sleeping_.load(std::memory_order_seq_cst)) {
+    const PartnerPolicy policy = policy_.load(std::memory_order_relaxed);
+    Choice& choice = choices_[size_class(work)];
+    const bool paired = policy == PartnerPolicy::always ||
+                        (policy == PartnerPolicy::measured && choice.paired());
+    if (paired && policy == PartnerPolicy::measured && sleeping_.load(std::memory_order_seq_cst)) {
       // Timing this call would time a wake-up (a system call), not a
-      // handoff: wake the partner for a later call and run alone, untimed.
+      // handoff: wake the partner for the calls to come and run alone,
+      // untimed.
       wake();
-      retry_ = kPartnerExplore;
       half(0);
       half(1);
     } else {
@@ -84,7 +90,7 @@ class Partner {
         half(0);
         half(1);
       }
-      record(paired, double(ticks() - start) / double(std::max(work, 1L)));
+      choice.record(paired, double(ticks() - start) / double(std::max(work, 1L)));
     }
     in_use_.store(false, std::memory_order_release);
   }
@@ -114,42 +120,51 @@ class Partner {
 #endif
   }
 
-  // Called by the caller holding in_use_, as is record(): no other thread
-  // touches these members. A cost of 0 is unknown, so each way is tried once
-  // before they are compared.
-  bool choose_paired() {
-    switch (policy_.load(std::memory_order_relaxed)) {
-      case PartnerPolicy::always: return true;
-      case PartnerPolicy::never: return false;
-      case PartnerPolicy::measured: break;
+  // The measured choice for one size class of products. Used only by the
+  // caller holding in_use_. A cost of 0 is unknown, so each way is tried
+  // once before they are compared.
+  struct Choice {
+    double cost[2] = {0, 0};  // ticks per multiply-add: [alone, paired]
+    unsigned calls = 0, explore_every = kPartnerExplore;
+    unsigned burst = 0;  // exploring calls left
+    bool explored = false, exploring_paired = false;
+
+    bool paired() {
+      if (burst == 0 && ++calls >= explore_every) {
+        calls = 0;
+        burst = kPartnerBurst;
+        exploring_paired = !(cost[1] <= cost[0]);
+      }
+      explored = burst > 0;
+      if (explored) {
+        --burst;
+        return exploring_paired;
+      }
+      return cost[1] <= cost[0];
     }
-    // After a wake-up, the first of the next kPartnerExplore calls that
-    // finds the partner up explores it (if none does, the next exploring
-    // call wakes it again).
-    if (retry_ > 0) {
-      --retry_;
-      if (!sleeping_.load(std::memory_order_relaxed)) {
-        retry_ = 0;
-        explored_ = true;
-        return true;
+    // A running mean over about the last 8 timed calls of one way; a sample
+    // counts at most 4 times the mean, so that one call the OS interrupted
+    // does not swing the choice for long. The first half of a burst is not
+    // timed: the caches hold what the current way reads (one core's half of
+    // each matrix, or the whole matrix), and would make the way explored
+    // look dearer than it is.
+    void record(bool was_paired, double sample) {
+      if (explored && burst >= kPartnerBurst / 2) return;
+      double& mean = cost[was_paired];
+      mean = mean == 0 ? sample : mean + (std::min(sample, 4 * mean) - mean) / 8;
+      if (explored && burst == 0) {
+        const bool confirmed = was_paired ? cost[1] > cost[0] : cost[0] >= cost[1];
+        explore_every = confirmed ? std::min(2 * explore_every, kPartnerExploreMax) : kPartnerExplore;
       }
     }
-    explored_ = ++calls_ >= explore_every_;
-    if (explored_) calls_ = 0;
-    const bool paired_cheaper = cost_[1] <= cost_[0];
-    return explored_ ? !paired_cheaper : paired_cheaper;
-  }
-  // A running mean over about the last 8 calls of one way, where an exploring
-  // call (rare, and maybe after the machine changed) counts for half; a
-  // sample counts at most 4 times the mean, so that one call the OS
-  // interrupted does not swing the choice for long.
-  void record(bool paired, double cost) {
-    double& mean = cost_[paired];
-    mean = mean == 0 ? cost : mean + (std::min(cost, 4 * mean) - mean) / (explored_ ? 2 : 8);
-    if (explored_) {
-      const bool confirmed = paired ? cost_[1] > cost_[0] : cost_[0] >= cost_[1];
-      explore_every_ = confirmed ? std::min(2 * explore_every_, kPartnerExploreMax) : kPartnerExplore;
-    }
+  };
+  // Size classes of 4x in multiply-adds from kGemvPartnerWork-sized products
+  // (8192: qkv of a 64-wide model) up; larger ones share the last class.
+  static constexpr int kSizeClasses = 6;
+  static int size_class(long work) {
+    int c = 0;
+    for (long w = work >> 13; w >= 4 && c < kSizeClasses - 1; w >>= 2) ++c;
+    return c;
   }
 
   // Posts half(1), runs half(0), then takes half(1) back or waits for it.
@@ -224,10 +239,7 @@ class Partner {
   std::atomic<std::uint32_t> state_{kIdle};
   std::atomic<bool> in_use_{false}, sleeping_{false};
   std::atomic<PartnerPolicy> policy_{PartnerPolicy::measured};
-  unsigned calls_ = 0, explore_every_ = kPartnerExplore;
-  unsigned retry_ = 0;  // calls left to try a woken partner
-  bool explored_ = false;
-  double cost_[2] = {0, 0};  // ticks per multiply-add: [alone, paired]
+  Choice choices_[kSizeClasses];
   void (*job_)(const void*) = nullptr;  // written before kPosted is published
   const void* arg_ = nullptr;
   std::thread thread_;  // last: starts once the members above exist
