@@ -14,7 +14,7 @@
 //
 // Whether a handoff pays depends on how far apart the two cores are, which
 // a VM can change while it runs: on one 2-vCPU VM the round trip of a cache
-// line between the cores moved between 0.07 and 0.6 us, and at 0.4 us the
+// line between the cores moved between 0.07 and 0.8 us, and at 0.4 us the
 // partner made shakespeare-small's decoding step 2x slower instead of 10%
 // faster. So by default (PartnerPolicy::measured) the caller times every
 // product per multiply-add, paired and alone, keeps a running cost of each
@@ -74,7 +74,7 @@ class Partner {
     const PartnerPolicy policy = policy_.load(std::memory_order_relaxed);
     Choice& choice = choices_[size_class(work)];
     const bool paired = policy == PartnerPolicy::always ||
-                        (policy == PartnerPolicy::measured && choice.paired());
+                        (policy == PartnerPolicy::measured && choice.choose_paired());
     if (paired && policy == PartnerPolicy::measured && sleeping_.load(std::memory_order_seq_cst)) {
       // Timing this call would time a wake-up (a system call), not a
       // handoff: wake the partner for the calls to come and run alone,
@@ -129,7 +129,7 @@ class Partner {
     unsigned burst = 0;  // exploring calls left
     bool explored = false, exploring_paired = false;
 
-    bool paired() {
+    bool choose_paired() {
       if (burst == 0 && ++calls >= explore_every) {
         calls = 0;
         burst = kPartnerBurst;
