@@ -1,5 +1,6 @@
 # Runs xfmr-bench once in smoke mode and checks that its JSON parses and
-# holds every measurement, each with a positive median. Speed is not asserted.
+# holds every measurement, each with a positive median, the GEMM ceiling and
+# the BLAS kernel. Speed is not asserted.
 #   cmake -DBENCH=path/to/xfmr-bench -DWORK_DIR=dir -P bench_smoke.cmake
 file(MAKE_DIRECTORY ${WORK_DIR})
 function(check_run name expected)
@@ -22,6 +23,11 @@ function(check_run name expected)
   string(JSON ceiling GET "${text}" gemm_ceiling_gflops)
   if(NOT ceiling GREATER 0)
     message(FATAL_ERROR "${name}.json: no GEMM ceiling")
+  endif()
+  # Which BLAS kernel ran ("OpenBLAS <core>" or "none"), for benchmark/compare.
+  string(JSON blas ERROR_VARIABLE json_err GET "${text}" blas)
+  if(json_err OR NOT blas MATCHES "^(OpenBLAS .+|none)$")
+    message(FATAL_ERROR "${name}.json: no BLAS kernel named (${json_err}): '${blas}'")
   endif()
 endfunction()
 
