@@ -332,3 +332,111 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   BOOST_TEST(buf.reserve(10) == p);
   BOOST_TEST(buf.capacity() == 100u);
 }
+
+// Float single rows: y = W x (cpu_simd.hpp's gemv_rows where the build has
+// AVX-512, else Eigen's GEMV), against a double sum. Row counts around the
+// 16-row blocks (and the partner's halves from 2^13 weights), widths around
+// the 16-float vectors, leading dimensions wider than the rows.
+BOOST_AUTO_TEST_CASE(float_single_row_products_match_a_double_sum) {
+  CpuBackend<float> be;
+  Rng rng(11);
+  for (auto [N, K] : {std::array{1, 1}, {3, 7}, {16, 16}, {17, 33}, {31, 64}, {65, 64}, {192, 64}, {64, 256},
+                      {100, 40}, {384, 128}}) {
+    const int ldb = K + 3;
+    std::vector<float> W(std::size_t(N) * ldb), x(K), y(N + 1, 7.0f);
+    for (auto& w : W) w = float(rng.uniform() * 2 - 1);
+    for (auto& v : x) v = float(rng.uniform() * 2 - 1);
+    be.gemm(false, true, 1, N, K, 1.0f, x.data(), K, W.data(), ldb, 0.0f, y.data(), N);
+    for (int n = 0; n < N; ++n) {
+      double s = 0, magnitude = 0;
+      for (int k = 0; k < K; ++k) {
+        s += double(W[std::size_t(n) * ldb + k]) * x[k];
+        magnitude += std::abs(double(W[std::size_t(n) * ldb + k]) * x[k]);
+      }
+      BOOST_TEST_CONTEXT("N " << N << ", K " << K << ", row " << n) {
+        BOOST_TEST(std::abs(y[n] - s) <= 1e-6 * magnitude + 1e-30);
+      }
+    }
+    BOOST_TEST(y[N] == 7.0f);  // nothing written past the row
+  }
+}
+
+// Float masked softmax rows (cpu_simd.hpp's masked vectors where the build
+// has AVX-512) against double: rows shorter and longer than a vector, causal
+// and padded keys, a row with every key padded (all zero), and nothing
+// written past the rows.
+BOOST_AUTO_TEST_CASE(float_masked_softmax_matches_double) {
+  CpuBackend<float> be;
+  Rng rng(12);
+  for (int T : {1, 5, 16, 17, 40}) {
+    const int B = 2;
+    std::vector<float> scores(std::size_t(B) * T * T + 1), probs(scores.size(), 9.0f);
+    for (auto& s : scores) s = float(rng.uniform() * 8 - 4);
+    std::vector<std::uint8_t> pad(std::size_t(B) * T, 0);
+    for (int j = 0; j < T; ++j) pad[T + j] = (j % 3 == 1);  // sequence 1: every third key padded
+    pad[T] = 1;                                              // ... and its first, so its row 0 sees no key
+    const AttentionMask mask{true, pad.data()};
+    be.softmax_forward(B, 1, T, T, scores.data(), probs.data(), mask);
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < T; ++i) {
+        const float* s = &scores[(std::size_t(b) * T + i) * T];
+        const float* p = &probs[(std::size_t(b) * T + i) * T];
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < T; ++j)
+          if (mask.allowed(b, i, j, T, T)) mx = std::max(mx, double(s[j]));
+        for (int j = 0; j < T; ++j)
+          if (mask.allowed(b, i, j, T, T)) sum += std::exp(s[j] - mx);
+        for (int j = 0; j < T; ++j) {
+          const double want = mask.allowed(b, i, j, T, T) ? std::exp(s[j] - mx) / sum : 0.0;
+          BOOST_TEST_CONTEXT("T " << T << ", b " << b << ", row " << i << ", key " << j) {
+            if (want == 0) BOOST_TEST(p[j] == 0.0f);
+            else BOOST_TEST(std::abs(p[j] - want) <= 2e-6 * want + 1e-9);
+          }
+        }
+      }
+    BOOST_TEST(probs.back() == 9.0f);
+  }
+}
+
+// Float attention row by row (query rows up to kRowAttentionRows: the
+// decoding step and short sequences) for 16-, 32- and 64-wide heads and one
+// of another width, queries at the end of a longer cached context, against
+// double.
+BOOST_AUTO_TEST_CASE(float_row_attention_matches_double) {
+  CpuBackend<float> be;
+  Rng rng(13);
+  for (int W : {16, 32, 64, 24})
+    for (auto [Tq, Tk] : {std::pair{1, 1}, {1, 20}, {3, 37}, {33, 33}}) {
+      const int H = 2, ld = H * W;
+      std::vector<float> q(std::size_t(Tq) * ld), k(std::size_t(Tk) * ld), v(k.size()), y(q.size());
+      std::vector<float> probs(std::size_t(H) * Tq * Tk);
+      for (auto* t : {&q, &k, &v})
+        for (auto& e : *t) e = float(rng.uniform() * 2 - 1);
+      const AttentionDims dims{1, H, Tq, Tk, W, W};
+      const AttentionMask mask{true, nullptr};
+      be.attention_forward(dims, q.data(), ld, k.data(), ld, v.data(), ld, y.data(), ld, probs.data(), mask);
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < Tq; ++i) {
+          const int visible = i + Tk - Tq + 1;
+          std::vector<double> s(visible);
+          double mx = -INFINITY, sum = 0;
+          for (int j = 0; j < visible; ++j) {
+            for (int d = 0; d < W; ++d) s[j] += double(q[i * ld + h * W + d]) * k[j * ld + h * W + d];
+            s[j] /= std::sqrt(double(W));
+            mx = std::max(mx, s[j]);
+          }
+          for (int j = 0; j < visible; ++j) sum += (s[j] = std::exp(s[j] - mx));
+          BOOST_TEST_CONTEXT("W " << W << ", Tq " << Tq << ", Tk " << Tk << ", head " << h << ", row " << i) {
+            for (int j = 0; j < Tk; ++j) {
+              const float p = probs[(std::size_t(h) * Tq + i) * Tk + j];
+              BOOST_TEST(std::abs(p - (j < visible ? s[j] / sum : 0.0)) <= 1e-6);
+            }
+            for (int d = 0; d < W; ++d) {
+              double want = 0;
+              for (int j = 0; j < visible; ++j) want += s[j] / sum * v[j * ld + h * W + d];
+              BOOST_TEST(std::abs(y[i * ld + h * W + d] - want) <= 1e-5);
+            }
+          }
+        }
+    }
+}

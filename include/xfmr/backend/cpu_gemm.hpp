@@ -2,7 +2,7 @@
 // + beta C, and how it spends the threads on each shape:
 //
 // - one row times a weight matrix, y = W x (a decoding step's projections):
-//   Eigen's GEMV, shared with the partner thread from kGemvPartnerWork
+//   in float with AVX-512 cpu_simd.hpp's gemv_rows, else Eigen's GEMV; shared with the partner thread from kGemvPartnerWork
 //   weights when that measures cheaper (cpu_partner.hpp);
 // - from kBlasWork multiply-adds and kBlasMinSide rows and columns: one
 //   block of C's rows (or columns) per thread, through a libxsmm kernel
@@ -23,6 +23,7 @@
 
 #include "xfmr/backend/cpu_parallel.hpp"
 #include "xfmr/backend/cpu_partner.hpp"
+#include "xfmr/backend/cpu_simd.hpp"
 #include "xfmr/backend/cpu_small_gemm.hpp"
 
 namespace xfmr::detail {
@@ -36,14 +37,17 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
   using CMap = Eigen::Map<const MatR, 0, Strided>;
 
   // One contiguous row times a (N, K) weight matrix, y = W x (a decoding
-  // step's projections): Eigen's row-major GEMV, without the general
-  // product's dispatch; from kGemvPartnerWork weights the partner thread
+  // step's projections): gemv_rows (float, AVX-512) or Eigen's row-major
+  // GEMV, without the general product's dispatch; from kGemvPartnerWork weights the partner thread
   // streams half of the matrix from its own core's cache.
   if (M == 1 && tb && !ta && alpha == S(1) && beta == S(0)) {
     using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
     auto rows = [=](int n0, int n1) {
-      Eigen::Map<Col>(C + n0, n1 - n0).noalias() =
-          CMap(B + long(n0) * ldb, n1 - n0, K, Strided(ldb)) * Eigen::Map<const Col>(A, K);
+      if constexpr (std::is_same_v<S, float> && kSimdRows)
+        gemv_rows(n0, n1, K, B, ldb, A, C);
+      else
+        Eigen::Map<Col>(C + n0, n1 - n0).noalias() =
+            CMap(B + long(n0) * ldb, n1 - n0, K, Strided(ldb)) * Eigen::Map<const Col>(A, K);
     };
     if (long(N) * K >= kGemvPartnerWork && may_fork()) {
       const int half = std::min(N, (N / 2 + 15) / 16 * 16);

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "xfmr/backend/backend.hpp"
+#include "xfmr/backend/cpu_simd.hpp"
 #include "xfmr/core/mask.hpp"
 
 namespace xfmr::detail {
@@ -29,6 +30,10 @@ template <class S>
 void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const AttentionMask& mask) {
   const int n = visible_keys(mask, i, Tq, Tk);
   const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * Tk : nullptr;
+  if constexpr (std::is_same_v<S, float> && kSimdRows) {
+    softmax_row(in, out, n, Tk, pad);
+    return;
+  }
   S mx = -std::numeric_limits<S>::infinity();
   if (!pad) {
     if (n > 0) mx = Eigen::Map<const RowVector<S>>(in, n).maxCoeff();
@@ -60,7 +65,10 @@ void attend_row(int b, int i, const AttentionDims& a, S scale, const S* qi, cons
   using RowV = Eigen::Matrix<S, 1, DV>;
   const int n = visible_keys(mask, i, a.Tq, a.Tk);
   const Eigen::Map<const RowQ> query(qi, a.QK_DIM);
-  for (int j = 0; j < n; ++j) p[j] = scale * query.dot(Eigen::Map<const RowQ>(k + long(j) * ldk, a.QK_DIM));
+  if constexpr (std::is_same_v<S, float> && kSimdRows && DQ != Eigen::Dynamic && DQ % 16 == 0)
+    scores_row<DQ>(qi, k, ldk, n, scale, p);
+  else
+    for (int j = 0; j < n; ++j) p[j] = scale * query.dot(Eigen::Map<const RowQ>(k + long(j) * ldk, a.QK_DIM));
   masked_softmax_row(b, i, a.Tq, a.Tk, p, p, mask);
   Eigen::Map<RowV> out(y, a.V_DIM);
   out.setZero();
