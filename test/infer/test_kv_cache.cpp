@@ -2,6 +2,7 @@
 #include "support/configs.hpp"
 #include "support/gradcheck.hpp"
 #include "xfmr/models/decoder.hpp"
+#include "xfmr/models/seq2seq.hpp"
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -13,6 +14,10 @@ struct TinyLm : TinyPre {
 struct TinyLmPostSinusoidal : TinyPost {
   static constexpr int N_LAYERS = 2;
   using Positions = Sinusoidal;
+};
+// Three heads and a wider feed-forward than the others.
+struct TinyLmWide : TinyPre {
+  static constexpr int MAX_T = 6, D_MODEL = 12, N_HEADS = 3, N_LAYERS = 2, D_FF = 40;
 };
 
 // Feeds ids (B, T) through the cache in chunks (prefill `first`, then one at
@@ -38,21 +43,25 @@ Vec cached_logits(Model& model, Be& be, const std::vector<std::int32_t>& ids, in
   return out;
 }
 
+// One sequence (one row a step, a decoding step's single-row products) and
+// two.
 template <class Cfg>
 void check_equivalence(const char* name) {
   Rng rng(3);
   Be be;
   Decoder<Cfg, Be> model(9, 5);
-  const int B = 2, T = Cfg::MAX_T;
-  std::vector<std::int32_t> ids(B * T);
-  for (auto& i : ids) i = static_cast<std::int32_t>(rng.below(9));
-  const auto full = model.forward(be, ids, Shape{B, T});
-  const Vec want(full.begin(), full.end());
-  for (int first : {1, 3, T}) {
-    const Vec got = cached_logits(model, be, ids, B, T, first);
-    double worst = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-    BOOST_TEST(worst < 1e-12, name << ", prefill " << first << ": cached logits differ by " << worst);
+  const int T = Cfg::MAX_T;
+  for (int B : {1, 2}) {
+    std::vector<std::int32_t> ids(B * T);
+    for (auto& i : ids) i = static_cast<std::int32_t>(rng.below(9));
+    const auto full = model.forward(be, ids, Shape{B, T});
+    const Vec want(full.begin(), full.end());
+    for (int first : {1, 3, T}) {
+      const Vec got = cached_logits(model, be, ids, B, T, first);
+      double worst = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+      BOOST_TEST(worst < 1e-12, name << ", B " << B << ", prefill " << first << ": cached logits differ by " << worst);
+    }
   }
 }
 }  // namespace
@@ -60,6 +69,29 @@ void check_equivalence(const char* name) {
 BOOST_AUTO_TEST_CASE(cached_decoding_matches_full_recomputation) {
   check_equivalence<TinyLm>("pre-norm, learned positions");
   check_equivalence<TinyLmPostSinusoidal>("post-norm, sinusoidal positions");
+  check_equivalence<TinyLmWide>("pre-norm, three heads");
+}
+
+// The translator's decoder, one sentence stepped one token at a time (its
+// self- and cross-attention caches), against the teacher-forced forward
+// over each prefix.
+BOOST_AUTO_TEST_CASE(cached_seq2seq_decoding_matches_full_recomputation) {
+  Be be;
+  Seq2Seq<TinyLmWide, TinyLmWide, Be> model(9, 7, 3);
+  const std::vector<std::int32_t> src = {3, 4, 5, 6, 7}, tgt = {1, 4, 6, 2, 5, 3};
+  const std::vector<std::uint8_t> pad(src.size(), 0);
+  const int V = 7, T = int(tgt.size());
+  const auto full = model.forward(be, src, Shape{1, int(src.size())}, pad.data(), tgt, Shape{1, T});
+  const Vec want(full.begin(), full.end());
+  model.encode(be, src, Shape{1, int(src.size())}, pad.data());
+  Seq2Seq<TinyLmWide, TinyLmWide, Be>::DecodeState st;
+  model.start_decoding(be, st, 1);
+  double worst = 0;
+  for (int t = 0; t < T; ++t) {
+    const auto logits = model.decode(be, std::span(&tgt[t], 1), st);
+    for (int v = 0; v < V; ++v) worst = std::max(worst, std::abs(logits[v] - want[std::size_t(t) * V + v]));
+  }
+  BOOST_TEST(worst < 1e-12, "cached logits differ by " << worst);
 }
 
 BOOST_AUTO_TEST_CASE(reorder_moves_a_sequence_cache) {
