@@ -25,7 +25,8 @@ inline int visible_keys(const AttentionMask& mask, int i, int Tq, int Tk) {
 }
 
 // One row of a masked softmax; in and out may alias. All-masked rows -> 0.
-// Masked keys get exactly zero; the exponentials are Eigen's vectorised ones.
+// Masked keys get exactly zero; the exponentials are Eigen's vectorised ones
+// (in float on AVX-512, cpu_simd.hpp's softmax_row, vectorised to the end).
 template <class S>
 void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const AttentionMask& mask) {
   const int n = visible_keys(mask, i, Tq, Tk);
@@ -57,7 +58,8 @@ void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const
 // Query row i of one (sequence, head): scores against the visible keys,
 // masked softmax into p (Tk), y (V_DIM) = p V. DQ and DV are the head sizes
 // when known at compile time (Eigen::Dynamic otherwise): a fixed 16-wide
-// dot product is one vector multiply and one horizontal sum.
+// dot product is one vector multiply and one horizontal sum, and in float
+// on AVX-512 sixteen keys share one horizontal sum (scores_row).
 template <class S, int DQ, int DV>
 void attend_row(int b, int i, const AttentionDims& a, S scale, const S* qi, const S* k, int ldk, const S* v, int ldv,
                 S* p, S* y, const AttentionMask& mask) {

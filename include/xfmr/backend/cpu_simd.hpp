@@ -1,10 +1,11 @@
 // cpu_simd.hpp: AVX-512 kernels for the single rows of a float decoding
-// step: y = W x over a row-major weight matrix, and the masked softmax of
-// one score row. Both are a few hundred nanoseconds of work, and Eigen's
-// general kernels spend a good part of that on one horizontal sum per
-// output (y = W x) or on scalar exponentials (rows shorter than a vector);
-// here sixteen outputs share one transposing sum (sum16) and the softmax
-// works in masked 16-wide vectors throughout.
+// step (and of attention over short sequences): y = W x over a row-major
+// weight matrix, one query's scores against its keys, and the masked
+// softmax of one score row. Each is a few hundred nanoseconds of work, and
+// Eigen's general kernels spend a good part of that on one horizontal sum
+// per output (y = W x, the scores) or on scalar exponentials (rows shorter
+// than a vector); here sixteen outputs share one transposing sum (sum16)
+// and the softmax works in masked 16-wide vectors throughout.
 //
 // Compiled where the target has AVX-512 F, BW, VL and DQ (-march=native on
 // such a CPU, see XFMR_NATIVE); elsewhere kSimdRows is false and the
