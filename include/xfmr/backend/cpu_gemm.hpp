@@ -2,8 +2,9 @@
 // + beta C, and how it spends the threads on each shape:
 //
 // - one row times a weight matrix, y = W x (a decoding step's projections):
-//   in float with AVX-512 cpu_simd.hpp's gemv_rows, else Eigen's GEMV; shared with the partner thread from kGemvPartnerWork
-//   weights when that measures cheaper (cpu_partner.hpp);
+//   cpu_simd.hpp's gemv_rows in float on AVX-512, else Eigen's GEMV; shared
+//   with the partner thread from kGemvPartnerWork weights when that
+//   measures cheaper (cpu_partner.hpp);
 // - from kBlasWork multiply-adds and kBlasMinSide rows and columns: one
 //   block of C's rows (or columns) per thread, through a libxsmm kernel
 //   when the weight-sized operand stays in cache (cpu_small_gemm.hpp), else
@@ -38,8 +39,9 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
 
   // One contiguous row times a (N, K) weight matrix, y = W x (a decoding
   // step's projections): gemv_rows (float, AVX-512) or Eigen's row-major
-  // GEMV, without the general product's dispatch; from kGemvPartnerWork weights the partner thread
-  // streams half of the matrix from its own core's cache.
+  // GEMV, without the general product's dispatch; from kGemvPartnerWork
+  // weights the partner thread streams half of the matrix from its own
+  // core's cache.
   if (M == 1 && tb && !ta && alpha == S(1) && beta == S(0)) {
     using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
     auto rows = [=](int n0, int n1) {
