@@ -198,6 +198,21 @@ BOOST_AUTO_TEST_CASE(adamw_over_many_tensors_matches_the_scalar_formula) {
   BOOST_TEST(worst < 1e-12);
 }
 
+// Row i of sequence b of a masked softmax over Tk scores s, in double: what
+// softmax_forward should give (zero where the mask hides a key).
+template <class T>
+std::vector<double> softmax_reference(const T* s, int b, int i, int Tq, int Tk, const AttentionMask& mask) {
+  double mx = -INFINITY, sum = 0;
+  for (int j = 0; j < Tk; ++j)
+    if (mask.allowed(b, i, j, Tq, Tk)) mx = std::max(mx, double(s[j]));
+  std::vector<double> p(Tk, 0.0);
+  for (int j = 0; j < Tk; ++j)
+    if (mask.allowed(b, i, j, Tq, Tk)) sum += (p[j] = std::exp(double(s[j]) - mx));
+  if (sum > 0)  // else every key is hidden: all zero
+    for (auto& v : p) v /= sum;
+  return p;
+}
+
 BOOST_AUTO_TEST_CASE(softmax_with_masks_forward_and_backward) {
   Rng rng(2);
   Be be;
@@ -209,15 +224,8 @@ BOOST_AUTO_TEST_CASE(softmax_with_masks_forward_and_backward) {
   be.softmax_forward(B, H, T, T, scores.data(), probs.data(), mask);
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < T; ++i) {
-      double sum = 0, mx = -INFINITY;
-      for (int j = 0; j < T; ++j)
-        if (mask.allowed(b, i, j, T, T)) mx = std::max(mx, scores[(b * T + i) * T + j]);
-      for (int j = 0; j < T; ++j)
-        if (mask.allowed(b, i, j, T, T)) sum += std::exp(scores[(b * T + i) * T + j] - mx);
-      for (int j = 0; j < T; ++j) {
-        const double want = mask.allowed(b, i, j, T, T) ? std::exp(scores[(b * T + i) * T + j] - mx) / sum : 0.0;
-        BOOST_TEST(probs[(b * T + i) * T + j] == want, tt::tolerance(1e-13));
-      }
+      const auto want = softmax_reference(&scores[(b * T + i) * T], b, i, T, T, mask);
+      for (int j = 0; j < T; ++j) BOOST_TEST(probs[(b * T + i) * T + j] == want[j], tt::tolerance(1e-13));
     }
   // Backward, checked by finite differences through the same masked softmax.
   GradCase c;
@@ -379,15 +387,10 @@ BOOST_AUTO_TEST_CASE(float_masked_softmax_matches_double) {
     be.softmax_forward(B, 1, T, T, scores.data(), probs.data(), mask);
     for (int b = 0; b < B; ++b)
       for (int i = 0; i < T; ++i) {
-        const float* s = &scores[(std::size_t(b) * T + i) * T];
         const float* p = &probs[(std::size_t(b) * T + i) * T];
-        double mx = -INFINITY, sum = 0;
-        for (int j = 0; j < T; ++j)
-          if (mask.allowed(b, i, j, T, T)) mx = std::max(mx, double(s[j]));
-        for (int j = 0; j < T; ++j)
-          if (mask.allowed(b, i, j, T, T)) sum += std::exp(s[j] - mx);
+        const auto ref = softmax_reference(&scores[(std::size_t(b) * T + i) * T], b, i, T, T, mask);
         for (int j = 0; j < T; ++j) {
-          const double want = mask.allowed(b, i, j, T, T) ? std::exp(s[j] - mx) / sum : 0.0;
+          const double want = ref[j];
           BOOST_TEST_CONTEXT("T " << T << ", b " << b << ", row " << i << ", key " << j) {
             if (want == 0) BOOST_TEST(p[j] == 0.0f);
             else BOOST_TEST(std::abs(p[j] - want) <= 2e-6 * want + 1e-9);
@@ -417,23 +420,18 @@ BOOST_AUTO_TEST_CASE(float_row_attention_matches_double) {
       be.attention_forward(dims, q.data(), ld, k.data(), ld, v.data(), ld, y.data(), ld, probs.data(), mask);
       for (int h = 0; h < H; ++h)
         for (int i = 0; i < Tq; ++i) {
-          const int visible = i + Tk - Tq + 1;
-          std::vector<double> s(visible);
-          double mx = -INFINITY, sum = 0;
-          for (int j = 0; j < visible; ++j) {
+          std::vector<double> s(Tk);
+          for (int j = 0; j < Tk; ++j) {
             for (int d = 0; d < W; ++d) s[j] += double(q[i * ld + h * W + d]) * k[j * ld + h * W + d];
             s[j] /= std::sqrt(double(W));
-            mx = std::max(mx, s[j]);
           }
-          for (int j = 0; j < visible; ++j) sum += (s[j] = std::exp(s[j] - mx));
+          const auto ref = softmax_reference(s.data(), 0, i, Tq, Tk, mask);
           BOOST_TEST_CONTEXT("W " << W << ", Tq " << Tq << ", Tk " << Tk << ", head " << h << ", row " << i) {
-            for (int j = 0; j < Tk; ++j) {
-              const float p = probs[(std::size_t(h) * Tq + i) * Tk + j];
-              BOOST_TEST(std::abs(p - (j < visible ? s[j] / sum : 0.0)) <= 1e-6);
-            }
+            for (int j = 0; j < Tk; ++j)
+              BOOST_TEST(std::abs(probs[(std::size_t(h) * Tq + i) * Tk + j] - ref[j]) <= 1e-6);
             for (int d = 0; d < W; ++d) {
               double want = 0;
-              for (int j = 0; j < visible; ++j) want += s[j] / sum * v[j * ld + h * W + d];
+              for (int j = 0; j < Tk; ++j) want += ref[j] * v[j * ld + h * W + d];
               BOOST_TEST(std::abs(y[i * ld + h * W + d] - want) <= 1e-5);
             }
           }

@@ -59,7 +59,7 @@ void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const
 // masked softmax into p (Tk), y (V_DIM) = p V. DQ and DV are the head sizes
 // when known at compile time (Eigen::Dynamic otherwise): a fixed 16-wide
 // dot product is one vector multiply and one horizontal sum, and in float
-// on AVX-512 sixteen keys share one horizontal sum (scores_row).
+// on AVX-512 sixteen keys share one horizontal sum (gemv_rows).
 template <class S, int DQ, int DV>
 void attend_row(int b, int i, const AttentionDims& a, S scale, const S* qi, const S* k, int ldk, const S* v, int ldv,
                 S* p, S* y, const AttentionMask& mask) {
@@ -67,10 +67,12 @@ void attend_row(int b, int i, const AttentionDims& a, S scale, const S* qi, cons
   using RowV = Eigen::Matrix<S, 1, DV>;
   const int n = visible_keys(mask, i, a.Tq, a.Tk);
   const Eigen::Map<const RowQ> query(qi, a.QK_DIM);
-  if constexpr (std::is_same_v<S, float> && kSimdRows && DQ != Eigen::Dynamic && DQ % 16 == 0)
-    scores_row<DQ>(qi, k, ldk, n, scale, p);
-  else
+  if constexpr (std::is_same_v<S, float> && kSimdRows && DQ != Eigen::Dynamic && DQ % 16 == 0) {
+    gemv_rows(0, n, DQ, k, ldk, qi, p);  // the keys are the rows
+    Eigen::Map<RowVector<S>>(p, n) *= scale;
+  } else {
     for (int j = 0; j < n; ++j) p[j] = scale * query.dot(Eigen::Map<const RowQ>(k + long(j) * ldk, a.QK_DIM));
+  }
   masked_softmax_row(b, i, a.Tq, a.Tk, p, p, mask);
   Eigen::Map<RowV> out(y, a.V_DIM);
   out.setZero();

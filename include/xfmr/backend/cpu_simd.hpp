@@ -1,7 +1,7 @@
 // cpu_simd.hpp: AVX-512 kernels for the single rows of a float decoding
 // step (and of attention over short sequences): y = W x over a row-major
-// weight matrix, one query's scores against its keys, and the masked
-// softmax of one score row. Each is a few hundred nanoseconds of work, and
+// weight matrix (also one query's scores against its keys, the keys being
+// the rows), and the masked softmax of one score row. Each is a few hundred nanoseconds of work, and
 // Eigen's general kernels spend a good part of that on one horizontal sum
 // per output (y = W x, the scores) or on scalar exponentials (rows shorter
 // than a vector); here sixteen outputs share one transposing sum (sum16)
@@ -127,25 +127,6 @@ inline void softmax_row(const float* in, float* out, int n, int Tk, const std::u
   for (int j = n; j < Tk; j += 16) _mm512_mask_storeu_ps(out + j, first_lanes(Tk - j), _mm512_setzero_ps());
 }
 
-// Scores of query row q (width W, a multiple of 16) against n keys (rows
-// ldk apart), times scale, into s[0, n): sixteen keys a block, one sum16.
-template <int W>
-void scores_row(const float* q, const float* k, long ldk, int n, float scale, float* s) {
-  __m512 qv[W / 16];
-  for (int c = 0; c < W / 16; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
-  const __m512 sv = _mm512_set1_ps(scale);
-  for (int j0 = 0; j0 < n; j0 += 16) {
-    const int keys = n - j0 < 16 ? n - j0 : 16;
-    __m512 acc[16];
-    for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
-    for (int r = 0; r < keys; ++r) {
-      const float* kr = k + (j0 + r) * ldk;
-      acc[r] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
-      for (int c = 1; c < W / 16; ++c) acc[r] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kr + 16 * c), acc[r]);
-    }
-    _mm512_mask_storeu_ps(s + j0, first_lanes(keys), _mm512_mul_ps(sum16(acc), sv));
-  }
-}
 #else
 inline constexpr bool kSimdRows = false;
 #endif
