@@ -29,6 +29,21 @@
 
 namespace xfmr::detail {
 
+// Rows [n0, n1) of y = W x, W (N, K) row-major with leading dimension ldw,
+// on this thread: gemv_rows in float on AVX-512, else Eigen's GEMV.
+template <class S>
+void gemv(int n0, int n1, int K, const S* W, long ldw, const S* x, S* y) {
+  if constexpr (std::is_same_v<S, float> && kSimdRows) {
+    gemv_rows(n0, n1, K, W, ldw, x, y);
+  } else {
+    using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+    using CMap = Eigen::Map<const Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+                            Eigen::OuterStride<>>;
+    Eigen::Map<Col>(y + n0, n1 - n0).noalias() =
+        CMap(W + long(n0) * ldw, n1 - n0, K, Eigen::OuterStride<>(ldw)) * Eigen::Map<const Col>(x, K);
+  }
+}
+
 template <class S>
 void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
           int ldc) {
@@ -43,14 +58,7 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
   // weights the partner thread streams half of the matrix from its own
   // core's cache.
   if (M == 1 && tb && !ta && alpha == S(1) && beta == S(0)) {
-    using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
-    auto rows = [=](int n0, int n1) {
-      if constexpr (std::is_same_v<S, float> && kSimdRows)
-        gemv_rows(n0, n1, K, B, ldb, A, C);
-      else
-        Eigen::Map<Col>(C + n0, n1 - n0).noalias() =
-            CMap(B + long(n0) * ldb, n1 - n0, K, Strided(ldb)) * Eigen::Map<const Col>(A, K);
-    };
+    auto rows = [=](int n0, int n1) { gemv(n0, n1, K, B, ldb, A, C); };
     if (long(N) * K >= kGemvPartnerWork && may_fork()) {
       const int half = std::min(N, (N / 2 + 15) / 16 * 16);
       Partner::instance().run_halves(

@@ -30,17 +30,30 @@
 // microseconds on such a VM, so a steady choice must not explore often; a
 // paired call that finds the partner asleep wakes it for the calls to come
 // and runs alone, untimed.
+//
+// run_lockstep is the other way to share: a whole decoding step in two
+// lanes, lane 0 on the caller and lane 1 on the partner, each holding half
+// of every layer's products and its own copy of the residual stream. The
+// lanes meet after each sublayer to swap their partial sums (Lockstep::
+// exchange): one cache line's one-way trip each way, at once, instead of a
+// handoff's four per product. The same measured choice, kept for lockstep
+// steps on their own, decides paired or alone; alone, the caller runs both
+// lanes' shares itself.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+
+#include "xfmr/backend/cpu_parallel.hpp"
+#include "xfmr/core/tensor.hpp"
 
 namespace xfmr::detail {
 
@@ -96,6 +109,104 @@ class Partner {
   }
 
   void set_policy(PartnerPolicy p) { policy_.store(p, std::memory_order_relaxed); }
+  // How many lockstep steps ran with the partner on lane 1 (tests).
+  std::uint64_t lockstep_pairs() const { return lockstep_pairs_.load(std::memory_order_relaxed); }
+
+  // What the lanes of a lockstep step share: whether the partner runs lane
+  // 1, and the mailboxes through which they exchange partial sums.
+  class Lockstep {
+   public:
+    // Asked by lane 0 before its first exchange: whether the partner runs
+    // lane 1. If the partner has not taken lane 1 by then, lane 0 takes it
+    // back, runs both lanes' shares itself from here on, and exchanges
+    // nothing (under PartnerPolicy::always it waits for the partner
+    // instead). The answer is settled by the first call. Lane 1 runs only
+    // on the partner: always paired.
+    bool paired(int lane) {
+      if (lane == 1) return true;
+      if (!settled_) {
+        std::uint32_t posted = kPosted;
+        if (wait_) {
+          for (int spins = 0; partner_->state_.load(std::memory_order_acquire) == kPosted; ++spins) {
+            if (spins < 4096) pause();
+            else std::this_thread::yield();
+          }
+          paired_ = true;
+        } else {
+          paired_ = !(partner_ && partner_->state_.compare_exchange_strong(posted, kIdle, std::memory_order_acq_rel));
+        }
+        settled_ = true;
+      }
+      return paired_;
+    }
+    // Publishes this lane's `bytes` at mine and returns the other lane's,
+    // from the same meeting (after the other lane published them). Only
+    // when paired. The mailboxes alternate between two sets, so a lane may
+    // publish the next meeting's values while the other still reads this
+    // meeting's.
+    const void* exchange(int lane, const void* mine, std::size_t bytes) {
+      Partner& p = *partner_;
+      const std::uint64_t n = p.published_[lane].value.load(std::memory_order_relaxed) + 1;
+      std::memcpy(p.mailbox(n, lane), mine, bytes);
+      p.published_[lane].value.store(n, std::memory_order_release);
+      for (int spins = 0; p.published_[1 - lane].value.load(std::memory_order_acquire) < n; ++spins) {
+        if (spins < 4096) pause();
+        else std::this_thread::yield();
+      }
+      return p.mailbox(n, 1 - lane);
+    }
+
+   private:
+    friend class Partner;
+    explicit Lockstep(Partner* partner, bool wait = false) : partner_(partner), settled_(!partner), wait_(wait) {}
+    Partner* partner_;  // null: alone from the start
+    bool settled_, wait_, paired_ = false;
+  };
+
+  // step(0, lockstep) here and step(1, lockstep) on the partner, or both
+  // lanes' work in step(0, ...) alone (the partner is busy, asleep, not
+  // fast enough to take lane 1, or the measured choice says alone). The
+  // lanes exchange up to `bytes` at a time. Returns when both are done.
+  // step must reach an exchange (or ask paired(0)) at least once and must
+  // not throw.
+  template <class F>
+  void run_lockstep(const F& step, std::size_t bytes) {
+    if (!may_fork() || in_use_.exchange(true, std::memory_order_acquire)) {
+      Lockstep alone(nullptr);
+      step(0, alone);
+      return;
+    }
+    const PartnerPolicy policy = policy_.load(std::memory_order_relaxed);
+    const bool paired = policy == PartnerPolicy::always ||
+                        (policy == PartnerPolicy::measured && lockstep_choice_.choose_paired());
+    if (paired && policy == PartnerPolicy::measured && sleeping_.load(std::memory_order_seq_cst)) {
+      wake();  // as in run_halves: time handoffs, not wake-ups
+      Lockstep alone(nullptr);
+      step(0, alone);
+    } else {
+      const std::uint64_t start = ticks();
+      if (paired) {
+        mail_stride_ = (bytes + 63) / 64 * 64;
+        if (mail_.size() < 4 * mail_stride_) mail_.resize(4 * mail_stride_);
+        Lockstep mine(this, policy == PartnerPolicy::always);
+        const auto far = [this, &step] {
+          Lockstep theirs(this);  // on the partner's stack, away from the caller's lines
+          step(1, theirs);
+        };
+        post(far);
+        step(0, mine);
+        if (mine.paired(0)) {
+          wait_done();
+          lockstep_pairs_.fetch_add(1, std::memory_order_relaxed);
+        }
+      } else {
+        Lockstep alone(nullptr);
+        step(0, alone);
+      }
+      lockstep_choice_.record(paired, double(ticks() - start));
+    }
+    in_use_.store(false, std::memory_order_release);
+  }
 
   Partner(const Partner&) = delete;
   Partner& operator=(const Partner&) = delete;
@@ -170,22 +281,33 @@ class Partner {
   // Posts half(1), runs half(0), then takes half(1) back or waits for it.
   template <class F>
   void run_paired(const F& half) {
-    job_ = [](const void* f) { (*static_cast<const F*>(f))(1); };
-    arg_ = &half;
-    state_.store(kPosted, std::memory_order_seq_cst);
-    if (sleeping_.load(std::memory_order_seq_cst)) state_.notify_one();
+    const auto far = [&] { half(1); };
+    post(far);
     half(0);
     std::uint32_t posted = kPosted;
-    if (state_.compare_exchange_strong(posted, kIdle, std::memory_order_acq_rel)) {
-      half(1);  // the partner never started it: take it back
-    } else {
-      for (int spins = 0; state_.load(std::memory_order_acquire) != kDone; ++spins) {
-        if (spins < 4096) pause();
-        else std::this_thread::yield();
-      }
-      state_.store(kIdle, std::memory_order_relaxed);
-    }
+    if (state_.compare_exchange_strong(posted, kIdle, std::memory_order_acq_rel)) half(1);  // never started: take it back
+    else wait_done();
   }
+
+  // Posts job() for the partner (waking it if asleep).
+  template <class G>
+  void post(const G& job) {
+    job_ = [](const void* g) { (*static_cast<const G*>(g))(); };
+    arg_ = &job;
+    state_.store(kPosted, std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_seq_cst)) state_.notify_one();
+  }
+  // Waits for the partner to finish the job it took, then leaves it idle.
+  void wait_done() {
+    for (int spins = 0; state_.load(std::memory_order_acquire) != kDone; ++spins) {
+      if (spins < 4096) pause();
+      else std::this_thread::yield();
+    }
+    state_.store(kIdle, std::memory_order_relaxed);
+  }
+
+  // Lockstep mailboxes: meeting n's values of lane l.
+  unsigned char* mailbox(std::uint64_t n, int lane) { return mail_.data() + ((n & 1) * 2 + lane) * mail_stride_; }
 
   // Wakes a sleeping partner with nothing to do, so that it spins, ready
   // for the next half. kWake stays until the partner sees it (a post taken
@@ -240,6 +362,14 @@ class Partner {
   std::atomic<bool> in_use_{false}, sleeping_{false};
   std::atomic<PartnerPolicy> policy_{PartnerPolicy::measured};
   Choice choices_[kSizeClasses];
+  Choice lockstep_choice_;  // per step: ticks paired against alone
+  std::atomic<std::uint64_t> lockstep_pairs_{0};
+  struct alignas(64) Published {
+    std::atomic<std::uint64_t> value{0};  // the last meeting this lane published
+  };
+  Published published_[2];
+  AlignedVector<unsigned char> mail_;  // [2 sets][2 lanes][mail_stride_ bytes]
+  std::size_t mail_stride_ = 0;
   void (*job_)(const void*) = nullptr;  // written before kPosted is published
   const void* arg_ = nullptr;
   std::thread thread_;  // last: starts once the members above exist

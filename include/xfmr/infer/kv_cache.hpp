@@ -42,6 +42,13 @@ class KvCache {
     length_ += n;
   }
 
+  // Counts n more positions whose rows the caller wrote in place (through
+  // k_row and v_row, or a backend's fused decoding step).
+  void advance(int n) {
+    require(length_ + n <= capacity_, "decoding past the cache: ", length_, " + ", n, " positions exceed ", capacity_);
+    length_ += n;
+  }
+
   // Forgets every position from `length` on (rolls decoding back).
   void truncate(int length) {
     require(length >= 0 && length <= length_, "cannot truncate a cache of ", length_, " positions to ", length);
