@@ -8,6 +8,9 @@
 #include <thread>
 #include <utility>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "support/gradcheck.hpp"
 
 using namespace xfmr;
@@ -398,6 +401,68 @@ BOOST_AUTO_TEST_CASE(float_masked_softmax_matches_double) {
         }
       }
     BOOST_TEST(probs.back() == 9.0f);
+  }
+}
+
+namespace {
+// Floats that end where an unreadable page begins: a kernel that reads even
+// one float past them stops the test with a segmentation fault.
+class GuardedFloats {
+ public:
+  explicit GuardedFloats(std::size_t n) : page_(std::size_t(sysconf(_SC_PAGESIZE))) {
+    pages_ = (n * sizeof(float) + page_ - 1) / page_ + 1;
+    base_ = mmap(nullptr, pages_ * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    BOOST_REQUIRE(base_ != MAP_FAILED);
+    BOOST_REQUIRE(mprotect(static_cast<char*>(base_) + (pages_ - 1) * page_, page_, PROT_NONE) == 0);
+    data_ = reinterpret_cast<float*>(static_cast<char*>(base_) + (pages_ - 1) * page_) - n;
+  }
+  ~GuardedFloats() { munmap(base_, pages_ * page_); }
+  GuardedFloats(const GuardedFloats&) = delete;
+  GuardedFloats& operator=(const GuardedFloats&) = delete;
+  float* data() { return data_; }
+
+ private:
+  std::size_t page_, pages_;
+  void* base_;
+  float* data_;
+};
+}  // namespace
+
+// The float row kernels read nothing past their operands (masked loads for
+// the tails): a softmax row, a single-row product and a decoding step's
+// attention row, each operand ending at an unreadable page.
+BOOST_AUTO_TEST_CASE(float_row_kernels_read_nothing_past_their_operands) {
+  CpuBackend<float> be;
+  Rng rng(14);
+  auto fill = [&](float* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) p[i] = float(rng.uniform() * 2 - 1);
+  };
+  for (int n : {1, 7, 17, 33}) {
+    GuardedFloats scores(n), probs(n);
+    fill(scores.data(), n);
+    be.softmax_forward(1, 1, 1, n, scores.data(), probs.data(), AttentionMask{false, nullptr});
+    double sum = 0;
+    for (int j = 0; j < n; ++j) sum += probs.data()[j];
+    BOOST_TEST(std::abs(sum - 1) < 1e-5, "softmax of " << n << " keys sums to " << sum);
+  }
+  for (auto [N, K] : {std::array{3, 7}, {17, 33}, {192, 64}}) {
+    GuardedFloats W(std::size_t(N) * K), x(K), y(N);
+    fill(W.data(), std::size_t(N) * K);
+    fill(x.data(), K);
+    be.gemm(false, true, 1, N, K, 1.0f, x.data(), K, W.data(), K, 0.0f, y.data(), N);
+    double want = 0;
+    for (int k = 0; k < K; ++k) want += double(W.data()[std::size_t(N - 1) * K + k]) * x.data()[k];
+    BOOST_TEST(std::abs(y.data()[N - 1] - want) < 1e-5, "N " << N << ", K " << K);
+  }
+  for (int width : {16, 17}) {
+    const int Tk = 5;
+    GuardedFloats q(width), k(std::size_t(Tk) * width), v(std::size_t(Tk) * width), y(width), p(Tk);
+    for (auto* g : {&q, &k, &v}) fill(g->data(), g == &q ? width : std::size_t(Tk) * width);
+    be.attention_forward(AttentionDims{1, 1, 1, Tk, width, width}, q.data(), width, k.data(), width, v.data(), width,
+                         y.data(), width, p.data(), AttentionMask{true, nullptr});
+    double sum = 0;
+    for (int j = 0; j < Tk; ++j) sum += p.data()[j];
+    BOOST_TEST(std::abs(sum - 1) < 1e-5, "head width " << width);
   }
 }
 

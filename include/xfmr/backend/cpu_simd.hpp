@@ -103,7 +103,10 @@ inline void softmax_row(const float* in, float* out, int n, int Tk, const std::u
   };
   const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 mx = minus_inf;
-  for (int j = 0; j < n; j += 16) mx = _mm512_mask_max_ps(mx, allowed(j), mx, _mm512_loadu_ps(in + j));
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 a = allowed(j);  // a masked load: nothing is read past n
+    mx = _mm512_mask_max_ps(mx, a, mx, _mm512_maskz_loadu_ps(a, in + j));
+  }
   const float m = lane_max(mx);
   if (m == -std::numeric_limits<float>::infinity()) {
     for (int j = 0; j < Tk; j += 16) _mm512_mask_storeu_ps(out + j, first_lanes(Tk - j), _mm512_setzero_ps());
