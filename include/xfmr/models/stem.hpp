@@ -138,7 +138,6 @@ class BlockStack {
     for (auto& b : blocks_) b.for_each_dropout(f);
   }
   Block& operator[](int i) { return blocks_.at(i); }
-
   int size() const { return static_cast<int>(blocks_.size()); }
 
  private:
