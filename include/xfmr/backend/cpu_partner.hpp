@@ -127,10 +127,7 @@ class Partner {
       if (!settled_) {
         std::uint32_t posted = kPosted;
         if (wait_) {
-          for (int spins = 0; partner_->state_.load(std::memory_order_acquire) == kPosted; ++spins) {
-            if (spins < 4096) pause();
-            else std::this_thread::yield();
-          }
+          spin_until([&] { return partner_->state_.load(std::memory_order_acquire) != kPosted; });
           paired_ = true;
         } else {
           paired_ = !(partner_ && partner_->state_.compare_exchange_strong(posted, kIdle, std::memory_order_acq_rel));
@@ -149,10 +146,7 @@ class Partner {
       const std::uint64_t n = p.published_[lane].value.load(std::memory_order_relaxed) + 1;
       std::memcpy(p.mailbox(n, lane), mine, bytes);
       p.published_[lane].value.store(n, std::memory_order_release);
-      for (int spins = 0; p.published_[1 - lane].value.load(std::memory_order_acquire) < n; ++spins) {
-        if (spins < 4096) pause();
-        else std::this_thread::yield();
-      }
+      spin_until([&] { return p.published_[1 - lane].value.load(std::memory_order_acquire) >= n; });
       return p.mailbox(n, 1 - lane);
     }
 
@@ -299,10 +293,7 @@ class Partner {
   }
   // Waits for the partner to finish the job it took, then leaves it idle.
   void wait_done() {
-    for (int spins = 0; state_.load(std::memory_order_acquire) != kDone; ++spins) {
-      if (spins < 4096) pause();
-      else std::this_thread::yield();
-    }
+    spin_until([&] { return state_.load(std::memory_order_acquire) == kDone; });
     state_.store(kIdle, std::memory_order_relaxed);
   }
 
@@ -316,6 +307,16 @@ class Partner {
   void wake() {
     std::uint32_t idle = kIdle;
     if (state_.compare_exchange_strong(idle, kWake, std::memory_order_seq_cst)) state_.notify_one();
+  }
+
+  // Spins until done() holds, then yields the core between checks: the
+  // thread waited for may share this core (descheduled by the OS).
+  template <class Done>
+  static void spin_until(const Done& done) {
+    for (int spins = 0; !done(); ++spins) {
+      if (spins < 4096) pause();
+      else std::this_thread::yield();
+    }
   }
 
   static void pause() {
