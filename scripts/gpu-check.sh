@@ -17,6 +17,9 @@
 # build dependencies: build there with -DXFMR_NATIVE=OFF, ship DIR with the
 # shared libraries it needs in DIR/lib); then only the GPU tests run in step 1.
 # XFMR_DATA=DIR is where tinyshakespeare.txt is (default ../shared/data).
+# XFMR_STEP_TIMEOUT=SECONDS bounds each step (default 900); XFMR_SANITIZERS
+# names the compute-sanitizer tools to run (default all four);
+# XFMR_BENCH_ROUNDS the alternating benchmark rounds (default 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/gpu-check}
@@ -26,7 +29,12 @@ failed=()
 step() {  # step NAME COMMAND...: run, remember a failure, go on
   local name=$1; shift
   echo "== $name"
-  "$@" || { echo "gpu-check: $name FAILED (exit $?)"; failed+=("$name"); }
+  local t0=$SECONDS
+  timeout "${XFMR_STEP_TIMEOUT:-900}" "$@"
+  local rc=$?
+  echo "-- $name: exit $rc in $((SECONDS - t0)) s"
+  if ((rc == 124)); then echo "gpu-check: $name TIMED OUT"; fi
+  ((rc == 0)) || { echo "gpu-check: $name FAILED (exit $rc)"; failed+=("$name"); }
 }
 
 if [[ -n ${XFMR_BUILD:-} ]]; then
@@ -49,7 +57,7 @@ step "parity" bash -c "'$bin/test/test_cuda_parity' --report_level=short > '$out
 #    misaligned), shared-memory races, barrier misuse, reads of memory
 #    nothing wrote.
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-for tool in memcheck racecheck synccheck initcheck; do
+for tool in ${XFMR_SANITIZERS-memcheck racecheck synccheck initcheck}; do
   step "$tool" bash -c "'$sanitizer' --tool $tool --error-exitcode 3 '$bin/test/test_cuda_parity' \
     > '$out/$tool.log' 2>&1; rc=\$?; tail -3 '$out/$tool.log'; exit \$rc"
 done
@@ -79,7 +87,7 @@ PY
 # 4. Speed: xfmr and PyTorch eager on the same GPU, alternately, twice.
 bench=$bin/benchmark/xfmr-bench
 ref="python3 benchmark/pytorch_reference.py --device cuda"
-for round in 1 2; do
+for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
   step "bench small cpu $round" "$bench" --model shakespeare-small --backend cpu --json "$out/small_cpu_$round.json"
   step "bench small cuda $round" "$bench" --model shakespeare-small --backend cuda --json "$out/small_cuda_$round.json"
   step "torch small cuda $round" $ref --model shakespeare-small --json "$out/small_torch_$round.json"
