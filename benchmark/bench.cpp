@@ -54,6 +54,7 @@ struct Args {
   double min_time = 2.0;  // seconds of timed repetitions per measurement
   int min_reps = 10, warmup = 3;
   bool smoke = false;
+  bool eager = false;  // no graph steps (run_step) for training and forward passes
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -189,8 +190,11 @@ json run(const Args& a) {
   const int B = a.batch > 0 ? a.batch : default_batch(Cfg::NAME), T = Cfg::MAX_T, V = a.vocab;
   const double rss_before = peak_rss_mb();
   const double ceiling = gemm_ceiling(a, be);
+  bool graphs = false;  // whether run_step replays graphs here
+  if constexpr (requires { be.options().graph_steps; }) graphs = be.options().graph_steps && !a.eager;
   json out = {{"impl", "xfmr"},
               {"backend", describe(be)},
+              {"graph_steps", graphs},
               {"model", Cfg::NAME},
               {"shape", {{"B", B}, {"T", T}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
                          {"FF", Cfg::D_FF}, {"V", V}, {"dropout", Cfg::DROPOUT}}},
@@ -216,18 +220,20 @@ json run(const Args& a) {
 
   if (has("train")) {
     model.set_training(true);
-    const auto t = time_calls(a, be, [&] {
+    auto step = [&] {
       zero_grad(model);
       ce.forward(be, model.forward(be, ids, Shape{B, T}), targets, V);
       ce.backward(be, dlogits);
       model.backward(be, std::span<const float>(dlogits));
       opt.step(be, 1e-4);
-    });
+    };
+    const auto t = time_calls(a, be, [&] { a.eager ? step() : run_step(be, "train", step); });
     out["results"]["train_step"] = summarize(t, tokens, 3 * fwd, ceiling);
   }
   if (has("forward")) {
     model.set_training(false);
-    const auto t = time_calls(a, be, [&] { model.forward(be, ids, Shape{B, T}); });
+    auto step = [&] { model.forward(be, ids, Shape{B, T}); };
+    const auto t = time_calls(a, be, [&] { a.eager ? step() : run_step(be, "forward", step); });
     out["results"]["forward"] = summarize(t, tokens, fwd, ceiling);
   }
   if (has("generate")) {
@@ -343,7 +349,8 @@ json run_translator(const Args& a) {
 void print(const json& r) {
   const auto& s = r["shape"];
   std::cout << "xfmr-bench " << r["model"].get<std::string>() << " (B" << s["B"] << " T" << s["T"] << " D" << s["D"]
-            << " H" << s["H"] << " L" << s["L"] << "), " << r["backend"].get<std::string>() << ", " << r["threads"]
+            << " H" << s["H"] << " L" << s["L"] << "), " << r["backend"].get<std::string>()
+            << (r.value("graph_steps", false) ? " (CUDA graph steps)" : "") << ", " << r["threads"]
             << " threads, " << r["blas"].get<std::string>() << "; GEMM ceiling " << std::fixed
             << std::setprecision(1) << r["gemm_ceiling_gflops"].get<double>() << " GFLOP/s\n";
   for (const auto& [name, m] : r["results"].items()) {
@@ -381,6 +388,8 @@ int main(int argc, char** argv) {
       ("warmup", po::value(&a.warmup)->default_value(a.warmup), "untimed repetitions first")
       ("json", po::value(&a.json_path), "also write the results as JSON to this file")
       ("smoke", po::bool_switch(&a.smoke), "one repetition of everything (a test that the bench runs)")
+      ("eager", po::bool_switch(&a.eager),
+       "CUDA: queue every kernel from the host, instead of replaying CUDA graphs of the training step and forward pass")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;

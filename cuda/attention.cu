@@ -214,7 +214,7 @@ bool fused_attention(const AttentionDims& a) {
 
 void CudaBackend::softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs,
                                   const AttentionMask& mask) {
-  const DeviceMask m{mask.causal, upload_mask(mask.key_padding, std::size_t(B) * Tk)};
+  const DeviceMask m{upload_mask(mask.key_padding, std::size_t(B) * Tk), mask.causal};
   launch("softmax_forward", warp_per_row(long(B) * H * Tq), masked_softmax_kernel, B, H, Tq, Tk, scores, probs, m);
 }
 
@@ -226,7 +226,7 @@ void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq,
                                     int ldv, S* y, int ldy, S* probs, const AttentionMask& mask) {
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   if (fused_attention(a)) {
-    const DeviceMask m{mask.causal, upload_mask(mask.key_padding, std::size_t(a.B) * a.Tk)};
+    const DeviceMask m{upload_mask(mask.key_padding, std::size_t(a.B) * a.Tk), mask.causal};
     auto* kernel = a.Tk <= 32 ? attention_rows_forward_kernel<1> : attention_rows_forward_kernel<kKeysPerLane>;
     launch("attention_forward", warp_per_row(long(a.B) * a.H * a.Tq), kernel, a, scale, q, ldq, k, ldk, v, ldv, y, ldy,
            probs, m);

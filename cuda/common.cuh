@@ -8,6 +8,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "xfmr/backend/cuda.hpp"
@@ -19,13 +23,86 @@ namespace xfmr::cuda::detail {
 void check(cudaError_t err, const char* what);
 void check_cublas(cublasStatus_t status, const char* what);
 
-// Launches kernel<<<shape>>>(args...) on the default stream and checks the
+// The stream all of xfmr's device work goes to: the calling thread's default
+// stream, which (unlike the legacy default stream) a CUDA graph can capture.
+inline cudaStream_t stream() { return cudaStreamPerThread; }
+
+// ---- whole steps as CUDA graphs (CudaBackend::graph_step) ------------------
+// Inside a graph step each device operation is recorded instead of queued:
+// a closure that queues it, and its signature (what it launches, with which
+// arguments, as bytes). The operations recorded up to the next point where
+// the host waits for the device (a download, a synchronisation, a buffer
+// that grows or is freed), or up to the end of the step, form a segment.
+// Segment i of a step is launched as the CUDA graph captured for it before
+// when its signature is the same; otherwise its closures are captured into a
+// new graph first. Either way the device does what eager queueing would do,
+// in the same order, so results are bit for bit the same.
+
+// Arguments go into a signature as their bytes, so they must have no padding
+// (whose bytes are undefined). Scalars and structs of unique representation
+// qualify; a struct holding floats is declared padding-free by hand, next to
+// a static_assert on its size.
+template <class T>
+inline constexpr bool kPaddingFree = std::is_scalar_v<T> || std::has_unique_object_representations_v<T>;
+
+class Signature {
+ public:
+  template <class T>
+  void add(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T> && kPaddingFree<T>, "a signature argument must have no padding");
+    const auto* b = reinterpret_cast<const std::byte*>(&v);
+    bytes_.insert(bytes_.end(), b, b + sizeof(T));
+  }
+  template <class... T>
+  void add_all(const T&... v) {
+    (add(v), ...);
+  }
+  void clear() { bytes_.clear(); }
+  bool operator==(const Signature&) const = default;
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
+class StepRecorder;
+// The recorder of the graph step running on this thread, or null.
+StepRecorder* recording();
+
+// Records op() and its signature in this thread's graph step.
+void record(const std::function<void(Signature&)>& sign, std::function<void()> op);
+
+// Queues op() now, or records it inside a graph step; sign(Signature&) adds
+// the operation's identity and arguments.
+template <class Sign, class Op>
+void enqueue(Sign&& sign, Op op) {
+  if (recording())
+    record(sign, std::move(op));
+  else
+    op();
+}
+
+// Before the host frees or regrows device memory, or waits for the device:
+// issues what a graph step has recorded so far (no-op outside one).
+void flush_recorded();
+
+// Launches kernel<<<grid, block>>>(args...) on stream() and checks the
 // launch (the configuration and any earlier asynchronous error).
 template <class... Params, class... Args>
+void launch(const char* what, dim3 grid, dim3 block, void (*kernel)(Params...), Args... args) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  // Every operation's signature starts with a tag byte (0: a kernel), and the
+  // rest has a length the tag (with the kernel) fixes: no two sequences of
+  // operations sign alike.
+  enqueue(
+      [&](Signature& s) { s.add_all(std::uint8_t(0), reinterpret_cast<const void*>(kernel), grid, block, args...); },
+      [=] {
+        kernel<<<grid, block, 0, stream()>>>(args...);
+        check(cudaGetLastError(), what);
+      });
+}
+template <class... Params, class... Args>
 void launch(const char* what, Launch shape, void (*kernel)(Params...), Args... args) {
-  if (shape.blocks == 0) return;
-  kernel<<<shape.blocks, shape.threads>>>(args...);
-  check(cudaGetLastError(), what);
+  launch(what, dim3(shape.blocks), dim3(shape.threads), kernel, args...);
 }
 
 // One warp (32 lanes) per row: `rows` rows in blocks of 8 warps.
@@ -133,24 +210,24 @@ void add_column_sums(const char* what, int rows, int n, Term term, ColumnOutputs
   if (rows == 0 || n == 0) return;
   const unsigned tiles = (n + kColumnTile - 1) / kColumnTile;
   if (rows <= kColumnOnePassRows) {
-    column_chunk_sums_kernel<K, 32><<<dim3(tiles, 1), dim3(kColumnTile, 32)>>>(rows, n, rows, term, nullptr, outputs);
-    check(cudaGetLastError(), what);
+    launch(what, dim3(tiles, 1), dim3(kColumnTile, 32), column_chunk_sums_kernel<K, 32, Term>, rows, n, rows, term,
+           static_cast<float*>(nullptr), outputs);
     return;
   }
   const int chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
   require(chunks <= 65535, what, ": ", rows, " rows exceed the column sums' limit of ", 65535L * kColumnChunkRows);
   float* partial = scratch.reserve(std::size_t(chunks) * K * n);
-  column_chunk_sums_kernel<K, 8><<<dim3(tiles, chunks), dim3(kColumnTile, 8)>>>(rows, n, kColumnChunkRows, term,
-                                                                               partial, outputs);
-  check(cudaGetLastError(), what);
+  launch(what, dim3(tiles, chunks), dim3(kColumnTile, 8), column_chunk_sums_kernel<K, 8, Term>, rows, n,
+         kColumnChunkRows, term, partial, outputs);
   launch(what, elementwise_launch(std::size_t(n)), column_chunk_total_kernel<K>, chunks, n,
          static_cast<const float*>(partial), outputs);
 }
 
 // The attention mask of mask.hpp, with the key padding in device memory.
 struct DeviceMask {
-  bool causal;
   const std::uint8_t* key_padding;  // (B, Tk) or nullptr
+  int causal;
+  int unused = 0;  // no padding: kernel arguments go into graph signatures as bytes
   __device__ bool allowed(int b, int i, int j, int t_q, int t_kv) const {
     if (causal && j > i + (t_kv - t_q)) return false;
     if (key_padding && key_padding[long(b) * t_kv + j]) return false;
@@ -160,8 +237,11 @@ struct DeviceMask {
 
 // Page-locked host staging for uploads, so that an upload is queued in order
 // with the kernels instead of waiting for them (a copy from pageable memory
-// first waits for all queued work). Slots are used in turn; a slot is
-// refilled only after its previous copy has completed (its event).
+// first waits for all queued work). Outside graph steps the slots are used in
+// turn, and a slot is refilled only after its previous copy has completed
+// (its event). Inside a graph step the k-th upload of the step has slot k of
+// its own set, so that a graph's copy node reads the same host address at
+// every replay; the step waits for its previous replay before refilling them.
 class UploadStaging {
  public:
   static constexpr int kSlots = 4;
@@ -169,8 +249,10 @@ class UploadStaging {
   UploadStaging(const UploadStaging&) = delete;
   UploadStaging& operator=(const UploadStaging&) = delete;
   ~UploadStaging();
-  // Queues a copy of `bytes` from host_src to device_dst on the default stream.
+  // Queues (or records) a copy of `bytes` from host_src to device_dst.
   void upload(void* device_dst, const void* host_src, std::size_t bytes);
+  // A graph step begins: its uploads start again at step slot 0.
+  void restart_step_slots() { next_step_slot_ = 0; }
 
  private:
   struct Slot {
@@ -178,8 +260,53 @@ class UploadStaging {
     std::size_t bytes = 0;
     cudaEvent_t copied = nullptr;
   };
+  static void fit(Slot& s, std::size_t bytes);
   Slot slots_[kSlots];
   int next_ = 0;
+  std::vector<Slot> step_slots_;
+  std::size_t next_step_slot_ = 0;
+};
+
+// A graph step's recorder, and the graphs of one kind of step (its key).
+struct StepGraphs {
+  struct Segment {
+    Signature signature;
+    cudaGraphExec_t exec = nullptr;
+  };
+  StepGraphs() = default;
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+  ~StepGraphs();
+  std::vector<Segment> segments;
+};
+
+class StepRecorder {
+ public:
+  StepRecorder() = default;
+  StepRecorder(const StepRecorder&) = delete;
+  StepRecorder& operator=(const StepRecorder&) = delete;
+  ~StepRecorder();
+
+  // Starts recording on this thread for the graphs of `graphs`. Waits for
+  // the last graph this recorder launched (its uploads' slots are reused).
+  void begin(StepGraphs& graphs);
+  void record(const std::function<void(Signature&)>& sign, std::function<void()> op);
+  // Issues the pending segment: replays its graph or captures a new one.
+  void flush();
+  // Flushes and stops recording; abort() drops the pending operations.
+  void end();
+  void abort() noexcept;
+
+  std::size_t captures() const { return captures_; }
+  std::size_t replays() const { return replays_; }
+
+ private:
+  StepGraphs* graphs_ = nullptr;
+  std::size_t segment_ = 0;
+  Signature pending_signature_;
+  std::vector<std::function<void()>> pending_;
+  cudaEvent_t launched_ = nullptr;  // after the last graph launch
+  std::size_t captures_ = 0, replays_ = 0;
 };
 
 }  // namespace xfmr::cuda::detail
@@ -188,11 +315,16 @@ namespace xfmr {
 
 struct CudaBackend::Context {
   cublasHandle_t blas = nullptr;
+  cuda::DeviceArray<std::byte> blas_workspace;  // set explicitly, so that capture never allocates
+  cuda::detail::StepRecorder recorder;
+  std::map<std::string, cuda::detail::StepGraphs, std::less<>> graphs;  // by step key
   cuda::detail::UploadStaging staging;     // ids, targets and masks on their way in
   cuda::DeviceArray<std::uint8_t> mask;    // uploaded key padding / pooling exclusions
   cuda::DeviceArray<std::int32_t> ids;     // uploaded token ids or targets
   cuda::DeviceArray<std::int32_t> counts;  // per-sequence counts (pooling)
   cuda::DeviceArray<double> partial;       // per-block or per-row partial sums
+  cuda::DeviceArray<std::uint64_t> keys;   // the dropout key of the launch queued next
+  cuda::DeviceArray<float> step_scalars;   // AdamW's learning rate and bias corrections
   cuda::DeviceArray<float> scratch;        // attention backward's dS
   cuda::DeviceArray<float> column_partial; // add_column_sums' chunk sums
   std::vector<double> host_partial;

@@ -10,8 +10,11 @@ namespace {
 using cuda::detail::first_index;
 using cuda::detail::grid_stride;
 
-__global__ void dropout_forward_kernel(std::size_t n, float p, float scale, std::uint64_t key, const float* x,
-                                       float* y, std::uint8_t* keep) {
+// The key is read from device memory, so that a graph step replays with the
+// step's fresh keys.
+__global__ void dropout_forward_kernel(std::size_t n, float p, float scale, const std::uint64_t* key_in,
+                                       const float* x, float* y, std::uint8_t* keep) {
+  const std::uint64_t key = *key_in;
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
     const bool k = counter_uniform(key, static_cast<std::uint64_t>(i)) >= p;
     keep[i] = k ? 1 : 0;
@@ -26,8 +29,11 @@ __global__ void dropout_backward_kernel(std::size_t n, float scale, const std::u
 
 void CudaBackend::dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep) {
   require(p >= 0.0f && p < 1.0f, "dropout probability ", p, " outside [0, 1)");
+  if (n == 0) return;
+  std::uint64_t* d_key = ctx_->keys.reserve(1);  // queued in order: each launch reads its own key
+  ctx_->staging.upload(d_key, &key, sizeof key);
   cuda::detail::launch("dropout_forward", cuda::elementwise_launch(n), dropout_forward_kernel, n, p,
-                       1.0f / (1.0f - p), key, x, y, keep);
+                       1.0f / (1.0f - p), static_cast<const std::uint64_t*>(d_key), x, y, keep);
 }
 void CudaBackend::dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx) {
   cuda::detail::launch("dropout_backward", cuda::elementwise_launch(n), dropout_backward_kernel, n, 1.0f / (1.0f - p),

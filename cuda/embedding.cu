@@ -19,13 +19,15 @@ __global__ void embedding_forward_kernel(int n, int D, const std::int32_t* ids, 
 // One block per distinct id (blockIdx.y), threads over the columns: each
 // table entry adds its rows' gradients in input order, exactly as the CPU
 // does, without atomics. `groups` is the host-built plan of
-// embedding_backward: positions sorted by id (stable), then for every
-// distinct id its value, then the offsets of its run of positions.
-__global__ void embedding_backward_kernel(int n, int n_ids, int D, const std::int32_t* groups, const float* dy,
-                                          float* dtable) {
-  const std::int32_t* positions = groups;
-  const std::int32_t* id = groups + n;
-  const std::int32_t* offset = groups + n + n_ids;
+// embedding_backward, 3n + 2 entries whatever the ids (so that a graph step
+// replays with new ids): the number of distinct ids, positions sorted by id
+// (stable), then for every distinct id its value, then the offsets of its
+// run of positions.
+__global__ void embedding_backward_kernel(int n, int D, const std::int32_t* groups, const float* dy, float* dtable) {
+  const int n_ids = groups[0];
+  const std::int32_t* positions = groups + 1;
+  const std::int32_t* id = positions + n;
+  const std::int32_t* offset = id + n_ids;
   for (int g = blockIdx.y; g < n_ids; g += gridDim.y) {
     float* row = dtable + std::size_t(id[g]) * D;
     for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) {
@@ -58,8 +60,9 @@ void CudaBackend::embedding_backward(int n, int D, const std::int32_t* ids, cons
     n_ids += start[std::size_t(v) + 1] > 0;
     start[std::size_t(v) + 1] += start[std::size_t(v)];
   }
-  plan.assign(std::size_t(n) + 2 * n_ids + 1, 0);
-  std::int32_t* positions = plan.data();
+  plan.assign(3 * std::size_t(n) + 2, 0);
+  plan[0] = n_ids;
+  std::int32_t* positions = plan.data() + 1;
   std::int32_t* id = positions + n;
   std::int32_t* offset = id + n_ids;
   for (int v = 0, g = 0; v < V; ++v)
@@ -71,9 +74,8 @@ void CudaBackend::embedding_backward(int n, int D, const std::int32_t* ids, cons
   for (int i = 0; i < n; ++i) positions[start[std::size_t(ids[i])]++] = i;
   const std::int32_t* groups = upload_ids(plan.data(), plan.size());
   const unsigned threads = 128;
-  const dim3 grid((D + threads - 1) / threads, std::min(n_ids, 65535));
-  embedding_backward_kernel<<<grid, threads>>>(n, n_ids, D, groups, dy, dtable);
-  cuda::detail::check(cudaGetLastError(), "embedding_backward");
+  const dim3 grid((D + threads - 1) / threads, std::min(n, 65535));
+  cuda::detail::launch("embedding_backward", grid, dim3(threads), embedding_backward_kernel, n, D, groups, dy, dtable);
 }
 
 }  // namespace xfmr

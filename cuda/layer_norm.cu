@@ -56,6 +56,7 @@ __global__ void layer_norm_dx_kernel(int rows, int n, const float* dy, const flo
 struct LayerNormParamTerms {
   const float *dy, *x, *mean, *rstd;
   int n;
+  int unused = 0;  // no padding (graph signatures)
   __device__ void operator()(int r, int c, float* acc) const {
     const std::size_t i = std::size_t(r) * n + c;
     acc[0] += dy[i] * (x[i] - mean[r]) * rstd[r];

@@ -18,6 +18,7 @@ __global__ void bias_add_kernel(int rows, int n, const float* bias, float* y) {
 struct BiasGradTerm {
   const float* dy;
   int n;
+  int unused = 0;  // no padding (graph signatures)
   __device__ void operator()(int r, int c, float* acc) const { acc[0] += dy[std::size_t(r) * n + c]; }
 };
 }  // namespace
@@ -26,9 +27,17 @@ void CudaBackend::gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* 
                        S beta, S* C, int ldc) {
   if (M == 0 || N == 0) return;
   const auto g = cuda::column_major_gemm(ta, tb, M, N, K, lda, ldb, ldc);
-  cuda::detail::check_cublas(cublasSgemm(ctx_->blas, op(g.trans_first), op(g.trans_second), g.m, g.n, g.k, &alpha, B,
-                                         g.ld_first, A, g.ld_second, &beta, C, g.ldc),
-                             "cublasSgemm");
+  cublasHandle_t h = ctx_->blas;
+  cuda::detail::enqueue(
+      [&](cuda::detail::Signature& s) {
+        s.add_all(std::uint8_t(10), g.trans_first, g.trans_second, g.m, g.n, g.k, g.ld_first, g.ld_second, g.ldc,
+                  alpha, A, B, beta, C);
+      },
+      [=] {
+        cuda::detail::check_cublas(cublasSgemm(h, op(g.trans_first), op(g.trans_second), g.m, g.n, g.k, &alpha, B,
+                                               g.ld_first, A, g.ld_second, &beta, C, g.ldc),
+                                   "cublasSgemm");
+      });
 }
 
 void CudaBackend::gemm_strided_batched(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda,
@@ -36,10 +45,18 @@ void CudaBackend::gemm_strided_batched(bool ta, bool tb, int M, int N, int K, S 
                                        long stride_c, int batch) {
   if (M == 0 || N == 0 || batch == 0) return;
   const auto g = cuda::column_major_gemm(ta, tb, M, N, K, lda, ldb, ldc);
-  cuda::detail::check_cublas(
-      cublasSgemmStridedBatched(ctx_->blas, op(g.trans_first), op(g.trans_second), g.m, g.n, g.k, &alpha, B,
-                                g.ld_first, stride_b, A, g.ld_second, stride_a, &beta, C, g.ldc, stride_c, batch),
-      "cublasSgemmStridedBatched");
+  cublasHandle_t h = ctx_->blas;
+  cuda::detail::enqueue(
+      [&](cuda::detail::Signature& s) {
+        s.add_all(std::uint8_t(11), g.trans_first, g.trans_second, g.m, g.n, g.k, g.ld_first, g.ld_second, g.ldc,
+                  alpha, A, stride_a, B, stride_b, beta, C, stride_c, batch);
+      },
+      [=] {
+        cuda::detail::check_cublas(
+            cublasSgemmStridedBatched(h, op(g.trans_first), op(g.trans_second), g.m, g.n, g.k, &alpha, B, g.ld_first,
+                                      stride_b, A, g.ld_second, stride_a, &beta, C, g.ldc, stride_c, batch),
+            "cublasSgemmStridedBatched");
+      });
 }
 
 void CudaBackend::bias_add(int rows, int n, const S* bias, S* y) {

@@ -15,19 +15,43 @@ constexpr unsigned kSumBlocks = 256, kSumThreads = 256;
 
 // Up to kAdamWBatch tensors per launch, passed by value (about 1.7 KB of
 // kernel parameters): block b updates kAdamWBlockValues values of the tensor
-// whose block range holds b.
+// whose block range holds b. The step's scalars come from device memory, so
+// that a graph step replays with each step's learning rate and bias
+// corrections.
 constexpr int kAdamWBatch = 32;
 constexpr unsigned kAdamWThreads = 256, kAdamWPerThread = 4, kAdamWBlockValues = kAdamWThreads * kAdamWPerThread;
-struct AdamWBatch {
-  unsigned first_block[kAdamWBatch + 1];  // tensor k: blocks [first_block[k], first_block[k + 1])
-  AdamWTensor<float> t[kAdamWBatch];
+struct AdamWSlot {  // AdamWTensor<float> without its tail padding
+  std::size_t n;
+  float* p;
+  const float* g;
+  float *m, *v;
+  float weight_decay;
+  float unused;
 };
+struct AdamWBatch {
+  unsigned first_block[kAdamWBatch + 2];  // tensor k: blocks [first_block[k], first_block[k + 1]); even count
+  AdamWSlot t[kAdamWBatch];
+};
+struct AdamWScalars {
+  float lr, beta1, beta2, eps, step_size, rbc2;
+};
+}  // namespace
+}  // namespace xfmr
 
-__global__ void adamw_kernel(AdamWBatch batch, float lr, float beta1, float beta2, float eps, float step_size,
-                             float rbc2) {
+namespace xfmr::cuda::detail {
+static_assert(sizeof(AdamWSlot) == 48 && sizeof(AdamWBatch) == (kAdamWBatch + 2) * 4 + kAdamWBatch * 48);
+template <>
+inline constexpr bool kPaddingFree<AdamWBatch> = true;  // checked just above
+}  // namespace xfmr::cuda::detail
+
+namespace xfmr {
+namespace {
+__global__ void adamw_kernel(AdamWBatch batch, const AdamWScalars* scalars) {
+  const float lr = scalars->lr, beta1 = scalars->beta1, beta2 = scalars->beta2, eps = scalars->eps;
+  const float step_size = scalars->step_size, rbc2 = scalars->rbc2;
   int k = 0;
   while (blockIdx.x >= batch.first_block[k + 1]) ++k;
-  const AdamWTensor<float>& t = batch.t[k];
+  const AdamWSlot& t = batch.t[k];
   std::size_t i = std::size_t(blockIdx.x - batch.first_block[k]) * kAdamWBlockValues + threadIdx.x;
   for (unsigned j = 0; j < kAdamWPerThread; ++j, i += kAdamWThreads) {
     if (i >= t.n) return;
@@ -64,21 +88,25 @@ __global__ void sum_squares_kernel(std::size_t n, const float* x, double* partia
 
 void CudaBackend::adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps,
                              S bias_correction1, S bias_correction2) {
-  const S step_size = lr / bias_correction1, rbc2 = 1.0f / std::sqrt(bias_correction2);
+  if (tensors.empty()) return;
+  const AdamWScalars scalars{lr, beta1, beta2, eps, lr / bias_correction1, 1.0f / std::sqrt(bias_correction2)};
+  float* d_scalars = ctx_->step_scalars.reserve(sizeof scalars / sizeof(float));
+  ctx_->staging.upload(d_scalars, &scalars, sizeof scalars);
   for (std::size_t first = 0; first < tensors.size(); first += kAdamWBatch) {
     AdamWBatch batch{};
     const int count = int(std::min<std::size_t>(kAdamWBatch, tensors.size() - first));
     unsigned blocks = 0;
     for (int k = 0; k < count; ++k) {
-      batch.t[k] = tensors[first + k];
+      const AdamWTensor<S>& t = tensors[first + k];
+      batch.t[k] = {t.n, t.p, t.g, t.m, t.v, t.weight_decay, 0.0f};
       batch.first_block[k] = blocks;
-      const std::size_t need = (batch.t[k].n + kAdamWBlockValues - 1) / kAdamWBlockValues;
-      require(need <= 0x7fffffffu - blocks, "adamw_step: ", batch.t[k].n, " values are too many for one launch");
+      const std::size_t need = (t.n + kAdamWBlockValues - 1) / kAdamWBlockValues;
+      require(need <= 0x7fffffffu - blocks, "adamw_step: ", t.n, " values are too many for one launch");
       blocks += unsigned(need);
     }
-    for (int k = count; k <= kAdamWBatch; ++k) batch.first_block[k] = blocks;
-    launch("adamw_step", cuda::Launch{blocks, kAdamWThreads}, adamw_kernel, batch, lr, beta1, beta2, eps, step_size,
-           rbc2);
+    for (int k = count; k < kAdamWBatch + 2; ++k) batch.first_block[k] = blocks;
+    launch("adamw_step", cuda::Launch{blocks, kAdamWThreads}, adamw_kernel, batch,
+           reinterpret_cast<const AdamWScalars*>(static_cast<const float*>(d_scalars)));
   }
 }
 

@@ -1,7 +1,9 @@
 // runtime.cu: devices, memory, error checking and the backend's context.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "common.cuh"
 
@@ -19,34 +21,148 @@ void check_cublas(cublasStatus_t status, const char* what) {
     xfmr::detail::fail("cuBLAS error in ", what, ": ", cublasGetStatusString(status), " (status ", int(status), ")");
 }
 UploadStaging::~UploadStaging() {
-  for (Slot& s : slots_) {
+  auto free_slot = [](Slot& s) {
     if (s.copied) {
       cudaEventSynchronize(s.copied);
       cudaEventDestroy(s.copied);
     }
     if (s.host) cudaFreeHost(s.host);
-  }
+  };
+  for (Slot& s : slots_) free_slot(s);
+  for (Slot& s : step_slots_) free_slot(s);
+}
+
+void UploadStaging::fit(Slot& s, std::size_t bytes) {
+  if (s.bytes >= bytes) return;
+  if (s.host) check(cudaFreeHost(s.host), "upload (cudaFreeHost)");
+  s.host = nullptr;
+  s.bytes = 0;
+  const std::size_t want = std::max<std::size_t>(bytes, 4096);
+  check(cudaHostAlloc(&s.host, want, cudaHostAllocDefault), "upload (cudaHostAlloc)");
+  s.bytes = want;
 }
 
 void UploadStaging::upload(void* device_dst, const void* host_src, std::size_t bytes) {
   if (bytes == 0) return;
+  if (recording()) {
+    if (next_step_slot_ == step_slots_.size()) step_slots_.emplace_back();
+    Slot& s = step_slots_[next_step_slot_++];
+    fit(s, bytes);  // the step waited for its previous replay: nothing reads the slot now
+    std::memcpy(s.host, host_src, bytes);
+    const void* host = s.host;
+    enqueue([&](Signature& sig) { sig.add_all(std::uint8_t(1), device_dst, host, bytes); },
+            [=] {
+              check(cudaMemcpyAsync(device_dst, host, bytes, cudaMemcpyHostToDevice, stream()),
+                    "upload (cudaMemcpyAsync)");
+            });
+    return;
+  }
   Slot& s = slots_[next_];
   next_ = (next_ + 1) % kSlots;
   if (s.copied)
     check(cudaEventSynchronize(s.copied), "upload (waiting for a staging slot)");
   else
     check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "upload (cudaEventCreate)");
-  if (s.bytes < bytes) {
-    if (s.host) check(cudaFreeHost(s.host), "upload (cudaFreeHost)");
-    s.host = nullptr;
-    s.bytes = 0;
-    const std::size_t want = std::max<std::size_t>(bytes, 4096);
-    check(cudaHostAlloc(&s.host, want, cudaHostAllocDefault), "upload (cudaHostAlloc)");
-    s.bytes = want;
-  }
+  fit(s, bytes);
   std::memcpy(s.host, host_src, bytes);
-  check(cudaMemcpyAsync(device_dst, s.host, bytes, cudaMemcpyHostToDevice, 0), "upload (cudaMemcpyAsync)");
-  check(cudaEventRecord(s.copied, 0), "upload (cudaEventRecord)");
+  check(cudaMemcpyAsync(device_dst, s.host, bytes, cudaMemcpyHostToDevice, stream()), "upload (cudaMemcpyAsync)");
+  check(cudaEventRecord(s.copied, stream()), "upload (cudaEventRecord)");
+}
+
+// ---- graph steps ------------------------------------------------------------
+
+namespace {
+thread_local StepRecorder* active_recorder = nullptr;
+}
+
+StepRecorder* recording() { return active_recorder; }
+
+void record(const std::function<void(Signature&)>& sign, std::function<void()> op) {
+  active_recorder->record(sign, std::move(op));
+}
+
+void flush_recorded() {
+  if (StepRecorder* r = active_recorder) r->flush();
+}
+
+StepGraphs::~StepGraphs() {
+  for (Segment& s : segments)
+    if (s.exec) cudaGraphExecDestroy(s.exec);
+}
+
+StepRecorder::~StepRecorder() {
+  if (launched_) cudaEventDestroy(launched_);
+}
+
+void StepRecorder::begin(StepGraphs& graphs) {
+  require(!active_recorder, "CudaBackend::graph_step: graph steps do not nest");
+  if (!launched_)
+    check(cudaEventCreateWithFlags(&launched_, cudaEventDisableTiming), "graph step (cudaEventCreate)");
+  else
+    check(cudaEventSynchronize(launched_), "graph step (waiting for the previous step's graphs)");
+  graphs_ = &graphs;
+  segment_ = 0;
+  pending_.clear();
+  pending_signature_.clear();
+  active_recorder = this;
+}
+
+void StepRecorder::record(const std::function<void(Signature&)>& sign, std::function<void()> op) {
+  sign(pending_signature_);
+  pending_.push_back(std::move(op));
+}
+
+void StepRecorder::flush() {
+  if (pending_.empty()) return;
+  if (segment_ == graphs_->segments.size()) graphs_->segments.emplace_back();
+  StepGraphs::Segment& seg = graphs_->segments[segment_++];
+  active_recorder = nullptr;  // the closures queue for real from here on
+  struct Resume {
+    StepRecorder* r;
+    ~Resume() { active_recorder = r; }
+  } resume{this};
+  if (!seg.exec || !(seg.signature == pending_signature_)) {
+    if (seg.exec) {
+      check(cudaGraphExecDestroy(seg.exec), "graph step (cudaGraphExecDestroy)");
+      seg.exec = nullptr;
+    }
+    check(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "graph step (cudaStreamBeginCapture)");
+    cudaGraph_t graph = nullptr;
+    try {
+      for (auto& op : pending_) op();
+    } catch (...) {
+      cudaStreamEndCapture(stream(), &graph);  // ends the capture; the graph is discarded
+      if (graph) cudaGraphDestroy(graph);
+      pending_.clear();
+      pending_signature_.clear();
+      throw;
+    }
+    check(cudaStreamEndCapture(stream(), &graph), "graph step (cudaStreamEndCapture)");
+    const cudaError_t err = cudaGraphInstantiate(&seg.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(err, "graph step (cudaGraphInstantiate)");
+    seg.signature = pending_signature_;
+    ++captures_;
+  } else {
+    ++replays_;
+  }
+  pending_.clear();
+  pending_signature_.clear();
+  check(cudaGraphLaunch(seg.exec, stream()), "graph step (cudaGraphLaunch)");
+  check(cudaEventRecord(launched_, stream()), "graph step (cudaEventRecord)");
+}
+
+void StepRecorder::end() {
+  flush();
+  active_recorder = nullptr;
+  graphs_ = nullptr;
+}
+
+void StepRecorder::abort() noexcept {
+  pending_.clear();
+  pending_signature_.clear();
+  active_recorder = nullptr;
+  graphs_ = nullptr;
 }
 
 }  // namespace detail
@@ -79,28 +195,55 @@ void* allocate(std::size_t bytes) {
   return p;
 }
 void release(void* p) noexcept {
-  if (p) cudaFree(p);  // errors here are reported by the next checked call
+  if (!p) return;
+  if (detail::recording()) {
+    try {
+      detail::flush_recorded();  // recorded work may still use it (a growing buffer's copy, say)
+    } catch (...) {
+      // the error is the step's: it surfaces at the step's next flush or check
+    }
+    cudaStreamSynchronize(detail::stream());
+  }
+  cudaFree(p);  // errors here are reported by the next checked call
 }
 void upload(void* device_dst, const void* host_src, std::size_t bytes) {
-  if (bytes) detail::check(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice), "upload (cudaMemcpy)");
+  if (!bytes) return;
+  detail::flush_recorded();
+  detail::check(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, detail::stream()),
+                "upload (cudaMemcpyAsync)");
+  detail::check(cudaStreamSynchronize(detail::stream()), "upload (cudaStreamSynchronize)");
 }
 void download(void* host_dst, const void* device_src, std::size_t bytes) {
-  if (bytes) detail::check(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost), "download (cudaMemcpy)");
+  if (!bytes) return;
+  detail::flush_recorded();
+  detail::check(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, detail::stream()),
+                "download (cudaMemcpyAsync)");
+  detail::check(cudaStreamSynchronize(detail::stream()), "download (cudaStreamSynchronize)");
 }
 void copy_on_device(void* dst, const void* src, std::size_t bytes) {
-  if (bytes && dst != src)
-    detail::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0), "device copy (cudaMemcpyAsync)");
+  if (!bytes || dst == src) return;
+  detail::enqueue([&](detail::Signature& s) { s.add_all(std::uint8_t(2), dst, src, bytes); },
+                  [=] {
+                    detail::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, detail::stream()),
+                                  "device copy (cudaMemcpyAsync)");
+                  });
 }
 void fill_zero(void* device_dst, std::size_t bytes) {
-  if (bytes) detail::check(cudaMemsetAsync(device_dst, 0, bytes, 0), "cudaMemsetAsync");
+  if (!bytes) return;
+  detail::enqueue([&](detail::Signature& s) { s.add_all(std::uint8_t(3), device_dst, bytes); },
+                  [=] { detail::check(cudaMemsetAsync(device_dst, 0, bytes, detail::stream()), "cudaMemsetAsync"); });
 }
-void synchronize() { detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+void synchronize() {
+  detail::flush_recorded();
+  detail::check(cudaStreamSynchronize(detail::stream()), "cudaStreamSynchronize");
+}
 
 }  // namespace xfmr::cuda
 
 namespace xfmr {
 
 CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<Context>()) {
+  if (const char* env = std::getenv("XFMR_CUDA_GRAPHS"); env && std::string_view(env) == "0") opts_.graph_steps = false;
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
@@ -112,6 +255,29 @@ CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<
   cuda::detail::check_cublas(cublasCreate(&ctx_->blas), "cublasCreate");
   cuda::detail::check_cublas(
       cublasSetMathMode(ctx_->blas, opts.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+  cuda::detail::check_cublas(cublasSetStream(ctx_->blas, cuda::detail::stream()), "cublasSetStream");
+  constexpr std::size_t kWorkspace = std::size_t(32) << 20;
+  cuda::detail::check_cublas(cublasSetWorkspace(ctx_->blas, ctx_->blas_workspace.reserve(kWorkspace), kWorkspace),
+                             "cublasSetWorkspace");
+}
+
+void CudaBackend::begin_graph_step(std::string_view key) {
+  auto it = ctx_->graphs.find(key);
+  if (it == ctx_->graphs.end()) it = ctx_->graphs.try_emplace(std::string(key)).first;
+  ctx_->staging.restart_step_slots();
+  ctx_->recorder.begin(it->second);
+}
+void CudaBackend::end_graph_step() {
+  try {
+    ctx_->recorder.end();
+  } catch (...) {
+    ctx_->recorder.abort();
+    throw;
+  }
+}
+void CudaBackend::abort_graph_step() noexcept { ctx_->recorder.abort(); }
+CudaBackend::GraphStats CudaBackend::graph_stats() const {
+  return {ctx_->recorder.captures(), ctx_->recorder.replays()};
 }
 
 CudaBackend::~CudaBackend() {

@@ -296,24 +296,27 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
   const long stop = args.stop_after > 0 ? std::min(args.stop_after, args.steps) : args.steps;
   for (long step = start; step < stop; ++step) {
     const double lr = schedule.at(step);
-    zero_grad(model);
     double loss = 0;
-    for (int micro = 0; micro < run.grad_accum; ++micro) {
-      train_batches.sample(rng, ids.data(), targets.data());
-      const auto logits = model.forward(be, ids, Shape{run.batch, T});
-      const double l = ce.forward(be, logits, targets, V);
-      if (!std::isfinite(l)) {
-        const auto bad = first_non_finite_parameter(be, model);
-        detail::fail("loss is ", l, " at step ", step, "; ",
-                     bad.empty() ? std::string("every parameter is finite") : "first non-finite parameter: '" + bad + "'");
+    run_step(be, "train", [&] {  // on a GPU, the step's kernels replay as CUDA graphs
+      zero_grad(model);
+      for (int micro = 0; micro < run.grad_accum; ++micro) {
+        train_batches.sample(rng, ids.data(), targets.data());
+        const auto logits = model.forward(be, ids, Shape{run.batch, T});
+        const double l = ce.forward(be, logits, targets, V);
+        if (!std::isfinite(l)) {
+          const auto bad = first_non_finite_parameter(be, model);
+          detail::fail("loss is ", l, " at step ", step, "; ",
+                       bad.empty() ? std::string("every parameter is finite")
+                                   : "first non-finite parameter: '" + bad + "'");
+        }
+        loss += l / run.grad_accum;
+        ce.backward(be, dlogits, 1.0 / run.grad_accum);
+        model.backward(be, std::span<const float>(dlogits));
       }
-      loss += l / run.grad_accum;
-      ce.backward(be, dlogits, 1.0 / run.grad_accum);
-      model.backward(be, std::span<const float>(dlogits));
-    }
-    if (run.clip > 0) clip_gradients(be, model, run.clip);
-    else gradient_norm(be, model);  // throws naming the first non-finite gradient
-    opt.step(be, lr);
+      if (run.clip > 0) clip_gradients(be, model, run.clip);
+      else gradient_norm(be, model);  // throws naming the first non-finite gradient
+      opt.step(be, lr);
+    });
     last_loss = loss;
     batch_losses.emplace_back(step + 1, loss);
     csv.batch(step + 1, lr, loss);

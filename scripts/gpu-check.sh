@@ -9,7 +9,8 @@
 # 3. xfmr-charlm on tiny Shakespeare, same seed, CPU and CUDA: loss curves
 #    side by side (per-step CSVs and the largest gap);
 # 4. xfmr-bench and benchmark/pytorch_reference.py --device cuda, alternately:
-#    shakespeare-small (CPU, CUDA, PyTorch) and the GPT-2-small shaped model.
+#    shakespeare-small (CPU, CUDA with graph steps, CUDA queueing every
+#    kernel, PyTorch) and the GPT-2-small shaped model.
 # Everything lands in OUT_DIR (default build/gpu-check). Every step runs even
 # when an earlier one fails; the exit status says whether all passed.
 #
@@ -90,6 +91,8 @@ ref="python3 benchmark/pytorch_reference.py --device cuda"
 for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
   step "bench small cpu $round" "$bench" --model shakespeare-small --backend cpu --json "$out/small_cpu_$round.json"
   step "bench small cuda $round" "$bench" --model shakespeare-small --backend cuda --json "$out/small_cuda_$round.json"
+  step "bench small cuda eager $round" "$bench" --model shakespeare-small --backend cuda --eager --modes train,forward \
+    --json "$out/small_cuda_eager_$round.json"
   step "torch small cuda $round" $ref --model shakespeare-small --json "$out/small_torch_$round.json"
   step "bench gpt2 cuda $round" "$bench" --model gpt2-small --backend cuda --modes train,forward --batch 8 \
     --min-time 2 --json "$out/gpt2_cuda_$round.json"

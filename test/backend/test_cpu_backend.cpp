@@ -152,6 +152,20 @@ BOOST_AUTO_TEST_CASE(partner_measured_policy_avoids_a_slow_partner) {
   BOOST_TEST(always == 400);  // the partner does take posted halves when asked to
 }
 
+// run_step (backend.hpp): a backend without graph steps runs the step once,
+// directly, and its errors pass through.
+BOOST_AUTO_TEST_CASE(run_step_calls_the_step_once_without_graph_steps) {
+  CpuBackend<float> be;
+  int calls = 0;
+  run_step(be, "train", [&] { ++calls; });
+  BOOST_TEST(calls == 1);
+  BOOST_CHECK_THROW(run_step(be, "train", [&] {
+    ++calls;
+    throw Error("bad batch");
+  }), Error);
+  BOOST_TEST(calls == 2);
+}
+
 BOOST_AUTO_TEST_CASE(gemm_with_zero_beta_ignores_nan_in_c) {
   Be be;
   const Vec A = {1, 2, 3, 4}, B = {1, 0, 0, 1};

@@ -51,6 +51,9 @@
 //  decode_layers(shape, layers, x, y) -> bool    one row x (D) through every
 //      block of a decoding step into y (D), writing each layer's cache row
 //      (DecodeShape below); false when the backend declines (y untouched)
+//  graph_step(key, step)                     runs step() with its device work
+//      replayed as recorded graphs (CudaBackend: CUDA graphs); run_step()
+//      below calls it where a backend has it, and step() directly otherwise
 //
 // Token ids, targets and masks (key_padding, exclude) are always host memory,
 // whatever the backend: they come from the caller's batch. Dropout's `keep`
@@ -59,9 +62,10 @@
 
 #include <concepts>
 #include <cstddef>
-#include <utility>
 #include <cstdint>
 #include <span>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "xfmr/core/mask.hpp"
@@ -151,5 +155,16 @@ concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Sc
   { be.host_view(std::span<const typename Be::Scalar>(), std::declval<std::vector<typename Be::Scalar>&>()) }
       -> std::convertible_to<std::span<const typename Be::Scalar>>;
 };
+
+// Runs step() (host code calling `be`: a training step, say) through the
+// backend's graph_step where it has one, directly otherwise. `key` names the
+// kind of step, whose shape should repeat from call to call.
+template <class Be, class F>
+void run_step(Be& be, std::string_view key, F&& step) {
+  if constexpr (requires { be.graph_step(key, step); })
+    be.graph_step(key, std::forward<F>(step));
+  else
+    std::forward<F>(step)();
+}
 
 }  // namespace xfmr

@@ -29,6 +29,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -191,6 +192,9 @@ namespace xfmr {
 struct CudaOptions {
   int device = 0;
   bool tf32 = false;  // TF32 tensor-core GEMMs (about 1e-3 relative error); FP32 when false
+  // graph_step() replays CUDA graphs; when false (or when the environment
+  // sets XFMR_CUDA_GRAPHS=0) it runs the step directly, queueing every kernel.
+  bool graph_steps = true;
 };
 
 class CudaBackend {
@@ -212,6 +216,36 @@ class CudaBackend {
   const CudaOptions& options() const { return opts_; }
   std::string device_name() const;
   void synchronize();
+
+  // Runs step() (any host code calling this backend: a training step, say)
+  // with its device work issued as CUDA graphs, which cost the host one
+  // launch each instead of one per kernel. The work up to each point where
+  // the host reads the device (a loss, a norm, logits) is one segment; a
+  // segment whose operations and arguments are those of the same segment of
+  // the last step with this key replays that step's graph, and any other is
+  // captured anew. Results are bit for bit those of running step() directly.
+  // Steps of one shape with fresh data (token ids, targets, masks, learning
+  // rates and AdamW's bias corrections, dropout keys) replay; a changed
+  // shape or buffer recaptures. Graph steps do not nest. If step() throws,
+  // the work it recorded since the last such point is dropped. With
+  // CudaOptions::graph_steps false, step() runs directly.
+  template <class F>
+  void graph_step(std::string_view key, F&& step) {
+    if (!opts_.graph_steps) return std::forward<F>(step)();
+    begin_graph_step(key);
+    try {
+      std::forward<F>(step)();
+    } catch (...) {
+      abort_graph_step();
+      throw;
+    }
+    end_graph_step();
+  }
+  // Graph segments captured and replayed so far.
+  struct GraphStats {
+    std::size_t captures = 0, replays = 0;
+  };
+  GraphStats graph_stats() const;
 
   // Logits and other results for host code (sampling, accuracy): copies x to
   // `staging` and returns it.
@@ -263,6 +297,9 @@ class CudaBackend {
   struct Context;  // cuBLAS handle and upload staging (cuda/runtime.cu)
 
  private:
+  void begin_graph_step(std::string_view key);
+  void end_graph_step();
+  void abort_graph_step() noexcept;
   const std::uint8_t* upload_mask(const std::uint8_t* host, std::size_t n);
   const std::int32_t* upload_ids(const std::int32_t* host, std::size_t n);
 
