@@ -77,11 +77,30 @@ __global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, 
 __global__ void scale_kernel(std::size_t n, float alpha, float* x) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) x[i] *= alpha;
 }
+// Block b of kSumBlocks adds the squares of elements b * threads + thread,
+// striding by kSumBlocks * threads; partial[b] is its sum. The same for every
+// tensor, so that sum_squares_each gives sum_squares's sums bit for bit.
+__device__ double sum_squares_block(std::size_t n, const float* x, unsigned block, double* shared) {
+  double s = 0.0;
+  for (std::size_t i = std::size_t(block) * blockDim.x + threadIdx.x; i < n; i += std::size_t(kSumBlocks) * blockDim.x)
+    s += double(x[i]) * double(x[i]);
+  return block_sum(s, shared);
+}
 __global__ void sum_squares_kernel(std::size_t n, const float* x, double* partial) {
   __shared__ double shared[32];
-  double s = 0.0;
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) s += double(x[i]) * double(x[i]);
-  s = block_sum(s, shared);
+  const double s = sum_squares_block(n, x, blockIdx.x, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+// Up to kSquaresBatch tensors per launch, kSumBlocks blocks each.
+constexpr int kSquaresBatch = 32;
+struct SquaresBatch {
+  const float* x[kSquaresBatch];
+  std::size_t n[kSquaresBatch];
+};
+__global__ void sum_squares_each_kernel(SquaresBatch batch, double* partial) {
+  __shared__ double shared[32];
+  const unsigned t = blockIdx.x / kSumBlocks, b = blockIdx.x % kSumBlocks;
+  const double s = sum_squares_block(batch.n[t], batch.x[t], b, shared);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 }  // namespace
@@ -116,6 +135,27 @@ void CudaBackend::sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S mome
 
 void CudaBackend::scale(std::size_t n, S alpha, S* x) {
   launch("scale", cuda::elementwise_launch(n), scale_kernel, n, alpha, x);
+}
+
+void CudaBackend::sum_squares_each(std::span<const SquaresTensor<S>> tensors, std::span<double> sums) {
+  require(sums.size() == tensors.size(), "sum_squares_each: ", sums.size(), " sums for ", tensors.size(), " tensors");
+  if (tensors.empty()) return;
+  double* partial = ctx_->partial.reserve(tensors.size() * kSumBlocks);
+  for (std::size_t first = 0; first < tensors.size(); first += kSquaresBatch) {
+    SquaresBatch batch{};
+    const std::size_t count = std::min<std::size_t>(kSquaresBatch, tensors.size() - first);
+    for (std::size_t k = 0; k < count; ++k) batch.x[k] = tensors[first + k].x, batch.n[k] = tensors[first + k].n;
+    launch("sum_squares_each", cuda::Launch{unsigned(count * kSumBlocks), kSumThreads}, sum_squares_each_kernel, batch,
+           partial + first * kSumBlocks);
+  }
+  auto& host = ctx_->host_partial;
+  host.resize(tensors.size() * kSumBlocks);
+  cuda::download(host.data(), partial, host.size() * sizeof(double));
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    double total = 0.0;  // block order, as sum_squares
+    for (unsigned b = 0; b < kSumBlocks; ++b) total += host[t * kSumBlocks + b];
+    sums[t] = total;
+  }
 }
 
 double CudaBackend::sum_squares(std::size_t n, const S* x) {

@@ -295,6 +295,20 @@ BOOST_AUTO_TEST_CASE(optimizer_updates) {
   gpu.sgd_step(n, dp1.p(), dg1.p(), dbuf.p(), 0.1f, 0.9f, 1e-4f);
   expect_close(p1, dp1.host(), "sgd p", 1e-5, 1e-6);
   expect_close(buf, dbuf.host(), "sgd buffer", 1e-5, 1e-6);
+
+  // Sums of squares of the 41 tensors in one call (two launches, one read):
+  // each bit for bit the single-tensor sum, and close to the CPU's.
+  std::vector<SquaresTensor<float>> squares;
+  for (std::size_t k = 0; k < sizes.size(); ++k) squares.push_back({dg[k].p(), sizes[k]});
+  std::vector<double> sums(squares.size());
+  gpu.sum_squares_each(std::span<const SquaresTensor<float>>(squares), std::span<double>(sums));
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    BOOST_TEST(sums[k] == gpu.sum_squares(sizes[k], dg[k].p()), "tensor " << k);
+    const double want = cpu.sum_squares(sizes[k], g[k].data());
+    BOOST_TEST(std::abs(sums[k] - want) <= 1e-9 * want, "tensor " << k << ": " << sums[k] << " vs " << want);
+  }
+  BOOST_CHECK_THROW(gpu.sum_squares_each(std::span<const SquaresTensor<float>>(squares), std::span<double>(sums).first(3)),
+                    Error);
 }
 
 BOOST_AUTO_TEST_CASE(attention_forward_backward) {

@@ -51,6 +51,9 @@
 //  decode_layers(shape, layers, x, y) -> bool    one row x (D) through every
 //      block of a decoding step into y (D), writing each layer's cache row
 //      (DecodeShape below); false when the backend declines (y untouched)
+//  sum_squares_each(tensors, sums)           sums[t] = sum_squares(tensors[t])
+//      for a list of SquaresTensor, bit for bit, with one read by the host
+//      (gradient_norm uses it where a backend has it)
 //  graph_step(key, step)                     runs step() with its device work
 //      replayed as recorded graphs (CudaBackend: CUDA graphs); run_step()
 //      below calls it where a backend has it, and step() directly otherwise
@@ -71,6 +74,13 @@
 #include "xfmr/core/mask.hpp"
 
 namespace xfmr {
+
+// One tensor of sum_squares_each: n values at x.
+template <class S>
+struct SquaresTensor {
+  const S* x;
+  std::size_t n;
+};
 
 // One parameter tensor of an AdamW update: n values p, their gradients g and
 // first and second moments m, v (backend memory), and the tensor's decoupled

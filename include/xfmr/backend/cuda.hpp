@@ -281,6 +281,7 @@ class CudaBackend {
   void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index, S dloss,
                               S* dlogits, S smoothing = S(0));
   double sum_squares(std::size_t n, const S* x);
+  void sum_squares_each(std::span<const SquaresTensor<S>> tensors, std::span<double> sums);
   void scale(std::size_t n, S alpha, S* x);
   void adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps, S bias_correction1,
                   S bias_correction2);

@@ -9,21 +9,36 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "xfmr/backend/backend.hpp"
 #include "xfmr/core/error.hpp"
 
 namespace xfmr {
 
 template <class Backend, class Model>
 double gradient_norm(Backend& be, Model& model) {
-  double total = 0.0;
+  using S = typename Backend::Scalar;
+  std::vector<std::string> names;
+  std::vector<SquaresTensor<S>> tensors;
   model.visit([&](std::string_view name, auto&, auto& grad) {
-    const double s = be.sum_squares(grad.size(), grad.data());
-    require(std::isfinite(s), "non-finite gradient in '", name, "' (sum of squares ", s, ")");
-    total += s;
+    names.emplace_back(name);
+    tensors.push_back({grad.data(), grad.size()});
   });
+  std::vector<double> sums(tensors.size());
+  if constexpr (requires { be.sum_squares_each(std::span<const SquaresTensor<S>>(tensors), std::span<double>(sums)); })
+    be.sum_squares_each(std::span<const SquaresTensor<S>>(tensors), std::span<double>(sums));  // one host read
+  else
+    for (std::size_t t = 0; t < tensors.size(); ++t) sums[t] = be.sum_squares(tensors[t].n, tensors[t].x);
+  double total = 0.0;
+  for (std::size_t t = 0; t < sums.size(); ++t) {
+    require(std::isfinite(sums[t]), "non-finite gradient in '", names[t], "' (sum of squares ", sums[t], ")");
+    total += sums[t];
+  }
   return std::sqrt(total);
 }
 
