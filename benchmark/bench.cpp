@@ -192,6 +192,8 @@ json run(const Args& a) {
   const double ceiling = gemm_ceiling(a, be);
   bool graphs = false;  // whether run_step replays graphs here
   if constexpr (requires { be.options().graph_steps; }) graphs = be.options().graph_steps && !a.eager;
+  // A timed step: through run_step (graphs on a GPU) unless --eager.
+  auto timed_step = [&](const char* key, auto& step) { a.eager ? step() : run_step(be, key, step); };
   json out = {{"impl", "xfmr"},
               {"backend", describe(be)},
               {"graph_steps", graphs},
@@ -227,13 +229,13 @@ json run(const Args& a) {
       model.backward(be, std::span<const float>(dlogits));
       opt.step(be, 1e-4);
     };
-    const auto t = time_calls(a, be, [&] { a.eager ? step() : run_step(be, "train", step); });
+    const auto t = time_calls(a, be, [&] { timed_step("train", step); });
     out["results"]["train_step"] = summarize(t, tokens, 3 * fwd, ceiling);
   }
   if (has("forward")) {
     model.set_training(false);
     auto step = [&] { model.forward(be, ids, Shape{B, T}); };
-    const auto t = time_calls(a, be, [&] { a.eager ? step() : run_step(be, "forward", step); });
+    const auto t = time_calls(a, be, [&] { timed_step("forward", step); });
     out["results"]["forward"] = summarize(t, tokens, fwd, ceiling);
   }
   if (has("generate")) {
