@@ -462,6 +462,10 @@ class CpuBackend {
     const long tile = long(a.Tq) * a.Tk;
     scratch_.resize(static_cast<std::size_t>(detail::thread_count() * tile));
     S* scratch = scratch_.data();
+    // One tile per thread of this call's own region; called from inside
+    // another region (a DataParallel shard) it runs on one thread, whatever
+    // that thread's number there.
+    const bool own_region = detail::may_fork();
     const long work = long(a.B) * a.H * tile * (a.QK_DIM + a.V_DIM);
     const detail::AttendRowBackward<S> attend_backward = detail::row_backward_kernel<S>(a);
     detail::parallel_ranges(long(a.B) * a.H, work > detail::kParallelWork, [=](long lo, long hi) {
@@ -476,7 +480,7 @@ class CpuBackend {
         S* dqb = dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
         S* dkb = dk + long(b) * a.Tk * ldk + long(h) * a.QK_DIM;
         S* dvb = dv + long(b) * a.Tk * ldv + long(h) * a.V_DIM;
-        S* ds = scratch + detail::thread_index() * tile;
+        S* ds = scratch + (own_region ? detail::thread_index() : 0) * tile;
         if (a.Tq <= detail::kRowAttentionRows) {
           for (int j = 0; j < a.Tk; ++j) {
             std::fill_n(dkb + long(j) * ldk, a.QK_DIM, S(0));

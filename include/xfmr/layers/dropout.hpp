@@ -5,6 +5,9 @@
 // Masks are counter-based: call c of a layer seeded s draws element i from
 // hash(s, c, i), so a run is reproducible whatever the thread count, and
 // calls()/set_calls() are all the state a checkpoint needs to resume it.
+// set_stream(r) gives the layer another stream of masks (0, the default, is
+// the plain one): DataParallel's replica for shard r draws from stream r, so
+// that the shards of a batch do not share their masks.
 // Saves: the keep mask. Backward: dx assigned (dx may alias dy). No parameters.
 #pragma once
 
@@ -35,7 +38,8 @@ class Dropout {
       be.copy(x.size(), x.data, y.data);
       return;
     }
-    const std::uint64_t key = detail::mix64(seed_ ^ detail::mix64(calls_++));
+    const std::uint64_t salt = stream_ ? detail::mix64(~stream_) : 0;
+    const std::uint64_t key = detail::mix64(seed_ ^ detail::mix64(calls_++) ^ salt);
     be.dropout_forward(x.size(), p_, key, x.data, y.data, keep_.reserve(x.size()));
   }
 
@@ -57,11 +61,14 @@ class Dropout {
   float p() const { return p_; }
   std::uint64_t calls() const { return calls_; }
   void set_calls(std::uint64_t c) { calls_ = c; }
+  std::uint64_t stream() const { return stream_; }
+  void set_stream(std::uint64_t s) { stream_ = s; }
 
  private:
   float p_;
   std::uint64_t seed_;
   std::uint64_t calls_ = 0;
+  std::uint64_t stream_ = 0;
   bool training_ = true;
   bool active_ = false;
   int rows_ = 0;
