@@ -1,0 +1,240 @@
+// data_parallel.hpp: DataParallel, a training step's forward and backward
+// passes split by sequences over the CPU's cores, one model replica a core.
+//
+// A small model's step is hundreds of operations of a few microseconds to a
+// few hundred each. Split operation by operation over the cores, every one
+// pays a fork and a join, and hands its rows to the other core's cache:
+// where the cores sit far apart (separate L3 caches) that waiting is a
+// quarter of the step. Split by sequences instead, each core runs the whole
+// step on its own shard of the batch, every operation on one thread, and
+// meets the others twice: when its replica reads the model's weights, and
+// when the shards' gradients are added up (PyTorch's DistributedDataParallel
+// on the cores of one machine).
+//
+//   DataParallel<Model, Be> dp(model, be, [&] { return std::make_unique<Model>(V, 0); });
+//   zero_grad(model);
+//   dp.backward(B, [&](const Shard& s, Model& m, Be& b) {
+//     // m.forward(b, ...) on sequences [s.begin, s.end); the loss gradient
+//     // scaled by s.share() (or by the shard's counted targets over the
+//     // batch's); m.backward(b, ...)
+//   });
+//   clip_gradients(be, model, 1.0);  // then everything on model, as ever
+//   opt.step(be, lr);
+//
+// - Shard 0 runs on `model` and `be` themselves, on the calling thread: its
+//   gradients accumulate into model's as in a plain step (so gradient
+//   accumulation over micro-batches works unchanged).
+// - Shard r > 0 runs on replica r and its own backend: the replica first
+//   takes model's weights and dropout state (training flag, call counts) and
+//   clears its gradients; afterwards its gradients are added into model's.
+//   The sum runs in shard order, so a run repeats bit for bit.
+// - Masks: replica r's dropout layers draw from stream r
+//   (Dropout::set_stream); shard 0 draws the plain model's.
+// - With one shard (one thread, one sequence, or a backend whose memory is
+//   not the host's) f runs once, on model and be: a plain step.
+// - An exception from f in any shard is rethrown here once every shard has
+//   finished (the lowest shard's); model's gradients are then unspecified.
+//
+// Every operation inside a shard sees an active OpenMP region and stays on
+// its thread (cpu_parallel.hpp), as does OpenBLAS's OpenMP build.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "xfmr/backend/cpu_parallel.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+// Sequences [begin, end) of a batch of `total`, run as shard `index`.
+struct Shard {
+  int index = 0, begin = 0, end = 0, total = 0;
+  int size() const { return end - begin; }
+  // This shard's part of the batch: the factor for a loss averaged over it.
+  double share() const { return total > 0 ? double(size()) / double(total) : 0.0; }
+};
+
+template <class Model, class Backend>
+class DataParallel {
+ public:
+  using S = typename Backend::Scalar;
+  using Factory = std::function<std::unique_ptr<Model>()>;
+  // Replicas need host memory: the CPU backend (float or double).
+  static constexpr bool kHostMemory = std::is_same_v<typename Backend::Tensor, xfmr::Tensor<S>>;
+
+  // Up to `shards` shards a batch (never more than its sequences), one a
+  // thread; 0 means one per OpenMP thread on the CPU, one elsewhere.
+  // make_replica builds a model of model's type and shapes (its weights do
+  // not matter: they are copied from model before every use).
+  DataParallel(Model& model, Backend& be, Factory make_replica, int shards = 0)
+      : model_(model), be_(be), make_replica_(std::move(make_replica)), shards_(shards) {
+    require(shards >= 0, "DataParallel: ", shards, " shards; give a positive count, or 0 for one per thread");
+    if (shards_ == 0) shards_ = kHostMemory ? detail::thread_count() : 1;
+    require(kHostMemory || shards_ == 1, "DataParallel: ", shards_, " shards on the ", Backend::name,
+            " backend; sharding runs on the CPU backend only (give 1)");
+    require(shards_ == 1 || bool(make_replica_), "DataParallel: ", shards_, " shards need a replica factory");
+  }
+
+  int shards() const { return shards_; }
+
+  // Runs f(shard, model, backend) for each shard of `sequences` sequences,
+  // in parallel, and adds every shard's gradients into model's.
+  template <class F>
+  void backward(int sequences, F&& f) {
+    require(sequences >= 1, "DataParallel::backward: ", sequences, " sequences; need at least 1");
+    const int n = std::min(shards_, sequences);
+    auto shard = [&](int r) {
+      return Shard{r, int(long(sequences) * r / n), int(long(sequences) * (r + 1) / n), sequences};
+    };
+    if constexpr (!kHostMemory) {
+      f(shard(0), model_, be_);
+    } else {
+      if (n == 1) {
+        f(shard(0), model_, be_);
+        return;
+      }
+      prepare(n);
+      const std::vector<DropoutState> dropout = dropout_state(model_);  // before shard 0 advances it
+      std::vector<std::exception_ptr> errors(std::size_t(n), nullptr);
+      auto run = [&](int r) {
+        try {
+          if (r == 0) {
+            f(shard(0), model_, be_);
+          } else {
+            Replica& rep = replicas_[std::size_t(r - 1)];
+            take_weights(rep, dropout);
+            f(shard(r), *rep.model, rep.be);
+          }
+        } catch (...) {
+          errors[std::size_t(r)] = std::current_exception();
+        }
+      };
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n)
+      {
+        const int t = omp_get_thread_num(), k = omp_get_num_threads();
+        for (int r = t; r < n; r += k) run(r);
+#pragma omp barrier
+        bool failed = false;
+        for (const auto& e : errors) failed = failed || e;
+        if (!failed) add_gradients(n, t, k);
+      }
+#else
+      for (int r = 0; r < n; ++r) run(r);
+      bool failed = false;
+      for (const auto& e : errors) failed = failed || e;
+      if (!failed) add_gradients(n, 0, 1);
+#endif
+      for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    }
+  }
+
+ private:
+  using Tensor = typename Backend::Tensor;  // a parameter or gradient
+  struct DropoutState {
+    bool training;
+    std::uint64_t calls;
+  };
+  struct Replica {
+    std::unique_ptr<Model> model;
+    Backend be;
+    std::vector<Tensor*> values, grads;
+  };
+
+  static std::vector<DropoutState> dropout_state(Model& m) {
+    std::vector<DropoutState> state;
+    m.for_each_dropout([&](auto& d) { state.push_back({d.training(), d.calls()}); });
+    return state;
+  }
+
+  // Builds the replicas shards 1..n-1 need, and checks each lists the
+  // model's tensors in the same order and shapes.
+  void prepare(int n) {
+    if (values_.empty()) {
+      model_.visit([&](std::string_view name, Tensor& value, Tensor& grad) {
+        names_.emplace_back(name);
+        values_.push_back(&value);
+        grads_.push_back(&grad);
+      });
+    }
+    while (int(replicas_.size()) < n - 1) {
+      Replica& rep = replicas_.emplace_back();
+      rep.model = make_replica_();
+      require(rep.model != nullptr, "DataParallel: the replica factory returned no model");
+      std::size_t i = 0;
+      rep.model->visit([&](std::string_view name, Tensor& value, Tensor& grad) {
+        require(i < names_.size() && name == names_[i] && value.shape() == values_[i]->shape(),
+                "DataParallel: replica tensor '", name, "' ", shape_string(value.shape()),
+                " does not match the model's ", i < names_.size() ? "'" + names_[i] + "' " + shape_string(values_[i]->shape()) : std::string("(it has fewer tensors)"));
+        rep.values.push_back(&value);
+        rep.grads.push_back(&grad);
+        ++i;
+      });
+      require(i == names_.size(), "DataParallel: the replica has ", i, " tensors, the model ", names_.size());
+      const std::uint64_t stream = replicas_.size();  // replica r draws dropout stream r
+      rep.model->for_each_dropout([&](auto& d) { d.set_stream(stream); });
+      require(dropout_state(*rep.model).size() == dropout_state(model_).size(),
+              "DataParallel: the replica's dropout layers do not match the model's");
+    }
+  }
+
+  // On the replica's own thread: the model's weights and dropout state in,
+  // gradients cleared.
+  void take_weights(Replica& rep, const std::vector<DropoutState>& dropout) {
+    for (std::size_t i = 0; i < rep.values.size(); ++i) {
+      std::copy_n(values_[i]->data(), rep.values[i]->size(), rep.values[i]->data());
+      rep.grads[i]->zero();
+    }
+    std::size_t i = 0;
+    rep.model->for_each_dropout([&](auto& d) {
+      d.set_training(dropout[i].training);
+      d.set_calls(dropout[i].calls);
+      ++i;
+    });
+  }
+
+  // Thread t of k adds its slice of every gradient element: model's (shard
+  // 0's, plus whatever it held) + replica 1's + ... in that order. Slices are
+  // whole cache lines of the concatenated gradients.
+  void add_gradients(int n, int t, int k) {
+    std::size_t total = 0;
+    for (const Tensor* g : grads_) total += g->size();
+    constexpr std::size_t line = 64 / sizeof(S);
+    const std::size_t lines = (total + line - 1) / line;
+    const std::size_t lo = std::min(total, lines * std::size_t(t) / std::size_t(k) * line);
+    const std::size_t hi = std::min(total, lines * std::size_t(t + 1) / std::size_t(k) * line);
+    std::size_t offset = 0;
+    for (std::size_t j = 0; j < grads_.size() && offset < hi; offset += grads_[j]->size(), ++j) {
+      const std::size_t a = std::max(lo, offset), b = std::min(hi, offset + grads_[j]->size());
+      if (a >= b) continue;
+      S* out = grads_[j]->data() + (a - offset);
+      for (int r = 1; r < n; ++r) {
+        const S* in = replicas_[std::size_t(r - 1)].grads[j]->data() + (a - offset);
+        for (std::size_t i = 0; i < b - a; ++i) out[i] += in[i];
+      }
+    }
+  }
+
+  Model& model_;
+  Backend& be_;
+  Factory make_replica_;
+  int shards_;
+  std::deque<Replica> replicas_;  // replica r is replicas_[r - 1]; they do not move
+  std::vector<std::string> names_;
+  std::vector<Tensor*> values_, grads_;
+};
+
+}  // namespace xfmr

@@ -1,0 +1,246 @@
+#define BOOST_TEST_MODULE data_parallel
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/configs.hpp"
+#include "support/gradcheck.hpp"
+#include "xfmr/models/decoder.hpp"
+#include "xfmr/train/data_parallel.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+
+using namespace xfmr;
+using namespace xfmr::test;
+namespace tt = boost::test_tools;
+
+namespace {
+constexpr int V = 7, T = TinyPre::MAX_T;
+using Model = Decoder<TinyPre, Be>;
+
+// A batch of B sequences of ids and next-token targets, the same for a seed.
+struct Batch {
+  std::vector<std::int32_t> ids, targets;
+  Batch(int B, std::uint64_t seed) : ids(std::size_t(B) * T), targets(ids.size()) {
+    Rng rng(seed);
+    for (auto& i : ids) i = std::int32_t(rng.below(V));
+    for (auto& i : targets) i = std::int32_t(rng.below(V));
+  }
+  int sequences() const { return int(ids.size()) / T; }
+};
+
+// Every gradient of a model, concatenated in visit order.
+Vec gradients(Model& m) {
+  Vec g;
+  m.visit([&](std::string_view, auto&, auto& grad) { g.insert(g.end(), grad.begin(), grad.end()); });
+  return g;
+}
+Vec weights(Model& m) {
+  Vec w;
+  m.visit([&](std::string_view, auto& value, auto&) { w.insert(w.end(), value.begin(), value.end()); });
+  return w;
+}
+
+// got agrees with want to tol of want's largest element: shards sum in
+// another order, and sums that cancel to near zero (a bias gradient) agree
+// only to rounding in absolute terms.
+void check_close(const Vec& got, const Vec& want, double tol) {
+  BOOST_TEST_REQUIRE(got.size() == want.size());
+  double scale = 0, worst = 0;
+  std::size_t at = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::abs(got[i] - want[i]) > worst) worst = std::abs(got[i] - want[i]), at = i;
+  BOOST_TEST(scale > 0.0);
+  BOOST_TEST(worst <= tol * scale, "largest difference " << worst << " at element " << at << " (largest value "
+                                                         << scale << ")");
+}
+
+// The plain step's gradients: one forward and backward over the whole batch,
+// the loss gradient scaled by `scale`.
+void plain_backward(Be& be, Model& m, const Batch& batch, double scale = 1.0) {
+  CrossEntropyLoss<Be> ce;
+  std::vector<double> dlogits(batch.ids.size() * V);
+  ce.forward(be, m.forward(be, batch.ids, Shape{batch.sequences(), T}), batch.targets, V);
+  ce.backward(be, dlogits, scale);
+  m.backward(be, std::span<const double>(dlogits));
+}
+
+// The same through DataParallel: each shard's loss gradient scaled by its
+// share of the batch (times `scale`). Records which thread ran each shard.
+struct Sharded {
+  std::vector<CrossEntropyLoss<Be>> ce = std::vector<CrossEntropyLoss<Be>>(8);
+  std::vector<std::vector<double>> dlogits = std::vector<std::vector<double>>(8);
+  std::vector<std::thread::id> threads = std::vector<std::thread::id>(8);
+  std::vector<double> losses = std::vector<double>(8, 0.0);
+  void backward(DataParallel<Model, Be>& dp, const Batch& batch, double scale = 1.0) {
+    dp.backward(batch.sequences(), [&](const Shard& s, Model& m, Be& be) {
+      threads[std::size_t(s.index)] = std::this_thread::get_id();
+      const auto rows = std::size_t(s.size()) * T;
+      const std::span<const std::int32_t> ids(batch.ids.data() + std::size_t(s.begin) * T, rows);
+      const std::span<const std::int32_t> targets(batch.targets.data() + std::size_t(s.begin) * T, rows);
+      auto& ce_s = ce[std::size_t(s.index)];
+      auto& dl = dlogits[std::size_t(s.index)];
+      dl.assign(rows * V, 0.0);
+      losses[std::size_t(s.index)] = ce_s.forward(be, m.forward(be, ids, Shape{s.size(), T}), targets, V);
+      ce_s.backward(be, dl, scale * s.share());
+      m.backward(be, std::span<const double>(dl));
+    });
+  }
+};
+
+DataParallel<Model, Be>::Factory factory(DecoderOptions opts = {}) {
+  return [opts] { return std::make_unique<Model>(V, 99, opts); };  // its weights are replaced
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(shards_split_the_batch_and_sum_to_its_gradient) {
+  for (const bool tied : {false, true}) {
+    for (const int shards : {2, 3}) {
+      BOOST_TEST_CONTEXT("tie_weights " << tied << ", " << shards << " shards") {
+        const DecoderOptions opts{.dropout = 0.0f, .tie_weights = tied};
+        Be be;
+        Model plain(V, 5, opts), sharded(V, 5, opts);
+        DataParallel<Model, Be> dp(sharded, be, factory(opts), shards);
+        BOOST_TEST(dp.shards() == shards);
+        const Batch batch(5, 11);  // 5 sequences: unequal shards (2 + 3, or 1 + 2 + 2)
+        zero_grad(plain);
+        zero_grad(sharded);
+        plain_backward(be, plain, batch);
+        Sharded run;
+        run.backward(dp, batch);
+        const Vec want = gradients(plain), got = gradients(sharded);
+        check_close(got, want, 1e-13);
+        // Every shard ran, and shard 0 on the calling thread.
+        BOOST_TEST((run.threads[0] == std::this_thread::get_id()));
+        for (int r = 0; r < shards; ++r) BOOST_TEST((run.threads[std::size_t(r)] != std::thread::id()));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gradients_accumulate_over_micro_batches) {
+  Be be;
+  Model plain(V, 6), sharded(V, 6);
+  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  const Batch a(4, 1), b(3, 2);
+  zero_grad(plain);
+  zero_grad(sharded);
+  plain_backward(be, plain, a, 0.5);
+  plain_backward(be, plain, b, 0.5);
+  Sharded run;
+  run.backward(dp, a, 0.5);
+  run.backward(dp, b, 0.5);
+  check_close(gradients(sharded), gradients(plain), 1e-13);
+}
+
+BOOST_AUTO_TEST_CASE(replicas_follow_the_optimizer) {
+  // Three AdamW steps: the replicas must take each step's new weights, or
+  // the later gradients (and so the weights) part from the plain run's.
+  Be be;
+  Model plain(V, 8), sharded(V, 8);
+  AdamW<Be> opt_plain(plain), opt_sharded(sharded);
+  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  Sharded run;
+  for (int step = 0; step < 3; ++step) {
+    const Batch batch(4, 20 + step);
+    zero_grad(plain);
+    zero_grad(sharded);
+    plain_backward(be, plain, batch);
+    run.backward(dp, batch);
+    opt_plain.step(be, 0.05);
+    opt_sharded.step(be, 0.05);
+  }
+  check_close(weights(sharded), weights(plain), 1e-12);
+}
+
+BOOST_AUTO_TEST_CASE(one_shard_is_a_plain_step) {
+  // One sequence, or one shard asked for: f runs once, on the model itself.
+  Be be;
+  Model plain(V, 9), sharded(V, 9);
+  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  const Batch batch(1, 3);
+  zero_grad(plain);
+  zero_grad(sharded);
+  plain_backward(be, plain, batch);
+  int calls = 0;
+  dp.backward(1, [&](const Shard& s, Model& m, Be& b) {
+    ++calls;
+    BOOST_TEST(&m == &sharded);
+    BOOST_TEST(&b == &be);
+    BOOST_TEST((s.begin == 0 && s.end == 1 && s.share() == 1.0));
+    plain_backward(b, m, batch);
+  });
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(gradients(sharded) == gradients(plain), tt::per_element());  // bit for bit
+  DataParallel<Model, Be> single(sharded, be, nullptr, 1);  // needs no factory
+  BOOST_TEST(single.shards() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(dropout_masks_differ_by_shard_and_repeat_by_run) {
+  const DecoderOptions opts{.dropout = 0.3f};
+  auto run_once = [&](Vec& grads, std::uint64_t& calls, std::vector<double>& losses) {
+    Be be;
+    Model m(V, 4, opts);
+    m.set_training(true);
+    DataParallel<Model, Be> dp(m, be, factory(opts), 2);
+    const Batch twin(2, 5);
+    Batch batch = twin;  // sequence 1 is a copy of sequence 0: only the masks can differ
+    std::copy_n(batch.ids.begin(), T, batch.ids.begin() + T);
+    std::copy_n(batch.targets.begin(), T, batch.targets.begin() + T);
+    zero_grad(m);
+    Sharded run;
+    run.backward(dp, batch);
+    grads = gradients(m);
+    losses = run.losses;
+    m.for_each_dropout([&](auto& d) { calls = d.calls(); });
+  };
+  Vec g1, g2;
+  std::uint64_t c1 = 0, c2 = 0;
+  std::vector<double> l1, l2;
+  run_once(g1, c1, l1);
+  run_once(g2, c2, l2);
+  BOOST_TEST(g1 == g2, tt::per_element());  // the same run, bit for bit
+  BOOST_TEST(c1 == 1u);                     // the model's counters moved on by one step
+  // The same sequence in the two shards gave different losses: different masks.
+  BOOST_TEST(l1[0] != l1[1]);
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_in_a_shard_is_an_error_and_the_next_step_works) {
+  Be be;
+  Model plain(V, 12), sharded(V, 12);
+  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  Batch bad(4, 7);
+  bad.ids[3 * T + 2] = V + 5;  // in shard 1's sequences
+  zero_grad(sharded);
+  Sharded run;
+  try {
+    run.backward(dp, bad);
+    BOOST_FAIL("an out-of-range token id in shard 1 was not reported");
+  } catch (const Error& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    BOOST_TEST(std::string(e.what()).find(std::to_string(V + 5)) != std::string::npos);
+  }
+  const Batch good(4, 8);
+  zero_grad(plain);
+  zero_grad(sharded);
+  plain_backward(be, plain, good);
+  run.backward(dp, good);
+  check_close(gradients(sharded), gradients(plain), 1e-13);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_replicas_and_counts_are_errors) {
+  Be be;
+  Model m(V, 1);
+  BOOST_CHECK_THROW((DataParallel<Model, Be>(m, be, factory(), -1)), Error);
+  BOOST_CHECK_THROW((DataParallel<Model, Be>(m, be, nullptr, 2)), Error);
+  DataParallel<Model, Be> other_vocab(m, be, [] { return std::make_unique<Model>(V + 1, 1); }, 2);
+  Sharded run;
+  BOOST_CHECK_THROW(run.backward(other_vocab, Batch(2, 1)), Error);
+  DataParallel<Model, Be> dp(m, be, factory(), 2);
+  BOOST_CHECK_THROW(dp.backward(0, [](const Shard&, Model&, Be&) {}), Error);
+}
