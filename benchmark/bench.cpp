@@ -7,7 +7,10 @@
 //   xfmr-bench --translator multi30k [--vocab 8000]   (translator decoding only)
 //
 // Modes (every time is the median of many repetitions after a warm-up):
-//   train     one full step: forward, cross-entropy, backward, AdamW
+//   train     one full step: forward, cross-entropy, backward, AdamW; on the
+//             CPU the batch is split by sequences over one model replica a
+//             thread (DataParallel; --shards 1: one model, each operation
+//             threaded)
 //   forward   the logits of a batch (inference: no dropout, no saved loss)
 //   generate  greedy generation of MAX_T - 1 tokens after a 1-token prompt,
 //             per token, with the KV cache and by recomputing the context
@@ -37,6 +40,7 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
+#include "xfmr/train/data_parallel.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 
@@ -55,6 +59,7 @@ struct Args {
   int min_reps = 10, warmup = 3;
   bool smoke = false;
   bool eager = false;  // no graph steps (run_step) for training and forward passes
+  int shards = 0;      // training step: DataParallel shards (0: one per CPU thread; 1: none)
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -209,24 +214,34 @@ json run(const Args& a) {
 
   Model model(V, 1337, {.dropout = Cfg::DROPOUT});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
-  CrossEntropyLoss<Be> ce;
   Rng rng(7);
   std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
   for (auto& i : ids) i = std::int32_t(rng.below(V));
   for (auto& i : targets) i = std::int32_t(rng.below(V));
-  typename Be::template Buffer<float> dlogits_storage;
-  const std::span<float> dlogits(dlogits_storage.reserve(ids.size() * V), ids.size() * V);
   std::vector<float> staging;  // logits on the host, for argmax
   const double tokens = double(B) * T, fwd = forward_flops<Cfg>(B, T, V);
   auto has = [&](const char* m) { return ("," + a.modes + ",").find("," + std::string(m) + ",") != std::string::npos; };
 
   if (has("train")) {
     model.set_training(true);
+    // On the CPU the batch is split by sequences over replicas, one a thread
+    // (train/data_parallel.hpp); with one shard this is the plain step.
+    DataParallel<Model, Be> dp(
+        model, be, [&] { return std::make_unique<Model>(V, 1337, DecoderOptions{.dropout = Cfg::DROPOUT}); }, a.shards);
+    out["shards"] = std::min(dp.shards(), B);
+    std::vector<CrossEntropyLoss<Be>> shard_ce(std::size_t(dp.shards()));
+    std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));
     auto step = [&] {
       zero_grad(model);
-      ce.forward(be, model.forward(be, ids, Shape{B, T}), targets, V);
-      ce.backward(be, dlogits);
-      model.backward(be, std::span<const float>(dlogits));
+      dp.backward(B, [&](const Shard& s, Model& m, Be& b) {
+        const std::size_t first = std::size_t(s.begin) * T, rows = std::size_t(s.size()) * T;
+        auto& c = shard_ce[std::size_t(s.index)];
+        const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(rows * V), rows * V);
+        c.forward(b, m.forward(b, std::span(ids).subspan(first, rows), Shape{s.size(), T}),
+                  std::span(targets).subspan(first, rows), V);
+        c.backward(b, dl, s.share());
+        m.backward(b, std::span<const float>(dl));
+      });
       opt.step(be, 1e-4);
     };
     const auto t = time_calls(a, be, [&] { timed_step("train", step); });
@@ -392,10 +407,14 @@ int main(int argc, char** argv) {
       ("smoke", po::bool_switch(&a.smoke), "one repetition of everything (a test that the bench runs)")
       ("eager", po::bool_switch(&a.eager),
        "CUDA: queue every kernel from the host, instead of replaying CUDA graphs of the training step and forward pass")
+      ("shards", po::value(&a.shards)->default_value(a.shards),
+       "CPU training step: split the batch over this many model replicas, one a thread (DataParallel); 0: one per "
+       "thread; 1: one model, each operation threaded instead")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;
     require(a.batch >= 0, "--batch ", a.batch, " is negative");
+    require(a.shards >= 0, "--shards ", a.shards, " is negative");
     require(a.vocab >= 2, "--vocab ", a.vocab, " must be at least 2");
     require(a.min_reps >= 1 && a.warmup >= 0 && a.min_time >= 0, "--min-reps must be >= 1, --warmup and --min-time >= 0");
     {

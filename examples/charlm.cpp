@@ -19,6 +19,7 @@
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
+#include "xfmr/train/data_parallel.hpp"
 #include "xfmr/train/gradients.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
@@ -70,6 +71,7 @@ struct TrainArgs {
   std::string data, out, resume, metrics_json, log_csv, report, backend = "cpu";
   long steps = 5000, stop_after = 0;  // stop_after > 0: stop (and checkpoint) at that step of the plan
   int eval_every = 500, eval_batches = 100, samples = 300;
+  int shards = 0;  // DataParallel shards of a CPU step (0: one per thread)
 };
 
 std::uint64_t fnv1a(std::string_view s) {
@@ -255,8 +257,14 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
             << " x " << T << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << "\n";
 
   std::vector<std::int32_t> ids(rows), targets(rows);
-  typename Be::template Buffer<float> dlogits_storage;  // backend memory
-  const std::span<float> dlogits(dlogits_storage.reserve(std::size_t(rows) * V), std::size_t(rows) * V);
+  // A CPU step splits each batch by sequences over model replicas, one a
+  // thread (train/data_parallel.hpp); each shard has its own loss and
+  // logit-gradient buffer.
+  DataParallel<Model, Be> dp(
+      model, be, [&] { return std::make_unique<Model>(V, run.seed, DecoderOptions{.dropout = dropout}); }, args.shards);
+  std::vector<CrossEntropyLoss<Be>> shard_ce(std::size_t(dp.shards()));
+  std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
+  std::vector<double> shard_loss(std::size_t(dp.shards()));
   // Mean loss over every counted target of the evaluation batches.
   auto evaluate = [&](const Batches& b) {
     model.set_training(false);
@@ -301,8 +309,19 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
       zero_grad(model);
       for (int micro = 0; micro < run.grad_accum; ++micro) {
         train_batches.sample(rng, ids.data(), targets.data());
-        const auto logits = model.forward(be, ids, Shape{run.batch, T});
-        const double l = ce.forward(be, logits, targets, V);
+        dp.backward(run.batch, [&](const Shard& s, Model& m, Be& b) {
+          const std::size_t first = std::size_t(s.begin) * T, n = std::size_t(s.size()) * T;
+          auto& c = shard_ce[std::size_t(s.index)];
+          const double l = c.forward(b, m.forward(b, std::span(ids).subspan(first, n), Shape{s.size(), T}),
+                                     std::span(targets).subspan(first, n), V);
+          shard_loss[std::size_t(s.index)] = l * s.share();
+          if (!std::isfinite(l)) return;  // reported below, from the model's own weights
+          const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(n * V), n * V);
+          c.backward(b, dl, s.share() / run.grad_accum);
+          m.backward(b, std::span<const float>(dl));
+        });
+        double l = 0;
+        for (int r = 0; r < std::min(dp.shards(), run.batch); ++r) l += shard_loss[std::size_t(r)];
         if (!std::isfinite(l)) {
           const auto bad = first_non_finite_parameter(be, model);
           detail::fail("loss is ", l, " at step ", step, "; ",
@@ -310,8 +329,6 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
                                    : "first non-finite parameter: '" + bad + "'");
         }
         loss += l / run.grad_accum;
-        ce.backward(be, dlogits, 1.0 / run.grad_accum);
-        model.backward(be, std::span<const float>(dlogits));
       }
       if (run.clip > 0) clip_gradients(be, model, run.clip);
       else gradient_norm(be, model);  // throws naming the first non-finite gradient
@@ -437,9 +454,13 @@ int run_train(int argc, char** argv) {
       ("log-csv", po::value(&a.log_csv)->default_value("charlm_log.csv"), "per-step CSV log")
       ("report", po::value(&a.report)->default_value("charlm_report.html"), "HTML report with the loss curves")
       ("samples", po::value(&a.samples)->default_value(a.samples), "characters to sample at the end")
+      ("shards", po::value(&a.shards)->default_value(a.shards),
+       "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
+       "operation threaded instead). Results depend on it in the last bits and in dropout's masks")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(a.shards >= 0, "--shards ", a.shards, " is negative");
   require(a.steps > 0 && a.run.batch > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_batches > 0,
           "--steps, --batch, --grad-accum, --eval-every and --eval-batches must be positive");
   require(a.run.lr > 0, "--lr ", a.run.lr, " must be positive");

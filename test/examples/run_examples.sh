@@ -110,6 +110,7 @@ case "$case_name" in
     expect_error "unknown model 'gpt5' (choose from tiny, shakespeare-small" "$charlm" train --data corpus.txt --model gpt5
     expect_error "--data FILE is required" "$charlm" train --steps 1
     expect_error "unrecognised option '--bogus'" "$charlm" train --bogus
+    expect_error "--shards -1 is negative" "$charlm" train --data corpus.txt --shards -1
     train_tiny 10 ckpt > /dev/null 2>&1 || fail "training failed"
     expect_error "prompt: character 'Z' at byte 4 is not in the vocabulary" "$charlm" sample --checkpoint ckpt --prompt "the Zebra"
     expect_error "--model differs from the checkpoint" "$charlm" train --data corpus.txt --resume ckpt --model shakespeare-small
