@@ -4,6 +4,7 @@
 //   xfmr-classify train --train TSV --dev TSV [--model sst2] [--epochs N] ...
 //   xfmr-classify eval --checkpoint DIR --dev TSV
 #include <boost/program_options.hpp>
+#include <deque>
 #include <iostream>
 #include <numeric>
 #include <string>
@@ -16,6 +17,7 @@
 #include "xfmr/models/classifier.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
+#include "xfmr/train/data_parallel.hpp"
 #include "xfmr/train/gradients.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
@@ -126,6 +128,7 @@ struct TrainArgs {
   double lr = 5e-4, weight_decay = 0.01, label_smoothing = 0.0, clip = 1.0;
   float dropout = -1.0f;
   std::uint64_t seed = 1337;
+  int shards = 0;  // DataParallel shards of a CPU step (0: one per thread)
 };
 
 template <class Cfg, class Be>
@@ -147,7 +150,6 @@ void train(const TrainArgs& a) {
   const long steps_per_epoch = long((train_data.seqs.size() + a.batch - 1) / a.batch);
   const long total = steps_per_epoch * a.epochs;
   const LrSchedule schedule = LrSchedule::parse(a.schedule, a.lr, total);
-  CrossEntropyLoss<Be> ce(a.label_smoothing);
   Rng rng(detail::mix64(a.seed ^ 0xc1a55ULL));
   std::cout << "xfmr-classify: " << Cfg::NAME << " on " << describe(be) << ", " << Model::parameter_count(tok.size(), classes)
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
@@ -155,7 +157,16 @@ void train(const TrainArgs& a) {
             << " steps\n";
 
   std::vector<std::size_t> order(train_data.seqs.size());
-  typename Be::template Buffer<float> dlogits_storage;  // backend memory
+  // A CPU step splits each batch by sentences over model replicas, one a
+  // thread (train/data_parallel.hpp), each shard with its own loss and
+  // logit-gradient buffer.
+  const ClassifierOptions model_opts = model.options();
+  DataParallel<Model, Be> dp(
+      model, be, [&] { return std::make_unique<Model>(tok.size(), classes, a.seed, model_opts); }, a.shards);
+  std::deque<CrossEntropyLoss<Be>> shard_ce;
+  for (int r = 0; r < dp.shards(); ++r) shard_ce.emplace_back(a.label_smoothing);
+  std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
+  std::vector<double> shard_loss(std::size_t(dp.shards()));
   std::vector<std::vector<std::int32_t>> seqs;
   std::vector<int> labels;
   CsvLog csv(a.log_csv);
@@ -179,12 +190,22 @@ void train(const TrainArgs& a) {
       tokens_seen += long(b.B) * b.T;
       const double lr = schedule.at(step);
       zero_grad(model);
-      const auto logits = model.forward(be, b.ids, Shape{b.B, b.T}, b.padding.data());
-      const double loss = ce.forward(be, logits, b.labels, classes);
+      dp.backward(b.B, [&](const Shard& s, Model& m, Be& mb) {
+        const std::size_t first = std::size_t(s.begin) * b.T, n = std::size_t(s.size()) * b.T;
+        auto& c = shard_ce[std::size_t(s.index)];
+        const auto logits = m.forward(mb, std::span(b.ids).subspan(first, n), Shape{s.size(), b.T},
+                                      b.padding.data() + first);
+        const double l = c.forward(mb, logits, std::span(b.labels).subspan(std::size_t(s.begin), std::size_t(s.size())),
+                                   classes);
+        shard_loss[std::size_t(s.index)] = l * s.share();
+        if (!std::isfinite(l)) return;  // reported below
+        const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(logits.size()), logits.size());
+        c.backward(mb, dl, s.share());
+        m.backward(mb, std::span<const float>(dl));
+      });
+      double loss = 0;
+      for (int r = 0; r < std::min(dp.shards(), b.B); ++r) loss += shard_loss[std::size_t(r)];
       require(std::isfinite(loss), "loss is ", loss, " at step ", step);
-      const std::span<float> dlogits(dlogits_storage.reserve(logits.size()), logits.size());
-      ce.backward(be, dlogits);
-      model.backward(be, std::span<const float>(dlogits));
       clip_gradients(be, model, a.clip);
       opt.step(be, lr);
       batch_losses.emplace_back(step + 1, loss);
@@ -276,10 +297,14 @@ int run_train(int argc, char** argv) {
       ("metrics-json", po::value(&a.metrics_json), "write dev accuracy, loss and timing here")
       ("log-csv", po::value(&a.log_csv)->default_value("classify_log.csv"), "per-step CSV log")
       ("report", po::value(&a.report)->default_value("classify_report.html"), "HTML report")
+      ("shards", po::value(&a.shards)->default_value(a.shards),
+       "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
+       "operation threaded instead). Results depend on it in the last bits and in dropout's masks")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.train.empty() && !a.dev.empty(), "--train TSV and --dev TSV are required");
+  require(a.shards >= 0, "--shards ", a.shards, " is negative");
   require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
   with_backend(a.backend, [&]<class Be>() { with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
   return 0;

@@ -155,6 +155,7 @@ case "$case_name" in
     expect_error "notab.tsv:3: no tab between label and text" "$classify" train --train notab.tsv --dev good.tsv --model tiny
     expect_error "badlabel.tsv:2: label 'yes' is not an integer" "$classify" train --train good.tsv --dev badlabel.tsv --model tiny
     expect_error "unknown model 'bert'" "$classify" train --train good.tsv --dev good.tsv --model bert
+    expect_error "--shards -1 is negative" "$classify" train --train good.tsv --dev good.tsv --model tiny --shards -1
     expect_error "missing.tsv: no such file" "$classify" train --train missing.tsv --dev good.tsv
     printf 'label\tsentence\n7\tgood film\n' > label7.tsv
     expect_error "has label 7 but the model has 2 classes" "$classify" train --train good.tsv --dev label7.tsv --model tiny --epochs 1
