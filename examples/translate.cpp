@@ -12,6 +12,7 @@
 // uses Multi30k English->French from ../shared/data/multi30k when present.
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <deque>
 #include <iostream>
 #include <numeric>
 #include <string>
@@ -27,6 +28,7 @@
 #include "xfmr/models/seq2seq.hpp"
 #include "xfmr/text/bpe.hpp"
 #include "xfmr/text/text.hpp"
+#include "xfmr/train/data_parallel.hpp"
 #include "xfmr/train/gradients.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
@@ -279,6 +281,7 @@ struct TrainArgs {
   double lr = 5e-4, label_smoothing = 0.1, clip = 1.0, weight_decay = 0.01, length_penalty = 0.6;
   bool lowercase = false, truncate = false, share_embeddings = false;
   std::uint64_t seed = 1337;
+  int shards = 0;  // DataParallel shards of a CPU step (0: one per thread)
 };
 
 template <class Cfg, class Be>
@@ -308,13 +311,13 @@ void train(const TrainArgs& a) {
   for (std::size_t i = 0; i < vsrc.size(); ++i) val.push_back({vsrc[i], vtgt[i]});
 
   Be be = make_backend<Be>(a.backend);
-  Model model(v.src.size(), v.tgt.size(), a.seed,
-              {.dropout = Cfg::DROPOUT, .tie_output = false, .share_embeddings = v.shared});
+  const Seq2SeqOptions model_opts{.dropout = Cfg::DROPOUT, .tie_output = false, .share_embeddings = v.shared};
+  Model model(v.src.size(), v.tgt.size(), a.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
   Rng rng(detail::mix64(a.seed ^ 0x7a5ULL));
   const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;
   const LrSchedule schedule = LrSchedule::parse(a.schedule, a.lr, total);
-  CrossEntropyLoss<Be> ce(a.label_smoothing), ce_eval;
+  CrossEntropyLoss<Be> ce_eval;
   std::cout << "xfmr-translate: " << Cfg::NAME << " on " << describe(be) << ", "
             << Model::parameter_count(v.src.size(), v.tgt.size(), false, v.shared) << " parameters, "
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
@@ -353,7 +356,17 @@ void train(const TrainArgs& a) {
   std::vector<std::pair<long, double>> batch_losses;
   std::vector<LossPoint> evals;
   Progress progress(0, total, long(a.batch) * 14);
-  typename Be::template Buffer<float> dlogits_storage;  // backend memory
+  // A CPU step splits each batch by sentence pairs over model replicas, one
+  // a thread (train/data_parallel.hpp). The loss averages over the counted
+  // (non-pad) target tokens, so each shard's gradient is weighted by its
+  // share of them, not of the pairs.
+  DataParallel<Model, Be> dp(
+      model, be, [&] { return std::make_unique<Model>(v.src.size(), v.tgt.size(), a.seed, model_opts); },
+      a.shards);
+  std::deque<CrossEntropyLoss<Be>> shard_ce;
+  for (int r = 0; r < dp.shards(); ++r) shard_ce.emplace_back(a.label_smoothing);
+  std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
+  std::vector<double> shard_loss(std::size_t(dp.shards()));
   long step = 0, tokens = 0;
   double vloss = 0;
   for (int epoch = 0; epoch < a.epochs; ++epoch) {
@@ -361,12 +374,26 @@ void train(const TrainArgs& a) {
       const Batch b = make_batch(data, which, v);
       const double lr = schedule.at(step);
       zero_grad(model);
-      const auto logits = model.forward(be, b.src_ids, b.src, b.src_pad.data(), b.tgt_in, b.tgt, b.tgt_pad.data());
-      const double loss = ce.forward(be, logits, b.tgt_out, model.vocab());
+      dp.backward(b.src.B, [&](const Shard& s, Model& m, Be& mb) {
+        const std::size_t S = std::size_t(b.src.T), T = std::size_t(b.tgt.T), first = std::size_t(s.begin);
+        const std::size_t n = std::size_t(s.size());
+        const std::span<const std::int32_t> out = std::span(b.tgt_out).subspan(first * T, n * T);
+        const auto counted = std::count_if(out.begin(), out.end(), [](std::int32_t t) { return t != kIgnoreIndex; });
+        const double share = double(counted) / double(b.tokens);
+        auto& c = shard_ce[std::size_t(s.index)];
+        const auto logits = m.forward(mb, std::span(b.src_ids).subspan(first * S, n * S), Shape{s.size(), b.src.T},
+                                      b.src_pad.data() + first * S, std::span(b.tgt_in).subspan(first * T, n * T),
+                                      Shape{s.size(), b.tgt.T}, b.tgt_pad.data() + first * T);
+        const double l = c.forward(mb, logits, out, m.vocab());
+        shard_loss[std::size_t(s.index)] = l * share;
+        if (!std::isfinite(l)) return;  // reported below
+        const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(logits.size()), logits.size());
+        c.backward(mb, dl, share);
+        m.backward(mb, std::span<const float>(dl));
+      });
+      double loss = 0;
+      for (int r = 0; r < std::min(dp.shards(), b.src.B); ++r) loss += shard_loss[std::size_t(r)];
       require(std::isfinite(loss), "loss is ", loss, " at step ", step);
-      const std::span<float> dlogits(dlogits_storage.reserve(logits.size()), logits.size());
-      ce.backward(be, dlogits);
-      model.backward(be, std::span<const float>(dlogits));
       clip_gradients(be, model, a.clip);
       opt.step(be, lr);
       tokens += b.tokens;
@@ -497,12 +524,16 @@ int run_train(int argc, char** argv) {
       ("metrics-json", po::value(&a.metrics_json), "write BLEU, loss and timing here")
       ("log-csv", po::value(&a.log_csv)->default_value("translate_log.csv"), "per-step CSV log")
       ("report", po::value(&a.report)->default_value("translate_report.html"), "HTML report")
+      ("shards", po::value(&a.shards)->default_value(a.shards),
+       "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
+       "operation threaded instead). Results depend on it in the last bits and in dropout's masks")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.src_train.empty() && !a.tgt_train.empty() && !a.src_val.empty() && !a.tgt_val.empty(),
           "no training data: pass --src-train, --tgt-train, --src-val and --tgt-val");
   require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
+  require(a.shards >= 0, "--shards ", a.shards, " is negative");
   require(a.beam >= 1, "--beam ", a.beam, " must be at least 1");
   require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");
   with_backend(a.backend, [&]<class Be>() { with_translate_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });

@@ -201,6 +201,8 @@ case "$case_name" in
     head -n 40 a.tgt > short.tgt
     expect_error "a.src has 50 lines but short.tgt has 40" "$translate" train --src-train a.src --tgt-train short.tgt \
       --src-val v.src --tgt-val v.tgt --model tiny
+    expect_error "--shards -1 is negative" "$translate" train --src-train a.src --tgt-train a.tgt \
+      --src-val v.src --tgt-val v.tgt --model tiny --shards -1
     sed '5s/.*//' a.src > gap.src && echo "trailing" >> gap.src
     sed -n '1,50p' a.tgt > gap.tgt && echo "fin" >> gap.tgt
     expect_error "gap.src:5: empty sentence" "$translate" train --src-train gap.src --tgt-train gap.tgt \
