@@ -138,6 +138,38 @@ BOOST_AUTO_TEST_CASE(gradients_accumulate_over_micro_batches) {
   check_close(gradients(sharded), gradients(plain), 1e-13);
 }
 
+BOOST_AUTO_TEST_CASE(shards_weighted_by_counted_targets_match_a_loss_with_ignored_ones) {
+  // A loss that averages over counted targets only (padding ignored, as in
+  // the translator): each shard's gradient weighted by its counted targets
+  // over the batch's, not by its sequences, sums to the batch's gradient.
+  Be be;
+  Model plain(V, 13), sharded(V, 13);
+  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  Batch batch(4, 17);
+  for (int t = 1; t < T; ++t) batch.targets[std::size_t(t)] = kIgnoreIndex;  // sequence 0: one counted target
+  batch.targets[std::size_t(2 * T + 3)] = kIgnoreIndex;
+  const auto counted = [&](int b0, int b1) {
+    return std::count_if(batch.targets.begin() + b0 * T, batch.targets.begin() + b1 * T,
+                         [](std::int32_t t) { return t != kIgnoreIndex; });
+  };
+  zero_grad(plain);
+  zero_grad(sharded);
+  plain_backward(be, plain, batch);
+  std::vector<CrossEntropyLoss<Be>> ce(2);
+  std::vector<std::vector<double>> dlogits(2);
+  dp.backward(batch.sequences(), [&](const Shard& s, Model& m, Be& b) {
+    const auto rows = std::size_t(s.size()) * T;
+    const std::span<const std::int32_t> ids(batch.ids.data() + std::size_t(s.begin) * T, rows);
+    const std::span<const std::int32_t> targets(batch.targets.data() + std::size_t(s.begin) * T, rows);
+    auto& dl = dlogits[std::size_t(s.index)];
+    dl.assign(rows * V, 0.0);
+    ce[std::size_t(s.index)].forward(b, m.forward(b, ids, Shape{s.size(), T}), targets, V);
+    ce[std::size_t(s.index)].backward(b, dl, double(counted(s.begin, s.end)) / double(counted(0, batch.sequences())));
+    m.backward(b, std::span<const double>(dl));
+  });
+  check_close(gradients(sharded), gradients(plain), 1e-13);
+}
+
 BOOST_AUTO_TEST_CASE(replicas_follow_the_optimizer) {
   // Three AdamW steps: the replicas must take each step's new weights, or
   // the later gradients (and so the weights) part from the plain run's.
