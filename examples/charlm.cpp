@@ -264,7 +264,6 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
       model, be, [&] { return std::make_unique<Model>(V, run.seed, DecoderOptions{.dropout = dropout}); }, args.shards);
   std::vector<CrossEntropyLoss<Be>> shard_ce(std::size_t(dp.shards()));
   std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
-  std::vector<double> shard_loss(std::size_t(dp.shards()));
   // Mean loss over every counted target of the evaluation batches.
   auto evaluate = [&](const Batches& b) {
     model.set_training(false);
@@ -309,19 +308,17 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
       zero_grad(model);
       for (int micro = 0; micro < run.grad_accum; ++micro) {
         train_batches.sample(rng, ids.data(), targets.data());
-        dp.backward(run.batch, [&](const Shard& s, Model& m, Be& b) {
+        const double l = dp.backward(run.batch, [&](const Shard& s, Model& m, Be& b) {
           const std::size_t first = std::size_t(s.begin) * T, n = std::size_t(s.size()) * T;
           auto& c = shard_ce[std::size_t(s.index)];
-          const double l = c.forward(b, m.forward(b, std::span(ids).subspan(first, n), Shape{s.size(), T}),
-                                     std::span(targets).subspan(first, n), V);
-          shard_loss[std::size_t(s.index)] = l * s.share();
-          if (!std::isfinite(l)) return;  // reported below, from the model's own weights
+          const double shard_loss = c.forward(b, m.forward(b, std::span(ids).subspan(first, n), Shape{s.size(), T}),
+                                              std::span(targets).subspan(first, n), V);
+          if (!std::isfinite(shard_loss)) return shard_loss;  // reported below, from the model's own weights
           const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(n * V), n * V);
           c.backward(b, dl, s.share() / run.grad_accum);
           m.backward(b, std::span<const float>(dl));
+          return shard_loss * s.share();
         });
-        double l = 0;
-        for (int r = 0; r < std::min(dp.shards(), run.batch); ++r) l += shard_loss[std::size_t(r)];
         if (!std::isfinite(l)) {
           const auto bad = first_non_finite_parameter(be, model);
           detail::fail("loss is ", l, " at step ", step, "; ",
@@ -454,9 +451,7 @@ int run_train(int argc, char** argv) {
       ("log-csv", po::value(&a.log_csv)->default_value("charlm_log.csv"), "per-step CSV log")
       ("report", po::value(&a.report)->default_value("charlm_report.html"), "HTML report with the loss curves")
       ("samples", po::value(&a.samples)->default_value(a.samples), "characters to sample at the end")
-      ("shards", po::value(&a.shards)->default_value(a.shards),
-       "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
-       "operation threaded instead). Results depend on it in the last bits and in dropout's masks")
+      ("shards", po::value(&a.shards)->default_value(a.shards), kShardsHelp)
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;

@@ -166,7 +166,6 @@ void train(const TrainArgs& a) {
   std::deque<CrossEntropyLoss<Be>> shard_ce;
   for (int r = 0; r < dp.shards(); ++r) shard_ce.emplace_back(a.label_smoothing);
   std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
-  std::vector<double> shard_loss(std::size_t(dp.shards()));
   std::vector<std::vector<std::int32_t>> seqs;
   std::vector<int> labels;
   CsvLog csv(a.log_csv);
@@ -190,21 +189,19 @@ void train(const TrainArgs& a) {
       tokens_seen += long(b.B) * b.T;
       const double lr = schedule.at(step);
       zero_grad(model);
-      dp.backward(b.B, [&](const Shard& s, Model& m, Be& mb) {
+      const double loss = dp.backward(b.B, [&](const Shard& s, Model& m, Be& mb) {
         const std::size_t first = std::size_t(s.begin) * b.T, n = std::size_t(s.size()) * b.T;
         auto& c = shard_ce[std::size_t(s.index)];
         const auto logits = m.forward(mb, std::span(b.ids).subspan(first, n), Shape{s.size(), b.T},
                                       b.padding.data() + first);
         const double l = c.forward(mb, logits, std::span(b.labels).subspan(std::size_t(s.begin), std::size_t(s.size())),
                                    classes);
-        shard_loss[std::size_t(s.index)] = l * s.share();
-        if (!std::isfinite(l)) return;  // reported below
+        if (!std::isfinite(l)) return l;  // reported below
         const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(logits.size()), logits.size());
         c.backward(mb, dl, s.share());
         m.backward(mb, std::span<const float>(dl));
+        return l * s.share();
       });
-      double loss = 0;
-      for (int r = 0; r < std::min(dp.shards(), b.B); ++r) loss += shard_loss[std::size_t(r)];
       require(std::isfinite(loss), "loss is ", loss, " at step ", step);
       clip_gradients(be, model, a.clip);
       opt.step(be, lr);
@@ -297,9 +294,7 @@ int run_train(int argc, char** argv) {
       ("metrics-json", po::value(&a.metrics_json), "write dev accuracy, loss and timing here")
       ("log-csv", po::value(&a.log_csv)->default_value("classify_log.csv"), "per-step CSV log")
       ("report", po::value(&a.report)->default_value("classify_report.html"), "HTML report")
-      ("shards", po::value(&a.shards)->default_value(a.shards),
-       "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
-       "operation threaded instead). Results depend on it in the last bits and in dropout's masks")
+      ("shards", po::value(&a.shards)->default_value(a.shards), kShardsHelp)
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;

@@ -221,6 +221,9 @@ inline void write_html_report(const std::filesystem::path& path, const std::stri
 // the backend type named; make_backend<Backend>(name) then builds it. "cuda"
 // (strict FP32 GEMMs) and "cuda-tf32" (TF32 tensor-core GEMMs) need an xfmr
 // built with CUDA and, when run, a GPU.
+inline constexpr const char* kShardsHelp =
+    "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
+    "operation threaded instead). Results depend on it in the last bits and in dropout's masks";
 inline constexpr const char* kBackendHelp =
     "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA) or cuda-tf32 (the same with TF32 tensor-core GEMMs)";
 template <class F>

@@ -366,7 +366,6 @@ void train(const TrainArgs& a) {
   std::deque<CrossEntropyLoss<Be>> shard_ce;
   for (int r = 0; r < dp.shards(); ++r) shard_ce.emplace_back(a.label_smoothing);
   std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
-  std::vector<double> shard_loss(std::size_t(dp.shards()));
   long step = 0, tokens = 0;
   double vloss = 0;
   for (int epoch = 0; epoch < a.epochs; ++epoch) {
@@ -374,7 +373,7 @@ void train(const TrainArgs& a) {
       const Batch b = make_batch(data, which, v);
       const double lr = schedule.at(step);
       zero_grad(model);
-      dp.backward(b.src.B, [&](const Shard& s, Model& m, Be& mb) {
+      const double loss = dp.backward(b.src.B, [&](const Shard& s, Model& m, Be& mb) {
         const std::size_t S = std::size_t(b.src.T), T = std::size_t(b.tgt.T), first = std::size_t(s.begin);
         const std::size_t n = std::size_t(s.size());
         const std::span<const std::int32_t> out = std::span(b.tgt_out).subspan(first * T, n * T);
@@ -385,14 +384,12 @@ void train(const TrainArgs& a) {
                                       b.src_pad.data() + first * S, std::span(b.tgt_in).subspan(first * T, n * T),
                                       Shape{s.size(), b.tgt.T}, b.tgt_pad.data() + first * T);
         const double l = c.forward(mb, logits, out, m.vocab());
-        shard_loss[std::size_t(s.index)] = l * share;
-        if (!std::isfinite(l)) return;  // reported below
+        if (!std::isfinite(l)) return l;  // reported below
         const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(logits.size()), logits.size());
         c.backward(mb, dl, share);
         m.backward(mb, std::span<const float>(dl));
+        return l * share;
       });
-      double loss = 0;
-      for (int r = 0; r < std::min(dp.shards(), b.src.B); ++r) loss += shard_loss[std::size_t(r)];
       require(std::isfinite(loss), "loss is ", loss, " at step ", step);
       clip_gradients(be, model, a.clip);
       opt.step(be, lr);
@@ -524,9 +521,7 @@ int run_train(int argc, char** argv) {
       ("metrics-json", po::value(&a.metrics_json), "write BLEU, loss and timing here")
       ("log-csv", po::value(&a.log_csv)->default_value("translate_log.csv"), "per-step CSV log")
       ("report", po::value(&a.report)->default_value("translate_report.html"), "HTML report")
-      ("shards", po::value(&a.shards)->default_value(a.shards),
-       "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
-       "operation threaded instead). Results depend on it in the last bits and in dropout's masks")
+      ("shards", po::value(&a.shards)->default_value(a.shards), kShardsHelp)
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;

@@ -62,12 +62,13 @@ void check_close(const Vec& got, const Vec& want, double tol) {
 
 // The plain step's gradients: one forward and backward over the whole batch,
 // the loss gradient scaled by `scale`.
-void plain_backward(Be& be, Model& m, const Batch& batch, double scale = 1.0) {
+double plain_backward(Be& be, Model& m, const Batch& batch, double scale = 1.0) {
   CrossEntropyLoss<Be> ce;
   std::vector<double> dlogits(batch.ids.size() * V);
-  ce.forward(be, m.forward(be, batch.ids, Shape{batch.sequences(), T}), batch.targets, V);
+  const double loss = ce.forward(be, m.forward(be, batch.ids, Shape{batch.sequences(), T}), batch.targets, V);
   ce.backward(be, dlogits, scale);
   m.backward(be, std::span<const double>(dlogits));
+  return loss;
 }
 
 // The same through DataParallel: each shard's loss gradient scaled by its
@@ -77,8 +78,9 @@ struct Sharded {
   std::vector<std::vector<double>> dlogits = std::vector<std::vector<double>>(8);
   std::vector<std::thread::id> threads = std::vector<std::thread::id>(8);
   std::vector<double> losses = std::vector<double>(8, 0.0);
-  void backward(DataParallel<Model, Be>& dp, const Batch& batch, double scale = 1.0) {
-    dp.backward(batch.sequences(), [&](const Shard& s, Model& m, Be& be) {
+  // Returns backward's sum of the shards' weighted losses.
+  double backward(DataParallel<Model, Be>& dp, const Batch& batch, double scale = 1.0) {
+    return dp.backward(batch.sequences(), [&](const Shard& s, Model& m, Be& be) {
       threads[std::size_t(s.index)] = std::this_thread::get_id();
       const auto rows = std::size_t(s.size()) * T;
       const std::span<const std::int32_t> ids(batch.ids.data() + std::size_t(s.begin) * T, rows);
@@ -89,6 +91,7 @@ struct Sharded {
       losses[std::size_t(s.index)] = ce_s.forward(be, m.forward(be, ids, Shape{s.size(), T}), targets, V);
       ce_s.backward(be, dl, scale * s.share());
       m.backward(be, std::span<const double>(dl));
+      return losses[std::size_t(s.index)] * s.share();
     });
   }
 };
@@ -110,9 +113,10 @@ BOOST_AUTO_TEST_CASE(shards_split_the_batch_and_sum_to_its_gradient) {
         const Batch batch(5, 11);  // 5 sequences: unequal shards (2 + 3, or 1 + 2 + 2)
         zero_grad(plain);
         zero_grad(sharded);
-        plain_backward(be, plain, batch);
+        const double plain_loss = plain_backward(be, plain, batch);
         Sharded run;
-        run.backward(dp, batch);
+        const double loss = run.backward(dp, batch);
+        BOOST_TEST(loss == plain_loss, tt::tolerance(1e-13));  // the shards' weighted losses, summed
         const Vec want = gradients(plain), got = gradients(sharded);
         check_close(got, want, 1e-13);
         // Every shard ran, and shard 0 on the calling thread.
@@ -200,7 +204,7 @@ BOOST_AUTO_TEST_CASE(one_shard_is_a_plain_step) {
   zero_grad(sharded);
   plain_backward(be, plain, batch);
   int calls = 0;
-  dp.backward(1, [&](const Shard& s, Model& m, Be& b) {
+  const double none = dp.backward(1, [&](const Shard& s, Model& m, Be& b) {
     ++calls;
     BOOST_TEST(&m == &sharded);
     BOOST_TEST(&b == &be);
@@ -208,6 +212,7 @@ BOOST_AUTO_TEST_CASE(one_shard_is_a_plain_step) {
     plain_backward(b, m, batch);
   });
   BOOST_TEST(calls == 1);
+  BOOST_TEST(none == 0.0);  // f returned nothing
   BOOST_TEST(gradients(sharded) == gradients(plain), tt::per_element());  // bit for bit
   DataParallel<Model, Be> single(sharded, be, nullptr, 1);  // needs no factory
   BOOST_TEST(single.shards() == 1);

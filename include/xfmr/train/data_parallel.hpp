@@ -13,10 +13,10 @@
 //
 //   DataParallel<Model, Be> dp(model, be, [&] { return std::make_unique<Model>(V, 0); });
 //   zero_grad(model);
-//   dp.backward(B, [&](const Shard& s, Model& m, Be& b) {
+//   const double loss = dp.backward(B, [&](const Shard& s, Model& m, Be& b) {
 //     // m.forward(b, ...) on sequences [s.begin, s.end); the loss gradient
 //     // scaled by s.share() (or by the shard's counted targets over the
-//     // batch's); m.backward(b, ...)
+//     // batch's); m.backward(b, ...); return the loss times that share
 //   });
 //   clip_gradients(be, model, 1.0);  // then everything on model, as ever
 //   opt.step(be, lr);
@@ -32,6 +32,8 @@
 //   (Dropout::set_stream); shard 0 draws the plain model's.
 // - With one shard (one thread, one sequence, or a backend whose memory is
 //   not the host's) f runs once, on model and be: a plain step.
+// - When f returns a number (its shard's weighted loss), backward returns
+//   the sum over the shards, in shard order.
 // - An exception from f in any shard is rethrown here once every shard has
 //   finished (the lowest shard's); model's gradients are then unspecified.
 //
@@ -90,32 +92,40 @@ class DataParallel {
   int shards() const { return shards_; }
 
   // Runs f(shard, model, backend) for each shard of `sequences` sequences,
-  // in parallel, and adds every shard's gradients into model's.
+  // in parallel, and adds every shard's gradients into model's. Returns the
+  // sum of f's results in shard order (0 when f returns nothing).
   template <class F>
-  void backward(int sequences, F&& f) {
+  double backward(int sequences, F&& f) {
     require(sequences >= 1, "DataParallel::backward: ", sequences, " sequences; need at least 1");
     const int n = std::min(shards_, sequences);
     auto shard = [&](int r) {
       return Shard{r, int(long(sequences) * r / n), int(long(sequences) * (r + 1) / n), sequences};
     };
-    if constexpr (!kHostMemory) {
-      f(shard(0), model_, be_);
-    } else {
-      if (n == 1) {
-        f(shard(0), model_, be_);
-        return;
+    // f's result as a number, or 0 when it returns nothing.
+    auto call = [&f](const Shard& s, Model& m, Backend& b) -> double {
+      if constexpr (std::is_void_v<std::invoke_result_t<F&, const Shard&, Model&, Backend&>>) {
+        f(s, m, b);
+        return 0.0;
+      } else {
+        return double(f(s, m, b));
       }
+    };
+    if constexpr (!kHostMemory) {
+      return call(shard(0), model_, be_);
+    } else {
+      if (n == 1) return call(shard(0), model_, be_);
       prepare(n);
       const std::vector<DropoutState> dropout = dropout_state(model_);  // before shard 0 advances it
       std::vector<std::exception_ptr> errors(std::size_t(n), nullptr);
+      std::vector<double> results(std::size_t(n), 0.0);
       auto run = [&](int r) {
         try {
           if (r == 0) {
-            f(shard(0), model_, be_);
+            results[0] = call(shard(0), model_, be_);
           } else {
             Replica& rep = replicas_[std::size_t(r - 1)];
             take_weights(rep, dropout);
-            f(shard(r), *rep.model, rep.be);
+            results[std::size_t(r)] = call(shard(r), *rep.model, rep.be);
           }
         } catch (...) {
           errors[std::size_t(r)] = std::current_exception();
@@ -139,6 +149,9 @@ class DataParallel {
 #endif
       for (const auto& e : errors)
         if (e) std::rethrow_exception(e);
+      double total = 0.0;
+      for (double v : results) total += v;
+      return total;
     }
   }
 
