@@ -281,3 +281,83 @@ BOOST_AUTO_TEST_CASE(wrong_replicas_and_counts_are_errors) {
   DataParallel<Model, Be> dp(m, be, factory(), 2);
   BOOST_CHECK_THROW(dp.backward(0, [](const Shard&, Model&, Be&) {}), Error);
 }
+
+// forward: each shard's logits are the whole batch's rows for its
+// sequences, and the losses sum as in backward. The model's gradients,
+// held from a backward, stay bit for bit (the replicas still hold theirs
+// from that backward: adding them would show), and the next backward
+// still sums to the batch's gradient. After an optimizer step the replicas
+// take the model's new weights.
+BOOST_AUTO_TEST_CASE(forward_shards_give_the_batch_logits_and_leave_gradients_alone) {
+  Be be;
+  Model plain(V, 6), sharded(V, 6);
+  DataParallel<Model, Be> dp(sharded, be, factory(), 3);
+  const Batch batch(5, 21);  // shards of 1, 2 and 2 sequences
+  const auto whole = plain.forward(be, batch.ids, Shape{batch.sequences(), T});
+  const Vec want(whole.begin(), whole.end());
+  CrossEntropyLoss<Be> ce;
+  const double want_loss = ce.forward(be, whole, batch.targets, V);
+
+  zero_grad(sharded);
+  Sharded earlier;
+  earlier.backward(dp, batch);  // gradients in the model and in both replicas
+  const Vec held = gradients(sharded);
+  for (int step = 0; step < 2; ++step) {
+    BOOST_TEST_CONTEXT("forward " << step) {
+      Vec got(want.size(), -1.0);
+      std::vector<CrossEntropyLoss<Be>> shard_ce(3);
+      const double loss = dp.forward(batch.sequences(), [&](const Shard& s, Model& m, Be& b) {
+        const auto rows = std::size_t(s.size()) * T;
+        const std::span<const std::int32_t> ids(batch.ids.data() + std::size_t(s.begin) * T, rows);
+        const auto logits = m.forward(b, ids, Shape{s.size(), T});
+        std::copy(logits.begin(), logits.end(), got.begin() + std::ptrdiff_t(std::size_t(s.begin) * T * V));
+        const std::span<const std::int32_t> targets(batch.targets.data() + std::size_t(s.begin) * T, rows);
+        return shard_ce[std::size_t(s.index)].forward(b, logits, targets, V) * s.share();
+      });
+      check_close(got, want, 1e-13);
+      BOOST_TEST(loss == want_loss, tt::tolerance(1e-13));
+      BOOST_TEST(gradients(sharded) == held, tt::per_element());  // bit for bit: nothing added
+    }
+  }
+  zero_grad(plain);
+  zero_grad(sharded);
+  plain_backward(be, plain, batch);
+  Sharded again;
+  again.backward(dp, batch);
+  check_close(gradients(sharded), gradients(plain), 1e-13);
+
+  // New weights reach the replicas: after an optimizer step on both models,
+  // the sharded forward still matches the plain one.
+  AdamW<Be> opt_plain(plain), opt_sharded(sharded);
+  opt_plain.step(be, 1e-2);
+  opt_sharded.step(be, 1e-2);
+  const auto moved = plain.forward(be, batch.ids, Shape{batch.sequences(), T});
+  Vec got(moved.size(), -1.0);
+  dp.forward(batch.sequences(), [&](const Shard& s, Model& m, Be& b) {
+    const std::span<const std::int32_t> ids(batch.ids.data() + std::size_t(s.begin) * T, std::size_t(s.size()) * T);
+    const auto logits = m.forward(b, ids, Shape{s.size(), T});
+    std::copy(logits.begin(), logits.end(), got.begin() + std::ptrdiff_t(std::size_t(s.begin) * T * V));
+  });
+  check_close(got, Vec(moved.begin(), moved.end()), 1e-13);
+}
+
+// forward's errors: a bad token id in shard 1 is reported, with the id;
+// and 0 sequences is an error, as for backward.
+BOOST_AUTO_TEST_CASE(forward_reports_bad_input_in_a_shard) {
+  Be be;
+  Model m(V, 13);
+  DataParallel<Model, Be> dp(m, be, factory(), 2);
+  Batch bad(4, 9);
+  bad.ids[2 * T + 1] = -3;  // shard 1's first sequence
+  try {
+    dp.forward(bad.sequences(), [&](const Shard& s, Model& mm, Be& b) {
+      const std::span<const std::int32_t> ids(bad.ids.data() + std::size_t(s.begin) * T, std::size_t(s.size()) * T);
+      mm.forward(b, ids, Shape{s.size(), T});
+    });
+    BOOST_FAIL("an out-of-range token id in shard 1 was not reported");
+  } catch (const Error& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    BOOST_TEST(std::string(e.what()).find("-3") != std::string::npos);
+  }
+  BOOST_CHECK_THROW(dp.forward(0, [](const Shard&, Model&, Be&) {}), Error);
+}

@@ -1,5 +1,6 @@
 // data_parallel.hpp: DataParallel, a training step's forward and backward
-// passes split by sequences over the CPU's cores, one model replica a core.
+// passes (or a forward pass alone: evaluation, inference) split by
+// sequences over the CPU's cores, one model replica a core.
 //
 // A small model's step is hundreds of operations of a few microseconds to a
 // few hundred each. Split operation by operation over the cores, every one
@@ -21,6 +22,11 @@
 //   clip_gradients(be, model, 1.0);  // then everything on model, as ever
 //   opt.step(be, lr);
 //
+//   // Evaluation: the same split, without gradients.
+//   const double val = dp.forward(B, [&](const Shard& s, Model& m, Be& b) {
+//     return loss_of(m.forward(b, ...)) * s.share();
+//   });
+//
 // - Shard 0 runs on `model` and `be` themselves, on the calling thread: its
 //   gradients accumulate into model's as in a plain step (so gradient
 //   accumulation over micro-batches works unchanged).
@@ -32,8 +38,11 @@
 //   (Dropout::set_stream); shard 0 draws the plain model's.
 // - With one shard (one thread, one sequence, or a backend whose memory is
 //   not the host's) f runs once, on model and be: a plain step.
-// - When f returns a number (its shard's weighted loss), backward returns
-//   the sum over the shards, in shard order.
+// - forward(sequences, f) runs the shards the same way, but leaves every
+//   gradient alone (the replicas' are not cleared, nothing is added into
+//   model's): for passes that do not train.
+// - When f returns a number (its shard's weighted loss), backward and
+//   forward return the sum over the shards, in shard order.
 // - An exception from f in any shard is rethrown here once every shard has
 //   finished (the lowest shard's); model's gradients are then unspecified.
 //
@@ -96,7 +105,19 @@ class DataParallel {
   // sum of f's results in shard order (0 when f returns nothing).
   template <class F>
   double backward(int sequences, F&& f) {
-    require(sequences >= 1, "DataParallel::backward: ", sequences, " sequences; need at least 1");
+    return run_shards(sequences, f, true, "backward");
+  }
+
+  // The same for passes without gradients: every gradient is left as it was.
+  template <class F>
+  double forward(int sequences, F&& f) {
+    return run_shards(sequences, f, false, "forward");
+  }
+
+ private:
+  template <class F>
+  double run_shards(int sequences, F& f, bool gradients, const char* what) {
+    require(sequences >= 1, "DataParallel::", what, ": ", sequences, " sequences; need at least 1");
     const int n = std::min(shards_, sequences);
     auto shard = [&](int r) {
       return Shard{r, int(long(sequences) * r / n), int(long(sequences) * (r + 1) / n), sequences};
@@ -124,7 +145,7 @@ class DataParallel {
             results[0] = call(shard(0), model_, be_);
           } else {
             Replica& rep = replicas_[std::size_t(r - 1)];
-            take_weights(rep, dropout);
+            take_weights(rep, dropout, gradients);
             results[std::size_t(r)] = call(shard(r), *rep.model, rep.be);
           }
         } catch (...) {
@@ -139,13 +160,13 @@ class DataParallel {
 #pragma omp barrier
         bool failed = false;
         for (const auto& e : errors) failed = failed || e;
-        if (!failed) add_gradients(n, t, k);
+        if (gradients && !failed) add_gradients(n, t, k);
       }
 #else
       for (int r = 0; r < n; ++r) run(r);
       bool failed = false;
       for (const auto& e : errors) failed = failed || e;
-      if (!failed) add_gradients(n, 0, 1);
+      if (gradients && !failed) add_gradients(n, 0, 1);
 #endif
       for (const auto& e : errors)
         if (e) std::rethrow_exception(e);
@@ -155,7 +176,6 @@ class DataParallel {
     }
   }
 
- private:
   using Tensor = typename Backend::Tensor;  // a parameter or gradient
   struct DropoutState {
     bool training;
@@ -205,11 +225,11 @@ class DataParallel {
   }
 
   // On the replica's own thread: the model's weights and dropout state in,
-  // gradients cleared.
-  void take_weights(Replica& rep, const std::vector<DropoutState>& dropout) {
+  // and (for backward) the replica's gradients cleared.
+  void take_weights(Replica& rep, const std::vector<DropoutState>& dropout, bool clear_gradients) {
     for (std::size_t i = 0; i < rep.values.size(); ++i) {
       std::copy_n(values_[i]->data(), rep.values[i]->size(), rep.values[i]->data());
-      rep.grads[i]->zero();
+      if (clear_gradients) rep.grads[i]->zero();
     }
     std::size_t i = 0;
     rep.model->for_each_dropout([&](auto& d) {
