@@ -11,7 +11,8 @@
 //             CPU the batch is split by sequences over one model replica a
 //             thread (DataParallel; --shards 1: one model, each operation
 //             threaded)
-//   forward   the logits of a batch (inference: no dropout, no saved loss)
+//   forward   the logits of a batch (inference: no dropout, no saved loss),
+//             split by sequences on the CPU as for training
 //   generate  greedy generation of MAX_T - 1 tokens after a 1-token prompt,
 //             per token, with the KV cache and by recomputing the context
 //             (the seeds' loop); and one step at full context both ways
@@ -59,7 +60,7 @@ struct Args {
   int min_reps = 10, warmup = 3;
   bool smoke = false;
   bool eager = false;  // no graph steps (run_step) for training and forward passes
-  int shards = 0;      // training step: DataParallel shards (0: one per CPU thread; 1: none)
+  int shards = 0;      // training step and forward pass: DataParallel shards (0: one per CPU thread; 1: none)
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -222,13 +223,14 @@ json run(const Args& a) {
   const double tokens = double(B) * T, fwd = forward_flops<Cfg>(B, T, V);
   auto has = [&](const char* m) { return ("," + a.modes + ",").find("," + std::string(m) + ",") != std::string::npos; };
 
+  // On the CPU a batch is split by sequences over replicas, one a thread
+  // (train/data_parallel.hpp), for training and for the forward pass; with
+  // one shard this is the plain step.
+  DataParallel<Model, Be> dp(
+      model, be, [&] { return std::make_unique<Model>(V, 1337, DecoderOptions{.dropout = Cfg::DROPOUT}); }, a.shards);
+  out["shards"] = std::min(dp.shards(), B);
   if (has("train")) {
     model.set_training(true);
-    // On the CPU the batch is split by sequences over replicas, one a thread
-    // (train/data_parallel.hpp); with one shard this is the plain step.
-    DataParallel<Model, Be> dp(
-        model, be, [&] { return std::make_unique<Model>(V, 1337, DecoderOptions{.dropout = Cfg::DROPOUT}); }, a.shards);
-    out["shards"] = std::min(dp.shards(), B);
     std::vector<CrossEntropyLoss<Be>> shard_ce(std::size_t(dp.shards()));
     std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));
     auto step = [&] {
@@ -249,7 +251,12 @@ json run(const Args& a) {
   }
   if (has("forward")) {
     model.set_training(false);
-    auto step = [&] { model.forward(be, ids, Shape{B, T}); };
+    auto step = [&] {
+      dp.forward(B, [&](const Shard& s, Model& m, Be& b) {
+        const std::size_t first = std::size_t(s.begin) * T, rows = std::size_t(s.size()) * T;
+        m.forward(b, std::span(ids).subspan(first, rows), Shape{s.size(), T});
+      });
+    };
     const auto t = time_calls(a, be, [&] { timed_step("forward", step); });
     out["results"]["forward"] = summarize(t, tokens, fwd, ceiling);
   }
@@ -408,8 +415,8 @@ int main(int argc, char** argv) {
       ("eager", po::bool_switch(&a.eager),
        "CUDA: queue every kernel from the host, instead of replaying CUDA graphs of the training step and forward pass")
       ("shards", po::value(&a.shards)->default_value(a.shards),
-       "CPU training step: split the batch over this many model replicas, one a thread (DataParallel); 0: one per "
-       "thread; 1: one model, each operation threaded instead")
+       "CPU training step and forward pass: split the batch over this many model replicas, one a thread "
+       "(DataParallel); 0: one per thread; 1: one model, each operation threaded instead")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;

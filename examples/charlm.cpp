@@ -233,7 +233,6 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
   Model model(tok.size(), run.seed, {.dropout = dropout, .tie_weights = false});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = run.weight_decay});
   const LrSchedule schedule = LrSchedule::parse(run.schedule, run.lr, args.steps);
-  CrossEntropyLoss<Be> ce;
   Rng rng(detail::mix64(run.seed ^ 0xda7aULL));
   long start = 0;
   if (resumed) {
@@ -264,16 +263,30 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
       model, be, [&] { return std::make_unique<Model>(V, run.seed, DecoderOptions{.dropout = dropout}); }, args.shards);
   std::vector<CrossEntropyLoss<Be>> shard_ce(std::size_t(dp.shards()));
   std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
-  // Mean loss over every counted target of the evaluation batches.
+  // Targets that count towards a loss (names mode pads with kIgnoreIndex).
+  // A shard's mean loss weighs by its share of the batch's counted targets,
+  // so that the shards sum to the batch's mean (in text mode every target
+  // counts, and the share is the shard's share of the sequences).
+  auto counted_in = [](std::span<const std::int32_t> t) {
+    return long(std::count_if(t.begin(), t.end(), [](std::int32_t v) { return v != kIgnoreIndex; }));
+  };
+  // Mean loss over every counted target of the evaluation batches, each
+  // batch split by sequences as a training step is.
   auto evaluate = [&](const Batches& b) {
     model.set_training(false);
     double total = 0;
     long counted = 0;
     for (int i = 0; i < b.eval_count(args.eval_batches); ++i) {
       b.eval_batch(i, ids.data(), targets.data());
-      const long n = std::count_if(targets.begin(), targets.end(), [](std::int32_t t) { return t != kIgnoreIndex; });
-      total += ce.forward(be, model.forward(be, ids, Shape{run.batch, T}), targets, V) * double(n);
-      counted += n;
+      total += dp.forward(run.batch, [&](const Shard& s, Model& m, Be& mb) {
+        const std::size_t first = std::size_t(s.begin) * T, n = std::size_t(s.size()) * T;
+        const auto shard_targets = std::span<const std::int32_t>(targets).subspan(first, n);
+        const long c = counted_in(shard_targets);
+        if (c == 0) return 0.0;
+        const auto logits = m.forward(mb, std::span<const std::int32_t>(ids).subspan(first, n), Shape{s.size(), T});
+        return shard_ce[std::size_t(s.index)].forward(mb, logits, shard_targets, V) * double(c);
+      });
+      counted += counted_in(targets);
     }
     model.set_training(true);
     return counted ? total / double(counted) : 0.0;
@@ -308,16 +321,21 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
       zero_grad(model);
       for (int micro = 0; micro < run.grad_accum; ++micro) {
         train_batches.sample(rng, ids.data(), targets.data());
+        const long batch_counted = counted_in(targets);
         const double l = dp.backward(run.batch, [&](const Shard& s, Model& m, Be& b) {
           const std::size_t first = std::size_t(s.begin) * T, n = std::size_t(s.size()) * T;
+          const auto shard_targets = std::span<const std::int32_t>(targets).subspan(first, n);
+          const long counted = counted_in(shard_targets);
+          if (counted == 0) return 0.0;  // nothing to learn from (all padding)
+          const double share = double(counted) / double(batch_counted);
           auto& c = shard_ce[std::size_t(s.index)];
-          const double shard_loss = c.forward(b, m.forward(b, std::span(ids).subspan(first, n), Shape{s.size(), T}),
-                                              std::span(targets).subspan(first, n), V);
+          const double shard_loss =
+              c.forward(b, m.forward(b, std::span(ids).subspan(first, n), Shape{s.size(), T}), shard_targets, V);
           if (!std::isfinite(shard_loss)) return shard_loss;  // reported below, from the model's own weights
           const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(n * V), n * V);
-          c.backward(b, dl, s.share() / run.grad_accum);
+          c.backward(b, dl, share / run.grad_accum);
           m.backward(b, std::span<const float>(dl));
-          return shard_loss * s.share();
+          return shard_loss * share;
         });
         if (!std::isfinite(l)) {
           const auto bad = first_non_finite_parameter(be, model);
