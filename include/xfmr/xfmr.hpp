@@ -1,4 +1,5 @@
-// xfmr.hpp: the umbrella header.
+// xfmr.hpp: the umbrella header: every public header (the text, io and
+// BLEU parts need the xfmr_core library, which xfmr::xfmr links).
 #pragma once
 
 #include "xfmr/backend/backend.hpp"
@@ -30,3 +31,16 @@
 #include "xfmr/models/stem.hpp"
 #include "xfmr/models/transformer.hpp"
 #include "xfmr/models/seq2seq.hpp"
+#include "xfmr/train/data_parallel.hpp"
+#include "xfmr/train/gradients.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/schedules.hpp"
+#include "xfmr/infer/beam_search.hpp"
+#include "xfmr/infer/bleu.hpp"
+#include "xfmr/infer/kv_cache.hpp"
+#include "xfmr/infer/sampling.hpp"
+#include "xfmr/io/checkpoint.hpp"
+#include "xfmr/text/bpe.hpp"
+#include "xfmr/text/datasets.hpp"
+#include "xfmr/text/text.hpp"
