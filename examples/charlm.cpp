@@ -263,15 +263,10 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
       model, be, [&] { return std::make_unique<Model>(V, run.seed, DecoderOptions{.dropout = dropout}); }, args.shards);
   std::vector<CrossEntropyLoss<Be>> shard_ce(std::size_t(dp.shards()));
   std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
-  // Targets that count towards a loss (names mode pads with kIgnoreIndex).
-  // A shard's mean loss weighs by its share of the batch's counted targets,
-  // so that the shards sum to the batch's mean (in text mode every target
-  // counts, and the share is the shard's share of the sequences).
-  auto counted_in = [](std::span<const std::int32_t> t) {
-    return long(std::count_if(t.begin(), t.end(), [](std::int32_t v) { return v != kIgnoreIndex; }));
-  };
   // Mean loss over every counted target of the evaluation batches, each
-  // batch split by sequences as a training step is.
+  // batch split by sequences as a training step is, its shards weighed by
+  // their counted targets (names mode pads; in text mode every target
+  // counts).
   auto evaluate = [&](const Batches& b) {
     model.set_training(false);
     double total = 0;
@@ -281,12 +276,12 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
       total += dp.forward(run.batch, [&](const Shard& s, Model& m, Be& mb) {
         const std::size_t first = std::size_t(s.begin) * T, n = std::size_t(s.size()) * T;
         const auto shard_targets = std::span<const std::int32_t>(targets).subspan(first, n);
-        const long c = counted_in(shard_targets);
+        const long c = counted_targets(shard_targets);
         if (c == 0) return 0.0;
         const auto logits = m.forward(mb, std::span<const std::int32_t>(ids).subspan(first, n), Shape{s.size(), T});
         return shard_ce[std::size_t(s.index)].forward(mb, logits, shard_targets, V) * double(c);
       });
-      counted += counted_in(targets);
+      counted += counted_targets(targets);
     }
     model.set_training(true);
     return counted ? total / double(counted) : 0.0;
@@ -321,11 +316,11 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
       zero_grad(model);
       for (int micro = 0; micro < run.grad_accum; ++micro) {
         train_batches.sample(rng, ids.data(), targets.data());
-        const long batch_counted = counted_in(targets);
+        const long batch_counted = counted_targets(targets);
         const double l = dp.backward(run.batch, [&](const Shard& s, Model& m, Be& b) {
           const std::size_t first = std::size_t(s.begin) * T, n = std::size_t(s.size()) * T;
           const auto shard_targets = std::span<const std::int32_t>(targets).subspan(first, n);
-          const long counted = counted_in(shard_targets);
+          const long counted = counted_targets(shard_targets);
           if (counted == 0) return 0.0;  // nothing to learn from (all padding)
           const double share = double(counted) / double(batch_counted);
           auto& c = shard_ce[std::size_t(s.index)];

@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/safetensors.hpp"
+#include "xfmr/train/losses.hpp"
 
 namespace xfmr::examples {
 
@@ -217,13 +220,21 @@ inline void write_html_report(const std::filesystem::path& path, const std::stri
   write_text_atomic(path, html.str());
 }
 
+inline constexpr const char* kShardsHelp =
+    "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
+    "operation threaded instead). Results depend on it in the last bits and in dropout's masks";
+
+// Targets that count towards a loss (not kIgnoreIndex, the padding). A
+// batch split by sequences weighs each shard's mean loss by its share of
+// the batch's counted targets, so that the shards sum to the batch's mean.
+inline long counted_targets(std::span<const std::int32_t> targets) {
+  return long(std::count_if(targets.begin(), targets.end(), [](std::int32_t t) { return t != kIgnoreIndex; }));
+}
+
 // --backend cpu|cuda|cuda-tf32: calls f.template operator()<Backend>() with
 // the backend type named; make_backend<Backend>(name) then builds it. "cuda"
 // (strict FP32 GEMMs) and "cuda-tf32" (TF32 tensor-core GEMMs) need an xfmr
 // built with CUDA and, when run, a GPU.
-inline constexpr const char* kShardsHelp =
-    "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
-    "operation threaded instead). Results depend on it in the last bits and in dropout's masks";
 inline constexpr const char* kBackendHelp =
     "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA) or cuda-tf32 (the same with TF32 tensor-core GEMMs)";
 template <class F>

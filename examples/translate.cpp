@@ -377,8 +377,7 @@ void train(const TrainArgs& a) {
         const std::size_t S = std::size_t(b.src.T), T = std::size_t(b.tgt.T), first = std::size_t(s.begin);
         const std::size_t n = std::size_t(s.size());
         const std::span<const std::int32_t> out = std::span(b.tgt_out).subspan(first * T, n * T);
-        const auto counted = std::count_if(out.begin(), out.end(), [](std::int32_t t) { return t != kIgnoreIndex; });
-        const double share = double(counted) / double(b.tokens);
+        const double share = double(counted_targets(out)) / double(b.tokens);
         auto& c = shard_ce[std::size_t(s.index)];
         const auto logits = m.forward(mb, std::span(b.src_ids).subspan(first * S, n * S), Shape{s.size(), b.src.T},
                                       b.src_pad.data() + first * S, std::span(b.tgt_in).subspan(first * T, n * T),

@@ -96,6 +96,19 @@ struct Sharded {
   }
 };
 
+// The batch's logits through DataParallel::forward, each shard writing its
+// rows; returns the shards' losses weighted by their shares, summed.
+double sharded_logits(DataParallel<Model, Be>& dp, const Batch& batch, Vec& logits_out) {
+  logits_out.assign(batch.ids.size() * V, -1.0);
+  std::vector<CrossEntropyLoss<Be>> ce(8);
+  return dp.forward(batch.sequences(), [&](const Shard& s, Model& m, Be& b) {
+    const auto first = std::size_t(s.begin) * T, rows = std::size_t(s.size()) * T;
+    const auto logits = m.forward(b, std::span(batch.ids).subspan(first, rows), Shape{s.size(), T});
+    std::copy(logits.begin(), logits.end(), logits_out.begin() + std::ptrdiff_t(first * V));
+    return ce[std::size_t(s.index)].forward(b, logits, std::span(batch.targets).subspan(first, rows), V) * s.share();
+  });
+}
+
 DataParallel<Model, Be>::Factory factory(DecoderOptions opts = {}) {
   return [opts] { return std::make_unique<Model>(V, 99, opts); };  // its weights are replaced
 }
@@ -304,16 +317,8 @@ BOOST_AUTO_TEST_CASE(forward_shards_give_the_batch_logits_and_leave_gradients_al
   const Vec held = gradients(sharded);
   for (int step = 0; step < 2; ++step) {
     BOOST_TEST_CONTEXT("forward " << step) {
-      Vec got(want.size(), -1.0);
-      std::vector<CrossEntropyLoss<Be>> shard_ce(3);
-      const double loss = dp.forward(batch.sequences(), [&](const Shard& s, Model& m, Be& b) {
-        const auto rows = std::size_t(s.size()) * T;
-        const std::span<const std::int32_t> ids(batch.ids.data() + std::size_t(s.begin) * T, rows);
-        const auto logits = m.forward(b, ids, Shape{s.size(), T});
-        std::copy(logits.begin(), logits.end(), got.begin() + std::ptrdiff_t(std::size_t(s.begin) * T * V));
-        const std::span<const std::int32_t> targets(batch.targets.data() + std::size_t(s.begin) * T, rows);
-        return shard_ce[std::size_t(s.index)].forward(b, logits, targets, V) * s.share();
-      });
+      Vec got;
+      const double loss = sharded_logits(dp, batch, got);
       check_close(got, want, 1e-13);
       BOOST_TEST(loss == want_loss, tt::tolerance(1e-13));
       BOOST_TEST(gradients(sharded) == held, tt::per_element());  // bit for bit: nothing added
@@ -332,12 +337,8 @@ BOOST_AUTO_TEST_CASE(forward_shards_give_the_batch_logits_and_leave_gradients_al
   opt_plain.step(be, 1e-2);
   opt_sharded.step(be, 1e-2);
   const auto moved = plain.forward(be, batch.ids, Shape{batch.sequences(), T});
-  Vec got(moved.size(), -1.0);
-  dp.forward(batch.sequences(), [&](const Shard& s, Model& m, Be& b) {
-    const std::span<const std::int32_t> ids(batch.ids.data() + std::size_t(s.begin) * T, std::size_t(s.size()) * T);
-    const auto logits = m.forward(b, ids, Shape{s.size(), T});
-    std::copy(logits.begin(), logits.end(), got.begin() + std::ptrdiff_t(std::size_t(s.begin) * T * V));
-  });
+  Vec got;
+  sharded_logits(dp, batch, got);
   check_close(got, Vec(moved.begin(), moved.end()), 1e-13);
 }
 
