@@ -152,6 +152,38 @@ BOOST_AUTO_TEST_CASE(partner_measured_policy_avoids_a_slow_partner) {
   BOOST_TEST(always == 400);  // the partner does take posted halves when asked to
 }
 
+// PartnerChoice on made-up times (ticks): alone costs 100 a call and
+// paired 130, but one alone call in 50 takes 1000 (the OS interrupted it),
+// and three in a row now and then. The choice must stay alone but for its
+// exploring bursts: about a dozen in 100000 calls, as the explorations
+// confirm it and grow apart. (Comparing the current way's running cost with
+// the other's from the last exploration, as the choice once did, switched
+// to paired on one such call and stayed there until the next exploration,
+// up to kPartnerExploreMax calls: tens of thousands of paired calls here.)
+// Then alone turns dearer than paired for good (200): the choice must
+// follow within a burst or two.
+BOOST_AUTO_TEST_CASE(partner_choice_keeps_the_cheaper_way_through_outliers) {
+  detail::PartnerChoice choice;
+  auto run = [&](int calls, double alone, double paired) {
+    int on_paired = 0, alone_calls = 0;
+    for (int i = 0; i < calls; ++i) {
+      const bool p = choice.choose_paired();
+      double t = p ? paired : alone;
+      if (!p && (++alone_calls % 50 == 0 || alone_calls % 997 >= 994)) t = 1000;
+      on_paired += p;
+      choice.record(p, t);
+    }
+    return on_paired;
+  };
+  const int steady = run(100000, 100, 130);
+  BOOST_TEST_MESSAGE("paired calls while alone is cheaper: " << steady);
+  BOOST_TEST(steady <= int(16 * detail::kPartnerBurst));
+  BOOST_TEST(steady >= int(4 * detail::kPartnerBurst));  // it goes on exploring
+  const int after = run(20000, 200, 130);
+  BOOST_TEST_MESSAGE("paired calls of 20000 once paired is cheaper: " << after);
+  BOOST_TEST(after >= 20000 - int(8 * detail::kPartnerBurst) - 100);
+}
+
 // run_step (backend.hpp): a backend without graph steps runs the step once,
 // directly, and its errors pass through.
 BOOST_AUTO_TEST_CASE(run_step_calls_the_step_once_without_graph_steps) {

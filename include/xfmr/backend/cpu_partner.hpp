@@ -18,18 +18,19 @@
 // partner made shakespeare-small's decoding step 2x slower instead of 10%
 // faster. So by default (PartnerPolicy::measured) the caller times every
 // product per multiply-add, paired and alone, keeps a running cost of each
-// and takes the cheaper, for each size class of products (4x steps): a
-// handoff's fixed cost weighs on small products, so on the same cores the
-// translator's 768 x 256 projections gain from the partner while
-// shakespeare-small's 192 x 64 ones lose. Now and then kPartnerBurst calls
-// go the other way (explore), timed in their second half only, once the
-// caches hold what that way reads, so that the choice follows the machine:
-// after kPartnerExplore calls of the class, and twice as many after each
-// exploration that confirms the choice, up to kPartnerExploreMax (about
-// 15 ms of shakespeare-small decoding). Waking the partner costs tens of
-// microseconds on such a VM, so a steady choice must not explore often; a
-// paired call that finds the partner asleep wakes it for the calls to come
-// and runs alone, untimed.
+// and goes the cheaper way (PartnerChoice), for each size class of products
+// (4x steps): a handoff's fixed cost weighs on small products, so on the
+// same cores the translator's 768 x 256 projections gain from the partner
+// while shakespeare-small's 192 x 64 ones lose. Now and then kPartnerBurst
+// calls go the other way (explore), timed in their second half only, once
+// the caches hold what that way reads, so that the choice follows the
+// machine: after kPartnerExplore calls of the class, twice as many after
+// each exploration that confirms the choice, up to kPartnerExploreMax
+// (about 15 ms of shakespeare-small decoding), and at once when the current
+// way's cost rises above the other's; the way changes only after an
+// exploration. Waking the partner costs tens of microseconds on such a VM,
+// so a steady choice must not explore often; a paired call that finds the
+// partner asleep wakes it for the calls to come and runs alone, untimed.
 //
 // run_lockstep is the other way to share: a whole decoding step in two
 // lanes, lane 0 on the caller and lane 1 on the partner, each holding half
@@ -60,6 +61,73 @@ namespace xfmr::detail {
 inline constexpr auto kPartnerSpin = std::chrono::microseconds(50);
 inline constexpr unsigned kPartnerExplore = 256, kPartnerExploreMax = 1u << 14, kPartnerBurst = 32;
 
+// The measured choice of one class of calls (products of one size class, or
+// decoding steps): alone or paired, from their times. Used only by the
+// caller holding the partner.
+//
+// The current way keeps a running cost, a mean over about its last 16
+// calls, in which a sample counts at most kPartnerOutlier times the cost: a
+// call the OS interrupted moves it by at most 1/32; a burst's timed calls
+// give the explored way's cost afresh. Calls go the current way,
+// which changes only at the end of an exploring burst (kPartnerBurst calls
+// the other way), when both costs are fresh, and only to a way cheaper by
+// kPartnerMargin: two ways within a few percent of each other would
+// otherwise take turns on noise, and each change costs cold caches (a
+// core's half of every matrix, or the whole) and wake-ups. Comparing the
+// current way with the other's cost from long ago would let a few slow
+// calls switch to a dearer way for as long as the next exploration is away
+// (up to kPartnerExploreMax calls). Bursts come after kPartnerExplore
+// calls, twice as many after each that confirms the current way, and at
+// once when the current way's cost rises above the other's by the margin
+// (the first call of all: the other is unknown). The first half of a burst
+// is not timed: the caches hold what the current way reads and would make
+// the way explored look dearer than it is.
+inline constexpr double kPartnerOutlier = 1.5, kPartnerMargin = 1.08;
+
+struct PartnerChoice {
+  double cost[2] = {0, 0};  // [alone, paired]; 0 until timed
+  unsigned calls = 0, explore_every = kPartnerExplore;
+  unsigned burst = 0;     // exploring calls left
+  bool paired = false;    // the current way
+  bool explored = false;  // whether the last call chosen was an exploring one
+  double burst_sum = 0;   // the burst's timed calls so far (each capped)
+  unsigned burst_timed = 0;
+
+  bool choose_paired() {
+    if (burst == 0 && ++calls >= explore_every) {
+      calls = 0;
+      burst = kPartnerBurst;
+      burst_sum = 0, burst_timed = 0;
+    }
+    explored = burst > 0;
+    if (explored) {
+      --burst;
+      return !paired;
+    }
+    return paired;
+  }
+  // The time of the last call chosen, which went `was_paired`. A burst's
+  // timed calls give the explored way's cost on their own: their mean.
+  void record(bool was_paired, double sample) {
+    const auto capped = [](double s, double mean) { return mean == 0 ? s : std::min(s, kPartnerOutlier * mean); };
+    if (explored) {
+      if (burst >= kPartnerBurst / 2) return;
+      burst_sum += capped(sample, burst_timed ? burst_sum / burst_timed : 0);
+      ++burst_timed;
+      if (burst == 0) {
+        cost[was_paired] = burst_sum / burst_timed;
+        const bool cheaper = kPartnerMargin * cost[!paired] < cost[paired];
+        explore_every = cheaper ? kPartnerExplore : std::min(2 * explore_every, kPartnerExploreMax);
+        paired = cheaper ? !paired : paired;
+      }
+      return;
+    }
+    double& mean = cost[was_paired];
+    mean += (capped(sample, mean) - mean) / (mean == 0 ? 1 : 16);
+    if (burst == 0 && cost[paired] > kPartnerMargin * cost[!paired]) calls = explore_every;  // explore at the next call
+  }
+};
+
 // How run_halves splits a product: the cheaper way as measured (default),
 // or always or never through the partner (tests, experiments).
 enum class PartnerPolicy { measured, always, never };
@@ -85,7 +153,7 @@ class Partner {
       return;
     }
     const PartnerPolicy policy = policy_.load(std::memory_order_relaxed);
-    Choice& choice = choices_[size_class(work)];
+    PartnerChoice& choice = choices_[size_class(work)];
     const bool paired = policy == PartnerPolicy::always ||
                         (policy == PartnerPolicy::measured && choice.choose_paired());
     if (paired && policy == PartnerPolicy::measured && sleeping_.load(std::memory_order_seq_cst)) {
@@ -225,44 +293,6 @@ class Partner {
 #endif
   }
 
-  // The measured choice for one size class of products. Used only by the
-  // caller holding in_use_. A cost of 0 is unknown, so each way is tried
-  // once before they are compared.
-  struct Choice {
-    double cost[2] = {0, 0};  // ticks per multiply-add: [alone, paired]
-    unsigned calls = 0, explore_every = kPartnerExplore;
-    unsigned burst = 0;  // exploring calls left
-    bool explored = false, exploring_paired = false;
-
-    bool choose_paired() {
-      if (burst == 0 && ++calls >= explore_every) {
-        calls = 0;
-        burst = kPartnerBurst;
-        exploring_paired = !(cost[1] <= cost[0]);
-      }
-      explored = burst > 0;
-      if (explored) {
-        --burst;
-        return exploring_paired;
-      }
-      return cost[1] <= cost[0];
-    }
-    // A running mean over about the last 8 timed calls of one way; a sample
-    // counts at most 4 times the mean, so that one call the OS interrupted
-    // does not swing the choice for long. The first half of a burst is not
-    // timed: the caches hold what the current way reads (one core's half of
-    // each matrix, or the whole matrix), and would make the way explored
-    // look dearer than it is.
-    void record(bool was_paired, double sample) {
-      if (explored && burst >= kPartnerBurst / 2) return;
-      double& mean = cost[was_paired];
-      mean = mean == 0 ? sample : mean + (std::min(sample, 4 * mean) - mean) / 8;
-      if (explored && burst == 0) {
-        const bool confirmed = was_paired ? cost[1] > cost[0] : cost[0] >= cost[1];
-        explore_every = confirmed ? std::min(2 * explore_every, kPartnerExploreMax) : kPartnerExplore;
-      }
-    }
-  };
   // Size classes of 4x in multiply-adds from kGemvPartnerWork-sized products
   // (8192: qkv of a 64-wide model) up; larger ones share the last class.
   static constexpr int kSizeClasses = 6;
@@ -362,8 +392,8 @@ class Partner {
   std::atomic<std::uint32_t> state_{kIdle};
   std::atomic<bool> in_use_{false}, sleeping_{false};
   std::atomic<PartnerPolicy> policy_{PartnerPolicy::measured};
-  Choice choices_[kSizeClasses];
-  Choice lockstep_choice_;  // per step: ticks paired against alone
+  PartnerChoice choices_[kSizeClasses];
+  PartnerChoice lockstep_choice_;  // per step: ticks paired against alone
   std::atomic<std::uint64_t> lockstep_pairs_{0};
   struct alignas(64) Published {
     std::atomic<std::uint64_t> value{0};  // the last meeting this lane published
