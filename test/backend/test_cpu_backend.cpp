@@ -5,6 +5,7 @@
 #include <chrono>
 #include <span>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -417,6 +418,31 @@ BOOST_AUTO_TEST_CASE(float_single_row_products_match_a_double_sum) {
     BOOST_TEST(y[N] == 7.0f);  // nothing written past the row
   }
 }
+
+#ifdef XFMR_SIMD_ROWS
+// gemv_rows's fixed widths (x held in registers) give the general kernel's
+// bits: the same multiply-adds in the same order. Row ranges that start and
+// end inside 16-row blocks, rows wider than K.
+BOOST_AUTO_TEST_CASE(fixed_width_single_row_kernels_give_the_general_bits) {
+  Rng rng(13);
+  for (int K : {16, 32, 64, 128, 256}) {
+    const int N = 45, ldw = K + 5;
+    std::vector<float> W(std::size_t(N) * ldw), x(K);
+    for (auto& w : W) w = float(rng.uniform() * 2 - 1);
+    for (auto& v : x) v = float(rng.uniform() * 2 - 1);
+    for (auto [n0, n1] : {std::array{0, N}, {3, 19}, {16, 32}, {7, 8}}) {
+      std::vector<float> fixed(N + 1, 5.0f), general(N + 1, 5.0f);
+      detail::gemv_rows(n0, n1, K, W.data(), ldw, x.data(), fixed.data());
+      detail::gemv_rows_general(n0, n1, K, W.data(), ldw, x.data(), general.data());
+      BOOST_TEST_CONTEXT("K " << K << ", rows [" << n0 << ", " << n1 << ")") {
+        BOOST_TEST(std::memcmp(fixed.data(), general.data(), fixed.size() * sizeof(float)) == 0);
+        BOOST_TEST(fixed[n1 - 1] != 5.0f);
+        BOOST_TEST(fixed[N] == 5.0f);
+      }
+    }
+  }
+}
+#endif
 
 // Float masked softmax rows (cpu_simd.hpp's masked vectors where the build
 // has AVX-512) against double: rows shorter and longer than a vector, causal
