@@ -67,52 +67,47 @@ inline __m512 sum16(const __m512 (&a)[16]) {
 }
 
 // Rows [n0, n1) of y = W x, W (N, K) row-major with leading dimension ldw,
-// any K: sixteen rows at a time, each row's dot product in its own vector
-// (read in memory order, which streams from L2 about 15% faster than
-// sixteen rows a chunk at a time), then one sum16 for the sixteen outputs. A
-// last partial block of rows leaves its missing rows zero; a K that is not
-// a multiple of 16 ends with masked loads.
-inline void gemv_rows_general(int n0, int n1, int K, const float* W, long ldw, const float* x, float* y) {
-  const __mmask16 k_tail = first_lanes(K % 16);
-  const int k_full = K - K % 16;
+// sixteen rows at a time: dot(w) gives row w's products summed into one
+// vector (read in memory order, which streams from L2 about 15% faster
+// than sixteen rows a chunk at a time), then one sum16 gives the sixteen
+// outputs. A last partial block of rows leaves its missing rows zero.
+template <class Dot>
+inline void gemv_blocks(int n0, int n1, const float* W, long ldw, float* y, const Dot& dot) {
   for (int r0 = n0; r0 < n1; r0 += 16) {
     const int rows = n1 - r0 < 16 ? n1 - r0 : 16;
     __m512 acc[16];
-    for (int r = 0; r < 16; ++r) {
-      __m512 a = _mm512_setzero_ps();
-      if (r < rows) {
-        const float* w = W + (r0 + r) * ldw;
-        for (int k = 0; k < k_full; k += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), _mm512_loadu_ps(x + k), a);
-        if (k_tail)
-          a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k_tail, w + k_full), _mm512_maskz_loadu_ps(k_tail, x + k_full), a);
-      }
-      acc[r] = a;
-    }
+    for (int r = 0; r < 16; ++r) acc[r] = r < rows ? dot(W + (r0 + r) * ldw) : _mm512_setzero_ps();
     _mm512_mask_storeu_ps(y + r0, first_lanes(rows), sum16(acc));
   }
 }
 
-// The same for K = 16 * NK, with x held in registers: the multiply-adds of
+// Any K: a K that is not a multiple of 16 ends with masked loads.
+inline void gemv_rows_general(int n0, int n1, int K, const float* W, long ldw, const float* x, float* y) {
+  const __mmask16 k_tail = first_lanes(K % 16);
+  const int k_full = K - K % 16;
+  gemv_blocks(n0, n1, W, ldw, y, [=](const float* w) {
+    __m512 a = _mm512_setzero_ps();
+    for (int k = 0; k < k_full; k += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), _mm512_loadu_ps(x + k), a);
+    if (k_tail) a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k_tail, w + k_full), _mm512_maskz_loadu_ps(k_tail, x + k_full), a);
+    return a;
+  });
+}
+
+// K = 16 * NK, with x held in registers: the multiply-adds of
 // gemv_rows_general in the same order, so the same bits, with one load per
 // sixteen weights instead of two. A decoding step of shakespeare-small ran
-// 15-25% faster on one core (BENCHMARKS.md, "2026-11-24, late afternoon").
+// 15-30% faster on one core (BENCHMARKS.md, "2026-11-24, late afternoon").
 template <int NK>
 inline void gemv_rows_fixed(int n0, int n1, const float* W, long ldw, const float* x, float* y) {
-  __m512 xv[NK];
-  for (int k = 0; k < NK; ++k) xv[k] = _mm512_loadu_ps(x + 16 * k);
-  for (int r0 = n0; r0 < n1; r0 += 16) {
-    const int rows = n1 - r0 < 16 ? n1 - r0 : 16;
-    __m512 acc[16];
-    for (int r = 0; r < 16; ++r) {
-      __m512 a = _mm512_setzero_ps();
-      if (r < rows) {
-        const float* w = W + (r0 + r) * ldw;
-        for (int k = 0; k < NK; ++k) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16 * k), xv[k], a);
-      }
-      acc[r] = a;
-    }
-    _mm512_mask_storeu_ps(y + r0, first_lanes(rows), sum16(acc));
-  }
+  struct {
+    __m512 v[NK];
+  } xv;
+  for (int k = 0; k < NK; ++k) xv.v[k] = _mm512_loadu_ps(x + 16 * k);
+  gemv_blocks(n0, n1, W, ldw, y, [xv](const float* w) {
+    __m512 a = _mm512_setzero_ps();
+    for (int k = 0; k < NK; ++k) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16 * k), xv.v[k], a);
+    return a;
+  });
 }
 
 // Rows [n0, n1) of y = W x: the common widths (K = 16 to 256, powers of
