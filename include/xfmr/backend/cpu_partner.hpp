@@ -118,13 +118,13 @@ struct PartnerChoice {
         cost[was_paired] = burst_sum / burst_timed;
         const bool cheaper = kPartnerMargin * cost[!paired] < cost[paired];
         explore_every = cheaper ? kPartnerExplore : std::min(2 * explore_every, kPartnerExploreMax);
-        paired = cheaper ? !paired : paired;
+        if (cheaper) paired = !paired;
       }
       return;
     }
     double& mean = cost[was_paired];
     mean += (capped(sample, mean) - mean) / (mean == 0 ? 1 : 16);
-    if (burst == 0 && cost[paired] > kPartnerMargin * cost[!paired]) calls = explore_every;  // explore at the next call
+    if (cost[paired] > kPartnerMargin * cost[!paired]) calls = explore_every;  // explore at the next call
   }
 };
 

@@ -99,13 +99,11 @@ inline void gemv_rows_general(int n0, int n1, int K, const float* W, long ldw, c
 // 15-30% faster on one core (BENCHMARKS.md, "2026-11-24, late afternoon").
 template <int NK>
 inline void gemv_rows_fixed(int n0, int n1, const float* W, long ldw, const float* x, float* y) {
-  struct {
-    __m512 v[NK];
-  } xv;
-  for (int k = 0; k < NK; ++k) xv.v[k] = _mm512_loadu_ps(x + 16 * k);
+  __m512 xv[NK];
+  for (int k = 0; k < NK; ++k) xv[k] = _mm512_loadu_ps(x + 16 * k);
   gemv_blocks(n0, n1, W, ldw, y, [xv](const float* w) {
     __m512 a = _mm512_setzero_ps();
-    for (int k = 0; k < NK; ++k) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16 * k), xv.v[k], a);
+    for (int k = 0; k < NK; ++k) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16 * k), xv[k], a);
     return a;
   });
 }
