@@ -21,16 +21,12 @@
 // and goes the cheaper way (PartnerChoice), for each size class of products
 // (4x steps): a handoff's fixed cost weighs on small products, so on the
 // same cores the translator's 768 x 256 projections gain from the partner
-// while shakespeare-small's 192 x 64 ones lose. Now and then kPartnerBurst
-// calls go the other way (explore), timed in their second half only, once
-// the caches hold what that way reads, so that the choice follows the
-// machine: after kPartnerExplore calls of the class, twice as many after
-// each exploration that confirms the choice, up to kPartnerExploreMax
-// (about 15 ms of shakespeare-small decoding), and at once when the current
-// way's cost rises above the other's; the way changes only after an
-// exploration. Waking the partner costs tens of microseconds on such a VM,
-// so a steady choice must not explore often; a paired call that finds the
-// partner asleep wakes it for the calls to come and runs alone, untimed.
+// while shakespeare-small's 192 x 64 ones lose. Now and then the choice
+// explores the other way, so that it follows the machine, and it changes
+// way only on such a fresh measurement (PartnerChoice says when). Waking
+// the partner costs tens of microseconds on such a VM, so a steady choice
+// must not explore often; a paired call that finds the partner asleep
+// wakes it for the calls to come and runs alone, untimed.
 //
 // run_lockstep is the other way to share: a whole decoding step in two
 // lanes, lane 0 on the caller and lane 1 on the partner, each holding half
@@ -76,10 +72,11 @@ inline constexpr unsigned kPartnerExplore = 256, kPartnerExploreMax = 1u << 14, 
 // core's half of every matrix, or the whole) and wake-ups. Comparing the
 // current way with the other's cost from long ago would let a few slow
 // calls switch to a dearer way for as long as the next exploration is away
-// (up to kPartnerExploreMax calls). Bursts come after kPartnerExplore
-// calls, twice as many after each that confirms the current way, and at
-// once when the current way's cost rises above the other's by the margin
-// (the first call of all: the other is unknown). The first half of a burst
+// (up to kPartnerExploreMax calls, about 15 ms of shakespeare-small
+// decoding). Bursts come after kPartnerExplore calls of the class, twice
+// as many after each that confirms the current way, and at once when the
+// current way's cost rises above the other's by the margin (the first
+// call of all: the other is unknown). The first half of a burst
 // is not timed: the caches hold what the current way reads and would make
 // the way explored look dearer than it is.
 inline constexpr double kPartnerOutlier = 1.5, kPartnerMargin = 1.08;
