@@ -3,7 +3,7 @@
 // benchmark/compare can put the two side by side.
 //
 //   xfmr-bench --model shakespeare-small [--batch 16] [--modes train,forward,generate]
-//              [--min-time 2] [--json FILE] [--smoke] [--partner measured]
+//              [--min-time 2] [--json FILE] [--smoke]
 //   xfmr-bench --translator multi30k [--vocab 8000]   (translator decoding only)
 //
 // Modes (every time is the median of many repetitions after a warm-up):
@@ -61,7 +61,6 @@ struct Args {
   bool smoke = false;
   bool eager = false;  // no graph steps (run_step) for training and forward passes
   int shards = 0;      // training step and forward pass: DataParallel shards (0: one per CPU thread; 1: none)
-  std::string partner = "measured";  // CPU: how decoding shares work with the partner thread
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -209,7 +208,6 @@ json run(const Args& a) {
                          {"FF", Cfg::D_FF}, {"V", V}, {"dropout", Cfg::DROPOUT}}},
               {"threads", detail::thread_count()},
               {"hardware_threads", std::thread::hardware_concurrency()},
-              {"partner", a.partner},
               {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", ceiling},
               {"parameters", Model::parameter_count(V, false)},
@@ -324,7 +322,6 @@ json run_translator(const Args& a) {
                          {"FF", Cfg::D_FF}, {"V", V}, {"dropout", 0.0}}},
               {"threads", detail::thread_count()},
               {"hardware_threads", std::thread::hardware_concurrency()},
-              {"partner", a.partner},
               {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", gemm_ceiling(a, be)},
               {"parameters", Model::parameter_count(V, V, false)},
@@ -420,9 +417,6 @@ int main(int argc, char** argv) {
       ("shards", po::value(&a.shards)->default_value(a.shards),
        "CPU training step and forward pass: split the batch over this many model replicas, one a thread "
        "(DataParallel); 0: one per thread; 1: one model, each operation threaded instead")
-      ("partner", po::value(&a.partner)->default_value(a.partner),
-       "CPU decoding: measured (the partner thread takes half of a step or product when that times cheaper), "
-       "always or never (experiments: the two ways on their own)")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;
@@ -436,11 +430,6 @@ int main(int argc, char** argv) {
         require(m == "train" || m == "forward" || m == "generate", "unknown mode '", m,
                 "' (choose from train, forward, generate)");
     }
-    require(a.partner == "measured" || a.partner == "always" || a.partner == "never", "unknown --partner '",
-            a.partner, "' (choose from measured, always, never)");
-    detail::Partner::instance().set_policy(a.partner == "always"  ? detail::PartnerPolicy::always
-                                           : a.partner == "never" ? detail::PartnerPolicy::never
-                                                                  : detail::PartnerPolicy::measured);
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
     json result;
     if (a.translator.empty()) {

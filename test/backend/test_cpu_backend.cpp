@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include <omp.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -55,134 +56,6 @@ BOOST_AUTO_TEST_CASE(gemm_all_transpose_combinations_with_alpha_beta_and_strides
             }
           }
         }
-}
-
-// Waits (up to `limit`) until `started`: a caller's first half holding on
-// until the partner has begun the posted second half, so that a test does
-// not depend on how soon the OS runs the partner (e.g. beside other tests).
-bool wait_for(const std::atomic<bool>& started, std::chrono::milliseconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!started.load()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
-// The decoding partner thread: each half runs exactly once, whether the
-// partner takes it, the caller takes it back (the partner asleep after a
-// pause), or a second caller finds the partner in use and runs both halves.
-BOOST_AUTO_TEST_CASE(partner_runs_each_half_exactly_once) {
-  auto& partner = detail::Partner::instance();
-  partner.set_policy(detail::PartnerPolicy::always);  // every call posts a half
-  std::atomic<int> wrong{0}, on_partner{0};
-  auto caller = [&](int calls, bool pauses) {
-    const auto self = std::this_thread::get_id();
-    for (int i = 0; i < calls; ++i) {
-      std::array<int, 2> runs{0, 0};
-      std::array<std::thread::id, 2> where{};
-      std::atomic<bool> started{false};
-      // Now and then the first half waits a little for the partner to start
-      // the second (if the other caller holds the partner, it runs both
-      // halves here and the wait runs out).
-      const bool wait = pauses && i % 500 == 250;
-      partner.run_halves(
-          [&](int h) {
-            if (h == 1) started = true;
-            ++runs[h];
-            where[h] = std::this_thread::get_id();
-            if (h == 0 && wait) wait_for(started, std::chrono::milliseconds(5));
-          },
-          1);
-      if (runs != std::array{1, 1} || where[0] != self) ++wrong;
-      if (where[1] != self) ++on_partner;
-      if (pauses && i % 500 == 499) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  };
-  std::thread second(caller, 20000, false);
-  caller(20000, true);
-  second.join();
-  partner.set_policy(detail::PartnerPolicy::measured);
-  BOOST_TEST(wrong.load() == 0);
-  BOOST_TEST(on_partner.load() > 0);  // the partner did take halves
-}
-
-// The measured policy stops handing halves to a partner that costs more
-// than it saves: here every half the partner takes sleeps 200 us, while the
-// caller's first half works 20 us (time for a posted half to be picked up)
-// and its second is free. Only the exploring calls may still reach the
-// partner: bursts of kPartnerBurst after 256, 512, ... calls (each confirms
-// the choice), 5 bursts in 16000 calls. They must go on reaching it, or the
-// choice could not follow a change. Negative control: under
-// PartnerPolicy::always the same partner takes every half.
-BOOST_AUTO_TEST_CASE(partner_measured_policy_avoids_a_slow_partner) {
-  auto& partner = detail::Partner::instance();
-  auto halves_on_partner = [&](detail::PartnerPolicy policy, int calls) {
-    partner.set_policy(policy);
-    const auto self = std::this_thread::get_id();
-    int taken = 0;
-    for (int i = 0; i < calls; ++i) {
-      std::thread::id where;
-      std::atomic<bool> started{false};
-      partner.run_halves(
-          [&](int h) {
-            if (h == 0) {
-              // Always posts, so the partner will start the second half.
-              if (policy == detail::PartnerPolicy::always) wait_for(started, std::chrono::seconds(1));
-              const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
-              while (std::chrono::steady_clock::now() < until) {
-              }
-              return;
-            }
-            started = true;
-            where = std::this_thread::get_id();
-            if (where != self) std::this_thread::sleep_for(std::chrono::microseconds(200));
-          },
-          1000);
-      if (where != self) ++taken;
-    }
-    partner.set_policy(detail::PartnerPolicy::measured);
-    return taken;
-  };
-  const int calls = 16000;
-  const int measured = halves_on_partner(detail::PartnerPolicy::measured, calls);
-  BOOST_TEST_MESSAGE("halves on the partner: measured " << measured);
-  BOOST_TEST(measured <= int(6 * detail::kPartnerBurst));
-  BOOST_TEST(measured >= int(detail::kPartnerBurst / 2));
-  const int always = halves_on_partner(detail::PartnerPolicy::always, 400);
-  BOOST_TEST(always == 400);  // the partner does take posted halves when asked to
-}
-
-// PartnerChoice on made-up times (ticks): alone costs 100 a call and
-// paired 130, but one alone call in 50 takes 1000 (the OS interrupted it),
-// and three in a row now and then. The choice must stay alone but for its
-// exploring bursts: about a dozen in 100000 calls, as the explorations
-// confirm it and grow apart. (Comparing the current way's running cost with
-// the other's from the last exploration, as the choice once did, switched
-// to paired on one such call and stayed there until the next exploration,
-// up to kPartnerExploreMax calls: tens of thousands of paired calls here.)
-// Then alone turns dearer than paired for good (200): the choice must
-// follow within a burst or two.
-BOOST_AUTO_TEST_CASE(partner_choice_keeps_the_cheaper_way_through_outliers) {
-  detail::PartnerChoice choice;
-  auto run = [&](int calls, double alone, double paired) {
-    int on_paired = 0, alone_calls = 0;
-    for (int i = 0; i < calls; ++i) {
-      const bool p = choice.choose_paired();
-      double t = p ? paired : alone;
-      if (!p && (++alone_calls % 50 == 0 || alone_calls % 997 >= 994)) t = 1000;
-      on_paired += p;
-      choice.record(p, t);
-    }
-    return on_paired;
-  };
-  const int steady = run(100000, 100, 130);
-  BOOST_TEST_MESSAGE("paired calls while alone is cheaper: " << steady);
-  BOOST_TEST(steady <= int(16 * detail::kPartnerBurst));
-  BOOST_TEST(steady >= int(4 * detail::kPartnerBurst));  // it goes on exploring
-  const int after = run(20000, 200, 130);
-  BOOST_TEST_MESSAGE("paired calls of 20000 once paired is cheaper: " << after);
-  BOOST_TEST(after >= 20000 - int(8 * detail::kPartnerBurst) - 100);
 }
 
 // run_step (backend.hpp): a backend without graph steps runs the step once,
@@ -417,6 +290,38 @@ BOOST_AUTO_TEST_CASE(float_single_row_products_match_a_double_sum) {
     }
     BOOST_TEST(y[N] == 7.0f);  // nothing written past the row
   }
+}
+
+// A single-row product large enough to split its rows over the threads
+// (from detail::kGemvSplitWork weights; blocks of 16 rows) gives the bits of
+// the same product on one thread, for row counts that do and do not divide
+// into the blocks, in float and double.
+template <class S>
+void check_split_single_row_product() {
+  CpuBackend<S> be;
+  Rng rng(21);
+  for (auto [N, K] : {std::array{2304, 768}, {1027, 256}, {1000, 133}}) {
+    BOOST_REQUIRE(long(N) * K >= detail::kGemvSplitWork);
+    const int ldb = K + 1;
+    std::vector<S> W(std::size_t(N) * ldb), x(K), one(N + 1, S(7)), split(N + 1, S(7));
+    for (auto& w : W) w = S(rng.uniform() * 2 - 1);
+    for (auto& v : x) v = S(rng.uniform() * 2 - 1);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    be.gemm(false, true, 1, N, K, S(1), x.data(), K, W.data(), ldb, S(0), one.data(), N);
+    omp_set_num_threads(std::max(2, threads));
+    be.gemm(false, true, 1, N, K, S(1), x.data(), K, W.data(), ldb, S(0), split.data(), N);
+    omp_set_num_threads(threads);
+    BOOST_TEST_CONTEXT("N " << N << ", K " << K) {
+      BOOST_TEST(std::memcmp(one.data(), split.data(), one.size() * sizeof(S)) == 0);
+      BOOST_TEST(split[N - 1] != S(7));
+      BOOST_TEST(split[N] == S(7));
+    }
+  }
+}
+BOOST_AUTO_TEST_CASE(split_single_row_products_give_the_one_thread_bits) {
+  check_split_single_row_product<float>();
+  check_split_single_row_product<double>();
 }
 
 #ifdef XFMR_SIMD_ROWS

@@ -33,24 +33,9 @@ endfunction()
 
 check_run(lm "train_step;forward;generate_cached;generate_recompute;full_context_cached;full_context_recompute"
           --model tiny)
-# Decoding with the partner thread always taking a lane, and never: both
-# run, and the JSON says which way was asked for.
-foreach(way always never)
-  check_run(lm_${way} "generate_cached;full_context_cached" --model tiny --modes generate --partner ${way})
-  file(READ ${WORK_DIR}/lm_${way}.json text)
-  string(JSON partner GET "${text}" partner)
-  if(NOT partner STREQUAL way)
-    message(FATAL_ERROR "lm_${way}.json: partner is '${partner}', not '${way}'")
-  endif()
-endforeach()
 check_run(translator "translate_cached;translate_recompute;translate_full_context_cached;translate_full_context_recompute"
           --translator tiny --vocab 50)
 execute_process(COMMAND ${BENCH} --model tiny --modes train,fly RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
 if(rc EQUAL 0 OR NOT err MATCHES "unknown mode 'fly'")
   message(FATAL_ERROR "an unknown mode was not refused: ${err}")
-endif()
-execute_process(COMMAND ${BENCH} --model tiny --modes generate --partner sometimes RESULT_VARIABLE rc ERROR_VARIABLE err
-                OUTPUT_QUIET)
-if(rc EQUAL 0 OR NOT err MATCHES "unknown --partner 'sometimes'")
-  message(FATAL_ERROR "an unknown --partner was not refused: ${err}")
 endif()

@@ -4,7 +4,10 @@
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
 
-#include <thread>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -21,8 +24,7 @@ struct TinyLmPostSinusoidal : TinyPost {
 struct TinyLmWide : TinyPre {
   static constexpr int MAX_T = 6, D_MODEL = 12, N_HEADS = 3, N_LAYERS = 2, D_FF = 40;
 };
-// One head (the fused step's second lane has none), query/key heads
-// narrower than the value heads.
+// One head, query/key heads narrower than the value heads.
 struct TinyLmOneHead : TinyPost {
   static constexpr int MAX_T = 6, D_MODEL = 8, N_HEADS = 1, N_LAYERS = 2, D_FF = 12;
   static constexpr int QK_HEAD_DIM = 3, V_HEAD_DIM = 5;
@@ -85,6 +87,7 @@ BOOST_AUTO_TEST_CASE(cached_decoding_matches_full_recomputation) {
   check_equivalence<TinyLm>("pre-norm, learned positions");
   check_equivalence<TinyLmPostSinusoidal>("post-norm, sinusoidal positions");
   check_equivalence<TinyLmWide>("pre-norm, three heads");
+  check_equivalence<TinyLmOneHead>("post-norm, one head, 3-wide queries, 5-wide values");
 }
 
 // The translator's decoder, one sentence stepped one token at a time (its
@@ -110,128 +113,64 @@ BOOST_AUTO_TEST_CASE(cached_seq2seq_decoding_matches_full_recomputation) {
 }
 
 namespace {
-using detail::Partner;
-using detail::PartnerPolicy;
-
-// Decodes `steps` tokens one at a time (greedy, from token 1) on two
-// backends, one fusing each step (CpuBackend::decode_layers), one leaving
-// it to the blocks, and returns the largest difference between their
-// logits.
-template <class Model, class Backend>
-double fused_against_blocks(Model& model, int steps) {
-  Backend fused, blocks;
-  blocks.set_fused_decoding(false);
-  DecodingCache<Backend> a, b;
-  model.start_cache(a, 1);
-  model.start_cache(b, 1);
-  std::int32_t id = 1;
-  double worst = 0;
-  for (int t = 0; t < steps; ++t) {
-    const auto x = model.forward_cached(fused, std::span(&id, 1), 1, a);
-    const std::vector<typename Backend::Scalar> got(x.begin(), x.end());
-    const auto y = model.forward_cached(blocks, std::span(&id, 1), 1, b);
-    for (std::size_t v = 0; v < got.size(); ++v) worst = std::max(worst, double(std::abs(got[v] - y[v])));
-    id = std::int32_t(std::max_element(got.begin(), got.end()) - got.begin());
-  }
-  BOOST_TEST(a.length() == steps);
-  return worst;
-}
-
-// Every parameter uniform in [-0.5, 0.5], the layer norms' and the biases
-// (which init_gpt2 leaves at 1 and 0) included.
-template <class Model>
-void randomize(Model& model, std::uint64_t seed) {
-  Rng rng(seed);
-  model.visit([&](std::string_view, auto& value, auto&) {
-    using S = typename std::remove_cvref_t<decltype(value)>::value_type;
-    value.generate([&] { return S(rng.uniform(-0.5, 0.5)); });
-  });
-}
-
-template <class Cfg>
-void check_fused(const char* name) {
-  Decoder<Cfg, Be> model(9, 11);
-  randomize(model, 21);
-  model.set_training(false);
-  const double worst = fused_against_blocks<Decoder<Cfg, Be>, Be>(model, Cfg::MAX_T);
-  BOOST_TEST(worst < 1e-13, name << ": fused step differs by " << worst);
-}
-
-struct PolicyGuard {
-  explicit PolicyGuard(PartnerPolicy p) { Partner::instance().set_policy(p); }
-  ~PolicyGuard() { Partner::instance().set_policy(PartnerPolicy::measured); }
+// Wide enough that a decoding step's single-row products split their rows
+// over the threads (fc1 and fc2: 2^18 weights each).
+struct SplitLmF : TinyPre {
+  static constexpr int MAX_T = 10, D_MODEL = 256, N_HEADS = 4, N_LAYERS = 2, D_FF = 1024;
+  using Activation = Relu;
 };
+
+// Greedy float decoding of `steps` tokens through the cache, one row a
+// step; returns every step's logits.
+template <class Model>
+std::vector<float> greedy_cached(Model& model, int steps) {
+  CpuBackend<float> be;
+  DecodingCache<CpuBackend<float>> cache;
+  model.start_cache(cache, 1);
+  std::vector<float> all;
+  std::int32_t id = 1;
+  for (int t = 0; t < steps; ++t) {
+    const auto x = model.forward_cached(be, std::span(&id, 1), 1, cache);
+    all.insert(all.end(), x.begin(), x.end());
+    id = std::int32_t(std::max_element(x.begin(), x.end()) - x.begin());
+  }
+  BOOST_TEST(cache.length() == steps);
+  return all;
+}
 }  // namespace
 
-// The fused decoding step against the blocks' own forward_cached, with the
-// step's two lanes on two threads (always: the partner takes lane 1 of
-// every step, on a machine with two threads), on one (never) and as
-// measured.
-// The lanes split heads and feed-forward units unevenly where the sizes are
-// odd; the results must not depend on the split or on the way.
-BOOST_AUTO_TEST_CASE(fused_decoding_step_matches_the_blocks_own) {
-  for (PartnerPolicy p : {PartnerPolicy::always, PartnerPolicy::never, PartnerPolicy::measured}) {
-    PolicyGuard guard(p);
-    check_fused<TinyLm>("pre-norm, GELU");
-    check_fused<TinyLmPostSinusoidal>("post-norm, ReLU");
-    check_fused<TinyLmWide>("three heads");
-    check_fused<TinyLmOneHead>("one head, 3-wide queries, 5-wide values");
-    Decoder<SmallLmF, CpuBackend<float>> model(11, 12);
-    randomize(model, 22);
-    model.set_training(false);
-    const double worst = fused_against_blocks<decltype(model), CpuBackend<float>>(model, SmallLmF::MAX_T);
-    BOOST_TEST(worst < 2e-5, "float: fused step differs by " << worst);
-  }
-}
-
-// Under PartnerPolicy::always the partner does take the second lane (on a
-// machine with two threads to spare), and then gives the same logits.
-BOOST_AUTO_TEST_CASE(fused_decoding_runs_paired_on_two_threads) {
-  if (!detail::may_fork()) {
-    BOOST_TEST_MESSAGE("one thread only: no partner to pair with");
-    return;
-  }
-  PolicyGuard guard(PartnerPolicy::always);
-  Decoder<SmallLmF, CpuBackend<float>> model(11, 13);
+// A float decoding step runs through the blocks' own forward_cached: its
+// logits match a full float forward pass over the same tokens, and do not
+// depend on the thread count, for a model whose single-row products stay
+// on one thread (SmallLmF: 16-wide kernel blocks and their tails) and one
+// whose products split over the threads (SplitLmF).
+template <class Cfg>
+void check_float_decoding(const char* name) {
+  Decoder<Cfg, CpuBackend<float>> model(11, 12);
   model.set_training(false);
-  const std::uint64_t before = Partner::instance().lockstep_pairs();
-  double worst = 0;
-  for (int round = 0; round < 200 && Partner::instance().lockstep_pairs() == before; ++round)
-    worst = std::max(worst, fused_against_blocks<decltype(model), CpuBackend<float>>(model, SmallLmF::MAX_T));
-  BOOST_TEST(Partner::instance().lockstep_pairs() > before);
-  BOOST_TEST(worst < 2e-5);
-}
-
-// Two threads decoding at once share one partner: one pairs, the other
-// runs alone, and both get their own model's logits.
-BOOST_AUTO_TEST_CASE(concurrent_fused_decoding_keeps_each_caller_apart) {
-  PolicyGuard guard(PartnerPolicy::always);
-  Decoder<SmallLmF, CpuBackend<float>> m1(11, 14), m2(11, 15);
-  m1.set_training(false);
-  m2.set_training(false);
-  double w1 = 1, w2 = 1;
-  std::thread other([&] { w2 = fused_against_blocks<decltype(m2), CpuBackend<float>>(m2, SmallLmF::MAX_T); });
-  w1 = fused_against_blocks<decltype(m1), CpuBackend<float>>(m1, SmallLmF::MAX_T);
-  other.join();
-  BOOST_TEST(w1 < 2e-5);
-  BOOST_TEST(w2 < 2e-5);
-}
-
-// While dropout is active (training, nonzero rate) a step is not fused: it
-// drops exactly as the blocks' own path does.
-BOOST_AUTO_TEST_CASE(fused_decoding_leaves_dropout_to_the_blocks) {
-  Decoder<TinyLm, Be> a(9, 16, {.dropout = 0.3f}), b(9, 16, {.dropout = 0.3f});
-  Be fused, blocks;
-  blocks.set_fused_decoding(false);
-  DecodingCache<Be> ca, cb;
-  a.start_cache(ca, 1);
-  b.start_cache(cb, 1);
-  for (std::int32_t id : {1, 2, 3}) {
-    const auto x = a.forward_cached(fused, std::span(&id, 1), 1, ca);
-    const Vec got(x.begin(), x.end());
-    const auto y = b.forward_cached(blocks, std::span(&id, 1), 1, cb);
-    for (std::size_t v = 0; v < got.size(); ++v) BOOST_TEST(got[v] == y[v]);
+  const int T = Cfg::MAX_T, V = 11;
+  const auto cached = greedy_cached(model, T);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one_thread = greedy_cached(model, T);
+  omp_set_num_threads(threads);
+  BOOST_TEST(std::memcmp(cached.data(), one_thread.data(), cached.size() * sizeof(float)) == 0, name);
+  // The tokens fed were 1 and then each step's arg max.
+  std::vector<std::int32_t> ids{1};
+  for (int t = 0; t + 1 < T; ++t) {
+    const auto row = cached.begin() + std::ptrdiff_t(t) * V;
+    ids.push_back(std::int32_t(std::max_element(row, row + V) - row));
   }
+  CpuBackend<float> be;
+  const auto full = model.forward(be, ids, Shape{1, T});
+  double worst = 0;
+  for (std::size_t i = 0; i < cached.size(); ++i) worst = std::max(worst, double(std::abs(cached[i] - full[i])));
+  BOOST_TEST(worst < 2e-5, name << ": cached float logits differ from the full pass by " << worst);
+}
+
+BOOST_AUTO_TEST_CASE(float_decoding_matches_the_full_pass_on_any_thread_count) {
+  check_float_decoding<SmallLmF>("SmallLmF");
+  check_float_decoding<SplitLmF>("SplitLmF");
 }
 
 BOOST_AUTO_TEST_CASE(reorder_moves_a_sequence_cache) {

@@ -48,9 +48,6 @@
 //  synchronize()                             waits for queued work (timing)
 //
 // Optional (models test for it with a requires-expression):
-//  decode_layers(shape, layers, x, y) -> bool    one row x (D) through every
-//      block of a decoding step into y (D), writing each layer's cache row
-//      (DecodeShape below); false when the backend declines (y untouched)
 //  sum_squares_each(tensors, sums)           sums[t] = sum_squares(tensors[t])
 //      for a list of SquaresTensor, bit for bit, with one read by the host
 //      (gradient_norm uses it where a backend has it)
@@ -102,27 +99,6 @@ struct AdamWTensor {
 struct AttentionDims {
   int B = 0, H = 0, Tq = 0, Tk = 0, QK_DIM = 0, V_DIM = 0, KV_ROWS = 0;
   int kv_rows() const { return KV_ROWS ? KV_ROWS : Tk; }
-};
-
-// One new position of one sequence through a stack of self-attention blocks
-// in a single call, for backends that fuse a decoding step (CpuBackend::
-// decode_layers; models fall back to the blocks' own forward_cached when a
-// backend has no such call or declines it). DecodeShape gives the sizes,
-// one DecodeLayer<S> per block its parameters (torch.nn.Linear layouts, as
-// the layers hold them; a missing bias is null) and its cache: the rows of
-// the sequence's keys (capacity, H*QK) and values (capacity, H*V), of which
-// `position` are filled; the call writes row `position` of each.
-struct DecodeShape {
-  int D = 0, H = 0, QK = 0, V = 0, FF = 0;
-  int position = 0;
-  bool pre_norm = true, gelu = false;
-};
-template <class S>
-struct DecodeLayer {
-  const S *ln1_weight, *ln1_bias, *qkv_weight, *qkv_bias, *proj_weight, *proj_bias;
-  const S *ln2_weight, *ln2_bias, *fc1_weight, *fc1_bias, *fc2_weight, *fc2_bias;
-  S ln1_eps, ln2_eps;
-  S *keys, *values;
 };
 
 template <class Be>

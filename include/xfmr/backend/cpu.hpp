@@ -8,13 +8,10 @@
 // single-threaded BLAS call per thread, larger ones use OpenBLAS's (or
 // Eigen's) own OpenMP parallelism (cpu_gemm.hpp says which shape goes where).
 // Below a small amount of work an operation runs inline, without entering
-// the OpenMP runtime at all: a fork costs more than it saves. A decoding
-// step's single-row products instead share their rows with a partner thread
-// that is already spinning (cpu_partner.hpp), and a one-row step through a
-// decoder's blocks runs fused, in two lanes on the two threads
-// (decode_layers, cpu_decode.hpp). Reductions across rows run in
-// a fixed order (split over columns, never over the rows being summed), so
-// results are bitwise reproducible for a given thread count. The thresholds
+// the OpenMP runtime at all: a fork costs more than it saves. Reductions
+// across rows run in a fixed order (split over columns, never over the rows
+// being summed), so results are bitwise reproducible for a given thread
+// count. The thresholds
 // and the threading helper are in cpu_parallel.hpp, the per-row attention
 // kernels in cpu_rows.hpp.
 #pragma once
@@ -29,7 +26,6 @@
 #include <vector>
 
 #include "xfmr/backend/backend.hpp"
-#include "xfmr/backend/cpu_decode.hpp"
 #include "xfmr/backend/cpu_gemm.hpp"
 #include "xfmr/backend/cpu_parallel.hpp"
 #include "xfmr/backend/cpu_rows.hpp"
@@ -209,7 +205,10 @@ class CpuBackend {
   void gelu_forward(std::size_t n, const S* x, S* y) {
     const long ln = static_cast<long>(n);
     detail::parallel_ranges(ln, ln > detail::kParallelWork / 8, [=](long lo, long hi) {
-      for (long i = lo; i < hi; ++i) y[i] = detail::gelu_tanh(x[i]);
+      for (long i = lo; i < hi; ++i) {
+        const S v = x[i];
+        y[i] = S(0.5) * v * (S(1) + std::tanh(kGeluC * (v + S(0.044715) * v * v * v)));
+      }
     });
   }
   void gelu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
@@ -511,27 +510,11 @@ class CpuBackend {
     });
   }
 
-  // ---- decoding ------------------------------------------------------------
-
-  // One row through every block of a decoding step (backend.hpp), in two
-  // lanes on two cores (cpu_decode.hpp). Declines when turned off, and for
-  // widths a layer norm would fork for.
-  bool decode_layers(const DecodeShape& s, std::span<const DecodeLayer<S>> layers, const S* x, S* y) {
-    if (!fused_decoding_ || layers.empty() || long(s.D) > detail::kParallelWork) return false;
-    decode_.run(*this, s, layers, x, y);
-    return true;
-  }
-  // Whether decode_layers runs (default) or declines, leaving each block to
-  // decode itself: tests compare the two ways.
-  void set_fused_decoding(bool on) { fused_decoding_ = on; }
-
  private:
-  static constexpr S kGeluC = detail::kGeluC<S>;  // sqrt(2 / pi)
+  static constexpr S kGeluC = S(0.7978845608028654);  // sqrt(2 / pi)
 
   AlignedVector<S> scratch_;    // per-thread (Tq, Tk) tiles for attention backward; grows only
   std::vector<double> row_loss_;  // per-row cross-entropy before the ordered sum; grows only
-  detail::DecodeLanes<S> decode_;  // the fused decoding step's buffers
-  bool fused_decoding_ = true;
 };
 
 static_assert(Backend<CpuBackend<float>>);

@@ -2,9 +2,9 @@
 // + beta C, and how it spends the threads on each shape:
 //
 // - one row times a weight matrix, y = W x (a decoding step's projections):
-//   cpu_simd.hpp's gemv_rows in float on AVX-512, else Eigen's GEMV; shared
-//   with the partner thread from kGemvPartnerWork weights when that
-//   measures cheaper (cpu_partner.hpp);
+//   cpu_simd.hpp's gemv_rows in float on AVX-512, else Eigen's GEMV; from
+//   kGemvSplitWork weights W's rows are split over the OpenMP threads, so
+//   each core streams its part of the matrix;
 // - from kBlasWork multiply-adds and kBlasMinSide rows and columns: one
 //   block of C's rows (or columns) per thread, through a libxsmm kernel
 //   when the weight-sized operand stays in cache (cpu_small_gemm.hpp), else
@@ -23,7 +23,6 @@
 #endif
 
 #include "xfmr/backend/cpu_parallel.hpp"
-#include "xfmr/backend/cpu_partner.hpp"
 #include "xfmr/backend/cpu_simd.hpp"
 #include "xfmr/backend/cpu_small_gemm.hpp"
 
@@ -54,22 +53,13 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
 
   // One contiguous row times a (N, K) weight matrix, y = W x (a decoding
   // step's projections): gemv_rows (float, AVX-512) or Eigen's row-major
-  // GEMV, without the general product's dispatch; from kGemvPartnerWork
-  // weights the partner thread streams half of the matrix from its own
-  // core's cache.
+  // GEMV, without the general product's dispatch. From kGemvSplitWork
+  // weights each thread takes a block of W's rows (multiples of 16, the
+  // kernel's block): the product is bound by reading W, and each core
+  // then reads its part from its own cache.
   if (M == 1 && tb && !ta && alpha == S(1) && beta == S(0)) {
-    auto rows = [=](int n0, int n1) { gemv(n0, n1, K, B, ldb, A, C); };
-    if (long(N) * K >= kGemvPartnerWork && may_fork()) {
-      const int half = std::min(N, (N / 2 + 15) / 16 * 16);
-      Partner::instance().run_halves(
-          [&](int h) {
-            if (h == 0) rows(0, half);
-            else rows(half, N);
-          },
-          long(N) * K);
-    } else {
-      rows(0, N);
-    }
+    parallel_ranges(
+        N, long(N) * K >= kGemvSplitWork, [=](long n0, long n1) { gemv(int(n0), int(n1), K, B, ldb, A, C); }, 16);
     return;
   }
 #ifdef XFMR_WITH_OPENBLAS
@@ -119,7 +109,7 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
     return;
   }
   // Any other single row against a large matrix (transposed, scaled or
-  // accumulating; y = W x went to the partner above) streams the whole
+  // accumulating; y = W x was handled above) streams the whole
   // matrix for one row: memory bound, so OpenBLAS's threaded GEMV, which
   // splits the matrix over the cores and their caches, wins.
   if (M == 1 && long(N) * K >= kGemvThreadedWork) {

@@ -35,10 +35,13 @@ inline constexpr long kSmallGemmPanelBytes = 256L << 10;
 // recomputed decoding context) OpenBLAS's per-thread packing is cheaper.
 inline constexpr int kSmallGemmTransposeRows = 256;
 // From this many weights a single-row product goes to BLAS's threaded GEMV;
-// y = W x, a decoding step's projection, from kGemvPartnerWork weights to
-// Partner (cpu_partner.hpp), which takes half of W.
+// y = W x, a decoding step's projection, splits W's rows over the threads
+// from kGemvSplitWork weights (512 KiB of floats). Below that the fork and
+// join cost about what the second core saves: shakespeare-mid's 2^16-weight
+// feed-forward products decoded 5-15% slower split on this VM's far-apart
+// cores; shakespeare-large's (from 2^18 weights) 1.7x faster.
 inline constexpr long kGemvThreadedWork = 1L << 16;
-inline constexpr long kGemvPartnerWork = 1L << 13;
+inline constexpr long kGemvSplitWork = 1L << 17;
 // Attention forward forks from this many multiply-adds: cheaper per unit
 // than the elements of the other operations (a decoding step's heads stay on
 // one thread).

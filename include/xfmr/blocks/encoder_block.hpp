@@ -53,28 +53,6 @@ class SelfAttentionBlock {
     r2_.forward(be, h, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
   }
 
-  // For a backend's fused decoding step (Backend::decode_layers): the
-  // shape of this block at cache position `position`, and its parameters
-  // and cache rows for sequence 0. Only while no dropout is active.
-  static DecodeShape decode_shape(int position) {
-    using Attn = SelfAttention<Cfg, Backend>;
-    return {D, Attn::H, Attn::QK_HEAD_DIM, Attn::V_HEAD_DIM, Cfg::D_FF, position, std::is_same_v<Norm, PreNorm>,
-            std::is_same_v<typename Cfg::Activation, Gelu>};
-  }
-  bool decodes_fused() const {
-    using Act = typename Cfg::Activation;
-    return (std::is_same_v<Act, Relu> || std::is_same_v<Act, Gelu>) && !r1_.dropping() && !r2_.dropping();
-  }
-  DecodeLayer<S> decode_layer(KvCache<Backend>& cache) const
-    requires CAUSAL
-  {
-    const auto &n1 = r1_.norm(), &n2 = r2_.norm();
-    return {n1.weight().data(), n1.bias().data(), attn_.qkv().weight().data(), attn_.qkv().bias_data(),
-            attn_.proj().weight().data(), attn_.proj().bias_data(), n2.weight().data(), n2.bias().data(),
-            ff_.fc1().weight().data(), ff_.fc1().bias_data(), ff_.fc2().weight().data(), ff_.fc2().bias_data(),
-            n1.eps(), n2.eps(), cache.k_row(0, 0), cache.v_row(0, 0)};
-  }
-
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
     const auto dh = dmid_.template rows<D>(dy.rows);  // (B*T, D)
     r2_.backward(be, dy, dh, [&](ConstRows<S, D> dout, Rows<S, D> din) { ff_.backward(be, dout, din); });

@@ -82,10 +82,6 @@ class Residual {
     norm_.visit(f);
   }
 
-  const LayerNorm<D, Backend>& norm() const { return norm_; }
-  // Whether forward drops anything (training with a nonzero rate).
-  bool dropping() const { return drop_.training() && drop_.p() > 0.0f; }
-
   // f(Dropout&) for the sublayer's dropout: to save or restore its call counter.
   template <class F>
   void for_each_dropout(F&& f) {

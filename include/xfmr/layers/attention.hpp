@@ -117,11 +117,8 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     proj_.visit(prefixed("proj.", f));
   }
 
-  // Attention probabilities of the last forward, (B, H, T, T). (A fused
-  // decoding step, Backend::decode_layers, does not record them.)
+  // Attention probabilities of the last forward, (B, H, T, T).
   std::span<const S> probabilities() const { return {probs_.data(), probs_size()}; }
-  const Linear<D, QKV, Backend>& qkv() const { return qkv_; }
-  const Linear<CTX, D, Backend>& proj() const { return proj_; }
 
  private:
   AttentionDims dims() const { return {bt_.B, H, bt_.T, bt_.T, QK_HEAD_DIM, V_HEAD_DIM}; }

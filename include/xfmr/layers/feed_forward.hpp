@@ -47,9 +47,6 @@ class FeedForward {
     fc2_.visit(prefixed("fc2.", f));
   }
 
-  const Linear<D, FF, Backend>& fc1() const { return fc1_; }
-  const Linear<FF, D, Backend>& fc2() const { return fc2_; }
-
  private:
   Linear<D, FF, Backend> fc1_;
   Activation<typename Cfg::Activation, FF, Backend> act_;

@@ -37,10 +37,6 @@ class LayerNorm {
                            dweight_.data(), dbias_.data());
   }
 
-  const Tensor& weight() const { return weight_; }
-  const Tensor& bias() const { return bias_; }
-  S eps() const { return eps_; }
-
   template <class F>
   void visit(F&& f) {
     f("weight", weight_, dweight_);

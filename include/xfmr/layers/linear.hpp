@@ -61,7 +61,6 @@ class Linear {
   bool has_bias() const { return has_bias_; }
   Tensor& weight() { return weight_; }
   const Tensor& weight() const { return weight_; }
-  const S* bias_data() const { return has_bias_ ? bias_.data() : nullptr; }
 
  private:
   Tensor weight_, dweight_;  // (OUT, IN)

@@ -113,12 +113,9 @@ class BlockStack {
     }
   }
 
-  // Incremental decoding through every block, layer i using cache[i]. One
-  // row (one new position of one sequence) goes through the backend's
-  // fused step when it has one (Backend::decode_layers).
+  // Incremental decoding through every block, layer i using cache[i].
   template <class Cache>
   void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, Cache& cache) {
-    if (x.rows == 1 && decode_fused(be, x, y, cache)) return;
     const int n = static_cast<int>(blocks_.size());
     S* acts = acts_.reserve(std::size_t(n - 1) * x.size());
     ConstRows<S, D> in = x;
@@ -141,34 +138,8 @@ class BlockStack {
   int size() const { return static_cast<int>(blocks_.size()); }
 
  private:
-  template <class Cache>
-  bool decode_fused(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Cache& cache) {
-    if constexpr (requires {
-                    be.decode_layers(DecodeShape{}, std::span<const DecodeLayer<S>>(), x.data, y.data);
-                    blocks_[0].decode_layer(cache[0]);
-                  }) {
-      const int position = cache[0].length();
-      const int capacity = cache[0].capacity();
-      const DecodeShape shape = Block::decode_shape(position);
-      decode_.clear();
-      for (int i = 0; i < size(); ++i) {
-        auto& c = cache[i];
-        if (!blocks_[i].decodes_fused() || c.batch() != 1 || c.length() != position || c.capacity() != capacity ||
-            c.k_width() != shape.H * shape.QK || c.v_width() != shape.H * shape.V || position >= capacity)
-          return false;  // the blocks' own path decodes, or says what is wrong
-        decode_.push_back(blocks_[i].decode_layer(c));
-      }
-      if (!be.decode_layers(shape, decode_, x.data, y.data)) return false;
-      for (int i = 0; i < size(); ++i) cache[i].advance(1);
-      return true;
-    } else {
-      return false;
-    }
-  }
-
   std::vector<Block> blocks_;
   Buffer<S> acts_, grads_;
-  std::vector<DecodeLayer<S>> decode_;  // decode_fused's layers, reused
 };
 
 }  // namespace xfmr
