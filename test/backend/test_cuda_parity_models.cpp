@@ -18,7 +18,7 @@
 #include "xfmr/blocks/encoder_block.hpp"
 #include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
-#include "xfmr/infer/kv_cache.hpp"
+#include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/layers/attention.hpp"
 #include "xfmr/layers/feed_forward.hpp"
 #include "xfmr/layers/layer_norm.hpp"

@@ -27,7 +27,7 @@
 #include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
-#include "xfmr/infer/kv_cache.hpp"
+#include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/layers/linear.hpp"
 
 namespace xfmr {

@@ -17,11 +17,12 @@
 #include <span>
 #include <type_traits>
 
+#include "xfmr/blocks/block_stack.hpp"
 #include "xfmr/blocks/encoder_block.hpp"
 #include "xfmr/core/config.hpp"
-#include "xfmr/infer/kv_cache.hpp"
+#include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/layers/layer_norm.hpp"
-#include "xfmr/models/stem.hpp"
+#include "xfmr/layers/token_stem.hpp"
 
 namespace xfmr {
 
