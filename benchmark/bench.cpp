@@ -41,9 +41,8 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
-#include "xfmr/train/data_parallel.hpp"
-#include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/trainer.hpp"
 
 namespace po = boost::program_options;
 using json = nlohmann::json;
@@ -223,39 +222,27 @@ json run(const Args& a) {
   const double tokens = double(B) * T, fwd = forward_flops<Cfg>(B, T, V);
   auto has = [&](const char* m) { return ("," + a.modes + ",").find("," + std::string(m) + ",") != std::string::npos; };
 
-  // On the CPU a batch is split by sequences over replicas, one a thread
-  // (train/data_parallel.hpp), for training and for the forward pass; with
-  // one shard this is the plain step.
-  DataParallel<Model, Be> dp(
-      model, be, [&] { return std::make_unique<Model>(V, 1337, DecoderOptions{.dropout = Cfg::DROPOUT}); }, a.shards);
-  out["shards"] = std::min(dp.shards(), B);
+  // The programs' training step (train/trainer.hpp): on the CPU a batch is
+  // split by sequences over replicas, one a thread, for training and for
+  // the forward pass; with one shard this is the plain step.
+  Trainer<Model, Be> trainer(
+      model, be, opt,
+      {.schedule = LrSchedule{.lr = 1e-4}, .shards = a.shards, .graph_steps = !a.eager},
+      [&] { return std::make_unique<Model>(V, 1337, DecoderOptions{.dropout = Cfg::DROPOUT}); });
+  out["shards"] = std::min(trainer.shards(), B);
+  auto forward = [&](const Shard& s, Model& m, Be& b) {
+    const std::size_t first = std::size_t(s.begin) * T, rows = std::size_t(s.size()) * T;
+    return m.forward(b, std::span(ids).subspan(first, rows), Shape{s.size(), T});
+  };
   if (has("train")) {
     model.set_training(true);
-    std::vector<CrossEntropyLoss<Be>> shard_ce(std::size_t(dp.shards()));
-    std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));
-    auto step = [&] {
-      zero_grad(model);
-      dp.backward(B, [&](const Shard& s, Model& m, Be& b) {
-        const std::size_t first = std::size_t(s.begin) * T, rows = std::size_t(s.size()) * T;
-        auto& c = shard_ce[std::size_t(s.index)];
-        const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(rows * V), rows * V);
-        c.forward(b, m.forward(b, std::span(ids).subspan(first, rows), Shape{s.size(), T}),
-                  std::span(targets).subspan(first, rows), V);
-        c.backward(b, dl, s.share());
-        m.backward(b, std::span<const float>(dl));
-      });
-      opt.step(be, 1e-4);
-    };
-    const auto t = time_calls(a, be, [&] { timed_step("train", step); });
+    const auto t = time_calls(a, be, [&] { trainer.step([&](int) { return BatchTargets{B, targets}; }, forward); });
     out["results"]["train_step"] = summarize(t, tokens, 3 * fwd, ceiling);
   }
   if (has("forward")) {
     model.set_training(false);
     auto step = [&] {
-      dp.forward(B, [&](const Shard& s, Model& m, Be& b) {
-        const std::size_t first = std::size_t(s.begin) * T, rows = std::size_t(s.size()) * T;
-        m.forward(b, std::span(ids).subspan(first, rows), Shape{s.size(), T});
-      });
+      trainer.data_parallel().forward(B, [&](const Shard& s, Model& m, Be& b) { forward(s, m, b); });
     };
     const auto t = time_calls(a, be, [&] { timed_step("forward", step); });
     out["results"]["forward"] = summarize(t, tokens, fwd, ceiling);

@@ -19,11 +19,8 @@
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
-#include "xfmr/train/data_parallel.hpp"
-#include "xfmr/train/gradients.hpp"
-#include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
-#include "xfmr/train/schedules.hpp"
+#include "xfmr/train/trainer.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -232,72 +229,54 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
   Be be = make_backend<Be>(args.backend);
   Model model(tok.size(), run.seed, {.dropout = dropout, .tie_weights = false});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = run.weight_decay});
-  const LrSchedule schedule = LrSchedule::parse(run.schedule, run.lr, args.steps);
-  Rng rng(detail::mix64(run.seed ^ 0xda7aULL));
-  long start = 0;
+  const int V = tok.size();
+  Trainer<Model, Be> trainer(model, be, opt,
+                             {.grad_accum = run.grad_accum,
+                              .clip = run.clip,
+                              .schedule = LrSchedule::parse(run.schedule, run.lr, args.steps),
+                              .shards = args.shards,
+                              .data_seed = detail::mix64(run.seed ^ 0xda7aULL)},
+                             [&] { return std::make_unique<Model>(V, run.seed, DecoderOptions{.dropout = dropout}); });
   if (resumed) {
-    load_parameters(model, *ckpt_model);
-    load_optimizer_state(opt, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));
-    start = resumed->at("step");
-    rng.set_state(std::stoull(resumed->at("rng").get<std::string>()));
-    const auto calls = resumed->at("dropout_calls").get<std::vector<std::uint64_t>>();
-    std::size_t i = 0;
-    model.for_each_dropout([&](auto& d) {
-      require(i < calls.size(), "checkpoint has ", calls.size(), " dropout counters, the model more");
-      d.set_calls(calls[i++]);
-    });
-    require(start <= args.steps, "the checkpoint is at step ", start, ", past --steps ", args.steps);
+    trainer.load(args.resume);
+    trainer.restore({resumed->at("step"), std::stoull(resumed->at("rng").get<std::string>()),
+                     resumed->at("dropout_calls").get<std::vector<std::uint64_t>>()});
+    require(trainer.steps() <= args.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", args.steps);
   }
+  const long start = trainer.steps();
 
-  const int T = Cfg::MAX_T, rows = run.batch * T, V = tok.size();
+  const int T = Cfg::MAX_T, rows = run.batch * T;
   std::cout << "xfmr-charlm: " << Cfg::NAME << " on " << describe(be) << ", " << Model::parameter_count(V, false) << " parameters, vocabulary "
             << V << ", " << train_batches.size() << " train / " << val_batches.size()
             << (run.mode == "names" ? " val names" : " val tokens") << ", batch " << run.batch
             << " x " << T << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << "\n";
 
   std::vector<std::int32_t> ids(rows), targets(rows);
-  // A CPU step splits each batch by sequences over model replicas, one a
-  // thread (train/data_parallel.hpp); each shard has its own loss and
-  // logit-gradient buffer.
-  DataParallel<Model, Be> dp(
-      model, be, [&] { return std::make_unique<Model>(V, run.seed, DecoderOptions{.dropout = dropout}); }, args.shards);
-  std::vector<CrossEntropyLoss<Be>> shard_ce(std::size_t(dp.shards()));
-  std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
-  // Mean loss over every counted target of the evaluation batches, each
-  // batch split by sequences as a training step is, its shards weighed by
-  // their counted targets (names mode pads; in text mode every target
-  // counts).
+  // The model's logits for a shard of the batch in ids.
+  auto forward = [&](const Shard& s, Model& m, Be& b) {
+    return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+                     Shape{s.size(), T});
+  };
+  // Mean loss over every counted target of the evaluation batches (names
+  // mode pads; in text mode every target counts).
   auto evaluate = [&](const Batches& b) {
-    model.set_training(false);
-    double total = 0;
-    long counted = 0;
+    LossSum sum;
     for (int i = 0; i < b.eval_count(args.eval_batches); ++i) {
       b.eval_batch(i, ids.data(), targets.data());
-      total += dp.forward(run.batch, [&](const Shard& s, Model& m, Be& mb) {
-        const std::size_t first = std::size_t(s.begin) * T, n = std::size_t(s.size()) * T;
-        const auto shard_targets = std::span<const std::int32_t>(targets).subspan(first, n);
-        const long c = counted_targets(shard_targets);
-        if (c == 0) return 0.0;
-        const auto logits = m.forward(mb, std::span<const std::int32_t>(ids).subspan(first, n), Shape{s.size(), T});
-        return shard_ce[std::size_t(s.index)].forward(mb, logits, shard_targets, V) * double(c);
-      });
-      counted += counted_targets(targets);
+      sum += trainer.evaluate({run.batch, targets}, forward);
     }
-    model.set_training(true);
-    return counted ? total / double(counted) : 0.0;
+    return sum.mean();
   };
-  auto save = [&](long step) {
+  auto save = [&] {
     if (args.out.empty()) return;
     SafeTensorsWriter mw, ow;
-    add_parameters(mw, model);
+    trainer.save(mw, ow);
     mw.set_metadata("format", kFormat);
     mw.set_metadata("model", Cfg::NAME);
     mw.set_metadata("tokenizer", tok.to_json());
-    add_optimizer_state(ow, opt);
-    std::vector<std::uint64_t> calls;
-    model.for_each_dropout([&](auto& d) { calls.push_back(d.calls()); });
-    json state = {{"format", kFormat},  {"version", 1},           {"step", step},
-                  {"steps", args.steps}, {"rng", std::to_string(rng.state())}, {"dropout_calls", calls},
+    const TrainerState st = trainer.state();
+    json state = {{"format", kFormat},  {"version", 1},           {"step", st.step},
+                  {"steps", args.steps}, {"rng", std::to_string(st.data_rng)}, {"dropout_calls", st.dropout_calls},
                   {"data", args.data},  {"data_hash", hex(corpus.hash)}, {"vocab", V},
                   {"settings", run.to_json()}};
     write_checkpoint(args.out, mw, ow, state.dump(2));
@@ -309,41 +288,15 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
   Progress progress(start, args.steps, long(rows) * run.grad_accum);
   double last_train = -1, last_val = -1, last_loss = 0;
   const long stop = args.stop_after > 0 ? std::min(args.stop_after, args.steps) : args.steps;
-  for (long step = start; step < stop; ++step) {
-    const double lr = schedule.at(step);
-    double loss = 0;
-    run_step(be, "train", [&] {  // on a GPU, the step's kernels replay as CUDA graphs
-      zero_grad(model);
-      for (int micro = 0; micro < run.grad_accum; ++micro) {
-        train_batches.sample(rng, ids.data(), targets.data());
-        const long batch_counted = counted_targets(targets);
-        const double l = dp.backward(run.batch, [&](const Shard& s, Model& m, Be& b) {
-          const std::size_t first = std::size_t(s.begin) * T, n = std::size_t(s.size()) * T;
-          const auto shard_targets = std::span<const std::int32_t>(targets).subspan(first, n);
-          const long counted = counted_targets(shard_targets);
-          if (counted == 0) return 0.0;  // nothing to learn from (all padding)
-          const double share = double(counted) / double(batch_counted);
-          auto& c = shard_ce[std::size_t(s.index)];
-          const double shard_loss =
-              c.forward(b, m.forward(b, std::span(ids).subspan(first, n), Shape{s.size(), T}), shard_targets, V);
-          if (!std::isfinite(shard_loss)) return shard_loss;  // reported below, from the model's own weights
-          const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(n * V), n * V);
-          c.backward(b, dl, share / run.grad_accum);
-          m.backward(b, std::span<const float>(dl));
-          return shard_loss * share;
-        });
-        if (!std::isfinite(l)) {
-          const auto bad = first_non_finite_parameter(be, model);
-          detail::fail("loss is ", l, " at step ", step, "; ",
-                       bad.empty() ? std::string("every parameter is finite")
-                                   : "first non-finite parameter: '" + bad + "'");
-        }
-        loss += l / run.grad_accum;
-      }
-      if (run.clip > 0) clip_gradients(be, model, run.clip);
-      else gradient_norm(be, model);  // throws naming the first non-finite gradient
-      opt.step(be, lr);
-    });
+  while (trainer.steps() < stop) {
+    const StepResult r = trainer.step(
+        [&](int) {
+          train_batches.sample(trainer.data_rng(), ids.data(), targets.data());
+          return BatchTargets{run.batch, targets};
+        },
+        forward);
+    const long step = r.step - 1;
+    const double lr = r.lr, loss = r.loss;
     last_loss = loss;
     batch_losses.emplace_back(step + 1, loss);
     csv.batch(step + 1, lr, loss);
@@ -356,7 +309,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
                 << ", val loss " << last_val << std::defaultfloat << std::endl;
       evals.push_back({step + 1, last_train, last_val});
       csv.eval(step + 1, lr, last_train, last_val);
-      save(step + 1);
+      save();
     }
   }
   progress.clear_line();

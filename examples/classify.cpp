@@ -4,7 +4,6 @@
 //   xfmr-classify train --train TSV --dev TSV [--model sst2] [--epochs N] ...
 //   xfmr-classify eval --checkpoint DIR --dev TSV
 #include <boost/program_options.hpp>
-#include <deque>
 #include <iostream>
 #include <numeric>
 #include <string>
@@ -17,11 +16,9 @@
 #include "xfmr/models/classifier.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
-#include "xfmr/train/data_parallel.hpp"
-#include "xfmr/train/gradients.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
-#include "xfmr/train/schedules.hpp"
+#include "xfmr/train/trainer.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -149,23 +146,22 @@ void train(const TrainArgs& a) {
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = a.weight_decay});
   const long steps_per_epoch = long((train_data.seqs.size() + a.batch - 1) / a.batch);
   const long total = steps_per_epoch * a.epochs;
-  const LrSchedule schedule = LrSchedule::parse(a.schedule, a.lr, total);
-  Rng rng(detail::mix64(a.seed ^ 0xc1a55ULL));
+  const ClassifierOptions model_opts = model.options();
+  // Batches change shape from step to step, so no graph steps on a GPU.
+  Trainer<Model, Be> trainer(model, be, opt,
+                             {.clip = a.clip,
+                              .label_smoothing = a.label_smoothing,
+                              .schedule = LrSchedule::parse(a.schedule, a.lr, total),
+                              .shards = a.shards,
+                              .graph_steps = false,
+                              .data_seed = detail::mix64(a.seed ^ 0xc1a55ULL)},
+                             [&] { return std::make_unique<Model>(tok.size(), classes, a.seed, model_opts); });
   std::cout << "xfmr-classify: " << Cfg::NAME << " on " << describe(be) << ", " << Model::parameter_count(tok.size(), classes)
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
             << " steps\n";
 
   std::vector<std::size_t> order(train_data.seqs.size());
-  // A CPU step splits each batch by sentences over model replicas, one a
-  // thread (train/data_parallel.hpp), each shard with its own loss and
-  // logit-gradient buffer.
-  const ClassifierOptions model_opts = model.options();
-  DataParallel<Model, Be> dp(
-      model, be, [&] { return std::make_unique<Model>(tok.size(), classes, a.seed, model_opts); }, a.shards);
-  std::deque<CrossEntropyLoss<Be>> shard_ce;
-  for (int r = 0; r < dp.shards(); ++r) shard_ce.emplace_back(a.label_smoothing);
-  std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
   std::vector<std::vector<std::int32_t>> seqs;
   std::vector<int> labels;
   CsvLog csv(a.log_csv);
@@ -177,7 +173,7 @@ void train(const TrainArgs& a) {
   long step = 0;
   for (int epoch = 0; epoch < a.epochs; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
-    for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+    for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[trainer.data_rng().below(i + 1)]);
     for (long k = 0; k < steps_per_epoch; ++k, ++step) {
       seqs.clear();
       labels.clear();
@@ -187,24 +183,13 @@ void train(const TrainArgs& a) {
       }
       const auto b = make_class_batch(seqs, labels, Cfg::MAX_T, tok.pad, tok.cls);
       tokens_seen += long(b.B) * b.T;
-      const double lr = schedule.at(step);
-      zero_grad(model);
-      const double loss = dp.backward(b.B, [&](const Shard& s, Model& m, Be& mb) {
-        const std::size_t first = std::size_t(s.begin) * b.T, n = std::size_t(s.size()) * b.T;
-        auto& c = shard_ce[std::size_t(s.index)];
-        const auto logits = m.forward(mb, std::span(b.ids).subspan(first, n), Shape{s.size(), b.T},
-                                      b.padding.data() + first);
-        const double l = c.forward(mb, logits, std::span(b.labels).subspan(std::size_t(s.begin), std::size_t(s.size())),
-                                   classes);
-        if (!std::isfinite(l)) return l;  // reported below
-        const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(logits.size()), logits.size());
-        c.backward(mb, dl, s.share());
-        m.backward(mb, std::span<const float>(dl));
-        return l * s.share();
-      });
-      require(std::isfinite(loss), "loss is ", loss, " at step ", step);
-      clip_gradients(be, model, a.clip);
-      opt.step(be, lr);
+      const StepResult r = trainer.step([&](int) { return BatchTargets{b.B, b.labels}; },
+                                        [&](const Shard& s, Model& m, Be& mb) {
+                                          const std::size_t first = std::size_t(s.begin) * b.T;
+                                          return m.forward(mb, std::span(b.ids).subspan(first, std::size_t(s.size()) * b.T),
+                                                           Shape{s.size(), b.T}, b.padding.data() + first);
+                                        });
+      const double lr = r.lr, loss = r.loss;
       batch_losses.emplace_back(step + 1, loss);
       csv.batch(step + 1, lr, loss);
       progress.update(step, loss);
@@ -225,10 +210,9 @@ void train(const TrainArgs& a) {
             << " examples), " << format_duration(wall) << std::defaultfloat << "\n";
   if (!a.out.empty()) {
     SafeTensorsWriter mw, ow;
-    add_parameters(mw, model);
+    trainer.save(mw, ow);
     mw.set_metadata("format", kFormat);
     mw.set_metadata("model", Cfg::NAME);
-    add_optimizer_state(ow, opt);
     const json state = {{"format", kFormat}, {"version", 1}, {"model", Cfg::NAME}, {"classes", classes},
                         {"pooling", a.pooling}, {"tokens", tok.to_json()}, {"step", total},
                         {"dev_accuracy", dev.accuracy}};

@@ -25,6 +25,7 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/safetensors.hpp"
 #include "xfmr/train/losses.hpp"
+#include "xfmr/train/trainer.hpp"
 
 namespace xfmr::examples {
 
@@ -223,13 +224,6 @@ inline void write_html_report(const std::filesystem::path& path, const std::stri
 inline constexpr const char* kShardsHelp =
     "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
     "operation threaded instead). Results depend on it in the last bits and in dropout's masks";
-
-// Targets that count towards a loss (not kIgnoreIndex, the padding). A
-// batch split by sequences weighs each shard's mean loss by its share of
-// the batch's counted targets, so that the shards sum to the batch's mean.
-inline long counted_targets(std::span<const std::int32_t> targets) {
-  return long(std::count_if(targets.begin(), targets.end(), [](std::int32_t t) { return t != kIgnoreIndex; }));
-}
 
 // --backend cpu|cuda|cuda-tf32: calls f.template operator()<Backend>() with
 // the backend type named; make_backend<Backend>(name) then builds it. "cuda"

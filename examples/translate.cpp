@@ -12,7 +12,6 @@
 // uses Multi30k English->French from ../shared/data/multi30k when present.
 #include <algorithm>
 #include <boost/program_options.hpp>
-#include <deque>
 #include <iostream>
 #include <numeric>
 #include <string>
@@ -28,11 +27,9 @@
 #include "xfmr/models/seq2seq.hpp"
 #include "xfmr/text/bpe.hpp"
 #include "xfmr/text/text.hpp"
-#include "xfmr/train/data_parallel.hpp"
-#include "xfmr/train/gradients.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
-#include "xfmr/train/schedules.hpp"
+#include "xfmr/train/trainer.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -314,10 +311,27 @@ void train(const TrainArgs& a) {
   const Seq2SeqOptions model_opts{.dropout = Cfg::DROPOUT, .tie_output = false, .share_embeddings = v.shared};
   Model model(v.src.size(), v.tgt.size(), a.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
-  Rng rng(detail::mix64(a.seed ^ 0x7a5ULL));
   const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;
-  const LrSchedule schedule = LrSchedule::parse(a.schedule, a.lr, total);
-  CrossEntropyLoss<Be> ce_eval;
+  // Batches change shape from step to step, so no graph steps on a GPU.
+  Trainer<Model, Be> trainer(
+      model, be, opt,
+      {.clip = a.clip,
+       .label_smoothing = a.label_smoothing,
+       .schedule = LrSchedule::parse(a.schedule, a.lr, total),
+       .shards = a.shards,
+       .graph_steps = false,
+       .data_seed = detail::mix64(a.seed ^ 0x7a5ULL)},
+      [&] { return std::make_unique<Model>(v.src.size(), v.tgt.size(), a.seed, model_opts); });
+  // The model's logits for a shard of the sentence pairs in b.
+  auto forward = [](const Batch& b) {
+    return [&b](const Shard& s, Model& m, Be& mb) {
+      const std::size_t S = std::size_t(b.src.T), T = std::size_t(b.tgt.T), first = std::size_t(s.begin);
+      const std::size_t n = std::size_t(s.size());
+      return m.forward(mb, std::span(b.src_ids).subspan(first * S, n * S), Shape{s.size(), b.src.T},
+                       b.src_pad.data() + first * S, std::span(b.tgt_in).subspan(first * T, n * T),
+                       Shape{s.size(), b.tgt.T}, b.tgt_pad.data() + first * T);
+    };
+  };
   std::cout << "xfmr-translate: " << Cfg::NAME << " on " << describe(be) << ", "
             << Model::parameter_count(v.src.size(), v.tgt.size(), false, v.shared) << " parameters, "
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
@@ -326,27 +340,22 @@ void train(const TrainArgs& a) {
   std::cout << ", " << data.size()
             << " train / " << val.size() << " val pairs, " << total << " steps" << std::endl;
 
+  // Mean loss over the validation pairs' counted (non-pad) target tokens.
   auto val_loss = [&]() {
-    model.set_training(false);
-    double loss = 0;
-    long n = 0;
+    LossSum sum;
     for (std::size_t i = 0; i < val.size(); i += 128) {
       std::vector<int> which(std::min<std::size_t>(128, val.size() - i));
       std::iota(which.begin(), which.end(), int(i));
       const Batch b = make_batch(val, which, v);
-      const auto logits = model.forward(be, b.src_ids, b.src, b.src_pad.data(), b.tgt_in, b.tgt, b.tgt_pad.data());
-      loss += ce_eval.forward(be, logits, b.tgt_out, model.vocab()) * double(b.tokens);
-      n += b.tokens;
+      sum += trainer.evaluate({b.src.B, b.tgt_out}, forward(b));
     }
-    model.set_training(true);
-    return loss / double(n);
+    return sum.mean();
   };
   auto save = [&](double bleu) {
     if (a.out.empty()) return;
     SafeTensorsWriter mw, ow;
-    add_parameters(mw, model);
+    trainer.save(mw, ow);
     mw.set_metadata("format", kFormat);
-    add_optimizer_state(ow, opt);
     json state = v.to_json();
     state.update({{"format", kFormat}, {"version", 1}, {"model", Cfg::NAME}, {"val_bleu", bleu}});
     write_checkpoint(a.out, mw, ow, state.dump(2));
@@ -356,42 +365,13 @@ void train(const TrainArgs& a) {
   std::vector<std::pair<long, double>> batch_losses;
   std::vector<LossPoint> evals;
   Progress progress(0, total, long(a.batch) * 14);
-  // A CPU step splits each batch by sentence pairs over model replicas, one
-  // a thread (train/data_parallel.hpp). The loss averages over the counted
-  // (non-pad) target tokens, so each shard's gradient is weighted by its
-  // share of them, not of the pairs.
-  DataParallel<Model, Be> dp(
-      model, be, [&] { return std::make_unique<Model>(v.src.size(), v.tgt.size(), a.seed, model_opts); },
-      a.shards);
-  std::deque<CrossEntropyLoss<Be>> shard_ce;
-  for (int r = 0; r < dp.shards(); ++r) shard_ce.emplace_back(a.label_smoothing);
-  std::vector<typename Be::template Buffer<float>> shard_dlogits(std::size_t(dp.shards()));  // backend memory
   long step = 0, tokens = 0;
   double vloss = 0;
   for (int epoch = 0; epoch < a.epochs; ++epoch) {
-    for (const auto& which : bucket_batches(data, a.batch, rng)) {
+    for (const auto& which : bucket_batches(data, a.batch, trainer.data_rng())) {
       const Batch b = make_batch(data, which, v);
-      const double lr = schedule.at(step);
-      zero_grad(model);
-      const double loss = dp.backward(b.src.B, [&](const Shard& s, Model& m, Be& mb) {
-        const std::size_t S = std::size_t(b.src.T), T = std::size_t(b.tgt.T), first = std::size_t(s.begin);
-        const std::size_t n = std::size_t(s.size());
-        const std::span<const std::int32_t> out = std::span(b.tgt_out).subspan(first * T, n * T);
-        const double share = double(counted_targets(out)) / double(b.tokens);
-        auto& c = shard_ce[std::size_t(s.index)];
-        const auto logits = m.forward(mb, std::span(b.src_ids).subspan(first * S, n * S), Shape{s.size(), b.src.T},
-                                      b.src_pad.data() + first * S, std::span(b.tgt_in).subspan(first * T, n * T),
-                                      Shape{s.size(), b.tgt.T}, b.tgt_pad.data() + first * T);
-        const double l = c.forward(mb, logits, out, m.vocab());
-        if (!std::isfinite(l)) return l;  // reported below
-        const std::span<float> dl(shard_dlogits[std::size_t(s.index)].reserve(logits.size()), logits.size());
-        c.backward(mb, dl, share);
-        m.backward(mb, std::span<const float>(dl));
-        return l * share;
-      });
-      require(std::isfinite(loss), "loss is ", loss, " at step ", step);
-      clip_gradients(be, model, a.clip);
-      opt.step(be, lr);
+      const StepResult r = trainer.step([&](int) { return BatchTargets{b.src.B, b.tgt_out}; }, forward(b));
+      const double lr = r.lr, loss = r.loss;
       tokens += b.tokens;
       batch_losses.emplace_back(step + 1, loss);
       csv.batch(step + 1, lr, loss);

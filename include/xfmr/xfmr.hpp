@@ -38,6 +38,7 @@
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/schedules.hpp"
+#include "xfmr/train/trainer.hpp"
 #include "xfmr/infer/beam_search.hpp"
 #include "xfmr/infer/bleu.hpp"
 #include "xfmr/infer/sampling.hpp"

@@ -292,6 +292,30 @@ BOOST_AUTO_TEST_CASE(float_single_row_products_match_a_double_sum) {
   }
 }
 
+// sum_squares (eight running sums in double) against a long double sum, for
+// lengths around its eight-wide blocks, in float and double.
+BOOST_AUTO_TEST_CASE(sum_squares_matches_a_long_double_sum) {
+  CpuBackend<float> bf;
+  CpuBackend<double> bd;
+  Rng rng(5);
+  for (std::size_t n : {0, 1, 7, 8, 9, 17, 1000, 100003}) {
+    std::vector<float> xf(n);
+    std::vector<double> xd(n);
+    long double want = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      xf[i] = float(rng.uniform() * 4 - 2);
+      xd[i] = xf[i];
+      want += (long double)xf[i] * xf[i];
+    }
+    // Each running sum adds n / 8 terms: rounding grows with n.
+    const double tol = (1e-15 + 2e-16 * double(n)) * double(want);
+    BOOST_TEST_CONTEXT("n " << n) {
+      BOOST_TEST(std::abs(double(bf.sum_squares(n, xf.data()) - want)) <= tol);
+      BOOST_TEST(std::abs(double(bd.sum_squares(n, xd.data()) - want)) <= tol);
+    }
+  }
+}
+
 // A single-row product large enough to split its rows over the threads
 // (from detail::kGemvSplitWork weights; blocks of 16 rows) gives the bits of
 // the same product on one thread, for row counts that do and do not divide

