@@ -55,6 +55,26 @@ class CpuBackend {
   using Buffer = xfmr::Buffer<T>;   // activations and saved state
   static constexpr const char* name = "cpu";
 
+  // The threads a batch split by sequences can use (DataParallel), and
+  // f(i) for every i in [0, n), one a thread where there are threads
+  // enough, each i on one thread; operations inside f see an active
+  // parallel region and stay on their thread (one level of parallelism).
+  int threads() const { return detail::thread_count(); }
+  template <class F>
+  void for_each_thread(int n, F&& f) {
+#ifdef _OPENMP
+    if (n > 1 && detail::may_fork()) {
+#pragma omp parallel num_threads(n)
+      {
+        const int t = omp_get_thread_num(), k = omp_get_num_threads();
+        for (int i = t; i < n; i += k) f(i);
+      }
+      return;
+    }
+#endif
+    for (int i = 0; i < n; ++i) f(i);
+  }
+
   // Results for host code (sampling, accuracy): already host memory here.
   std::span<const S> host_view(std::span<const S> x, std::vector<S>&) { return x; }
   // Waits for queued work (a device's); the CPU's is done on return.

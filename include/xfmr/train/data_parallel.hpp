@@ -46,8 +46,9 @@
 // - An exception from f in any shard is rethrown here once every shard has
 //   finished (the lowest shard's); model's gradients are then unspecified.
 //
-// Every operation inside a shard sees an active OpenMP region and stays on
-// its thread (cpu_parallel.hpp), as does OpenBLAS's OpenMP build.
+// The shards run through the backend's for_each_thread (CpuBackend: one
+// OpenMP thread each); every operation inside a shard stays on its thread,
+// as does OpenBLAS's OpenMP build.
 #pragma once
 
 #include <algorithm>
@@ -63,7 +64,6 @@
 #include <utility>
 #include <vector>
 
-#include "xfmr/backend/cpu_parallel.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/tensor.hpp"
 
@@ -92,7 +92,10 @@ class DataParallel {
   DataParallel(Model& model, Backend& be, Factory make_replica, int shards = 0)
       : model_(model), be_(be), make_replica_(std::move(make_replica)), shards_(shards) {
     require(shards >= 0, "DataParallel: ", shards, " shards; give a positive count, or 0 for one per thread");
-    if (shards_ == 0) shards_ = kHostMemory ? detail::thread_count() : 1;
+    if (shards_ == 0) {
+      if constexpr (kHostMemory) shards_ = be.threads();
+      else shards_ = 1;
+    }
     require(kHostMemory || shards_ == 1, "DataParallel: ", shards_, " shards on the ", Backend::name,
             " backend; sharding runs on the CPU backend only (give 1)");
     require(shards_ == 1 || bool(make_replica_), "DataParallel: ", shards_, " shards need a replica factory");
@@ -152,22 +155,10 @@ class DataParallel {
           errors[std::size_t(r)] = std::current_exception();
         }
       };
-#ifdef _OPENMP
-#pragma omp parallel num_threads(n)
-      {
-        const int t = omp_get_thread_num(), k = omp_get_num_threads();
-        for (int r = t; r < n; r += k) run(r);
-#pragma omp barrier
-        bool failed = false;
-        for (const auto& e : errors) failed = failed || e;
-        if (gradients && !failed) add_gradients(n, t, k);
-      }
-#else
-      for (int r = 0; r < n; ++r) run(r);
+      be_.for_each_thread(n, run);
       bool failed = false;
       for (const auto& e : errors) failed = failed || e;
-      if (gradients && !failed) add_gradients(n, 0, 1);
-#endif
+      if (gradients && !failed) be_.for_each_thread(n, [&](int t) { add_gradients(n, t, n); });
       for (const auto& e : errors)
         if (e) std::rethrow_exception(e);
       double total = 0.0;
@@ -239,9 +230,9 @@ class DataParallel {
     });
   }
 
-  // Thread t of k adds its slice of every gradient element: model's (shard
-  // 0's, plus whatever it held) + replica 1's + ... in that order. Slices are
-  // whole cache lines of the concatenated gradients.
+  // Slice t of k of the gradients adds, element by element, model's (shard
+  // 0's, plus whatever it held) + replica 1's + ... in that order. Slices
+  // are whole cache lines of the concatenated gradients.
   void add_gradients(int n, int t, int k) {
     std::size_t total = 0;
     for (const Tensor* g : grads_) total += g->size();
