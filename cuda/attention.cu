@@ -245,7 +245,7 @@ void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq,
 
 void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k,
                                      int ldk, const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
-  require(a.kv_rows() == a.Tk, "attention backward needs unstrided keys (KV_ROWS ", a.KV_ROWS, ", Tk ", a.Tk, ")");
+  xfmr::detail::check_unstrided_keys(a);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   const long tile = long(a.Tq) * a.Tk, bh = long(a.H) * tile;
   S* ds = ctx_->scratch.reserve(std::size_t(a.B) * bh);

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "xfmr/backend/checks.hpp"
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/core/error.hpp"
 

@@ -28,7 +28,7 @@ __global__ void dropout_backward_kernel(std::size_t n, float scale, const std::u
 }  // namespace
 
 void CudaBackend::dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep) {
-  require(p >= 0.0f && p < 1.0f, "dropout probability ", p, " outside [0, 1)");
+  xfmr::detail::check_dropout_rate(p);
   if (n == 0) return;
   std::uint64_t* d_key = ctx_->keys.reserve(1);  // queued in order: each launch reads its own key
   ctx_->staging.upload(d_key, &key, sizeof key);

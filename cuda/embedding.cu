@@ -40,8 +40,7 @@ __global__ void embedding_backward_kernel(int n, int D, const std::int32_t* grou
 }  // namespace
 
 void CudaBackend::embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, S* y) {
-  for (int i = 0; i < n; ++i)
-    require(ids[i] >= 0 && ids[i] < V, "token id ", ids[i], " at position ", i, " out of range [0, ", V, ")");
+  xfmr::detail::check_token_ids(n, V, ids);
   const std::int32_t* d_ids = upload_ids(ids, std::size_t(n));
   cuda::detail::launch("embedding_forward", cuda::elementwise_launch(std::size_t(n) * D), embedding_forward_kernel, n,
                        D, d_ids, table, y);

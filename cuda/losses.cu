@@ -58,17 +58,12 @@ __global__ void cross_entropy_backward_kernel(int rows, int V, const float* prob
   }
 }
 
-void check_targets(int rows, int V, const std::int32_t* targets, int ignore_index) {
-  for (int r = 0; r < rows; ++r)
-    require(targets[r] == ignore_index || (targets[r] >= 0 && targets[r] < V), "target id ", targets[r], " at row ", r,
-            " out of range [0, ", V, ") and not the ignore index ", ignore_index);
-}
 }  // namespace
 
 double CudaBackend::cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets,
                                           int ignore_index, S* probs, S smoothing) {
-  check_targets(rows, V, targets, ignore_index);
-  require(smoothing >= S(0) && smoothing < S(1), "label smoothing ", smoothing, " outside [0, 1)");
+  xfmr::detail::check_targets(rows, V, targets, ignore_index);
+  xfmr::detail::check_label_smoothing(smoothing);
   if (rows == 0) return 0.0;
   const std::int32_t* d_targets = upload_ids(targets, std::size_t(rows));
   double* row_loss = ctx_->partial.reserve(std::size_t(rows));

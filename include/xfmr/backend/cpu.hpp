@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "xfmr/backend/backend.hpp"
+#include "xfmr/backend/checks.hpp"
 #include "xfmr/backend/cpu_gemm.hpp"
 #include "xfmr/backend/cpu_parallel.hpp"
 #include "xfmr/backend/cpu_rows.hpp"
@@ -248,7 +249,7 @@ class CpuBackend {
   // Inverted dropout: kept elements are scaled by 1/(1-p). The mask depends
   // only on (key, element index).
   void dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep) {
-    require(p >= 0.0f && p < 1.0f, "dropout probability ", p, " outside [0, 1)");
+    detail::check_dropout_rate(p);
     const S scale = S(1) / (S(1) - S(p));
     const long ln = static_cast<long>(n);
     detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
@@ -269,8 +270,7 @@ class CpuBackend {
   // ---- embeddings ---------------------------------------------------------
 
   void embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, S* y) {
-    for (int i = 0; i < n; ++i)
-      require(ids[i] >= 0 && ids[i] < V, "token id ", ids[i], " at position ", i, " out of range [0, ", V, ")");
+    detail::check_token_ids(n, V, ids);
     detail::parallel_ranges(long(n), long(n) * D > detail::kParallelWork, [=](long lo, long hi) {
       for (int i = int(lo); i < int(hi); ++i) std::copy_n(table + long(ids[i]) * D, D, y + long(i) * D);
     });
@@ -328,10 +328,8 @@ class CpuBackend {
   // ignored). Saves probs (rows, V) for the backward pass.
   double cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets, int ignore_index,
                                S* probs, S smoothing = S(0)) {
-    for (int r = 0; r < rows; ++r)
-      require(targets[r] == ignore_index || (targets[r] >= 0 && targets[r] < V), "target id ", targets[r],
-              " at row ", r, " out of range [0, ", V, ") and not the ignore index ", ignore_index);
-    require(smoothing >= S(0) && smoothing < S(1), "label smoothing ", smoothing, " outside [0, 1)");
+    detail::check_targets(rows, V, targets, ignore_index);
+    detail::check_label_smoothing(smoothing);
     row_loss_.resize(static_cast<std::size_t>(rows));
     double* row_loss = row_loss_.data();
     detail::parallel_ranges(long(rows), long(rows) * V > detail::kParallelWork, [=](long lo, long hi) {
@@ -482,7 +480,7 @@ class CpuBackend {
 
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
                           const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
-    require(a.kv_rows() == a.Tk, "attention backward needs unstrided keys (KV_ROWS ", a.KV_ROWS, ", Tk ", a.Tk, ")");
+    detail::check_unstrided_keys(a);
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
     const long tile = long(a.Tq) * a.Tk;
     scratch_.resize(static_cast<std::size_t>(detail::thread_count() * tile));
