@@ -14,8 +14,11 @@
 //   forward   the logits of a batch (inference: no dropout, no saved loss),
 //             split by sequences on the CPU as for training
 //   generate  greedy generation of MAX_T - 1 tokens after a 1-token prompt,
-//             per token, with the KV cache and by recomputing the context
-//             (the seeds' loop); and one step at full context both ways
+//             per token, with the KV cache, and of the first
+//             --recompute-tokens (64) by recomputing the context (the
+//             seeds' loop); one step at full context both ways; and the
+//             weights' bytes a cached token streams per second against the
+//             machine's streaming read bandwidth (measured here)
 // The translator measurement decodes greedily against an encoded source of
 // MAX_T / 2 tokens: with the caches (self-attention keys/values and the
 // memory's cross-attention keys/values, computed once), and by the seeds'
@@ -54,6 +57,8 @@ namespace {
 struct Args {
   std::string model = "shakespeare-small", modes = "train,forward,generate", json_path, translator, backend = "cpu";
   int batch = 0;  // 0: the preset's benchmark batch
+  int seq_len = 0;  // train and forward: positions per sequence (0: MAX_T)
+  int recompute_tokens = 64;  // generate: tokens of the recompute loop (the cached loop runs MAX_T - 1)
   int vocab = 65;  // tiny Shakespeare's characters
   double min_time = 2.0;  // seconds of timed repetitions per measurement
   int min_reps = 10, warmup = 3;
@@ -166,8 +171,8 @@ double cached_step_flops(double t, double V) {
 // probabilities, the attention context, the feed-forward pre-activation and
 // activation; then the final norm, the logits and their softmax).
 template <class Cfg>
-json analytical_memory(std::size_t params, double B, double V) {
-  const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS, H = Cfg::N_HEADS, T = Cfg::MAX_T;
+json analytical_memory(std::size_t params, double B, double T, double V) {
+  const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS, H = Cfg::N_HEADS;
   const double rows = B * T;
   const double act = rows * (L * (D + 2 * (D + 2) + 3 * D + H * T + D + 2 * FF) + (D + 2) + 2 * V);
   const double p = double(params) * 4;
@@ -176,6 +181,38 @@ json analytical_memory(std::size_t params, double B, double V) {
           {"optimizer_mb", 2 * p / 1e6},
           {"activations_mb", act * 4 / 1e6},
           {"total_mb", (4 * p + act * 4) / 1e6}};
+}
+
+// The machine's streaming read bandwidth, in GB/s: each thread sums its
+// part of a 1 GiB buffer (far past the caches) as eight streams read side
+// by side, sixteen floats at a time (a single stream a core leaves
+// bandwidth unused, and a decoding step's product reads sixteen rows at
+// once); best of five passes. What a decoding step that streams its
+// weights from memory can reach at best.
+double read_bandwidth_gbs(bool smoke) {
+  const std::size_t n = (smoke ? 16u : 256u) << 20;  // floats
+  AlignedVector<float> buf(n);
+#pragma omp parallel for schedule(static)  // first touch by the thread that reads it
+  for (long c = 0; c < 1024; ++c) std::fill_n(buf.data() + c * long(n / 1024), n / 1024, 1.0f);
+  double best = 0, sink = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = Clock::now();
+    double total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (long c = 0; c < 1024; ++c) {
+      const long len = long(n / 1024) / 8;
+      const float* p = buf.data() + c * long(n / 1024);
+      float acc[8][16] = {};
+      for (long i = 0; i < len; i += 16)
+        for (int s = 0; s < 8; ++s)
+          for (int j = 0; j < 16; ++j) acc[s][j] += p[s * len + i + j];
+      for (const auto& a : acc)
+        for (float v : a) total += v;
+    }
+    best = std::max(best, double(n) * sizeof(float) / seconds_since(t0) * 1e-9);
+    sink += total;
+  }
+  return sink > 0 ? best : 0;
 }
 
 double peak_rss_mb() {
@@ -192,7 +229,9 @@ template <class Cfg, class Be>
 json run(const Args& a) {
   using Model = Decoder<Cfg, Be>;
   Be be = make_backend<Be>(a.backend);
-  const int B = a.batch > 0 ? a.batch : default_batch(Cfg::NAME), T = Cfg::MAX_T, V = a.vocab;
+  const int B = a.batch > 0 ? a.batch : default_batch(Cfg::NAME), V = a.vocab;
+  const int T = a.seq_len > 0 ? a.seq_len : Cfg::MAX_T;
+  require(T <= Cfg::MAX_T, "--seq-len ", T, " exceeds ", Cfg::NAME, "'s MAX_T ", Cfg::MAX_T);
   const double rss_before = peak_rss_mb();
   const double ceiling = gemm_ceiling(a, be);
   bool graphs = false;  // whether run_step replays graphs here
@@ -248,14 +287,15 @@ json run(const Args& a) {
     out["results"]["forward"] = summarize(t, tokens, fwd, ceiling);
   }
   if (has("generate")) {
+    // Greedy generation of MAX_T - 1 tokens after a 1-token prompt through
+    // the cache; the recompute loop (the seeds') re-reads the whole context
+    // for each of its first --recompute-tokens tokens, which must agree.
     model.set_training(false);
-    const int n = T - 1;  // new tokens after a 1-token prompt: the context ends full
+    const int TM = Cfg::MAX_T, n = TM - 1, nr = std::min(n, a.recompute_tokens);
     DecodingCache<Be> cache;
     double cached_flops = 0, recompute_flops = 0;
-    for (int i = 0; i < n; ++i) {
-      cached_flops += cached_step_flops<Cfg>(i, V);
-      recompute_flops += forward_flops<Cfg>(1, i + 1, V);
-    }
+    for (int i = 0; i < n; ++i) cached_flops += cached_step_flops<Cfg>(i, V);
+    for (int i = 0; i < nr; ++i) recompute_flops += forward_flops<Cfg>(1, i + 1, V);
     std::vector<std::int32_t> seq;
     const auto cached = time_calls(a, be, [&] {
       seq.assign(1, 0);
@@ -269,29 +309,43 @@ json run(const Args& a) {
     const std::vector<std::int32_t> greedy = seq;
     const auto recompute = time_calls(a, be, [&] {
       seq.assign(1, 0);
-      for (int i = 0; i < n; ++i) {
+      for (int i = 0; i < nr; ++i) {
         const auto logits = model.forward(be, seq, Shape{1, int(seq.size())});
         seq.push_back(argmax(be.host_view(logits.subspan(std::size_t(seq.size() - 1) * V, V), staging)));
       }
     });
-    require(seq == greedy, "cached and recomputed greedy generation disagree");
+    require(std::equal(seq.begin(), seq.end(), greedy.begin()), "cached and recomputed greedy generation disagree");
     out["results"]["generate_cached"] = summarize(cached, n, cached_flops, ceiling, n);
-    out["results"]["generate_recompute"] = summarize(recompute, n, recompute_flops, ceiling, n);
+    out["results"]["generate_recompute"] = summarize(recompute, nr, recompute_flops, ceiling, nr);
 
     // One token at full context: the cache holds MAX_T - 1 positions.
     model.start_cache(cache, 1);
-    model.forward_cached(be, std::span(greedy.data(), T - 1), 1, cache);
+    model.forward_cached(be, std::span(greedy.data(), TM - 1), 1, cache);
     const auto step = time_calls(a, be, [&] {
-      model.forward_cached(be, std::span(&greedy[T - 1], 1), 1, cache);
-      cache.truncate(T - 1);
+      model.forward_cached(be, std::span(&greedy[TM - 1], 1), 1, cache);
+      cache.truncate(TM - 1);
     });
-    const auto full = time_calls(a, be, [&] { model.forward(be, greedy, Shape{1, T}); });
-    out["results"]["full_context_cached"] = summarize(step, 1, cached_step_flops<Cfg>(T - 1, V), ceiling);
-    out["results"]["full_context_recompute"] = summarize(full, 1, forward_flops<Cfg>(1, T, V), ceiling);
+    const auto full = time_calls(a, be, [&] { model.forward(be, greedy, Shape{1, TM}); });
+    out["results"]["full_context_cached"] = summarize(step, 1, cached_step_flops<Cfg>(TM - 1, V), ceiling);
+    out["results"]["full_context_recompute"] = summarize(full, 1, forward_flops<Cfg>(1, TM, V), ceiling);
   }
   out["memory"] = {{"peak_rss_mb", peak_rss_mb()},
                    {"rss_before_model_mb", rss_before},
-                   {"analytical", analytical_memory<Cfg>(Model::parameter_count(V, false), B, V)}};
+                   {"analytical", analytical_memory<Cfg>(Model::parameter_count(V, false), B, T, V)}};
+  // Bandwidth, after the memory figures (its buffer would top them): a
+  // cached token reads every weight once, from memory when the weights
+  // outgrow the caches (64 MiB and more here; smaller models decode from
+  // cache, faster than memory streams).
+  const double weight_bytes = double(Model::parameter_count(V, false)) * sizeof(float);
+  if (has("generate") && std::string(Be::name) == "cpu" && weight_bytes >= double(64 << 20)) {
+    const double bw = read_bandwidth_gbs(a.smoke);
+    for (const char* k : {"generate_cached", "full_context_cached"}) {
+      const double gbs = weight_bytes / (out["results"][k]["median_ms"].get<double>() * 1e-3) * 1e-9;
+      out["results"][k]["weight_gbs"] = gbs;
+      out["results"][k]["bandwidth_fraction"] = gbs / bw;
+    }
+    out["read_bandwidth_gbs"] = bw;
+  }
   return out;
 }
 
@@ -372,8 +426,14 @@ void print(const json& r) {
     if (m.contains("gflops"))
       std::cout << std::setprecision(1) << std::setw(8) << m["gflops"].get<double>() << " GFLOP/s ("
                 << std::setprecision(0) << 100 * m["ceiling_fraction"].get<double>() << "% of ceiling)";
+    if (m.contains("bandwidth_fraction"))
+      std::cout << std::setprecision(1) << "  weights " << m["weight_gbs"].get<double>() << " GB/s ("
+                << std::setprecision(0) << 100 * m["bandwidth_fraction"].get<double>() << "% of the read bandwidth)";
     std::cout << "\n";
   }
+  if (r.contains("read_bandwidth_gbs"))
+    std::cout << "  streaming read bandwidth " << std::setprecision(1) << r["read_bandwidth_gbs"].get<double>()
+              << " GB/s (1 GiB, all threads)\n";
   const auto& mem = r["memory"];
   if (!mem.contains("analytical")) return;
   std::cout << "  peak RSS " << std::setprecision(1) << mem["peak_rss_mb"].get<double>()
@@ -390,6 +450,9 @@ int main(int argc, char** argv) {
     opts.add_options()("help,h", "show this help")
       ("model", po::value(&a.model)->default_value(a.model), ("preset: " + lm_preset_names()).c_str())
       ("batch", po::value(&a.batch)->default_value(a.batch), "sequences per batch (0: 64 for shakespeare-large, else 16)")
+      ("seq-len", po::value(&a.seq_len)->default_value(a.seq_len), "train and forward: positions per sequence (0: MAX_T)")
+      ("recompute-tokens", po::value(&a.recompute_tokens)->default_value(a.recompute_tokens),
+       "generate: tokens the recompute loop times (at most MAX_T - 1)")
       ("vocab", po::value(&a.vocab)->default_value(a.vocab), "vocabulary size (65; 8000 with --translator)")
       ("translator", po::value(&a.translator), ("time translation decoding of this preset instead: " +
                                                 translate_preset_names()).c_str())
@@ -408,6 +471,8 @@ int main(int argc, char** argv) {
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;
     require(a.batch >= 0, "--batch ", a.batch, " is negative");
+    require(a.seq_len >= 0, "--seq-len ", a.seq_len, " is negative");
+    require(a.recompute_tokens >= 1, "--recompute-tokens ", a.recompute_tokens, " must be at least 1");
     require(a.shards >= 0, "--shards ", a.shards, " is negative");
     require(a.vocab >= 2, "--vocab ", a.vocab, " must be at least 2");
     require(a.min_reps >= 1 && a.warmup >= 0 && a.min_time >= 0, "--min-reps must be >= 1, --warmup and --min-time >= 0");
