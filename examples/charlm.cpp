@@ -63,12 +63,11 @@ struct RunSettings {
   }
 };
 
-struct TrainArgs {
+struct TrainArgs : RunOptions {
   RunSettings run;
-  std::string data, out, resume, metrics_json, log_csv, report, backend = "cpu";
+  std::string data, resume;
   long steps = 5000, stop_after = 0;  // stop_after > 0: stop (and checkpoint) at that step of the plan
   int eval_every = 500, eval_batches = 100, samples = 300;
-  int shards = 0;  // DataParallel shards of a CPU step (0: one per thread)
 };
 
 std::uint64_t fnv1a(std::string_view s) {
@@ -411,17 +410,13 @@ int run_train(int argc, char** argv) {
       ("seed", po::value(&a.run.seed)->default_value(a.run.seed), "seed for initialisation, data order and dropout")
       ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between evaluations (and checkpoints)")
       ("eval-batches", po::value(&a.eval_batches)->default_value(a.eval_batches), "batches per loss estimate")
-      ("out", po::value(&a.out), "checkpoint directory, written at every evaluation")
       ("resume", po::value(&a.resume), "continue from this checkpoint (settings come from it)")
-      ("metrics-json", po::value(&a.metrics_json), "write final losses, tokens/s and wall time here")
-      ("log-csv", po::value(&a.log_csv)->default_value("charlm_log.csv"), "per-step CSV log")
-      ("report", po::value(&a.report)->default_value("charlm_report.html"), "HTML report with the loss curves")
-      ("samples", po::value(&a.samples)->default_value(a.samples), "characters to sample at the end")
-      ("shards", po::value(&a.shards)->default_value(a.shards), kShardsHelp)
-      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
+      ("samples", po::value(&a.samples)->default_value(a.samples), "characters to sample at the end");
+  add_run_options(opts, a, "charlm", "checkpoint directory, written at every evaluation",
+                  "final losses, tokens/s and wall time");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
-  require(a.shards >= 0, "--shards ", a.shards, " is negative");
+  check_run_options(a);
   require(a.steps > 0 && a.run.batch > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_batches > 0,
           "--steps, --batch, --grad-accum, --eval-every and --eval-batches must be positive");
   require(a.run.lr > 0, "--lr ", a.run.lr, " must be positive");

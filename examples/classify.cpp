@@ -118,14 +118,12 @@ EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data
   return {loss / double(data.seqs.size()), acc.value()};
 }
 
-struct TrainArgs {
-  std::string train, dev, model = "sst2", tokens = "word", pooling = "mean", schedule = "cosine", out, metrics_json,
-                          log_csv, report, backend = "cpu";
+struct TrainArgs : RunOptions {
+  std::string train, dev, model = "sst2", tokens = "word", pooling = "mean", schedule = "cosine";
   int epochs = 3, batch = 64, min_freq = 1, eval_every = 500;
   double lr = 5e-4, weight_decay = 0.01, label_smoothing = 0.0, clip = 1.0;
   float dropout = -1.0f;
   std::uint64_t seed = 1337;
-  int shards = 0;  // DataParallel shards of a CPU step (0: one per thread)
 };
 
 template <class Cfg, class Be>
@@ -273,17 +271,12 @@ int run_train(int argc, char** argv) {
       ("clip", po::value(&a.clip)->default_value(a.clip), "global gradient-norm clip (0 = off)")
       ("dropout", po::value(&a.dropout), "dropout rate (default: the preset's)")
       ("seed", po::value(&a.seed)->default_value(a.seed), "seed")
-      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between dev evaluations")
-      ("out", po::value(&a.out), "checkpoint directory")
-      ("metrics-json", po::value(&a.metrics_json), "write dev accuracy, loss and timing here")
-      ("log-csv", po::value(&a.log_csv)->default_value("classify_log.csv"), "per-step CSV log")
-      ("report", po::value(&a.report)->default_value("classify_report.html"), "HTML report")
-      ("shards", po::value(&a.shards)->default_value(a.shards), kShardsHelp)
-      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
+      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between dev evaluations");
+  add_run_options(opts, a, "classify", "checkpoint directory", "dev accuracy, loss and timing");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.train.empty() && !a.dev.empty(), "--train TSV and --dev TSV are required");
-  require(a.shards >= 0, "--shards ", a.shards, " is negative");
+  check_run_options(a);
   require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
   with_backend(a.backend, [&]<class Be>() { with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
   return 0;

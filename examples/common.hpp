@@ -221,16 +221,40 @@ inline void write_html_report(const std::filesystem::path& path, const std::stri
   write_text_atomic(path, html.str());
 }
 
-inline constexpr const char* kShardsHelp =
-    "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
-    "operation threaded instead). Results depend on it in the last bits and in dropout's masks";
+// What every training program writes and runs on: its outputs, the shard
+// count of a CPU step and the backend. A program's arguments derive from
+// it; add_run_options declares the options once, with one help text.
+struct RunOptions {
+  std::string out, metrics_json, log_csv, report, backend = "cpu";
+  int shards = 0;  // DataParallel shards of a CPU step (0: one per thread)
+};
+
+inline constexpr const char* kBackendHelp =
+    "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA) or cuda-tf32 (the same with TF32 tensor-core GEMMs)";
+
+// --out, --metrics-json (what goes in it: `metrics`), --log-csv and
+// --report (default files <program>_log.csv and <program>_report.html),
+// --shards, --backend.
+inline void add_run_options(boost::program_options::options_description& opts, RunOptions& r, const std::string& program,
+                            const char* out_help, const char* metrics) {
+  namespace po = boost::program_options;
+  opts.add_options()
+      ("out", po::value(&r.out), out_help)
+      ("metrics-json", po::value(&r.metrics_json), (std::string("write ") + metrics + " here").c_str())
+      ("log-csv", po::value(&r.log_csv)->default_value(program + "_log.csv"), "per-step CSV log")
+      ("report", po::value(&r.report)->default_value(program + "_report.html"), "HTML report with the loss curves")
+      ("shards", po::value(&r.shards)->default_value(r.shards),
+       "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
+       "operation threaded instead). Results depend on it in the last bits and in dropout's masks")
+      ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);
+}
+// Checks what add_run_options parsed.
+inline void check_run_options(const RunOptions& r) { require(r.shards >= 0, "--shards ", r.shards, " is negative"); }
 
 // --backend cpu|cuda|cuda-tf32: calls f.template operator()<Backend>() with
 // the backend type named; make_backend<Backend>(name) then builds it. "cuda"
 // (strict FP32 GEMMs) and "cuda-tf32" (TF32 tensor-core GEMMs) need an xfmr
 // built with CUDA and, when run, a GPU.
-inline constexpr const char* kBackendHelp =
-    "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA) or cuda-tf32 (the same with TF32 tensor-core GEMMs)";
 template <class F>
 void with_backend(const std::string& name, F&& f) {
   if (name == "cpu") return f.template operator()<CpuBackend<float>>();

@@ -269,16 +269,13 @@ void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::strin
   write_text_atomic(path, svg.str());
 }
 
-struct TrainArgs {
-  std::string backend = "cpu";
-  std::string src_train, tgt_train, src_val, tgt_val, model = "multi30k", out, metrics_json, log_csv, report,
-                                                      schedule = "cosine";
+struct TrainArgs : RunOptions {
+  std::string src_train, tgt_train, src_val, tgt_val, model = "multi30k", schedule = "cosine";
   std::string tokens = "word";
   int epochs = 10, batch = 64, min_freq = 2, bpe_vocab = 8000, beam = 4, eval_every = 1000, bleu_sentences = 0;
   double lr = 5e-4, label_smoothing = 0.1, clip = 1.0, weight_decay = 0.01, length_penalty = 0.6;
   bool lowercase = false, truncate = false, share_embeddings = false;
   std::uint64_t seed = 1337;
-  int shards = 0;  // DataParallel shards of a CPU step (0: one per thread)
 };
 
 template <class Cfg, class Be>
@@ -495,19 +492,14 @@ int run_train(int argc, char** argv) {
       ("length-penalty", po::value(&a.length_penalty)->default_value(a.length_penalty), "GNMT alpha")
       ("bleu-sentences", po::value(&a.bleu_sentences)->default_value(0), "score only the first N validation pairs")
       ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between validation losses")
-      ("seed", po::value(&a.seed)->default_value(a.seed), "seed")
-      ("out", po::value(&a.out), "checkpoint directory")
-      ("metrics-json", po::value(&a.metrics_json), "write BLEU, loss and timing here")
-      ("log-csv", po::value(&a.log_csv)->default_value("translate_log.csv"), "per-step CSV log")
-      ("report", po::value(&a.report)->default_value("translate_report.html"), "HTML report")
-      ("shards", po::value(&a.shards)->default_value(a.shards), kShardsHelp)
-      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
+      ("seed", po::value(&a.seed)->default_value(a.seed), "seed");
+  add_run_options(opts, a, "translate", "checkpoint directory", "BLEU, loss and timing");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.src_train.empty() && !a.tgt_train.empty() && !a.src_val.empty() && !a.tgt_val.empty(),
           "no training data: pass --src-train, --tgt-train, --src-val and --tgt-val");
   require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
-  require(a.shards >= 0, "--shards ", a.shards, " is negative");
+  check_run_options(a);
   require(a.beam >= 1, "--beam ", a.beam, " must be at least 1");
   require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");
   with_backend(a.backend, [&]<class Be>() { with_translate_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
