@@ -14,9 +14,9 @@
 //   forward   the logits of a batch (inference: no dropout, no saved loss),
 //             split by sequences on the CPU as for training
 //   generate  greedy generation of MAX_T - 1 tokens after a 1-token prompt,
-//             per token, with the KV cache, and of the first
-//             --recompute-tokens (64) by recomputing the context (the
-//             seeds' loop); one step at full context both ways; and the
+//             per token, with the KV cache, and by recomputing the
+//             context (the seeds' loop; for MAX_T over 256 only the first
+//             64 tokens, or --recompute-tokens); one step at full context both ways; and the
 //             weights' bytes a cached token streams per second against the
 //             machine's streaming read bandwidth (measured here)
 // The translator measurement decodes greedily against an encoded source of
@@ -58,7 +58,7 @@ struct Args {
   std::string model = "shakespeare-small", modes = "train,forward,generate", json_path, translator, backend = "cpu";
   int batch = 0;  // 0: the preset's benchmark batch
   int seq_len = 0;  // train and forward: positions per sequence (0: MAX_T)
-  int recompute_tokens = 64;  // generate: tokens of the recompute loop (the cached loop runs MAX_T - 1)
+  int recompute_tokens = 0;  // generate: tokens of the recompute loop (0: all MAX_T - 1 up to MAX_T 256, else 64)
   int vocab = 65;  // tiny Shakespeare's characters
   double min_time = 2.0;  // seconds of timed repetitions per measurement
   int min_reps = 10, warmup = 3;
@@ -291,7 +291,8 @@ json run(const Args& a) {
     // the cache; the recompute loop (the seeds') re-reads the whole context
     // for each of its first --recompute-tokens tokens, which must agree.
     model.set_training(false);
-    const int TM = Cfg::MAX_T, n = TM - 1, nr = std::min(n, a.recompute_tokens);
+    const int TM = Cfg::MAX_T, n = TM - 1;
+    const int nr = std::min(n, a.recompute_tokens > 0 ? a.recompute_tokens : TM <= 256 ? n : 64);
     DecodingCache<Be> cache;
     double cached_flops = 0, recompute_flops = 0;
     for (int i = 0; i < n; ++i) cached_flops += cached_step_flops<Cfg>(i, V);
@@ -452,7 +453,7 @@ int main(int argc, char** argv) {
       ("batch", po::value(&a.batch)->default_value(a.batch), "sequences per batch (0: 64 for shakespeare-large, else 16)")
       ("seq-len", po::value(&a.seq_len)->default_value(a.seq_len), "train and forward: positions per sequence (0: MAX_T)")
       ("recompute-tokens", po::value(&a.recompute_tokens)->default_value(a.recompute_tokens),
-       "generate: tokens the recompute loop times (at most MAX_T - 1)")
+       "generate: tokens the recompute loop times (0: all MAX_T - 1 up to MAX_T 256, else 64)")
       ("vocab", po::value(&a.vocab)->default_value(a.vocab), "vocabulary size (65; 8000 with --translator)")
       ("translator", po::value(&a.translator), ("time translation decoding of this preset instead: " +
                                                 translate_preset_names()).c_str())
@@ -472,7 +473,7 @@ int main(int argc, char** argv) {
     if (!parse_options(argc, argv, opts, vm)) return 0;
     require(a.batch >= 0, "--batch ", a.batch, " is negative");
     require(a.seq_len >= 0, "--seq-len ", a.seq_len, " is negative");
-    require(a.recompute_tokens >= 1, "--recompute-tokens ", a.recompute_tokens, " must be at least 1");
+    require(a.recompute_tokens >= 0, "--recompute-tokens ", a.recompute_tokens, " is negative");
     require(a.shards >= 0, "--shards ", a.shards, " is negative");
     require(a.vocab >= 2, "--vocab ", a.vocab, " must be at least 2");
     require(a.min_reps >= 1 && a.warmup >= 0 && a.min_time >= 0, "--min-reps must be >= 1, --warmup and --min-time >= 0");
