@@ -96,7 +96,7 @@ inline void gemv_rows_general(int n0, int n1, int K, const float* W, long ldw, c
 // K = 16 * NK, with x held in registers: the multiply-adds of
 // gemv_rows_general in the same order, so the same bits, with one load per
 // sixteen weights instead of two. A decoding step of shakespeare-small ran
-// 15-30% faster on one core (BENCHMARKS.md, "2026-11-24, late afternoon").
+// 15-30% faster on one core than with x loaded for each row block.
 template <int NK>
 inline void gemv_rows_fixed(int n0, int n1, const float* W, long ldw, const float* x, float* y) {
   __m512 xv[NK];
