@@ -292,6 +292,36 @@ BOOST_AUTO_TEST_CASE(float_single_row_products_match_a_double_sum) {
   }
 }
 
+// Float GELU (Eigen's vectorised tanh) against the formula in double, over
+// the range where tanh bends and beyond it, forward and backward; lengths
+// around the vector width and the backward pass's 256-element chunks.
+BOOST_AUTO_TEST_CASE(float_gelu_matches_double) {
+  CpuBackend<float> be;
+  for (std::size_t n : {1, 15, 17, 255, 257, 5000}) {
+    std::vector<float> x(n), dy(n), y(n), dx(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = -12.0f + 24.0f * float(i) / float(std::max<std::size_t>(1, n - 1));
+      dy[i] = 1.0f - 0.5f * float(i % 3);
+    }
+    be.gelu_forward(n, x.data(), y.data());
+    be.gelu_backward(n, x.data(), dy.data(), dx.data());
+    const double c = std::sqrt(2.0 / M_PI);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double v = x[i], t = std::tanh(c * (v + 0.044715 * v * v * v));
+      const double want_y = 0.5 * v * (1 + t);
+      const double dinner = c * (1 + 3 * 0.044715 * v * v);
+      const double want_dx = dy[i] * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * dinner);
+      // The backward's 1 - t^2 cancels in float as t nears 1: its error
+      // scales with the terms, |dy| (1 + |x| dinner), not with the result.
+      const double scale_dx = std::abs(dy[i]) * (1 + std::abs(v) * dinner);
+      BOOST_TEST_CONTEXT("n " << n << ", x " << v) {
+        BOOST_TEST(std::abs(y[i] - want_y) <= 1e-6 * std::abs(want_y) + 1e-6);
+        BOOST_TEST(std::abs(dx[i] - want_dx) <= 1e-6 * scale_dx + 1e-7);
+      }
+    }
+  }
+}
+
 // sum_squares (eight running sums in double) against a long double sum, for
 // lengths around its eight-wide blocks, in float and double.
 BOOST_AUTO_TEST_CASE(sum_squares_matches_a_long_double_sum) {

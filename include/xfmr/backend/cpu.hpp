@@ -223,23 +223,28 @@ class CpuBackend {
   }
 
   // GELU, tanh form: 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi).
+  // Through Eigen arrays: float's tanh vectorises there (a rational
+  // approximation, within a few ulp of std::tanh), where std::tanh in a
+  // loop is a scalar call per element (a tenth of GPT-2's training step).
   void gelu_forward(std::size_t n, const S* x, S* y) {
     const long ln = static_cast<long>(n);
     detail::parallel_ranges(ln, ln > detail::kParallelWork / 8, [=](long lo, long hi) {
-      for (long i = lo; i < hi; ++i) {
-        const S v = x[i];
-        y[i] = S(0.5) * v * (S(1) + std::tanh(kGeluC * (v + S(0.044715) * v * v * v)));
-      }
+      const Eigen::Map<const Arr> v(x + lo, hi - lo);
+      Eigen::Map<Arr>(y + lo, hi - lo) = S(0.5) * v * (S(1) + (kGeluC * (v + S(0.044715) * v.cube())).tanh());
     });
   }
   void gelu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
     const long ln = static_cast<long>(n);
     detail::parallel_ranges(ln, ln > detail::kParallelWork / 8, [=](long lo, long hi) {
-      for (long i = lo; i < hi; ++i) {
-        const S v = x[i];
-        const S t = std::tanh(kGeluC * (v + S(0.044715) * v * v * v));
-        const S dinner = kGeluC * (S(1) + S(3 * 0.044715) * v * v);
-        dx[i] = dy[i] * (S(0.5) * (S(1) + t) + S(0.5) * v * (S(1) - t * t) * dinner);
+      constexpr long kChunk = 256;  // tanh's values on the stack, not the heap
+      Eigen::Array<S, kChunk, 1> tanhs;
+      for (long c = lo; c < hi; c += kChunk) {
+        const long m = std::min(kChunk, hi - c);
+        const Eigen::Map<const Arr> v(x + c, m), g(dy + c, m);
+        auto t = tanhs.head(m);
+        t = (kGeluC * (v + S(0.044715) * v.cube())).tanh();
+        Eigen::Map<Arr>(dx + c, m) =
+            g * (S(0.5) * (S(1) + t) + S(0.5) * v * (S(1) - t.square()) * (kGeluC * (S(1) + S(3 * 0.044715) * v.square())));
       }
     });
   }
