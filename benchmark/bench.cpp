@@ -9,8 +9,8 @@
 // Modes (every time is the median of many repetitions after a warm-up):
 //   train     one full step: forward, cross-entropy, backward, AdamW; on the
 //             CPU the batch is split by sequences over one model replica a
-//             thread (DataParallel; --shards 1: one model, each operation
-//             threaded)
+//             thread up to 64 MiB of parameters (DataParallel; --shards 1:
+//             one model, each operation threaded)
 //   forward   the logits of a batch (inference: no dropout, no saved loss),
 //             split by sequences on the CPU as for training
 //   generate  greedy generation of MAX_T - 1 tokens after a 1-token prompt,
@@ -467,7 +467,8 @@ int main(int argc, char** argv) {
        "CUDA: queue every kernel from the host, instead of replaying CUDA graphs of the training step and forward pass")
       ("shards", po::value(&a.shards)->default_value(a.shards),
        "CPU training step and forward pass: split the batch over this many model replicas, one a thread "
-       "(DataParallel); 0: one per thread; 1: one model, each operation threaded instead")
+       "(DataParallel); 0: one per thread, or 1 for models over 64 MiB of parameters; 1: one model, each operation "
+       "threaded instead")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;

@@ -226,7 +226,7 @@ inline void write_html_report(const std::filesystem::path& path, const std::stri
 // it; add_run_options declares the options once, with one help text.
 struct RunOptions {
   std::string out, metrics_json, log_csv, report, backend = "cpu";
-  int shards = 0;  // DataParallel shards of a CPU step (0: one per thread)
+  int shards = 0;  // DataParallel shards of a CPU step (0: its default)
 };
 
 inline constexpr const char* kBackendHelp =
@@ -244,8 +244,9 @@ inline void add_run_options(boost::program_options::options_description& opts, R
       ("log-csv", po::value(&r.log_csv)->default_value(program + "_log.csv"), "per-step CSV log")
       ("report", po::value(&r.report)->default_value(program + "_report.html"), "HTML report with the loss curves")
       ("shards", po::value(&r.shards)->default_value(r.shards),
-       "CPU: split each batch over this many model replicas, one a thread (0: one per thread; 1: one model, each "
-       "operation threaded instead). Results depend on it in the last bits and in dropout's masks")
+       "CPU: split each batch over this many model replicas, one a thread (0: one per thread, or 1 for models over "
+       "64 MiB of parameters; 1: one model, each operation threaded instead). Results depend on it in the last bits "
+       "and in dropout's masks")
       ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);
 }
 // Checks what add_run_options parsed.

@@ -362,3 +362,17 @@ BOOST_AUTO_TEST_CASE(forward_reports_bad_input_in_a_shard) {
   }
   BOOST_CHECK_THROW(dp.forward(0, [](const Shard&, Model&, Be&) {}), Error);
 }
+
+// The default shard count: one a thread for small models, one (each
+// operation threaded instead) past kShardMaxParameterBytes of parameters.
+BOOST_AUTO_TEST_CASE(default_shards_follow_the_model_size) {
+  using DP = DataParallel<Model, Be>;
+  BOOST_TEST(DP::default_shards(2, 1000) == 2);
+  BOOST_TEST(DP::default_shards(4, DP::kShardMaxParameterBytes) == 4);
+  BOOST_TEST(DP::default_shards(4, DP::kShardMaxParameterBytes + 1) == 1);
+  BOOST_TEST(DP::default_shards(0, 1000) == 1);
+  Be be;
+  Model model(V, 1);
+  DP dp(model, be, [] { return std::make_unique<Model>(V, 0); });
+  BOOST_TEST(dp.shards() == std::max(1, be.threads()));  // a tiny model splits
+}

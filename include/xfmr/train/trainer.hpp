@@ -69,7 +69,7 @@ struct TrainerOptions {
   double clip = 0.0;             // global gradient-norm clip (0: measure only)
   double label_smoothing = 0.0;  // of the cross-entropy
   LrSchedule schedule{};         // learning rate by step (constant 1e-3 unless given)
-  int shards = 0;                // DataParallel shards on the CPU (0: one per thread)
+  int shards = 0;                // DataParallel shards on the CPU (0: DataParallel's default)
   bool graph_steps = true;       // a GPU step as CUDA graphs (for steps of one shape)
   std::uint64_t data_seed = 0;   // seeds data_rng()
 };
