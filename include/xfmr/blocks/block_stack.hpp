@@ -1,7 +1,9 @@
 // block_stack.hpp: BlockStack<Block, Backend>, N blocks applied in order,
 // keeping every block's input for backward; forward_cached decodes through
-// them with one KvCache per block. Parameters "blocks.<i>.*".
-// Backward: parameter gradients accumulate; dx assigned.
+// them with one KvCache per block. forward_each and backward_each are the
+// same loops for blocks that take more (Seq2Seq's decoder blocks: the
+// memory, each layer's own memory keys and values). Parameters
+// "blocks.<i>.*". Backward: parameter gradients accumulate; dx assigned.
 #pragma once
 
 #include <string>
@@ -31,38 +33,47 @@ class BlockStack {
   // x (B*T, D) -> y (B*T, D). Each block's input is kept for its backward.
   template <class... Extra>
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, Extra... extra) {
-    const int n = static_cast<int>(blocks_.size());
-    S* acts = acts_.reserve(std::size_t(n - 1) * x.size());  // (N-1, B*T, D) between blocks
-    ConstRows<S, D> in = x;
-    for (int i = 0; i < n; ++i) {
-      const Rows<S, D> out = i + 1 < n ? Rows<S, D>(acts + std::size_t(i) * x.size(), x.rows) : y;
-      blocks_[i].forward(be, in, out, bt, extra...);
-      in = out;
-    }
+    forward_each(x, y, [&](Block& b, int, ConstRows<S, D> in, Rows<S, D> out) { b.forward(be, in, out, bt, extra...); });
   }
 
   // dy (B*T, D) -> dx (B*T, D), assigned; dx must not alias dy.
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
-    const int n = static_cast<int>(blocks_.size());
-    S* scratch = grads_.reserve(2 * dy.size());  // ping-pong between blocks
-    ConstRows<S, D> g = dy;
-    for (int i = n - 1; i >= 0; --i) {
-      const Rows<S, D> out = i == 0 ? dx : Rows<S, D>(scratch + std::size_t(i % 2) * dy.size(), dy.rows);
-      blocks_[i].backward(be, g, out);
-      g = out;
-    }
+    backward_each(dy, dx, [&](Block& b, int, ConstRows<S, D> dout, Rows<S, D> din) { b.backward(be, dout, din); });
   }
 
   // Incremental decoding through every block, layer i using cache[i].
   template <class Cache>
   void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, Cache& cache) {
-    const int n = static_cast<int>(blocks_.size());
-    S* acts = acts_.reserve(std::size_t(n - 1) * x.size());
+    forward_each(x, y, [&](Block& b, int i, ConstRows<S, D> in, Rows<S, D> out) {
+      b.forward_cached(be, in, out, B, cache[i]);
+    });
+  }
+
+  // The loops behind the three above, for blocks that take more than they
+  // do (a decoder block's memory, its own keys and values per layer):
+  // f(block, i, in, out) runs block i from the previous block's output
+  // (x for block 0) into the next one's input (y for the last); g(block,
+  // i, dout, din) runs the blocks' backward passes in reverse.
+  template <class F>
+  void forward_each(ConstRows<S, D> x, Rows<S, D> y, F&& f) {
+    const int n = size();
+    S* acts = acts_.reserve(std::size_t(n - 1) * x.size());  // (N-1, rows, D) between blocks
     ConstRows<S, D> in = x;
     for (int i = 0; i < n; ++i) {
       const Rows<S, D> out = i + 1 < n ? Rows<S, D>(acts + std::size_t(i) * x.size(), x.rows) : y;
-      blocks_[i].forward_cached(be, in, out, B, cache[i]);
+      f(blocks_[i], i, in, out);
       in = out;
+    }
+  }
+  template <class G>
+  void backward_each(ConstRows<S, D> dy, Rows<S, D> dx, G&& g) {
+    const int n = size();
+    S* scratch = grads_.reserve(2 * dy.size());  // ping-pong between blocks
+    ConstRows<S, D> d = dy;
+    for (int i = n - 1; i >= 0; --i) {
+      const Rows<S, D> out = i == 0 ? dx : Rows<S, D>(scratch + std::size_t(i % 2) * dy.size(), dy.rows);
+      g(blocks_[i], i, d, out);
+      d = out;
     }
   }
 

@@ -50,9 +50,8 @@ class Seq2Seq {
       : rng_(seed),
         encoder_(src_vocab, rng_, opts.dropout),
         stem_(tgt_vocab, rng_, opts.share_embeddings ? &encoder_.token_embedding() : nullptr),
+        blocks_(N_DEC, rng_, opts.dropout),
         opts_(opts) {
-    blocks_.reserve(N_DEC);
-    for (int i = 0; i < N_DEC; ++i) blocks_.emplace_back(rng_, opts.dropout);
     if (opts.tie_output) {
       auto& emb = stem_.token_embedding();
       head_.emplace(emb.weight(), emb.grad(), rng_, true);
@@ -80,13 +79,14 @@ class Seq2Seq {
     require(src_shape.B == tgt_shape.B, "source batch ", src_shape.B, " and target batch ", tgt_shape.B, " differ");
     encode(be, src, src_shape, src_padding);
     tgt_shape_ = tgt_shape;
-    const int rows = tgt_shape.rows(), n = N_DEC;
-    S* acts = acts_.reserve(std::size_t(n + 1) * rows * D);  // block inputs, then the last output
-    auto act = [&](int i) { return Rows<S, D>(acts + std::size_t(i) * rows * D, rows); };
-    stem_.forward(be, tgt, act(0), tgt_shape);
-    for (int i = 0; i < n; ++i)
-      blocks_[i].forward(be, act(i), memory_, act(i + 1), tgt_shape, src_shape, tgt_padding, src_padding);
-    return project(be, act(n));
+    const int rows = tgt_shape.rows();
+    const auto x = x_.template rows<D>(rows);  // (B*T, D) target embeddings
+    const auto h = h_.template rows<D>(rows);  // (B*T, D) after the blocks
+    stem_.forward(be, tgt, x, tgt_shape);
+    blocks_.forward_each(x, h, [&](Block& b, int, ConstRows<S, D> in, Rows<S, D> out) {
+      b.forward(be, in, memory_, out, tgt_shape, src_shape, tgt_padding, src_padding);
+    });
+    return project(be, h);
   }
 
   // ---- decoding (inference) ----------------------------------------------
@@ -133,37 +133,34 @@ class Seq2Seq {
             " cached + ", bt.T, " new positions");
     const int rows = bt.rows();
     constexpr int KVW = CrossAttention<DecCfg, Backend>::KVW;
-    S* acts = acts_.reserve(std::size_t(N_DEC + 1) * rows * D);
-    auto act = [&](int i) { return Rows<S, D>(acts + std::size_t(i) * rows * D, rows); };
-    stem_.forward(be, ids, act(0), bt, st.self.length());
-    for (int i = 0; i < N_DEC; ++i)
-      blocks_[i].forward_cached(be, act(i), act(i + 1), st.B, st.self[i],
-                                st.memory_kv.data() + std::size_t(i) * st.B * st.src_len * KVW, st.src_len,
-                                st.src_padding.data());
-    return project(be, act(N_DEC));
+    const auto x = x_.template rows<D>(rows);
+    const auto h = h_.template rows<D>(rows);
+    stem_.forward(be, ids, x, bt, st.self.length());
+    blocks_.forward_each(x, h, [&](Block& b, int i, ConstRows<S, D> in, Rows<S, D> out) {
+      b.forward_cached(be, in, out, st.B, st.self[i], st.memory_kv.data() + std::size_t(i) * st.B * st.src_len * KVW,
+                       st.src_len, st.src_padding.data());
+    });
+    return project(be, h);
   }
 
   void backward(Backend& be, std::span<const S> dlogits) {
     const int rows = tgt_shape_.rows(), src_rows = src_shape_.rows();
     require(dlogits.size() == std::size_t(rows) * vocab(), "logit gradient has ", dlogits.size(),
             " elements, expected ", std::size_t(rows) * vocab());
-    S* g = grads_.reserve(std::size_t(2) * rows * D);  // ping-pong between blocks
-    auto grad = [&](int i) { return Rows<S, D>(g + std::size_t(i % 2) * rows * D, rows); };
     const auto dmem = dmem_.template rows<D>(src_rows);          // one block's memory gradient
     const auto dmem_sum = dmem_sum_.template rows<D>(src_rows);  // all blocks'
     const auto dtop = dtop_.template rows<D>(rows);
+    const auto dh = dh_.template rows<D>(rows);  // into the last block
+    const auto dx = dx_.template rows<D>(rows);  // into the stem
     head_->backward(be, dlogits.data(), dtop);
-    Rows<S, D> dy = grad(N_DEC);
-    if constexpr (FINAL_NORM) ln_f_.backward(be, dtop, dy);
-    else be.copy(dtop.size(), dtop.data, dy.data);
-    for (int i = N_DEC - 1; i >= 0; --i) {
-      const Rows<S, D> dx = grad(i);
-      blocks_[i].backward(be, dy, dx, dmem);
+    if constexpr (FINAL_NORM) ln_f_.backward(be, dtop, dh);
+    else be.copy(dtop.size(), dtop.data, dh.data);
+    blocks_.backward_each(dh, dx, [&](Block& b, int i, ConstRows<S, D> dout, Rows<S, D> din) {
+      b.backward(be, dout, din, dmem);
       if (i == N_DEC - 1) be.copy(dmem.size(), dmem.data, dmem_sum.data);
       else be.add_to(dmem.size(), dmem.data, dmem_sum.data);
-      dy = dx;
-    }
-    stem_.backward(be, dy);
+    });
+    stem_.backward(be, dx);
     encoder_.backward(be, dmem_sum);
   }
 
@@ -172,14 +169,14 @@ class Seq2Seq {
     encoder_.visit(prefixed("encoder.", f));
     auto dec = prefixed("decoder.", f);
     stem_.visit(dec);
-    for (int i = 0; i < N_DEC; ++i) blocks_[i].visit(prefixed("decoder.blocks." + std::to_string(i) + ".", f));
+    blocks_.visit(dec);
     if constexpr (FINAL_NORM) ln_f_.visit(prefixed("decoder.ln_f.", f));
     head_->visit(prefixed("lm_head.", f));
   }
   template <class F>
   void for_each_dropout(F&& f) {
     encoder_.for_each_dropout(f);
-    for (auto& b : blocks_) b.for_each_dropout(f);
+    blocks_.for_each_dropout(f);
   }
   void set_training(bool on) {
     for_each_dropout([on](auto& d) { d.set_training(on); });
@@ -187,7 +184,7 @@ class Seq2Seq {
 
   int vocab() const { return head_->out(); }
   int source_vocab() const { return encoder_.vocab(); }
-  Block& block(int i) { return blocks_.at(i); }
+  Block& block(int i) { return blocks_[i]; }
 
   static constexpr std::size_t parameter_count(std::size_t src_vocab, std::size_t tgt_vocab, bool tie_output,
                                                bool share_embeddings = false) {
@@ -217,14 +214,14 @@ class Seq2Seq {
   Rng rng_;
   Transformer<EncCfg, Backend, false> encoder_;
   TokenStem<DecCfg, Backend> stem_;
-  std::vector<Block> blocks_;
+  BlockStack<Block, Backend> blocks_;
   LayerNorm<D, Backend> ln_f_;
   std::optional<OutputProjection<D, Backend>> head_;
   Seq2SeqOptions opts_;
   Shape src_shape_, tgt_shape_;
   const std::uint8_t* src_padding_ = nullptr;
   ConstRows<S, D> memory_;
-  Buffer<S> acts_, hn_, logits_, grads_, dmem_, dmem_sum_, dtop_, expanded_;
+  Buffer<S> x_, h_, hn_, logits_, dh_, dx_, dmem_, dmem_sum_, dtop_, expanded_;
 };
 
 }  // namespace xfmr
