@@ -266,8 +266,8 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
 
 // Float single rows: y = W x (cpu_simd.hpp's gemv_rows where the build has
 // AVX-512, else Eigen's GEMV), against a double sum. Row counts around the
-// 16-row blocks (and the partner's halves from 2^13 weights), widths around
-// the 16-float vectors, leading dimensions wider than the rows.
+// 16-row blocks, widths around the 16-float vectors, leading dimensions
+// wider than the rows.
 BOOST_AUTO_TEST_CASE(float_single_row_products_match_a_double_sum) {
   CpuBackend<float> be;
   Rng rng(11);
