@@ -237,7 +237,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
                               .data_seed = detail::mix64(run.seed ^ 0xda7aULL)},
                              [&] { return std::make_unique<Model>(V, run.seed, DecoderOptions{.dropout = dropout}); });
   if (resumed) {
-    trainer.load(args.resume);
+    trainer.load(*ckpt_model, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));  // model file read above
     trainer.restore({resumed->at("step"), std::stoull(resumed->at("rng").get<std::string>()),
                      resumed->at("dropout_calls").get<std::vector<std::uint64_t>>()});
     require(trainer.steps() <= args.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", args.steps);

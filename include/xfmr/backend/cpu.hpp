@@ -11,9 +11,8 @@
 // the OpenMP runtime at all: a fork costs more than it saves. Reductions
 // across rows run in a fixed order (split over columns, never over the rows
 // being summed), so results are bitwise reproducible for a given thread
-// count. The thresholds
-// and the threading helper are in cpu_parallel.hpp, the per-row attention
-// kernels in cpu_rows.hpp.
+// count. The thresholds and the threading helper are in cpu_parallel.hpp,
+// the per-row attention kernels in cpu_rows.hpp.
 #pragma once
 
 #include <Eigen/Core>

@@ -211,14 +211,19 @@ class Trainer {
   }
 
   // The parameters and the optimizer's state, into the two files of a
-  // checkpoint (io/checkpoint.hpp); load() reads them back from one.
+  // checkpoint (io/checkpoint.hpp); load() reads them back from one, or
+  // from its two files already read (a caller that needed the model file's
+  // metadata first).
   void save(SafeTensorsWriter& model_file, SafeTensorsWriter& optimizer_file) {
     add_parameters(model_file, model_);
     add_optimizer_state(optimizer_file, opt_);
   }
+  void load(const SafeTensors& model_file, const SafeTensors& optimizer_file) {
+    load_parameters(model_, model_file);
+    load_optimizer_state(opt_, optimizer_file);
+  }
   void load(const std::filesystem::path& checkpoint) {
-    load_parameters(model_, SafeTensors::load(checkpoint / kModelFile));
-    load_optimizer_state(opt_, SafeTensors::load(checkpoint / kOptimizerFile));
+    load(SafeTensors::load(checkpoint / kModelFile), SafeTensors::load(checkpoint / kOptimizerFile));
   }
 
  private:
