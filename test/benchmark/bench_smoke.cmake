@@ -35,6 +35,18 @@ check_run(lm "train_step;forward;generate_cached;generate_recompute;full_context
           --model tiny)
 check_run(translator "translate_cached;translate_recompute;translate_full_context_cached;translate_full_context_recompute"
           --translator tiny --vocab 50)
+# A shorter sequence for the train and forward passes, and one past MAX_T refused.
+check_run(lm_seq8 "train_step;forward" --model tiny --modes train,forward --seq-len 8)
+file(READ ${WORK_DIR}/lm_seq8.json text)
+string(JSON seq_t GET "${text}" shape T)
+if(NOT seq_t EQUAL 8)
+  message(FATAL_ERROR "lm_seq8.json: shape.T is ${seq_t}, not 8")
+endif()
+execute_process(COMMAND ${BENCH} --model tiny --modes train --seq-len 17 RESULT_VARIABLE rc ERROR_VARIABLE err
+                OUTPUT_QUIET)
+if(rc EQUAL 0 OR NOT err MATCHES "--seq-len 17 exceeds tiny's MAX_T 16")
+  message(FATAL_ERROR "a --seq-len past MAX_T was not refused: ${err}")
+endif()
 execute_process(COMMAND ${BENCH} --model tiny --modes train,fly RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
 if(rc EQUAL 0 OR NOT err MATCHES "unknown mode 'fly'")
   message(FATAL_ERROR "an unknown mode was not refused: ${err}")
