@@ -236,14 +236,20 @@ class CpuBackend {
     const long ln = static_cast<long>(n);
     detail::parallel_ranges(ln, ln > detail::kParallelWork / 8, [=](long lo, long hi) {
       constexpr long kChunk = 256;  // tanh's values on the stack, not the heap
-      Eigen::Array<S, kChunk, 1> tanhs;
+      Eigen::Array<S, kChunk, 1> tanhs, exps;
       for (long c = lo; c < hi; c += kChunk) {
         const long m = std::min(kChunk, hi - c);
         const Eigen::Map<const Arr> v(x + c, m), g(dy + c, m);
         auto t = tanhs.head(m);
-        t = (kGeluC * (v + S(0.044715) * v.cube())).tanh();
+        auto e = exps.head(m);
+        e = kGeluC * (v + S(0.044715) * v.cube());  // u
+        t = e.tanh();
+        // 1 - tanh(u)^2 as 4 e / (1 + e)^2 with e = exp(-2|u|): the vectorised
+        // tanh rounds to +-1 from |u| ~ 8, where 1 - t^2 would lose the tail.
+        e = (S(-2) * e.abs()).exp();
         Eigen::Map<Arr>(dx + c, m) =
-            g * (S(0.5) * (S(1) + t) + S(0.5) * v * (S(1) - t.square()) * (kGeluC * (S(1) + S(3 * 0.044715) * v.square())));
+            g * (S(0.5) * (S(1) + t) +
+                 S(0.5) * v * (S(4) * e / (S(1) + e).square()) * (kGeluC * (S(1) + S(3 * 0.044715) * v.square())));
       }
     });
   }
