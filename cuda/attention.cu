@@ -8,10 +8,19 @@
 // - otherwise cuBLAS strided-batched GEMMs, one call per head batched over
 //   the sequences (head h of sequence b starts at a fixed stride from head h
 //   of sequence b - 1 in Q, K, V, the output and the (B, H, Tq, Tk)
-//   probabilities), around the masked softmax kernels.
+//   probabilities), around the masked softmax kernels. Attention dropout
+//   always goes this way: a kernel writes the dropped probabilities beside
+//   the saved ones, and the backward replays the mask from the key.
 #include <cmath>
 
 #include "common.cuh"
+#include "xfmr/core/rng.hpp"
+
+namespace xfmr::cuda::detail {
+static_assert(sizeof(AttentionDims) == 8 * sizeof(int) + sizeof(std::uint64_t));
+template <>
+inline constexpr bool kPaddingFree<AttentionDims> = true;  // seven ints and a float, then the key: checked above
+}  // namespace xfmr::cuda::detail
 
 namespace xfmr {
 
@@ -57,6 +66,39 @@ __global__ void softmax_backward_kernel(int rows, int n, const float* probs, con
     for (int j = lane(); j < n; j += 32) ds[j] = p[j] * (dp[j] - dot);
   }
 }
+// ---- attention dropout -----------------------------------------------------
+// The keys are read from device memory, so that a graph step replays with the
+// step's fresh keys.
+
+// out = probs * keep / (1 - p) over n elements of (B, H, Tq, Tk).
+__global__ void drop_probabilities_kernel(std::size_t n, float p, float scale, const std::uint64_t* key_in,
+                                          const float* probs, float* out) {
+  const std::uint64_t key = *key_in;
+  for (std::size_t e = first_index(); e < n; e += grid_stride())
+    out[e] = dropout_keeps(key, e, p) ? probs[e] * scale : 0.0f;
+}
+
+// The softmax backward under attention dropout, per row: dP = dP' keep /
+// (1 - p) with the mask replayed from the key, then dS = P (dP - <dP, P>);
+// ds may alias ddropped (each lane reads only the elements it writes).
+__global__ void dropped_softmax_backward_kernel(int rows, int n, float p, float scale, const std::uint64_t* key_in,
+                                                const float* probs, const float* ddropped, float* ds) {
+  const std::uint64_t key = *key_in;
+  for (long r = first_warp(); r < rows; r += warp_stride()) {
+    const float* pr = probs + r * n;
+    const float* dd = ddropped + r * n;
+    float* dsr = ds + r * n;
+    float dot = 0.0f;
+    for (int j = lane(); j < n; j += 32) {
+      const float dp = dropout_keeps(key, std::uint64_t(r * n + j), p) ? dd[j] * scale : 0.0f;
+      dsr[j] = dp;
+      dot += dp * pr[j];
+    }
+    dot = warp_sum(dot);
+    for (int j = lane(); j < n; j += 32) dsr[j] = pr[j] * (dsr[j] - dot);
+  }
+}
+
 // ---- fused attention for short rows ----------------------------------------
 constexpr int kFusedKeys = 256, kFusedHeadDim = 128;
 constexpr int kKeysPerLane = kFusedKeys / 32, kColsPerLane = kFusedHeadDim / 32;
@@ -208,7 +250,7 @@ __global__ void attention_rows_backward_kv_kernel(AttentionDims a, float scale, 
 }
 
 bool fused_attention(const AttentionDims& a) {
-  return a.Tk <= kFusedKeys && a.QK_DIM <= kFusedHeadDim && a.V_DIM <= kFusedHeadDim;
+  return a.dropout == 0.0f && a.Tk <= kFusedKeys && a.QK_DIM <= kFusedHeadDim && a.V_DIM <= kFusedHeadDim;
 }
 }  // namespace
 
@@ -224,6 +266,7 @@ void CudaBackend::softmax_backward(int rows, int n, const S* probs, const S* dpr
 
 void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v,
                                     int ldv, S* y, int ldy, S* probs, const AttentionMask& mask) {
+  xfmr::detail::check_dropout_rate(a.dropout);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   if (fused_attention(a)) {
     const DeviceMask m{upload_mask(mask.key_padding, std::size_t(a.B) * a.Tk), mask.causal};
@@ -237,8 +280,9 @@ void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq,
     gemm_strided_batched(false, true, a.Tq, a.Tk, a.QK_DIM, scale, q + long(h) * a.QK_DIM, ldq, long(a.Tq) * ldq,
                          k + long(h) * a.QK_DIM, ldk, kv * ldk, S(0), probs + h * tile, a.Tk, long(a.H) * tile, a.B);
   softmax_forward(a.B, a.H, a.Tq, a.Tk, probs, probs, mask);
+  const S* weights = a.dropout > 0.0f ? drop_probabilities(a, probs) : probs;
   for (int h = 0; h < a.H; ++h)  // Y (Tq, V_DIM) = P V
-    gemm_strided_batched(false, false, a.Tq, a.V_DIM, a.Tk, S(1), probs + h * tile, a.Tk, long(a.H) * tile,
+    gemm_strided_batched(false, false, a.Tq, a.V_DIM, a.Tk, S(1), weights + h * tile, a.Tk, long(a.H) * tile,
                          v + long(h) * a.V_DIM, ldv, kv * ldv, S(0), y + long(h) * a.V_DIM, ldy, long(a.Tq) * ldy,
                          a.B);
 }
@@ -246,6 +290,7 @@ void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq,
 void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k,
                                      int ldk, const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
   xfmr::detail::check_unstrided_keys(a);
+  xfmr::detail::check_dropout_rate(a.dropout);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   const long tile = long(a.Tq) * a.Tk, bh = long(a.H) * tile;
   S* ds = ctx_->scratch.reserve(std::size_t(a.B) * bh);
@@ -258,17 +303,24 @@ void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ld
            scale, dy, ldy, q, ldq, probs, static_cast<const S*>(ds), dk, ldk, dv, ldv);
     return;
   }
+  const bool drop = a.dropout > 0.0f;
+  const S* weights = drop ? drop_probabilities(a, probs) : probs;  // the forward's mask, replayed
   for (int h = 0; h < a.H; ++h) {
     const S* dy_h = dy + long(h) * a.V_DIM;
     const S* v_h = v + long(h) * a.V_DIM;
     // dV (Tk, V_DIM) = P^T dY
-    gemm_strided_batched(true, false, a.Tk, a.V_DIM, a.Tq, S(1), probs + h * tile, a.Tk, bh, dy_h, ldy,
+    gemm_strided_batched(true, false, a.Tk, a.V_DIM, a.Tq, S(1), weights + h * tile, a.Tk, bh, dy_h, ldy,
                          long(a.Tq) * ldy, S(0), dv + long(h) * a.V_DIM, ldv, long(a.Tk) * ldv, a.B);
     // dP (Tq, Tk) = dY V^T
     gemm_strided_batched(false, true, a.Tq, a.Tk, a.V_DIM, S(1), dy_h, ldy, long(a.Tq) * ldy, v_h, ldv,
                          long(a.Tk) * ldv, S(0), ds + h * tile, a.Tk, bh, a.B);
   }
-  softmax_backward(a.B * a.H * a.Tq, a.Tk, probs, ds, ds);  // dS, in place
+  if (drop)  // dS, in place, through the mask
+    launch("attention_backward (dropout)", warp_per_row(long(a.B) * a.H * a.Tq), dropped_softmax_backward_kernel,
+           a.B * a.H * a.Tq, a.Tk, a.dropout, 1.0f / (1.0f - a.dropout), dropout_key(a.dropout_key), probs,
+           static_cast<const S*>(ds), ds);
+  else
+    softmax_backward(a.B * a.H * a.Tq, a.Tk, probs, ds, ds);  // dS, in place
   for (int h = 0; h < a.H; ++h) {
     const S* q_h = q + long(h) * a.QK_DIM;
     const S* k_h = k + long(h) * a.QK_DIM;
@@ -279,6 +331,15 @@ void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ld
     gemm_strided_batched(true, false, a.Tk, a.QK_DIM, a.Tq, scale, ds + h * tile, a.Tk, bh, q_h, ldq,
                          long(a.Tq) * ldq, S(0), dk + long(h) * a.QK_DIM, ldk, long(a.Tk) * ldk, a.B);
   }
+}
+
+// Attention dropout's weights: probs * keep / (1 - p), in a buffer of their own.
+const CudaBackend::S* CudaBackend::drop_probabilities(const AttentionDims& a, const S* probs) {
+  const std::size_t n = std::size_t(a.B) * a.H * a.Tq * a.Tk;
+  S* dropped = ctx_->dropped.reserve(n);
+  launch("attention dropout", cuda::elementwise_launch(n), drop_probabilities_kernel, n, a.dropout,
+         1.0f / (1.0f - a.dropout), dropout_key(a.dropout_key), probs, dropped);
+  return dropped;
 }
 
 }  // namespace xfmr

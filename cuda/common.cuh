@@ -327,6 +327,7 @@ struct CudaBackend::Context {
   cuda::DeviceArray<std::uint64_t> keys;   // the dropout key of the launch queued next
   cuda::DeviceArray<float> step_scalars;   // AdamW's learning rate and bias corrections
   cuda::DeviceArray<float> scratch;        // attention backward's dS
+  cuda::DeviceArray<float> dropped;        // attention dropout's dropped probabilities
   cuda::DeviceArray<float> column_partial; // add_column_sums' chunk sums
   std::vector<double> host_partial;
   std::vector<std::int32_t> host_ids;      // embedding_backward's plan

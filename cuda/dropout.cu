@@ -16,7 +16,7 @@ __global__ void dropout_forward_kernel(std::size_t n, float p, float scale, cons
                                        const float* x, float* y, std::uint8_t* keep) {
   const std::uint64_t key = *key_in;
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
-    const bool k = counter_uniform(key, static_cast<std::uint64_t>(i)) >= p;
+    const bool k = dropout_keeps(key, static_cast<std::uint64_t>(i), p);
     keep[i] = k ? 1 : 0;
     y[i] = k ? x[i] * scale : 0.0f;
   }
@@ -30,10 +30,16 @@ __global__ void dropout_backward_kernel(std::size_t n, float scale, const std::u
 void CudaBackend::dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep) {
   xfmr::detail::check_dropout_rate(p);
   if (n == 0) return;
-  std::uint64_t* d_key = ctx_->keys.reserve(1);  // queued in order: each launch reads its own key
-  ctx_->staging.upload(d_key, &key, sizeof key);
   cuda::detail::launch("dropout_forward", cuda::elementwise_launch(n), dropout_forward_kernel, n, p,
-                       1.0f / (1.0f - p), static_cast<const std::uint64_t*>(d_key), x, y, keep);
+                       1.0f / (1.0f - p), dropout_key(key), x, y, keep);
+}
+
+// The key in device memory for the launch queued next (uploads and launches
+// are queued in order, so each launch reads its own key).
+const std::uint64_t* CudaBackend::dropout_key(std::uint64_t key) {
+  std::uint64_t* d_key = ctx_->keys.reserve(1);
+  ctx_->staging.upload(d_key, &key, sizeof key);
+  return d_key;
 }
 void CudaBackend::dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx) {
   cuda::detail::launch("dropout_backward", cuda::elementwise_launch(n), dropout_backward_kernel, n, 1.0f / (1.0f - p),

@@ -38,13 +38,15 @@ struct RunSettings {
   std::string model = "shakespeare-small", mode = "text", schedule = "constant";
   int batch = 16, grad_accum = 1;
   double lr = 1e-3, clip = 0.0, weight_decay = 0.01, val_fraction = 0.1;
-  float dropout = -1.0f;  // < 0: the preset's
+  float dropout = -1.0f;            // < 0: the preset's
+  float attention_dropout = 0.0f;   // on the attention probabilities
   std::uint64_t seed = 1337;
 
   json to_json() const {
     return {{"model", model},   {"mode", mode},       {"schedule", schedule}, {"batch", batch},
             {"grad_accum", grad_accum}, {"lr", lr},   {"clip", clip},         {"weight_decay", weight_decay},
-            {"val_fraction", val_fraction}, {"dropout", dropout}, {"seed", seed}};
+            {"val_fraction", val_fraction}, {"dropout", dropout}, {"attention_dropout", attention_dropout},
+            {"seed", seed}};
   }
   static RunSettings from_json(const json& j) {
     RunSettings s;
@@ -58,6 +60,7 @@ struct RunSettings {
     s.weight_decay = j.at("weight_decay");
     s.val_fraction = j.at("val_fraction");
     s.dropout = j.at("dropout");
+    s.attention_dropout = j.value("attention_dropout", 0.0f);  // absent before attention dropout existed
     s.seed = j.at("seed");
     return s;
   }
@@ -209,6 +212,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
   using Model = Decoder<Cfg, Be>;
   RunSettings& run = args.run;
   const float dropout = run.dropout >= 0 ? run.dropout : Cfg::DROPOUT;
+  const DecoderOptions model_opts{.dropout = dropout, .attention_dropout = run.attention_dropout};
   const Corpus corpus = load_corpus(args.data, run);
 
   // Tokenizer: built from the whole corpus, or the checkpoint's.
@@ -226,7 +230,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
   const Batches val_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, false);
 
   Be be = make_backend<Be>(args.backend);
-  Model model(tok.size(), run.seed, {.dropout = dropout, .tie_weights = false});
+  Model model(tok.size(), run.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = run.weight_decay});
   const int V = tok.size();
   Trainer<Model, Be> trainer(model, be, opt,
@@ -235,7 +239,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
                               .schedule = LrSchedule::parse(run.schedule, run.lr, args.steps),
                               .shards = args.shards,
                               .data_seed = detail::mix64(run.seed ^ 0xda7aULL)},
-                             [&] { return std::make_unique<Model>(V, run.seed, DecoderOptions{.dropout = dropout}); });
+                             [&] { return std::make_unique<Model>(V, run.seed, model_opts); });
   if (resumed) {
     trainer.load(*ckpt_model, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));  // model file read above
     trainer.restore({resumed->at("step"), std::stoull(resumed->at("rng").get<std::string>()),
@@ -406,6 +410,8 @@ int run_train(int argc, char** argv) {
       ("weight-decay", po::value(&a.run.weight_decay)->default_value(a.run.weight_decay), "AdamW weight decay (matrices only)")
       ("clip", po::value(&a.run.clip)->default_value(a.run.clip), "global gradient-norm clip (0 = off)")
       ("dropout", po::value(&a.run.dropout), "dropout rate (default: the preset's)")
+      ("attention-dropout", po::value(&a.run.attention_dropout)->default_value(a.run.attention_dropout),
+       "dropout on the attention probabilities")
       ("val-fraction", po::value(&a.run.val_fraction)->default_value(a.run.val_fraction), "share of the data held out")
       ("seed", po::value(&a.run.seed)->default_value(a.run.seed), "seed for initialisation, data order and dropout")
       ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between evaluations (and checkpoints)")
@@ -440,6 +446,7 @@ int run_train(int argc, char** argv) {
     agree("weight-decay", a.run.weight_decay == saved.weight_decay);
     agree("clip", a.run.clip == saved.clip);
     agree("dropout", a.run.dropout == saved.dropout);
+    agree("attention-dropout", a.run.attention_dropout == saved.attention_dropout);
     agree("seed", a.run.seed == saved.seed);
     agree("val-fraction", a.run.val_fraction == saved.val_fraction);
     a.run = saved;

@@ -122,7 +122,7 @@ struct TrainArgs : RunOptions {
   std::string train, dev, model = "sst2", tokens = "word", pooling = "mean", schedule = "cosine";
   int epochs = 3, batch = 64, min_freq = 1, eval_every = 500;
   double lr = 5e-4, weight_decay = 0.01, label_smoothing = 0.0, clip = 1.0;
-  float dropout = -1.0f;
+  float dropout = -1.0f, attention_dropout = 0.0f;
   std::uint64_t seed = 1337;
 };
 
@@ -140,7 +140,9 @@ void train(const TrainArgs& a) {
 
   Be be = make_backend<Be>(a.backend);
   Model model(tok.size(), classes, a.seed,
-              {.dropout = a.dropout >= 0 ? a.dropout : Cfg::DROPOUT, .pooling = cls ? Pooling::Cls : Pooling::Mean});
+              {.dropout = a.dropout >= 0 ? a.dropout : Cfg::DROPOUT,
+               .attention_dropout = a.attention_dropout,
+               .pooling = cls ? Pooling::Cls : Pooling::Mean});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = a.weight_decay});
   const long steps_per_epoch = long((train_data.seqs.size() + a.batch - 1) / a.batch);
   const long total = steps_per_epoch * a.epochs;
@@ -270,6 +272,8 @@ int run_train(int argc, char** argv) {
       ("label-smoothing", po::value(&a.label_smoothing)->default_value(a.label_smoothing), "cross-entropy label smoothing")
       ("clip", po::value(&a.clip)->default_value(a.clip), "global gradient-norm clip (0 = off)")
       ("dropout", po::value(&a.dropout), "dropout rate (default: the preset's)")
+      ("attention-dropout", po::value(&a.attention_dropout)->default_value(a.attention_dropout),
+       "dropout on the attention probabilities")
       ("seed", po::value(&a.seed)->default_value(a.seed), "seed")
       ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between dev evaluations");
   add_run_options(opts, a, "classify", "checkpoint directory", "dev accuracy, loss and timing");

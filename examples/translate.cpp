@@ -274,6 +274,7 @@ struct TrainArgs : RunOptions {
   std::string tokens = "word";
   int epochs = 10, batch = 64, min_freq = 2, bpe_vocab = 8000, beam = 4, eval_every = 1000, bleu_sentences = 0;
   double lr = 5e-4, label_smoothing = 0.1, clip = 1.0, weight_decay = 0.01, length_penalty = 0.6;
+  float attention_dropout = 0.0f;
   bool lowercase = false, truncate = false, share_embeddings = false;
   std::uint64_t seed = 1337;
 };
@@ -305,7 +306,10 @@ void train(const TrainArgs& a) {
   for (std::size_t i = 0; i < vsrc.size(); ++i) val.push_back({vsrc[i], vtgt[i]});
 
   Be be = make_backend<Be>(a.backend);
-  const Seq2SeqOptions model_opts{.dropout = Cfg::DROPOUT, .tie_output = false, .share_embeddings = v.shared};
+  const Seq2SeqOptions model_opts{.dropout = Cfg::DROPOUT,
+                                  .attention_dropout = a.attention_dropout,
+                                  .tie_output = false,
+                                  .share_embeddings = v.shared};
   Model model(v.src.size(), v.tgt.size(), a.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
   const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;
@@ -482,6 +486,8 @@ int run_train(int argc, char** argv) {
       ("lr", po::value(&a.lr)->default_value(a.lr), "peak learning rate")
       ("schedule", po::value(&a.schedule)->default_value(a.schedule), "constant, cosine or onecycle")
       ("label-smoothing", po::value(&a.label_smoothing)->default_value(a.label_smoothing), "label smoothing")
+      ("attention-dropout", po::value(&a.attention_dropout)->default_value(a.attention_dropout),
+       "dropout on the attention probabilities (self and cross)")
       ("tokens", po::value(&a.tokens)->default_value(a.tokens), "word (a vocabulary of whole words) or bpe (byte-level BPE)")
       ("min-freq", po::value(&a.min_freq)->default_value(a.min_freq), "--tokens word: rarer words map to <unk>")
       ("bpe-vocab", po::value(&a.bpe_vocab)->default_value(a.bpe_vocab), "--tokens bpe: symbols per vocabulary")

@@ -320,13 +320,17 @@ BOOST_AUTO_TEST_CASE(attention_forward_backward) {
   };
   for (const Shape sh : {Shape{13, 8, 6}, Shape{40, 16, 16}, Shape{300, 8, 6}, Shape{20, 130, 6}}) {
     const int B = 3, H = 4, T = sh.T, QK = sh.QK, VD = sh.VD, ld = H * (2 * QK + VD);
-    const std::string what = " T " + std::to_string(T) + " QK " + std::to_string(QK);
+    const std::string base_what = " T " + std::to_string(T) + " QK " + std::to_string(QK);
     std::vector<std::uint8_t> pad(B * T, 0);
     for (int j = 2 * T / 3; j < T; ++j) pad[2 * T + j] = 1;  // sequence 2: padded tail
     for (bool causal : {false, true}) {
       for (bool all_masked : {false, true}) {
         if (all_masked) std::fill(pad.begin() + T, pad.begin() + 2 * T, 1);  // sequence 1: no visible key
-        const AttentionDims dims{B, H, T, T, QK, VD, 0};
+        for (float rate : {0.0f, 0.3f}) {  // attention dropout: the same mask from the same key
+        AttentionDims dims{B, H, T, T, QK, VD, 0};
+        dims.dropout = rate;
+        dims.dropout_key = 0xa77e0000ULL + T;
+        const std::string what = base_what + (rate > 0 ? " dropout 0.3" : "");
         const AttentionMask mask{causal, pad.data()};
         F qkv = randn(std::size_t(B) * T * ld, 36), y(std::size_t(B) * T * H * VD), probs(std::size_t(B) * H * T * T);
         DevF d_qkv(qkv), d_y(y.size()), d_probs(probs.size());
@@ -346,6 +350,7 @@ BOOST_AUTO_TEST_CASE(attention_forward_backward) {
                                dg + H * QK, dg + 2 * H * QK);
         expect_close(g, d_g.host(), std::string(causal ? "attention_backward causal" : "attention_backward") + what,
                      1e-4, 1e-5);
+        }
       }
       std::fill(pad.begin() + T, pad.begin() + 2 * T, 0);
     }

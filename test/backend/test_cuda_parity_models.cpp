@@ -165,8 +165,8 @@ BOOST_AUTO_TEST_CASE(decoder_block_with_cross_attention) {
 BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
   const int V = 40;
   const Shape bt{4, Small::MAX_T};
-  Decoder<Small, Cpu> c(V, 99, {.dropout = 0.1f, .tie_weights = true});
-  Decoder<Small, Gpu> g(V, 99, {.dropout = 0.1f, .tie_weights = true});
+  Decoder<Small, Cpu> c(V, 99, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
+  Decoder<Small, Gpu> g(V, 99, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
   expect_same_tensors(c, g, false, "Decoder init", 0, 0);
   Cpu cpu;
   Gpu gpu;
@@ -177,7 +177,7 @@ BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
   std::vector<float> dl(std::size_t(bt.rows()) * V);
   Gpu::Buffer<float> d_dl;
   float* dlg = d_dl.reserve(dl.size());
-  for (int step = 0; step < 3; ++step) {  // dropout on: the masks must agree too
+  for (int step = 0; step < 3; ++step) {  // dropout on (branches, attention): the masks must agree too
     const auto ids = random_ids(bt.rows(), V, 60 + step), targets = random_ids(bt.rows(), V, 70 + step);
     zero_grads(c);
     zero_grads(g);
@@ -293,8 +293,8 @@ BOOST_AUTO_TEST_CASE(weights_move_between_backends) {
 BOOST_AUTO_TEST_CASE(graph_steps_train_bit_for_bit_like_eager) {
   const int V = 40;
   const Shape bt{4, Small::MAX_T};
-  Decoder<Small, Gpu> e(V, 7, {.dropout = 0.1f, .tie_weights = true});
-  Decoder<Small, Gpu> g(V, 7, {.dropout = 0.1f, .tie_weights = true});
+  Decoder<Small, Gpu> e(V, 7, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
+  Decoder<Small, Gpu> g(V, 7, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
   Gpu be_e, be_g;
   AdamW<Gpu> opt_e(e), opt_g(g);
   CrossEntropyLoss<Gpu> ce_e, ce_g;

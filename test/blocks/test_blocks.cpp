@@ -27,19 +27,22 @@ void check_self_block(const char* name, Shape bt, const std::vector<std::uint8_t
   check_case(c);
 }
 
+// With dropout (branches and attention probabilities) the call counters
+// restart before every forward: one mask for every evaluation of the loss.
 template <class Cfg>
 void check_decoder_block(const char* name, Shape tgt, Shape src, const std::vector<std::uint8_t>& tgt_pad,
-                         const std::vector<std::uint8_t>& src_pad) {
+                         const std::vector<std::uint8_t>& src_pad, float dropout = 0.0f) {
   constexpr int D = Cfg::D_MODEL;
   Rng rng(22);
   Be be;
-  DecoderBlock<Cfg, Be> block(rng);
+  DecoderBlock<Cfg, Be> block(rng, dropout, dropout);
   GradCase c;
   c.name = name;
   c.input("x", tgt.rows() * D, rng);
   c.input("memory", src.rows() * D, rng);
   c.output(tgt.rows() * D, rng);
   c.forward = [&] {
+    block.for_each_dropout([](auto& d) { d.set_calls(1); });
     block.forward(be, crows_of<D>(c.x[0]), crows_of<D>(c.x[1]), rows_of<D>(c.y), tgt, src,
                   tgt_pad.empty() ? nullptr : tgt_pad.data(), src_pad.empty() ? nullptr : src_pad.data());
   };
@@ -81,14 +84,25 @@ BOOST_AUTO_TEST_CASE(decoder_block_split_heads) {
 BOOST_AUTO_TEST_CASE(block_with_dropout_has_exact_gradients_for_its_mask) {
   // Dropout masks depend only on (seed, call number): restarting the call
   // counters before every forward fixes the masks, and the block's gradient
-  // is then exact, dropout included.
+  // is then exact, dropout included (branches 0.2, attention probabilities
+  // 0.3; three counters).
   constexpr int D = TinyPre::D_MODEL;
   Rng rng(23);
   Be be;
-  DecoderOnlyBlock<TinyPre, Be> block(rng, 0.2f);
+  DecoderOnlyBlock<TinyPre, Be> block(rng, 0.2f, 0.3f);
+  int counters = 0;
+  block.for_each_dropout([&](auto&) { ++counters; });
+  BOOST_TEST(counters == 3);
+  // Without attention dropout a block has its two branch counters only, as
+  // before attention dropout existed (checkpoints of then still resume).
+  Rng other(24);
+  DecoderOnlyBlock<TinyPre, Be> branches_only(other, 0.2f);
+  counters = 0;
+  branches_only.for_each_dropout([&](auto&) { ++counters; });
+  BOOST_TEST(counters == 2);
   const Shape bt{2, 5};
   GradCase c;
-  c.name = "DecoderOnlyBlock pre-norm, dropout 0.2";
+  c.name = "DecoderOnlyBlock pre-norm, dropout 0.2, attention dropout 0.3";
   c.input("x", bt.rows() * D, rng);
   c.output(bt.rows() * D, rng);
   c.forward = [&] {
@@ -105,6 +119,11 @@ BOOST_AUTO_TEST_CASE(block_with_dropout_has_exact_gradients_for_its_mask) {
   block.set_training(false);
   block.forward(be, crows_of<D>(c.x[0]), rows_of<D>(c.y), bt);
   BOOST_TEST((train_y != c.y));
+}
+
+BOOST_AUTO_TEST_CASE(decoder_block_with_dropout_has_exact_gradients_for_its_mask) {
+  check_decoder_block<TinyPost>("DecoderBlock post-norm, dropout 0.25 (branches, self and cross attention)", {2, 4},
+                                {2, 5}, {0, 0, 0, 1, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, 0.25f);
 }
 
 BOOST_AUTO_TEST_CASE(block_parameter_names) {

@@ -105,9 +105,11 @@ case "$case_name" in
     ;;
   charlm_resume_bitwise)
     make_corpus
-    # Cosine schedule and dropout: both must continue exactly where they stopped.
-    train_tiny 40 full --schedule cosine > /dev/null 2>&1 || fail "the 40-step run failed"
-    train_tiny 40 half --schedule cosine --stop-after 20 > half.log 2>&1 || { cat half.log; fail "the 20-step run failed"; }
+    # Cosine schedule and dropout (branches and attention probabilities): both
+    # must continue exactly where they stopped.
+    train_tiny 40 full --schedule cosine --attention-dropout 0.1 > /dev/null 2>&1 || fail "the 40-step run failed"
+    train_tiny 40 half --schedule cosine --attention-dropout 0.1 --stop-after 20 > half.log 2>&1 \
+      || { cat half.log; fail "the 20-step run failed"; }
     grep -q "step 20: train loss" half.log || fail "the first half did not stop at step 20"
     "$charlm" train --data corpus.txt --resume half --steps 40 --samples 0 --eval-batches 4 --log-csv r.csv \
       --report r.html > resume.log 2>&1 || { cat resume.log; fail "resuming failed"; }
@@ -124,6 +126,7 @@ case "$case_name" in
     expect_error "--data FILE is required" "$charlm" train --steps 1
     expect_error "unrecognised option '--bogus'" "$charlm" train --bogus
     expect_error "--shards -1 is negative" "$charlm" train --data corpus.txt --shards -1
+    expect_error "dropout probability 1 outside [0, 1)" "$charlm" train --data corpus.txt --attention-dropout 1
     # A learning rate that blows the weights up stops training, naming the step.
     expect_error " at step " "$charlm" train --data corpus.txt --model tiny --steps 50 --lr 1e6 --eval-every 25 \
       --eval-batches 1 --samples 0 --log-csv "" --report ""

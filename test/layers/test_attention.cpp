@@ -10,36 +10,46 @@ using namespace xfmr::test;
 
 namespace {
 
+// With dropout > 0 the probabilities are dropped; the call counter restarts
+// before every forward, so that every evaluation of the loss sees one mask.
 template <class Cfg>
-void check_self(const char* name, Shape bt, bool causal, const std::vector<std::uint8_t>& pad) {
+void check_self(const char* name, Shape bt, bool causal, const std::vector<std::uint8_t>& pad, float dropout = 0.0f) {
   constexpr int D = Cfg::D_MODEL;
   Rng rng(3);
   Be be;
   SelfAttention<Cfg, Be> attn(rng);
+  attn.set_dropout(dropout, 77);
   const AttentionMask mask{causal, pad.empty() ? nullptr : pad.data()};
   GradCase c;
   c.name = name;
   c.input("x", bt.rows() * D, rng);
   c.output(bt.rows() * D, rng);
-  c.forward = [&] { attn.forward(be, crows_of<D>(c.x[0]), rows_of<D>(c.y), bt, mask); };
+  c.forward = [&] {
+    attn.dropout().set_calls(2);
+    attn.forward(be, crows_of<D>(c.x[0]), rows_of<D>(c.y), bt, mask);
+  };
   c.backward = [&] { attn.backward(be, crows_of<D>(c.dy), rows_of<D>(c.dx[0])); };
   c.visit = [&](const ParamFn& f) { attn.visit(f); };
   check_case(c);
 }
 
 template <class Cfg>
-void check_cross(const char* name, Shape q, Shape kv, const std::vector<std::uint8_t>& pad) {
+void check_cross(const char* name, Shape q, Shape kv, const std::vector<std::uint8_t>& pad, float dropout = 0.0f) {
   constexpr int D = Cfg::D_MODEL;
   Rng rng(4);
   Be be;
   CrossAttention<Cfg, Be> attn(rng);
+  attn.set_dropout(dropout, 78);
   const AttentionMask mask{false, pad.empty() ? nullptr : pad.data()};
   GradCase c;
   c.name = name;
   c.input("x_q", q.rows() * D, rng);
   c.input("x_kv", kv.rows() * D, rng);
   c.output(q.rows() * D, rng);
-  c.forward = [&] { attn.forward(be, crows_of<D>(c.x[0]), crows_of<D>(c.x[1]), rows_of<D>(c.y), q, kv, mask); };
+  c.forward = [&] {
+    attn.dropout().set_calls(2);
+    attn.forward(be, crows_of<D>(c.x[0]), crows_of<D>(c.x[1]), rows_of<D>(c.y), q, kv, mask);
+  };
   c.backward = [&] {
     attn.backward(be, crows_of<D>(c.dy), rows_of<D>(c.dx[0]), rows_of<D>(c.dx[1]));
   };
@@ -123,6 +133,109 @@ BOOST_AUTO_TEST_CASE(cross_attention_gradients) {
 
 BOOST_AUTO_TEST_CASE(cross_attention_gradients_padded_split_heads) {
   check_cross<TinySplitHeads>("CrossAttention padded, QK 3 / V 5", {2, 4}, {2, 3}, {0, 0, 0, 0, 1, 1});
+}
+
+// Dropout on the attention probabilities, with a fixed mask: self-attention
+// causal and padded (short rows, which leave the row kernels under dropout,
+// and the GEMM path's length), cross-attention padded with split heads.
+BOOST_AUTO_TEST_CASE(attention_gradients_with_dropout) {
+  check_self<TinyPre>("SelfAttention causal + padding, dropout 0.3", {2, 4}, true, {0, 0, 0, 1, 0, 0, 1, 1}, 0.3f);
+  check_self<TinyWideHeads>("SelfAttention wide heads, dropout 0.5", {2, 4}, false, {}, 0.5f);
+  constexpr int T = LongPre::MAX_T;
+  std::vector<std::uint8_t> pad(T, 0);
+  pad[T - 1] = 1;
+  check_self<LongPre>("SelfAttention causal + padding, GEMM length, dropout 0.2", {1, T}, true, pad, 0.2f);
+  check_cross<TinySplitHeads>("CrossAttention padded, QK 3 / V 5, dropout 0.3", {2, 4}, {2, 3}, {0, 0, 0, 0, 1, 1},
+                              0.3f);
+}
+
+// The backend op under dropout against a plain reference: the saved
+// probabilities stay undropped, the output multiplies V by P * keep / (1 - p)
+// with keep = dropout_keeps(key, element of (B, H, Tq, Tk), p), and the
+// backward replays the same mask (dV = (P * keep / (1 - p))^T dY). A
+// different key gives another output (the mask is live).
+BOOST_AUTO_TEST_CASE(attention_dropout_drops_probabilities_and_replays_its_mask) {
+  Rng rng(12);
+  Be be;
+  const AttentionMask mask{true, nullptr};
+  for (const AttentionDims base : {AttentionDims{2, 3, 5, 5, 4, 4}, AttentionDims{3, 2, 70, 70, 8, 8}}) {
+    AttentionDims a = base;
+    a.dropout = 0.25f;
+    a.dropout_key = 0x5eed0001ULL;
+    const int ldq = a.H * a.QK_DIM, ldv = a.H * a.V_DIM;
+    const std::size_t n_probs = std::size_t(a.B) * a.H * a.Tq * a.Tk;
+    const Vec q = random_vector(a.B * a.Tq * ldq, rng, 2.0), k = random_vector(a.B * a.Tk * ldq, rng, 2.0),
+              v = random_vector(a.B * a.Tk * ldv, rng), dy = random_vector(a.B * a.Tq * ldv, rng);
+    Vec y(std::size_t(a.B) * a.Tq * ldv), probs(n_probs), y_plain, p_ref;
+    be.attention_forward(a, q.data(), ldq, k.data(), ldq, v.data(), ldv, y.data(), ldv, probs.data(), mask);
+    naive_attention(base, q, k, v, mask, y_plain, p_ref);
+    BOOST_TEST(probs == p_ref, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());
+
+    // The reference: dropped probabilities times V, and dV from them.
+    Vec dropped(n_probs), y_ref(y.size(), 0.0), dv_ref(v.size(), 0.0);
+    std::size_t visible = 0, kept = 0;
+    for (std::size_t e = 0; e < n_probs; ++e) {
+      const bool keep = dropout_keeps(a.dropout_key, e, a.dropout);
+      dropped[e] = keep ? p_ref[e] / (1.0 - a.dropout) : 0.0;
+      visible += p_ref[e] != 0.0;
+      kept += p_ref[e] != 0.0 && keep;
+    }
+    for (int b = 0; b < a.B; ++b)
+      for (int h = 0; h < a.H; ++h)
+        for (int i = 0; i < a.Tq; ++i)
+          for (int j = 0; j < a.Tk; ++j) {
+            const double w = dropped[((std::size_t(b) * a.H + h) * a.Tq + i) * a.Tk + j];
+            for (int d = 0; d < a.V_DIM; ++d) {
+              const std::size_t yi = (std::size_t(b) * a.Tq + i) * ldv + h * a.V_DIM + d;
+              const std::size_t vj = (std::size_t(b) * a.Tk + j) * ldv + h * a.V_DIM + d;
+              y_ref[yi] += w * v[vj];
+              dv_ref[vj] += w * dy[yi];
+            }
+          }
+    BOOST_TEST(y == y_ref, boost::test_tools::tolerance(1e-9) << boost::test_tools::per_element());
+    BOOST_TEST((y != y_plain));
+    Vec dq(q.size()), dk(k.size()), dv(v.size());
+    be.attention_backward(a, dy.data(), ldv, q.data(), ldq, k.data(), ldq, v.data(), ldv, probs.data(), dq.data(),
+                          dk.data(), dv.data());
+    BOOST_TEST(dv == dv_ref, boost::test_tools::tolerance(1e-9) << boost::test_tools::per_element());
+    if (visible > 10000) {  // the larger case: the share dropped is the rate
+      const double rate = 1.0 - double(kept) / double(visible);
+      BOOST_TEST(std::abs(rate - 0.25) < 0.01, "dropped " << rate << " of " << visible << " visible probabilities");
+    }
+
+    // Another key, another mask.
+    AttentionDims other = a;
+    other.dropout_key = a.dropout_key + 1;
+    Vec y_other(y.size());
+    be.attention_forward(other, q.data(), ldq, k.data(), ldq, v.data(), ldv, y_other.data(), ldv, probs.data(), mask);
+    BOOST_TEST((y_other != y));
+  }
+}
+
+// Evaluation mode turns attention dropout off: the layer's output is the
+// plain attention's, bit for bit; training mode draws a new mask per call.
+BOOST_AUTO_TEST_CASE(attention_dropout_is_off_in_evaluation_and_fresh_per_call) {
+  constexpr int D = TinyPre::D_MODEL;
+  Be be;
+  Rng r1(5), r2(5), data(6);
+  SelfAttention<TinyPre, Be> plain(r1), dropped(r2);
+  dropped.set_dropout(0.4f, 9);
+  const Shape bt{2, 6};
+  const Vec x = random_vector(bt.rows() * D, data);
+  Vec y_plain(x.size()), y_eval(x.size()), y1(x.size()), y2(x.size());
+  const AttentionMask mask{true, nullptr};
+  plain.forward(be, crows_of<D>(x), rows_of<D>(y_plain), bt, mask);
+  dropped.forward(be, crows_of<D>(x), rows_of<D>(y1), bt, mask);
+  dropped.forward(be, crows_of<D>(x), rows_of<D>(y2), bt, mask);
+  BOOST_TEST(dropped.dropout().calls() == 2u);
+  BOOST_TEST((y1 != y_plain));
+  BOOST_TEST((y1 != y2));
+  dropped.dropout().set_training(false);
+  dropped.forward(be, crows_of<D>(x), rows_of<D>(y_eval), bt, mask);
+  BOOST_TEST(dropped.dropout().calls() == 2u);
+  BOOST_TEST(dropped.last_dims().dropout == 0.0f);
+  BOOST_TEST(y_eval == y_plain, boost::test_tools::per_element());
+  BOOST_CHECK_THROW(dropped.set_dropout(1.0f, 1), Error);
 }
 
 // Both CPU paths: row by row (Tq <= 4, fixed 16-wide heads or any size) and

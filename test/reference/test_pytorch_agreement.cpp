@@ -78,14 +78,18 @@ std::vector<std::uint8_t> mask_of(const SafeTensors& st, const std::string& name
   return {v.begin(), v.end()};
 }
 
+// dropout > 0: the block is built with that rate on its branches and its
+// attention probabilities and run in evaluation mode, against the same
+// fixture (PyTorch's layer with dropout disabled).
 template <class Block>
-void check_self_block(const std::string& name, bool padded) {
+void check_self_block(const std::string& name, bool padded, float dropout = 0.0f) {
   const auto st = fixture(name);
   constexpr int D = Block::D;
   const Shape bt{2, 5};
   Rng rng(0);
   Cpu be;
-  Block block(rng);
+  Block block(rng, dropout, dropout);
+  if (dropout > 0) block.set_training(false);
   load_params(block, st);
   const auto x = st.values<float>("x"), dy = st.values<float>("dy");
   const auto pad = padded ? mask_of(st, "key_padding") : std::vector<std::uint8_t>{};
@@ -101,13 +105,14 @@ void check_self_block(const std::string& name, bool padded) {
 }
 
 template <class Cfg>
-void check_decoder_block(const std::string& name) {
+void check_decoder_block(const std::string& name, float dropout = 0.0f) {
   const auto st = fixture(name);
   constexpr int D = Cfg::D_MODEL;
   const Shape tgt{2, 5}, src{2, 6};
   Rng rng(0);
   Cpu be;
-  DecoderBlock<Cfg, Cpu> block(rng);
+  DecoderBlock<Cfg, Cpu> block(rng, dropout, dropout);
+  if (dropout > 0) block.set_training(false);
   load_params(block, st);
   const auto x = st.values<float>("x"), mem = st.values<float>("memory"), dy = st.values<float>("dy");
   const auto tgt_pad = mask_of(st, "tgt_padding"), src_pad = mask_of(st, "src_padding");
@@ -140,6 +145,13 @@ BOOST_AUTO_TEST_CASE(post_norm_decoder_block_with_cross_attention) {
 
 BOOST_AUTO_TEST_CASE(pre_norm_decoder_block_with_cross_attention) {
   check_decoder_block<FixtureCfg<PreNorm, Gelu>>("decoder_block_prenorm");
+}
+
+// Dropout (branches and attention probabilities) switched off by evaluation
+// mode leaves the forward and backward of PyTorch's dropout-free layers.
+BOOST_AUTO_TEST_CASE(blocks_with_dropout_in_evaluation_mode) {
+  check_self_block<EncoderBlock<FixtureCfg<PostNorm, Relu>, Cpu>>("encoder_block_postnorm_padded", true, 0.3f);
+  check_decoder_block<FixtureCfg<PreNorm, Gelu>>("decoder_block_prenorm", 0.3f);
 }
 
 template <class NormPolicy, class ActivationKind>

@@ -232,32 +232,37 @@ BOOST_AUTO_TEST_CASE(one_shard_is_a_plain_step) {
 }
 
 BOOST_AUTO_TEST_CASE(dropout_masks_differ_by_shard_and_repeat_by_run) {
-  const DecoderOptions opts{.dropout = 0.3f};
-  auto run_once = [&](Vec& grads, std::uint64_t& calls, std::vector<double>& losses) {
-    Be be;
-    Model m(V, 4, opts);
-    m.set_training(true);
-    DataParallel<Model, Be> dp(m, be, factory(opts), 2);
-    const Batch twin(2, 5);
-    Batch batch = twin;  // sequence 1 is a copy of sequence 0: only the masks can differ
-    std::copy_n(batch.ids.begin(), T, batch.ids.begin() + T);
-    std::copy_n(batch.targets.begin(), T, batch.targets.begin() + T);
-    zero_grad(m);
-    Sharded run;
-    run.backward(dp, batch);
-    grads = gradients(m);
-    losses = run.losses;
-    m.for_each_dropout([&](auto& d) { calls = d.calls(); });
-  };
-  Vec g1, g2;
-  std::uint64_t c1 = 0, c2 = 0;
-  std::vector<double> l1, l2;
-  run_once(g1, c1, l1);
-  run_once(g2, c2, l2);
-  BOOST_TEST(g1 == g2, tt::per_element());  // the same run, bit for bit
-  BOOST_TEST(c1 == 1u);                     // the model's counters moved on by one step
-  // The same sequence in the two shards gave different losses: different masks.
-  BOOST_TEST(l1[0] != l1[1]);
+  // On the branches, and on the attention probabilities alone.
+  for (const DecoderOptions opts : {DecoderOptions{.dropout = 0.3f}, DecoderOptions{.attention_dropout = 0.3f}}) {
+    BOOST_TEST_CONTEXT("dropout " << opts.dropout << ", attention dropout " << opts.attention_dropout) {
+      auto run_once = [&](Vec& grads, std::uint64_t& calls, std::vector<double>& losses) {
+        Be be;
+        Model m(V, 4, opts);
+        m.set_training(true);
+        DataParallel<Model, Be> dp(m, be, factory(opts), 2);
+        const Batch twin(2, 5);
+        Batch batch = twin;  // sequence 1 is a copy of sequence 0: only the masks can differ
+        std::copy_n(batch.ids.begin(), T, batch.ids.begin() + T);
+        std::copy_n(batch.targets.begin(), T, batch.targets.begin() + T);
+        zero_grad(m);
+        Sharded run;
+        run.backward(dp, batch);
+        grads = gradients(m);
+        losses = run.losses;
+        calls = 0;
+        m.for_each_dropout([&](auto& d) { calls = std::max(calls, d.calls()); });
+      };
+      Vec g1, g2;
+      std::uint64_t c1 = 0, c2 = 0;
+      std::vector<double> l1, l2;
+      run_once(g1, c1, l1);
+      run_once(g2, c2, l2);
+      BOOST_TEST(g1 == g2, tt::per_element());  // the same run, bit for bit
+      BOOST_TEST(c1 == 1u);                     // the model's counters moved on by one step
+      // The same sequence in the two shards gave different losses: different masks.
+      BOOST_TEST(l1[0] != l1[1]);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_in_a_shard_is_an_error_and_the_next_step_works) {

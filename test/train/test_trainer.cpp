@@ -50,7 +50,7 @@ Vec weights(Model& m) {
 }
 
 std::unique_ptr<Model> make_model(float dropout = 0.0f) {
-  return std::make_unique<Model>(V, 3, DecoderOptions{.dropout = dropout});
+  return std::make_unique<Model>(V, 3, DecoderOptions{.dropout = dropout, .attention_dropout = dropout});
 }
 
 // `steps` steps of a trainer with these options over fresh batches; returns
@@ -178,7 +178,8 @@ BOOST_AUTO_TEST_CASE(a_non_finite_loss_or_gradient_stops_naming_the_step) {
 }
 
 // state() with the parameters and optimizer state saved (save/load through
-// a checkpoint directory) resumes bit for bit, dropout included.
+// a checkpoint directory) resumes bit for bit, dropout (branches and
+// attention probabilities) included.
 BOOST_AUTO_TEST_CASE(save_load_and_restore_resume_bitwise) {
   const auto dir = std::filesystem::temp_directory_path() / ("xfmr_trainer_test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
@@ -242,7 +243,7 @@ BOOST_AUTO_TEST_CASE(malformed_batches_are_errors) {
 // label smoothing, dropout off, and the weights untouched.
 BOOST_AUTO_TEST_CASE(evaluate_is_the_plain_mean_loss) {
   Be be;
-  auto model = std::make_unique<Model>(V, 3, DecoderOptions{.dropout = 0.5f});
+  auto model = std::make_unique<Model>(V, 3, DecoderOptions{.dropout = 0.5f, .attention_dropout = 0.5f});
   AdamW<Be> opt(*model);
   ModelTrainer trainer(*model, be, opt, {.label_smoothing = 0.2, .shards = 2}, [] { return make_model(0.5f); });
   Data data{3, 4};

@@ -23,7 +23,7 @@
 //  softmax_backward(rows, n, probs, dprobs, dscores)    dscores assigned
 //  relu_forward(n, x, y), relu_backward(n, x, dy, dx)
 //  gelu_forward(n, x, y), gelu_backward(n, x, dy, dx)   tanh approximation
-//  dropout_forward(n, p, key, x, y, keep)    keep[i] = counter_uniform(key, i) >= p
+//  dropout_forward(n, p, key, x, y, keep)    keep[i] = dropout_keeps(key, i, p)
 //  dropout_backward(n, p, keep, dy, dx)
 //  embedding_forward(n, V, D, ids, table, y) checks every id in [0, V)
 //  embedding_backward(n, D, ids, dy, dtable) dtable[ids[i],:] += dy[i,:]
@@ -41,8 +41,10 @@
 //  sgd_step(n, p, g, buf, lr, momentum, weight_decay)
 //  attention_forward(dims, q, ldq, k, ldk, v, ldv, y, ldy, probs, mask)
 //      per (b, h): probs = softmax(mask(Q K^T / sqrt(QK_DIM))); Y = probs V
+//      (Y = dropped(probs) V under dims.dropout; probs saved undropped)
 //  attention_backward(dims, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv)
-//      dq, dk, dv assigned (they may be interleaved slices of one buffer)
+//      dq, dk, dv assigned (they may be interleaved slices of one buffer);
+//      dims as given to the forward (the same dropout key)
 //  host_view(x, staging) -> span               x readable on the host (copied
 //      into staging when x is device memory): logits for sampling, accuracy
 //  synchronize()                             waits for queued work (timing)
@@ -96,8 +98,15 @@ struct AdamWTensor {
 // q[row*ldq + h*QK_DIM .. +QK_DIM) and writes y[row*ldy + h*V_DIM .. +V_DIM).
 // Sequence b's keys and values start at row b*KV_ROWS (KV_ROWS = 0: Tk), so
 // they can live in a cache of capacity KV_ROWS of which Tk rows are filled.
+// Dropout on the probabilities (training): with dropout > 0 the output is
+// (P * keep / (1 - dropout)) V, where element e of the (B, H, Tq, Tk)
+// probabilities is kept when dropout_keeps(dropout_key, e, dropout); the
+// saved probabilities stay undropped, and the backward replays the mask
+// from the same key.
 struct AttentionDims {
   int B = 0, H = 0, Tq = 0, Tk = 0, QK_DIM = 0, V_DIM = 0, KV_ROWS = 0;
+  float dropout = 0.0f;
+  std::uint64_t dropout_key = 0;
   int kv_rows() const { return KV_ROWS ? KV_ROWS : Tk; }
 };
 

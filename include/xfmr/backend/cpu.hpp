@@ -264,7 +264,7 @@ class CpuBackend {
     const long ln = static_cast<long>(n);
     detail::parallel_ranges(ln, ln > detail::kParallelWork, [=](long lo, long hi) {
       for (long i = lo; i < hi; ++i) {
-        keep[i] = counter_uniform(key, static_cast<std::uint64_t>(i)) >= p ? 1 : 0;
+        keep[i] = dropout_keeps(key, static_cast<std::uint64_t>(i), p) ? 1 : 0;
         y[i] = keep[i] ? x[i] * scale : S(0);
       }
     });
@@ -455,12 +455,18 @@ class CpuBackend {
 
   // Few query rows per (sequence, head) (decoding, short prompts) go row by
   // row, each against its visible keys only: at one row a product through
-  // Eigen's GEMV costs more in dispatch than in arithmetic. Longer blocks are
-  // three GEMMs per head.
+  // Eigen's GEMV costs more in dispatch than in arithmetic. Longer blocks,
+  // and every block under attention dropout, are three GEMMs per head (the
+  // dropped probabilities in a tile of their own).
   void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
                          S* y, int ldy, S* probs, const AttentionMask& mask) {
+    detail::check_dropout_rate(a.dropout);
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
-    const long work = long(a.B) * a.H * a.Tq * a.Tk * (a.QK_DIM + a.V_DIM);
+    const bool drop = a.dropout > 0.0f;
+    const long tile = long(a.Tq) * a.Tk;
+    S* scratch = drop ? attention_tiles(tile) : nullptr;
+    const bool own_region = detail::may_fork();
+    const long work = long(a.B) * a.H * tile * (a.QK_DIM + a.V_DIM);
     const detail::AttendRow<S> attend = detail::row_kernel<S>(a);
     detail::parallel_ranges(long(a.B) * a.H, work > detail::kAttentionParallelWork, [=](long lo, long hi) {
       for (long i_ = lo; i_ < hi; ++i_) {
@@ -469,8 +475,8 @@ class CpuBackend {
         const S* kb = k + long(b) * a.kv_rows() * ldk + long(h) * a.QK_DIM;
         const S* vb = v + long(b) * a.kv_rows() * ldv + long(h) * a.V_DIM;
         S* yb = y + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
-        S* p = probs + (long(b) * a.H + h) * a.Tq * a.Tk;
-        if (a.Tq <= detail::kRowAttentionRows) {
+        S* p = probs + i_ * tile;
+        if (a.Tq <= detail::kRowAttentionRows && !drop) {
           for (int i = 0; i < a.Tq; ++i)
             attend(b, i, a, scale, qb + long(i) * ldq, kb, ldk, vb, ldv, p + long(i) * a.Tk, yb + long(i) * ldy, mask);
           continue;
@@ -483,7 +489,13 @@ class CpuBackend {
         for (int i = 0; i < a.Tq; ++i)
           detail::masked_softmax_row<S>(b, i, a.Tq, a.Tk, p + long(i) * a.Tk, p + long(i) * a.Tk, mask);
         Map Y(yb, a.Tq, a.V_DIM, Strided(ldy));
-        Y.noalias() = P * Vm;  // (Tq, V_DIM)
+        if (!drop) {
+          Y.noalias() = P * Vm;  // (Tq, V_DIM)
+          continue;
+        }
+        S* pd = scratch + (own_region ? detail::thread_index() : 0) * tile;
+        detail::drop_probabilities(a, i_ * tile, tile, p, pd);
+        Y.noalias() = CMap(pd, a.Tq, a.Tk, Strided(a.Tk)) * Vm;
       }
     });
   }
@@ -491,13 +503,15 @@ class CpuBackend {
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
                           const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
     detail::check_unstrided_keys(a);
+    detail::check_dropout_rate(a.dropout);
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
+    const bool drop = a.dropout > 0.0f;
     const long tile = long(a.Tq) * a.Tk;
-    scratch_.resize(static_cast<std::size_t>(detail::thread_count() * tile));
-    S* scratch = scratch_.data();
-    // One tile per thread of this call's own region; called from inside
-    // another region (a DataParallel shard) it runs on one thread, whatever
-    // that thread's number there.
+    // dS, and the dropped probabilities under dropout: one or two tiles a
+    // thread of this call's own region; called from inside another region (a
+    // DataParallel shard) it runs on one thread, whatever that thread's
+    // number there.
+    S* scratch = attention_tiles(drop ? 2 * tile : tile);
     const bool own_region = detail::may_fork();
     const long work = long(a.B) * a.H * tile * (a.QK_DIM + a.V_DIM);
     const detail::AttendRowBackward<S> attend_backward = detail::row_backward_kernel<S>(a);
@@ -509,12 +523,12 @@ class CpuBackend {
         const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
         const S* kb = k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM;
         const S* vb = v + long(b) * a.Tk * ldv + long(h) * a.V_DIM;
-        const S* p = probs + (long(b) * a.H + h) * tile;
+        const S* p = probs + i_ * tile;
         S* dqb = dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
         S* dkb = dk + long(b) * a.Tk * ldk + long(h) * a.QK_DIM;
         S* dvb = dv + long(b) * a.Tk * ldv + long(h) * a.V_DIM;
-        S* ds = scratch + (own_region ? detail::thread_index() : 0) * tile;
-        if (a.Tq <= detail::kRowAttentionRows) {
+        S* ds = scratch + (own_region ? detail::thread_index() : 0) * (drop ? 2 * tile : tile);
+        if (a.Tq <= detail::kRowAttentionRows && !drop) {
           for (int j = 0; j < a.Tk; ++j) {
             std::fill_n(dkb + long(j) * ldk, a.QK_DIM, S(0));
             std::fill_n(dvb + long(j) * ldv, a.V_DIM, S(0));
@@ -528,12 +542,18 @@ class CpuBackend {
         const CMap Q(qb, a.Tq, a.QK_DIM, Strided(ldq));
         const CMap K(kb, a.Tk, a.QK_DIM, Strided(ldk));
         const CMap Vm(vb, a.Tk, a.V_DIM, Strided(ldv));
-        const CMap P(p, a.Tq, a.Tk, Strided(a.Tk));
         Map dS(ds, a.Tq, a.Tk, Strided(a.Tk));
 
         Map dV(dvb, a.Tk, a.V_DIM, Strided(ldv));
-        dV.noalias() = P.transpose() * dY;  // (Tk, V_DIM)
+        if (drop) {  // the mask replayed from the forward's key
+          S* pd = ds + tile;
+          detail::drop_probabilities(a, i_ * tile, tile, p, pd);
+          dV.noalias() = CMap(pd, a.Tq, a.Tk, Strided(a.Tk)).transpose() * dY;  // (Tk, V_DIM)
+        } else {
+          dV.noalias() = CMap(p, a.Tq, a.Tk, Strided(a.Tk)).transpose() * dY;
+        }
         dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
+        if (drop) detail::undrop_gradient(a, i_ * tile, tile, ds);
         for (int i = 0; i < a.Tq; ++i)
           detail::softmax_backward_row<S>(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
         Map dQ(dqb, a.Tq, a.QK_DIM, Strided(ldq));
@@ -547,7 +567,13 @@ class CpuBackend {
  private:
   static constexpr S kGeluC = S(0.7978845608028654);  // sqrt(2 / pi)
 
-  AlignedVector<S> scratch_;    // per-thread (Tq, Tk) tiles for attention backward; grows only
+  // per_thread elements for each thread of a parallel region (attention's tiles).
+  S* attention_tiles(long per_thread) {
+    scratch_.resize(static_cast<std::size_t>(detail::thread_count() * per_thread));
+    return scratch_.data();
+  }
+
+  AlignedVector<S> scratch_;    // per-thread tiles for attention (attention_tiles); grows only
   std::vector<double> row_loss_;  // per-row cross-entropy before the ordered sum; grows only
 };
 

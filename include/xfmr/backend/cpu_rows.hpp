@@ -1,7 +1,8 @@
 // cpu_rows.hpp: CpuBackend's per-row attention kernels: the masked softmax
 // of one score row, its backward, and one query row attending to its visible
 // keys with its backward (decoding steps and sequences of up to
-// kRowAttentionRows). Serial; the backend threads over (sequence, head).
+// kRowAttentionRows), and attention dropout on a tile of probabilities.
+// Serial; the backend threads over (sequence, head).
 #pragma once
 
 #include <Eigen/Core>
@@ -13,6 +14,7 @@
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/backend/cpu_simd.hpp"
 #include "xfmr/core/mask.hpp"
+#include "xfmr/core/rng.hpp"
 
 namespace xfmr::detail {
 
@@ -111,6 +113,23 @@ void attend_row_backward(const AttentionDims& a, S scale, const S* dyi, const S*
     Eigen::Map<RowQ>(dk + long(j) * ldk, a.QK_DIM) += g * q;
     Eigen::Map<RowV>(dv + long(j) * ldv, a.V_DIM) += p[j] * dy;
   }
+}
+
+// Attention dropout (AttentionDims::dropout) on n probabilities that start
+// at element `first` of (B, H, Tq, Tk): out = p * keep / (1 - rate).
+template <class S>
+void drop_probabilities(const AttentionDims& a, long first, long n, const S* p, S* out) {
+  const S scale = S(1) / (S(1) - S(a.dropout));
+  for (long e = 0; e < n; ++e)
+    out[e] = dropout_keeps(a.dropout_key, std::uint64_t(first + e), a.dropout) ? p[e] * scale : S(0);
+}
+// Its backward, in place: the gradient of the dropped probabilities becomes
+// the gradient of the probabilities (times keep / (1 - rate)).
+template <class S>
+void undrop_gradient(const AttentionDims& a, long first, long n, S* d) {
+  const S scale = S(1) / (S(1) - S(a.dropout));
+  for (long e = 0; e < n; ++e)
+    d[e] = dropout_keeps(a.dropout_key, std::uint64_t(first + e), a.dropout) ? d[e] * scale : S(0);
 }
 
 // Calls f with the head width as a compile-time constant: 16, 32 or 64 when

@@ -303,6 +303,8 @@ class CudaBackend {
   void abort_graph_step() noexcept;
   const std::uint8_t* upload_mask(const std::uint8_t* host, std::size_t n);
   const std::int32_t* upload_ids(const std::int32_t* host, std::size_t n);
+  const std::uint64_t* dropout_key(std::uint64_t key);  // in device memory, for the next launch
+  const S* drop_probabilities(const AttentionDims& a, const S* probs);  // attention dropout's weights
 
   CudaOptions opts_;
   std::unique_ptr<Context> ctx_;

@@ -24,10 +24,10 @@ class BlockStack {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  BlockStack(int n, Rng& rng, float dropout) {
+  BlockStack(int n, Rng& rng, float dropout, float attention_dropout = 0.0f) {
     require(n > 0, "a model needs at least one block, got ", n);
     blocks_.reserve(n);
-    for (int i = 0; i < n; ++i) blocks_.emplace_back(rng, dropout);
+    for (int i = 0; i < n; ++i) blocks_.emplace_back(rng, dropout, attention_dropout);
   }
 
   // x (B*T, D) -> y (B*T, D). Each block's input is kept for its backward.

@@ -31,13 +31,17 @@ class DecoderBlock {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  explicit DecoderBlock(Rng& rng, float dropout = 0.0f)
+  explicit DecoderBlock(Rng& rng, float dropout = 0.0f, float attention_dropout = 0.0f)
       : self_attn_(rng),
         cross_attn_(rng),
         ff_(rng),
         r1_(dropout, rng.next_u64()),
         r2_(dropout, rng.next_u64()),
-        r3_(dropout, rng.next_u64()) {}
+        r3_(dropout, rng.next_u64()) {
+    // Seeded from the branches' seeds (see encoder_block.hpp).
+    self_attn_.set_dropout(attention_dropout, detail::mix64(~r1_.dropout().seed()));
+    cross_attn_.set_dropout(attention_dropout, detail::mix64(~r2_.dropout().seed()));
+  }
 
   void forward(Backend& be, ConstRows<S, D> x, ConstRows<S, D> memory, Rows<S, D> y, Shape tgt, Shape src,
                const std::uint8_t* tgt_padding = nullptr, const std::uint8_t* src_padding = nullptr) {
@@ -94,7 +98,9 @@ class DecoderBlock {
   template <class F>
   void for_each_dropout(F&& f) {
     r1_.for_each_dropout(f);
+    visit_if_dropping(self_attn_.dropout(), f);
     r2_.for_each_dropout(f);
+    visit_if_dropping(cross_attn_.dropout(), f);
     r3_.for_each_dropout(f);
   }
   CrossAttention<Cfg, Backend>& cross_attention() { return cross_attn_; }

@@ -8,8 +8,10 @@
 // forward(be, x, y, bt, key_padding): x, y (B*T, D_MODEL); key_padding is
 // (B, T) bytes, nonzero = pad, or nullptr. Backward: parameter gradients
 // accumulate, dx assigned. Parameters: "ln1.*", "attn.*", "ln2.*", "ff.*".
-// Dropout (residual branches) is a runtime rate; set_training(false) turns it
-// off for evaluation.
+// Dropout on the residual branches and on the attention probabilities are
+// runtime rates; set_training(false) turns both off for evaluation. The
+// attention's masks are seeded from the first branch's seed, so that adding
+// them drew nothing more from the initialisation's generator.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +36,10 @@ class SelfAttentionBlock {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  explicit SelfAttentionBlock(Rng& rng, float dropout = 0.0f)
-      : attn_(rng), ff_(rng), r1_(dropout, rng.next_u64()), r2_(dropout, rng.next_u64()) {}
+  explicit SelfAttentionBlock(Rng& rng, float dropout = 0.0f, float attention_dropout = 0.0f)
+      : attn_(rng), ff_(rng), r1_(dropout, rng.next_u64()), r2_(dropout, rng.next_u64()) {
+    attn_.set_dropout(attention_dropout, detail::mix64(~r1_.dropout().seed()));
+  }
 
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, const std::uint8_t* key_padding = nullptr) {
     const AttentionMask mask{CAUSAL, key_padding};
@@ -73,6 +77,7 @@ class SelfAttentionBlock {
   template <class F>
   void for_each_dropout(F&& f) {
     r1_.for_each_dropout(f);
+    visit_if_dropping(attn_.dropout(), f);
     r2_.for_each_dropout(f);
   }
   SelfAttention<Cfg, Backend>& attention() { return attn_; }

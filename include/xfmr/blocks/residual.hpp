@@ -82,11 +82,12 @@ class Residual {
     norm_.visit(f);
   }
 
-  // f(Dropout&) for the sublayer's dropout: to save or restore its call counter.
+  // f(DropoutKeys&) for the sublayer's dropout: to save or restore its call counter.
   template <class F>
   void for_each_dropout(F&& f) {
-    f(drop_);
+    f(static_cast<DropoutKeys&>(drop_));
   }
+  const DropoutKeys& dropout() const { return drop_; }
 
  private:
   LayerNorm<D, Backend> norm_;

@@ -3,7 +3,7 @@
 // Rng is a small sequential generator (splitmix64 stepping) for
 // initialisation and data order; its whole state is one u64, so it
 // checkpoints trivially. counter_uniform() is a stateless, counter-based
-// draw (a keyed hash of (key, counter)) used by dropout, so a mask depends
+// draw (a keyed hash of (key, counter)) used by dropout (dropout_keeps), so a mask depends
 // only on (seed, call, element index), never on thread count or launch shape.
 #pragma once
 
@@ -27,6 +27,10 @@ constexpr float counter_uniform(std::uint64_t key, std::uint64_t counter) {
   const std::uint64_t h = detail::mix64(key ^ detail::mix64(counter + 0x9e3779b97f4a7c15ULL));
   return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
 }
+
+// Whether dropout at rate p keeps element i of the mask drawn with key: the
+// one rule of every dropout mask (Dropout's, attention's; CPU and CUDA).
+constexpr bool dropout_keeps(std::uint64_t key, std::uint64_t i, float p) { return counter_uniform(key, i) >= p; }
 
 class Rng {
  public:

@@ -13,9 +13,13 @@
 // at columns [h*QK, (h+1)*QK). Weight shapes follow torch.nn.Linear:
 //   qkv.weight (H*(2*QK + V), D)   q.weight (H*QK, D)   kv.weight (H*(QK + V), D)
 //   proj.weight (D, H*V)           and a bias for each.
-// Saves: the projections, the attention probabilities (B, H, T_q, T_kv) and
-// the inputs by pointer. Backward: parameter gradients accumulate; input
-// gradients (dx, or dx_q and dx_kv) are assigned.
+// Dropout on the attention probabilities (PyTorch's MultiheadAttention
+// dropout, the seeds' GPT): set_dropout(p, seed); active in training mode
+// (dropout().set_training), drawn from dropout()'s keys like a Dropout
+// layer's masks. The cached (decoding) forwards never drop.
+// Saves: the projections, the attention probabilities (B, H, T_q, T_kv),
+// undropped, and the inputs by pointer. Backward: parameter gradients
+// accumulate; input gradients (dx, or dx_q and dx_kv) are assigned.
 #pragma once
 
 #include <span>
@@ -27,6 +31,7 @@
 #include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
+#include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/layers/linear.hpp"
 
@@ -50,6 +55,15 @@ inline void check_attention_shape(Shape s, int rows, int max_t, const char* what
   require(rows == s.rows(), what, " has ", rows, " rows, expected B*T = ", s.rows());
 }
 
+// The dims of a training forward: with a dropout key when keys is active.
+inline AttentionDims with_dropout(AttentionDims d, DropoutKeys& keys) {
+  if (keys.active()) {
+    d.dropout = keys.p();
+    d.dropout_key = keys.next_key();
+  }
+  return d;
+}
+
 }  // namespace detail
 
 template <AttentionConfig Cfg, class Backend>
@@ -69,11 +83,12 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     detail::check_attention_shape(bt, x.rows, Sz::MAX_T, "self-attention input");
     require_rows(y, x.rows, "self-attention output");
     bt_ = bt;
+    dims_ = detail::with_dropout({bt.B, H, bt.T, bt.T, QK_HEAD_DIM, V_HEAD_DIM}, drop_);
     const auto qkv = qkv_out_.template rows<QKV>(x.rows);  // (B*T, H*(2QK+V))
     const auto ctx = ctx_.template rows<CTX>(x.rows);      // (B*T, H*V)
     qkv_.forward(be, x, qkv);
     const S* q = qkv.data;
-    be.attention_forward(dims(), q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV, ctx.data, CTX,
+    be.attention_forward(dims_, q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV, ctx.data, CTX,
                          probs_.reserve(probs_size()), mask);  // probs (B, H, T, T)
     proj_.forward(be, ctx, y);
   }
@@ -85,7 +100,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     proj_.backward(be, dy, dctx);
     const S* q = qkv_out_.data();
     S* dq = dqkv.data;
-    be.attention_backward(dims(), dctx.data, CTX, q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV,
+    be.attention_backward(dims_, dctx.data, CTX, q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV,
                           probs_.data(), dq, dq + H * QK_HEAD_DIM, dq + 2 * H * QK_HEAD_DIM);
     qkv_.backward(be, dqkv, dx);
   }
@@ -117,16 +132,22 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     proj_.visit(prefixed("proj.", f));
   }
 
-  // Attention probabilities of the last forward, (B, H, T, T).
+  // Attention probabilities of the last forward, (B, H, T, T), undropped.
   std::span<const S> probabilities() const { return {probs_.data(), probs_size()}; }
+  // The dims of the last forward (its dropout rate and key).
+  const AttentionDims& last_dims() const { return dims_; }
+
+  void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
+  DropoutKeys& dropout() { return drop_; }
 
  private:
-  AttentionDims dims() const { return {bt_.B, H, bt_.T, bt_.T, QK_HEAD_DIM, V_HEAD_DIM}; }
   std::size_t probs_size() const { return std::size_t(bt_.B) * H * bt_.T * bt_.T; }
 
   Linear<D, QKV, Backend> qkv_;
   Linear<CTX, D, Backend> proj_;
+  DropoutKeys drop_{0.0f, 0};
   Shape bt_;
+  AttentionDims dims_;
   Buffer<S> qkv_out_, ctx_, probs_, dctx_, dqkv_;
 };
 
@@ -153,12 +174,13 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     require_rows(y, x_q.rows, "cross-attention output");
     q_shape_ = q_shape;
     kv_shape_ = kv_shape;
+    dims_ = detail::with_dropout({q_shape.B, H, q_shape.T, kv_shape.T, QK_HEAD_DIM, V_HEAD_DIM}, drop_);
     const auto q = q_out_.template rows<QW>(x_q.rows);     // (B*Tq, H*QK)
     const auto kv = kv_out_.template rows<KVW>(x_kv.rows); // (B*Tk, H*(QK+V))
     const auto ctx = ctx_.template rows<CTX>(x_q.rows);    // (B*Tq, H*V)
     q_.forward(be, x_q, q);
     kv_.forward(be, x_kv, kv);
-    be.attention_forward(dims(), q.data, QW, kv.data, KVW, kv.data + H * QK_HEAD_DIM, KVW, ctx.data, CTX,
+    be.attention_forward(dims_, q.data, QW, kv.data, KVW, kv.data + H * QK_HEAD_DIM, KVW, ctx.data, CTX,
                          probs_.reserve(probs_size()), mask);  // probs (B, H, Tq, Tk)
     proj_.forward(be, ctx, y);
   }
@@ -170,7 +192,7 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     const auto dkv = dkv_.template rows<KVW>(kv_shape_.rows());    // (B*Tk, H*(QK+V))
     proj_.backward(be, dy, dctx);
     const S* kv = kv_out_.data();
-    be.attention_backward(dims(), dctx.data, CTX, q_out_.data(), QW, kv, KVW, kv + H * QK_HEAD_DIM, KVW,
+    be.attention_backward(dims_, dctx.data, CTX, q_out_.data(), QW, kv, KVW, kv + H * QK_HEAD_DIM, KVW,
                           probs_.data(), dq.data, dkv.data, dkv.data + H * QK_HEAD_DIM);
     q_.backward(be, dq, dx_q);
     kv_.backward(be, dkv, dx_kv);
@@ -205,17 +227,23 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     proj_.visit(prefixed("proj.", f));
   }
 
-  // Attention probabilities of the last forward, (B, H, T_q, T_kv).
+  // Attention probabilities of the last forward, (B, H, T_q, T_kv), undropped.
   std::span<const S> probabilities() const { return {probs_.data(), probs_size()}; }
+  // The dims of the last forward (its dropout rate and key).
+  const AttentionDims& last_dims() const { return dims_; }
+
+  void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
+  DropoutKeys& dropout() { return drop_; }
 
  private:
-  AttentionDims dims() const { return {q_shape_.B, H, q_shape_.T, kv_shape_.T, QK_HEAD_DIM, V_HEAD_DIM}; }
   std::size_t probs_size() const { return std::size_t(q_shape_.B) * H * q_shape_.T * kv_shape_.T; }
 
   Linear<D, QW, Backend> q_;
   Linear<D, KVW, Backend> kv_;
   Linear<CTX, D, Backend> proj_;
+  DropoutKeys drop_{0.0f, 0};
   Shape q_shape_, kv_shape_;
+  AttentionDims dims_;
   Buffer<S> q_out_, kv_out_, ctx_, probs_, dctx_, dq_, dkv_;
 };
 

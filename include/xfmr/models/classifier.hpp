@@ -21,7 +21,8 @@ namespace xfmr {
 enum class Pooling { Mean, Cls };
 
 struct ClassifierOptions {
-  float dropout = 0.0f;
+  float dropout = 0.0f;            // on the residual branches
+  float attention_dropout = 0.0f;  // on the attention probabilities
   Pooling pooling = Pooling::Mean;
 };
 
@@ -35,7 +36,7 @@ class Classifier {
   using Buffer = typename Backend::template Buffer<T>;
 
   Classifier(int vocab, int classes, std::uint64_t seed, ClassifierOptions opts = {})
-      : rng_(seed), encoder_(vocab, rng_, opts.dropout), head_(classes, rng_, true), opts_(opts) {
+      : rng_(seed), encoder_(vocab, rng_, opts.dropout, opts.attention_dropout), head_(classes, rng_, true), opts_(opts) {
     require(classes >= 2, "a classifier needs at least 2 classes, got ", classes);
     init_gpt2(*this, rng_);
   }

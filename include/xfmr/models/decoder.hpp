@@ -23,7 +23,8 @@
 namespace xfmr {
 
 struct DecoderOptions {
-  float dropout = 0.0f;
+  float dropout = 0.0f;            // on the residual branches
+  float attention_dropout = 0.0f;  // on the attention probabilities
   bool tie_weights = false;
 };
 
@@ -38,7 +39,7 @@ class Decoder {
   using Buffer = typename Backend::template Buffer<T>;
 
   Decoder(int vocab, std::uint64_t seed, DecoderOptions opts = {})
-      : rng_(seed), trunk_(vocab, rng_, opts.dropout), opts_(opts) {
+      : rng_(seed), trunk_(vocab, rng_, opts.dropout, opts.attention_dropout), opts_(opts) {
     if (opts.tie_weights) {
       auto& emb = trunk_.token_embedding();
       head_.emplace(emb.weight(), emb.grad(), rng_, true);

@@ -29,7 +29,8 @@
 namespace xfmr {
 
 struct Seq2SeqOptions {
-  float dropout = 0.0f;
+  float dropout = 0.0f;            // on the residual branches
+  float attention_dropout = 0.0f;  // on the attention probabilities (self and cross)
   bool tie_output = false;         // lm_head uses the target embedding matrix
   bool share_embeddings = false;   // one token table for source and target (one joint vocabulary)
 };
@@ -48,9 +49,9 @@ class Seq2Seq {
 
   Seq2Seq(int src_vocab, int tgt_vocab, std::uint64_t seed, Seq2SeqOptions opts = {})
       : rng_(seed),
-        encoder_(src_vocab, rng_, opts.dropout),
+        encoder_(src_vocab, rng_, opts.dropout, opts.attention_dropout),
         stem_(tgt_vocab, rng_, opts.share_embeddings ? &encoder_.token_embedding() : nullptr),
-        blocks_(N_DEC, rng_, opts.dropout),
+        blocks_(N_DEC, rng_, opts.dropout, opts.attention_dropout),
         opts_(opts) {
     if (opts.tie_output) {
       auto& emb = stem_.token_embedding();

@@ -56,7 +56,8 @@ class Transformer {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  Transformer(int vocab, Rng& rng, float dropout = 0.0f) : stem_(vocab, rng), blocks_(N_LAYERS, rng, dropout) {}
+  Transformer(int vocab, Rng& rng, float dropout = 0.0f, float attention_dropout = 0.0f)
+      : stem_(vocab, rng), blocks_(N_LAYERS, rng, dropout, attention_dropout) {}
 
   // key_padding: (B, T) bytes, nonzero = pad, or nullptr. Returns (B*T, D).
   ConstRows<S, D> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt,
