@@ -25,6 +25,7 @@
 #include "xfmr/layers/layer_norm.hpp"
 #include "xfmr/layers/linear.hpp"
 #include "xfmr/layers/positional.hpp"
+#include "xfmr/layers/rms_norm.hpp"
 #include "xfmr/layers/token_stem.hpp"
 #include "xfmr/layers/output_projection.hpp"
 #include "xfmr/models/bigram.hpp"

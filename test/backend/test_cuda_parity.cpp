@@ -122,6 +122,25 @@ BOOST_AUTO_TEST_CASE(layer_norm_forward_backward) {
   }
 }
 
+// RmsNorm's two ops, on the same shapes (one chunk of rows and several for the
+// weight's column sums); the backward in place (dx aliasing dy) as blocks may.
+BOOST_AUTO_TEST_CASE(rms_norm_forward_backward) {
+  for (auto [rows, n] : {std::pair{33, 24}, {33, 200}, {33, 768}, {600, 200}, {1300, 100}}) {
+    F x = randn(rows * n, 52, 2.0), g = randn(n, 53), y(rows * n), rstd(rows);
+    DevF dx(x), dg(g), dy(y.size()), drstd(rows);
+    cpu.rms_norm_forward(rows, n, x.data(), g.data(), 1e-5f, y.data(), rstd.data());
+    gpu.rms_norm_forward(rows, n, dx.p(), dg.p(), 1e-5f, dy.p(), drstd.p());
+    expect_close(y, dy.host(), "rms_norm_forward y", 1e-4, 1e-5);
+    expect_close(rstd, drstd.host(), "rms_norm_forward rstd", 1e-4, 1e-6);
+    F gin = randn(rows * n, 54), dgam = randn(n, 55);
+    DevF dgin(gin), ddgam(dgam);
+    cpu.rms_norm_backward(rows, n, gin.data(), x.data(), g.data(), rstd.data(), gin.data(), dgam.data());
+    gpu.rms_norm_backward(rows, n, dgin.p(), dx.p(), dg.p(), drstd.p(), dgin.p(), ddgam.p());
+    expect_close(gin, dgin.host(), "rms_norm_backward dx", 1e-4, 1e-5);
+    expect_close(dgam, ddgam.host(), "rms_norm_backward dgamma", 1e-4, 1e-5);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(masked_softmax_forward_backward) {
   const int B = 2, H = 3, Tq = 5, Tk = 40;
   std::vector<std::uint8_t> pad(B * Tk, 0);

@@ -51,6 +51,10 @@ struct SmallPost : Small {
   using Activation = Relu;
   using Positions = Sinusoidal;
 };
+struct SmallRms : Small {
+  template <int D, class Be>
+  using NormLayer = RmsNorm<D, Be>;
+};
 
 constexpr double kLayerRtol = 5e-4, kLayerAtol = 5e-5;
 constexpr double kModelRtol = 2e-3, kModelAtol = 2e-4;
@@ -126,6 +130,18 @@ BOOST_AUTO_TEST_CASE(self_attention_and_encoder_block_with_padding) {
     SelfAttentionBlock<SmallPost, Cpu, false> c(r1);
     SelfAttentionBlock<SmallPost, Gpu, false> g(r2);
     layer_parity("encoder block (post-norm, ReLU)", c, g, bt.rows(), D,
+        [&](auto& be, auto& l, const float* x, float* y) {
+          l.forward(be, ConstRows<float, D>(x, bt.rows()), Rows<float, D>(y, bt.rows()), bt, pad.data());
+        },
+        [&](auto& be, auto& l, const float* dy, float* dx) {
+          l.backward(be, ConstRows<float, D>(dy, bt.rows()), Rows<float, D>(dx, bt.rows()));
+        });
+  }
+  {
+    Rng r1(7), r2(7);
+    SelfAttentionBlock<SmallRms, Cpu, true> c(r1);
+    SelfAttentionBlock<SmallRms, Gpu, true> g(r2);
+    layer_parity("decoder-only block (pre-norm, RmsNorm)", c, g, bt.rows(), D,
         [&](auto& be, auto& l, const float* x, float* y) {
           l.forward(be, ConstRows<float, D>(x, bt.rows()), Rows<float, D>(y, bt.rows()), bt, pad.data());
         },

@@ -87,6 +87,27 @@ BOOST_AUTO_TEST_CASE(decoder_post_norm_sinusoidal_tied) {
   BOOST_TEST(std::count(names.begin(), names.end(), "lm_head.weight") == 0);
 }
 
+// RmsNorm in the Norm slot: the blocks' norms and the final one ("ln_f.weight"
+// alone), and the compile-time count follows.
+struct TinyRmsPre2 : TinyRmsPre {
+  static constexpr int N_LAYERS = 2;
+};
+
+BOOST_AUTO_TEST_CASE(decoder_with_rms_norm) {
+  using Cfg = TinyRmsPre2;
+  Rng rng(3);
+  Decoder<Cfg, Be> model(7, 13);
+  const Shape bt{2, 5};
+  const auto ids = random_ids(bt.rows(), 7, rng);
+  check_model("Decoder pre-norm, RmsNorm", model, bt.rows() * 7, [&](Be& be) { return model.forward(be, ids, bt); });
+  BOOST_TEST(visited(model) == (Decoder<Cfg, Be>::parameter_count(7, false)));
+  BOOST_TEST(visited(model) + 5 * Cfg::D_MODEL == (Decoder<TinyPre2, Be>::parameter_count(7, false)));
+  std::vector<std::string> names;
+  model.visit([&](std::string_view n, auto&, auto&) { names.emplace_back(n); });
+  BOOST_TEST(std::count(names.begin(), names.end(), "ln_f.weight") == 1);
+  BOOST_TEST(std::count(names.begin(), names.end(), "ln_f.bias") == 0);
+}
+
 BOOST_AUTO_TEST_CASE(decoder_is_causal) {
   // Changing a later token never changes earlier logits.
   Rng rng(3);
@@ -232,6 +253,16 @@ BOOST_AUTO_TEST_CASE(seq2seq_post_norm_sinusoidal) {
   Seq2Seq<TinySrc, TinyTgt, Be> model(7, 6, 41);
   check_seq2seq("Seq2Seq post-norm, sinusoidal, padded", model, 7, 6);
   BOOST_TEST(visited(model) == (Seq2Seq<TinySrc, TinyTgt, Be>::parameter_count(7, 6, false)));
+}
+
+struct TinyTgtRms : TinyRmsPre {
+  static constexpr int N_LAYERS = 2;
+};
+
+BOOST_AUTO_TEST_CASE(seq2seq_with_rms_norm) {
+  Seq2Seq<TinyRmsPre, TinyTgtRms, Be> model(7, 6, 44);
+  check_seq2seq("Seq2Seq pre-norm, RmsNorm", model, 7, 6);
+  BOOST_TEST(visited(model) == (Seq2Seq<TinyRmsPre, TinyTgtRms, Be>::parameter_count(7, 6, false)));
 }
 
 BOOST_AUTO_TEST_CASE(seq2seq_pre_norm_tied_output) {

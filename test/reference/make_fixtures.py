@@ -343,6 +343,20 @@ def seq2seq_model(out_dir, src_vocab=12, tgt_vocab=10, max_t=8, layers=2, seed=7
     write_safetensors(out_dir / "seq2seq_model.safetensors", t, {"config": json.dumps(meta)})
 
 
+def rms_norm(out_dir, rows=7, seed=8, eps=1e-5):
+    """RMSNorm written out in plain torch (1.13 has no nn.RMSNorm): x * rsqrt(mean(x^2) + eps) * weight."""
+    gen = torch.Generator().manual_seed(seed)
+    x = f32(2 * (2 * torch.rand(rows, D, generator=gen) - 1)).requires_grad_()
+    w = f32(1.0 + 0.2 * (2 * torch.rand(D, generator=gen) - 1)).requires_grad_()
+    dy = f32(2 * torch.rand(rows, D, generator=gen) - 1)
+    y = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * w
+    y.backward(dy)
+    t = {"x": x, "dy": dy, "param.weight": w, "y": y, "grad.x": x.grad, "grad.param.weight": w.grad}
+    meta = {"rows": rows, "D_MODEL": D, "eps": eps,
+            "reference": f"torch {torch.__version__}: x * rsqrt(mean(x^2, -1) + eps) * weight"}
+    write_safetensors(out_dir / "rms_norm.safetensors", t, {"config": json.dumps(meta)})
+
+
 def main():
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "fixtures")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -353,6 +367,7 @@ def main():
     decoder_model(out_dir)
     classifier_model(out_dir)
     seq2seq_model(out_dir)
+    rms_norm(out_dir)
     for p in sorted(out_dir.glob("*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 

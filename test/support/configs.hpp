@@ -34,4 +34,14 @@ struct TinyWideHeads {
   using Activation = Relu;
 };
 
+// RmsNorm in the Norm slot (blocks and the final norm), pre- and post-norm.
+struct TinyRmsPre : TinyPre {
+  template <int D, class Be>
+  using NormLayer = RmsNorm<D, Be>;
+};
+struct TinyRmsPost : TinyPost {
+  template <int D, class Be>
+  using NormLayer = RmsNorm<D, Be>;
+};
+
 }  // namespace xfmr::test

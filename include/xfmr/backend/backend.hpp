@@ -19,6 +19,9 @@
 //  layer_norm_forward(rows, n, x, gamma, beta, eps, y, mean, rstd)   saves mean, rstd (rows)
 //  layer_norm_backward(rows, n, dy, x, gamma, mean, rstd, dx, dgamma, dbeta)
 //      dx assigned, dgamma/dbeta accumulated
+//  rms_norm_forward(rows, n, x, gamma, eps, y, rstd)      saves rstd (rows)
+//  rms_norm_backward(rows, n, dy, x, gamma, rstd, dx, dgamma)
+//      dx assigned (may alias dy), dgamma accumulated
 //  softmax_forward(B, H, Tq, Tk, scores, probs, mask)   masked row softmax over (B,H,Tq,Tk)
 //  softmax_backward(rows, n, probs, dprobs, dscores)    dscores assigned
 //  relu_forward(n, x, y), relu_backward(n, x, dy, dx)
@@ -126,6 +129,8 @@ concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Sc
   be.add_positions_backward(i, i, i, cp, p);
   be.layer_norm_forward(i, i, cp, cp, cp, s, p, p, p);
   be.layer_norm_backward(i, i, cp, cp, cp, cp, cp, p, p, p);
+  be.rms_norm_forward(i, i, cp, cp, s, p, p);
+  be.rms_norm_backward(i, i, cp, cp, cp, cp, p, p);
   be.softmax_forward(i, i, i, i, cp, p, mask);
   be.softmax_backward(i, i, cp, cp, p);
   be.relu_forward(n, cp, p);

@@ -264,6 +264,8 @@ class CudaBackend {
   void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y, S* mean, S* rstd);
   void layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean, const S* rstd,
                            S* dx, S* dgamma, S* dbeta);
+  void rms_norm_forward(int rows, int n, const S* x, const S* gamma, S eps, S* y, S* rstd);
+  void rms_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* rstd, S* dx, S* dgamma);
   void softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs, const AttentionMask& mask);
   void softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores);
   void relu_forward(std::size_t n, const S* x, S* y);

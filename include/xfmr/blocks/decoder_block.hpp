@@ -109,7 +109,7 @@ class DecoderBlock {
   SelfAttention<Cfg, Backend> self_attn_;
   CrossAttention<Cfg, Backend> cross_attn_;
   FeedForward<Cfg, Backend> ff_;
-  Residual<Norm, D, Backend> r1_, r2_, r3_;
+  Residual<Norm, D, Backend, norm_layer_t<Cfg, D, Backend>> r1_, r2_, r3_;
   Buffer<S> h1_, h2_, dh1_, dh2_;
 };
 

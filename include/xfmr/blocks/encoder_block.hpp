@@ -85,7 +85,7 @@ class SelfAttentionBlock {
  private:
   SelfAttention<Cfg, Backend> attn_;
   FeedForward<Cfg, Backend> ff_;
-  Residual<Norm, D, Backend> r1_, r2_;
+  Residual<Norm, D, Backend, norm_layer_t<Cfg, D, Backend>> r1_, r2_;
   Buffer<S> mid_, dmid_;
 };
 

@@ -1,13 +1,17 @@
-// residual.hpp: one residual sublayer with its layer norm and dropout, under a
+// residual.hpp: one residual sublayer with its norm and dropout, under a
 // Norm policy:
 //   PreNorm   y = x + dropout(f(LN(x)))   (GPT-2, the seeds' char models)
 //   PostNorm  y = LN(x + dropout(f(x)))   (Vaswani et al. 2017)
+// LN is the configuration's norm layer (norm_layer_t): LayerNorm, or
+// RmsNorm for a configuration with
+//   template <int D, class Be> using NormLayer = xfmr::RmsNorm<D, Be>;
 // f is the wrapped sublayer (attention or feed-forward), given to forward as
 // f(in, out) and to backward as g(dout, din) with din assigned.
 //
 // Saves: the normalised input (PreNorm) or the residual sum (PostNorm), and
 // what LN and dropout save. Backward: parameter gradients accumulate; dx is
-// assigned and must not alias dy. Parameters: the norm's "weight", "bias".
+// assigned and must not alias dy. Parameters: the norm's ("weight", and
+// LayerNorm's "bias").
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,7 @@
 #include "xfmr/core/tensor.hpp"
 #include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/layer_norm.hpp"
+#include "xfmr/layers/rms_norm.hpp"
 
 namespace xfmr {
 
@@ -26,7 +31,24 @@ struct PostNorm {
   static constexpr const char* name = "post-norm";
 };
 
-template <class Norm, int D, class Backend>
+namespace detail {
+template <class Cfg, int D, class Backend>
+struct NormLayerOf {
+  using type = LayerNorm<D, Backend>;
+};
+template <class Cfg, int D, class Backend>
+  requires requires { typename Cfg::template NormLayer<D, Backend>; }
+struct NormLayerOf<Cfg, D, Backend> {
+  using type = typename Cfg::template NormLayer<D, Backend>;
+};
+}  // namespace detail
+
+// The configuration's norm layer: Cfg::NormLayer<D, Backend> (RmsNorm, say),
+// or LayerNorm where the configuration names none.
+template <class Cfg, int D, class Backend>
+using norm_layer_t = typename detail::NormLayerOf<Cfg, D, Backend>::type;
+
+template <class Norm, int D, class Backend, class NormLayer = LayerNorm<D, Backend>>
 class Residual {
   static_assert(std::is_same_v<Norm, PreNorm> || std::is_same_v<Norm, PostNorm>,
                 "Norm must be xfmr::PreNorm or xfmr::PostNorm");
@@ -90,7 +112,7 @@ class Residual {
   const DropoutKeys& dropout() const { return drop_; }
 
  private:
-  LayerNorm<D, Backend> norm_;
+  NormLayer norm_;
   Dropout<D, Backend> drop_;
   Buffer<S> inner_, sub_, dinner_, dsub_;
 };

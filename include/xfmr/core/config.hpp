@@ -8,7 +8,10 @@
 //     using Activation = xfmr::Gelu;     // or Relu
 //   };
 // Optional: QK_HEAD_DIM and V_HEAD_DIM (default D_MODEL / N_HEADS) for heads
-// whose query/key or value width differs from D_MODEL / N_HEADS.
+// whose query/key or value width differs from D_MODEL / N_HEADS;
+//   template <int D, class Be> using NormLayer = xfmr::RmsNorm<D, Be>;
+// for RMS norms in the blocks and the final norm (default LayerNorm;
+// residual.hpp); Positions (positional.hpp).
 #pragma once
 
 #include <concepts>

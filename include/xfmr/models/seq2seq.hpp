@@ -192,10 +192,11 @@ class Seq2Seq {
     constexpr std::size_t H = DecCfg::N_HEADS;
     constexpr std::size_t QK = qk_head_dim<DecCfg>(), V = v_head_dim<DecCfg>(), ctx = H * V;
     constexpr std::size_t cross = (D * H * QK + H * QK) + (D * H * (QK + V) + H * (QK + V)) + (ctx * D + D);
-    constexpr std::size_t block = detail::self_block_parameters<DecCfg>() + cross + 2 * D;  // + ln3
+    constexpr std::size_t norm = detail::norm_parameters<DecCfg, Backend>();
+    constexpr std::size_t block = detail::self_block_parameters<DecCfg, Backend>() + cross + norm;  // + ln3
     return Transformer<EncCfg, Backend, false>::parameter_count(src_vocab) + (share_embeddings ? 0 : tgt_vocab * D) +
            (detail::learned_positions<DecCfg>() ? std::size_t(DecCfg::MAX_T) * D : 0) + N_DEC * block +
-           (FINAL_NORM ? 2 * D : 0) + (tie_output ? 0 : tgt_vocab * D) + tgt_vocab;
+           (FINAL_NORM ? norm : 0) + (tie_output ? 0 : tgt_vocab * D) + tgt_vocab;
   }
 
  private:
@@ -216,7 +217,7 @@ class Seq2Seq {
   Transformer<EncCfg, Backend, false> encoder_;
   TokenStem<DecCfg, Backend> stem_;
   BlockStack<Block, Backend> blocks_;
-  LayerNorm<D, Backend> ln_f_;
+  norm_layer_t<DecCfg, D, Backend> ln_f_;
   std::optional<OutputProjection<D, Backend>> head_;
   Seq2SeqOptions opts_;
   Shape src_shape_, tgt_shape_;

@@ -27,13 +27,18 @@
 namespace xfmr {
 
 namespace detail {
+// Parameters of one of Cfg's norms (LayerNorm 2 D, RmsNorm D).
+template <class Cfg, class Backend>
+constexpr std::size_t norm_parameters() {
+  return norm_layer_t<Cfg, Cfg::D_MODEL, Backend>::PARAMETERS;
+}
 // Parameters of one self-attention block of Cfg (what visit() lists).
-template <class Cfg>
+template <class Cfg, class Backend>
 constexpr std::size_t self_block_parameters() {
   constexpr std::size_t D = Cfg::D_MODEL, H = Cfg::N_HEADS, FF = Cfg::D_FF;
   constexpr std::size_t QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>();
   constexpr std::size_t qkv = H * (2 * QK + V), ctx = H * V;
-  return 2 * (2 * D) + (D * qkv + qkv) + (ctx * D + D) + (D * FF + FF) + (FF * D + D);
+  return 2 * norm_parameters<Cfg, Backend>() + (D * qkv + qkv) + (ctx * D + D) + (D * FF + FF) + (FF * D + D);
 }
 template <class Cfg>
 constexpr bool learned_positions() {
@@ -131,7 +136,8 @@ class Transformer {
 
   static constexpr std::size_t parameter_count(std::size_t vocab) {
     return vocab * D + (detail::learned_positions<Cfg>() ? std::size_t(MAX_T) * D : 0) +
-           std::size_t(N_LAYERS) * detail::self_block_parameters<Cfg>() + (FINAL_NORM ? 2 * D : 0);
+           std::size_t(N_LAYERS) * detail::self_block_parameters<Cfg, Backend>() +
+           (FINAL_NORM ? detail::norm_parameters<Cfg, Backend>() : 0);
   }
 
  private:
@@ -148,7 +154,7 @@ class Transformer {
 
   TokenStem<Cfg, Backend> stem_;
   BlockStack<Block, Backend> blocks_;
-  LayerNorm<D, Backend> ln_f_;
+  norm_layer_t<Cfg, D, Backend> ln_f_;
   Shape bt_;
   Buffer<S> x_, h_, hn_, dh_, dx_;
 };

@@ -1,0 +1,52 @@
+// rms_norm.hpp: y = x / sqrt(mean(x^2) + eps) * weight over the last
+// dimension (Zhang and Sennrich 2019; Llama's norm): LayerNorm without the
+// centring and the bias.
+//
+// A configuration picks it for its blocks and final norm with
+//   template <int D, class Be> using NormLayer = xfmr::RmsNorm<D, Be>;
+// (residual.hpp; LayerNorm when absent).
+// Saves: a pointer to x (kept alive by the caller) and rstd per row.
+// Backward: dweight accumulates; dx assigned (dx may alias dy).
+// Parameters: "weight" (D) initialised to 1.
+#pragma once
+
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+template <int D, class Backend>
+class RmsNorm {
+ public:
+  using S = typename Backend::Scalar;
+  using Tensor = typename Backend::Tensor;
+  static constexpr std::size_t PARAMETERS = std::size_t(D);
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  explicit RmsNorm(S eps = S(1e-5)) : weight_{D}, dweight_{D}, eps_(eps) { weight_.fill(S(1)); }
+
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
+    require_rows(y, x.rows, "RmsNorm output");
+    x_ = x;
+    be.rms_norm_forward(x.rows, D, x.data, weight_.data(), eps_, y.data, rstd_.reserve(x.rows));
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+    require_rows(dy, x_.rows, "RmsNorm output gradient");
+    require_rows(dx, x_.rows, "RmsNorm input gradient");
+    be.rms_norm_backward(x_.rows, D, dy.data, x_.data, weight_.data(), rstd_.data(), dx.data, dweight_.data());
+  }
+
+  template <class F>
+  void visit(F&& f) {
+    f("weight", weight_, dweight_);
+  }
+
+ private:
+  Tensor weight_, dweight_;  // (D)
+  S eps_;
+  ConstRows<S, D> x_;
+  Buffer<S> rstd_;  // (rows)
+};
+
+}  // namespace xfmr
