@@ -1,4 +1,4 @@
-// activation.cu: ReLU and GELU (tanh form), forward and backward.
+// activation.cu: ReLU, GELU (tanh form) and SwiGLU, forward and backward.
 #include "common.cuh"
 
 namespace xfmr {
@@ -34,6 +34,23 @@ __global__ void gelu_backward_kernel(std::size_t n, const float* x, const float*
     dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * sech2 * dinner);
   }
 }
+// SwiGLU over rows of [gate | up] (h: rows x 2n), one thread per output.
+__global__ void swiglu_forward_kernel(std::size_t total, int n, const float* h, float* y) {
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) {
+    const std::size_t r = i / n, j = i % n;
+    const float g = h[2 * r * n + j], u = h[2 * r * n + n + j];
+    y[i] = g / (1.0f + expf(-g)) * u;
+  }
+}
+__global__ void swiglu_backward_kernel(std::size_t total, int n, const float* h, const float* dy, float* dh) {
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) {
+    const std::size_t r = i / n, j = i % n;
+    const float g = h[2 * r * n + j], u = h[2 * r * n + n + j];
+    const float s = 1.0f / (1.0f + expf(-g));
+    dh[2 * r * n + j] = dy[i] * u * s * (1.0f + g * (1.0f - s));
+    dh[2 * r * n + n + j] = dy[i] * g * s;
+  }
+}
 }  // namespace
 
 void CudaBackend::relu_forward(std::size_t n, const S* x, S* y) {
@@ -47,6 +64,16 @@ void CudaBackend::gelu_forward(std::size_t n, const S* x, S* y) {
 }
 void CudaBackend::gelu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
   cuda::detail::launch("gelu_backward", cuda::elementwise_launch(n), gelu_backward_kernel, n, x, dy, dx);
+}
+
+void CudaBackend::swiglu_forward(int rows, int n, const S* h, S* y) {
+  const std::size_t total = std::size_t(rows) * n;
+  cuda::detail::launch("swiglu_forward", cuda::elementwise_launch(total), swiglu_forward_kernel, total, n, h, y);
+}
+void CudaBackend::swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
+  const std::size_t total = std::size_t(rows) * n;
+  cuda::detail::launch("swiglu_backward", cuda::elementwise_launch(total), swiglu_backward_kernel, total, n, h, dy,
+                       dh);
 }
 
 }  // namespace xfmr

@@ -177,6 +177,18 @@ BOOST_AUTO_TEST_CASE(activations) {
   cpu.relu_backward(n, x.data(), up.data(), dx.data());
   gpu.relu_backward(n, d_x.p(), d_up.p(), d_dx.p());
   expect_close(dx, d_dx.host(), "relu_backward", 0, 0);
+  {  // SwiGLU over rows of [gate | up]: 700 rows of 50
+    const int rows = 700, w = 50;
+    F h = randn(std::size_t(rows) * 2 * w, 56, 3.0), up2 = randn(std::size_t(rows) * w, 57);
+    F sy(std::size_t(rows) * w), sdh(h.size());
+    DevF d_h(h), d_sy(sy.size()), d_up2(up2), d_sdh(h.size());
+    cpu.swiglu_forward(rows, w, h.data(), sy.data());
+    gpu.swiglu_forward(rows, w, d_h.p(), d_sy.p());
+    expect_close(sy, d_sy.host(), "swiglu_forward", 1e-5, 1e-6);
+    cpu.swiglu_backward(rows, w, h.data(), up2.data(), sdh.data());
+    gpu.swiglu_backward(rows, w, d_h.p(), d_up2.p(), d_sdh.p());
+    expect_close(sdh, d_sdh.host(), "swiglu_backward", 1e-5, 1e-6);
+  }
   cpu.gelu_forward(n, x.data(), y.data());
   gpu.gelu_forward(n, d_x.p(), d_y.p());
   expect_close(y, d_y.host(), "gelu_forward", 1e-5, 1e-6);

@@ -51,9 +51,10 @@ struct SmallPost : Small {
   using Activation = Relu;
   using Positions = Sinusoidal;
 };
-struct SmallRms : Small {
+struct SmallLlama : Small {  // RmsNorm and SwiGLU
   template <int D, class Be>
   using NormLayer = RmsNorm<D, Be>;
+  using Activation = SwiGlu;
 };
 
 constexpr double kLayerRtol = 5e-4, kLayerAtol = 5e-5;
@@ -139,9 +140,9 @@ BOOST_AUTO_TEST_CASE(self_attention_and_encoder_block_with_padding) {
   }
   {
     Rng r1(7), r2(7);
-    SelfAttentionBlock<SmallRms, Cpu, true> c(r1);
-    SelfAttentionBlock<SmallRms, Gpu, true> g(r2);
-    layer_parity("decoder-only block (pre-norm, RmsNorm)", c, g, bt.rows(), D,
+    SelfAttentionBlock<SmallLlama, Cpu, true> c(r1);
+    SelfAttentionBlock<SmallLlama, Gpu, true> g(r2);
+    layer_parity("decoder-only block (pre-norm, RmsNorm, SwiGLU)", c, g, bt.rows(), D,
         [&](auto& be, auto& l, const float* x, float* y) {
           l.forward(be, ConstRows<float, D>(x, bt.rows()), Rows<float, D>(y, bt.rows()), bt, pad.data());
         },

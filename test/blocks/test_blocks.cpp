@@ -72,6 +72,7 @@ BOOST_AUTO_TEST_CASE(blocks_with_rms_norm) {
   check_self_block<EncoderBlock<TinyRmsPost, Be>>("EncoderBlock post-norm, RmsNorm, padded", {2, 5},
                                                    {0, 0, 0, 0, 1, 0, 0, 1, 1, 1});
   check_decoder_block<TinyRmsPost>("DecoderBlock post-norm, RmsNorm", {2, 4}, {2, 3}, {}, {0, 0, 0, 0, 1, 1});
+  check_self_block<DecoderOnlyBlock<TinyLlama, Be>>("DecoderOnlyBlock RmsNorm + SwiGLU", {2, 6}, {});
 }
 BOOST_AUTO_TEST_CASE(decoder_only_block_wide_heads) {
   check_self_block<DecoderOnlyBlock<TinyWideHeads, Be>>("DecoderOnlyBlock wide heads", {2, 4}, {});

@@ -49,3 +49,24 @@ BOOST_AUTO_TEST_CASE(relu_zeroes_negatives) {
   be.relu_forward(4, x.data(), y.data());
   BOOST_TEST(y == (std::vector<float>{0, 0, 0.5f, 3}), boost::test_tools::per_element());
 }
+
+// SwiGLU's backend ops on rows of [gate | up]: the gradient in double, and
+// the formula silu(g) u = g u / (1 + exp(-g)).
+BOOST_AUTO_TEST_CASE(swiglu_gradients_and_formula) {
+  Rng rng(12);
+  Be be;
+  const int rows = 3, n = 5;
+  GradCase c;
+  c.name = "SwiGLU";
+  c.input("h", rows * 2 * n, rng, 3.0);
+  c.output(rows * n, rng);
+  c.forward = [&] { SwiGlu::forward(be, rows, n, c.x[0].data(), c.y.data()); };
+  c.backward = [&] { SwiGlu::backward(be, rows, n, c.x[0].data(), c.dy.data(), c.dx[0].data()); };
+  check_case(c);
+  c.forward();
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < n; ++j) {
+      const double g = c.x[0][r * 2 * n + j], u = c.x[0][r * 2 * n + n + j];
+      BOOST_TEST(c.y[r * n + j] == g * u / (1 + std::exp(-g)), boost::test_tools::tolerance(1e-14));
+    }
+}

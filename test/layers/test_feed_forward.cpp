@@ -24,6 +24,7 @@ void check_ff(const char* name) {
 
 BOOST_AUTO_TEST_CASE(feed_forward_gelu_gradients) { check_ff<TinyPre>("FeedForward GELU"); }
 BOOST_AUTO_TEST_CASE(feed_forward_relu_gradients) { check_ff<TinyPost>("FeedForward ReLU"); }
+BOOST_AUTO_TEST_CASE(feed_forward_swiglu_gradients) { check_ff<TinyLlama>("FeedForward SwiGLU"); }
 
 BOOST_AUTO_TEST_CASE(feed_forward_parameter_names) {
   Rng rng(1);
@@ -32,4 +33,15 @@ BOOST_AUTO_TEST_CASE(feed_forward_parameter_names) {
   ff.visit([&](std::string_view n, auto&, auto&) { names.emplace_back(n); });
   BOOST_TEST((names == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
   BOOST_TEST(parameter_count(ff) == std::size_t(12 * 8 + 12 + 8 * 12 + 8));
+}
+
+// SwiGLU: fc1 holds [gate; up], twice D_FF rows.
+BOOST_AUTO_TEST_CASE(feed_forward_swiglu_shapes) {
+  Rng rng(1);
+  FeedForward<TinyLlama, Be> ff(rng);
+  std::vector<std::vector<std::int64_t>> shapes;
+  ff.visit([&](std::string_view, auto& v, auto&) { shapes.push_back(v.shape()); });
+  BOOST_TEST(shapes.size() == 4u);
+  BOOST_TEST((shapes[0] == std::vector<std::int64_t>{24, 8}));
+  BOOST_TEST(parameter_count(ff) == std::size_t(24 * 8 + 24 + 8 * 12 + 8));
 }

@@ -255,6 +255,19 @@ BOOST_AUTO_TEST_CASE(seq2seq_post_norm_sinusoidal) {
   BOOST_TEST(visited(model) == (Seq2Seq<TinySrc, TinyTgt, Be>::parameter_count(7, 6, false)));
 }
 
+struct TinyLlama2 : TinyLlama {
+  static constexpr int N_LAYERS = 2;
+};
+
+BOOST_AUTO_TEST_CASE(decoder_with_rms_norm_and_swiglu) {
+  Rng rng(4);
+  Decoder<TinyLlama2, Be> model(7, 14);
+  const Shape bt{2, 5};
+  const auto ids = random_ids(bt.rows(), 7, rng);
+  check_model("Decoder RmsNorm + SwiGLU", model, bt.rows() * 7, [&](Be& be) { return model.forward(be, ids, bt); });
+  BOOST_TEST(visited(model) == (Decoder<TinyLlama2, Be>::parameter_count(7, false)));
+}
+
 struct TinyTgtRms : TinyRmsPre {
   static constexpr int N_LAYERS = 2;
 };

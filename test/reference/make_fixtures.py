@@ -357,6 +357,30 @@ def rms_norm(out_dir, rows=7, seed=8, eps=1e-5):
     write_safetensors(out_dir / "rms_norm.safetensors", t, {"config": json.dumps(meta)})
 
 
+def swiglu_feed_forward(out_dir, rows=7, seed=9):
+    """SwiGLU feed-forward in plain torch: fc2(silu(gate) * up), [gate | up] = fc1(x) (fc1 holds 2 FF rows)."""
+    gen = torch.Generator().manual_seed(seed)
+    fc1, fc2 = torch.nn.Linear(D, 2 * FF), torch.nn.Linear(FF, D)
+    for p in list(fc1.parameters()) + list(fc2.parameters()):
+        with torch.no_grad():
+            p.copy_(f32(0.4 * (2 * torch.rand(p.shape, generator=gen) - 1)))
+    x = f32(2 * torch.rand(rows, D, generator=gen) - 1).requires_grad_()
+    dy = f32(2 * torch.rand(rows, D, generator=gen) - 1)
+    gate, up = fc1(x).split(FF, dim=-1)
+    y = fc2(F.silu(gate) * up)
+    y.backward(dy)
+    t = {"x": x, "dy": dy}
+    layers = {"fc1": fc1, "fc2": fc2}
+    for prefix, layer in layers.items():
+        t[f"param.{prefix}.weight"], t[f"param.{prefix}.bias"] = layer.weight, layer.bias
+    t["y"], t["grad.x"] = y, x.grad
+    for prefix, layer in layers.items():
+        t[f"grad.param.{prefix}.weight"], t[f"grad.param.{prefix}.bias"] = layer.weight.grad, layer.bias.grad
+    meta = {"rows": rows, "D_MODEL": D, "D_FF": FF,
+            "reference": f"torch {torch.__version__}: Linear, split, F.silu(gate) * up, Linear"}
+    write_safetensors(out_dir / "swiglu_feed_forward.safetensors", t, {"config": json.dumps(meta)})
+
+
 def main():
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "fixtures")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -368,6 +392,7 @@ def main():
     classifier_model(out_dir)
     seq2seq_model(out_dir)
     rms_norm(out_dir)
+    swiglu_feed_forward(out_dir)
     for p in sorted(out_dir.glob("*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 

@@ -14,6 +14,7 @@
 #include "xfmr/blocks/decoder_block.hpp"
 #include "xfmr/blocks/encoder_block.hpp"
 #include "xfmr/io/safetensors.hpp"
+#include "xfmr/layers/feed_forward.hpp"
 #include "xfmr/layers/rms_norm.hpp"
 #include "xfmr/models/classifier.hpp"
 #include "xfmr/models/decoder.hpp"
@@ -148,23 +149,38 @@ BOOST_AUTO_TEST_CASE(pre_norm_decoder_block_with_cross_attention) {
   check_decoder_block<FixtureCfg<PreNorm, Gelu>>("decoder_block_prenorm");
 }
 
-// RmsNorm against RMSNorm written out in plain torch (make_fixtures.py).
-BOOST_AUTO_TEST_CASE(rms_norm_layer) {
-  const auto st = fixture("rms_norm");
+// A layer over D_MODEL features, rows of x -> y, against a fixture of x,
+// dy, y, grad.x and its parameters' gradients.
+template <class Layer>
+void check_row_layer(const std::string& name, Layer& layer) {
+  const auto st = fixture(name);
   constexpr int D = FixtureCfg<PreNorm, Gelu>::D_MODEL;
   Cpu be;
-  RmsNorm<D, Cpu> norm;
-  load_params(norm, st);
+  load_params(layer, st);
   const auto x = st.values<float>("x"), dy = st.values<float>("dy");
   const int rows = int(x.size() / D);
   std::vector<float> y(x.size()), dx(x.size());
-  zero_grad(norm);
-  norm.forward(be, ConstRows<float, D>(x.data(), rows), Rows<float, D>(y.data(), rows));
-  norm.backward(be, ConstRows<float, D>(dy.data(), rows), Rows<float, D>(dx.data(), rows));
+  zero_grad(layer);
+  layer.forward(be, ConstRows<float, D>(x.data(), rows), Rows<float, D>(y.data(), rows));
+  layer.backward(be, ConstRows<float, D>(dy.data(), rows), Rows<float, D>(dx.data(), rows));
   double worst = compare(st, "y", y.data(), y.size());
   worst = std::max(worst, compare(st, "grad.x", dx.data(), dx.size()));
-  worst = std::max(worst, compare_param_grads(norm, st));
-  std::cout << "rms_norm: worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
+  worst = std::max(worst, compare_param_grads(layer, st));
+  std::cout << name << ": worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
+}
+
+// RmsNorm against RMSNorm written out in plain torch (make_fixtures.py).
+BOOST_AUTO_TEST_CASE(rms_norm_layer) {
+  RmsNorm<FixtureCfg<PreNorm, Gelu>::D_MODEL, Cpu> norm;
+  check_row_layer("rms_norm", norm);
+}
+
+// The SwiGLU feed-forward against the same written out in plain torch.
+BOOST_AUTO_TEST_CASE(swiglu_feed_forward) {
+  struct Cfg : FixtureCfg<PreNorm, SwiGlu> {};
+  Rng rng(0);
+  FeedForward<Cfg, Cpu> ff(rng);
+  check_row_layer("swiglu_feed_forward", ff);
 }
 
 // Dropout (branches and attention probabilities) switched off by evaluation

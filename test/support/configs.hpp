@@ -44,4 +44,9 @@ struct TinyRmsPost : TinyPost {
   using NormLayer = RmsNorm<D, Be>;
 };
 
+// Llama's choices: RmsNorm and SwiGLU, pre-norm.
+struct TinyLlama : TinyRmsPre {
+  using Activation = SwiGlu;
+};
+
 }  // namespace xfmr::test

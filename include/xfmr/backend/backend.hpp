@@ -26,6 +26,8 @@
 //  softmax_backward(rows, n, probs, dprobs, dscores)    dscores assigned
 //  relu_forward(n, x, y), relu_backward(n, x, dy, dx)
 //  gelu_forward(n, x, y), gelu_backward(n, x, dy, dx)   tanh approximation
+//  swiglu_forward(rows, n, h, y)             y[r,j] = silu(h[r,j]) h[r,n+j]; h (rows, 2n) = [gate | up]
+//  swiglu_backward(rows, n, h, dy, dh)       dh (rows, 2n) assigned
 //  dropout_forward(n, p, key, x, y, keep)    keep[i] = dropout_keeps(key, i, p)
 //  dropout_backward(n, p, keep, dy, dx)
 //  embedding_forward(n, V, D, ids, table, y) checks every id in [0, V)
@@ -137,6 +139,8 @@ concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Sc
   be.relu_backward(n, cp, cp, p);
   be.gelu_forward(n, cp, p);
   be.gelu_backward(n, cp, cp, p);
+  be.swiglu_forward(i, i, cp, p);
+  be.swiglu_backward(i, i, cp, cp, p);
   be.dropout_forward(n, 0.1f, std::uint64_t{1}, cp, p, keep);
   be.dropout_backward(n, 0.1f, keep, cp, p);
   be.embedding_forward(i, i, i, ids, cp, p);

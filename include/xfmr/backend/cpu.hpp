@@ -288,6 +288,28 @@ class CpuBackend {
     });
   }
 
+  // SwiGLU over rows of [gate | up]: silu(g) u with silu(g) = g sigmoid(g);
+  // backward: dg = dy u s (1 + g (1 - s)), du = dy silu(g), s = sigmoid(g).
+  void swiglu_forward(int rows, int n, const S* h, S* y) {
+    detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork / 8, [=](long lo, long hi) {
+      for (long r = lo; r < hi; ++r) {
+        const Eigen::Map<const Arr> g(h + r * 2 * n, n), u(h + r * 2 * n + n, n);
+        Eigen::Map<Arr>(y + r * n, n) = g / (S(1) + (-g).exp()) * u;
+      }
+    });
+  }
+  void swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
+    detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork / 8, [=](long lo, long hi) {
+      for (long r = lo; r < hi; ++r) {
+        const Eigen::Map<const Arr> g(h + r * 2 * n, n), u(h + r * 2 * n + n, n), d(dy + r * n, n);
+        Eigen::Map<Arr> dg(dh + r * 2 * n, n), du(dh + r * 2 * n + n, n);
+        du = S(1) / (S(1) + (-g).exp());  // s, for now
+        dg = d * u * du * (S(1) + g * (S(1) - du));
+        du = d * g * du;
+      }
+    });
+  }
+
   // ---- dropout ------------------------------------------------------------
 
   // Inverted dropout: kept elements are scaled by 1/(1-p). The mask depends

@@ -5,7 +5,7 @@
 //   struct Tiny {
 //     static constexpr int MAX_T = 8, D_MODEL = 16, N_HEADS = 2, N_LAYERS = 2, D_FF = 32;
 //     using Norm = xfmr::PreNorm;        // or PostNorm
-//     using Activation = xfmr::Gelu;     // or Relu
+//     using Activation = xfmr::Gelu;     // or Relu, SwiGlu
 //   };
 // Optional: QK_HEAD_DIM and V_HEAD_DIM (default D_MODEL / N_HEADS) for heads
 // whose query/key or value width differs from D_MODEL / N_HEADS;

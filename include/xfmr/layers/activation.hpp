@@ -1,8 +1,11 @@
-// activation.hpp: elementwise activations as policy tags, and the layer that
-// applies one.
+// activation.hpp: activations as policy tags, and the layer that applies an
+// elementwise one.
 //
 // Relu: max(x, 0). Gelu: the tanh approximation
 //   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (torch's approximate="tanh").
+// SwiGlu (GATED): silu(g) u = g sigmoid(g) u over a hidden layer of twice the
+//   width, [g | u] (Shazeer 2020; Llama's feed-forward); FeedForward applies
+//   it (feed_forward.hpp), the layer below does not.
 // Saves: a pointer to x. Backward: dx assigned (dx may alias dy). No parameters.
 #pragma once
 
@@ -14,6 +17,7 @@ namespace xfmr {
 
 struct Relu {
   static constexpr const char* name = "relu";
+  static constexpr bool GATED = false;
   template <class Be, class S>
   static void forward(Be& be, std::size_t n, const S* x, S* y) { be.relu_forward(n, x, y); }
   template <class Be, class S>
@@ -22,10 +26,23 @@ struct Relu {
 
 struct Gelu {
   static constexpr const char* name = "gelu";
+  static constexpr bool GATED = false;
   template <class Be, class S>
   static void forward(Be& be, std::size_t n, const S* x, S* y) { be.gelu_forward(n, x, y); }
   template <class Be, class S>
   static void backward(Be& be, std::size_t n, const S* x, const S* dy, S* dx) { be.gelu_backward(n, x, dy, dx); }
+};
+
+// h (rows, 2 n) = [gate | up] -> y (rows, n); backward dh (rows, 2 n) assigned.
+struct SwiGlu {
+  static constexpr const char* name = "swiglu";
+  static constexpr bool GATED = true;
+  template <class Be, class S>
+  static void forward(Be& be, int rows, int n, const S* h, S* y) { be.swiglu_forward(rows, n, h, y); }
+  template <class Be, class S>
+  static void backward(Be& be, int rows, int n, const S* h, const S* dy, S* dh) {
+    be.swiglu_backward(rows, n, h, dy, dh);
+  }
 };
 
 template <class Kind, int D, class Backend>

@@ -1,10 +1,12 @@
 // feed_forward.hpp: position-wise feed-forward, y = fc2(act(fc1(x))), hidden
-// width Cfg::D_FF, activation Cfg::Activation (Relu or Gelu).
+// width Cfg::D_FF, activation Cfg::Activation (Relu, Gelu or SwiGlu). With a
+// gated activation (SwiGlu) fc1 has 2 D_FF outputs, [gate | up] per row, and
+// the activation halves them: y = fc2(silu(gate) * up).
 //
 // Saves: what fc1, the activation and fc2 save (x by pointer, the hidden
 // pre- and post-activation in owned buffers). Backward: parameter gradients
-// accumulate; dx assigned. Parameters: "fc1.weight" (D_FF, D), "fc1.bias",
-// "fc2.weight" (D, D_FF), "fc2.bias".
+// accumulate; dx assigned. Parameters: "fc1.weight" (D_FF, D), or (2 D_FF,
+// D) gated, "fc1.bias", "fc2.weight" (D, D_FF), "fc2.bias".
 #pragma once
 
 #include "xfmr/core/config.hpp"
@@ -18,8 +20,12 @@ namespace xfmr {
 
 template <BlockConfig Cfg, class Backend>
 class FeedForward {
+  using Act = typename Cfg::Activation;
+
  public:
   static constexpr int D = Cfg::D_MODEL, FF = Cfg::D_FF;
+  static constexpr bool GATED = Act::GATED;
+  static constexpr int HIDDEN = GATED ? 2 * FF : FF;  // fc1's outputs
   using S = typename Backend::Scalar;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -27,18 +33,27 @@ class FeedForward {
   explicit FeedForward(Rng& rng) : fc1_(rng), fc2_(rng) {}
 
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
-    const auto h = hidden_.template rows<FF>(x.rows);     // (rows, D_FF) pre-activation
-    const auto a = activated_.template rows<FF>(x.rows);  // (rows, D_FF)
+    const auto h = hidden_.template rows<HIDDEN>(x.rows);  // (rows, HIDDEN) pre-activation
+    const auto a = activated_.template rows<FF>(x.rows);   // (rows, D_FF)
     fc1_.forward(be, x, h);
-    act_.forward(be, h, a);
+    if constexpr (GATED)
+      Act::forward(be, x.rows, FF, h.data, a.data);
+    else
+      act_.forward(be, h, a);
     fc2_.forward(be, a, y);
   }
 
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
-    const auto da = dhidden_.template rows<FF>(dy.rows);  // (rows, D_FF), reused for dh
+    const auto da = dactivated_.template rows<FF>(dy.rows);  // (rows, D_FF), reused for dh when not gated
     fc2_.backward(be, dy, da);
-    act_.backward(be, da, da);
-    fc1_.backward(be, da, dx);
+    if constexpr (GATED) {
+      const auto dh = dhidden_.template rows<HIDDEN>(dy.rows);  // (rows, 2 D_FF)
+      Act::backward(be, dy.rows, FF, hidden_.data(), da.data, dh.data);
+      fc1_.backward(be, dh, dx);
+    } else {
+      act_.backward(be, da, da);
+      fc1_.backward(be, da, dx);
+    }
   }
 
   template <class F>
@@ -48,10 +63,10 @@ class FeedForward {
   }
 
  private:
-  Linear<D, FF, Backend> fc1_;
-  Activation<typename Cfg::Activation, FF, Backend> act_;
+  Linear<D, HIDDEN, Backend> fc1_;
+  Activation<Act, FF, Backend> act_;  // elementwise activations only (unused when gated)
   Linear<FF, D, Backend> fc2_;
-  Buffer<S> hidden_, activated_, dhidden_;
+  Buffer<S> hidden_, activated_, dactivated_, dhidden_;
 };
 
 }  // namespace xfmr
