@@ -51,10 +51,11 @@ struct SmallPost : Small {
   using Activation = Relu;
   using Positions = Sinusoidal;
 };
-struct SmallLlama : Small {  // RmsNorm and SwiGLU
+struct SmallLlama : Small {  // RmsNorm, SwiGLU, no biases
   template <int D, class Be>
   using NormLayer = RmsNorm<D, Be>;
   using Activation = SwiGlu;
+  static constexpr bool BIAS = false;
 };
 
 constexpr double kLayerRtol = 5e-4, kLayerAtol = 5e-5;

@@ -264,8 +264,12 @@ BOOST_AUTO_TEST_CASE(decoder_with_rms_norm_and_swiglu) {
   Decoder<TinyLlama2, Be> model(7, 14);
   const Shape bt{2, 5};
   const auto ids = random_ids(bt.rows(), 7, rng);
-  check_model("Decoder RmsNorm + SwiGLU", model, bt.rows() * 7, [&](Be& be) { return model.forward(be, ids, bt); });
+  check_model("Decoder RmsNorm + SwiGLU, no biases", model, bt.rows() * 7,
+              [&](Be& be) { return model.forward(be, ids, bt); });
   BOOST_TEST(visited(model) == (Decoder<TinyLlama2, Be>::parameter_count(7, false)));
+  std::size_t biases = 0;
+  model.visit([&](std::string_view n, auto&, auto&) { biases += n.ends_with(".bias") && n != "lm_head.bias"; });
+  BOOST_TEST(biases == 0u);
 }
 
 struct TinyTgtRms : TinyRmsPre {
@@ -276,6 +280,13 @@ BOOST_AUTO_TEST_CASE(seq2seq_with_rms_norm) {
   Seq2Seq<TinyRmsPre, TinyTgtRms, Be> model(7, 6, 44);
   check_seq2seq("Seq2Seq pre-norm, RmsNorm", model, 7, 6);
   BOOST_TEST(visited(model) == (Seq2Seq<TinyRmsPre, TinyTgtRms, Be>::parameter_count(7, 6, false)));
+}
+
+// Llama-style encoder and decoder (no biases in any projection, cross-attention included).
+BOOST_AUTO_TEST_CASE(seq2seq_llama_style) {
+  Seq2Seq<TinyLlama, TinyLlama2, Be> model(7, 6, 45);
+  check_seq2seq("Seq2Seq RmsNorm + SwiGLU, no biases", model, 7, 6);
+  BOOST_TEST(visited(model) == (Seq2Seq<TinyLlama, TinyLlama2, Be>::parameter_count(7, 6, false)));
 }
 
 BOOST_AUTO_TEST_CASE(seq2seq_pre_norm_tied_output) {

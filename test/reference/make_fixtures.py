@@ -381,6 +381,41 @@ def swiglu_feed_forward(out_dir, rows=7, seed=9):
     write_safetensors(out_dir / "swiglu_feed_forward.safetensors", t, {"config": json.dumps(meta)})
 
 
+def llama_block(out_dir, seed=10, eps=1e-5):
+    """A Llama-style decoder-only block written out in plain torch: pre-norm RMSNorm, causal multi-head attention
+    and a SwiGLU feed-forward, no biases; parameters under xfmr's names (qkv rows [q | k | v], fc1 rows [gate | up])."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def uniform(*shape, centre=0.0, scale=0.4):
+        return f32(centre + scale * (2 * torch.rand(*shape, generator=gen) - 1)).requires_grad_()
+
+    p = {"ln1.weight": uniform(D, centre=1.0, scale=0.2), "attn.qkv.weight": uniform(3 * D, D),
+         "attn.proj.weight": uniform(D, D), "ln2.weight": uniform(D, centre=1.0, scale=0.2),
+         "ff.fc1.weight": uniform(2 * FF, D), "ff.fc2.weight": uniform(D, FF)}
+    x = uniform(B, T, D, scale=1.0)
+    dy = f32(2 * torch.rand(B, T, D, generator=gen) - 1)
+
+    def rms(v, w):
+        return v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True) + eps) * w
+
+    hd = D // H
+    q, k, v = (rms(x, p["ln1.weight"]) @ p["attn.qkv.weight"].T).split(D, dim=-1)
+    q, k, v = (t.reshape(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
+    scores = (q @ k.transpose(-2, -1) / hd ** 0.5).masked_fill(causal_mask(T), float("-inf"))
+    attn = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, D)
+    h = x + attn @ p["attn.proj.weight"].T
+    gate, up = (rms(h, p["ln2.weight"]) @ p["ff.fc1.weight"].T).split(FF, dim=-1)
+    y = h + (F.silu(gate) * up) @ p["ff.fc2.weight"].T
+    y.backward(dy)
+    t = {"x": x, "dy": dy}
+    t.update({f"param.{n}": w for n, w in p.items()})
+    t["y"], t["grad.x"] = y, x.grad
+    t.update({f"grad.param.{n}": w.grad for n, w in p.items()})
+    meta = {"B": B, "T": T, "D_MODEL": D, "N_HEADS": H, "D_FF": FF, "norm": "pre, RMSNorm", "activation": "swiglu",
+            "bias": False, "causal": True, "reference": f"torch {torch.__version__}: written out"}
+    write_safetensors(out_dir / "llama_block.safetensors", t, {"config": json.dumps(meta)})
+
+
 def main():
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "fixtures")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -393,6 +428,7 @@ def main():
     seq2seq_model(out_dir)
     rms_norm(out_dir)
     swiglu_feed_forward(out_dir)
+    llama_block(out_dir)
     for p in sorted(out_dir.glob("*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 

@@ -169,6 +169,17 @@ void check_row_layer(const std::string& name, Layer& layer) {
   std::cout << name << ": worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
 }
 
+// A Llama-style block (RmsNorm, SwiGLU, no biases) against the same block
+// written out in plain torch.
+struct LlamaFixtureCfg : FixtureCfg<PreNorm, SwiGlu> {
+  template <int D, class Be>
+  using NormLayer = RmsNorm<D, Be>;
+  static constexpr bool BIAS = false;
+};
+BOOST_AUTO_TEST_CASE(llama_style_decoder_only_block) {
+  check_self_block<DecoderOnlyBlock<LlamaFixtureCfg, Cpu>>("llama_block", false);
+}
+
 // RmsNorm against RMSNorm written out in plain torch (make_fixtures.py).
 BOOST_AUTO_TEST_CASE(rms_norm_layer) {
   RmsNorm<FixtureCfg<PreNorm, Gelu>::D_MODEL, Cpu> norm;

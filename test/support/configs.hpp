@@ -44,9 +44,10 @@ struct TinyRmsPost : TinyPost {
   using NormLayer = RmsNorm<D, Be>;
 };
 
-// Llama's choices: RmsNorm and SwiGLU, pre-norm.
+// Llama's choices: RmsNorm, SwiGLU, no biases in the projections, pre-norm.
 struct TinyLlama : TinyRmsPre {
   using Activation = SwiGlu;
+  static constexpr bool BIAS = false;
 };
 
 }  // namespace xfmr::test

@@ -11,7 +11,8 @@
 // whose query/key or value width differs from D_MODEL / N_HEADS;
 //   template <int D, class Be> using NormLayer = xfmr::RmsNorm<D, Be>;
 // for RMS norms in the blocks and the final norm (default LayerNorm;
-// residual.hpp); Positions (positional.hpp).
+// residual.hpp); Positions (positional.hpp); BIAS = false for attention and
+// feed-forward projections without biases (default true).
 #pragma once
 
 #include <concepts>
@@ -42,6 +43,13 @@ template <AttentionConfig Cfg>
 consteval int v_head_dim() {
   if constexpr (requires { Cfg::V_HEAD_DIM; }) return Cfg::V_HEAD_DIM;
   else return Cfg::D_MODEL / Cfg::N_HEADS;
+}
+
+// Whether the blocks' linear projections have biases (Cfg::BIAS, default true).
+template <AttentionConfig Cfg>
+consteval bool linear_bias() {
+  if constexpr (requires { Cfg::BIAS; }) return Cfg::BIAS;
+  else return true;
 }
 
 template <AttentionConfig Cfg>

@@ -12,7 +12,7 @@
 // Fused projection layout, per row: [q heads | k heads | v heads], head h of q
 // at columns [h*QK, (h+1)*QK). Weight shapes follow torch.nn.Linear:
 //   qkv.weight (H*(2*QK + V), D)   q.weight (H*QK, D)   kv.weight (H*(QK + V), D)
-//   proj.weight (D, H*V)           and a bias for each.
+//   proj.weight (D, H*V)           and a bias for each (unless Cfg::BIAS is false).
 // Dropout on the attention probabilities (PyTorch's MultiheadAttention
 // dropout, the seeds' GPT): set_dropout(p, seed); active in training mode
 // (dropout().set_training), drawn from dropout()'s keys like a Dropout
@@ -77,7 +77,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  explicit SelfAttention(Rng& rng) : qkv_(rng), proj_(rng) {}
+  explicit SelfAttention(Rng& rng) : qkv_(rng, linear_bias<Cfg>()), proj_(rng, linear_bias<Cfg>()) {}
 
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, const AttentionMask& mask) {
     detail::check_attention_shape(bt, x.rows, Sz::MAX_T, "self-attention input");
@@ -162,7 +162,8 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  explicit CrossAttention(Rng& rng) : q_(rng), kv_(rng), proj_(rng) {}
+  explicit CrossAttention(Rng& rng)
+      : q_(rng, linear_bias<Cfg>()), kv_(rng, linear_bias<Cfg>()), proj_(rng, linear_bias<Cfg>()) {}
 
   // x_q: (B*T_q, D) queries; x_kv: (B*T_kv, D) keys/values; mask.key_padding
   // is (B, T_kv). A causal mask is allowed but unusual here.

@@ -6,7 +6,8 @@
 // Saves: what fc1, the activation and fc2 save (x by pointer, the hidden
 // pre- and post-activation in owned buffers). Backward: parameter gradients
 // accumulate; dx assigned. Parameters: "fc1.weight" (D_FF, D), or (2 D_FF,
-// D) gated, "fc1.bias", "fc2.weight" (D, D_FF), "fc2.bias".
+// D) gated, "fc1.bias", "fc2.weight" (D, D_FF), "fc2.bias" (the biases
+// unless Cfg::BIAS is false).
 #pragma once
 
 #include "xfmr/core/config.hpp"
@@ -30,7 +31,7 @@ class FeedForward {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  explicit FeedForward(Rng& rng) : fc1_(rng), fc2_(rng) {}
+  explicit FeedForward(Rng& rng) : fc1_(rng, linear_bias<Cfg>()), fc2_(rng, linear_bias<Cfg>()) {}
 
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
     const auto h = hidden_.template rows<HIDDEN>(x.rows);  // (rows, HIDDEN) pre-activation

@@ -38,7 +38,9 @@ constexpr std::size_t self_block_parameters() {
   constexpr std::size_t D = Cfg::D_MODEL, H = Cfg::N_HEADS, FF = Cfg::D_FF;
   constexpr std::size_t QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>();
   constexpr std::size_t qkv = H * (2 * QK + V), ctx = H * V, hidden = Cfg::Activation::GATED ? 2 * FF : FF;
-  return 2 * norm_parameters<Cfg, Backend>() + (D * qkv + qkv) + (ctx * D + D) + (D * hidden + hidden) + (FF * D + D);
+  constexpr std::size_t bias = linear_bias<Cfg>() ? 1 : 0;
+  return 2 * norm_parameters<Cfg, Backend>() + (D + bias) * qkv + (ctx + bias) * D + (D + bias) * hidden +
+         (FF + bias) * D;
 }
 template <class Cfg>
 constexpr bool learned_positions() {
