@@ -122,6 +122,25 @@ BOOST_AUTO_TEST_CASE(layer_norm_forward_backward) {
   }
 }
 
+// Rotary positions, forward and back, from an offset, on interleaved columns.
+BOOST_AUTO_TEST_CASE(rope_forward_backward) {
+  const int B = 3, T = 7, H = 8, hd = 16, ld = 3 * H * hd, offset = 5, max_t = 16;
+  F table(std::size_t(max_t) * hd);
+  for (int t = 0; t < max_t; ++t)
+    for (int i = 0; i < hd; i += 2) {
+      table[std::size_t(t) * hd + i] = std::cos(t / std::pow(10000.0f, float(i) / hd));
+      table[std::size_t(t) * hd + i + 1] = std::sin(t / std::pow(10000.0f, float(i) / hd));
+    }
+  F x = randn(std::size_t(B) * T * ld, 58);
+  DevF d_table(table), d_x(x);
+  cpu.rope_forward(B, T, offset, H, hd, table.data(), x.data(), ld);
+  gpu.rope_forward(B, T, offset, H, hd, d_table.p(), d_x.p(), ld);
+  expect_close(x, d_x.host(), "rope_forward", 1e-5, 1e-6);
+  cpu.rope_backward(B, T, offset, 2 * H, hd, table.data(), x.data(), ld);
+  gpu.rope_backward(B, T, offset, 2 * H, hd, d_table.p(), d_x.p(), ld);
+  expect_close(x, d_x.host(), "rope_backward", 1e-5, 1e-6);
+}
+
 // RmsNorm's two ops, on the same shapes (one chunk of rows and several for the
 // weight's column sums); the backward in place (dx aliasing dy) as blocks may.
 BOOST_AUTO_TEST_CASE(rms_norm_forward_backward) {

@@ -51,10 +51,11 @@ struct SmallPost : Small {
   using Activation = Relu;
   using Positions = Sinusoidal;
 };
-struct SmallLlama : Small {  // RmsNorm, SwiGLU, no biases
+struct SmallLlama : Small {  // RmsNorm, SwiGLU, no biases, rotary positions
   template <int D, class Be>
   using NormLayer = RmsNorm<D, Be>;
   using Activation = SwiGlu;
+  using Positions = Rope;
   static constexpr bool BIAS = false;
 };
 
@@ -143,7 +144,7 @@ BOOST_AUTO_TEST_CASE(self_attention_and_encoder_block_with_padding) {
     Rng r1(7), r2(7);
     SelfAttentionBlock<SmallLlama, Cpu, true> c(r1);
     SelfAttentionBlock<SmallLlama, Gpu, true> g(r2);
-    layer_parity("decoder-only block (pre-norm, RmsNorm, SwiGLU)", c, g, bt.rows(), D,
+    layer_parity("decoder-only block (pre-norm, RmsNorm, SwiGLU, rotary)", c, g, bt.rows(), D,
         [&](auto& be, auto& l, const float* x, float* y) {
           l.forward(be, ConstRows<float, D>(x, bt.rows()), Rows<float, D>(y, bt.rows()), bt, pad.data());
         },
@@ -232,6 +233,36 @@ BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
     tg.push_back(std::int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin()));
   }
   BOOST_TEST(tc == tg);
+}
+
+// A Llama-style decoder (rotary positions, RmsNorm, SwiGLU, no biases): the
+// logits of a batch, then cached decoding from a 3-token prompt, on both.
+BOOST_AUTO_TEST_CASE(llama_style_decoder_and_cached_decoding) {
+  const int V = 40;
+  const Shape bt{3, SmallLlama::MAX_T};
+  Decoder<SmallLlama, Cpu> c(V, 17);
+  Decoder<SmallLlama, Gpu> g(V, 17);
+  Cpu cpu;
+  Gpu gpu;
+  std::vector<float> staging;
+  const auto ids = random_ids(bt.rows(), V, 80);
+  const auto lc = c.forward(cpu, ids, bt);
+  const auto lg = gpu.host_view(g.forward(gpu, ids, bt), staging);
+  expect_close(F(lc.begin(), lc.end()), F(lg.begin(), lg.end()), "Llama-style logits", kModelRtol, kModelAtol);
+  DecodingCache<Cpu> kc;
+  DecodingCache<Gpu> kg;
+  c.start_cache(kc, 1);
+  g.start_cache(kg, 1);
+  std::vector<std::int32_t> prompt(ids.begin(), ids.begin() + 3);
+  for (int step = 0; step + 3 < SmallLlama::MAX_T; ++step) {
+    const std::span<const std::int32_t> in = step == 0 ? std::span<const std::int32_t>(prompt)
+                                                       : std::span<const std::int32_t>(&prompt.back(), 1);
+    const auto dc = c.forward_cached(cpu, in, 1, kc);
+    const auto dg = gpu.host_view(g.forward_cached(gpu, in, 1, kg), staging);
+    expect_close(F(dc.begin(), dc.end()), F(dg.begin(), dg.end()), "Llama-style cached logits", kModelRtol,
+                 kModelAtol);
+    prompt.push_back(std::int32_t(std::max_element(dc.end() - V, dc.end()) - (dc.end() - V)));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(classifier_with_padding) {

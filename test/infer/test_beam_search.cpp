@@ -63,11 +63,18 @@ struct Tgt : TinyPre {
   static constexpr int N_LAYERS = 2, MAX_T = 6;
 };
 
-BOOST_AUTO_TEST_CASE(cached_beam_search_matches_recomputation) {
-  // The same beam search twice: stepping the model with its KV cache (and
-  // reordering it), and recomputing every hypothesis from scratch with the
-  // teacher-forced forward. Identical hypotheses prove the cache, the
-  // cross-attention memory and the reordering.
+struct SrcLlama : TinyLlama {};
+struct TgtLlama : TinyLlama {
+  static constexpr int N_LAYERS = 2, MAX_T = 6;
+};
+
+// The same beam search twice: stepping the model with its KV cache (and
+// reordering it), and recomputing every hypothesis from scratch with the
+// teacher-forced forward. Identical hypotheses prove the cache, the
+// cross-attention memory and the reordering (with rotary positions: keys
+// cached turned by their own positions).
+template <class Src, class Tgt>
+void check_cached_beam_search() {
   Rng rng(5);
   Be be;
   Seq2Seq<Src, Tgt, Be> model(9, 7, 3);
@@ -81,7 +88,7 @@ BOOST_AUTO_TEST_CASE(cached_beam_search_matches_recomputation) {
   const int K = opt.beam, V = 7;
 
   model.encode(be, src_ids, src, src_pad.data());
-  Seq2Seq<Src, Tgt, Be>::DecodeState st;
+  typename Seq2Seq<Src, Tgt, Be>::DecodeState st;
   model.start_decoding(be, st, K);
   const auto cached = beam_search(
       2, V, opt, [&](std::span<const std::int32_t> ids) { return model.decode(be, ids, st); },
@@ -121,4 +128,9 @@ BOOST_AUTO_TEST_CASE(cached_beam_search_matches_recomputation) {
     BOOST_TEST(cached[b].score == recomputed[b].score, boost::test_tools::tolerance(1e-9));
   }
   BOOST_TEST((cached[0].tokens != cached[1].tokens || cached[0].score != cached[1].score));
+}
+
+BOOST_AUTO_TEST_CASE(cached_beam_search_matches_recomputation) { check_cached_beam_search<Src, Tgt>(); }
+BOOST_AUTO_TEST_CASE(cached_beam_search_matches_recomputation_with_rotary_positions) {
+  check_cached_beam_search<SrcLlama, TgtLlama>();
 }

@@ -108,6 +108,18 @@ BOOST_AUTO_TEST_CASE(self_attention_gradients_split_head_sizes) {
   check_self<TinySplitHeads>("SelfAttention QK 3 / V 5", {2, 4}, true, {});
 }
 
+// Rotary positions: queries and keys turned after the projection, their
+// gradients turned back (short sequences and the GEMM path's length).
+struct LongRope : TinyPre {
+  static constexpr int MAX_T = detail::kRowAttentionRows + 3;
+  using Positions = Rope;
+};
+BOOST_AUTO_TEST_CASE(self_attention_gradients_rotary) {
+  check_self<TinyRope>("SelfAttention rotary, causal + padding", {2, 4}, true, {0, 0, 0, 1, 0, 0, 1, 1});
+  check_self<TinyRope>("SelfAttention rotary, full length", {2, 6}, false, {});
+  check_self<LongRope>("SelfAttention rotary, GEMM length", {1, LongRope::MAX_T}, true, {});
+}
+
 BOOST_AUTO_TEST_CASE(self_attention_gradients_wide_heads) {
   check_self<TinyWideHeads>("SelfAttention wide heads", {2, 4}, false, {0, 0, 0, 0, 0, 0, 0, 1});
 }

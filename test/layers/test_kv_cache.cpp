@@ -25,6 +25,9 @@ struct TinyLmWide : TinyPre {
   static constexpr int MAX_T = 6, D_MODEL = 12, N_HEADS = 3, N_LAYERS = 2, D_FF = 40;
 };
 // One head, query/key heads narrower than the value heads.
+struct TinyLlama2 : TinyLlama {
+  static constexpr int N_LAYERS = 2;
+};
 struct TinyLmOneHead : TinyPost {
   static constexpr int MAX_T = 6, D_MODEL = 8, N_HEADS = 1, N_LAYERS = 2, D_FF = 12;
   static constexpr int QK_HEAD_DIM = 3, V_HEAD_DIM = 5;
@@ -88,6 +91,7 @@ BOOST_AUTO_TEST_CASE(cached_decoding_matches_full_recomputation) {
   check_equivalence<TinyLmPostSinusoidal>("post-norm, sinusoidal positions");
   check_equivalence<TinyLmWide>("pre-norm, three heads");
   check_equivalence<TinyLmOneHead>("post-norm, one head, 3-wide queries, 5-wide values");
+  check_equivalence<TinyLlama2>("rotary positions, RmsNorm, SwiGLU, no biases");
 }
 
 // The translator's decoder, one sentence stepped one token at a time (its

@@ -59,3 +59,48 @@ BOOST_AUTO_TEST_CASE(positions_reject_sequences_longer_than_max_t) {
   BOOST_CHECK_THROW(pos.forward(be, ConstRows<float, 4>(x.data(), 40), Rows<float, 4>(y.data(), 40), Shape{2, 16}),
                     Error);
 }
+
+// Rotary positions: each pair (2i, 2i+1) of each head turned by
+// pos / 10000^(2i/HD); columns past the heads untouched; backward is the
+// transpose (<R x, g> = <x, R^T g>) and undoes the turn; a query-key dot
+// product depends on the positions' difference only; positions past MAX_T
+// are refused.
+BOOST_AUTO_TEST_CASE(rotary_positions_turn_pairs_by_their_angles) {
+  Be be;
+  Rng rng(3);
+  RotaryPositions<9, 4, Be> rope;
+  const int B = 2, T = 5, H = 3, ld = H * 4 + 2, offset = 2;
+  const Vec x = random_vector(std::size_t(B) * T * ld, rng);
+  Vec y = x;
+  rope.forward(be, B, T, offset, H, y.data(), ld);
+  for (int r = 0; r < B * T; ++r) {
+    const double pos = offset + r % T;
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < 4; i += 2) {
+        const double a = pos / std::pow(10000.0, i / 4.0), x0 = x[r * ld + h * 4 + i], x1 = x[r * ld + h * 4 + i + 1];
+        BOOST_TEST(y[r * ld + h * 4 + i] == x0 * std::cos(a) - x1 * std::sin(a), boost::test_tools::tolerance(1e-12));
+        BOOST_TEST(y[r * ld + h * 4 + i + 1] == x0 * std::sin(a) + x1 * std::cos(a),
+                   boost::test_tools::tolerance(1e-12));
+      }
+    for (int c = H * 4; c < ld; ++c) BOOST_TEST(y[r * ld + c] == x[r * ld + c]);
+  }
+  const Vec g = random_vector(x.size(), rng);
+  Vec gt = g;
+  rope.backward(be, B, T, offset, H, gt.data(), ld);
+  BOOST_TEST(dot(y, g) == dot(x, gt), boost::test_tools::tolerance(1e-12));
+  rope.backward(be, B, T, offset, H, y.data(), ld);
+  BOOST_TEST(y == x, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());
+
+  // One query and one key head, turned at positions (4, 1) and (7, 4): the same dot product.
+  const Vec q = random_vector(4, rng), k = random_vector(4, rng);
+  auto turned_dot = [&](int pq, int pk) {
+    Vec qq = q, kk = k;
+    rope.forward(be, 1, 1, pq, 1, qq.data(), 4);
+    rope.forward(be, 1, 1, pk, 1, kk.data(), 4);
+    return dot(qq, kk);
+  };
+  BOOST_TEST(turned_dot(4, 1) == turned_dot(7, 4), boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(std::abs(turned_dot(4, 1) - turned_dot(4, 2)) > 1e-6);
+  Vec row(4);
+  BOOST_CHECK_THROW(rope.forward(be, 1, 2, 8, 1, row.data(), 4), Error);
+}

@@ -383,7 +383,8 @@ def swiglu_feed_forward(out_dir, rows=7, seed=9):
 
 def llama_block(out_dir, seed=10, eps=1e-5):
     """A Llama-style decoder-only block written out in plain torch: pre-norm RMSNorm, causal multi-head attention
-    and a SwiGLU feed-forward, no biases; parameters under xfmr's names (qkv rows [q | k | v], fc1 rows [gate | up])."""
+    with rotary positions (pairs (2i, 2i+1) of each query and key head turned by t / 10000^(2i/head)) and a SwiGLU
+    feed-forward, no biases; parameters under xfmr's names (qkv rows [q | k | v], fc1 rows [gate | up])."""
     gen = torch.Generator().manual_seed(seed)
 
     def uniform(*shape, centre=0.0, scale=0.4):
@@ -401,6 +402,14 @@ def llama_block(out_dir, seed=10, eps=1e-5):
     hd = D // H
     q, k, v = (rms(x, p["ln1.weight"]) @ p["attn.qkv.weight"].T).split(D, dim=-1)
     q, k, v = (t.reshape(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, hd, 2) / hd)[None, :]
+    cos, sin = torch.cos(angle), torch.sin(angle)
+
+    def turn(t):
+        even, odd = t[..., 0::2], t[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+    q, k = turn(q), turn(k)
     scores = (q @ k.transpose(-2, -1) / hd ** 0.5).masked_fill(causal_mask(T), float("-inf"))
     attn = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, D)
     h = x + attn @ p["attn.proj.weight"].T
@@ -412,7 +421,7 @@ def llama_block(out_dir, seed=10, eps=1e-5):
     t["y"], t["grad.x"] = y, x.grad
     t.update({f"grad.param.{n}": w.grad for n, w in p.items()})
     meta = {"B": B, "T": T, "D_MODEL": D, "N_HEADS": H, "D_FF": FF, "norm": "pre, RMSNorm", "activation": "swiglu",
-            "bias": False, "causal": True, "reference": f"torch {torch.__version__}: written out"}
+            "bias": False, "positions": "rotary", "causal": True, "reference": f"torch {torch.__version__}: written out"}
     write_safetensors(out_dir / "llama_block.safetensors", t, {"config": json.dumps(meta)})
 
 

@@ -169,11 +169,12 @@ void check_row_layer(const std::string& name, Layer& layer) {
   std::cout << name << ": worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
 }
 
-// A Llama-style block (RmsNorm, SwiGLU, no biases) against the same block
-// written out in plain torch.
+// A Llama-style block (RmsNorm, rotary positions, SwiGLU, no biases) against
+// the same block written out in plain torch.
 struct LlamaFixtureCfg : FixtureCfg<PreNorm, SwiGlu> {
   template <int D, class Be>
   using NormLayer = RmsNorm<D, Be>;
+  using Positions = Rope;
   static constexpr bool BIAS = false;
 };
 BOOST_AUTO_TEST_CASE(llama_style_decoder_only_block) {

@@ -3,6 +3,7 @@
 
 #include "xfmr/blocks/residual.hpp"
 #include "xfmr/layers/activation.hpp"
+#include "xfmr/layers/positional.hpp"
 
 namespace xfmr::test {
 
@@ -44,10 +45,16 @@ struct TinyRmsPost : TinyPost {
   using NormLayer = RmsNorm<D, Be>;
 };
 
-// Llama's choices: RmsNorm, SwiGLU, no biases in the projections, pre-norm.
+// Llama's choices: RmsNorm, SwiGLU, no biases in the projections, rotary
+// positions, pre-norm.
 struct TinyLlama : TinyRmsPre {
   using Activation = SwiGlu;
+  using Positions = Rope;
   static constexpr bool BIAS = false;
+};
+// Rotary positions alone.
+struct TinyRope : TinyPre {
+  using Positions = Rope;
 };
 
 }  // namespace xfmr::test

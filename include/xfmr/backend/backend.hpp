@@ -16,6 +16,10 @@
 //  copy(n, x, y)                             y = x
 //  add_positions_forward(B, T, D, x, table, y)     y[b,t,:] = x[b,t,:] + table[t,:]
 //  add_positions_backward(B, T, D, dy, dtable)     dtable[t,:] += sum_b dy[b,t,:]
+//  rope_forward(B, T, offset, H, hd, table, x, ld)  rotary positions, in place: in row b*T + t, head h
+//      (columns h*hd..), pair (2i, 2i+1) turns by the angle of position offset + t, pair i:
+//      (cos, sin) = table[(offset + t) * hd + 2i, + 1]
+//  rope_backward(B, T, offset, H, hd, table, dx, ld)   the transpose (turns back), in place
 //  layer_norm_forward(rows, n, x, gamma, beta, eps, y, mean, rstd)   saves mean, rstd (rows)
 //  layer_norm_backward(rows, n, dy, x, gamma, mean, rstd, dx, dgamma, dbeta)
 //      dx assigned, dgamma/dbeta accumulated
@@ -129,6 +133,8 @@ concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Sc
   be.copy(n, cp, p);
   be.add_positions_forward(i, i, i, cp, cp, p);
   be.add_positions_backward(i, i, i, cp, p);
+  be.rope_forward(i, i, i, i, i, cp, p, i);
+  be.rope_backward(i, i, i, i, i, cp, p, i);
   be.layer_norm_forward(i, i, cp, cp, cp, s, p, p, p);
   be.layer_norm_backward(i, i, cp, cp, cp, cp, cp, p, p, p);
   be.rms_norm_forward(i, i, cp, cp, s, p, p);

@@ -143,6 +143,13 @@ class CpuBackend {
     });
   }
 
+  void rope_forward(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld) {
+    rotate_pairs(B, T, offset, H, hd, table, x, ld, S(1));
+  }
+  void rope_backward(int B, int T, int offset, int H, int hd, const S* table, S* dx, int ld) {
+    rotate_pairs(B, T, offset, H, hd, table, dx, ld, S(-1));
+  }
+
   // ---- layer norm ---------------------------------------------------------
 
   void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y,
@@ -622,6 +629,24 @@ class CpuBackend {
 
  private:
   static constexpr S kGeluC = S(0.7978845608028654);  // sqrt(2 / pi)
+
+  // Rotary positions: each (2i, 2i+1) pair of each head turned by its angle
+  // (sign -1: turned back, the backward).
+  void rotate_pairs(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld, S sign) {
+    detail::parallel_ranges(long(B) * T, long(B) * T * H * hd > detail::kParallelWork, [=](long lo, long hi) {
+      for (long r = lo; r < hi; ++r) {
+        const S* cs = table + long(offset + int(r % T)) * hd;
+        for (int h = 0; h < H; ++h) {
+          S* v = x + r * ld + long(h) * hd;
+          for (int i = 0; i < hd; i += 2) {
+            const S c = cs[i], s = sign * cs[i + 1], x0 = v[i], x1 = v[i + 1];
+            v[i] = x0 * c - x1 * s;
+            v[i + 1] = x0 * s + x1 * c;
+          }
+        }
+      }
+    });
+  }
 
   // per_thread elements for each thread of a parallel region (attention's tiles).
   S* attention_tiles(long per_thread) {

@@ -261,6 +261,8 @@ class CudaBackend {
   void copy(std::size_t n, const S* x, S* y);
   void add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y);
   void add_positions_backward(int B, int T, int D, const S* dy, S* dtable);
+  void rope_forward(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld);
+  void rope_backward(int B, int T, int offset, int H, int hd, const S* table, S* dx, int ld);
   void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y, S* mean, S* rstd);
   void layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean, const S* rstd,
                            S* dx, S* dgamma, S* dbeta);

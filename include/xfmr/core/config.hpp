@@ -11,7 +11,8 @@
 // whose query/key or value width differs from D_MODEL / N_HEADS;
 //   template <int D, class Be> using NormLayer = xfmr::RmsNorm<D, Be>;
 // for RMS norms in the blocks and the final norm (default LayerNorm;
-// residual.hpp); Positions (positional.hpp); BIAS = false for attention and
+// residual.hpp); Positions = Learned, Sinusoidal or Rope (positional.hpp,
+// default Learned); BIAS = false for attention and
 // feed-forward projections without biases (default true).
 #pragma once
 

@@ -13,6 +13,9 @@
 // at columns [h*QK, (h+1)*QK). Weight shapes follow torch.nn.Linear:
 //   qkv.weight (H*(2*QK + V), D)   q.weight (H*QK, D)   kv.weight (H*(QK + V), D)
 //   proj.weight (D, H*V)           and a bias for each (unless Cfg::BIAS is false).
+// Rotary positions (Cfg::Positions = Rope): SelfAttention turns its query and
+// key heads by their positions after the projection (and their gradients
+// back before it); the cache holds turned keys. CrossAttention does not.
 // Dropout on the attention probabilities (PyTorch's MultiheadAttention
 // dropout, the seeds' GPT): set_dropout(p, seed); active in training mode
 // (dropout().set_training), drawn from dropout()'s keys like a Dropout
@@ -23,6 +26,7 @@
 #pragma once
 
 #include <span>
+#include <type_traits>
 
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/core/config.hpp"
@@ -34,6 +38,7 @@
 #include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/layers/linear.hpp"
+#include "xfmr/layers/positional.hpp"
 
 namespace xfmr {
 
@@ -69,6 +74,8 @@ inline AttentionDims with_dropout(AttentionDims d, DropoutKeys& keys) {
 template <AttentionConfig Cfg, class Backend>
 class SelfAttention : detail::AttentionSizes<Cfg> {
   using Sz = detail::AttentionSizes<Cfg>;
+  static constexpr bool ROPE = rotary_positions<Cfg>();
+  struct NoRotation {};
 
  public:
   static constexpr int D = Sz::D, H = Sz::H, QK_HEAD_DIM = Sz::QK, V_HEAD_DIM = Sz::V;
@@ -87,6 +94,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     const auto qkv = qkv_out_.template rows<QKV>(x.rows);  // (B*T, H*(2QK+V))
     const auto ctx = ctx_.template rows<CTX>(x.rows);      // (B*T, H*V)
     qkv_.forward(be, x, qkv);
+    if constexpr (ROPE) rope_.forward(be, bt.B, bt.T, 0, 2 * H, qkv.data, QKV);  // q and k heads, adjacent
     const S* q = qkv.data;
     be.attention_forward(dims_, q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV, ctx.data, CTX,
                          probs_.reserve(probs_size()), mask);  // probs (B, H, T, T)
@@ -102,6 +110,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     S* dq = dqkv.data;
     be.attention_backward(dims_, dctx.data, CTX, q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV,
                           probs_.data(), dq, dq + H * QK_HEAD_DIM, dq + 2 * H * QK_HEAD_DIM);
+    if constexpr (ROPE) rope_.backward(be, bt_.B, bt_.T, 0, 2 * H, dq, QKV);
     qkv_.backward(be, dqkv, dx);
   }
 
@@ -118,6 +127,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     const auto qkv = qkv_out_.template rows<QKV>(x.rows);
     const auto ctx = ctx_.template rows<CTX>(x.rows);
     qkv_.forward(be, x, qkv);
+    if constexpr (ROPE) rope_.forward(be, B, n, t0, 2 * H, qkv.data, QKV);
     cache.append(be, qkv.data, QKV, H * QK_HEAD_DIM, 2 * H * QK_HEAD_DIM, n);
     const AttentionDims dims{B, H, n, t0 + n, QK_HEAD_DIM, V_HEAD_DIM, cache.capacity()};
     be.attention_forward(dims, qkv.data, QKV, cache.keys(), H * QK_HEAD_DIM, cache.values(), CTX, ctx.data, CTX,
@@ -145,6 +155,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
 
   Linear<D, QKV, Backend> qkv_;
   Linear<CTX, D, Backend> proj_;
+  [[no_unique_address]] std::conditional_t<ROPE, RotaryPositions<Sz::MAX_T, QK_HEAD_DIM, Backend>, NoRotation> rope_;
   DropoutKeys drop_{0.0f, 0};
   Shape bt_;
   AttentionDims dims_;

@@ -7,6 +7,10 @@
 //   P[t, 2i] = sin(t / 10000^(2i/D)),  P[t, 2i+1] = cos(t / 10000^(2i/D)).
 //   No parameters; backward is dx = dy.
 // y may alias x and dx may alias dy (the operations are elementwise).
+// Rope (rotary positions, Su et al. 2021; Llama): nothing is added to the
+//   embeddings (NoPositions); self-attention turns each pair (2i, 2i+1) of
+//   every query and key head by t / 10000^(2i/QK_HEAD_DIM) radians
+//   (RotaryPositions), in training, in cached decoding and in beam search.
 #pragma once
 
 #include <cmath>
@@ -26,6 +30,9 @@ struct Learned {
 struct Sinusoidal {
   static constexpr const char* name = "sinusoidal";
 };
+struct Rope {
+  static constexpr const char* name = "rope";
+};
 
 namespace detail {
 template <int MAX_T>
@@ -44,8 +51,8 @@ template <class Cfg>
   requires requires { typename Cfg::Positions; }
 struct positions_tag<Cfg> {
   using type = typename Cfg::Positions;
-  static_assert(std::is_same_v<type, Learned> || std::is_same_v<type, Sinusoidal>,
-                "Positions must be xfmr::Learned or xfmr::Sinusoidal");
+  static_assert(std::is_same_v<type, Learned> || std::is_same_v<type, Sinusoidal> || std::is_same_v<type, Rope>,
+                "Positions must be xfmr::Learned, xfmr::Sinusoidal or xfmr::Rope");
 };
 
 inline Rng& unused_rng() {
@@ -134,14 +141,91 @@ class SinusoidalPositions {
   Shape bt_;
 };
 
+// Nothing added: the token stem of a configuration with rotary positions
+// (its attention turns queries and keys instead). Checks the lengths.
+template <int MAX_T, int D, class Backend>
+class NoPositions {
+ public:
+  using S = typename Backend::Scalar;
+
+  explicit NoPositions(Rng& = detail::unused_rng()) {}
+
+  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, int offset = 0) {
+    detail::require_length<MAX_T>(bt, x.rows, offset);
+    require_rows(y, x.rows, "positions output");
+    rows_ = x.rows;
+    if (y.data != x.data) be.copy(x.size(), x.data, y.data);
+  }
+
+  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+    require_rows(dy, rows_, "positions output gradient");
+    if (dx.data && dx.data != dy.data) be.copy(dy.size(), dy.data, dx.data);
+  }
+
+  template <class F>
+  void visit(F&&) {}
+
+ private:
+  int rows_ = 0;
+};
+
+// Rotary positions for heads HD wide: the fixed (cos, sin) table of every
+// position < MAX_T and pair, and the turn of a block of rows in place.
+template <int MAX_T, int HD, class Backend>
+class RotaryPositions {
+  static_assert(HD % 2 == 0, "rotary positions turn pairs of columns: the query/key head width must be even");
+
+ public:
+  using S = typename Backend::Scalar;
+  using Tensor = typename Backend::Tensor;
+
+  RotaryPositions() : table_{MAX_T, HD} {
+    std::vector<S> host(static_cast<std::size_t>(MAX_T * HD));
+    for (int t = 0; t < MAX_T; ++t)
+      for (int i = 0; i < HD; i += 2) {
+        const double angle = t / std::pow(10000.0, double(i) / HD);
+        host[std::size_t(t) * HD + i] = S(std::cos(angle));
+        host[std::size_t(t) * HD + i + 1] = S(std::sin(angle));
+      }
+    table_.copy_from_host(host.data());
+  }
+
+  // Rows b*T + t of x (row stride ld), positions offset + t, `heads` heads of
+  // HD columns from x's first column: turned forward, or back (backward).
+  void forward(Backend& be, int B, int T, int offset, int heads, S* x, int ld) const {
+    check(T, offset);
+    be.rope_forward(B, T, offset, heads, HD, table_.data(), x, ld);
+  }
+  void backward(Backend& be, int B, int T, int offset, int heads, S* dx, int ld) const {
+    check(T, offset);
+    be.rope_backward(B, T, offset, heads, HD, table_.data(), dx, ld);
+  }
+
+  const Tensor& table() const { return table_; }
+
+ private:
+  static void check(int T, int offset) {
+    require(T > 0 && offset >= 0 && offset + T <= MAX_T, "rotary positions ", offset, "..", offset + T - 1,
+            " outside [0, MAX_T ", MAX_T, ")");
+  }
+  Tensor table_;  // (MAX_T, HD): (cos, sin) per pair
+};
+
 }  // namespace xfmr
 
 namespace xfmr {
 
-// The positions layer a configuration asks for.
+template <class Cfg>
+constexpr bool rotary_positions() {
+  return std::is_same_v<typename detail::positions_tag<Cfg>::type, Rope>;
+}
+
+// The positions layer a configuration's token stem asks for.
 template <class Cfg, class Backend>
 using PositionsFor = std::conditional_t<
-    std::is_same_v<typename detail::positions_tag<Cfg>::type, Sinusoidal>,
-    SinusoidalPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>, LearnedPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>>;
+    rotary_positions<Cfg>(), NoPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>,
+    std::conditional_t<std::is_same_v<typename detail::positions_tag<Cfg>::type, Sinusoidal>,
+                       SinusoidalPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>,
+                       LearnedPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>>>;
 
 }  // namespace xfmr
