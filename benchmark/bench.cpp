@@ -150,19 +150,24 @@ double gemm_ceiling(const Args& a, Be& be) {
   return best;
 }
 
+// Feed-forward matrices of Cfg's blocks: two, three with a gated activation (SwiGLU).
+template <class Cfg>
+constexpr double ff_matrices() {
+  return Cfg::Activation::GATED ? 3 : 2;
+}
 // Exact matrix-product FLOPs of a forward pass over B sequences of T
 // positions (full T x T attention scores, as computed).
 template <class Cfg>
 double forward_flops(double B, double T, double V) {
   const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS;
-  const double per_row = L * (2 * D * 3 * D + 2 * D * D + 2 * 2 * D * FF) + 2 * D * V;
+  const double per_row = L * (2 * D * 3 * D + 2 * D * D + ff_matrices<Cfg>() * 2 * D * FF) + 2 * D * V;
   return B * T * per_row + B * L * 4 * T * T * D;
 }
 // One cached decoding step at position t (t positions already cached).
 template <class Cfg>
 double cached_step_flops(double t, double V) {
   const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS;
-  return L * (2 * D * 3 * D + 2 * D * D + 2 * 2 * D * FF) + 2 * D * V + L * 4 * (t + 1) * D;
+  return L * (2 * D * 3 * D + 2 * D * D + ff_matrices<Cfg>() * 2 * D * FF) + 2 * D * V + L * 4 * (t + 1) * D;
 }
 
 // What a training step must hold, in bytes: parameters, gradients, AdamW's
@@ -174,7 +179,7 @@ template <class Cfg>
 json analytical_memory(std::size_t params, double B, double T, double V) {
   const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS, H = Cfg::N_HEADS;
   const double rows = B * T;
-  const double act = rows * (L * (D + 2 * (D + 2) + 3 * D + H * T + D + 2 * FF) + (D + 2) + 2 * V);
+  const double act = rows * (L * (D + 2 * (D + 2) + 3 * D + H * T + D + (ff_matrices<Cfg>() * FF)) + (D + 2) + 2 * V);
   const double p = double(params) * 4;
   return {{"parameters_mb", p / 1e6},
           {"gradients_mb", p / 1e6},

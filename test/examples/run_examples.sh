@@ -78,6 +78,13 @@ case "$case_name" in
     cached=$("$charlm" sample --checkpoint ckpt --prompt "the" --tokens 13 --seed 9 2>/dev/null)
     plain=$("$charlm" sample --checkpoint ckpt --prompt "the" --tokens 13 --seed 9 --no-cache 2>/dev/null)
     [[ $cached == "$plain" ]] || fail "cached and recomputed sampling differ: '$cached' vs '$plain'"
+    # The Llama-style preset (rotary positions in the cache) trains, saves and decodes alike.
+    "$charlm" train --data corpus.txt --model shakespeare-llama --steps 30 --batch 8 --eval-every 30 --eval-batches 2 \
+      --samples 0 --out llama --log-csv "" --report "" > llama.log 2>&1 || { cat llama.log; fail "shakespeare-llama failed"; }
+    grep -q "^xfmr-charlm: shakespeare-llama on cpu" llama.log || fail "the run did not say it trained shakespeare-llama"
+    cached=$("$charlm" sample --checkpoint llama --prompt "the" --tokens 20 --temperature 0 2>/dev/null) || fail "llama greedy failed"
+    plain=$("$charlm" sample --checkpoint llama --prompt "the" --tokens 20 --temperature 0 --no-cache 2>/dev/null)
+    [[ $cached == "$plain" ]] || fail "shakespeare-llama: cached and recomputed generation differ"
     ;;
   charlm_names)
     for a in ma li so ka ro be; do for b in ri na la ti; do for c in "" a n e; do echo "$a$b$c"; done; done; done > names.txt
