@@ -16,12 +16,6 @@
 #include "common.cuh"
 #include "xfmr/core/rng.hpp"
 
-namespace xfmr::cuda::detail {
-static_assert(sizeof(AttentionDims) == 8 * sizeof(int) + sizeof(std::uint64_t));
-template <>
-inline constexpr bool kPaddingFree<AttentionDims> = true;  // seven ints and a float, then the key: checked above
-}  // namespace xfmr::cuda::detail
-
 namespace xfmr {
 
 namespace {
@@ -101,12 +95,23 @@ __global__ void dropped_softmax_backward_kernel(int rows, int n, float p, float 
 
 // ---- fused attention for short rows ----------------------------------------
 constexpr int kFusedKeys = 256, kFusedHeadDim = 128;
+
+// The sizes the fused kernels read: AttentionDims without its dropout fields
+// (the fused kernels never drop), KV_ROWS and KV_H resolved; ints only, so
+// it goes into graph signatures as bytes.
+struct KernelDims {
+  int B, H, Tq, Tk, QK_DIM, V_DIM, KV_ROWS, KV_H;
+  __device__ int kv_head(int h) const { return h / (H / KV_H); }
+};
+KernelDims kernel_dims(const AttentionDims& a) {
+  return {a.B, a.H, a.Tq, a.Tk, a.QK_DIM, a.V_DIM, a.kv_rows(), a.kv_heads()};
+}
 constexpr int kKeysPerLane = kFusedKeys / 32, kColsPerLane = kFusedHeadDim / 32;
 
 struct RowIndex {
   int b, h, i;  // sequence, head, query row of warp row r of (B, H, Tq)
 };
-__device__ inline RowIndex split_row(long r, const AttentionDims& a) {
+__device__ inline RowIndex split_row(long r, const KernelDims& a) {
   return {int(r / (long(a.H) * a.Tq)), int(r / a.Tq % a.H), int(r % a.Tq)};
 }
 
@@ -144,14 +149,15 @@ __device__ inline float dot(const float* x, const float* y, int n) {
 // output row (lanes over its columns). A row with every key masked gets zero
 // probabilities and a zero output, as on the CPU.
 template <int KEYS>
-__global__ void attention_rows_forward_kernel(AttentionDims a, float scale, const float* q, int ldq, const float* k,
+__global__ void attention_rows_forward_kernel(KernelDims a, float scale, const float* q, int ldq, const float* k,
                                               int ldk, const float* v, int ldv, float* y, int ldy, float* probs,
                                               DeviceMask mask) {
-  const long rows = long(a.B) * a.H * a.Tq, kv = a.KV_ROWS ? a.KV_ROWS : a.Tk;
+  const long rows = long(a.B) * a.H * a.Tq, kv = a.KV_ROWS;
   for (long r = first_warp(); r < rows; r += warp_stride()) {
     const auto [b, h, i] = split_row(r, a);
+    const int g = a.kv_head(h);
     const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
-    const float* kb = k + long(b) * kv * ldk + long(h) * a.QK_DIM;
+    const float* kb = k + long(b) * kv * ldk + long(g) * a.QK_DIM;
     float p[KEYS];
     float mx = -INFINITY;
 #pragma unroll
@@ -178,7 +184,7 @@ __global__ void attention_rows_forward_kernel(AttentionDims a, float scale, cons
       p[t] *= inv;
       if (lane() + 32 * t < a.Tk) pr[lane() + 32 * t] = p[t];
     }
-    weighted_rows(p, a.Tk, v + long(b) * kv * ldv + long(h) * a.V_DIM, ldv, a.V_DIM,
+    weighted_rows(p, a.Tk, v + long(b) * kv * ldv + long(g) * a.V_DIM, ldv, a.V_DIM,
                   y + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM, 1.0f);
   }
 }
@@ -186,14 +192,14 @@ __global__ void attention_rows_forward_kernel(AttentionDims a, float scale, cons
 // Backward, one warp per query row: dP_ij = dY_i . V_j, dS = P (dP - <dP, P>)
 // (kept in ds for the key rows), dQ_i = scale sum_j dS_ij K_j.
 template <int KEYS>
-__global__ void attention_rows_backward_q_kernel(AttentionDims a, float scale, const float* dy, int ldy,
+__global__ void attention_rows_backward_q_kernel(KernelDims a, float scale, const float* dy, int ldy,
                                                  const float* k, int ldk, const float* v, int ldv, const float* probs,
                                                  float* ds, float* dq, int ldq) {
   const long rows = long(a.B) * a.H * a.Tq;
   for (long r = first_warp(); r < rows; r += warp_stride()) {
     const auto [b, h, i] = split_row(r, a);
     const float* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
-    const float* vb = v + long(b) * a.Tk * ldv + long(h) * a.V_DIM;
+    const float* vb = v + long(b) * a.Tk * ldv + long(a.kv_head(h)) * a.V_DIM;
     const float* pr = probs + r * a.Tk;
     float p[KEYS], d[KEYS];
     float pd = 0.0f;
@@ -211,35 +217,39 @@ __global__ void attention_rows_backward_q_kernel(AttentionDims a, float scale, c
       d[t] = p[t] * (d[t] - pd);
       if (lane() + 32 * t < a.Tk) dsr[lane() + 32 * t] = d[t];
     }
-    weighted_rows(d, a.Tk, k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM, ldk, a.QK_DIM,
+    weighted_rows(d, a.Tk, k + long(b) * a.Tk * ldk + long(a.kv_head(h)) * a.QK_DIM, ldk, a.QK_DIM,
                   dq + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM, scale);
   }
 }
 
-// Backward, one warp per key row j: dV_j = sum_i P_ij dY_i and
-// dK_j = scale sum_i dS_ij Q_i, the query rows in order, lanes over columns.
-__global__ void attention_rows_backward_kv_kernel(AttentionDims a, float scale, const float* dy, int ldy,
+// Backward, one warp per key row j of key/value head g: dV_j = sum P_ij dY_i
+// and dK_j = scale sum dS_ij Q_i over the query heads h sharing g, in order,
+// and their query rows i in order; lanes over columns.
+__global__ void attention_rows_backward_kv_kernel(KernelDims a, float scale, const float* dy, int ldy,
                                                   const float* q, int ldq, const float* probs, const float* ds,
                                                   float* dk, int ldk, float* dv, int ldv) {
-  const long rows = long(a.B) * a.H * a.Tk;
+  const long rows = long(a.B) * a.KV_H * a.Tk;
+  const int group = a.H / a.KV_H;
   for (long r = first_warp(); r < rows; r += warp_stride()) {
-    const int b = int(r / (long(a.H) * a.Tk)), h = int(r / a.Tk % a.H), j = int(r % a.Tk);
-    const long tile = (long(b) * a.H + h) * a.Tq * a.Tk;  // (b, h)'s (Tq, Tk) block
+    const int b = int(r / (long(a.KV_H) * a.Tk)), g = int(r / a.Tk % a.KV_H), j = int(r % a.Tk);
     float kacc[kColsPerLane] = {}, vacc[kColsPerLane] = {};
-    for (int i = 0; i < a.Tq; ++i) {
-      const float pij = probs[tile + long(i) * a.Tk + j], dsij = ds[tile + long(i) * a.Tk + j];
-      if (pij == 0.0f && dsij == 0.0f) continue;
-      const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
-      const float* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      const long tile = (long(b) * a.H + h) * a.Tq * a.Tk;  // (b, h)'s (Tq, Tk) block
+      for (int i = 0; i < a.Tq; ++i) {
+        const float pij = probs[tile + long(i) * a.Tk + j], dsij = ds[tile + long(i) * a.Tk + j];
+        if (pij == 0.0f && dsij == 0.0f) continue;
+        const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
+        const float* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
 #pragma unroll
-      for (int u = 0; u < kColsPerLane; ++u) {
-        const int c = lane() + 32 * u;
-        if (c < a.QK_DIM) kacc[u] += dsij * qi[c];
-        if (c < a.V_DIM) vacc[u] += pij * dyi[c];
+        for (int u = 0; u < kColsPerLane; ++u) {
+          const int c = lane() + 32 * u;
+          if (c < a.QK_DIM) kacc[u] += dsij * qi[c];
+          if (c < a.V_DIM) vacc[u] += pij * dyi[c];
+        }
       }
     }
-    float* dkj = dk + (long(b) * a.Tk + j) * ldk + long(h) * a.QK_DIM;
-    float* dvj = dv + (long(b) * a.Tk + j) * ldv + long(h) * a.V_DIM;
+    float* dkj = dk + (long(b) * a.Tk + j) * ldk + long(g) * a.QK_DIM;
+    float* dvj = dv + (long(b) * a.Tk + j) * ldv + long(g) * a.V_DIM;
 #pragma unroll
     for (int u = 0; u < kColsPerLane; ++u) {
       const int c = lane() + 32 * u;
@@ -267,50 +277,59 @@ void CudaBackend::softmax_backward(int rows, int n, const S* probs, const S* dpr
 void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v,
                                     int ldv, S* y, int ldy, S* probs, const AttentionMask& mask) {
   xfmr::detail::check_dropout_rate(a.dropout);
+  xfmr::detail::check_kv_heads(a);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   if (fused_attention(a)) {
     const DeviceMask m{upload_mask(mask.key_padding, std::size_t(a.B) * a.Tk), mask.causal};
     auto* kernel = a.Tk <= 32 ? attention_rows_forward_kernel<1> : attention_rows_forward_kernel<kKeysPerLane>;
-    launch("attention_forward", warp_per_row(long(a.B) * a.H * a.Tq), kernel, a, scale, q, ldq, k, ldk, v, ldv, y, ldy,
-           probs, m);
+    launch("attention_forward", warp_per_row(long(a.B) * a.H * a.Tq), kernel, kernel_dims(a), scale, q, ldq, k, ldk,
+           v, ldv, y, ldy, probs, m);
     return;
   }
   const long tile = long(a.Tq) * a.Tk, kv = a.kv_rows();
-  for (int h = 0; h < a.H; ++h)  // scores (Tq, Tk) = scale Q K^T
+  for (int h = 0; h < a.H; ++h)  // scores (Tq, Tk) = scale Q K^T, with query head h's key head
     gemm_strided_batched(false, true, a.Tq, a.Tk, a.QK_DIM, scale, q + long(h) * a.QK_DIM, ldq, long(a.Tq) * ldq,
-                         k + long(h) * a.QK_DIM, ldk, kv * ldk, S(0), probs + h * tile, a.Tk, long(a.H) * tile, a.B);
+                         k + long(a.kv_head(h)) * a.QK_DIM, ldk, kv * ldk, S(0), probs + h * tile, a.Tk,
+                         long(a.H) * tile, a.B);
   softmax_forward(a.B, a.H, a.Tq, a.Tk, probs, probs, mask);
   const S* weights = a.dropout > 0.0f ? drop_probabilities(a, probs) : probs;
   for (int h = 0; h < a.H; ++h)  // Y (Tq, V_DIM) = P V
     gemm_strided_batched(false, false, a.Tq, a.V_DIM, a.Tk, S(1), weights + h * tile, a.Tk, long(a.H) * tile,
-                         v + long(h) * a.V_DIM, ldv, kv * ldv, S(0), y + long(h) * a.V_DIM, ldy, long(a.Tq) * ldy,
-                         a.B);
+                         v + long(a.kv_head(h)) * a.V_DIM, ldv, kv * ldv, S(0), y + long(h) * a.V_DIM, ldy,
+                         long(a.Tq) * ldy, a.B);
 }
 
 void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k,
                                      int ldk, const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
   xfmr::detail::check_unstrided_keys(a);
   xfmr::detail::check_dropout_rate(a.dropout);
+  xfmr::detail::check_kv_heads(a);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   const long tile = long(a.Tq) * a.Tk, bh = long(a.H) * tile;
+  const int group = a.H / a.kv_heads();
   S* ds = ctx_->scratch.reserve(std::size_t(a.B) * bh);
   if (fused_attention(a)) {
     auto* q_kernel =
         a.Tk <= 32 ? attention_rows_backward_q_kernel<1> : attention_rows_backward_q_kernel<kKeysPerLane>;
-    launch("attention_backward (queries)", warp_per_row(long(a.B) * a.H * a.Tq), q_kernel, a, scale, dy, ldy, k, ldk,
-           v, ldv, probs, ds, dq, ldq);
-    launch("attention_backward (keys)", warp_per_row(long(a.B) * a.H * a.Tk), attention_rows_backward_kv_kernel, a,
-           scale, dy, ldy, q, ldq, probs, static_cast<const S*>(ds), dk, ldk, dv, ldv);
+    const KernelDims kd = kernel_dims(a);
+    launch("attention_backward (queries)", warp_per_row(long(a.B) * a.H * a.Tq), q_kernel, kd, scale, dy, ldy, k,
+           ldk, v, ldv, probs, ds, dq, ldq);
+    launch("attention_backward (keys)", warp_per_row(long(a.B) * a.kv_heads() * a.Tk),
+           attention_rows_backward_kv_kernel, kd, scale, dy, ldy, q, ldq, probs, static_cast<const S*>(ds), dk, ldk,
+           dv, ldv);
     return;
   }
   const bool drop = a.dropout > 0.0f;
   const S* weights = drop ? drop_probabilities(a, probs) : probs;  // the forward's mask, replayed
+  // A key/value head's dK and dV: assigned by the first query head of its
+  // group, added to by the others in order (queued, so in stream order).
   for (int h = 0; h < a.H; ++h) {
     const S* dy_h = dy + long(h) * a.V_DIM;
-    const S* v_h = v + long(h) * a.V_DIM;
-    // dV (Tk, V_DIM) = P^T dY
+    const S* v_h = v + long(a.kv_head(h)) * a.V_DIM;
+    const S into = h % group == 0 ? S(0) : S(1);
+    // dV (Tk, V_DIM) (+)= P^T dY
     gemm_strided_batched(true, false, a.Tk, a.V_DIM, a.Tq, S(1), weights + h * tile, a.Tk, bh, dy_h, ldy,
-                         long(a.Tq) * ldy, S(0), dv + long(h) * a.V_DIM, ldv, long(a.Tk) * ldv, a.B);
+                         long(a.Tq) * ldy, into, dv + long(a.kv_head(h)) * a.V_DIM, ldv, long(a.Tk) * ldv, a.B);
     // dP (Tq, Tk) = dY V^T
     gemm_strided_batched(false, true, a.Tq, a.Tk, a.V_DIM, S(1), dy_h, ldy, long(a.Tq) * ldy, v_h, ldv,
                          long(a.Tk) * ldv, S(0), ds + h * tile, a.Tk, bh, a.B);
@@ -323,13 +342,14 @@ void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ld
     softmax_backward(a.B * a.H * a.Tq, a.Tk, probs, ds, ds);  // dS, in place
   for (int h = 0; h < a.H; ++h) {
     const S* q_h = q + long(h) * a.QK_DIM;
-    const S* k_h = k + long(h) * a.QK_DIM;
+    const S* k_h = k + long(a.kv_head(h)) * a.QK_DIM;
+    const S into = h % group == 0 ? S(0) : S(1);
     // dQ (Tq, QK_DIM) = scale dS K
     gemm_strided_batched(false, false, a.Tq, a.QK_DIM, a.Tk, scale, ds + h * tile, a.Tk, bh, k_h, ldk,
                          long(a.Tk) * ldk, S(0), dq + long(h) * a.QK_DIM, ldq, long(a.Tq) * ldq, a.B);
-    // dK (Tk, QK_DIM) = scale dS^T Q
+    // dK (Tk, QK_DIM) (+)= scale dS^T Q
     gemm_strided_batched(true, false, a.Tk, a.QK_DIM, a.Tq, scale, ds + h * tile, a.Tk, bh, q_h, ldq,
-                         long(a.Tq) * ldq, S(0), dk + long(h) * a.QK_DIM, ldk, long(a.Tk) * ldk, a.B);
+                         long(a.Tq) * ldq, into, dk + long(a.kv_head(h)) * a.QK_DIM, ldk, long(a.Tk) * ldk, a.B);
   }
 }
 

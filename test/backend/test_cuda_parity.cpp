@@ -365,19 +365,23 @@ BOOST_AUTO_TEST_CASE(attention_forward_backward) {
   // Interleaved q|k|v columns (as SelfAttention's fused projection leaves
   // them). Shapes for both paths: the fused kernels (up to 32 keys, up to
   // 256 keys) and cuBLAS (more keys, or heads over 128 wide).
+  // KVH < 4: grouped-query attention (key/value heads shared by query heads).
   struct Shape {
-    int T, QK, VD;
+    int T, QK, VD, KVH;
   };
-  for (const Shape sh : {Shape{13, 8, 6}, Shape{40, 16, 16}, Shape{300, 8, 6}, Shape{20, 130, 6}}) {
-    const int B = 3, H = 4, T = sh.T, QK = sh.QK, VD = sh.VD, ld = H * (2 * QK + VD);
-    const std::string base_what = " T " + std::to_string(T) + " QK " + std::to_string(QK);
+  for (const Shape sh : {Shape{13, 8, 6, 4}, Shape{40, 16, 16, 4}, Shape{300, 8, 6, 4}, Shape{20, 130, 6, 4},
+                         Shape{13, 8, 6, 2}, Shape{40, 16, 16, 1}, Shape{300, 8, 6, 2}}) {
+    const int B = 3, H = 4, T = sh.T, QK = sh.QK, VD = sh.VD, KVH = sh.KVH;
+    const int kc = H * QK, vc = kc + KVH * QK, ld = vc + KVH * VD;  // q | k | v columns
+    const std::string base_what =
+        " T " + std::to_string(T) + " QK " + std::to_string(QK) + " key/value heads " + std::to_string(KVH);
     std::vector<std::uint8_t> pad(B * T, 0);
     for (int j = 2 * T / 3; j < T; ++j) pad[2 * T + j] = 1;  // sequence 2: padded tail
     for (bool causal : {false, true}) {
       for (bool all_masked : {false, true}) {
         if (all_masked) std::fill(pad.begin() + T, pad.begin() + 2 * T, 1);  // sequence 1: no visible key
         for (float rate : {0.0f, 0.3f}) {  // attention dropout: the same mask from the same key
-        AttentionDims dims{B, H, T, T, QK, VD, 0};
+        AttentionDims dims{B, H, T, T, QK, VD, 0, KVH};
         dims.dropout = rate;
         dims.dropout_key = 0xa77e0000ULL + T;
         const std::string what = base_what + (rate > 0 ? " dropout 0.3" : "");
@@ -385,19 +389,19 @@ BOOST_AUTO_TEST_CASE(attention_forward_backward) {
         F qkv = randn(std::size_t(B) * T * ld, 36), y(std::size_t(B) * T * H * VD), probs(std::size_t(B) * H * T * T);
         DevF d_qkv(qkv), d_y(y.size()), d_probs(probs.size());
         const float* q = qkv.data();
-        cpu.attention_forward(dims, q, ld, q + H * QK, ld, q + 2 * H * QK, ld, y.data(), H * VD, probs.data(), mask);
+        cpu.attention_forward(dims, q, ld, q + kc, ld, q + vc, ld, y.data(), H * VD, probs.data(), mask);
         const float* dq = d_qkv.p();
-        gpu.attention_forward(dims, dq, ld, dq + H * QK, ld, dq + 2 * H * QK, ld, d_y.p(), H * VD, d_probs.p(), mask);
+        gpu.attention_forward(dims, dq, ld, dq + kc, ld, dq + vc, ld, d_y.p(), H * VD, d_probs.p(), mask);
         expect_close(y, d_y.host(), "attention_forward y" + what, 1e-4, 1e-5);
         expect_close(probs, d_probs.host(), "attention_forward probs" + what, 1e-4, 1e-6);
 
         F up = randn(y.size(), 37), g(qkv.size());
         DevF d_up(up), d_g(g.size());
-        cpu.attention_backward(dims, up.data(), H * VD, q, ld, q + H * QK, ld, q + 2 * H * QK, ld, probs.data(),
-                               g.data(), g.data() + H * QK, g.data() + 2 * H * QK);
+        cpu.attention_backward(dims, up.data(), H * VD, q, ld, q + kc, ld, q + vc, ld, probs.data(), g.data(),
+                               g.data() + kc, g.data() + vc);
         float* dg = d_g.p();
-        gpu.attention_backward(dims, d_up.p(), H * VD, dq, ld, dq + H * QK, ld, dq + 2 * H * QK, ld, d_probs.p(), dg,
-                               dg + H * QK, dg + 2 * H * QK);
+        gpu.attention_backward(dims, d_up.p(), H * VD, dq, ld, dq + kc, ld, dq + vc, ld, d_probs.p(), dg, dg + kc,
+                               dg + vc);
         expect_close(g, d_g.host(), std::string(causal ? "attention_backward causal" : "attention_backward") + what,
                      1e-4, 1e-5);
         }

@@ -51,7 +51,8 @@ struct SmallPost : Small {
   using Activation = Relu;
   using Positions = Sinusoidal;
 };
-struct SmallLlama : Small {  // RmsNorm, SwiGLU, no biases, rotary positions
+struct SmallLlama : Small {  // RmsNorm, SwiGLU, no biases, rotary positions, 4 query heads over 2 key/value heads
+  static constexpr int N_KV_HEADS = 2;
   template <int D, class Be>
   using NormLayer = RmsNorm<D, Be>;
   using Activation = SwiGlu;
@@ -144,7 +145,7 @@ BOOST_AUTO_TEST_CASE(self_attention_and_encoder_block_with_padding) {
     Rng r1(7), r2(7);
     SelfAttentionBlock<SmallLlama, Cpu, true> c(r1);
     SelfAttentionBlock<SmallLlama, Gpu, true> g(r2);
-    layer_parity("decoder-only block (pre-norm, RmsNorm, SwiGLU, rotary)", c, g, bt.rows(), D,
+    layer_parity("decoder-only block (pre-norm, RmsNorm, SwiGLU, rotary, grouped-query)", c, g, bt.rows(), D,
         [&](auto& be, auto& l, const float* x, float* y) {
           l.forward(be, ConstRows<float, D>(x, bt.rows()), Rows<float, D>(y, bt.rows()), bt, pad.data());
         },

@@ -57,22 +57,25 @@ void check_cross(const char* name, Shape q, Shape kv, const std::vector<std::uin
   check_case(c);
 }
 
-// Straightforward per-element attention, for comparing the fused backend op.
+// Straightforward per-element attention, for comparing the fused backend op:
+// q (rows, H*QK), k (rows, KVH*QK), v (rows, KVH*V), query head h reading
+// key/value head h / (H / KVH).
 void naive_attention(const AttentionDims& a, const Vec& q, const Vec& k, const Vec& v, const AttentionMask& mask,
                      Vec& y, Vec& probs) {
-  const int ldq = a.H * a.QK_DIM, ldv = a.H * a.V_DIM;
-  y.assign(std::size_t(a.B) * a.Tq * ldv, 0.0);
+  const int ldq = a.H * a.QK_DIM, ldk = a.kv_heads() * a.QK_DIM, ldkv = a.kv_heads() * a.V_DIM, ldy = a.H * a.V_DIM;
+  y.assign(std::size_t(a.B) * a.Tq * ldy, 0.0);
   probs.assign(std::size_t(a.B) * a.H * a.Tq * a.Tk, 0.0);
   for (int b = 0; b < a.B; ++b)
     for (int h = 0; h < a.H; ++h)
       for (int i = 0; i < a.Tq; ++i) {
+        const int g = h / (a.H / a.kv_heads());
         std::vector<double> s(a.Tk, -INFINITY);
         double mx = -INFINITY;
         for (int j = 0; j < a.Tk; ++j) {
           if (!mask.allowed(b, i, j, a.Tq, a.Tk)) continue;
           double dot = 0;
           for (int d = 0; d < a.QK_DIM; ++d)
-            dot += q[(b * a.Tq + i) * ldq + h * a.QK_DIM + d] * k[(b * a.Tk + j) * ldq + h * a.QK_DIM + d];
+            dot += q[(b * a.Tq + i) * ldq + h * a.QK_DIM + d] * k[(b * a.Tk + j) * ldk + g * a.QK_DIM + d];
           s[j] = dot / std::sqrt(double(a.QK_DIM));
           mx = std::max(mx, s[j]);
         }
@@ -82,7 +85,7 @@ void naive_attention(const AttentionDims& a, const Vec& q, const Vec& k, const V
           const double p = std::isinf(s[j]) ? 0 : std::exp(s[j] - mx) / sum;
           probs[((b * a.H + h) * a.Tq + i) * a.Tk + j] = p;
           for (int d = 0; d < a.V_DIM; ++d)
-            y[(b * a.Tq + i) * ldv + h * a.V_DIM + d] += p * v[(b * a.Tk + j) * ldv + h * a.V_DIM + d];
+            y[(b * a.Tq + i) * ldy + h * a.V_DIM + d] += p * v[(b * a.Tk + j) * ldkv + g * a.V_DIM + d];
         }
       }
 }
@@ -118,6 +121,25 @@ BOOST_AUTO_TEST_CASE(self_attention_gradients_rotary) {
   check_self<TinyRope>("SelfAttention rotary, causal + padding", {2, 4}, true, {0, 0, 0, 1, 0, 0, 1, 1});
   check_self<TinyRope>("SelfAttention rotary, full length", {2, 6}, false, {});
   check_self<LongRope>("SelfAttention rotary, GEMM length", {1, LongRope::MAX_T}, true, {});
+}
+
+// Grouped-query attention: the gradients of the shared key/value heads add
+// over their query heads (row kernels, GEMM path, with dropout, rotary, and
+// cross-attention).
+struct LongGqa : TinyGqa {
+  static constexpr int MAX_T = detail::kRowAttentionRows + 3;
+};
+struct TinyMqaRope : TinyGqa {
+  static constexpr int N_KV_HEADS = 1;
+  using Positions = Rope;
+};
+BOOST_AUTO_TEST_CASE(grouped_query_attention_gradients) {
+  check_self<TinyGqa>("SelfAttention 4 query / 2 key-value heads, causal + padding", {2, 4}, true,
+                      {0, 0, 0, 1, 0, 0, 1, 1});
+  check_self<LongGqa>("SelfAttention 4 / 2 heads, GEMM length", {1, LongGqa::MAX_T}, true, {});
+  check_self<TinyGqa>("SelfAttention 4 / 2 heads, dropout 0.3", {2, 5}, false, {}, 0.3f);
+  check_self<TinyMqaRope>("SelfAttention 4 / 1 heads (multi-query), rotary", {2, 6}, true, {});
+  check_cross<TinyGqa>("CrossAttention 4 / 2 heads, padded", {2, 4}, {2, 3}, {0, 0, 0, 0, 1, 1});
 }
 
 BOOST_AUTO_TEST_CASE(self_attention_gradients_wide_heads) {
@@ -256,20 +278,25 @@ BOOST_AUTO_TEST_CASE(attention_dropout_is_off_in_evaluation_and_fresh_per_call) 
 BOOST_AUTO_TEST_CASE(backend_attention_matches_naive_with_masks) {
   Rng rng(9);
   Be be;
-  const AttentionDims cases[] = {{2, 3, 4, 4, 5, 5},   {2, 3, 1, 5, 5, 5},    {2, 2, 3, 6, 3, 4},
-                                 {2, 2, 1, 7, 16, 16}, {2, 2, 6, 7, 16, 16}, {2, 3, 6, 6, 5, 5}};
+  // The last three: grouped-query attention (two key/value heads for four
+  // query heads, one for four), row by row and per-head GEMMs.
+  const AttentionDims cases[] = {{2, 3, 4, 4, 5, 5},        {2, 3, 1, 5, 5, 5},          {2, 2, 3, 6, 3, 4},
+                                 {2, 2, 1, 7, 16, 16},      {2, 2, 6, 7, 16, 16},        {2, 3, 6, 6, 5, 5},
+                                 {2, 4, 3, 6, 3, 4, 0, 2},  {2, 4, 70, 70, 4, 4, 0, 1}, {2, 4, 1, 7, 16, 16, 0, 2}};
   for (const AttentionDims& a : cases) {
-    const int ldq = a.H * a.QK_DIM, ldv = a.H * a.V_DIM;
-    const Vec q = random_vector(a.B * a.Tq * ldq, rng, 2.0), k = random_vector(a.B * a.Tk * ldq, rng, 2.0),
-              v = random_vector(a.B * a.Tk * ldv, rng);
+    const int ldq = a.H * a.QK_DIM, ldk = a.kv_heads() * a.QK_DIM, ldkv = a.kv_heads() * a.V_DIM;
+    const int ldv = a.H * a.V_DIM;  // the output's
+    const Vec q = random_vector(a.B * a.Tq * ldq, rng, 2.0), k = random_vector(a.B * a.Tk * ldk, rng, 2.0),
+              v = random_vector(a.B * a.Tk * ldkv, rng);
     std::vector<std::uint8_t> pad(std::size_t(a.B) * a.Tk, 0);
     for (int j = 1; j < a.Tk; ++j) pad[a.Tk + j] = 1;  // sequence 1: only key 0 left
     pad[a.Tk - 2] = 1;                                 // sequence 0: one padded key
     for (bool causal : {false, true}) {
-      BOOST_TEST_CONTEXT("Tq " << a.Tq << ", Tk " << a.Tk << ", QK " << a.QK_DIM << ", causal " << causal) {
+      BOOST_TEST_CONTEXT("Tq " << a.Tq << ", Tk " << a.Tk << ", QK " << a.QK_DIM << ", key/value heads "
+                                << a.kv_heads() << ", causal " << causal) {
         const AttentionMask mask{causal, pad.data()};
         Vec y(std::size_t(a.B) * a.Tq * ldv), probs(std::size_t(a.B) * a.H * a.Tq * a.Tk), y_ref, p_ref;
-        be.attention_forward(a, q.data(), ldq, k.data(), ldq, v.data(), ldv, y.data(), ldv, probs.data(), mask);
+        be.attention_forward(a, q.data(), ldq, k.data(), ldk, v.data(), ldkv, y.data(), ldv, probs.data(), mask);
         naive_attention(a, q, k, v, mask, y_ref, p_ref);
         BOOST_TEST(y == y_ref, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());
         BOOST_TEST(probs == p_ref, boost::test_tools::tolerance(1e-12) << boost::test_tools::per_element());

@@ -28,6 +28,9 @@ struct TinyLmWide : TinyPre {
 struct TinyLlama2 : TinyLlama {
   static constexpr int N_LAYERS = 2;
 };
+struct TinyLlamaGqa : TinyLlama2 {  // four query heads over two key/value heads: a cache half as wide
+  static constexpr int N_HEADS = 4, N_KV_HEADS = 2;
+};
 struct TinyLmOneHead : TinyPost {
   static constexpr int MAX_T = 6, D_MODEL = 8, N_HEADS = 1, N_LAYERS = 2, D_FF = 12;
   static constexpr int QK_HEAD_DIM = 3, V_HEAD_DIM = 5;
@@ -92,6 +95,7 @@ BOOST_AUTO_TEST_CASE(cached_decoding_matches_full_recomputation) {
   check_equivalence<TinyLmWide>("pre-norm, three heads");
   check_equivalence<TinyLmOneHead>("post-norm, one head, 3-wide queries, 5-wide values");
   check_equivalence<TinyLlama2>("rotary positions, RmsNorm, SwiGLU, no biases");
+  check_equivalence<TinyLlamaGqa>("grouped-query attention, rotary positions");
 }
 
 // The translator's decoder, one sentence stepped one token at a time (its

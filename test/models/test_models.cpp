@@ -60,6 +60,17 @@ std::size_t visited(Model& m) {
   return parameter_count(m);
 }
 
+// A Decoder's gradient check over 2 sequences of 5 of its 7 tokens, and its
+// compile-time parameter count against what visit() lists.
+template <class Cfg>
+void check_decoder(const std::string& name, Decoder<Cfg, Be>& model, std::uint64_t seed) {
+  Rng rng(seed);
+  const Shape bt{2, 5};
+  const auto ids = random_ids(bt.rows(), 7, rng);
+  check_model(name, model, bt.rows() * 7, [&](Be& be) { return model.forward(be, ids, bt); });
+  BOOST_TEST(visited(model) == (Decoder<Cfg, Be>::parameter_count(7, false)));
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(decoder_pre_norm_learned_untied) {
@@ -95,12 +106,8 @@ struct TinyRmsPre2 : TinyRmsPre {
 
 BOOST_AUTO_TEST_CASE(decoder_with_rms_norm) {
   using Cfg = TinyRmsPre2;
-  Rng rng(3);
   Decoder<Cfg, Be> model(7, 13);
-  const Shape bt{2, 5};
-  const auto ids = random_ids(bt.rows(), 7, rng);
-  check_model("Decoder pre-norm, RmsNorm", model, bt.rows() * 7, [&](Be& be) { return model.forward(be, ids, bt); });
-  BOOST_TEST(visited(model) == (Decoder<Cfg, Be>::parameter_count(7, false)));
+  check_decoder("Decoder pre-norm, RmsNorm", model, 3);
   BOOST_TEST(visited(model) + 5 * Cfg::D_MODEL == (Decoder<TinyPre2, Be>::parameter_count(7, false)));
   std::vector<std::string> names;
   model.visit([&](std::string_view n, auto&, auto&) { names.emplace_back(n); });
@@ -260,16 +267,28 @@ struct TinyLlama2 : TinyLlama {
 };
 
 BOOST_AUTO_TEST_CASE(decoder_with_rms_norm_and_swiglu) {
-  Rng rng(4);
   Decoder<TinyLlama2, Be> model(7, 14);
-  const Shape bt{2, 5};
-  const auto ids = random_ids(bt.rows(), 7, rng);
-  check_model("Decoder RmsNorm + SwiGLU, no biases", model, bt.rows() * 7,
-              [&](Be& be) { return model.forward(be, ids, bt); });
-  BOOST_TEST(visited(model) == (Decoder<TinyLlama2, Be>::parameter_count(7, false)));
+  check_decoder("Decoder RmsNorm + SwiGLU, rotary, no biases", model, 4);
   std::size_t biases = 0;
   model.visit([&](std::string_view n, auto&, auto&) { biases += n.ends_with(".bias") && n != "lm_head.bias"; });
   BOOST_TEST(biases == 0u);
+}
+
+// Grouped-query attention in a decoder and in both halves of a Seq2Seq
+// (cross-attention's key/value projection shrinks too).
+struct TinyGqa2 : TinyGqa {
+  static constexpr int N_LAYERS = 2;
+};
+BOOST_AUTO_TEST_CASE(models_with_grouped_query_attention) {
+  Decoder<TinyGqa2, Be> model(7, 15);
+  check_decoder("Decoder 4 query / 2 key-value heads", model, 6);
+  // Against TinyPre2's 24-row fused projection (two heads of 4), 4 x 2 query
+  // rows and 2 x 2 key and value rows are 16: 8 rows of 8 weights and a bias
+  // fewer in each of the two blocks.
+  BOOST_TEST(visited(model) + 2 * (8 * 9) == (Decoder<TinyPre2, Be>::parameter_count(7, false)));
+  Seq2Seq<TinyGqa, TinyGqa2, Be> s2s(7, 6, 46);
+  check_seq2seq("Seq2Seq 4 / 2 heads", s2s, 7, 6);
+  BOOST_TEST(visited(s2s) == (Seq2Seq<TinyGqa, TinyGqa2, Be>::parameter_count(7, 6, false)));
 }
 
 struct TinyTgtRms : TinyRmsPre {

@@ -381,16 +381,18 @@ def swiglu_feed_forward(out_dir, rows=7, seed=9):
     write_safetensors(out_dir / "swiglu_feed_forward.safetensors", t, {"config": json.dumps(meta)})
 
 
-def llama_block(out_dir, seed=10, eps=1e-5):
+def llama_block(out_dir, seed=10, eps=1e-5, KVH=2):
     """A Llama-style decoder-only block written out in plain torch: pre-norm RMSNorm, causal multi-head attention
-    with rotary positions (pairs (2i, 2i+1) of each query and key head turned by t / 10000^(2i/head)) and a SwiGLU
-    feed-forward, no biases; parameters under xfmr's names (qkv rows [q | k | v], fc1 rows [gate | up])."""
+    with rotary positions (pairs (2i, 2i+1) of each query and key head turned by t / 10000^(2i/head)) and grouped
+    queries (KVH key/value heads, head g serving query heads g * H / KVH ..), a SwiGLU feed-forward, no biases;
+    parameters under xfmr's names (qkv rows [q | k | v], fc1 rows [gate | up])."""
     gen = torch.Generator().manual_seed(seed)
 
     def uniform(*shape, centre=0.0, scale=0.4):
         return f32(centre + scale * (2 * torch.rand(*shape, generator=gen) - 1)).requires_grad_()
 
-    p = {"ln1.weight": uniform(D, centre=1.0, scale=0.2), "attn.qkv.weight": uniform(3 * D, D),
+    hd = D // H
+    p = {"ln1.weight": uniform(D, centre=1.0, scale=0.2), "attn.qkv.weight": uniform(D + 2 * KVH * hd, D),
          "attn.proj.weight": uniform(D, D), "ln2.weight": uniform(D, centre=1.0, scale=0.2),
          "ff.fc1.weight": uniform(2 * FF, D), "ff.fc2.weight": uniform(D, FF)}
     x = uniform(B, T, D, scale=1.0)
@@ -399,9 +401,9 @@ def llama_block(out_dir, seed=10, eps=1e-5):
     def rms(v, w):
         return v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True) + eps) * w
 
-    hd = D // H
-    q, k, v = (rms(x, p["ln1.weight"]) @ p["attn.qkv.weight"].T).split(D, dim=-1)
-    q, k, v = (t.reshape(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
+    q, k, v = (rms(x, p["ln1.weight"]) @ p["attn.qkv.weight"].T).split([D, KVH * hd, KVH * hd], dim=-1)
+    q = q.reshape(B, T, H, hd).transpose(1, 2)
+    k, v = (t.reshape(B, T, KVH, hd).transpose(1, 2) for t in (k, v))
     angle = torch.arange(T, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, hd, 2) / hd)[None, :]
     cos, sin = torch.cos(angle), torch.sin(angle)
 
@@ -410,6 +412,7 @@ def llama_block(out_dir, seed=10, eps=1e-5):
         return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
     q, k = turn(q), turn(k)
+    k, v = k.repeat_interleave(H // KVH, dim=1), v.repeat_interleave(H // KVH, dim=1)
     scores = (q @ k.transpose(-2, -1) / hd ** 0.5).masked_fill(causal_mask(T), float("-inf"))
     attn = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, D)
     h = x + attn @ p["attn.proj.weight"].T
@@ -420,7 +423,8 @@ def llama_block(out_dir, seed=10, eps=1e-5):
     t.update({f"param.{n}": w for n, w in p.items()})
     t["y"], t["grad.x"] = y, x.grad
     t.update({f"grad.param.{n}": w.grad for n, w in p.items()})
-    meta = {"B": B, "T": T, "D_MODEL": D, "N_HEADS": H, "D_FF": FF, "norm": "pre, RMSNorm", "activation": "swiglu",
+    meta = {"B": B, "T": T, "D_MODEL": D, "N_HEADS": H, "N_KV_HEADS": KVH, "D_FF": FF, "norm": "pre, RMSNorm",
+            "activation": "swiglu",
             "bias": False, "positions": "rotary", "causal": True, "reference": f"torch {torch.__version__}: written out"}
     write_safetensors(out_dir / "llama_block.safetensors", t, {"config": json.dumps(meta)})
 

@@ -169,9 +169,11 @@ void check_row_layer(const std::string& name, Layer& layer) {
   std::cout << name << ": worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
 }
 
-// A Llama-style block (RmsNorm, rotary positions, SwiGLU, no biases) against
-// the same block written out in plain torch.
+// A Llama-style block (RmsNorm, rotary positions, grouped-query attention with
+// 2 key/value heads for 4 query heads, SwiGLU, no biases) against the same
+// block written out in plain torch.
 struct LlamaFixtureCfg : FixtureCfg<PreNorm, SwiGlu> {
+  static constexpr int N_KV_HEADS = 2;
   template <int D, class Be>
   using NormLayer = RmsNorm<D, Be>;
   using Positions = Rope;

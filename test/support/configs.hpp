@@ -52,6 +52,11 @@ struct TinyLlama : TinyRmsPre {
   using Positions = Rope;
   static constexpr bool BIAS = false;
 };
+// Grouped-query attention: four query heads sharing two key/value heads.
+struct TinyGqa : TinyPre {
+  static constexpr int N_HEADS = 4, N_KV_HEADS = 2;
+};
+
 // Rotary positions alone.
 struct TinyRope : TinyPre {
   using Positions = Rope;

@@ -107,16 +107,20 @@ struct AdamWTensor {
 // q[row*ldq + h*QK_DIM .. +QK_DIM) and writes y[row*ldy + h*V_DIM .. +V_DIM).
 // Sequence b's keys and values start at row b*KV_ROWS (KV_ROWS = 0: Tk), so
 // they can live in a cache of capacity KV_ROWS of which Tk rows are filled.
+// Grouped-query attention: KV_H key/value heads (0: H), each shared by
+// H / KV_H consecutive query heads; k and v rows hold KV_H heads.
 // Dropout on the probabilities (training): with dropout > 0 the output is
 // (P * keep / (1 - dropout)) V, where element e of the (B, H, Tq, Tk)
 // probabilities is kept when dropout_keeps(dropout_key, e, dropout); the
 // saved probabilities stay undropped, and the backward replays the mask
 // from the same key.
 struct AttentionDims {
-  int B = 0, H = 0, Tq = 0, Tk = 0, QK_DIM = 0, V_DIM = 0, KV_ROWS = 0;
+  int B = 0, H = 0, Tq = 0, Tk = 0, QK_DIM = 0, V_DIM = 0, KV_ROWS = 0, KV_H = 0;
   float dropout = 0.0f;
   std::uint64_t dropout_key = 0;
   int kv_rows() const { return KV_ROWS ? KV_ROWS : Tk; }
+  int kv_heads() const { return KV_H ? KV_H : H; }
+  int kv_head(int h) const { return h / (H / kv_heads()); }  // the key/value head of query head h
 };
 
 template <class Be>

@@ -33,6 +33,12 @@ void check_label_smoothing(S smoothing) {
 
 inline void check_dropout_rate(float p) { require(p >= 0.0f && p < 1.0f, "dropout probability ", p, " outside [0, 1)"); }
 
+// Key/value heads that divide the query heads.
+inline void check_kv_heads(const AttentionDims& a) {
+  require(a.kv_heads() > 0 && a.H % a.kv_heads() == 0, "attention: ", a.kv_heads(), " key/value heads do not divide ",
+          a.H, " query heads");
+}
+
 // attention_backward reads keys and values without a cache's stride.
 inline void check_unstrided_keys(const AttentionDims& a) {
   require(a.kv_rows() == a.Tk, "attention backward needs unstrided keys (KV_ROWS ", a.KV_ROWS, ", Tk ", a.Tk, ")");

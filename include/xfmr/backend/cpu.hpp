@@ -524,6 +524,7 @@ class CpuBackend {
   void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
                          S* y, int ldy, S* probs, const AttentionMask& mask) {
     detail::check_dropout_rate(a.dropout);
+    detail::check_kv_heads(a);
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
     const bool drop = a.dropout > 0.0f;
     const long tile = long(a.Tq) * a.Tk;
@@ -535,8 +536,8 @@ class CpuBackend {
       for (long i_ = lo; i_ < hi; ++i_) {
         const int b = int(i_ / a.H), h = int(i_ % a.H);
         const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
-        const S* kb = k + long(b) * a.kv_rows() * ldk + long(h) * a.QK_DIM;
-        const S* vb = v + long(b) * a.kv_rows() * ldv + long(h) * a.V_DIM;
+        const S* kb = k + long(b) * a.kv_rows() * ldk + long(a.kv_head(h)) * a.QK_DIM;
+        const S* vb = v + long(b) * a.kv_rows() * ldv + long(a.kv_head(h)) * a.V_DIM;
         S* yb = y + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
         S* p = probs + i_ * tile;
         if (a.Tq <= detail::kRowAttentionRows && !drop) {
@@ -563,12 +564,17 @@ class CpuBackend {
     });
   }
 
+  // Threads over (sequence, key/value head); the query heads sharing a
+  // key/value head (grouped-query attention) add into its dK and dV in
+  // order, so the sums repeat on any thread count.
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
                           const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
     detail::check_unstrided_keys(a);
     detail::check_dropout_rate(a.dropout);
+    detail::check_kv_heads(a);
     const S scale = S(1) / std::sqrt(S(a.QK_DIM));
     const bool drop = a.dropout > 0.0f;
+    const int KVH = a.kv_heads(), group = a.H / KVH;
     const long tile = long(a.Tq) * a.Tk;
     // dS, and the dropped probabilities under dropout: one or two tiles a
     // thread of this call's own region; called from inside another region (a
@@ -578,51 +584,57 @@ class CpuBackend {
     const bool own_region = detail::may_fork();
     const long work = long(a.B) * a.H * tile * (a.QK_DIM + a.V_DIM);
     const detail::AttendRowBackward<S> attend_backward = detail::row_backward_kernel<S>(a);
-    detail::parallel_ranges(long(a.B) * a.H, work > detail::kParallelWork, [=](long lo, long hi) {
+    detail::parallel_ranges(long(a.B) * KVH, work > detail::kParallelWork, [=](long lo, long hi) {
       for (long i_ = lo; i_ < hi; ++i_) {
-        const int b = int(i_ / a.H), h = int(i_ % a.H);
-        // This (sequence, head)'s blocks; keys and values are unstrided (Tk rows).
-        const S* dyb = dy + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
-        const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
-        const S* kb = k + long(b) * a.Tk * ldk + long(h) * a.QK_DIM;
-        const S* vb = v + long(b) * a.Tk * ldv + long(h) * a.V_DIM;
-        const S* p = probs + i_ * tile;
-        S* dqb = dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
-        S* dkb = dk + long(b) * a.Tk * ldk + long(h) * a.QK_DIM;
-        S* dvb = dv + long(b) * a.Tk * ldv + long(h) * a.V_DIM;
+        const int b = int(i_ / KVH), g = int(i_ % KVH);
+        // This (sequence, key/value head)'s blocks; keys and values are unstrided (Tk rows).
+        const S* kb = k + long(b) * a.Tk * ldk + long(g) * a.QK_DIM;
+        const S* vb = v + long(b) * a.Tk * ldv + long(g) * a.V_DIM;
+        S* dkb = dk + long(b) * a.Tk * ldk + long(g) * a.QK_DIM;
+        S* dvb = dv + long(b) * a.Tk * ldv + long(g) * a.V_DIM;
         S* ds = scratch + (own_region ? detail::thread_index() : 0) * (drop ? 2 * tile : tile);
-        if (a.Tq <= detail::kRowAttentionRows && !drop) {
-          for (int j = 0; j < a.Tk; ++j) {
-            std::fill_n(dkb + long(j) * ldk, a.QK_DIM, S(0));
-            std::fill_n(dvb + long(j) * ldv, a.V_DIM, S(0));
-          }
-          for (int i = 0; i < a.Tq; ++i)
-            attend_backward(a, scale, dyb + long(i) * ldy, qb + long(i) * ldq, kb, ldk, vb, ldv, p + long(i) * a.Tk, ds,
-                            dqb + long(i) * ldq, dkb, dvb);
-          continue;
-        }
-        const CMap dY(dyb, a.Tq, a.V_DIM, Strided(ldy));
-        const CMap Q(qb, a.Tq, a.QK_DIM, Strided(ldq));
         const CMap K(kb, a.Tk, a.QK_DIM, Strided(ldk));
         const CMap Vm(vb, a.Tk, a.V_DIM, Strided(ldv));
-        Map dS(ds, a.Tq, a.Tk, Strided(a.Tk));
-
-        Map dV(dvb, a.Tk, a.V_DIM, Strided(ldv));
-        if (drop) {  // the mask replayed from the forward's key
-          S* pd = ds + tile;
-          detail::drop_probabilities(a, i_ * tile, tile, p, pd);
-          dV.noalias() = CMap(pd, a.Tq, a.Tk, Strided(a.Tk)).transpose() * dY;  // (Tk, V_DIM)
-        } else {
-          dV.noalias() = CMap(p, a.Tq, a.Tk, Strided(a.Tk)).transpose() * dY;
-        }
-        dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
-        if (drop) detail::undrop_gradient(a, i_ * tile, tile, ds);
-        for (int i = 0; i < a.Tq; ++i)
-          detail::softmax_backward_row<S>(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
-        Map dQ(dqb, a.Tq, a.QK_DIM, Strided(ldq));
         Map dK(dkb, a.Tk, a.QK_DIM, Strided(ldk));
-        dQ.noalias() = scale * dS * K;              // (Tq, QK_DIM)
-        dK.noalias() = scale * dS.transpose() * Q;  // (Tk, QK_DIM)
+        Map dV(dvb, a.Tk, a.V_DIM, Strided(ldv));
+        const bool rows = a.Tq <= detail::kRowAttentionRows && !drop;
+        if (rows) {
+          dK.setZero();
+          dV.setZero();
+        }
+        for (int h = g * group; h < (g + 1) * group; ++h) {
+          const bool first = h == g * group;
+          const long bh = long(b) * a.H + h;
+          const S* dyb = dy + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
+          const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
+          const S* p = probs + bh * tile;
+          S* dqb = dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
+          if (rows) {
+            for (int i = 0; i < a.Tq; ++i)
+              attend_backward(a, scale, dyb + long(i) * ldy, qb + long(i) * ldq, kb, ldk, vb, ldv, p + long(i) * a.Tk,
+                              ds, dqb + long(i) * ldq, dkb, dvb);
+            continue;
+          }
+          const CMap dY(dyb, a.Tq, a.V_DIM, Strided(ldy));
+          const CMap Q(qb, a.Tq, a.QK_DIM, Strided(ldq));
+          Map dS(ds, a.Tq, a.Tk, Strided(a.Tk));
+          const S* weights = p;
+          if (drop) {  // the mask replayed from the forward's key
+            detail::drop_probabilities(a, bh * tile, tile, p, ds + tile);
+            weights = ds + tile;
+          }
+          const CMap W(weights, a.Tq, a.Tk, Strided(a.Tk));
+          if (first) dV.noalias() = W.transpose() * dY;  // (Tk, V_DIM)
+          else dV.noalias() += W.transpose() * dY;
+          dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
+          if (drop) detail::undrop_gradient(a, bh * tile, tile, ds);
+          for (int i = 0; i < a.Tq; ++i)
+            detail::softmax_backward_row<S>(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
+          Map dQ(dqb, a.Tq, a.QK_DIM, Strided(ldq));
+          dQ.noalias() = scale * dS * K;  // (Tq, QK_DIM)
+          if (first) dK.noalias() = scale * dS.transpose() * Q;  // (Tk, QK_DIM)
+          else dK.noalias() += scale * dS.transpose() * Q;
+        }
       }
     });
   }

@@ -13,7 +13,8 @@
 // for RMS norms in the blocks and the final norm (default LayerNorm;
 // residual.hpp); Positions = Learned, Sinusoidal or Rope (positional.hpp,
 // default Learned); BIAS = false for attention and
-// feed-forward projections without biases (default true).
+// feed-forward projections without biases (default true); N_KV_HEADS
+// (dividing N_HEADS) for grouped-query attention.
 #pragma once
 
 #include <concepts>
@@ -44,6 +45,14 @@ template <AttentionConfig Cfg>
 consteval int v_head_dim() {
   if constexpr (requires { Cfg::V_HEAD_DIM; }) return Cfg::V_HEAD_DIM;
   else return Cfg::D_MODEL / Cfg::N_HEADS;
+}
+
+// Key/value heads (Cfg::N_KV_HEADS, default N_HEADS): fewer is grouped-query
+// attention, each key/value head shared by N_HEADS / N_KV_HEADS query heads.
+template <AttentionConfig Cfg>
+consteval int kv_heads() {
+  if constexpr (requires { Cfg::N_KV_HEADS; }) return Cfg::N_KV_HEADS;
+  else return Cfg::N_HEADS;
 }
 
 // Whether the blocks' linear projections have biases (Cfg::BIAS, default true).

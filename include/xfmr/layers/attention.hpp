@@ -9,10 +9,13 @@
 // D_MODEL / N_HEADS unless the config sets them), optional causal and
 // key-padding masks (mask.hpp), output projection "proj" (H*V_HEAD_DIM -> D).
 //
+// Grouped-query attention: KVH = Cfg::N_KV_HEADS key/value heads (default
+// H), key/value head h / (H / KVH) serving query head h; the KV cache holds
+// KVH heads.
 // Fused projection layout, per row: [q heads | k heads | v heads], head h of q
 // at columns [h*QK, (h+1)*QK). Weight shapes follow torch.nn.Linear:
-//   qkv.weight (H*(2*QK + V), D)   q.weight (H*QK, D)   kv.weight (H*(QK + V), D)
-//   proj.weight (D, H*V)           and a bias for each (unless Cfg::BIAS is false).
+//   qkv.weight (H*QK + KVH*(QK + V), D)   q.weight (H*QK, D)   kv.weight (KVH*(QK + V), D)
+//   proj.weight (D, H*V)                  and a bias for each (unless Cfg::BIAS is false).
 // Rotary positions (Cfg::Positions = Rope): SelfAttention turns its query and
 // key heads by their positions after the projection (and their gradients
 // back before it); the cache holds turned keys. CrossAttention does not.
@@ -47,8 +50,9 @@ namespace detail {
 template <class Cfg>
 struct AttentionSizes {
   static constexpr int D = Cfg::D_MODEL, H = Cfg::N_HEADS, MAX_T = Cfg::MAX_T;
-  static constexpr int QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>();
+  static constexpr int QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>(), KVH = kv_heads<Cfg>();
   static_assert(H > 0 && D > 0, "D_MODEL and N_HEADS must be positive");
+  static_assert(KVH > 0 && H % KVH == 0, "N_KV_HEADS must divide N_HEADS");
   static_assert(head_dims_are_explicit<Cfg>() || D % H == 0,
                 "D_MODEL must be divisible by N_HEADS (or set QK_HEAD_DIM and V_HEAD_DIM)");
   static_assert(QK > 0 && V > 0, "head sizes must be positive");
@@ -79,7 +83,10 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
 
  public:
   static constexpr int D = Sz::D, H = Sz::H, QK_HEAD_DIM = Sz::QK, V_HEAD_DIM = Sz::V;
-  static constexpr int QKV = H * (2 * QK_HEAD_DIM + V_HEAD_DIM), CTX = H * V_HEAD_DIM;
+  static constexpr int KV_HEADS = Sz::KVH;
+  // Fused projection columns: H query heads, then KV_HEADS key heads and KV_HEADS value heads.
+  static constexpr int K_COL = H * QK_HEAD_DIM, V_COL = K_COL + KV_HEADS * QK_HEAD_DIM;
+  static constexpr int QKV = V_COL + KV_HEADS * V_HEAD_DIM, CTX = H * V_HEAD_DIM;
   using S = typename Backend::Scalar;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -90,13 +97,13 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     detail::check_attention_shape(bt, x.rows, Sz::MAX_T, "self-attention input");
     require_rows(y, x.rows, "self-attention output");
     bt_ = bt;
-    dims_ = detail::with_dropout({bt.B, H, bt.T, bt.T, QK_HEAD_DIM, V_HEAD_DIM}, drop_);
-    const auto qkv = qkv_out_.template rows<QKV>(x.rows);  // (B*T, H*(2QK+V))
+    dims_ = detail::with_dropout({bt.B, H, bt.T, bt.T, QK_HEAD_DIM, V_HEAD_DIM, 0, KV_HEADS}, drop_);
+    const auto qkv = qkv_out_.template rows<QKV>(x.rows);  // (B*T, QKV)
     const auto ctx = ctx_.template rows<CTX>(x.rows);      // (B*T, H*V)
     qkv_.forward(be, x, qkv);
-    if constexpr (ROPE) rope_.forward(be, bt.B, bt.T, 0, 2 * H, qkv.data, QKV);  // q and k heads, adjacent
+    if constexpr (ROPE) rope_.forward(be, bt.B, bt.T, 0, H + KV_HEADS, qkv.data, QKV);  // q and k heads, adjacent
     const S* q = qkv.data;
-    be.attention_forward(dims_, q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV, ctx.data, CTX,
+    be.attention_forward(dims_, q, QKV, q + K_COL, QKV, q + V_COL, QKV, ctx.data, CTX,
                          probs_.reserve(probs_size()), mask);  // probs (B, H, T, T)
     proj_.forward(be, ctx, y);
   }
@@ -104,13 +111,13 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
     require_rows(dy, bt_.rows(), "self-attention output gradient");
     const auto dctx = dctx_.template rows<CTX>(dy.rows);  // (B*T, H*V)
-    const auto dqkv = dqkv_.template rows<QKV>(dy.rows);  // (B*T, H*(2QK+V))
+    const auto dqkv = dqkv_.template rows<QKV>(dy.rows);  // (B*T, QKV)
     proj_.backward(be, dy, dctx);
     const S* q = qkv_out_.data();
     S* dq = dqkv.data;
-    be.attention_backward(dims_, dctx.data, CTX, q, QKV, q + H * QK_HEAD_DIM, QKV, q + 2 * H * QK_HEAD_DIM, QKV,
-                          probs_.data(), dq, dq + H * QK_HEAD_DIM, dq + 2 * H * QK_HEAD_DIM);
-    if constexpr (ROPE) rope_.backward(be, bt_.B, bt_.T, 0, 2 * H, dq, QKV);
+    be.attention_backward(dims_, dctx.data, CTX, q, QKV, q + K_COL, QKV, q + V_COL, QKV, probs_.data(), dq,
+                          dq + K_COL, dq + V_COL);
+    if constexpr (ROPE) rope_.backward(be, bt_.B, bt_.T, 0, H + KV_HEADS, dq, QKV);
     qkv_.backward(be, dqkv, dx);
   }
 
@@ -120,21 +127,24 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
   // everything cached. Forward only (no backward).
   void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, KvCache<Backend>& cache) {
     require(B > 0 && x.rows % B == 0 && x.rows > 0, "cached attention: ", x.rows, " rows for ", B, " sequences");
-    require(cache.batch() == B && cache.k_width() == H * QK_HEAD_DIM && cache.v_width() == CTX,
+    require(cache.batch() == B && cache.k_width() == KV_HEADS * QK_HEAD_DIM && cache.v_width() == KV_HEADS * V_HEAD_DIM,
             "cached attention: the cache was not started for this layer and batch");
     require_rows(y, x.rows, "self-attention output");
     const int n = x.rows / B, t0 = cache.length();
     const auto qkv = qkv_out_.template rows<QKV>(x.rows);
     const auto ctx = ctx_.template rows<CTX>(x.rows);
     qkv_.forward(be, x, qkv);
-    if constexpr (ROPE) rope_.forward(be, B, n, t0, 2 * H, qkv.data, QKV);
-    cache.append(be, qkv.data, QKV, H * QK_HEAD_DIM, 2 * H * QK_HEAD_DIM, n);
-    const AttentionDims dims{B, H, n, t0 + n, QK_HEAD_DIM, V_HEAD_DIM, cache.capacity()};
-    be.attention_forward(dims, qkv.data, QKV, cache.keys(), H * QK_HEAD_DIM, cache.values(), CTX, ctx.data, CTX,
+    if constexpr (ROPE) rope_.forward(be, B, n, t0, H + KV_HEADS, qkv.data, QKV);
+    cache.append(be, qkv.data, QKV, K_COL, V_COL, n);
+    const AttentionDims dims{B, H, n, t0 + n, QK_HEAD_DIM, V_HEAD_DIM, cache.capacity(), KV_HEADS};
+    be.attention_forward(dims, qkv.data, QKV, cache.keys(), KV_HEADS * QK_HEAD_DIM, cache.values(),
+                         KV_HEADS * V_HEAD_DIM, ctx.data, CTX,
                          probs_.reserve(std::size_t(B) * H * n * (t0 + n)), AttentionMask{true, nullptr});
     proj_.forward(be, ctx, y);
   }
-  void start_cache(KvCache<Backend>& cache, int B) const { cache.reset(B, Sz::MAX_T, H * QK_HEAD_DIM, CTX); }
+  void start_cache(KvCache<Backend>& cache, int B) const {
+    cache.reset(B, Sz::MAX_T, KV_HEADS * QK_HEAD_DIM, KV_HEADS * V_HEAD_DIM);
+  }
 
   template <class F>
   void visit(F&& f) {
@@ -168,7 +178,10 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
 
  public:
   static constexpr int D = Sz::D, H = Sz::H, QK_HEAD_DIM = Sz::QK, V_HEAD_DIM = Sz::V;
-  static constexpr int QW = H * QK_HEAD_DIM, KVW = H * (QK_HEAD_DIM + V_HEAD_DIM), CTX = H * V_HEAD_DIM;
+  static constexpr int KV_HEADS = Sz::KVH;
+  // kv's columns: KV_HEADS key heads, then KV_HEADS value heads (from V_COL).
+  static constexpr int QW = H * QK_HEAD_DIM, V_COL = KV_HEADS * QK_HEAD_DIM;
+  static constexpr int KVW = V_COL + KV_HEADS * V_HEAD_DIM, CTX = H * V_HEAD_DIM;
   using S = typename Backend::Scalar;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -186,13 +199,13 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     require_rows(y, x_q.rows, "cross-attention output");
     q_shape_ = q_shape;
     kv_shape_ = kv_shape;
-    dims_ = detail::with_dropout({q_shape.B, H, q_shape.T, kv_shape.T, QK_HEAD_DIM, V_HEAD_DIM}, drop_);
+    dims_ = detail::with_dropout({q_shape.B, H, q_shape.T, kv_shape.T, QK_HEAD_DIM, V_HEAD_DIM, 0, KV_HEADS}, drop_);
     const auto q = q_out_.template rows<QW>(x_q.rows);     // (B*Tq, H*QK)
-    const auto kv = kv_out_.template rows<KVW>(x_kv.rows); // (B*Tk, H*(QK+V))
+    const auto kv = kv_out_.template rows<KVW>(x_kv.rows); // (B*Tk, KVW)
     const auto ctx = ctx_.template rows<CTX>(x_q.rows);    // (B*Tq, H*V)
     q_.forward(be, x_q, q);
     kv_.forward(be, x_kv, kv);
-    be.attention_forward(dims_, q.data, QW, kv.data, KVW, kv.data + H * QK_HEAD_DIM, KVW, ctx.data, CTX,
+    be.attention_forward(dims_, q.data, QW, kv.data, KVW, kv.data + V_COL, KVW, ctx.data, CTX,
                          probs_.reserve(probs_size()), mask);  // probs (B, H, Tq, Tk)
     proj_.forward(be, ctx, y);
   }
@@ -201,11 +214,11 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     require_rows(dy, q_shape_.rows(), "cross-attention output gradient");
     const auto dctx = dctx_.template rows<CTX>(dy.rows);           // (B*Tq, H*V)
     const auto dq = dq_.template rows<QW>(dy.rows);                // (B*Tq, H*QK)
-    const auto dkv = dkv_.template rows<KVW>(kv_shape_.rows());    // (B*Tk, H*(QK+V))
+    const auto dkv = dkv_.template rows<KVW>(kv_shape_.rows());    // (B*Tk, KVW)
     proj_.backward(be, dy, dctx);
     const S* kv = kv_out_.data();
-    be.attention_backward(dims_, dctx.data, CTX, q_out_.data(), QW, kv, KVW, kv + H * QK_HEAD_DIM, KVW,
-                          probs_.data(), dq.data, dkv.data, dkv.data + H * QK_HEAD_DIM);
+    be.attention_backward(dims_, dctx.data, CTX, q_out_.data(), QW, kv, KVW, kv + V_COL, KVW, probs_.data(), dq.data,
+                          dkv.data, dkv.data + V_COL);
     q_.backward(be, dq, dx_q);
     kv_.backward(be, dkv, dx_kv);
   }
@@ -224,8 +237,8 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     const auto q = q_out_.template rows<QW>(x_q.rows);
     const auto ctx = ctx_.template rows<CTX>(x_q.rows);
     q_.forward(be, x_q, q);
-    const AttentionDims dims{B, H, n, src_len, QK_HEAD_DIM, V_HEAD_DIM, 0};
-    be.attention_forward(dims, q.data, QW, memory_kv, KVW, memory_kv + H * QK_HEAD_DIM, KVW, ctx.data, CTX,
+    const AttentionDims dims{B, H, n, src_len, QK_HEAD_DIM, V_HEAD_DIM, 0, KV_HEADS};
+    be.attention_forward(dims, q.data, QW, memory_kv, KVW, memory_kv + V_COL, KVW, ctx.data, CTX,
                          probs_.reserve(std::size_t(B) * H * n * src_len), AttentionMask{false, src_padding});
     q_shape_ = Shape{B, n};
     kv_shape_ = Shape{B, src_len};

@@ -191,8 +191,8 @@ class Seq2Seq {
                                                bool share_embeddings = false) {
     constexpr std::size_t H = DecCfg::N_HEADS;
     constexpr std::size_t QK = qk_head_dim<DecCfg>(), V = v_head_dim<DecCfg>(), ctx = H * V;
-    constexpr std::size_t bias = linear_bias<DecCfg>() ? 1 : 0;
-    constexpr std::size_t cross = (D + bias) * H * QK + (D + bias) * H * (QK + V) + (ctx + bias) * D;
+    constexpr std::size_t KVH = kv_heads<DecCfg>(), bias = linear_bias<DecCfg>() ? 1 : 0;
+    constexpr std::size_t cross = (D + bias) * H * QK + (D + bias) * KVH * (QK + V) + (ctx + bias) * D;
     constexpr std::size_t norm = detail::norm_parameters<DecCfg, Backend>();
     constexpr std::size_t block = detail::self_block_parameters<DecCfg, Backend>() + cross + norm;  // + ln3
     return Transformer<EncCfg, Backend, false>::parameter_count(src_vocab) + (share_embeddings ? 0 : tgt_vocab * D) +

@@ -36,8 +36,8 @@ constexpr std::size_t norm_parameters() {
 template <class Cfg, class Backend>
 constexpr std::size_t self_block_parameters() {
   constexpr std::size_t D = Cfg::D_MODEL, H = Cfg::N_HEADS, FF = Cfg::D_FF;
-  constexpr std::size_t QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>();
-  constexpr std::size_t qkv = H * (2 * QK + V), ctx = H * V, hidden = Cfg::Activation::GATED ? 2 * FF : FF;
+  constexpr std::size_t QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>(), KVH = kv_heads<Cfg>();
+  constexpr std::size_t qkv = H * QK + KVH * (QK + V), ctx = H * V, hidden = Cfg::Activation::GATED ? 2 * FF : FF;
   constexpr std::size_t bias = linear_bias<Cfg>() ? 1 : 0;
   return 2 * norm_parameters<Cfg, Backend>() + (D + bias) * qkv + (ctx + bias) * D + (D + bias) * hidden +
          (FF + bias) * D;
