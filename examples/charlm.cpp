@@ -242,7 +242,8 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
                              [&] { return std::make_unique<Model>(V, run.seed, model_opts); });
   if (resumed) {
     trainer.load(*ckpt_model, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));  // model file read above
-    trainer.restore({resumed->at("step"), std::stoull(resumed->at("rng").get<std::string>()),
+    trainer.restore({resumed->at("step"),
+                     parse_integer<std::uint64_t>(resumed->at("rng").get<std::string>(), "trainer_state.json: rng"),
                      resumed->at("dropout_calls").get<std::vector<std::uint64_t>>()});
     require(trainer.steps() <= args.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", args.steps);
   }

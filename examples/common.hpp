@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <sstream>
@@ -66,6 +67,10 @@ int run_command(const char* program, Run&& run) {
     std::cerr << program << ": " << e.what() << " (see --help)\n";
   } catch (const nlohmann::json::exception& e) {
     std::cerr << program << ": error: malformed checkpoint state: " << e.what() << "\n";
+  } catch (const std::bad_alloc&) {
+    std::cerr << "\n" << program << ": error: out of memory (a size in the input or the options is too large)\n";
+  } catch (const std::exception& e) {  // a library's own exception: still one line and status 1, never an abort
+    std::cerr << "\n" << program << ": error: " << e.what() << "\n";
   }
   return 1;
 }

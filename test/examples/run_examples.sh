@@ -140,6 +140,12 @@ case "$case_name" in
     train_tiny 10 ckpt > /dev/null 2>&1 || fail "training failed"
     expect_error "prompt: character 'Z' at byte 4 is not in the vocabulary" "$charlm" sample --checkpoint ckpt --prompt "the Zebra"
     expect_error "--model differs from the checkpoint" "$charlm" train --data corpus.txt --resume ckpt --model shakespeare-small
+    # A malformed trainer state is one line and status 1, not an abort.
+    cp -r ckpt badrng && sed -i 's/"rng": "[0-9]*"/"rng": "abc"/' badrng/trainer_state.json
+    expect_error "xfmr-charlm: error: trainer_state.json: rng 'abc' is not an integer" "$charlm" train --data corpus.txt \
+      --resume badrng --steps 20
+    status=0; "$charlm" train --data corpus.txt --resume badrng --steps 20 > /dev/null 2>&1 || status=$?
+    [[ $status == 1 ]] || fail "a malformed trainer state exited with status $status, not 1"
     echo "other text entirely" > other.txt
     expect_error "is not the text the checkpoint was trained on" "$charlm" train --data other.txt --resume ckpt --steps 20
     expect_error "top-p 0 outside (0, 1]" "$charlm" sample --checkpoint ckpt --top-p 0

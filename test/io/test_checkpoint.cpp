@@ -63,6 +63,29 @@ BOOST_AUTO_TEST_CASE(model_and_optimizer_round_trip) {
   BOOST_TEST(ma == mb, boost::test_tools::per_element());
 }
 
+// A step count that is not a non-negative integer is a clear error (it was
+// std::stoll's exception, which ended the programs with an abort).
+BOOST_AUTO_TEST_CASE(malformed_optimizer_step_count_is_a_clear_error) {
+  Decoder<TinyPre, Be> model(7, 1);
+  AdamW<Be> opt(model);
+  for (const char* steps : {"x", "12x", "", "-5", "99999999999999999999"}) {
+    SafeTensorsWriter w;
+    add_optimizer_state(w, opt);
+    w.set_metadata("steps", steps);
+    BOOST_TEST_CONTEXT("steps '" << steps << "'") {
+      BOOST_CHECK_THROW(load_optimizer_state(opt, SafeTensors::parse(w.serialize(), "optimizer.safetensors")), Error);
+    }
+  }
+  try {
+    SafeTensorsWriter w;
+    add_optimizer_state(w, opt);
+    w.set_metadata("steps", "x");
+    load_optimizer_state(opt, SafeTensors::parse(w.serialize(), "optimizer.safetensors"));
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()) == "optimizer.safetensors: optimizer step count 'x' is not an integer");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(wrong_model_is_a_clear_error) {
   TempDir d;
   Decoder<TinyPre, Be> small(7, 1), other_vocab(9, 1);

@@ -3,9 +3,12 @@
 // limit it broke, e.g. "token id 70 out of range [0, 65)".
 #pragma once
 
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 
 namespace xfmr {
@@ -37,6 +40,18 @@ template <class... Parts>
 void require(bool cond, Parts&&... parts) {
   if (!cond) [[unlikely]]
     detail::fail(std::forward<Parts>(parts)...);
+}
+
+// The whole of `text` as an integer of type T, or xfmr::Error naming `what`,
+// the text and T's range (no std::stoll exceptions, no silent wrap-around).
+template <class T>
+T parse_integer(std::string_view text, std::string_view what) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  require(ec != std::errc::invalid_argument && end == text.data() + text.size() && !text.empty(), what, " '", text,
+          "' is not an integer");
+  require(ec != std::errc::result_out_of_range, what, " '", text, "' is out of range");
+  return value;
 }
 
 }  // namespace xfmr
