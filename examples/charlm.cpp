@@ -426,7 +426,8 @@ int run_train(int argc, char** argv) {
   check_run_options(a);
   require(a.steps > 0 && a.run.batch > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_batches > 0,
           "--steps, --batch, --grad-accum, --eval-every and --eval-batches must be positive");
-  require(a.run.lr > 0, "--lr ", a.run.lr, " must be positive");
+  check_optimizer_options(a.run.lr, a.run.clip, a.run.weight_decay);
+  check_dropout_options(vm, a.run.dropout, a.run.attention_dropout);
   require(a.run.val_fraction > 0 && a.run.val_fraction < 1, "--val-fraction ", a.run.val_fraction, " outside (0, 1)");
 
   std::optional<json> resumed;

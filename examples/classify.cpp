@@ -282,6 +282,8 @@ int run_train(int argc, char** argv) {
   require(!a.train.empty() && !a.dev.empty(), "--train TSV and --dev TSV are required");
   check_run_options(a);
   require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
+  check_optimizer_options(a.lr, a.clip, a.weight_decay);
+  check_dropout_options(vm, a.dropout, a.attention_dropout);
   with_backend(a.backend, [&]<class Be>() { with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
   return 0;
 }

@@ -257,6 +257,25 @@ inline void add_run_options(boost::program_options::options_description& opts, R
 // Checks what add_run_options parsed.
 inline void check_run_options(const RunOptions& r) { require(r.shards >= 0, "--shards ", r.shards, " is negative"); }
 
+// The optimisation numbers every training program takes: a finite positive
+// learning rate, a finite clip and weight decay >= 0 (NaN and infinity are
+// refused, not saved into a checkpoint that then cannot resume).
+inline void check_optimizer_options(double lr, double clip, double weight_decay) {
+  require(std::isfinite(lr) && lr > 0, "--lr ", lr, " must be a positive finite number");
+  require(std::isfinite(clip) && clip >= 0, "--clip ", clip, " must be a finite number >= 0 (0: no clipping)");
+  require(std::isfinite(weight_decay) && weight_decay >= 0, "--weight-decay ", weight_decay,
+          " must be a finite number >= 0");
+}
+// A dropout rate given on the command line: in [0, 1), never silently
+// replaced by the preset's (as a negative or NaN rate was).
+inline void check_dropout_options(const boost::program_options::variables_map& vm, float dropout,
+                                  float attention_dropout) {
+  if (vm.count("dropout"))
+    require(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " outside [0, 1)");
+  require(attention_dropout >= 0.0f && attention_dropout < 1.0f, "--attention-dropout ", attention_dropout,
+          " outside [0, 1)");
+}
+
 // --backend cpu|cuda|cuda-tf32: calls f.template operator()<Backend>() with
 // the backend type named; make_backend<Backend>(name) then builds it. "cuda"
 // (strict FP32 GEMMs) and "cuda-tf32" (TF32 tensor-core GEMMs) need an xfmr

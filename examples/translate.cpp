@@ -508,6 +508,8 @@ int run_train(int argc, char** argv) {
   check_run_options(a);
   require(a.beam >= 1, "--beam ", a.beam, " must be at least 1");
   require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");
+  check_optimizer_options(a.lr, a.clip, a.weight_decay);
+  check_dropout_options(vm, 0.0f, a.attention_dropout);
   with_backend(a.backend, [&]<class Be>() { with_translate_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
   return 0;
 }

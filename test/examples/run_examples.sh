@@ -133,7 +133,13 @@ case "$case_name" in
     expect_error "--data FILE is required" "$charlm" train --steps 1
     expect_error "unrecognised option '--bogus'" "$charlm" train --bogus
     expect_error "--shards -1 is negative" "$charlm" train --data corpus.txt --shards -1
-    expect_error "dropout probability 1 outside [0, 1)" "$charlm" train --data corpus.txt --attention-dropout 1
+    expect_error "--attention-dropout 1 outside [0, 1)" "$charlm" train --data corpus.txt --attention-dropout 1
+    # Numbers that make no sense are refused before anything runs (NaN and
+    # negative dropout were the preset's, a NaN clip was saved as null).
+    expect_error "--dropout nan outside [0, 1)" "$charlm" train --data corpus.txt --dropout nan
+    expect_error "--dropout -0.5 outside [0, 1)" "$charlm" train --data corpus.txt --dropout=-0.5
+    expect_error "--clip nan must be a finite number >= 0" "$charlm" train --data corpus.txt --clip nan
+    expect_error "--lr inf must be a positive finite number" "$charlm" train --data corpus.txt --lr inf
     # A learning rate that blows the weights up stops training, naming the step.
     expect_error " at step " "$charlm" train --data corpus.txt --model tiny --steps 50 --lr 1e6 --eval-every 25 \
       --eval-batches 1 --samples 0 --log-csv "" --report ""
@@ -188,6 +194,7 @@ case "$case_name" in
     expect_error "badlabel.tsv:2: label 'yes' is not an integer" "$classify" train --train good.tsv --dev badlabel.tsv --model tiny
     expect_error "unknown model 'bert'" "$classify" train --train good.tsv --dev good.tsv --model bert
     expect_error "--shards -1 is negative" "$classify" train --train good.tsv --dev good.tsv --model tiny --shards -1
+    expect_error "--lr -1 must be a positive finite number" "$classify" train --train good.tsv --dev good.tsv --lr=-1
     expect_error "missing.tsv: no such file" "$classify" train --train missing.tsv --dev good.tsv
     printf 'label\tsentence\n7\tgood film\n' > label7.tsv
     expect_error "has label 7 but the model has 2 classes" "$classify" train --train good.tsv --dev label7.tsv --model tiny --epochs 1
@@ -235,6 +242,8 @@ case "$case_name" in
       --src-val v.src --tgt-val v.tgt --model tiny
     expect_error "--shards -1 is negative" "$translate" train --src-train a.src --tgt-train a.tgt \
       --src-val v.src --tgt-val v.tgt --model tiny --shards -1
+    expect_error "--lr -1 must be a positive finite number" "$translate" train --src-train a.src --tgt-train a.tgt \
+      --src-val v.src --tgt-val v.tgt --model tiny --lr=-1
     sed '5s/.*//' a.src > gap.src && echo "trailing" >> gap.src
     sed -n '1,50p' a.tgt > gap.tgt && echo "fin" >> gap.tgt
     expect_error "gap.src:5: empty sentence" "$translate" train --src-train gap.src --tgt-train gap.tgt \
