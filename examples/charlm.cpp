@@ -222,7 +222,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
     require(resumed->at("data_hash") == hex(corpus.hash), "--data ", args.data,
             " is not the text the checkpoint was trained on (", resumed->at("data").get<std::string>(), ")");
     ckpt_model = SafeTensors::load(fs::path(args.resume) / kModelFile);
-    tok = CharTokenizer::from_json(ckpt_model->metadata().at("tokenizer"));
+    tok = CharTokenizer::from_json(ckpt_model->metadata("tokenizer"));
   } else {
     tok = CharTokenizer::from_corpus(corpus.all_text());
   }
@@ -365,7 +365,7 @@ struct SampleArgs {
 template <class Cfg, class Be>
 void sample(const SampleArgs& args, const std::string& mode) {
   const auto st = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
-  const auto tok = CharTokenizer::from_json(st.metadata().at("tokenizer"));
+  const auto tok = CharTokenizer::from_json(st.metadata("tokenizer"));
   Be be = make_backend<Be>(args.backend);
   Decoder<Cfg, Be> model(tok.size(), 0);
   load_parameters(model, st);

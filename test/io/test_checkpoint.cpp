@@ -81,8 +81,20 @@ BOOST_AUTO_TEST_CASE(malformed_optimizer_step_count_is_a_clear_error) {
     add_optimizer_state(w, opt);
     w.set_metadata("steps", "x");
     load_optimizer_state(opt, SafeTensors::parse(w.serialize(), "optimizer.safetensors"));
+    BOOST_FAIL("a step count of 'x' loaded");
   } catch (const Error& e) {
     BOOST_TEST(std::string(e.what()) == "optimizer.safetensors: optimizer step count 'x' is not an integer");
+  }
+  // A metadata key that is not there names the file and the key (it was
+  // std::map::at's out_of_range, e.g. a model file without its tokenizer).
+  SafeTensorsWriter model_file;
+  add_parameters(model_file, model);
+  const auto st = SafeTensors::parse(model_file.serialize(), "model.safetensors");
+  try {
+    (void)st.metadata("tokenizer");
+    BOOST_FAIL("a missing metadata key was found");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()) == "model.safetensors: no 'tokenizer' in the metadata");
   }
 }
 

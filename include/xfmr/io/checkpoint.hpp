@@ -89,9 +89,7 @@ void load_optimizer_state(Optimizer& opt, const SafeTensors& st) {
     ++n;
   });
   require(n == st.names().size(), st.source(), ": holds ", st.names().size(), " state tensors, the optimizer has ", n);
-  const auto it = st.metadata().find("steps");
-  require(it != st.metadata().end(), st.source(), ": no step count in the metadata");
-  const long long steps = parse_integer<long long>(it->second, st.source() + ": optimizer step count");
+  const long long steps = parse_integer<long long>(st.metadata("steps"), st.source() + ": optimizer step count");
   require(steps >= 0, st.source(), ": optimizer step count ", steps, " is negative");
   opt.set_steps(steps);
 }

@@ -56,6 +56,12 @@ class SafeTensors {
   const TensorInfo& info(const std::string& name) const;
   std::span<const std::byte> bytes(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The metadata value of `key`, or xfmr::Error naming the file and the key.
+  const std::string& metadata(const std::string& key) const {
+    const auto it = metadata_.find(key);
+    require(it != metadata_.end(), source_, ": no '", key, "' in the metadata");
+    return it->second;
+  }
 
   // Elements of a floating tensor (F64, F32, F16, BF16) converted to T.
   template <class T>
