@@ -255,7 +255,10 @@ inline void add_run_options(boost::program_options::options_description& opts, R
       ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);
 }
 // Checks what add_run_options parsed.
-inline void check_run_options(const RunOptions& r) { require(r.shards >= 0, "--shards ", r.shards, " is negative"); }
+inline void check_run_options(const RunOptions& r) {
+  require(r.shards >= 0, "--shards ", r.shards, " is negative");
+  if (!r.out.empty()) check_checkpoint_destination(r.out);  // before any training, not at the first save
+}
 
 // The optimisation numbers every training program takes: a finite positive
 // learning rate, a finite clip and weight decay >= 0 (NaN and infinity are

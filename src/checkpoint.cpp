@@ -52,12 +52,18 @@ std::string read_trainer_state(const fs::path& dir) {
   return ss.str();
 }
 
-void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const SafeTensorsWriter& optimizer,
-                      std::string_view trainer_state_json) {
+void check_checkpoint_destination(const fs::path& dir) {
   std::error_code ec;
   const bool exists = fs::exists(dir, ec);
   require(!exists || is_checkpoint(dir), "refusing to write a checkpoint over ", dir.string(),
           ": it exists and is not an xfmr checkpoint");
+}
+
+void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const SafeTensorsWriter& optimizer,
+                      std::string_view trainer_state_json) {
+  check_checkpoint_destination(dir);
+  std::error_code ec;
+  const bool exists = fs::exists(dir, ec);
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   require(fs::is_directory(parent), dir.string(), ": cannot create the parent directory");

@@ -159,6 +159,10 @@ case "$case_name" in
     mkdir mine && echo keep > mine/notes.txt
     expect_error "is not an xfmr checkpoint" "$charlm" train --data corpus.txt --model tiny --steps 2 --eval-every 1 \
       --eval-batches 1 --samples 0 --out mine
+    # Refused before the first step, not after the training it would throw away.
+    out=$("$charlm" train --data corpus.txt --model tiny --steps 2 --eval-every 1 --eval-batches 1 --samples 0 \
+      --out mine 2>&1) && fail "training over a user's directory succeeded"
+    ! grep -q "train loss" <<<"$out" || fail "training ran before --out was refused: $out"
     [[ $(cat mine/notes.txt) == keep && $(ls mine | wc -l) == 1 ]] || fail "a user's directory was modified"
     expect_error "unknown --backend 'tpu' (expected cpu, cuda or cuda-tf32)" "$charlm" train --data corpus.txt \
       --model tiny --backend tpu

@@ -94,6 +94,11 @@ void load_optimizer_state(Optimizer& opt, const SafeTensors& st) {
   opt.set_steps(steps);
 }
 
+// Refuses (xfmr::Error) a `dir` that write_checkpoint would refuse: one that
+// exists and is not a checkpoint. Programs check their --out with it before
+// the first step, so a refusal costs no training.
+void check_checkpoint_destination(const std::filesystem::path& dir);
+
 // Writes the three files into `dir` atomically (see above).
 void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model,
                       const SafeTensorsWriter& optimizer, std::string_view trainer_state_json);
