@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "json_integers.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/text.hpp"
 
@@ -154,8 +155,12 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view text) {
   t.init_base(j.at("specials").get<std::vector<std::string>>());
   for (const auto& m : j.at("merges")) {
     require(m.is_array() && m.size() == 2, "malformed BPE merge ", m.dump());
-    const auto a = m[0].get<std::int32_t>(), b = m[1].get<std::int32_t>();
-    require(a >= 0 && b >= 0 && a < t.size() && b < t.size(), "BPE merge (", a, ", ", b, ") refers to unknown symbols");
+    const auto a = std::int32_t(detail::json_integer(m[0], 0, t.size() - 1, "BPE merge symbol"));
+    const auto b = std::int32_t(detail::json_integer(m[1], 0, t.size() - 1, "BPE merge symbol"));
+    // Merges that keep doubling a symbol would grow it to 2^k bytes.
+    require(t.symbols_[a].size() + t.symbols_[b].size() <= kMaxSymbolBytes, "BPE merge (", a, ", ", b,
+            ") makes a symbol of ", t.symbols_[a].size() + t.symbols_[b].size(), " bytes, over the limit of ",
+            kMaxSymbolBytes);
     t.rank_[{a, b}] = static_cast<std::int32_t>(t.merges_.size());
     t.merges_.emplace_back(a, b);
     t.symbols_.push_back(t.symbols_[a] + t.symbols_[b]);

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "json_integers.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
@@ -324,16 +325,21 @@ WordVocab WordVocab::from_json(std::string_view text) {
   require(j.is_object() && j.value("type", "") == "words" && j.contains("words") && j["words"].is_array(),
           "not a word vocabulary description");
   WordVocab v;
-  v.specials_ = j.value("specials", 0);
-  v.min_freq_ = j.value("min_freq", 1);
+  v.min_freq_ = int(detail::json_integer(j.value("min_freq", json(1)), 1, INT32_MAX, "vocabulary min_freq"));
   for (const auto& w : j["words"]) {
     require(w.is_string(), "vocabulary word is not a string: ", w.dump());
     require(v.ids_.emplace(w.get<std::string>(), static_cast<std::int32_t>(v.words_.size())).second,
             "vocabulary lists '", w.get<std::string>(), "' twice");
     v.words_.push_back(w.get<std::string>());
   }
+  // The specials lead the list (<unk> among them); a count of 0 left
+  // special("<bos>") empty for the programs that need it.
+  v.specials_ = int(detail::json_integer(j.value("specials", json(0)), 1, std::int64_t(v.words_.size()),
+                                         "vocabulary specials count"));
   const auto unk = v.ids_.find("<unk>");
   require(unk != v.ids_.end(), "vocabulary has no <unk> token");
+  require(unk->second < v.specials_, "vocabulary's <unk> (word ", unk->second, ") is not among its ", v.specials_,
+          " specials");
   v.unknown_ = unk->second;
   return v;
 }

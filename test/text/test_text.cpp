@@ -197,3 +197,40 @@ BOOST_AUTO_TEST_CASE(bpe_trains_merges_and_round_trips) {
   BOOST_CHECK_THROW(BpeTokenizer::train(texts, 10), Error);  // below the base alphabet
   BOOST_CHECK_THROW(BpeTokenizer::from_json("{\"type\": \"bpe\", \"specials\": [], \"merges\": [[0, 9999]]}"), Error);
 }
+
+// Hostile descriptions (issue 29's reproducers): numbers out of range or not
+// integers, a specials count of 0 (it left special("<bos>") empty), and BPE
+// merges that keep doubling one symbol (2^k bytes) are clear errors.
+BOOST_AUTO_TEST_CASE(hostile_vocabulary_descriptions_are_errors) {
+  const std::string words = R"("words": ["<pad>", "<unk>", "cat"])";
+  auto word_vocab = [&](const std::string& extra) {
+    return WordVocab::from_json("{\"type\": \"words\", " + words + extra + "}");
+  };
+  BOOST_TEST(word_vocab(R"(, "specials": 2)").size() == 3);
+  for (const char* bad : {R"(, "specials": 0)", R"(, "specials": 1e100)", R"(, "specials": 4)", R"(, "specials": "2")",
+                          R"(, "specials": 18446744073709551615)", R"(, "specials": 2, "min_freq": -3)"}) {
+    BOOST_TEST_CONTEXT(bad) { BOOST_CHECK_THROW(word_vocab(bad), Error); }
+  }
+  try {
+    word_vocab(R"(, "specials": 0)");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()) == "vocabulary specials count 0 outside [1, 3]");
+  }
+  BOOST_CHECK_THROW(word_vocab(R"(, "specials": 1)"), Error);  // <unk> (word 1) not a special
+
+  const std::string bpe = R"({"type": "bpe", "specials": ["<pad>", "<unk>"], "merges": )";
+  BOOST_CHECK_THROW(BpeTokenizer::from_json(bpe + "[[1e100, 0]]}"), Error);
+  BOOST_CHECK_THROW(BpeTokenizer::from_json(bpe + "[[-1, 0]]}"), Error);
+  BOOST_CHECK_THROW(BpeTokenizer::from_json(bpe + "[[99999, 0]]}"), Error);
+  // Doubling "a" (symbol 2 + 97): 2^k bytes after k merges; refused at 2^17.
+  std::string doubling = bpe + "[[99, 99]";
+  const int base = 2 + 256 + 1;  // specials, bytes, </w>
+  for (int k = 0; k < 40; ++k) doubling += ", [" + std::to_string(base + k) + ", " + std::to_string(base + k) + "]";
+  doubling += "]}";
+  try {
+    BpeTokenizer::from_json(doubling);
+    BOOST_FAIL("a doubling BPE description loaded");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()).find("over the limit of 65536") != std::string::npos, e.what());
+  }
+}

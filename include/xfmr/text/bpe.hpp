@@ -11,6 +11,7 @@
 // checkpoint.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -24,6 +25,9 @@ namespace xfmr {
 
 class BpeTokenizer {
  public:
+  // The longest symbol a loaded description may build (64 KiB).
+  static constexpr std::size_t kMaxSymbolBytes = std::size_t(1) << 16;
+
   static BpeTokenizer train(std::span<const std::string> texts, int vocab_size,
                             std::vector<std::string> specials = {"<pad>", "<unk>", "<bos>", "<eos>"},
                             bool lowercase = false);
