@@ -98,6 +98,27 @@ BOOST_AUTO_TEST_CASE(malformed_optimizer_step_count_is_a_clear_error) {
   }
 }
 
+// A checkpoint holding a NaN or an infinity is refused on load, naming the
+// tensor (it loaded, and sampling printed garbage with exit status 0).
+BOOST_AUTO_TEST_CASE(non_finite_values_are_refused_on_load) {
+  Decoder<TinyPre, Be> model(7, 1);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    SafeTensorsWriter w;
+    model.visit([&](std::string_view name, auto& value, auto&) {
+      std::vector<float> v(value.begin(), value.end());
+      if (name == "blocks.0.ln1.weight") v[3] = bad;
+      w.add<float>(std::string(name), value.shape(), v);
+    });
+    try {
+      load_parameters(model, SafeTensors::parse(w.serialize(), "model.safetensors"));
+      BOOST_FAIL("a non-finite weight loaded");
+    } catch (const Error& e) {
+      BOOST_TEST(std::string(e.what()).starts_with("model.safetensors: tensor 'blocks.0.ln1.weight' holds "), e.what());
+      BOOST_TEST(std::string(e.what()).find(" at element 3;") != std::string::npos, e.what());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(wrong_model_is_a_clear_error) {
   TempDir d;
   Decoder<TinyPre, Be> small(7, 1), other_vocab(9, 1);

@@ -14,6 +14,8 @@
 // checkpoint, so it never overwrites unrelated user data.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <span>
@@ -44,6 +46,12 @@ void load_tensor(const SafeTensors& st, const std::string& name, Tensor& t) {
   using S = typename Tensor::value_type;
   std::vector<S> host(t.size());
   st.copy_to<S>(name, t.shape(), std::span<S>(host));
+  // A NaN or infinite weight or moment would load and run (printing garbage,
+  // scoring at chance) and exit 0: refuse it, naming the tensor.
+  const auto bad = std::find_if(host.begin(), host.end(), [](S v) { return !std::isfinite(v); });
+  if (bad != host.end())
+    detail::fail(st.source(), ": tensor '", name, "' holds ", *bad, " at element ", bad - host.begin(),
+                 "; a checkpoint's values must be finite");
   t.copy_from_host(host.data());
 }
 }  // namespace detail
