@@ -351,6 +351,17 @@ void SafeTensorsWriter::write(const std::filesystem::path& path) const {
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    // Renaming over it would turn a device (as root: /dev/null itself) or a
+    // pipe into a regular file: write through it instead.
+    require(!std::filesystem::is_directory(status), path.string(), ": is a directory, not a file to write");
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    require(out.good(), path.string(), ": write failed");
+    return;
+  }
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::string tmpl = detail::hidden_temp_template(path, "tmp");
   const int fd = ::mkstemp(tmpl.data());

@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE safetensors
 #include "xfmr/io/safetensors.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -8,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "xfmr/core/error.hpp"
 
@@ -188,6 +191,33 @@ BOOST_AUTO_TEST_CASE(atomic_write_replaces_and_never_damages) {
   std::size_t files = 0;
   for (const auto& e : fs::directory_iterator(dir.path)) files += e.is_regular_file();
   BOOST_TEST(files == 1u);
+}
+
+// A path that exists and is not a regular file is written through, never
+// replaced (as root, a rename would have turned /dev/null, handed over as
+// --metrics-json, into a regular file): a pipe stays a pipe and its reader
+// gets the bytes; a directory is an error.
+BOOST_AUTO_TEST_CASE(atomic_write_never_replaces_a_pipe_or_a_device) {
+  TempDir dir;
+  const fs::path fifo = dir.path / "pipe";
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string received;
+  std::thread reader([&] {
+    std::ifstream in(fifo, std::ios::binary);
+    received.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  });
+  const std::string text = "{\"loss\": 1}\n";
+  write_file_atomic(fifo, std::as_bytes(std::span<const char>(text.data(), text.size())));
+  const bool still_a_pipe = fs::is_fifo(fifo);
+  BOOST_TEST(still_a_pipe);
+  if (!still_a_pipe) {  // replaced: the reader waits on the old pipe forever; fail, do not hang
+    reader.detach();
+    return;
+  }
+  reader.join();
+  BOOST_TEST(received == text);
+  BOOST_CHECK_THROW(write_file_atomic(dir.path, std::as_bytes(std::span<const char>(text.data(), text.size()))), Error);
+  // (Not tried on /dev/null itself: a regression would replace it on the test machine.)
 }
 
 BOOST_AUTO_TEST_CASE(load_reports_missing_files) {

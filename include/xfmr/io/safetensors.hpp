@@ -110,6 +110,9 @@ class SafeTensorsWriter {
 };
 
 // Atomically replaces `path` with `bytes` (temporary file, fsync, rename).
+// An existing `path` that is not a regular file (a device such as
+// /dev/null, a pipe) is written through, never replaced by a regular file; a
+// directory is an error.
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
 
 namespace detail {
