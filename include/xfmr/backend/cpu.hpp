@@ -26,6 +26,7 @@
 
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/backend/checks.hpp"
+#include "xfmr/backend/cpu_attention.hpp"
 #include "xfmr/backend/cpu_gemm.hpp"
 #include "xfmr/backend/cpu_parallel.hpp"
 #include "xfmr/backend/cpu_rows.hpp"
@@ -144,10 +145,10 @@ class CpuBackend {
   }
 
   void rope_forward(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld) {
-    rotate_pairs(B, T, offset, H, hd, table, x, ld, S(1));
+    detail::rotate_pairs(B, T, offset, H, hd, table, x, ld, S(1));
   }
   void rope_backward(int B, int T, int offset, int H, int hd, const S* table, S* dx, int ld) {
-    rotate_pairs(B, T, offset, H, hd, table, dx, ld, S(-1));
+    detail::rotate_pairs(B, T, offset, H, hd, table, dx, ld, S(-1));
   }
 
   // ---- layer norm ---------------------------------------------------------
@@ -514,155 +515,28 @@ class CpuBackend {
     });
   }
 
-  // ---- attention ----------------------------------------------------------
+  // ---- attention (cpu_attention.hpp) --------------------------------------
 
-  // Few query rows per (sequence, head) (decoding, short prompts) go row by
-  // row, each against its visible keys only: at one row a product through
-  // Eigen's GEMV costs more in dispatch than in arithmetic. Longer blocks,
-  // and every block under attention dropout, are three GEMMs per head (the
-  // dropped probabilities in a tile of their own).
   void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
                          S* y, int ldy, S* probs, const AttentionMask& mask) {
-    detail::check_dropout_rate(a.dropout);
-    detail::check_kv_heads(a);
-    const S scale = S(1) / std::sqrt(S(a.QK_DIM));
-    const bool drop = a.dropout > 0.0f;
-    const long tile = long(a.Tq) * a.Tk;
-    S* scratch = drop ? attention_tiles(tile) : nullptr;
-    const bool own_region = detail::may_fork();
-    const long work = long(a.B) * a.H * tile * (a.QK_DIM + a.V_DIM);
-    const detail::AttendRow<S> attend = detail::row_kernel<S>(a);
-    detail::parallel_ranges(long(a.B) * a.H, work > detail::kAttentionParallelWork, [=](long lo, long hi) {
-      for (long i_ = lo; i_ < hi; ++i_) {
-        const int b = int(i_ / a.H), h = int(i_ % a.H);
-        const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
-        const S* kb = k + long(b) * a.kv_rows() * ldk + long(a.kv_head(h)) * a.QK_DIM;
-        const S* vb = v + long(b) * a.kv_rows() * ldv + long(a.kv_head(h)) * a.V_DIM;
-        S* yb = y + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
-        S* p = probs + i_ * tile;
-        if (a.Tq <= detail::kRowAttentionRows && !drop) {
-          for (int i = 0; i < a.Tq; ++i)
-            attend(b, i, a, scale, qb + long(i) * ldq, kb, ldk, vb, ldv, p + long(i) * a.Tk, yb + long(i) * ldy, mask);
-          continue;
-        }
-        const CMap Q(qb, a.Tq, a.QK_DIM, Strided(ldq));
-        const CMap K(kb, a.Tk, a.QK_DIM, Strided(ldk));
-        const CMap Vm(vb, a.Tk, a.V_DIM, Strided(ldv));
-        Map P(p, a.Tq, a.Tk, Strided(a.Tk));
-        P.noalias() = scale * Q * K.transpose();  // (Tq, Tk) scores
-        for (int i = 0; i < a.Tq; ++i)
-          detail::masked_softmax_row<S>(b, i, a.Tq, a.Tk, p + long(i) * a.Tk, p + long(i) * a.Tk, mask);
-        Map Y(yb, a.Tq, a.V_DIM, Strided(ldy));
-        if (!drop) {
-          Y.noalias() = P * Vm;  // (Tq, V_DIM)
-          continue;
-        }
-        S* pd = scratch + (own_region ? detail::thread_index() : 0) * tile;
-        detail::drop_probabilities(a, i_ * tile, tile, p, pd);
-        Y.noalias() = CMap(pd, a.Tq, a.Tk, Strided(a.Tk)) * Vm;
-      }
-    });
+    detail::attention_forward(a, q, ldq, k, ldk, v, ldv, y, ldy, probs, mask,
+                              attention_tiles(detail::attention_forward_tiles(a)));
   }
-
-  // Threads over (sequence, key/value head); the query heads sharing a
-  // key/value head (grouped-query attention) add into its dK and dV in
-  // order, so the sums repeat on any thread count.
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
                           const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
-    detail::check_unstrided_keys(a);
-    detail::check_dropout_rate(a.dropout);
-    detail::check_kv_heads(a);
-    const S scale = S(1) / std::sqrt(S(a.QK_DIM));
-    const bool drop = a.dropout > 0.0f;
-    const int KVH = a.kv_heads(), group = a.H / KVH;
-    const long tile = long(a.Tq) * a.Tk;
-    // dS, and the dropped probabilities under dropout: one or two tiles a
-    // thread of this call's own region; called from inside another region (a
-    // DataParallel shard) it runs on one thread, whatever that thread's
-    // number there.
-    S* scratch = attention_tiles(drop ? 2 * tile : tile);
-    const bool own_region = detail::may_fork();
-    const long work = long(a.B) * a.H * tile * (a.QK_DIM + a.V_DIM);
-    const detail::AttendRowBackward<S> attend_backward = detail::row_backward_kernel<S>(a);
-    detail::parallel_ranges(long(a.B) * KVH, work > detail::kParallelWork, [=](long lo, long hi) {
-      for (long i_ = lo; i_ < hi; ++i_) {
-        const int b = int(i_ / KVH), g = int(i_ % KVH);
-        // This (sequence, key/value head)'s blocks; keys and values are unstrided (Tk rows).
-        const S* kb = k + long(b) * a.Tk * ldk + long(g) * a.QK_DIM;
-        const S* vb = v + long(b) * a.Tk * ldv + long(g) * a.V_DIM;
-        S* dkb = dk + long(b) * a.Tk * ldk + long(g) * a.QK_DIM;
-        S* dvb = dv + long(b) * a.Tk * ldv + long(g) * a.V_DIM;
-        S* ds = scratch + (own_region ? detail::thread_index() : 0) * (drop ? 2 * tile : tile);
-        const CMap K(kb, a.Tk, a.QK_DIM, Strided(ldk));
-        const CMap Vm(vb, a.Tk, a.V_DIM, Strided(ldv));
-        Map dK(dkb, a.Tk, a.QK_DIM, Strided(ldk));
-        Map dV(dvb, a.Tk, a.V_DIM, Strided(ldv));
-        const bool rows = a.Tq <= detail::kRowAttentionRows && !drop;
-        if (rows) {
-          dK.setZero();
-          dV.setZero();
-        }
-        for (int h = g * group; h < (g + 1) * group; ++h) {
-          const bool first = h == g * group;
-          const long bh = long(b) * a.H + h;
-          const S* dyb = dy + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
-          const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
-          const S* p = probs + bh * tile;
-          S* dqb = dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
-          if (rows) {
-            for (int i = 0; i < a.Tq; ++i)
-              attend_backward(a, scale, dyb + long(i) * ldy, qb + long(i) * ldq, kb, ldk, vb, ldv, p + long(i) * a.Tk,
-                              ds, dqb + long(i) * ldq, dkb, dvb);
-            continue;
-          }
-          const CMap dY(dyb, a.Tq, a.V_DIM, Strided(ldy));
-          const CMap Q(qb, a.Tq, a.QK_DIM, Strided(ldq));
-          Map dS(ds, a.Tq, a.Tk, Strided(a.Tk));
-          const S* weights = p;
-          if (drop) {  // the mask replayed from the forward's key
-            detail::drop_probabilities(a, bh * tile, tile, p, ds + tile);
-            weights = ds + tile;
-          }
-          const CMap W(weights, a.Tq, a.Tk, Strided(a.Tk));
-          if (first) dV.noalias() = W.transpose() * dY;  // (Tk, V_DIM)
-          else dV.noalias() += W.transpose() * dY;
-          dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
-          if (drop) detail::undrop_gradient(a, bh * tile, tile, ds);
-          for (int i = 0; i < a.Tq; ++i)
-            detail::softmax_backward_row<S>(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
-          Map dQ(dqb, a.Tq, a.QK_DIM, Strided(ldq));
-          dQ.noalias() = scale * dS * K;  // (Tq, QK_DIM)
-          if (first) dK.noalias() = scale * dS.transpose() * Q;  // (Tk, QK_DIM)
-          else dK.noalias() += scale * dS.transpose() * Q;
-        }
-      }
-    });
+    detail::attention_backward(a, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv,
+                               attention_tiles(detail::attention_backward_tiles(a)));
   }
 
  private:
   static constexpr S kGeluC = S(0.7978845608028654);  // sqrt(2 / pi)
 
-  // Rotary positions: each (2i, 2i+1) pair of each head turned by its angle
-  // (sign -1: turned back, the backward).
-  void rotate_pairs(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld, S sign) {
-    detail::parallel_ranges(long(B) * T, long(B) * T * H * hd > detail::kParallelWork, [=](long lo, long hi) {
-      for (long r = lo; r < hi; ++r) {
-        const S* cs = table + long(offset + int(r % T)) * hd;
-        for (int h = 0; h < H; ++h) {
-          S* v = x + r * ld + long(h) * hd;
-          for (int i = 0; i < hd; i += 2) {
-            const S c = cs[i], s = sign * cs[i + 1], x0 = v[i], x1 = v[i + 1];
-            v[i] = x0 * c - x1 * s;
-            v[i + 1] = x0 * s + x1 * c;
-          }
-        }
-      }
-    });
-  }
-
-  // per_thread elements for each thread of a parallel region (attention's tiles).
+  // per_thread elements for each thread of a parallel region (attention's
+  // tiles; none: nullptr). Grows only, so steps of one shape allocate nothing.
   S* attention_tiles(long per_thread) {
-    scratch_.resize(static_cast<std::size_t>(detail::thread_count() * per_thread));
+    if (per_thread == 0) return nullptr;
+    const auto n = static_cast<std::size_t>(detail::thread_count() * per_thread);
+    if (scratch_.size() < n) scratch_.resize(n);
     return scratch_.data();
   }
 

@@ -55,6 +55,21 @@ struct positions_tag<Cfg> {
                 "Positions must be xfmr::Learned, xfmr::Sinusoidal or xfmr::Rope");
 };
 
+// The fixed tables of sinusoidal and rotary positions: for every position
+// t < rows and even column i, the sine and cosine of t / 10000^(i / width),
+// in that order or (cos_first) the other.
+template <class S>
+std::vector<S> angle_pairs(int rows, int width, bool cos_first) {
+  std::vector<S> host(static_cast<std::size_t>(rows) * width);
+  for (int t = 0; t < rows; ++t)
+    for (int i = 0; i + 1 < width; i += 2) {
+      const double angle = t / std::pow(10000.0, double(i) / width);
+      host[std::size_t(t) * width + i] = S(cos_first ? std::cos(angle) : std::sin(angle));
+      host[std::size_t(t) * width + i + 1] = S(cos_first ? std::sin(angle) : std::cos(angle));
+    }
+  return host;
+}
+
 inline Rng& unused_rng() {
   static thread_local Rng rng(0);
   return rng;
@@ -108,14 +123,7 @@ class SinusoidalPositions {
   using Tensor = typename Backend::Tensor;
 
   explicit SinusoidalPositions(Rng& = detail::unused_rng()) : table_{MAX_T, D} {
-    std::vector<S> host(static_cast<std::size_t>(MAX_T * D));
-    for (int t = 0; t < MAX_T; ++t)
-      for (int i = 0; i < D / 2; ++i) {
-        const double angle = t / std::pow(10000.0, 2.0 * i / D);
-        host[std::size_t(t) * D + 2 * i] = S(std::sin(angle));
-        host[std::size_t(t) * D + 2 * i + 1] = S(std::cos(angle));
-      }
-    table_.copy_from_host(host.data());
+    table_.copy_from_host(detail::angle_pairs<S>(MAX_T, D, false).data());
   }
 
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, int offset = 0) {
@@ -179,16 +187,7 @@ class RotaryPositions {
   using S = typename Backend::Scalar;
   using Tensor = typename Backend::Tensor;
 
-  RotaryPositions() : table_{MAX_T, HD} {
-    std::vector<S> host(static_cast<std::size_t>(MAX_T * HD));
-    for (int t = 0; t < MAX_T; ++t)
-      for (int i = 0; i < HD; i += 2) {
-        const double angle = t / std::pow(10000.0, double(i) / HD);
-        host[std::size_t(t) * HD + i] = S(std::cos(angle));
-        host[std::size_t(t) * HD + i + 1] = S(std::sin(angle));
-      }
-    table_.copy_from_host(host.data());
-  }
+  RotaryPositions() : table_{MAX_T, HD} { table_.copy_from_host(detail::angle_pairs<S>(MAX_T, HD, true).data()); }
 
   // Rows b*T + t of x (row stride ld), positions offset + t, `heads` heads of
   // HD columns from x's first column: turned forward, or back (backward).
