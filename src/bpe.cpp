@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "json_integers.hpp"
+#include "json_bounds.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/text.hpp"
 
@@ -142,6 +142,7 @@ std::string BpeTokenizer::to_json() const {
 }
 
 BpeTokenizer BpeTokenizer::from_json(std::string_view text) {
+  detail::check_json_depth(text, "BPE description");
   json j;
   try {
     j = json::parse(text);

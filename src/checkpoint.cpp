@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "json_bounds.hpp"
 #include "temp_names.hpp"
 
 namespace xfmr {
@@ -46,17 +47,50 @@ bool is_checkpoint(const fs::path& dir) {
 std::string read_trainer_state(const fs::path& dir) {
   require(is_checkpoint(dir), dir.string(), ": not a checkpoint directory (expected ", kModelFile, " and ",
           kTrainerStateFile, ")");
-  std::ifstream in(dir / kTrainerStateFile);
+  const fs::path path = dir / kTrainerStateFile;
+  constexpr std::uintmax_t kMaxBytes = 64u << 20;  // a few KiB in practice
+  const std::uintmax_t bytes = fs::file_size(path);
+  require(bytes <= kMaxBytes, path.string(), ": ", bytes, " bytes exceeds the limit of ", kMaxBytes);
+  std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
-  return ss.str();
+  std::string text = ss.str();
+  detail::check_json_depth(text, path.string());
+  return text;
 }
 
 void check_checkpoint_destination(const fs::path& dir) {
   std::error_code ec;
-  const bool exists = fs::exists(dir, ec);
-  require(!exists || is_checkpoint(dir), "refusing to write a checkpoint over ", dir.string(),
+  if (!fs::exists(fs::symlink_status(dir, ec))) return;
+  require(is_checkpoint(dir), "refusing to write a checkpoint over ", dir.string(),
           ": it exists and is not an xfmr checkpoint");
+  // A save replaces the whole directory: anything else in it would be lost.
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    require(name == kModelFile || name == kOptimizerFile || name == kTrainerStateFile, "refusing to replace the checkpoint ",
+            dir.string(), ": it holds ", name, ", which is not part of a checkpoint and a save would delete");
+  }
+}
+
+int remove_interrupted_saves(const fs::path& dir) {
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  const std::string prefix = std::string(".").append(dir.filename().string()).append(".new.");
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() != prefix.size() + 6 || !name.starts_with(prefix) || !e.is_directory(ec) || e.is_symlink(ec))
+      continue;
+    // Only what a save writes: a directory holding checkpoint files and
+    // nothing else (the old checkpoint after a swap, or a partial new one).
+    bool ours = true;
+    for (const auto& f : fs::directory_iterator(e.path(), ec)) {
+      const std::string n = f.path().filename().string();
+      ours = ours && f.is_regular_file(ec) && (n == kModelFile || n == kOptimizerFile || n == kTrainerStateFile);
+    }
+    if (ours && fs::remove_all(e.path(), ec) > 0) ++removed;
+  }
+  return removed;
 }
 
 void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const SafeTensorsWriter& optimizer,

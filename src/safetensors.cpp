@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "json_bounds.hpp"
 #include "temp_names.hpp"
 #include "xfmr/core/error.hpp"
 
@@ -131,6 +132,7 @@ SafeTensors SafeTensors::parse(std::vector<std::byte> bytes, std::string source)
       if (!open_objects.back().insert(parsed.get<std::string>()).second) duplicate = parsed.get<std::string>();
     return true;
   };
+  detail::check_json_depth(header, src + ": header");
   json root;
   try {
     root = json::parse(header, watch);
@@ -208,6 +210,10 @@ SafeTensors SafeTensors::parse(std::vector<std::byte> bytes, std::string source)
 }
 
 SafeTensors SafeTensors::load(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto type = std::filesystem::status(path, ec).type();
+  require(type == std::filesystem::file_type::not_found || type == std::filesystem::file_type::regular, path.string(),
+          ": is not a regular file");
   std::ifstream in(path, std::ios::binary);
   require(in.good(), path.string(), ": cannot open for reading");
   in.seekg(0, std::ios::end);

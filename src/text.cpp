@@ -5,12 +5,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <unordered_map>
 
-#include "json_integers.hpp"
+#include "json_bounds.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
@@ -21,30 +22,81 @@ using nlohmann::json;
 
 // ---- files -----------------------------------------------------------------
 
-std::string read_text_file(const std::filesystem::path& path) {
+namespace {
+
+// Why `path` cannot be read as a file, or "" when it can: a regular file or
+// a pipe (`--data <(zcat corpus.gz)`); directories and devices cannot.
+std::string unreadable_kind(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec), path.string(), ": no such file");
-  gzFile f = gzopen(path.c_str(), "rb");
-  require(f != nullptr, path.string(), ": cannot open: ", std::strerror(errno));
+  const fs::file_status st = fs::status(path, ec);
+  switch (st.type()) {
+    case fs::file_type::regular:
+    case fs::file_type::fifo: return "";
+    case fs::file_type::not_found: return "no such file";
+    case fs::file_type::directory: return "is a directory, not a file";
+    case fs::file_type::character:
+    case fs::file_type::block: return "is a device, not a file";
+    case fs::file_type::socket: return "is a socket, not a file";
+    default: return ec ? "cannot be read: " + ec.message() : "is not a file";
+  }
+}
+
+// Inflates one or more concatenated gzip members (as gzip writes and reads
+// them); bytes after the last member that start no member are an error,
+// where zlib's gzread skipped them silently.
+std::string gunzip(std::string_view raw, const std::string& name) {
+  z_stream z{};
+  require(inflateInit2(&z, 15 + 16) == Z_OK, name, ": cannot start zlib");
   std::string out;
   char buf[1 << 16];
-  for (;;) {
-    const int n = gzread(f, buf, sizeof buf);
-    if (n < 0) {
-      int code = 0;
-      const std::string msg = gzerror(f, &code);
-      gzclose(f);
-      detail::fail(path.string(), ": read failed: ", msg);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
+  std::size_t pos = 0;
+  int ret = Z_OK;
+  while (pos < raw.size()) {
+    require(raw.size() - pos >= 2 && std::uint8_t(raw[pos]) == 0x1f && std::uint8_t(raw[pos + 1]) == 0x8b, name,
+            ": ", raw.size() - pos, " bytes after the gzip data at byte ", pos, " are not gzip (trailing garbage)");
+    inflateReset(&z);
+    do {
+      const std::size_t chunk = std::min<std::size_t>(raw.size() - pos, 1u << 30);
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(raw.data() + pos));
+      z.avail_in = static_cast<uInt>(chunk);
+      z.next_out = reinterpret_cast<Bytef*>(buf);
+      z.avail_out = sizeof buf;
+      ret = inflate(&z, Z_NO_FLUSH);
+      pos += chunk - z.avail_in;
+      out.append(buf, sizeof buf - z.avail_out);
+      if (ret != Z_OK && ret != Z_STREAM_END) break;
+      if (out.size() > kMaxTextBytes) break;
+    } while (ret != Z_STREAM_END && (pos < raw.size() || z.avail_out == 0));
+    if (ret != Z_STREAM_END) break;
   }
-  int code = 0;
-  const std::string msg = gzerror(f, &code);
-  gzclose(f);
-  require(code == Z_OK || code == Z_STREAM_END, path.string(), ": corrupt or truncated: ", msg);
-  require(!out.empty(), path.string(), ": file is empty");
+  const std::string msg = z.msg ? z.msg : "the stream ends early";
+  inflateEnd(&z);
+  require(out.size() <= kMaxTextBytes, name, ": decompresses past the limit of ", kMaxTextBytes, " bytes");
+  require(ret == Z_STREAM_END, name, ": corrupt or truncated gzip data: ", msg);
   return out;
+}
+
+}  // namespace
+
+std::string read_text_file(const std::filesystem::path& path) {
+  const std::string kind = unreadable_kind(path);
+  require(kind.empty(), path.string(), ": ", kind);
+  std::ifstream in(path, std::ios::binary);
+  require(in.good(), path.string(), ": cannot open: ", std::strerror(errno));
+  std::string raw;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    raw.append(buf, static_cast<std::size_t>(in.gcount()));
+    require(raw.size() <= kMaxTextBytes, path.string(), ": larger than the limit of ", kMaxTextBytes, " bytes");
+  }
+  require(!in.bad(), path.string(), ": read failed: ", std::strerror(errno));
+  require(!raw.empty(), path.string(), ": file is empty");
+  const bool gzip = raw.size() >= 2 && std::uint8_t(raw[0]) == 0x1f && std::uint8_t(raw[1]) == 0x8b;
+  if (!gzip) return raw;
+  std::string text = gunzip(raw, path.string());
+  require(!text.empty(), path.string(), ": file is empty (after decompression)");
+  return text;
 }
 
 std::vector<std::string> read_lines(const std::filesystem::path& path) {
@@ -205,6 +257,7 @@ std::string CharTokenizer::to_json() const {
 }
 
 CharTokenizer CharTokenizer::from_json(std::string_view text) {
+  detail::check_json_depth(text, "tokenizer description");
   json j;
   try {
     j = json::parse(text);
@@ -316,6 +369,7 @@ std::string WordVocab::to_json() const {
 }
 
 WordVocab WordVocab::from_json(std::string_view text) {
+  detail::check_json_depth(text, "vocabulary description");
   json j;
   try {
     j = json::parse(text);
@@ -427,17 +481,11 @@ std::vector<LabeledText> read_labeled_tsv(const std::filesystem::path& path) {
     const auto tab = line.find('\t');
     require(tab != std::string::npos, path.string(), ":", i + 1, ": no tab between label and text");
     const std::string label = line.substr(0, tab);
-    std::size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(label, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    require(used == label.size() && !label.empty(), path.string(), ":", i + 1, ": label '", label,
-            "' is not an integer");
-    require(value >= 0, path.string(), ":", i + 1, ": label ", value, " is negative");
-    rows.push_back({value, line.substr(tab + 1)});
+    const std::string where = path.string() + ":" + std::to_string(i + 1) + ": label";
+    const long long value = parse_integer<long long>(label, where);
+    require(value >= 0 && value < kMaxClasses, where, " ", value, " outside 0..", kMaxClasses - 1,
+            " (the class count follows the largest label)");
+    rows.push_back({static_cast<int>(value), line.substr(tab + 1)});
   }
   require(!rows.empty(), path.string(), ": no examples after the header");
   return rows;

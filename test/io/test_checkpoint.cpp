@@ -168,3 +168,50 @@ BOOST_AUTO_TEST_CASE(overwrites_only_checkpoints_and_leaves_no_temporaries) {
   BOOST_TEST(entries(d.path / "mine") == 1u);
   BOOST_CHECK_THROW(read_trainer_state(d.path / "mine"), Error);
 }
+
+// A checkpoint directory holding a file of the user's is not replaced: the
+// swap would delete the file with the old checkpoint.
+BOOST_AUTO_TEST_CASE(a_checkpoint_with_foreign_files_is_not_replaced) {
+  TempDir d;
+  SafeTensorsWriter m, o;
+  const std::vector<float> a = {1, 2};
+  m.add<float>("w", {2}, a);
+  write_checkpoint(d.path / "run", m, o, "{}");
+  std::ofstream(d.path / "run" / "notes.txt") << "precious";
+  try {
+    write_checkpoint(d.path / "run", m, o, "{\"step\": 2}");
+    BOOST_FAIL("a checkpoint holding a user's file was replaced");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()).find("it holds notes.txt, which is not part of a checkpoint") != std::string::npos,
+               e.what());
+  }
+  BOOST_TEST(fs::exists(d.path / "run" / "notes.txt"));
+  BOOST_TEST(read_trainer_state(d.path / "run") == "{}");
+}
+
+// Saves interrupted by a crash leave .<name>.new.XXXXXX directories;
+// remove_interrupted_saves removes those of one target and nothing else.
+BOOST_AUTO_TEST_CASE(interrupted_saves_are_cleaned_up) {
+  TempDir d;
+  auto make = [&](const std::string& name, std::initializer_list<const char*> files) {
+    fs::create_directories(d.path / name);
+    for (const char* f : files) std::ofstream(d.path / name / f) << "x";
+  };
+  make(".run.new.abc123", {kModelFile, kOptimizerFile});            // partial new checkpoint: removed
+  make(".run.new.XyZ789", {kModelFile, kOptimizerFile, kTrainerStateFile});  // old one after a swap: removed
+  make(".run.new.empty0", {});                                      // nothing written yet: removed
+  make(".run.new.keep01", {kModelFile, "notes.txt"});                // a user's file inside: kept
+  make(".run.new.toolong", {kModelFile});                           // not the pattern: kept
+  make(".other.new.abc123", {kModelFile});                          // another target's: kept
+  make("run", {kModelFile, kOptimizerFile, kTrainerStateFile});
+  BOOST_TEST(remove_interrupted_saves(d.path / "run") == 3);
+  BOOST_TEST(!fs::exists(d.path / ".run.new.abc123"));
+  BOOST_TEST(!fs::exists(d.path / ".run.new.XyZ789"));
+  BOOST_TEST(!fs::exists(d.path / ".run.new.empty0"));
+  BOOST_TEST(fs::exists(d.path / ".run.new.keep01" / "notes.txt"));
+  BOOST_TEST(fs::exists(d.path / ".run.new.toolong"));
+  BOOST_TEST(fs::exists(d.path / ".other.new.abc123"));
+  BOOST_TEST(is_checkpoint(d.path / "run"));
+  BOOST_TEST(remove_interrupted_saves(d.path / "run") == 0);
+  BOOST_TEST(remove_interrupted_saves(d.path / "absent" / "run") == 0);  // a parent that does not exist
+}

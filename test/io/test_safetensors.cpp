@@ -156,6 +156,13 @@ BOOST_AUTO_TEST_CASE(rejects_malformed_headers) {
                       "not a non-negative integer"));
   BOOST_TEST(contains(error_of(raw(R"({"a":{"dtype":"F32","shape":[1]}})", 4)), "needs data_offsets"));
   BOOST_TEST(contains(error_of(raw(R"({"__metadata__":{"k":1}})", 0)), "__metadata__ value for 'k' is not a string"));
+  // A shape nested 100,000 deep overflowed the stack inside nlohmann-json
+  // as the error message was built; the depth is bounded before parsing.
+  const std::string deep = R"({"a":{"dtype":"F32","shape":)" + std::string(100000, '[') + std::string(100000, ']') +
+                           R"(,"data_offsets":[0,4]}})";
+  BOOST_TEST(contains(error_of(raw(deep, 4)), ": header nests deeper than 64 levels"));
+  const std::string brackets_in_strings = R"({"__metadata__":{"k":")" + std::string(1000, '[') + R"("}})";
+  BOOST_TEST(SafeTensors::parse(raw(brackets_in_strings, 0)).metadata("k") == std::string(1000, '['));
 }
 
 BOOST_AUTO_TEST_CASE(writer_rejects_bad_tensors) {
@@ -226,5 +233,13 @@ BOOST_AUTO_TEST_CASE(load_reports_missing_files) {
     BOOST_FAIL("missing file loaded");
   } catch (const Error& e) {
     BOOST_TEST(std::string(e.what()) == "/nonexistent/x.safetensors: cannot open for reading");
+  }
+  // A directory opened as a stream reported a size of 2^63 - 1 and ended in
+  // std::bad_alloc.
+  try {
+    (void)SafeTensors::load("/tmp");
+    BOOST_FAIL("a directory loaded");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()) == "/tmp: is not a regular file");
   }
 }

@@ -1,10 +1,14 @@
 #define BOOST_TEST_MODULE text
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <thread>
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/datasets.hpp"
@@ -51,6 +55,34 @@ BOOST_AUTO_TEST_CASE(reads_plain_and_gzip_files) {
   const auto gz = d.write_gz("long.gz", std::string(100000, 'x') + "tail");
   fs::resize_file(gz, fs::file_size(gz) / 2);
   BOOST_TEST(error_of([&] { read_text_file(gz); }).find("corrupt or truncated") != std::string::npos);
+
+  // Two gzip members read as one text (gzip's own rule); bytes after the
+  // last member are an error (zlib's gzread skipped them silently).
+  const auto one = d.write_gz("one.gz", "first\n"), two = d.write_gz("two.gz", "second\n");
+  auto bytes_of = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto both = d.write("both.gz", bytes_of(one) + bytes_of(two));
+  BOOST_TEST(read_text_file(both) == "first\nsecond\n");
+  const auto garbage = d.write("garbage.gz", bytes_of(one) + "not gzip");
+  BOOST_TEST(error_of([&] { read_text_file(garbage); }) ==
+             garbage.string() + ": 8 bytes after the gzip data at byte " + std::to_string(bytes_of(one).size()) +
+                 " are not gzip (trailing garbage)");
+  // A directory or a device is named as such, not as a missing file.
+  BOOST_TEST(error_of([&] { read_text_file(d.path); }) == d.path.string() + ": is a directory, not a file");
+  BOOST_TEST(error_of([&] { read_text_file("/dev/zero"); }) == "/dev/zero: is a device, not a file");
+}
+
+// A pipe reads like a file (a shell's `--data <(zcat corpus.gz)`).
+BOOST_AUTO_TEST_CASE(reads_a_pipe) {
+  TempDir d;
+  const fs::path fifo = d.path / "pipe";
+  BOOST_TEST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::thread writer([&] { std::ofstream(fifo) << "through a pipe\n"; });
+  const std::string text = read_text_file(fifo);
+  writer.join();
+  BOOST_TEST(text == "through a pipe\n");
 }
 
 BOOST_AUTO_TEST_CASE(char_tokenizer_from_corpus) {
@@ -148,6 +180,17 @@ BOOST_AUTO_TEST_CASE(labeled_tsv) {
   const auto q = d.write("bad2.tsv", "label\tsentence\npositive\tok\n");
   BOOST_TEST(error_of([&] { read_labeled_tsv(q); }) == q.string() + ":2: label 'positive' is not an integer");
   BOOST_TEST(error_of([&] { read_labeled_tsv(d.write("h.tsv", "1\n")); }).ends_with("expected a header line 'label<TAB>text'"));
+  // A label past kMaxClasses - 1 (it set the class count: 1e8 exhausted
+  // memory) or past an int is refused with the limit.
+  const auto big = d.write("big.tsv", "label\tsentence\n100000000\tok\n");
+  BOOST_TEST(error_of([&] { read_labeled_tsv(big); }) ==
+             big.string() + ":2: label 100000000 outside 0..65535 (the class count follows the largest label)");
+  const auto huge = d.write("huge.tsv", "label\tsentence\n99999999999999999999999\tok\n");
+  BOOST_TEST(error_of([&] { read_labeled_tsv(huge); }) ==
+             huge.string() + ":2: label '99999999999999999999999' is out of range");
+  const auto neg = d.write("neg.tsv", "label\tsentence\n-1\tok\n");
+  BOOST_TEST(error_of([&] { read_labeled_tsv(neg); }).ends_with(":2: label -1 outside 0..65535 (the class count follows the largest label)"));
+  BOOST_TEST(read_labeled_tsv(d.write("max.tsv", "label\tsentence\n65535\tok\n"))[0].label == 65535);
 }
 
 BOOST_AUTO_TEST_CASE(class_batches_pad_truncate_and_cls) {
@@ -202,6 +245,11 @@ BOOST_AUTO_TEST_CASE(bpe_trains_merges_and_round_trips) {
 // integers, a specials count of 0 (it left special("<bos>") empty), and BPE
 // merges that keep doubling one symbol (2^k bytes) are clear errors.
 BOOST_AUTO_TEST_CASE(hostile_vocabulary_descriptions_are_errors) {
+  // Nesting is bounded before parsing (100,000 levels overflowed the stack).
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  BOOST_TEST(error_of([&] { CharTokenizer::from_json(deep); }) == "tokenizer description nests deeper than 64 levels");
+  BOOST_TEST(error_of([&] { WordVocab::from_json(deep); }) == "vocabulary description nests deeper than 64 levels");
+  BOOST_TEST(error_of([&] { BpeTokenizer::from_json(deep); }) == "BPE description nests deeper than 64 levels");
   const std::string words = R"("words": ["<pad>", "<unk>", "cat"])";
   auto word_vocab = [&](const std::string& extra) {
     return WordVocab::from_json("{\"type\": \"words\", " + words + extra + "}");

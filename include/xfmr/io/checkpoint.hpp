@@ -103,9 +103,16 @@ void load_optimizer_state(Optimizer& opt, const SafeTensors& st) {
 }
 
 // Refuses (xfmr::Error) a `dir` that write_checkpoint would refuse: one that
-// exists and is not a checkpoint. Programs check their --out with it before
-// the first step, so a refusal costs no training.
+// exists and is not a checkpoint, or a checkpoint holding other files too
+// (a save replaces the whole directory). Programs check their --out with it
+// before the first step, so a refusal costs no training.
 void check_checkpoint_destination(const std::filesystem::path& dir);
+
+// Removes what saves of `dir` interrupted by a crash left beside it: the
+// hidden directories .<name>.new.XXXXXX that hold checkpoint files and
+// nothing else. Returns how many it removed. Call it when no other process
+// is writing `dir`.
+int remove_interrupted_saves(const std::filesystem::path& dir);
 
 // Writes the three files into `dir` atomically (see above).
 void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model,
@@ -115,7 +122,8 @@ void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter&
 bool is_checkpoint(const std::filesystem::path& dir);
 
 // Reads trainer_state.json of a checkpoint, with a clear error when `dir` is
-// not one.
+// not one, when the file exceeds 64 MiB or when its JSON nests deeper than
+// 64 levels.
 std::string read_trainer_state(const std::filesystem::path& dir);
 
 }  // namespace xfmr

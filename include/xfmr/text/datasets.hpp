@@ -70,6 +70,9 @@ struct LabeledText {
   int label = 0;
   std::string text;
 };
+// Labels lie in 0..kMaxClasses-1: a classifier has one output row a class,
+// so a stray huge label would otherwise size the model (and exhaust memory).
+inline constexpr int kMaxClasses = 1 << 16;
 std::vector<LabeledText> read_labeled_tsv(const std::filesystem::path& path);
 
 struct ClassBatch {

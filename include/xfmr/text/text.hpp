@@ -1,8 +1,10 @@
 // text.hpp: reading corpora and turning text into token ids.
 //
-// read_text_file / read_lines: plain or gzip-compressed files, detected by
-//   content (zlib reads uncompressed files transparently). A missing,
-//   unreadable, corrupt or empty file is an xfmr::Error naming it.
+// read_text_file / read_lines: plain or gzip-compressed files (one or more
+//   gzip members), detected by content; a pipe reads like a file. A missing,
+//   unreadable, corrupt, empty or over-large (kMaxTextBytes) file, a
+//   directory or device, and bytes after the gzip data are each an
+//   xfmr::Error naming the file.
 // CharTokenizer: one token per Unicode character (UTF-8 code point) seen in a
 //   corpus, ids in code-point order; or byte-level (256 tokens, any input).
 //   Unknown characters are an error naming the character and its position,
@@ -23,6 +25,8 @@
 
 namespace xfmr {
 
+// The most bytes a text file may hold, before and after decompression.
+inline constexpr std::size_t kMaxTextBytes = std::size_t(1) << 30;
 std::string read_text_file(const std::filesystem::path& path);
 // Lines without their '\n' (and a trailing '\r'); the last line may lack '\n'.
 std::vector<std::string> read_lines(const std::filesystem::path& path);

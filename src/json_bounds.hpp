@@ -1,0 +1,49 @@
+// json_bounds.hpp (internal): JSON read within bounds.
+// - json_integer: nlohmann-json converts a float such as 1e100 to an int with
+//   undefined behaviour, and an unsigned beyond int64 wraps: both are refused
+//   with xfmr::Error naming the value and the bounds.
+// - check_json_depth: nesting is bounded before parsing; nlohmann-json's
+//   dump() recurses, and a value nested 100,000 deep overflowed the stack
+//   while an error message was being built.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "xfmr/core/error.hpp"
+
+namespace xfmr::detail {
+
+inline std::int64_t json_integer(const nlohmann::json& v, std::int64_t lo, std::int64_t hi, std::string_view what) {
+  require(v.is_number_integer(), what, " ", v.dump(), " is not an integer");
+  const bool fits = !v.is_number_unsigned() || v.get<std::uint64_t>() <= std::uint64_t(INT64_MAX);
+  const std::int64_t x = fits ? v.get<std::int64_t>() : INT64_MAX;
+  require(fits && x >= lo && x <= hi, what, " ", v.dump(), " outside [", lo, ", ", hi, "]");
+  return x;
+}
+
+// Nesting of [ and { that no description of ours comes near.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Refuses JSON text nested deeper than `limit` (brackets inside strings do
+// not count), naming `what`. Malformed text passes: the parser reports it.
+inline void check_json_depth(std::string_view text, std::string_view what, int limit = kMaxJsonDepth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      require(++depth <= limit, what, " nests deeper than ", limit, " levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+}  // namespace xfmr::detail
