@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -175,6 +176,48 @@ BOOST_AUTO_TEST_CASE(a_non_finite_loss_or_gradient_stops_naming_the_step) {
   const bool loss = message.find("loss is") != std::string::npos;
   const bool gradient = message.find("non-finite gradient in '") != std::string::npos;
   BOOST_TEST((loss || gradient), message);
+  if (loss) {
+    BOOST_TEST(message.find("(learning rate 1e+06)") != std::string::npos, message);
+    BOOST_TEST(message.ends_with("; try a lower learning rate or gradient clipping"), message);
+  }
+}
+
+// The Trainer's view of a loss it is handed: logits chosen by the test (the
+// model's forward still runs, for its backward). A step's loss far above
+// the first is flagged once; logits that are not finite, from finite
+// weights, are named as the cause of a non-finite loss.
+BOOST_AUTO_TEST_CASE(divergence_is_flagged_once_and_overflowing_logits_are_named) {
+  Be be;
+  Model model(V, 3);
+  AdamW<Be> opt(model);
+  ModelTrainer trainer(model, be, opt, {.schedule = LrSchedule{.lr = 1e-9}, .shards = 1});
+  std::vector<std::int32_t> ids(T, 1), targets(T, 2);
+  std::vector<double> logits(std::size_t(T) * V);
+  auto step_with = [&](double target_logit) {
+    for (std::size_t r = 0; r < std::size_t(T); ++r)
+      for (int v = 0; v < V; ++v) logits[r * V + std::size_t(v)] = v == 2 ? target_logit : 0.0;
+    return trainer.step([&](int) { return BatchTargets{1, targets}; }, [&](const Shard&, Model& m, Be& b) {
+      m.forward(b, ids, Shape{1, T});
+      return std::span<const double>(logits);
+    });
+  };
+  const StepResult first = step_with(0);  // loss ln 7
+  BOOST_TEST(first.loss == std::log(7.0), boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(!first.diverging);
+  BOOST_TEST(!step_with(-5).diverging);  // about 5: under 4 x ln 7 = 7.8
+  const StepResult far = step_with(-20);  // about 20
+  BOOST_TEST(far.diverging);
+  BOOST_TEST(trainer.first_loss() == first.loss);
+  BOOST_TEST(!step_with(-40).diverging);  // flagged once
+  try {
+    step_with(std::numeric_limits<double>::infinity());
+    BOOST_FAIL("an infinite logit gave a finite loss");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.starts_with("loss is "), m);
+    BOOST_TEST(m.find(" at step 5 (learning rate 1e-09): every parameter is finite, but the logits are not") !=
+                   std::string::npos, m);
+  }
 }
 
 // state() with the parameters and optimizer state saved (save/load through

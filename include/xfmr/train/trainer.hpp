@@ -31,15 +31,18 @@
 // sequence (one per position for a language model, one per sequence for a
 // classifier); the logits have one row per target.
 //
-// Stops: a loss that is not finite throws xfmr::Error naming the step and
-// the first parameter that is not finite (or saying that every one is); a
-// gradient that is not finite throws naming the step and the first tensor.
+// Stops: a loss that is not finite throws xfmr::Error naming the step, the
+// learning rate and the cause: the first parameter that is not finite, or
+// logits that overflowed from finite weights; a gradient that is not finite
+// throws naming the step and the first tensor. A loss that grows far above
+// its start is flagged in StepResult::diverging, once.
 //
 // What a run must keep to resume bit for bit: the model's parameters and
 // the optimizer's state (save/load), and state(): the steps taken, the
 // data generator's state and every dropout layer's call counter.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -86,7 +89,12 @@ struct BatchTargets {
 struct StepResult {
   long step = 0;
   double lr = 0.0, loss = 0.0, grad_norm = 0.0;
+  // True at the first step whose loss exceeds kDivergence times the loss of
+  // this run's first step: training is likely diverging (a learning rate
+  // too high); the caller warns.
+  bool diverging = false;
 };
+inline constexpr double kDivergence = 4.0;
 
 // A loss summed over batches without gradients: the sum of each target's
 // loss and the number of targets counted.
@@ -153,6 +161,9 @@ class Trainer {
     if (opts_.graph_steps) run_step(be_, "train", body);
     else body();
     ++step_;
+    if (first_loss_ < 0) first_loss_ = r.loss;
+    r.diverging = !warned_ && first_loss_ > 0 && r.loss > kDivergence * first_loss_;
+    warned_ = warned_ || r.diverging;
     return r;
   }
 
@@ -182,6 +193,8 @@ class Trainer {
     return sum;
   }
 
+  // The loss of this run's first step (-1 before it).
+  double first_loss() const { return first_loss_; }
   // Steps taken so far (the next step's 0-based index).
   long steps() const { return step_; }
   // The learning rate of the next step.
@@ -253,7 +266,10 @@ class Trainer {
       auto& ce = shard_loss_[std::size_t(s.index)];
       const std::span<const S> logits = forward(s, m, b);
       const double shard_loss = ce.forward(b, logits, targets, classes(logits, targets));
-      if (!std::isfinite(shard_loss)) return shard_loss;  // reported below, from the model's own weights
+      if (!std::isfinite(shard_loss)) {  // reported below
+        logits_overflowed_[std::size_t(s.index)] = !std::isfinite(b.sum_squares(logits.size(), logits.data()));
+        return shard_loss;
+      }
       const std::span<S> dlogits(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
       ce.backward(b, dlogits, share / opts_.grad_accum);
       m.backward(b, std::span<const S>(dlogits));
@@ -261,9 +277,13 @@ class Trainer {
     });
     if (!std::isfinite(loss)) {
       const std::string bad = first_non_finite_parameter(be_, model_);
-      detail::fail("loss is ", loss, " at step ", step, "; ",
-                   bad.empty() ? std::string("every parameter is finite")
-                               : "first non-finite parameter: '" + bad + "'");
+      const bool overflowed = std::find(logits_overflowed_.begin(), logits_overflowed_.end(), 1) != logits_overflowed_.end();
+      detail::fail("loss is ", loss, " at step ", step, " (learning rate ", opts_.schedule.at(step - 1), "): ",
+                   !bad.empty()  ? "parameter '" + bad + "' is the first that is not finite"
+                   : overflowed ? std::string("every parameter is finite, but the logits are not: the weights grew "
+                                              "until the forward pass overflowed")
+                                : std::string("every parameter and logit is finite: the loss itself overflowed"),
+                   "; try a lower learning rate or gradient clipping");
     }
     return loss;
   }
@@ -284,6 +304,9 @@ class Trainer {
   DataParallel<Model, Backend> dp_;
   Rng data_rng_;
   long step_ = 0;
+  double first_loss_ = -1.0;
+  bool warned_ = false;
+  std::vector<char> logits_overflowed_ = std::vector<char>(std::size_t(dp_.shards()), 0);  // a shard's, at a non-finite loss
   std::deque<CrossEntropyLoss<Backend>> shard_loss_;  // one a shard (they do not move)
   std::deque<CrossEntropyLoss<Backend>> eval_loss_;   // without smoothing, when training smooths
   std::deque<typename Backend::template Buffer<S>> shard_dlogits_;  // (rows, classes), backend memory
