@@ -53,15 +53,15 @@ struct RunSettings {
     s.model = j.at("model");
     s.mode = j.at("mode");
     s.schedule = j.at("schedule");
-    s.batch = j.at("batch");
-    s.grad_accum = j.at("grad_accum");
+    s.batch = json_integer<int>(j, "batch");
+    s.grad_accum = json_integer<int>(j, "grad_accum");
     s.lr = j.at("lr");
     s.clip = j.at("clip");
     s.weight_decay = j.at("weight_decay");
     s.val_fraction = j.at("val_fraction");
     s.dropout = j.at("dropout");
     s.attention_dropout = j.value("attention_dropout", 0.0f);  // absent before attention dropout existed
-    s.seed = j.at("seed");
+    s.seed = json_integer<std::uint64_t>(j, "seed");
     return s;
   }
 };
@@ -104,6 +104,12 @@ Corpus load_corpus(const std::string& path, const RunSettings& run) {
   Corpus c;
   const std::string text = read_text_file(path);
   c.hash = fnv1a(text);
+  std::vector<std::string_view> chars;  // the characters, in order
+  try {
+    chars = utf8_characters(text);
+  } catch (const Error& e) {
+    detail::fail(path, ": ", e.what(), " (the character model reads UTF-8 text)");
+  }
   if (run.mode == "names") {
     std::vector<std::string> lines;
     std::size_t start = 0;
@@ -121,7 +127,6 @@ Corpus load_corpus(const std::string& path, const RunSettings& run) {
   } else {
     require(run.mode == "text", "unknown --mode '", run.mode, "' (expected text or names)");
     // The first (1 - val_fraction) of the characters train, the rest validate.
-    const auto chars = utf8_characters(text);
     const std::size_t n_train = std::size_t(double(chars.size()) * (1.0 - run.val_fraction));
     std::size_t bytes = 0;
     for (std::size_t i = 0; i < n_train; ++i) bytes += chars[i].size();
@@ -242,7 +247,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
                              [&] { return std::make_unique<Model>(V, run.seed, model_opts); });
   if (resumed) {
     trainer.load(*ckpt_model, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));  // model file read above
-    trainer.restore({resumed->at("step"),
+    trainer.restore({json_integer<long>(*resumed, "step", 0),
                      parse_integer<std::uint64_t>(resumed->at("rng").get<std::string>(), "trainer_state.json: rng"),
                      resumed->at("dropout_calls").get<std::vector<std::uint64_t>>()});
     require(trainer.steps() <= args.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", args.steps);
@@ -305,6 +310,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
     batch_losses.emplace_back(step + 1, loss);
     csv.batch(step + 1, lr, loss);
     progress.update(step, loss);
+    warn_if_diverging(r, trainer.first_loss(), progress);
     if ((step + 1) % args.eval_every == 0 || step + 1 == stop) {
       last_train = evaluate(train_batches);
       last_val = evaluate(val_batches);
@@ -423,12 +429,16 @@ int run_train(int argc, char** argv) {
                   "final losses, tokens/s and wall time");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
-  check_run_options(a);
-  require(a.steps > 0 && a.run.batch > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_batches > 0,
-          "--steps, --batch, --grad-accum, --eval-every and --eval-batches must be positive");
-  check_optimizer_options(a.run.lr, a.run.clip, a.run.weight_decay);
-  check_dropout_options(vm, a.run.dropout, a.run.attention_dropout);
-  require(a.run.val_fraction > 0 && a.run.val_fraction < 1, "--val-fraction ", a.run.val_fraction, " outside (0, 1)");
+  // The settings, given or (on --resume) the checkpoint's, make sense.
+  auto check_settings = [&] {
+    require(a.steps > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_batches > 0,
+            "--steps, --grad-accum, --eval-every and --eval-batches must be positive");
+    check_batch(a.run.batch);
+    check_optimizer_options(a.run.lr, a.run.clip, a.run.weight_decay);
+    check_dropout_options(vm, a.run.dropout, a.run.attention_dropout);
+    require(a.run.val_fraction > 0 && a.run.val_fraction < 1, "--val-fraction ", a.run.val_fraction, " outside (0, 1)");
+  };
+  check_settings();
 
   std::optional<json> resumed;
   if (!a.resume.empty()) {
@@ -451,10 +461,19 @@ int run_train(int argc, char** argv) {
     agree("attention-dropout", a.run.attention_dropout == saved.attention_dropout);
     agree("seed", a.run.seed == saved.seed);
     agree("val-fraction", a.run.val_fraction == saved.val_fraction);
+    // The schedule spans --steps: a cosine or one-cycle run resumes with
+    // the plan it started with (a constant rate may train on past it).
+    const long planned = json_integer<long>(state, "steps", 1);
+    if (vm["steps"].defaulted()) a.steps = planned;
+    require(a.steps == planned || saved.schedule == "constant", "--steps ", a.steps, " differs from the ", planned,
+            " that the checkpoint's ", saved.schedule, " schedule spans; resume with --steps ", planned,
+            " (only a constant schedule may change it)");
     a.run = saved;
     if (a.out.empty()) a.out = a.resume;
     resumed = state;
+    check_settings();
   }
+  check_run_options(a, {{"--data", a.data}}, a.resume);
   with_backend(a.backend, [&]<class Be>() { with_lm_preset(a.run.model, [&]<class Cfg>() { train<Cfg, Be>(a, resumed); }); });
   return 0;
 }

@@ -30,6 +30,17 @@ namespace {
 
 constexpr const char* kFormat = "xfmr-classify";
 
+// Refuses text that is not UTF-8, naming the file and the example.
+void check_utf8(const std::vector<LabeledText>& rows, const std::string& source) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    try {
+      (void)utf8_characters(rows[i].text);
+    } catch (const Error& e) {
+      detail::fail(source, ": example ", i + 1, ": ", e.what(), " of its text");
+    }
+  }
+}
+
 // Words or characters, behind one interface; serialised into the checkpoint.
 struct Tokens {
   std::string kind;  // "word" or "char"
@@ -37,7 +48,8 @@ struct Tokens {
   std::optional<CharTokenizer> chars;
   std::int32_t pad = 0, cls = -1;
 
-  static Tokens build(const std::string& kind, const std::vector<LabeledText>& train, int min_freq, bool cls) {
+  static Tokens build(const std::string& kind, const std::vector<LabeledText>& train, int min_freq, bool cls,
+                      const std::string& source) {
     Tokens t;
     t.kind = kind;
     std::vector<std::string> texts;
@@ -50,6 +62,7 @@ struct Tokens {
       require(kind == "char", "unknown --tokens '", kind, "' (expected word or char)");
       std::string all;
       for (const auto& s : texts) all += s;
+      check_utf8(train, source);
       // Characters: id 0 pads, the last id is CLS, unknown characters map to <unk>.
       t.chars = CharTokenizer::from_corpus(all, /*with_unknown=*/true);
       t.pad = t.chars->size();
@@ -74,7 +87,7 @@ struct Tokens {
       t.chars = CharTokenizer::from_json(j.at("vocab").get<std::string>());
       t.pad = t.chars->size();
     }
-    t.cls = j.at("cls");
+    t.cls = json_integer<std::int32_t>(j, "cls", -1, t.size() - 1);
     return t;
   }
 };
@@ -82,17 +95,31 @@ struct Tokens {
 struct Encoded {
   std::vector<std::vector<std::int32_t>> seqs;
   std::vector<int> labels;
+  long cut = 0;  // sequences longer than the model reads (make_class_batch keeps their first tokens)
 };
 
-Encoded encode_all(const Tokens& tok, const std::vector<LabeledText>& rows, int classes, const std::string& source) {
+// Token ids and labels of `rows`; counts the sequences past `max_t` tokens
+// (with the CLS token when the model pools on one).
+Encoded encode_all(const Tokens& tok, const std::vector<LabeledText>& rows, int classes, int max_t,
+                   const std::string& source) {
+  if (tok.chars) check_utf8(rows, source);
   Encoded e;
+  const std::size_t room = std::size_t(max_t - (tok.cls >= 0 ? 1 : 0));
   for (std::size_t i = 0; i < rows.size(); ++i) {
     require(rows[i].label < classes, source, ": example ", i + 1, " has label ", rows[i].label,
             " but the model has ", classes, " classes");
     e.seqs.push_back(tok.encode(rows[i].text));
     e.labels.push_back(rows[i].label);
+    e.cut += e.seqs.back().size() > room;
   }
   return e;
+}
+
+// "note: 12 of 500 dev examples are longer than the model's 64 tokens; it reads their first 64".
+void report_cut(const Encoded& e, const char* what, int max_t) {
+  if (e.cut > 0)
+    std::cout << "note: " << e.cut << " of " << e.seqs.size() << " " << what << " examples are longer than the model's "
+              << max_t << " tokens; it reads the first " << max_t << " of each\n";
 }
 
 struct EvalResult {
@@ -134,9 +161,9 @@ void train(const TrainArgs& a) {
   for (const auto& r : train_rows) classes = std::max(classes, r.label + 1);
   const bool cls = a.pooling == "cls";
   require(cls || a.pooling == "mean", "unknown --pooling '", a.pooling, "' (expected mean or cls)");
-  const Tokens tok = Tokens::build(a.tokens, train_rows, a.min_freq, cls);
-  const Encoded train_data = encode_all(tok, train_rows, classes, a.train);
-  const Encoded dev_data = encode_all(tok, dev_rows, classes, a.dev);
+  const Tokens tok = Tokens::build(a.tokens, train_rows, a.min_freq, cls, a.train);
+  const Encoded train_data = encode_all(tok, train_rows, classes, Cfg::MAX_T, a.train);
+  const Encoded dev_data = encode_all(tok, dev_rows, classes, Cfg::MAX_T, a.dev);
 
   Be be = make_backend<Be>(a.backend);
   Model model(tok.size(), classes, a.seed,
@@ -160,6 +187,8 @@ void train(const TrainArgs& a) {
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
             << " steps\n";
+  report_cut(train_data, "train", Cfg::MAX_T);
+  report_cut(dev_data, "dev", Cfg::MAX_T);
 
   std::vector<std::size_t> order(train_data.seqs.size());
   std::vector<std::vector<std::int32_t>> seqs;
@@ -193,6 +222,7 @@ void train(const TrainArgs& a) {
       batch_losses.emplace_back(step + 1, loss);
       csv.batch(step + 1, lr, loss);
       progress.update(step, loss);
+      warn_if_diverging(r, trainer.first_loss(), progress);
       if ((step + 1) % a.eval_every == 0 || step + 1 == total) {
         dev = evaluate(model, be, tok, dev_data, Cfg::MAX_T, 256);
         progress.clear_line();
@@ -231,7 +261,8 @@ void train(const TrainArgs& a) {
     const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
                     {"steps", total},     {"epochs", a.epochs},           {"tokens_per_s", tokens_seen / wall},
                     {"wall_s", wall},     {"first_batch_loss", batch_losses.front().second},
-                    {"last_batch_loss", batch_losses.back().second}};
+                    {"last_batch_loss", batch_losses.back().second},
+                    {"train_truncated", train_data.cut}, {"dev_truncated", dev_data.cut}};
     write_text_atomic(a.metrics_json, m.dump(2) + "\n");
   }
 }
@@ -241,17 +272,19 @@ void eval(const std::string& checkpoint, const std::string& dev_path, const std:
           const std::string& backend) {
   const json state = json::parse(read_trainer_state(checkpoint));
   const Tokens tok = Tokens::from_json(state.at("tokens"));
-  const int classes = state.at("classes");
+  const int classes = json_integer<int>(state, "classes", 2, kMaxClasses);
   const bool cls = state.at("pooling") == "cls";
   Be be = make_backend<Be>(backend);
   Classifier<Cfg, Be> model(tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
   load_parameters(model, SafeTensors::load(fs::path(checkpoint) / kModelFile));
-  const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, dev_path);
+  const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, Cfg::MAX_T, dev_path);
+  report_cut(dev, "dev", Cfg::MAX_T);
   const auto r = evaluate(model, be, tok, dev, Cfg::MAX_T, 256);
   std::cout << "dev accuracy " << std::fixed << std::setprecision(2) << 100 * r.accuracy << "% (" << dev.seqs.size()
             << " examples), dev loss " << std::setprecision(4) << r.loss << "\n";
   if (!metrics_json.empty())
-    write_text_atomic(metrics_json, json{{"dev_accuracy", r.accuracy}, {"dev_loss", r.loss}}.dump(2) + "\n");
+    write_text_atomic(metrics_json,
+                      json{{"dev_accuracy", r.accuracy}, {"dev_loss", r.loss}, {"dev_truncated", dev.cut}}.dump(2) + "\n");
 }
 
 int run_train(int argc, char** argv) {
@@ -280,8 +313,9 @@ int run_train(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.train.empty() && !a.dev.empty(), "--train TSV and --dev TSV are required");
-  check_run_options(a);
-  require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
+  check_run_options(a, {{"--train", a.train}, {"--dev", a.dev}});
+  require(a.epochs > 0 && a.eval_every > 0, "--epochs and --eval-every must be positive");
+  check_batch(a.batch);
   check_optimizer_options(a.lr, a.clip, a.weight_decay);
   check_dropout_options(vm, a.dropout, a.attention_dropout);
   with_backend(a.backend, [&]<class Be>() { with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
@@ -297,6 +331,7 @@ int run_eval(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!checkpoint.empty() && !dev.empty(), "--checkpoint DIR and --dev TSV are required");
+  check_output_paths({{"--metrics-json", metrics_json}}, {{"--dev", dev}, {"--checkpoint", checkpoint}}, checkpoint);
   const json state = json::parse(read_trainer_state(checkpoint));
   require(state.value("format", "") == kFormat, checkpoint, ": not an xfmr-classify checkpoint");
   with_backend(backend, [&]<class Be>() {

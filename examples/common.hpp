@@ -14,16 +14,19 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/safetensors.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/trainer.hpp"
@@ -124,6 +127,14 @@ class Progress {
   bool dirty_ = false;
   double tokens_per_s_ = 0;
 };
+
+// Warns, once, when the Trainer finds the loss far above its start.
+inline void warn_if_diverging(const StepResult& r, double first_loss, Progress& progress) {
+  if (!r.diverging) return;
+  progress.clear_line();
+  std::cerr << "warning: the loss has grown from " << first_loss << " to " << r.loss << " by step " << r.step
+            << ": training is diverging; the learning rate (" << r.lr << " at this step) is likely too high\n";
+}
 
 // One point on the loss curves.
 struct LossPoint {
@@ -231,7 +242,8 @@ inline void write_html_report(const std::filesystem::path& path, const std::stri
 // it; add_run_options declares the options once, with one help text.
 struct RunOptions {
   std::string out, metrics_json, log_csv, report, backend = "cpu";
-  int shards = 0;  // DataParallel shards of a CPU step (0: its default)
+  int shards = 0;          // DataParallel shards of a CPU step (0: its default)
+  bool overwrite = false;  // --out may replace a checkpoint this run did not resume from
 };
 
 inline constexpr const char* kBackendHelp =
@@ -245,6 +257,7 @@ inline void add_run_options(boost::program_options::options_description& opts, R
   namespace po = boost::program_options;
   opts.add_options()
       ("out", po::value(&r.out), out_help)
+      ("overwrite", po::bool_switch(&r.overwrite), "let --out replace an existing checkpoint (without it, only --resume's own)")
       ("metrics-json", po::value(&r.metrics_json), (std::string("write ") + metrics + " here").c_str())
       ("log-csv", po::value(&r.log_csv)->default_value(program + "_log.csv"), "per-step CSV log")
       ("report", po::value(&r.report)->default_value(program + "_report.html"), "HTML report with the loss curves")
@@ -254,11 +267,102 @@ inline void add_run_options(boost::program_options::options_description& opts, R
        "and in dropout's masks")
       ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);
 }
-// Checks what add_run_options parsed.
-inline void check_run_options(const RunOptions& r) {
-  require(r.shards >= 0, "--shards ", r.shards, " is negative");
-  if (!r.out.empty()) check_checkpoint_destination(r.out);  // before any training, not at the first save
+// A file or directory named on the command line: the option and the path.
+struct NamedPath {
+  std::string option, path;
+};
+
+// True when a and b name one file: two paths to it, a hard link or a
+// symbolic link count as the same.
+inline bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
 }
+
+// True when `path` lies inside the directory `dir` (which need not exist).
+inline bool inside(const std::filesystem::path& path, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(path, ec), d = fs::weakly_canonical(dir, ec);
+  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return end == d.end() && p != d;
+}
+
+// Checks the files a command writes against those it reads, before any work:
+// no output may name an input or another output, and none may lie inside
+// the checkpoint directory `out` (each save replaces it whole). An output
+// that is an existing directory is refused too.
+inline void check_output_paths(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs,
+                               const std::string& out = "") {
+  namespace fs = std::filesystem;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const NamedPath& o = outputs[i];
+    if (o.path.empty()) continue;
+    std::error_code ec;
+    require(!fs::is_directory(o.path, ec), o.option, " ", o.path, " is a directory; it names a file to write");
+    for (const NamedPath& in : inputs)
+      require(in.path.empty() || !same_file(o.path, in.path), "refusing to write ", o.option, " ", o.path,
+              ": it is the ", in.option, " input");
+    for (std::size_t j = 0; j < i; ++j)
+      require(outputs[j].path.empty() || !same_file(o.path, outputs[j].path), o.option, " and ", outputs[j].option,
+              " both name ", o.path);
+    require(out.empty() || !inside(o.path, out), o.option, " ", o.path, " lies inside the checkpoint directory --out ",
+            out, ", which each save replaces");
+  }
+}
+
+// Checks what add_run_options parsed, before any step: the shard count, the
+// checkpoint destination (an existing checkpoint only with --overwrite, or
+// when it is `resume`, the one this run continues), and the other outputs
+// against the `inputs` (see check_output_paths). Removes what interrupted
+// saves of --out left beside it.
+inline void check_run_options(const RunOptions& r, const std::vector<NamedPath>& inputs, const std::string& resume = "") {
+  require(r.shards >= 0, "--shards ", r.shards, " is negative");
+  std::vector<NamedPath> files = inputs;
+  if (!resume.empty()) files.push_back({"--resume", resume});
+  if (!r.out.empty()) {
+    check_checkpoint_destination(r.out);  // before any training, not at the first save
+    require(!is_checkpoint(r.out) || r.overwrite || (!resume.empty() && same_file(r.out, resume)), "--out ", r.out,
+            " holds a checkpoint already: pass --overwrite to replace it",
+            resume.empty() ? "" : " (this run resumes another)", ", or choose another directory");
+    for (const NamedPath& in : files)
+      require(in.path.empty() || !inside(in.path, r.out), "the ", in.option, " input ", in.path,
+              " lies inside --out ", r.out, ", which each save replaces");
+    for (const NamedPath& in : inputs)
+      require(in.path.empty() || !same_file(r.out, in.path), "refusing to write --out ", r.out, ": it is the ",
+              in.option, " input");
+  }
+  check_output_paths({{"--metrics-json", r.metrics_json}, {"--log-csv", r.log_csv}, {"--report", r.report}}, files,
+                     r.out);
+  if (!r.out.empty()) {
+    if (const int n = remove_interrupted_saves(r.out))
+      std::cerr << "removed " << n << " director" << (n == 1 ? "y" : "ies") << " left beside " << r.out
+                << " by interrupted saves\n";
+  }
+}
+
+// An integer in a checkpoint's JSON, within [lo, hi]: a float, a string or a
+// value out of range is an Error naming the key (nlohmann-json's conversion
+// of 1e100 to an int is undefined behaviour).
+template <class T>
+T json_integer(const nlohmann::json& j, const char* key, T lo = std::numeric_limits<T>::min(),
+               T hi = std::numeric_limits<T>::max()) {
+  const nlohmann::json& v = j.at(key);
+  require(v.is_number_integer(), "checkpoint value '", key, "' is ", v.is_number() ? v.dump() : v.type_name(),
+          ", not an integer");
+  const bool in_range = v.is_number_unsigned()
+                            ? std::cmp_less_equal(v.get<std::uint64_t>(), hi)
+                            : std::cmp_greater_equal(v.get<std::int64_t>(), lo) && std::cmp_less_equal(v.get<std::int64_t>(), hi);
+  require(in_range, "checkpoint value '", key, "' ", v.dump(), " outside [", +lo, ", ", +hi, "]");
+  return v.get<T>();
+}
+
+// Sequences a batch; more would overflow the batch's token count and only
+// exhaust memory.
+inline constexpr int kMaxBatch = 1 << 16;
+inline void check_batch(int batch) { require(batch >= 1 && batch <= kMaxBatch, "--batch ", batch, " outside 1..", kMaxBatch); }
 
 // The optimisation numbers every training program takes: a finite positive
 // learning rate, a finite clip and weight decay >= 0 (NaN and infinity are

@@ -377,6 +377,7 @@ void train(const TrainArgs& a) {
       batch_losses.emplace_back(step + 1, loss);
       csv.batch(step + 1, lr, loss);
       progress.update(step, loss);
+      warn_if_diverging(r, trainer.first_loss(), progress);
       ++step;
       if (step % a.eval_every == 0 || step == total) {
         vloss = val_loss();
@@ -456,13 +457,23 @@ void use(const UseArgs& a, const json& state, bool evaluate) {
   if (a.input.empty()) {
     for (std::string line; std::getline(std::cin, line);)
       if (!line.empty()) lines.push_back(line);
+    require(!lines.empty(), "no sentences to translate: standard input held none (pipe sentences in, one a line, or "
+                            "pass --input FILE)");
   } else {
     lines = read_sentences(a.input);
+    require(!lines.empty(), "no sentences to translate: ", a.input, " holds none");
   }
   const auto out = translate_all(model, be, v, lines, beam, 32, max_len, a.truncate, a.input.empty() ? "stdin" : a.input);
   for (const auto& t : out) std::cout << t << "\n";
   if (!a.attention_map.empty() && !lines.empty())
     write_attention_map(model, be, v, lines[0], out[0], a.attention_map, a.head);
+}
+
+// Beam search keeps `beam` hypotheses of every sentence of a batch, each
+// with its logits and KV cache: a beam beyond kMaxBeam only exhausts memory.
+constexpr int kMaxBeam = 100;
+void check_beam(int beam) {
+  require(beam >= 1 && beam <= kMaxBeam, "--beam ", beam, " outside 1..", kMaxBeam);
 }
 
 std::string shared_data(const char* name) {
@@ -504,9 +515,11 @@ int run_train(int argc, char** argv) {
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.src_train.empty() && !a.tgt_train.empty() && !a.src_val.empty() && !a.tgt_val.empty(),
           "no training data: pass --src-train, --tgt-train, --src-val and --tgt-val");
-  require(a.epochs > 0 && a.batch > 0 && a.eval_every > 0, "--epochs, --batch and --eval-every must be positive");
-  check_run_options(a);
-  require(a.beam >= 1, "--beam ", a.beam, " must be at least 1");
+  require(a.epochs > 0 && a.eval_every > 0, "--epochs and --eval-every must be positive");
+  check_batch(a.batch);
+  check_run_options(a, {{"--src-train", a.src_train}, {"--tgt-train", a.tgt_train}, {"--src-val", a.src_val},
+                        {"--tgt-val", a.tgt_val}});
+  check_beam(a.beam);
   require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");
   check_optimizer_options(a.lr, a.clip, a.weight_decay);
   check_dropout_options(vm, 0.0f, a.attention_dropout);
@@ -532,8 +545,11 @@ int run_use(int argc, char** argv, bool evaluate) {
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.checkpoint.empty(), "--checkpoint DIR is required");
-  require(a.beam >= 1, "--beam ", a.beam, " must be at least 1");
+  check_beam(a.beam);
   if (evaluate) require(!a.src.empty() && !a.ref.empty(), "--src FILE and --ref FILE are required");
+  check_output_paths({{"--metrics-json", a.metrics_json}, {"--attention-map", a.attention_map}},
+                     {{"--checkpoint", a.checkpoint}, {"--src", a.src}, {"--ref", a.ref}, {"--input", a.input}},
+                     a.checkpoint);
   const json state = json::parse(read_trainer_state(a.checkpoint));
   require(state.value("format", "") == kFormat, a.checkpoint, ": not an xfmr-translate checkpoint");
   with_backend(a.backend, [&]<class Be>() {

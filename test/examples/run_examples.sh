@@ -164,6 +164,55 @@ case "$case_name" in
       --out mine 2>&1) && fail "training over a user's directory succeeded"
     ! grep -q "train loss" <<<"$out" || fail "training ran before --out was refused: $out"
     [[ $(cat mine/notes.txt) == keep && $(ls mine | wc -l) == 1 ]] || fail "a user's directory was modified"
+    # Outputs never replace an input or a checkpoint the run was not handed
+    # (issue 29: --log-csv over the corpus, --out over an earlier run).
+    sum=$(md5sum < corpus.txt)
+    expect_error "refusing to write --log-csv corpus.txt: it is the --data input" "$charlm" train --data corpus.txt \
+      --model tiny --steps 1 --log-csv corpus.txt
+    expect_error "refusing to write --report ./corpus.txt: it is the --data input" "$charlm" train --data corpus.txt \
+      --model tiny --steps 1 --report ./corpus.txt
+    ln corpus.txt hardlink.txt
+    expect_error "refusing to write --metrics-json hardlink.txt: it is the --data input" "$charlm" train \
+      --data corpus.txt --model tiny --steps 1 --metrics-json hardlink.txt
+    [[ $(md5sum < corpus.txt) == "$sum" ]] || fail "the corpus was modified"
+    expect_error "--report and --log-csv both name x.csv" "$charlm" train --data corpus.txt --model tiny \
+      --steps 1 --log-csv x.csv --report x.csv
+    expect_error "--report new/r.html lies inside the checkpoint directory --out new" "$charlm" train \
+      --data corpus.txt --model tiny --steps 1 --out new --report new/r.html
+    expect_error "--out ckpt holds a checkpoint already: pass --overwrite to replace it" train_tiny 10 ckpt
+    before=$(md5sum < ckpt/model.safetensors)
+    expect_error "(this run resumes another)" "$charlm" train --data corpus.txt --resume badrng --out ckpt --steps 20
+    [[ $(md5sum < ckpt/model.safetensors) == "$before" ]] || fail "a checkpoint was replaced without --overwrite"
+    train_tiny 10 ckpt --overwrite > /dev/null 2>&1 || fail "--overwrite did not replace the checkpoint"
+    echo mine > ckpt/notes.txt
+    expect_error "it holds notes.txt, which is not part of a checkpoint" "$charlm" train --data corpus.txt --resume ckpt \
+      --steps 20
+    rm ckpt/notes.txt
+    # What interrupted saves left beside --out is removed at the start.
+    mkdir .ckpt.new.Ab12Cd && cp ckpt/model.safetensors .ckpt.new.Ab12Cd/
+    "$charlm" train --data corpus.txt --resume ckpt --steps 12 --eval-batches 1 --samples 0 --log-csv "" --report "" \
+      > stale.log 2>&1 || { cat stale.log; fail "resuming failed"; }
+    grep -q "removed 1 directory left beside ckpt by interrupted saves" stale.log || fail "no note of the cleanup"
+    [[ ! -e .ckpt.new.Ab12Cd ]] || fail "the interrupted save's directory is still there"
+    # Sizes and values that make no sense, and what a checkpoint may not hold.
+    expect_error "--batch 100000000 outside 1..65536" "$charlm" train --data corpus.txt --batch 100000000
+    expect_error ".: is a directory, not a file" "$charlm" train --data . --steps 1
+    gzip -c corpus.txt > c.gz && echo "junk" >> c.gz
+    expect_error "c.gz: 5 bytes after the gzip data at byte" "$charlm" train --data c.gz --steps 1
+    printf 'good text \xff bad\n' > bad8.txt
+    expect_error "bad8.txt: invalid UTF-8 at byte 10" "$charlm" train --data bad8.txt --steps 1
+    train_tiny 10 cos --schedule cosine > /dev/null 2>&1 || fail "the cosine run failed"
+    expect_error "--steps 20 differs from the 10 that the checkpoint's cosine schedule spans" "$charlm" train \
+      --data corpus.txt --resume cos --steps 20
+    cp -r cos bigstep && sed -i 's/"step": [0-9]*/"step": 1e100/' bigstep/trainer_state.json
+    expect_error "checkpoint value 'step' is 1e+100, not an integer" "$charlm" train --data corpus.txt --resume bigstep
+    cp -r cos deep && python3 -c "print('[' * 100000 + ']' * 100000)" > deep/trainer_state.json
+    expect_error "trainer_state.json nests deeper than 64 levels" "$charlm" sample --checkpoint deep
+    # A learning rate far too high: a warning while the loss grows, a clear
+    # error naming the cause when it overflows.
+    out=$("$charlm" train --data corpus.txt --model tiny --steps 30 --lr 10 --eval-every 30 --eval-batches 1 \
+      --samples 0 --log-csv "" --report "" 2>&1)
+    grep -q "warning: the loss has grown from .* training is diverging" <<<"$out" || fail "no divergence warning: $out"
     expect_error "unknown --backend 'tpu' (expected cpu, cuda or cuda-tf32)" "$charlm" train --data corpus.txt \
       --model tiny --backend tpu
     # --backend cuda and cuda-tf32: a clear error without a GPU (or without
@@ -178,6 +227,44 @@ case "$case_name" in
           || { cat $be.log; fail "--backend $be failed without a clear reason"; }
       fi
     done
+    ;;
+  charlm_crash_safety)
+    # SIGKILL at random moments of a run that saves at every step: each time
+    # the checkpoint loads, and the next run resumes from it (removing what
+    # an interrupted save left). The kill waits for the run's first save, so
+    # every round makes progress however slow the machine; no timing is
+    # asserted, since every moment must be safe.
+    make_corpus
+    train_tiny 2 ck > first.log 2>&1 || { cat first.log; fail "the first run failed"; }
+    step_of() { sed -n 's/^ *"step": *\([0-9]*\),*$/\1/p' ck/trainer_state.json; }
+    RANDOM=29
+    last=$(step_of) kills=0
+    for round in $(seq 1 24); do
+      "$charlm" train --data corpus.txt --resume ck --steps 1000000 --eval-every 1 --eval-batches 1 --samples 0 \
+        --log-csv "" --report "" > run.log 2>&1 &
+      pid=$!
+      for wait in $(seq 1 6000); do
+        [[ $(step_of) != "$last" ]] && break
+        kill -0 $pid 2>/dev/null || { cat run.log; fail "round $round: the run ended before its first save"; }
+        sleep 0.01
+      done
+      sleep "0.0$((RANDOM % 10))$((RANDOM % 10))"  # 0 to 99 ms more: into a later step or save
+      kill -KILL $pid && wait $pid 2>/dev/null
+      kills=$((kills + 1))
+      out=$("$charlm" sample --checkpoint ck --tokens 5 2>&1) || fail "round $round: the checkpoint does not load: $out"
+      now=$(step_of)
+      ((now > last)) || fail "round $round: the checkpoint went from step $last to $now"
+      last=$now
+    done
+    ((kills >= 20)) || fail "only $kills kills"
+    # A last run resumes, cleans up and finishes.
+    "$charlm" train --data corpus.txt --resume ck --steps $((last + 3)) --eval-every 1 --eval-batches 1 --samples 0 \
+      --log-csv "" --report "" > last.log 2>&1 || { cat last.log; fail "the final resume failed"; }
+    grep -q "resuming at step $last" last.log || { cat last.log; fail "the final run did not resume at step $last"; }
+    [[ $(step_of) == $((last + 3)) ]] || fail "the final run did not reach step $((last + 3))"
+    leftovers=$(find . -maxdepth 1 -name '.ck.new.*' | wc -l)
+    ((leftovers == 0)) || fail "$leftovers interrupted saves left beside ck"
+    echo "$kills kills, the last at step $last"
     ;;
   classify_train_eval)
     make_tsv 400 train.tsv && make_tsv 60 dev.tsv
@@ -202,6 +289,25 @@ case "$case_name" in
     expect_error "missing.tsv: no such file" "$classify" train --train missing.tsv --dev good.tsv
     printf 'label\tsentence\n7\tgood film\n' > label7.tsv
     expect_error "has label 7 but the model has 2 classes" "$classify" train --train good.tsv --dev label7.tsv --model tiny --epochs 1
+    printf 'label\tsentence\n100000000\tfine\n' > hugelabel.tsv
+    expect_error "hugelabel.tsv:2: label 100000000 outside 0..65535" "$classify" train --train hugelabel.tsv --dev good.tsv
+    expect_error "--batch 100000000 outside 1..65536" "$classify" train --train good.tsv --dev good.tsv --batch 100000000
+    expect_error "refusing to write --log-csv good.tsv: it is the --train input" "$classify" train --train good.tsv \
+      --dev good.tsv --log-csv good.tsv
+    printf 'label\tsentence\n1\tfine \xff film\n' > bad8.tsv
+    expect_error "bad8.tsv: example 1: invalid UTF-8 at byte 5 of its text" "$classify" train --train bad8.tsv \
+      --dev good.tsv --model tiny --tokens char
+    "$classify" train --train good.tsv --dev good.tsv --model tiny --epochs 1 --out ck --log-csv "" --report "" \
+      > /dev/null 2>&1 || fail "a short training run failed"
+    expect_error "--out ck holds a checkpoint already" "$classify" train --train good.tsv --dev good.tsv --model tiny \
+      --epochs 1 --out ck
+    expect_error "refusing to write --metrics-json good.tsv: it is the --dev input" "$classify" eval --checkpoint ck \
+      --dev good.tsv --metrics-json good.tsv
+    # Inputs longer than the model reads are counted and reported.
+    { cat good.tsv; printf '1\t%s\n' "$(printf 'good %.0s' $(seq 1 40))"; } > long.tsv
+    out=$("$classify" eval --checkpoint ck --dev long.tsv --metrics-json long.json) || fail "eval of long.tsv failed"
+    grep -q "note: 1 of 21 dev examples are longer than the model's 32 tokens" <<<"$out" || fail "no note: $out"
+    [[ $(json_value long.json dev_truncated) == 1 ]] || fail "the metrics do not count the cut example"
     ;;
   translate_train_translate)
     make_parallel 600 train && make_parallel 40 val
@@ -257,7 +363,13 @@ case "$case_name" in
       --src-train long.src --tgt-train long.tgt --src-val v.src --tgt-val v.tgt --model tiny
     "$translate" train --src-train a.src --tgt-train a.tgt --src-val v.src --tgt-val v.tgt --model tiny --epochs 1 \
       --out ck --log-csv c.csv --report c.html > /dev/null 2>&1 || fail "a short training run failed"
-    expect_error "--beam 0 must be at least 1" "$translate" translate --checkpoint ck --beam 0 --input v.src
+    expect_error "--beam 0 outside 1..100" "$translate" translate --checkpoint ck --beam 0 --input v.src
+    expect_error "--beam 1000000 outside 1..100" "$translate" translate --checkpoint ck --beam 1000000 --input v.src
+    expect_error "no sentences to translate: standard input held none" "$translate" translate --checkpoint ck < /dev/null
+    expect_error "refusing to write --metrics-json v.src: it is the --src input" "$translate" eval --checkpoint ck \
+      --src v.src --ref v.tgt --metrics-json v.src
+    expect_error "--out ck holds a checkpoint already" "$translate" train --src-train a.src --tgt-train a.tgt \
+      --src-val v.src --tgt-val v.tgt --model tiny --epochs 1 --out ck
     expect_error "unknown model 'marian'" "$translate" train --src-train a.src --tgt-train a.tgt --src-val v.src \
       --tgt-val v.tgt --model marian
     mkdir mine && echo keep > mine/notes.txt
