@@ -66,6 +66,27 @@ struct RunSettings {
   }
 };
 
+// What a run resumes from, read from trainer_state.json before any work.
+struct Resumed {
+  TrainerState state;
+  std::string data, data_hash;  // the corpus the checkpoint trained on, and its hash
+
+  static Resumed from_json(const json& j) {
+    const json& calls = j.at("dropout_calls");
+    require(calls.is_array(), "checkpoint value 'dropout_calls' is not an array");
+    std::vector<std::uint64_t> dropout_calls;
+    for (const json& c : calls) {
+      require(c.is_number_unsigned(), "checkpoint value 'dropout_calls' holds ", c.dump(), ", not a count");
+      dropout_calls.push_back(c.get<std::uint64_t>());
+    }
+    return {{json_integer<long>(j, "step", 0),
+             parse_integer<std::uint64_t>(j.at("rng").get<std::string>(), "trainer_state.json: rng"),
+             std::move(dropout_calls)},
+            j.at("data").get<std::string>(),
+            j.at("data_hash").get<std::string>()};
+  }
+};
+
 struct TrainArgs : RunOptions {
   RunSettings run;
   std::string data, resume;
@@ -213,7 +234,7 @@ std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, 
 }
 
 template <class Cfg, class Be>
-void train(TrainArgs args, const std::optional<json>& resumed) {
+void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   using Model = Decoder<Cfg, Be>;
   RunSettings& run = args.run;
   const float dropout = run.dropout >= 0 ? run.dropout : Cfg::DROPOUT;
@@ -224,8 +245,8 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
   std::optional<SafeTensors> ckpt_model;
   CharTokenizer tok = CharTokenizer::byte_level();
   if (resumed) {
-    require(resumed->at("data_hash") == hex(corpus.hash), "--data ", args.data,
-            " is not the text the checkpoint was trained on (", resumed->at("data").get<std::string>(), ")");
+    require(resumed->data_hash == hex(corpus.hash), "--data ", args.data,
+            " is not the text the checkpoint was trained on (", resumed->data, ")");
     ckpt_model = SafeTensors::load(fs::path(args.resume) / kModelFile);
     tok = CharTokenizer::from_json(ckpt_model->metadata("tokenizer"));
   } else {
@@ -247,9 +268,7 @@ void train(TrainArgs args, const std::optional<json>& resumed) {
                              [&] { return std::make_unique<Model>(V, run.seed, model_opts); });
   if (resumed) {
     trainer.load(*ckpt_model, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));  // model file read above
-    trainer.restore({json_integer<long>(*resumed, "step", 0),
-                     parse_integer<std::uint64_t>(resumed->at("rng").get<std::string>(), "trainer_state.json: rng"),
-                     resumed->at("dropout_calls").get<std::vector<std::uint64_t>>()});
+    trainer.restore(resumed->state);
     require(trainer.steps() <= args.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", args.steps);
   }
   const long start = trainer.steps();
@@ -440,7 +459,7 @@ int run_train(int argc, char** argv) {
   };
   check_settings();
 
-  std::optional<json> resumed;
+  std::optional<Resumed> resumed;
   if (!a.resume.empty()) {
     const json state = json::parse(read_trainer_state(a.resume));
     require(state.value("format", "") == kFormat, a.resume, ": not an xfmr-charlm checkpoint");
@@ -470,7 +489,7 @@ int run_train(int argc, char** argv) {
             " (only a constant schedule may change it)");
     a.run = saved;
     if (a.out.empty()) a.out = a.resume;
-    resumed = state;
+    resumed = Resumed::from_json(state);
     check_settings();
   }
   check_run_options(a, {{"--data", a.data}}, a.resume);

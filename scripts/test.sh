@@ -1,11 +1,46 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds xfmr (release preset) and runs every test.
-# Usage: scripts/test.sh [preset]     (release | debug | asan; default release)
+# Installs the dependencies, builds xfmr and runs its tests.
+# Usage: scripts/test.sh [what]
+#   (none)          release, then sanitizer-lane: what CI runs (.ci/run)
+#   release         every test of the release preset
+#   sanitizer-lane  the asan preset (Clang 14, ASan + UBSan): the suites that
+#                   build and run quickly under it, and the fuzz targets'
+#                   smoke runs (ctest label sanitizer-lane)
+#   debug | asan    every test of that preset
 set -euo pipefail
-cd "$(dirname "$0")/.."
-preset="${1:-release}"
+self=$(realpath "$0")
+cd "$(dirname "$self")/.."
+what="${1:-all}"
+clang_packages=(clang-14 libclang-rt-14-dev libomp-14-dev)  # the asan preset's compiler, its sanitizers, libFuzzer and OpenMP
 
-scripts/install-deps.sh
-cmake --preset "$preset"
-cmake --build --preset "$preset" --parallel "$(nproc)"
-ctest --preset "$preset" --parallel "$(nproc)"
+run_preset() {  # run_preset PRESET [build target]
+  cmake --preset "$1"
+  cmake --build --preset "$1" --parallel "$(nproc)" ${2:+--target "$2"}
+}
+
+case "$what" in
+  all)
+    scripts/install-deps.sh "${clang_packages[@]}"
+    bash "$self" release
+    bash "$self" sanitizer-lane
+    ;;
+  release | debug)
+    scripts/install-deps.sh
+    run_preset "$what"
+    ctest --preset "$what" --parallel "$(nproc)"
+    ;;
+  asan)
+    scripts/install-deps.sh "${clang_packages[@]}"
+    run_preset asan
+    ctest --preset asan --parallel "$(nproc)"
+    ;;
+  sanitizer-lane)
+    scripts/install-deps.sh "${clang_packages[@]}"
+    run_preset asan sanitizer_lane
+    ctest --preset asan --parallel "$(nproc)" -L sanitizer-lane
+    ;;
+  *)
+    echo "usage: scripts/test.sh [release|sanitizer-lane|debug|asan]" >&2
+    exit 2
+    ;;
+esac

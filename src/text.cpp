@@ -48,6 +48,10 @@ std::string unreadable_kind(const std::filesystem::path& path) {
 std::string gunzip(std::string_view raw, const std::string& name) {
   z_stream z{};
   require(inflateInit2(&z, 15 + 16) == Z_OK, name, ": cannot start zlib");
+  struct End {
+    z_stream& z;
+    ~End() { inflateEnd(&z); }
+  } end{z};  // also when an error below throws (fuzzing found the leak)
   std::string out;
   char buf[1 << 16];
   std::size_t pos = 0;
@@ -71,7 +75,6 @@ std::string gunzip(std::string_view raw, const std::string& name) {
     if (ret != Z_STREAM_END) break;
   }
   const std::string msg = z.msg ? z.msg : "the stream ends early";
-  inflateEnd(&z);
   require(out.size() <= kMaxTextBytes, name, ": decompresses past the limit of ", kMaxTextBytes, " bytes");
   require(ret == Z_STREAM_END, name, ": corrupt or truncated gzip data: ", msg);
   return out;

@@ -1,7 +1,8 @@
 # ctest driver: builds and runs test/consumer against xfmr.
 #   MODE=package       install XFMR_BUILD_DIR into a prefix, then find_package(xfmr)
 #   MODE=subdirectory  add_subdirectory(XFMR_SOURCE_DIR)
-# CONSUMER_CXX_FLAGS, CONSUMER_LINKER_FLAGS: the calling build's flags.
+# CONSUMER_CXX_COMPILER, CONSUMER_CXX_FLAGS, CONSUMER_LINKER_FLAGS: the
+# calling build's compiler and flags.
 file(REMOVE_RECURSE "${WORK_DIR}")
 set(consumer_args)
 if(MODE STREQUAL "package")
@@ -16,7 +17,7 @@ else()
   list(APPEND consumer_args "-DXFMR_SOURCE_DIR=${XFMR_SOURCE_DIR}" "-DXFMR_CUDA=OFF")
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S "${XFMR_SOURCE_DIR}/test/consumer" -B "${WORK_DIR}/build"
-                        -DCMAKE_BUILD_TYPE=Release ${consumer_args}
+                        -DCMAKE_BUILD_TYPE=Release ${consumer_args} "-DCMAKE_CXX_COMPILER=${CONSUMER_CXX_COMPILER}"
                         "-DCMAKE_CXX_FLAGS=${CONSUMER_CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_LINKER_FLAGS}"
                 RESULT_VARIABLE rc)
 if(rc)

@@ -1,0 +1,40 @@
+// Fuzz target: the readers of corpora and datasets. The input is written to
+// a file and read back as text (plain or gzip), as lines and as a labelled
+// TSV, the way the programs read --data, --train and the translation files.
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/text/datasets.hpp"
+#include "xfmr/text/text.hpp"
+
+using namespace xfmr;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("xfmr_fuzz_text_" + std::to_string(::getpid()));
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  }
+  try {
+    const std::string text = read_text_file(path);
+    (void)utf8_characters(text);
+  } catch (const Error&) {
+  }
+  try {
+    (void)read_lines(path);
+  } catch (const Error&) {
+  }
+  try {
+    for (const auto& row : read_labeled_tsv(path))
+      if (row.label < 0 || row.label >= kMaxClasses) __builtin_trap();  // out of the documented range
+  } catch (const Error&) {
+  }
+  return 0;
+}
