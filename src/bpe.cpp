@@ -141,7 +141,7 @@ std::string BpeTokenizer::to_json() const {
       .dump();
 }
 
-BpeTokenizer BpeTokenizer::from_json(std::string_view text) {
+BpeTokenizer BpeTokenizer::from_json(std::string_view text) try {
   detail::check_json_depth(text, "BPE description");
   json j;
   try {
@@ -167,6 +167,8 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view text) {
     t.symbols_.push_back(t.symbols_[a] + t.symbols_[b]);
   }
   return t;
+} catch (const json::exception& e) {  // a value of the wrong type (found by fuzzing)
+  detail::fail("BPE description is malformed: ", e.what());
 }
 
 }  // namespace xfmr

@@ -259,7 +259,7 @@ std::string CharTokenizer::to_json() const {
   return j.dump();
 }
 
-CharTokenizer CharTokenizer::from_json(std::string_view text) {
+CharTokenizer CharTokenizer::from_json(std::string_view text) try {
   detail::check_json_depth(text, "tokenizer description");
   json j;
   try {
@@ -285,6 +285,8 @@ CharTokenizer CharTokenizer::from_json(std::string_view text) {
   }
   require(!t.tokens_.empty(), "tokenizer has no characters");
   return t;
+} catch (const json::exception& e) {  // a value of the wrong type (found by fuzzing)
+  detail::fail("tokenizer description is malformed: ", e.what());
 }
 
 // ---- WordVocab -------------------------------------------------------------
@@ -371,7 +373,7 @@ std::string WordVocab::to_json() const {
   return j.dump();
 }
 
-WordVocab WordVocab::from_json(std::string_view text) {
+WordVocab WordVocab::from_json(std::string_view text) try {
   detail::check_json_depth(text, "vocabulary description");
   json j;
   try {
@@ -399,6 +401,8 @@ WordVocab WordVocab::from_json(std::string_view text) {
           " specials");
   v.unknown_ = unk->second;
   return v;
+} catch (const json::exception& e) {  // a value of the wrong type (found by fuzzing)
+  detail::fail("vocabulary description is malformed: ", e.what());
 }
 
 // ---- datasets --------------------------------------------------------------

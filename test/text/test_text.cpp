@@ -250,6 +250,14 @@ BOOST_AUTO_TEST_CASE(hostile_vocabulary_descriptions_are_errors) {
   BOOST_TEST(error_of([&] { CharTokenizer::from_json(deep); }) == "tokenizer description nests deeper than 64 levels");
   BOOST_TEST(error_of([&] { WordVocab::from_json(deep); }) == "vocabulary description nests deeper than 64 levels");
   BOOST_TEST(error_of([&] { BpeTokenizer::from_json(deep); }) == "BPE description nests deeper than 64 levels");
+  // Values of the wrong type are xfmr::Error too (nlohmann's type_error
+  // escaped: found by fuzz_tokenizers).
+  BOOST_TEST(error_of([] { CharTokenizer::from_json(R"({"type":"chars","chars":["a"],"unknown":44444})"); })
+                 .starts_with("tokenizer description is malformed: "));
+  BOOST_TEST(error_of([] { WordVocab::from_json(R"({"type":5,"words":[]})"); })
+                 .starts_with("vocabulary description is malformed: "));
+  BOOST_TEST(error_of([] { BpeTokenizer::from_json(R"({"type":"bpe","merges":[],"specials":[1],"lowercase":"x"})"); })
+                 .starts_with("BPE description is malformed: "));
   const std::string words = R"("words": ["<pad>", "<unk>", "cat"])";
   auto word_vocab = [&](const std::string& extra) {
     return WordVocab::from_json("{\"type\": \"words\", " + words + extra + "}");
