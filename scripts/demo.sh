@@ -4,7 +4,7 @@
 # xfmr-charlm, trains the shakespeare-small character GPT for a few minutes
 # and prints samples.
 #   scripts/demo.sh [STEPS]      (default 4000; a step is ~15 ms on 2 cores)
-# Everything it writes goes under build/demo/.
+# Everything it writes goes under build/demo/ (a rerun replaces it: --overwrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-4000}"
@@ -22,7 +22,7 @@ echo "corpus: $(wc -c < "$demo/fortunes.txt") bytes of fortune cookies"
 
 charlm=build/release/examples/xfmr-charlm
 "$charlm" train --data "$demo/fortunes.txt" --model shakespeare-small --steps "$steps" --batch 16 --lr 1e-3 \
-  --eval-every 1000 --eval-batches 50 --samples 0 --out "$demo/checkpoint" \
+  --eval-every 1000 --eval-batches 50 --samples 0 --out "$demo/checkpoint" --overwrite \
   --log-csv "$demo/log.csv" --report "$demo/report.html" --metrics-json "$demo/metrics.json"
 
 echo
