@@ -10,6 +10,7 @@ packages=(
   libopenblas-openmp-dev             # the CPU backend's GEMMs (OpenBLAS sharing xfmr's OpenMP threads)
   libboost-test-dev libboost-program-options-dev
   nlohmann-json3-dev zlib1g-dev
+  libpcre2-dev                       # GPT-2's pre-tokenizer (regular expressions with Unicode properties)
   "$@"
 )
 # libxsmm (the CPU backend's small GEMMs: JIT kernels, no packing) is x86-64 only.

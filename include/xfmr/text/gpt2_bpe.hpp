@@ -1,0 +1,47 @@
+// gpt2_bpe.hpp: GPT-2's byte-level BPE tokenizer, read from its own files:
+// encoder.json (symbol -> id) and vocab.bpe (merges, highest priority first).
+//
+// encode(): the text is split at "<|endoftext|>" (the special token, id
+// 50256 in GPT-2's files), each part by GPT-2's pre-tokenizer (contractions,
+// runs of letters, of digits, of other characters, each with one leading
+// space, and whitespace) through PCRE2 with Unicode properties; each piece's
+// bytes, mapped to printable characters as GPT-2 maps them, are merged by
+// rank. Bytes that are not valid UTF-8 become pieces of their own, so that
+// decode(encode(x)) == x for any bytes. decode() concatenates the tokens'
+// bytes. Ids outside the vocabulary, and malformed files, are xfmr::Error.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace xfmr {
+
+class Gpt2Tokenizer {
+ public:
+  static constexpr std::string_view kEndOfText = "<|endoftext|>";
+
+  static Gpt2Tokenizer load(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe);
+
+  std::vector<std::int32_t> encode(std::string_view text) const;
+  std::string decode(std::span<const std::int32_t> ids) const;
+
+  int size() const { return static_cast<int>(bytes_.size()); }
+  std::int32_t end_of_text() const { return end_of_text_; }
+
+ private:
+  void encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
+  void encode_text(std::string_view text, std::vector<std::int32_t>& out) const;
+
+  std::unordered_map<std::string, std::int32_t> ids_;   // mapped symbol -> id
+  std::vector<std::string> bytes_;                      // id -> the bytes it stands for
+  std::unordered_map<std::string, int> ranks_;          // "a b" (mapped symbols) -> merge rank
+  std::string byte_symbol_[256];                        // a byte's printable stand-in (UTF-8)
+  std::int32_t end_of_text_ = -1;
+};
+
+}  // namespace xfmr
