@@ -20,6 +20,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// One of the three files a checkpoint directory holds.
+bool is_checkpoint_file(const std::string& name) {
+  return name == kModelFile || name == kOptimizerFile || name == kTrainerStateFile;
+}
+
 void fsync_path(const fs::path& p, bool directory) {
   const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
   if (fd < 0) return;
@@ -67,7 +72,7 @@ void check_checkpoint_destination(const fs::path& dir) {
   // A save replaces the whole directory: anything else in it would be lost.
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    require(name == kModelFile || name == kOptimizerFile || name == kTrainerStateFile, "refusing to replace the checkpoint ",
+    require(is_checkpoint_file(name), "refusing to replace the checkpoint ",
             dir.string(), ": it holds ", name, ", which is not part of a checkpoint and a save would delete");
   }
 }
@@ -85,8 +90,7 @@ int remove_interrupted_saves(const fs::path& dir) {
     // nothing else (the old checkpoint after a swap, or a partial new one).
     bool ours = true;
     for (const auto& f : fs::directory_iterator(e.path(), ec)) {
-      const std::string n = f.path().filename().string();
-      ours = ours && f.is_regular_file(ec) && (n == kModelFile || n == kOptimizerFile || n == kTrainerStateFile);
+      ours = ours && f.is_regular_file(ec) && is_checkpoint_file(f.path().filename().string());
     }
     if (ours && fs::remove_all(e.path(), ec) > 0) ++removed;
   }

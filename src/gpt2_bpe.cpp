@@ -5,7 +5,6 @@
 #include <pcre2.h>
 
 #include <climits>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,21 +12,13 @@
 
 #include "json_bounds.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/text/text.hpp"
 
 namespace xfmr {
 
 using nlohmann::json;
 
 namespace {
-
-std::string read_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec), path.string(), ": no such file");
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void append_utf8(std::string& s, std::uint32_t cp) {
   if (cp < 0x80) {
@@ -70,7 +61,7 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& encoder_json, con
     byte_of[t.byte_symbol_[b]] = static_cast<unsigned char>(b);
   }
 
-  const std::string text = read_file(encoder_json);
+  const std::string text = read_text_file(encoder_json);
   detail::check_json_depth(text, encoder_json.string());
   json j;
   try {
@@ -107,7 +98,7 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& encoder_json, con
   for (int b = 0; b < 256; ++b)
     require(t.ids_.count(t.byte_symbol_[b]), encoder_json.string(), ": byte ", b, " has no token");
 
-  std::istringstream merges(read_file(vocab_bpe));
+  std::istringstream merges(read_text_file(vocab_bpe));
   std::string line;
   int rank = 0;
   long number = 0;
