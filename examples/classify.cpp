@@ -41,27 +41,52 @@ void check_utf8(const std::vector<LabeledText>& rows, const std::string& source)
   }
 }
 
+// How word text is cut before the vocabulary sees it: "none" splits on
+// whitespace alone; "words" also turns HTML line breaks (<br />, as IMDb
+// reviews hold them) into spaces and splits off punctuation (pretokenize);
+// "lower" does the same and lower-cases ASCII letters.
+std::string normalize_words(std::string_view text, const std::string& mode) {
+  if (mode == "none") return std::string(text);
+  std::string plain;
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t len = 0;
+    for (std::string_view br : {"<br />", "<br/>", "<br>"})
+      if (text.substr(i, br.size()) == br) len = br.size();
+    plain += len ? ' ' : text[i];
+    i += len ? len : 1;
+  }
+  std::string out;
+  for (const auto& w : pretokenize(plain, mode == "lower")) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
 // Words or characters, behind one interface; serialised into the checkpoint.
 struct Tokens {
   std::string kind;  // "word" or "char"
+  std::string normalize = "none";  // words only: none, words or lower (normalize_words)
   std::optional<WordVocab> words;
   std::optional<CharTokenizer> chars;
   std::int32_t pad = 0, cls = -1;
 
-  static Tokens build(const std::string& kind, const std::vector<LabeledText>& train, int min_freq, bool cls,
-                      const std::string& source) {
+  static Tokens build(const std::string& kind, const std::string& normalize, const std::vector<LabeledText>& train,
+                      int min_freq, int max_vocab, bool cls, const std::string& source) {
     Tokens t;
     t.kind = kind;
     std::vector<std::string> texts;
-    for (const auto& r : train) texts.push_back(r.text);
     if (kind == "word") {
-      t.words = WordVocab::build(texts, min_freq);
+      require(normalize == "none" || normalize == "words" || normalize == "lower", "unknown --normalize '", normalize,
+              "' (expected none, words or lower)");
+      t.normalize = normalize;
+      for (const auto& r : train) texts.push_back(normalize_words(r.text, normalize));
+      t.words = WordVocab::build(texts, min_freq, {"<pad>", "<unk>", "<cls>"}, std::size_t(max_vocab));
       t.pad = *t.words->special("<pad>");
       if (cls) t.cls = *t.words->special("<cls>");
     } else {
       require(kind == "char", "unknown --tokens '", kind, "' (expected word or char)");
+      require(normalize == "none", "--normalize ", normalize, " applies to word tokens only");
+      require(max_vocab == 0, "--max-vocab applies to word tokens only");
       std::string all;
-      for (const auto& s : texts) all += s;
+      for (const auto& r : train) all += r.text;
       check_utf8(train, source);
       // Characters: id 0 pads, the last id is CLS, unknown characters map to <unk>.
       t.chars = CharTokenizer::from_corpus(all, /*with_unknown=*/true);
@@ -72,15 +97,18 @@ struct Tokens {
   }
   int size() const { return words ? words->size() : chars->size() + 2; }
   std::vector<std::int32_t> encode(const std::string& text) const {
-    return words ? words->encode(text) : chars->encode(text);
+    return words ? words->encode(normalize_words(text, normalize)) : chars->encode(text);
   }
   json to_json() const {
-    return {{"kind", kind}, {"vocab", words ? words->to_json() : chars->to_json()}, {"cls", cls}};
+    return {{"kind", kind}, {"normalize", normalize}, {"vocab", words ? words->to_json() : chars->to_json()}, {"cls", cls}};
   }
   static Tokens from_json(const json& j) {
     Tokens t;
     t.kind = j.at("kind");
     if (t.kind == "word") {
+      t.normalize = j.value("normalize", "none");
+      require(t.normalize == "none" || t.normalize == "words" || t.normalize == "lower", "unknown normalize '",
+              t.normalize, "' in the checkpoint's tokens");
       t.words = WordVocab::from_json(j.at("vocab").get<std::string>());
       t.pad = *t.words->special("<pad>");
     } else {
@@ -95,31 +123,42 @@ struct Tokens {
 struct Encoded {
   std::vector<std::vector<std::int32_t>> seqs;
   std::vector<int> labels;
-  long cut = 0;  // sequences longer than the model reads (make_class_batch keeps their first tokens)
+  long cut = 0;  // sequences longer than the model reads, cut to fit
 };
 
-// Token ids and labels of `rows`; counts the sequences past `max_t` tokens
-// (with the CLS token when the model pools on one).
+void check_truncate(const std::string& t) {
+  require(t == "head" || t == "tail", "unknown --truncate '", t, "' (expected head or tail)");
+}
+
+// Token ids and labels of `rows`. A sequence past `max_t` tokens (with the
+// CLS token when the model pools on one) keeps its first tokens (truncate
+// "head") or its last ("tail"); Encoded::cut counts them.
 Encoded encode_all(const Tokens& tok, const std::vector<LabeledText>& rows, int classes, int max_t,
-                   const std::string& source) {
+                   const std::string& truncate, const std::string& source) {
   if (tok.chars) check_utf8(rows, source);
   Encoded e;
   const std::size_t room = std::size_t(max_t - (tok.cls >= 0 ? 1 : 0));
   for (std::size_t i = 0; i < rows.size(); ++i) {
     require(rows[i].label < classes, source, ": example ", i + 1, " has label ", rows[i].label,
             " but the model has ", classes, " classes");
-    e.seqs.push_back(tok.encode(rows[i].text));
+    auto ids = tok.encode(rows[i].text);
+    if (ids.size() > room) {
+      ++e.cut;
+      if (truncate == "tail") ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(room));
+      else ids.resize(room);
+    }
+    e.seqs.push_back(std::move(ids));
     e.labels.push_back(rows[i].label);
-    e.cut += e.seqs.back().size() > room;
   }
   return e;
 }
 
-// "note: 12 of 500 dev examples are longer than the model's 64 tokens; it reads their first 64".
-void report_cut(const Encoded& e, const char* what, int max_t) {
+// "note: 12 of 500 dev examples are longer than the model's 64 tokens; it reads the last 64 of each".
+void report_cut(const Encoded& e, const char* what, int max_t, const std::string& truncate) {
   if (e.cut > 0)
     std::cout << "note: " << e.cut << " of " << e.seqs.size() << " " << what << " examples are longer than the model's "
-              << max_t << " tokens; it reads the first " << max_t << " of each\n";
+              << max_t << " tokens; it reads the " << (truncate == "tail" ? "last " : "first ") << max_t
+              << " of each (--truncate " << truncate << ")\n";
 }
 
 struct EvalResult {
@@ -146,8 +185,9 @@ EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data
 }
 
 struct TrainArgs : RunOptions {
-  std::string train, dev, model = "sst2", tokens = "word", pooling = "mean", schedule = "cosine";
-  int epochs = 3, batch = 64, min_freq = 1, eval_every = 500;
+  std::string train, dev, model = "sst2", tokens = "word", normalize = "none", truncate = "head", pooling = "mean",
+              schedule = "cosine";
+  int epochs = 3, batch = 64, min_freq = 1, max_vocab = 0, eval_every = 500;
   double lr = 5e-4, weight_decay = 0.01, label_smoothing = 0.0, clip = 1.0;
   float dropout = -1.0f, attention_dropout = 0.0f;
   std::uint64_t seed = 1337;
@@ -161,9 +201,9 @@ void train(const TrainArgs& a) {
   for (const auto& r : train_rows) classes = std::max(classes, r.label + 1);
   const bool cls = a.pooling == "cls";
   require(cls || a.pooling == "mean", "unknown --pooling '", a.pooling, "' (expected mean or cls)");
-  const Tokens tok = Tokens::build(a.tokens, train_rows, a.min_freq, cls, a.train);
-  const Encoded train_data = encode_all(tok, train_rows, classes, Cfg::MAX_T, a.train);
-  const Encoded dev_data = encode_all(tok, dev_rows, classes, Cfg::MAX_T, a.dev);
+  const Tokens tok = Tokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train);
+  const Encoded train_data = encode_all(tok, train_rows, classes, Cfg::MAX_T, a.truncate, a.train);
+  const Encoded dev_data = encode_all(tok, dev_rows, classes, Cfg::MAX_T, a.truncate, a.dev);
 
   Be be = make_backend<Be>(a.backend);
   Model model(tok.size(), classes, a.seed,
@@ -187,8 +227,8 @@ void train(const TrainArgs& a) {
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
             << " steps\n";
-  report_cut(train_data, "train", Cfg::MAX_T);
-  report_cut(dev_data, "dev", Cfg::MAX_T);
+  report_cut(train_data, "train", Cfg::MAX_T, a.truncate);
+  report_cut(dev_data, "dev", Cfg::MAX_T, a.truncate);
 
   std::vector<std::size_t> order(train_data.seqs.size());
   std::vector<std::vector<std::int32_t>> seqs;
@@ -244,7 +284,7 @@ void train(const TrainArgs& a) {
     mw.set_metadata("format", kFormat);
     mw.set_metadata("model", Cfg::NAME);
     const json state = {{"format", kFormat}, {"version", 1}, {"model", Cfg::NAME}, {"classes", classes},
-                        {"pooling", a.pooling}, {"tokens", tok.to_json()}, {"step", total},
+                        {"pooling", a.pooling}, {"truncate", a.truncate}, {"tokens", tok.to_json()}, {"step", total},
                         {"dev_accuracy", dev.accuracy}};
     write_checkpoint(a.out, mw, ow, state.dump(2));
   }
@@ -262,23 +302,25 @@ void train(const TrainArgs& a) {
                     {"steps", total},     {"epochs", a.epochs},           {"tokens_per_s", tokens_seen / wall},
                     {"wall_s", wall},     {"first_batch_loss", batch_losses.front().second},
                     {"last_batch_loss", batch_losses.back().second},
-                    {"train_truncated", train_data.cut}, {"dev_truncated", dev_data.cut}};
+                    {"train_truncated", train_data.cut}, {"dev_truncated", dev_data.cut}, {"truncate", a.truncate}};
     write_text_atomic(a.metrics_json, m.dump(2) + "\n");
   }
 }
 
 template <class Cfg, class Be>
 void eval(const std::string& checkpoint, const std::string& dev_path, const std::string& metrics_json,
-          const std::string& backend) {
+          const std::string& backend, std::string truncate) {
   const json state = json::parse(read_trainer_state(checkpoint));
+  if (truncate.empty()) truncate = state.value("truncate", "head");
+  check_truncate(truncate);
   const Tokens tok = Tokens::from_json(state.at("tokens"));
   const int classes = json_integer<int>(state, "classes", 2, kMaxClasses);
   const bool cls = state.at("pooling") == "cls";
   Be be = make_backend<Be>(backend);
   Classifier<Cfg, Be> model(tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
   load_parameters(model, SafeTensors::load(fs::path(checkpoint) / kModelFile));
-  const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, Cfg::MAX_T, dev_path);
-  report_cut(dev, "dev", Cfg::MAX_T);
+  const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, Cfg::MAX_T, truncate, dev_path);
+  report_cut(dev, "dev", Cfg::MAX_T, truncate);
   const auto r = evaluate(model, be, tok, dev, Cfg::MAX_T, 256);
   std::cout << "dev accuracy " << std::fixed << std::setprecision(2) << 100 * r.accuracy << "% (" << dev.seqs.size()
             << " examples), dev loss " << std::setprecision(4) << r.loss << "\n";
@@ -295,7 +337,14 @@ int run_train(int argc, char** argv) {
       ("dev", po::value(&a.dev), "development TSV, same format (required)")
       ("model", po::value(&a.model)->default_value(a.model), (std::string("preset: ") + classifier_preset_names()).c_str())
       ("tokens", po::value(&a.tokens)->default_value(a.tokens), "word or char")
+      ("normalize", po::value(&a.normalize)->default_value(a.normalize),
+       "word text: none (whitespace), words (HTML line breaks to spaces, punctuation split off) or lower (words, "
+       "lower-cased)")
       ("min-freq", po::value(&a.min_freq)->default_value(a.min_freq), "words seen fewer times map to <unk>")
+      ("max-vocab", po::value(&a.max_vocab)->default_value(a.max_vocab),
+       "keep only this many of the most frequent words (0 = all); the rest map to <unk>")
+      ("truncate", po::value(&a.truncate)->default_value(a.truncate),
+       "a text longer than the model's MAX_T keeps its first (head) or last (tail) tokens")
       ("pooling", po::value(&a.pooling)->default_value(a.pooling), "mean (over non-pad tokens) or cls")
       ("epochs", po::value(&a.epochs)->default_value(a.epochs), "passes over the training data")
       ("batch", po::value(&a.batch)->default_value(a.batch), "sentences per batch")
@@ -316,6 +365,8 @@ int run_train(int argc, char** argv) {
   check_run_options(a, {{"--train", a.train}, {"--dev", a.dev}});
   require(a.epochs > 0 && a.eval_every > 0, "--epochs and --eval-every must be positive");
   check_batch(a.batch);
+  check_truncate(a.truncate);
+  require(a.max_vocab >= 0, "--max-vocab ", a.max_vocab, " must be 0 (no cap) or positive");
   check_optimizer_options(a.lr, a.clip, a.weight_decay);
   check_dropout_options(vm, a.dropout, a.attention_dropout);
   with_backend(a.backend, [&]<class Be>() { with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
@@ -323,19 +374,21 @@ int run_train(int argc, char** argv) {
 }
 
 int run_eval(int argc, char** argv) {
-  std::string checkpoint, dev, metrics_json, backend = "cpu";
+  std::string checkpoint, dev, metrics_json, backend = "cpu", truncate;
   po::options_description opts("xfmr-classify eval: accuracy of a trained classifier");
   opts.add_options()("help", "show this help")("checkpoint", po::value(&checkpoint), "checkpoint directory (required)")
       ("dev", po::value(&dev), "TSV to evaluate on (required)")("metrics-json", po::value(&metrics_json), "write results here")
+      ("truncate", po::value(&truncate), "head or tail (default: as the model was trained)")
       ("backend", po::value(&backend)->default_value(backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!checkpoint.empty() && !dev.empty(), "--checkpoint DIR and --dev TSV are required");
+  if (!truncate.empty()) check_truncate(truncate);
   check_output_paths({{"--metrics-json", metrics_json}}, {{"--dev", dev}, {"--checkpoint", checkpoint}}, checkpoint);
   const json state = json::parse(read_trainer_state(checkpoint));
   require(state.value("format", "") == kFormat, checkpoint, ": not an xfmr-classify checkpoint");
   with_backend(backend, [&]<class Be>() {
-    with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg, Be>(checkpoint, dev, metrics_json, backend); });
+    with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg, Be>(checkpoint, dev, metrics_json, backend, truncate); });
   });
   return 0;
 }

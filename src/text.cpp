@@ -306,7 +306,8 @@ std::vector<std::string_view> words_of(std::string_view text) {
 }
 }  // namespace
 
-WordVocab WordVocab::build(std::span<const std::string> texts, int min_freq, std::vector<std::string> specials) {
+WordVocab WordVocab::build(std::span<const std::string> texts, int min_freq, std::vector<std::string> specials,
+                           std::size_t max_words) {
   require(min_freq >= 1, "minimum word frequency ", min_freq, " must be at least 1");
   WordVocab v;
   v.min_freq_ = min_freq;
@@ -326,6 +327,7 @@ WordVocab WordVocab::build(std::span<const std::string> texts, int min_freq, std
   for (auto& [w, c] : counts)
     if (c >= min_freq && !v.ids_.count(w)) kept.emplace_back(w, c);
   std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (max_words > 0 && kept.size() > max_words) kept.resize(max_words);
   for (auto& [w, c] : kept) {
     v.ids_.emplace(w, static_cast<std::int32_t>(v.words_.size()));
     v.words_.push_back(w);

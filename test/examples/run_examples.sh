@@ -5,6 +5,7 @@
 set -uo pipefail
 case_name=$1 bin=$2 work=$3
 charlm="$bin/xfmr-charlm" classify="$bin/xfmr-classify" translate="$bin/xfmr-translate"
+here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 # Passive waiting: ctest runs cases side by side on few cores, where spinning
 # OpenMP threads of one process starve the other.
@@ -281,6 +282,42 @@ case "$case_name" in
     [[ $(json_value e.json dev_accuracy) == "$acc" ]] || fail "eval accuracy $(json_value e.json dev_accuracy) != $acc"
     "$classify" train --train train.tsv --dev dev.tsv --model tiny --tokens char --pooling cls --epochs 1 --batch 16 \
       --eval-every 100 --log-csv c2.csv --report c2.html > /dev/null 2>&1 || fail "char tokens with CLS pooling failed"
+    ;;
+  classify_truncate_normalize)
+    # The label word comes last, after 40 words of filler, in varying case and
+    # glued to punctuation and an HTML line break: only --truncate tail sees it
+    # within tiny's 32 tokens, and --normalize lower makes "Good.<br />" "good".
+    make_long() {  # make_long N FILE
+      local pos=(Good GOOD good.) neg=(Bad BAD bad.) filler
+      filler=$(printf 'the %.0s' $(seq 1 40))
+      echo -e "label\tsentence" > "$2"
+      for i in $(seq 1 "$1"); do
+        if ((i % 2)); then echo -e "1\t$filler${pos[$((i % 3))]}<br />"; else echo -e "0\t$filler${neg[$((i % 3))]}<br />"; fi
+      done >> "$2"
+    }
+    make_long 200 train.tsv && make_long 40 dev.tsv
+    for t in head tail; do
+      "$classify" train --train train.tsv --dev dev.tsv --model tiny --epochs 6 --batch 16 --lr 3e-3 --eval-every 100 \
+        --normalize lower --truncate $t --out ck_$t --metrics-json $t.json --log-csv "" --report "" > $t.log 2>&1 \
+        || { cat $t.log; fail "training with --truncate $t failed"; }
+      grep -q "note: 200 of 200 train examples are longer than the model's 32 tokens; it reads the \(first\|last\) 32" \
+        $t.log || { cat $t.log; fail "no truncation note for --truncate $t"; }
+    done
+    # The vocabulary: <pad> <unk> <cls>, then the . good bad: no case variants, no HTML.
+    grep -q "word vocabulary 7," tail.log || { cat tail.log; fail "--normalize lower did not merge Good, GOOD and good."; }
+    awk -v a="$(json_value tail.json dev_accuracy)" 'BEGIN { exit !(a == 1) }' || fail "tail: accuracy $(json_value tail.json dev_accuracy)"
+    awk -v a="$(json_value head.json dev_accuracy)" 'BEGIN { exit !(a == 0.5) }' || fail "head: accuracy $(json_value head.json dev_accuracy)"
+    # eval keeps the checkpoint's end unless told otherwise.
+    "$classify" eval --checkpoint ck_tail --dev dev.tsv --metrics-json e.json > /dev/null || fail "eval failed"
+    awk -v a="$(json_value e.json dev_accuracy)" 'BEGIN { exit !(a == 1) }' || fail "eval of the tail model: $(json_value e.json dev_accuracy)"
+    "$classify" eval --checkpoint ck_tail --dev dev.tsv --truncate head --metrics-json e.json > /dev/null || fail "eval failed"
+    awk -v a="$(json_value e.json dev_accuracy)" 'BEGIN { exit !(a == 0.5) }' || fail "eval --truncate head saw the label"
+    expect_error "unknown --truncate 'middle' (expected head or tail)" "$classify" train --train train.tsv \
+      --dev dev.tsv --truncate middle
+    expect_error "unknown --normalize 'upper' (expected none, words or lower)" "$classify" train --train train.tsv \
+      --dev dev.tsv --normalize upper
+    expect_error "--max-vocab applies to word tokens only" "$classify" train --train train.tsv --dev dev.tsv \
+      --tokens char --max-vocab 10
     ;;
   classify_bad_input)
     make_tsv 20 good.tsv

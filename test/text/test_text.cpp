@@ -125,6 +125,10 @@ BOOST_AUTO_TEST_CASE(word_vocab) {
   const auto back = WordVocab::from_json(v.to_json());
   BOOST_TEST((back.encode("a cat sat") == v.encode("a cat sat")));
   BOOST_CHECK_THROW(WordVocab::build(texts, 1, {"<pad>"}), Error);  // no <unk>
+  // A cap of 2 keeps the first two of cat, sat, the (twice each, ties alphabetical), a, dog (once).
+  const auto capped = WordVocab::build(texts, 1, {"<unk>"}, 2);
+  BOOST_TEST(capped.size() == 3);
+  BOOST_TEST((capped.encode("cat sat the") == std::vector<std::int32_t>{1, 2, 0}));
 }
 
 BOOST_AUTO_TEST_CASE(lm_batches) {

@@ -10,8 +10,9 @@
 //   Unknown characters are an error naming the character and its position,
 //   or map to an explicit "<unk>" token when built with one. Serialises to
 //   JSON for checkpoint metadata.
-// WordVocab: whitespace-separated words with a minimum frequency, special
-//   tokens first (e.g. <pad>, <unk>, <cls>); unknown words map to <unk>.
+// WordVocab: whitespace-separated words with a minimum frequency (and, when
+//   asked, only the most frequent), special tokens first (e.g. <pad>, <unk>,
+//   <cls>); unknown words map to <unk>.
 #pragma once
 
 #include <cstdint>
@@ -68,9 +69,10 @@ class CharTokenizer {
 
 class WordVocab {
  public:
-  // Specials take ids 0.. in order; they must include "<unk>".
+  // Specials take ids 0.. in order; they must include "<unk>". max_words > 0
+  // keeps that many of the most frequent words (specials not counted).
   static WordVocab build(std::span<const std::string> texts, int min_freq,
-                         std::vector<std::string> specials = {"<pad>", "<unk>", "<cls>"});
+                         std::vector<std::string> specials = {"<pad>", "<unk>", "<cls>"}, std::size_t max_words = 0);
   static WordVocab from_json(std::string_view json);
 
   std::vector<std::int32_t> encode(std::string_view text) const;
