@@ -2,6 +2,8 @@
 //
 //   xfmr-charlm train --data FILE [--model shakespeare-small] [--steps N] ...
 //   xfmr-charlm sample --checkpoint DIR [--tokens N] [--prompt TEXT] ...
+//   xfmr-charlm sample --gpt2 DIR [--tokens N] [--prompt TEXT] ...
+//     (a GPT-2 checkpoint in the Hugging Face layout, with its tokenizer)
 //
 // Run either command with --help for its options.
 #include <boost/program_options.hpp>
@@ -16,8 +18,10 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/sampling.hpp"
 #include "xfmr/io/checkpoint.hpp"
+#include "xfmr/io/gpt2.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/text/datasets.hpp"
+#include "xfmr/text/gpt2_bpe.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
@@ -188,15 +192,15 @@ class Batches {
   std::optional<SequenceBatcher> seq_;
 };
 
-// Samples `tokens` tokens after `context`. With a reset token (names mode:
+// Samples `tokens` tokens after `context`; piece(id) is a token's text. With a reset token (names mode:
 // the separator), each generated separator starts a fresh context, as in
 // training, where every row holds one name from its beginning.
 // With the KV cache each new token costs one position of work; when the
 // cache holds MAX_T positions it restarts from the last MAX_T / 2 tokens.
 // Without it (the reference), every token re-reads the last MAX_T tokens;
 // the two agree token for token while the context fits in MAX_T.
-template <class Cfg, class Be>
-std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, std::vector<std::int32_t> context,
+template <class Cfg, class Be, class Piece>
+std::string generate(Decoder<Cfg, Be>& model, Be& be, const Piece& piece_of, std::vector<std::int32_t> context,
                      int tokens, const SamplingOptions& opts, Rng& rng, bool stream,
                      std::optional<std::int32_t> reset = std::nullopt, bool use_cache = true) {
   Sampler sampler(opts);
@@ -217,7 +221,7 @@ std::string generate(Decoder<Cfg, Be>& model, Be& be, const CharTokenizer& tok, 
     const bool restart = reset && next == *reset;
     if (restart) context.clear();
     context.push_back(next);
-    const std::string piece = tok.token(next);
+    const std::string piece = piece_of(next);
     out += piece;
     if (stream) {
       std::cout << piece;
@@ -353,7 +357,8 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
     std::cout << "--- sample ---\n";
     std::optional<std::int32_t> reset;
     if (run.mode == "names") reset = nl;
-    sample = generate(model, be, tok, {nl.value_or(0)}, args.samples, {}, sample_rng, true, reset);
+    sample = generate(model, be, [&](std::int32_t id) { return tok.token(id); }, {nl.value_or(0)}, args.samples, {},
+                      sample_rng, true, reset);
     std::cout << "\n--------------\n";
   }
   csv.save();
@@ -380,12 +385,19 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
 }
 
 struct SampleArgs {
-  std::string checkpoint, prompt, backend = "cpu";
+  std::string checkpoint, gpt2, tokenizer, prompt, backend = "cpu";
   bool no_cache = false;
   int tokens = 500;
   SamplingOptions sampling;
   std::uint64_t seed = 1;
 };
+
+// "[500 tokens in 1.2 s, 416 tokens/s, KV cache]" on stderr, after the text.
+void report_speed(const SampleArgs& args, double s) {
+  std::cerr << "\n[" << args.tokens << " tokens in " << s << " s, " << args.tokens / s << " tokens/s, "
+            << (args.no_cache ? "no cache" : "KV cache") << "]";
+  std::cout << "\n";
+}
 
 template <class Cfg, class Be>
 void sample(const SampleArgs& args, const std::string& mode) {
@@ -408,11 +420,54 @@ void sample(const SampleArgs& args, const std::string& mode) {
   if (mode == "names") reset = tok.find("\n");
   if (reset && context.front() != *reset) context.insert(context.begin(), *reset);  // a name starts after a separator
   const auto t0 = Clock::now();
-  generate(model, be, tok, context, args.tokens, args.sampling, rng, true, reset, !args.no_cache);
-  const double s = seconds_since(t0);
-  std::cerr << "\n[" << args.tokens << " tokens in " << s << " s, " << args.tokens / s << " tokens/s, "
-            << (args.no_cache ? "no cache" : "KV cache") << "]";
-  std::cout << "\n";
+  generate(model, be, [&](std::int32_t id) { return tok.token(id); }, context, args.tokens, args.sampling, rng, true,
+           reset, !args.no_cache);
+  report_speed(args, seconds_since(t0));
+}
+
+// The first of `names` in `dir`, or an error naming them all.
+fs::path find_file(const fs::path& dir, std::initializer_list<const char*> names, const char* what) {
+  std::string tried;
+  for (const char* n : names) {
+    if (fs::exists(dir / n)) return dir / n;
+    tried += (tried.empty() ? "" : " or ") + std::string(n);
+  }
+  detail::fail("no ", what, " in ", dir.string(), " (looked for ", tried, ")");
+}
+
+// sample --gpt2: a Hugging Face GPT-2 checkpoint (model.safetensors and
+// config.json) with its tokenizer (vocab.json and merges.txt, or OpenAI's
+// encoder.json and vocab.bpe), in the gpt2-small shape.
+template <class Be>
+void sample_gpt2(const SampleArgs& args) {
+  using Cfg = Gpt2Small;
+  const fs::path dir = args.gpt2, model_file = fs::is_directory(dir) ? dir / "model.safetensors" : dir;
+  require(fs::exists(model_file), "--gpt2 ", model_file.string(), ": no such file (a directory with model.safetensors "
+          "and config.json, or the .safetensors file)");
+  const auto st = SafeTensors::load(model_file);
+  const Gpt2Config config = read_gpt2_config(model_file, st);
+  require(config.n_embd == Cfg::D_MODEL && config.n_layer == Cfg::N_LAYERS && config.n_head == Cfg::N_HEADS &&
+              config.n_positions == Cfg::MAX_T && config.d_ff() == Cfg::D_FF,
+          model_file.string(), ": n_embd ", config.n_embd, ", n_layer ", config.n_layer, ", n_head ", config.n_head,
+          ", n_positions ", config.n_positions, "; xfmr-charlm runs GPT-2 checkpoints of gpt2-small's shape (768, 12, "
+          "12, 1024)");
+  const fs::path tok_dir = args.tokenizer.empty() ? model_file.parent_path() : fs::path(args.tokenizer);
+  const auto tok = Gpt2Tokenizer::load(find_file(tok_dir, {"vocab.json", "encoder.json"}, "GPT-2 vocabulary"),
+                                       find_file(tok_dir, {"merges.txt", "vocab.bpe"}, "GPT-2 merges"));
+  require(tok.size() == config.vocab_size, "the tokenizer in ", tok_dir.string(), " has ", tok.size(),
+          " tokens but the checkpoint's vocab_size is ", config.vocab_size);
+  Be be = make_backend<Be>(args.backend);
+  Decoder<Cfg, Be> model(config.vocab_size, 0, {.tie_weights = true, .head_bias = false});
+  load_gpt2(model, st, config);
+  model.set_training(false);
+  std::vector<std::int32_t> context = tok.encode(args.prompt);
+  if (context.empty()) context.push_back(tok.end_of_text());  // GPT-2 starts a text after <|endoftext|>
+  Rng rng(args.seed);
+  std::cout << args.prompt;
+  const auto t0 = Clock::now();
+  generate(model, be, [&](std::int32_t id) { return tok.decode(std::span(&id, 1)); }, context, args.tokens,
+           args.sampling, rng, true, std::nullopt, !args.no_cache);
+  report_speed(args, seconds_since(t0));
 }
 
 int usage(const char* argv0) {
@@ -501,8 +556,12 @@ int run_sample(int argc, char** argv) {
   SampleArgs a;
   po::options_description opts("xfmr-charlm sample: generate text from a checkpoint");
   opts.add_options()("help", "show this help")
-      ("checkpoint", po::value(&a.checkpoint), "checkpoint directory written by train --out (required)")
-      ("tokens", po::value(&a.tokens)->default_value(a.tokens), "characters to generate")
+      ("checkpoint", po::value(&a.checkpoint), "checkpoint directory written by train --out")
+      ("gpt2", po::value(&a.gpt2), "instead: a GPT-2 checkpoint in the Hugging Face layout (directory with "
+       "model.safetensors and config.json, or the .safetensors file)")
+      ("tokenizer", po::value(&a.tokenizer), "with --gpt2: directory of vocab.json + merges.txt or encoder.json + "
+       "vocab.bpe (default: the checkpoint's)")
+      ("tokens", po::value(&a.tokens)->default_value(a.tokens), "tokens (characters) to generate")
       ("temperature", po::value(&a.sampling.temperature)->default_value(1.0), "0 = greedy")
       ("top-k", po::value(&a.sampling.top_k)->default_value(0), "sample among the k most likely (0 = all)")
       ("top-p", po::value(&a.sampling.top_p)->default_value(1.0), "nucleus sampling threshold (1 = off)")
@@ -512,9 +571,14 @@ int run_sample(int argc, char** argv) {
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
-  require(!a.checkpoint.empty(), "--checkpoint DIR is required");
+  require(a.checkpoint.empty() != a.gpt2.empty(), "give one of --checkpoint DIR and --gpt2 DIR");
+  require(a.tokenizer.empty() || !a.gpt2.empty(), "--tokenizer goes with --gpt2");
   require(a.tokens >= 0, "--tokens ", a.tokens, " must be >= 0");
   a.sampling.validate();
+  if (!a.gpt2.empty()) {
+    with_backend(a.backend, [&]<class Be>() { sample_gpt2<Be>(a); });
+    return 0;
+  }
   const json state = json::parse(read_trainer_state(a.checkpoint));
   require(state.value("format", "") == kFormat, a.checkpoint, ": not an xfmr-charlm checkpoint");
   const json& settings = state.at("settings");

@@ -138,6 +138,13 @@ case "$case_name" in
     expect_error "unrecognised option '--％canonical_option％'" timeout 20 "$charlm" train --%canonical_option%
     expect_error "the argument ('％value％') for option '--steps' is invalid" timeout 20 "$charlm" train --steps %value%
     expect_error "--shards -1 is negative" "$charlm" train --data corpus.txt --shards -1
+    # sample --gpt2: one source of weights; a GPT-2 of another shape is named.
+    gpt2_tiny="$here/../reference/fixtures/gpt2_tiny"
+    expect_error "give one of --checkpoint DIR and --gpt2 DIR" "$charlm" sample --checkpoint a --gpt2 b
+    expect_error "--tokenizer goes with --gpt2" "$charlm" sample --checkpoint a --tokenizer b
+    expect_error "--gpt2 missing: no such file" "$charlm" sample --gpt2 missing
+    expect_error "n_embd 32, n_layer 2, n_head 4, n_positions 24; xfmr-charlm runs GPT-2 checkpoints of gpt2-small's shape" \
+      "$charlm" sample --gpt2 "$gpt2_tiny"
     expect_error "--attention-dropout 1 outside [0, 1)" "$charlm" train --data corpus.txt --attention-dropout 1
     # Numbers that make no sense are refused before anything runs (NaN and
     # negative dropout were the preset's, a NaN clip was saved as null).

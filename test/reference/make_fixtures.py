@@ -429,7 +429,124 @@ def llama_block(out_dir, seed=10, eps=1e-5, KVH=2):
     write_safetensors(out_dir / "llama_block.safetensors", t, {"config": json.dumps(meta)})
 
 
+# ---- GPT-2 in the Hugging Face layout ------------------------------------------
+# A plain-PyTorch GPT-2 over a dict of Hugging Face-named tensors: Conv1D
+# weights stored (in, out), tied head, GELU tanh, eps 1e-5, causal attention,
+# and a past_key_values-style cache for decoding.
+
+def gpt2_params(vocab, n_pos, d, layers, gen, scale):
+    def u(*shape, centre=0.0, spread=scale):
+        return f32(centre + spread * (2 * torch.rand(shape, generator=gen) - 1))
+    p = {"wte.weight": u(vocab, d), "wpe.weight": u(n_pos, d)}
+    for i in range(layers):
+        h = f"h.{i}."
+        p.update({h + "ln_1.weight": u(d, centre=1.0, spread=0.2), h + "ln_1.bias": u(d, spread=0.2),
+                  h + "attn.c_attn.weight": u(d, 3 * d), h + "attn.c_attn.bias": u(3 * d),
+                  h + "attn.c_proj.weight": u(d, d), h + "attn.c_proj.bias": u(d),
+                  h + "ln_2.weight": u(d, centre=1.0, spread=0.2), h + "ln_2.bias": u(d, spread=0.2),
+                  h + "mlp.c_fc.weight": u(d, 4 * d), h + "mlp.c_fc.bias": u(4 * d),
+                  h + "mlp.c_proj.weight": u(4 * d, d), h + "mlp.c_proj.bias": u(d)})
+    p["ln_f.weight"], p["ln_f.bias"] = u(d, centre=1.0, spread=0.2), u(d, spread=0.2)
+    return p
+
+
+def gpt2_forward(p, ids, heads, layers, past=None):
+    """ids (B, T) -> logits (B, T, vocab), and the new past [(k, v)] per layer."""
+    b, t = ids.shape
+    t0 = 0 if past is None else past[0][0].shape[2]
+    d = p["wte.weight"].shape[1]
+    hd = d // heads
+    x = p["wte.weight"][ids] + p["wpe.weight"][t0:t0 + t]
+    present = []
+    for i in range(layers):
+        h = f"h.{i}."
+        a = F.layer_norm(x, (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
+        q, k, v = (a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]).split(d, dim=2)
+        q, k, v = (z.view(b, t, heads, hd).transpose(1, 2) for z in (q, k, v))
+        if past is not None:
+            k, v = torch.cat([past[i][0], k], dim=2), torch.cat([past[i][1], v], dim=2)
+        present.append((k, v))
+        s = q @ k.transpose(-1, -2) / hd ** 0.5
+        allowed = torch.ones(t, t0 + t, dtype=torch.bool).tril(diagonal=t0)
+        s = s.masked_fill(~allowed, float("-inf"))
+        y = (s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
+        m = F.layer_norm(x, (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
+        m = gelu_tanh(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"])
+        x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
+    x = F.layer_norm(x, (d,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+    return x @ p["wte.weight"].T, present
+
+
+def gpt2_greedy(p, prompt, n, heads, layers):
+    """n greedy tokens after prompt (a list), decoding with the cache; and the
+    smallest gap between the two best logits on the way (a float32 run picks
+    the same tokens when it is far above float32 rounding)."""
+    logits, past = gpt2_forward(p, torch.tensor([prompt]), heads, layers)
+    out, gap = [], float("inf")
+    for _ in range(n):
+        top = logits[0, -1].topk(2).values
+        gap = min(gap, float(top[0] - top[1]))
+        nxt = int(logits[0, -1].argmax())
+        out.append(nxt)
+        logits, past = gpt2_forward(p, torch.tensor([[nxt]]), heads, layers, past)
+    return out, gap
+
+
+def gpt2_config_json(vocab, n_pos, d, layers, heads):
+    return json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": vocab,
+                       "n_positions": n_pos, "n_ctx": n_pos, "n_embd": d, "n_layer": layers, "n_head": heads,
+                       "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05},
+                      indent=2) + "\n"
+
+
+def write_gpt2_dir(out_dir, p, vocab, n_pos, d, layers, heads):
+    """model.safetensors as the Hub's gpt2 holds it (no prefix, with the
+    causal-mask buffers h.<i>.attn.bias), and config.json beside it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t = dict(p)
+    for i in range(layers):
+        t[f"h.{i}.attn.bias"] = torch.ones(n_pos, n_pos).tril().view(1, 1, n_pos, n_pos)
+    write_safetensors(out_dir / "model.safetensors", t, {"format": "pt"})
+    (out_dir / "config.json").write_text(gpt2_config_json(vocab, n_pos, d, layers, heads))
+
+
+def gpt2_tiny(out_dir, vocab=61, n_pos=24, d=32, layers=2, heads=4, seed=11):
+    """fixtures/gpt2_tiny/: the checkpoint, and expected.safetensors with
+    ids (2, 7), their logits (14, vocab), a prompt and its 12 greedy tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    p = gpt2_params(vocab, n_pos, d, layers, gen, scale=0.3)
+    write_gpt2_dir(out_dir / "gpt2_tiny", p, vocab, n_pos, d, layers, heads)
+    ids = torch.randint(0, vocab, (2, 7), generator=gen)
+    logits, _ = gpt2_forward(p, ids, heads, layers)
+    prompt = torch.randint(0, vocab, (5,), generator=gen).tolist()
+    greedy, gap = gpt2_greedy(p, prompt, 12, heads, layers)
+    assert gap > 1e-3, f"greedy margin {gap} too small for a float32 comparison; change the seed"
+    write_safetensors(out_dir / "gpt2_tiny" / "expected.safetensors",
+                      {"ids": ids.to(torch.int64), "logits": logits.reshape(-1, vocab),
+                       "prompt": torch.tensor(prompt, dtype=torch.int64),
+                       "greedy": torch.tensor(greedy, dtype=torch.int64)},
+                      {"config": json.dumps({"n_head": heads, "n_layer": layers, "greedy_margin": gap,
+                                             "reference": f"torch {torch.__version__}, float64, plain GPT-2"})})
+
+
+def gpt2_small(out_dir, prompt, n=16, seed=12):
+    """A gpt2-small shaped checkpoint with random weights (about 500 MB), and
+    expected.json: the prompt's ids and n greedy ids after it."""
+    vocab, n_pos, d, layers, heads = 50257, 1024, 768, 12, 12
+    gen = torch.Generator().manual_seed(seed)
+    p = gpt2_params(vocab, n_pos, d, layers, gen, scale=0.1)
+    write_gpt2_dir(out_dir, p, vocab, n_pos, d, layers, heads)
+    greedy, gap = gpt2_greedy(p, prompt, n, heads, layers)
+    (out_dir / "expected.json").write_text(json.dumps({"prompt": prompt, "greedy": greedy, "margin": gap}) + "\n")
+    print(f"gpt2-small: {n} greedy tokens, smallest top-2 logit gap {gap:.3g}")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--gpt2-small":
+        # make_fixtures.py --gpt2-small DIR ID,ID,...: the on-the-fly check of test_gpt2_small.sh.
+        gpt2_small(Path(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")])
+        return
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "fixtures")
     out_dir.mkdir(parents=True, exist_ok=True)
     self_block("decoder_only_block_prenorm", True, gelu_tanh, causal=True, padding=False, seed=1, out_dir=out_dir)
@@ -442,7 +559,8 @@ def main():
     rms_norm(out_dir)
     swiglu_feed_forward(out_dir)
     llama_block(out_dir)
-    for p in sorted(out_dir.glob("*.safetensors")):
+    gpt2_tiny(out_dir)
+    for p in sorted(out_dir.glob("**/*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 
 

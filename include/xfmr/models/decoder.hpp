@@ -5,9 +5,9 @@
 //
 // The vocabulary size is runtime; D_MODEL, N_HEADS, N_LAYERS, D_FF, MAX_T are
 // static. With tie_weights the LM head uses the token embedding matrix (as in
-// GPT-2) and keeps only its bias. Parameters: "tok_emb.weight",
-// "pos_emb.weight" (learned positions), "blocks.<i>.*", "ln_f.*",
-// "lm_head.weight" (untied), "lm_head.bias".
+// GPT-2); head_bias false drops its bias (GPT-2 has none). Parameters:
+// "tok_emb.weight", "pos_emb.weight" (learned positions), "blocks.<i>.*",
+// "ln_f.*", "lm_head.weight" (untied), "lm_head.bias" (with head_bias).
 // forward() returns the logits, valid until the next forward. backward(dlogits)
 // accumulates every parameter gradient. Initialisation: GPT-2 (N(0, 0.02)).
 #pragma once
@@ -26,6 +26,7 @@ struct DecoderOptions {
   float dropout = 0.0f;            // on the residual branches
   float attention_dropout = 0.0f;  // on the attention probabilities
   bool tie_weights = false;
+  bool head_bias = true;
 };
 
 template <BlockConfig Cfg, class Backend>
@@ -42,9 +43,9 @@ class Decoder {
       : rng_(seed), trunk_(vocab, rng_, opts.dropout, opts.attention_dropout), opts_(opts) {
     if (opts.tie_weights) {
       auto& emb = trunk_.token_embedding();
-      head_.emplace(emb.weight(), emb.grad(), rng_, true);
+      head_.emplace(emb.weight(), emb.grad(), rng_, opts.head_bias);
     } else {
-      head_.emplace(vocab, rng_, true);
+      head_.emplace(vocab, rng_, opts.head_bias);
     }
     init_gpt2(*this, rng_);
   }
@@ -98,8 +99,8 @@ class Decoder {
   BlockStack<DecoderOnlyBlock<Cfg, Backend>, Backend>& blocks() { return trunk_.blocks(); }
 
   // What visit() lists, from the configuration alone.
-  static constexpr std::size_t parameter_count(std::size_t vocab, bool tie_weights) {
-    return Trunk::parameter_count(vocab) + (tie_weights ? 0 : vocab * D) + vocab;
+  static constexpr std::size_t parameter_count(std::size_t vocab, bool tie_weights, bool head_bias = true) {
+    return Trunk::parameter_count(vocab) + (tie_weights ? 0 : vocab * D) + (head_bias ? vocab : 0);
   }
 
  private:

@@ -1,0 +1,147 @@
+// gpt2.hpp: GPT-2 checkpoints in the Hugging Face layout, into and out of a
+// Decoder with GPT-2's shape.
+//
+// A Hugging Face GPT-2 directory holds model.safetensors and config.json.
+// The tensors are "wte.weight" (vocab, D), "wpe.weight" (n_positions, D),
+// per block i "h.<i>.ln_1.*", "h.<i>.attn.c_attn.*", "h.<i>.attn.c_proj.*",
+// "h.<i>.ln_2.*", "h.<i>.mlp.c_fc.*", "h.<i>.mlp.c_proj.*", then "ln_f.*";
+// every name may carry a "transformer." prefix (as GPT2LMHeadModel saves
+// them), and the LM head is wte itself. The linear layers are Conv1D:
+// y = x W + b with W stored (in, out), the transpose of xfmr's (out, in).
+// The attention mask buffers some files hold ("h.<i>.attn.bias",
+// "h.<i>.attn.masked_bias") are skipped; an "lm_head.weight" must equal wte.
+//
+// Gpt2Config: config.json's fields that fix the shape. read_gpt2_config
+//   takes them from the file's metadata ("config", as save_gpt2 writes it)
+//   or else from config.json beside the file.
+// load_gpt2(model, st, config): fills a Decoder built with tie_weights and
+//   no head bias whose Cfg matches the config (pre-norm, LayerNorm with eps
+//   1e-5, GELU with the tanh approximation, learned positions, biases);
+//   every mismatch is an xfmr::Error naming the tensor or field and the
+//   sizes on both sides.
+// save_gpt2(model, dir): writes dir/model.safetensors (F32, no prefix,
+//   metadata "format": "pt" and "config") and dir/config.json, each
+//   atomically; existing files there are replaced only with overwrite.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "xfmr/blocks/residual.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/io/safetensors.hpp"
+#include "xfmr/layers/activation.hpp"
+#include "xfmr/layers/layer_norm.hpp"
+#include "xfmr/layers/positional.hpp"
+#include "xfmr/models/decoder.hpp"
+
+namespace xfmr {
+
+struct Gpt2Config {
+  int vocab_size = 50257, n_positions = 1024, n_embd = 768, n_layer = 12, n_head = 12;
+  int n_inner = 0;  // 0: 4 * n_embd, as config.json's null
+  double layer_norm_epsilon = 1e-5;
+  std::string activation_function = "gelu_new";
+
+  int d_ff() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
+  // config.json's text; `source` names it in errors. Missing fields take
+  // GPT-2's defaults, as Hugging Face's GPT2Config does.
+  static Gpt2Config from_json(std::string_view text, const std::string& source);
+  // config.json as Hugging Face reads it (model_type "gpt2").
+  std::string to_json() const;
+};
+
+// The config of the GPT-2 checkpoint `model_file`, already read as `st`.
+Gpt2Config read_gpt2_config(const std::filesystem::path& model_file, const SafeTensors& st);
+
+namespace detail {
+// The Hugging Face name of a Decoder parameter (without prefix), and whether
+// its matrix is stored transposed (Conv1D); an error for a parameter GPT-2
+// has no counterpart for.
+struct Gpt2Tensor {
+  std::string name;
+  bool transposed = false;
+};
+Gpt2Tensor gpt2_tensor(std::string_view xfmr_name);
+// "transformer." when the file's tensors carry it, else "".
+std::string gpt2_prefix(const SafeTensors& st);
+// The tensor `name` of `st` in xfmr's layout and `shape`: checked against
+// the shape GPT-2 stores (transposed for Conv1D) and for finite values.
+template <class S>
+std::vector<S> gpt2_read(const SafeTensors& st, const std::string& name, const std::vector<std::int64_t>& shape,
+                         bool transposed);
+// Every tensor of `st` not in `used` is one GPT-2 files may hold beside the
+// parameters, or an error naming it.
+void gpt2_check_rest(const SafeTensors& st, const std::string& prefix, const std::set<std::string>& used);
+template <class S>
+void gpt2_add(SafeTensorsWriter& w, const std::string& name, const std::vector<std::int64_t>& shape,
+              const std::vector<S>& values, bool transposed);
+void gpt2_write(const std::filesystem::path& dir, const SafeTensorsWriter& w, const Gpt2Config& config, bool overwrite);
+
+// GPT-2's block: pre-norm LayerNorm, GELU (tanh), learned positions, biases.
+template <class Cfg, class Backend>
+inline constexpr bool kGpt2Shaped =
+    std::is_same_v<typename Cfg::Norm, PreNorm> && std::is_same_v<typename Cfg::Activation, Gelu> &&
+    std::is_same_v<norm_layer_t<Cfg, Cfg::D_MODEL, Backend>, LayerNorm<Cfg::D_MODEL, Backend>> &&
+    std::is_same_v<typename positions_tag<Cfg>::type, Learned> && linear_bias<Cfg>() &&
+    qk_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL && v_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL &&
+    kv_heads<Cfg>() == Cfg::N_HEADS;
+
+void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, int max_t, int d, int layers,
+                       int heads, int d_ff);
+void gpt2_check_options(const DecoderOptions& o);
+}  // namespace detail
+
+template <class Cfg, class Backend>
+void load_gpt2(Decoder<Cfg, Backend>& model, const SafeTensors& st, const Gpt2Config& config) {
+  static_assert(detail::kGpt2Shaped<Cfg, Backend>,
+                "GPT-2 needs a pre-norm LayerNorm Decoder with Gelu, learned positions and biases");
+  using S = typename Backend::Scalar;
+  detail::gpt2_check_options(model.options());
+  detail::gpt2_check_config(config, st.source(), model.vocab(), Cfg::MAX_T, Cfg::D_MODEL, Cfg::N_LAYERS, Cfg::N_HEADS,
+                            Cfg::D_FF);
+  const std::string prefix = detail::gpt2_prefix(st);
+  std::set<std::string> used;
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    const auto t = detail::gpt2_tensor(name);
+    const auto host = detail::gpt2_read<S>(st, prefix + t.name, value.shape(), t.transposed);
+    value.copy_from_host(host.data());
+    used.insert(prefix + t.name);
+  });
+  detail::gpt2_check_rest(st, prefix, used);
+}
+
+template <class Cfg, class Backend>
+Gpt2Config gpt2_config_of(const Decoder<Cfg, Backend>& model) {
+  Gpt2Config c;
+  c.vocab_size = model.vocab();
+  c.n_positions = Cfg::MAX_T;
+  c.n_embd = Cfg::D_MODEL;
+  c.n_layer = Cfg::N_LAYERS;
+  c.n_head = Cfg::N_HEADS;
+  c.n_inner = Cfg::D_FF == 4 * Cfg::D_MODEL ? 0 : Cfg::D_FF;
+  return c;
+}
+
+template <class Cfg, class Backend>
+void save_gpt2(Decoder<Cfg, Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
+  static_assert(detail::kGpt2Shaped<Cfg, Backend>,
+                "GPT-2 needs a pre-norm LayerNorm Decoder with Gelu, learned positions and biases");
+  using S = typename Backend::Scalar;
+  detail::gpt2_check_options(model.options());
+  SafeTensorsWriter w;
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    const auto t = detail::gpt2_tensor(name);
+    std::vector<S> host(value.size());
+    value.copy_to_host(host.data());
+    detail::gpt2_add(w, t.name, value.shape(), host, t.transposed);
+  });
+  detail::gpt2_write(dir, w, gpt2_config_of(model), overwrite);
+}
+
+}  // namespace xfmr
