@@ -5,6 +5,7 @@
 //   xfmr-bench --model shakespeare-small [--batch 16] [--modes train,forward,generate]
 //              [--min-time 2] [--json FILE] [--smoke]
 //   xfmr-bench --translator multi30k [--vocab 8000]   (translator decoding only)
+//   xfmr-bench --gpt2 DIR [--gpt2-tokens 128]          (GPT-2 checkpoint decoding only)
 //
 // Modes (every time is the median of many repetitions after a warm-up):
 //   train     one full step: forward, cross-entropy, backward, AdamW; on the
@@ -23,6 +24,11 @@
 // MAX_T / 2 tokens: with the caches (self-attention keys/values and the
 // memory's cross-attention keys/values, computed once), and by the seeds'
 // loop, which re-runs the whole decoder over the prefix for every token.
+// The GPT-2 measurement loads a Hugging Face GPT-2 checkpoint of gpt2-small's
+// shape (io/gpt2.hpp) and times greedy decoding after <|endoftext|> with the
+// KV cache, per token, with the weights' bytes a token streams against the
+// read bandwidth (as benchmark/pytorch_reference.py --gpt2 does in PyTorch);
+// it prints the greedy ids, which the two must share.
 // GFLOP/s count matrix products only (the exact count of the model's GEMMs
 // and attention products, full T x T scores as computed), divided by the
 // machine's single-precision GEMM ceiling, which the bench measures itself.
@@ -42,12 +48,14 @@
 #include "common.hpp"
 #include "presets.hpp"
 #include "xfmr/backend/cpu.hpp"
+#include "xfmr/io/gpt2.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
 
 namespace po = boost::program_options;
+namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace xfmr;
 using namespace xfmr::examples;
@@ -56,6 +64,8 @@ namespace {
 
 struct Args {
   std::string model = "shakespeare-small", modes = "train,forward,generate", json_path, translator, backend = "cpu";
+  std::string gpt2;     // a GPT-2 checkpoint to time decoding of
+  int gpt2_tokens = 128;
   int batch = 0;  // 0: the preset's benchmark batch
   int seq_len = 0;  // train and forward: positions per sequence (0: MAX_T)
   int recompute_tokens = 0;  // generate: tokens of the recompute loop (0: all MAX_T - 1 up to MAX_T 256, else 64)
@@ -355,6 +365,59 @@ json run(const Args& a) {
   return out;
 }
 
+// Greedy decoding of a GPT-2 checkpoint (--gpt2) with the KV cache.
+template <class Be>
+json run_gpt2(const Args& a) {
+  using Cfg = Gpt2Small;
+  const fs::path file = fs::is_directory(a.gpt2) ? fs::path(a.gpt2) / "model.safetensors" : fs::path(a.gpt2);
+  const auto st = SafeTensors::load(file);
+  const Gpt2Config config = read_gpt2_config(file, st);
+  Be be = make_backend<Be>(a.backend);
+  const int V = config.vocab_size, n = a.gpt2_tokens;
+  Decoder<Cfg, Be> model(V, 1, {.tie_weights = true, .head_bias = false});
+  load_gpt2(model, st, config);
+  model.set_training(false);
+  const double ceiling = gemm_ceiling(a, be);
+  double flops = 0;
+  for (int i = 0; i < n; ++i) flops += cached_step_flops<Cfg>(i, V);
+  const std::int32_t start = V > 50256 ? 50256 : 0;  // <|endoftext|>
+  DecodingCache<Be> cache;
+  std::vector<float> staging;
+  std::vector<std::int32_t> seq;
+  const auto t = time_calls(a, be, [&] {
+    seq.assign(1, start);
+    model.start_cache(cache, 1);
+    auto logits = model.forward_cached(be, seq, 1, cache);
+    for (int i = 0; i < n; ++i) {
+      seq.push_back(argmax(be.host_view(logits, staging)));
+      if (i + 1 < n) logits = model.forward_cached(be, std::span(&seq.back(), 1), 1, cache);
+    }
+  });
+  json out = {{"impl", "xfmr"},
+              {"backend", describe(be)},
+              {"model", "gpt2 checkpoint"},
+              {"shape", {{"B", 1}, {"T", n}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
+                         {"FF", Cfg::D_FF}, {"V", V}, {"dropout", 0}}},
+              {"threads", detail::thread_count()},
+              {"blas", blas_kernel()},
+              {"gemm_ceiling_gflops", ceiling},
+              {"parameters", Decoder<Cfg, Be>::parameter_count(V, true, false)},
+              {"greedy", std::vector<std::int32_t>(seq.begin() + 1, seq.end())},
+              {"results", {{"gpt2_generate_cached", summarize(t, n, flops, ceiling, n)}}},
+              {"memory", {{"peak_rss_mb", peak_rss_mb()}}}};
+  if (std::string(Be::name) == "cpu") {
+    // A token reads every weight once but the position table, of which it reads one row.
+    const double bytes = (double(Decoder<Cfg, Be>::parameter_count(V, true, false)) - (Cfg::MAX_T - 1) * Cfg::D_MODEL) *
+                         sizeof(float);
+    const double bw = read_bandwidth_gbs(a.smoke);
+    auto& m = out["results"]["gpt2_generate_cached"];
+    m["weight_gbs"] = bytes / (m["median_ms"].get<double>() * 1e-3) * 1e-9;
+    m["bandwidth_fraction"] = m["weight_gbs"].get<double>() / bw;
+    out["read_bandwidth_gbs"] = bw;
+  }
+  return out;
+}
+
 // Greedy translation decoding, per token, with and without the caches.
 template <class Cfg, class Be>
 json run_translator(const Args& a) {
@@ -462,6 +525,9 @@ int main(int argc, char** argv) {
       ("vocab", po::value(&a.vocab)->default_value(a.vocab), "vocabulary size (65; 8000 with --translator)")
       ("translator", po::value(&a.translator), ("time translation decoding of this preset instead: " +
                                                 translate_preset_names()).c_str())
+      ("gpt2", po::value(&a.gpt2), "time greedy decoding of this Hugging Face GPT-2 checkpoint (gpt2-small's shape) "
+       "instead")
+      ("gpt2-tokens", po::value(&a.gpt2_tokens)->default_value(a.gpt2_tokens), "with --gpt2: tokens per generation")
       ("modes", po::value(&a.modes)->default_value(a.modes), "comma-separated: train, forward, generate")
       ("min-time", po::value(&a.min_time)->default_value(a.min_time), "timed seconds per measurement (at least)")
       ("min-reps", po::value(&a.min_reps)->default_value(a.min_reps), "timed repetitions per measurement (at least)")
@@ -490,8 +556,12 @@ int main(int argc, char** argv) {
                 "' (choose from train, forward, generate)");
     }
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
+    require(a.gpt2_tokens >= 1 && a.gpt2_tokens < Gpt2Small::MAX_T, "--gpt2-tokens ", a.gpt2_tokens, " outside 1..",
+            Gpt2Small::MAX_T - 1);
     json result;
-    if (a.translator.empty()) {
+    if (!a.gpt2.empty()) {
+      with_backend(a.backend, [&]<class Be>() { result = run_gpt2<Be>(a); });
+    } else if (a.translator.empty()) {
       with_backend(a.backend, [&]<class Be>() { with_lm_preset(a.model, [&]<class Cfg>() { result = run<Cfg, Be>(a); }); });
     } else {
       if (vm["vocab"].defaulted()) a.vocab = 8000;
@@ -500,6 +570,11 @@ int main(int argc, char** argv) {
       });
     }
     print(result);
+    if (result.contains("greedy")) {
+      std::cout << "  first greedy ids:";
+      for (std::size_t i = 0; i < std::min<std::size_t>(16, result["greedy"].size()); ++i) std::cout << " " << result["greedy"][i];
+      std::cout << "\n";
+    }
     if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");
     return 0;
   });

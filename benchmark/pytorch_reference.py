@@ -10,6 +10,13 @@ matrices and embeddings, zero biases. AdamW(0.9, 0.999, eps 1e-8, decay
 0.01 on matrices only). Generation is the seeds' loop: recompute the whole
 context for every new token. Prints the same JSON as xfmr-bench --json.
 
+With --gpt2 DIR it times GPT-2 decoding instead, as xfmr-bench --gpt2 does:
+the same model with GELU (tanh), loaded from a Hugging Face GPT-2 checkpoint
+of gpt2-small's shape (Conv1D weights transposed into nn.Linear, head tied
+to the token embedding), greedy tokens after <|endoftext|> decoded with a
+past_key_values-style cache (each layer's keys and values concatenated as
+they grow), as transformers' GPT-2 does.
+
 Run it with Debian's python3 and python3-torch, e.g.
   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 benchmark/pytorch_reference.py \
       --model shakespeare-small --threads 2
@@ -72,6 +79,22 @@ class Block(nn.Module):
         x = x + self.drop1(self.attention(self.ln1(x)))
         return x + self.drop2(self.fc2(self.act(self.fc1(self.ln2(x)))))
 
+    def forward_cached(self, x, past):
+        """x (b, t, d) after the positions in past = (k, v) or None; returns y and the new past."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        heads = lambda z: z.view(b, t, self.h, d // self.h).transpose(1, 2)
+        q, k, v = heads(q), heads(k), heads(v)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        t0 = k.shape[2] - t
+        scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(d // self.h))
+        if t > 1:
+            scores = scores.masked_fill(~self.mask[t0:t0 + t, :t0 + t], float("-inf"))
+        y = F.softmax(scores, dim=-1) @ v
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
+        return x + self.fc2(self.act(self.fc1(self.ln2(x)))), (k, v)
+
 
 class CharGpt(nn.Module):
     def __init__(self, vocab, t, d, h, l, ff, dropout, gelu):
@@ -91,6 +114,80 @@ class CharGpt(nn.Module):
         t = ids.shape[1]
         x = self.tok_emb(ids) + self.pos_emb(torch.arange(t, device=ids.device))
         return self.lm_head(self.ln_f(self.blocks(x)))
+
+    def forward_cached(self, ids, past):
+        """Logits of ids (b, t) following the positions in past (a list per block, or None)."""
+        t0 = 0 if past is None else past[0][0].shape[2]
+        x = self.tok_emb(ids) + self.pos_emb(torch.arange(t0, t0 + ids.shape[1], device=ids.device))
+        present = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block.forward_cached(x, None if past is None else past[i])
+            present.append(kv)
+        return self.lm_head(self.ln_f(x)), present
+
+
+def load_gpt2(path, device):
+    """A CharGpt holding a Hugging Face GPT-2 checkpoint of gpt2-small's shape (model.safetensors, config.json)."""
+    with open(f"{path}/config.json") as f:
+        c = json.load(f)
+    with open(f"{path}/model.safetensors", "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = memoryview(raw)[8 + n:]
+    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] not in dtypes:
+            continue
+        begin, end = info["data_offsets"]
+        t = torch.frombuffer(bytearray(data[begin:end]), dtype=dtypes[info["dtype"]]).float()
+        tensors[name.removeprefix("transformer.")] = t.view(info["shape"])
+    t_max, d, h, l = c["n_positions"], c["n_embd"], c["n_head"], c["n_layer"]
+    model = CharGpt(c["vocab_size"], t_max, d, h, l, c.get("n_inner") or 4 * d, 0.0, True)
+    names = {"tok_emb.weight": "wte.weight", "pos_emb.weight": "wpe.weight", "ln_f.weight": "ln_f.weight",
+             "ln_f.bias": "ln_f.bias"}
+    for i in range(l):
+        for ours, theirs in [("ln1", "ln_1"), ("qkv", "attn.c_attn"), ("proj", "attn.c_proj"), ("ln2", "ln_2"),
+                             ("fc1", "mlp.c_fc"), ("fc2", "mlp.c_proj")]:
+            for leaf in ("weight", "bias"):
+                names[f"blocks.{i}.{ours}.{leaf}"] = f"h.{i}.{theirs}.{leaf}"
+    with torch.no_grad():
+        for ours, theirs in names.items():
+            p = model.get_parameter(ours)
+            t = tensors[theirs]
+            p.copy_(t.T if p.dim() == 2 and ("blocks." in ours) else t)  # Conv1D: (in, out)
+        model.lm_head.weight = model.tok_emb.weight  # tied, as GPT-2
+        model.lm_head.bias.zero_()
+    return model.to(device).eval(), c
+
+
+def gpt2_benchmark(args):
+    """Greedy decoding of --gpt2-tokens tokens after <|endoftext|>, with the cache."""
+    model, c = load_gpt2(args.gpt2, args.device)
+    v, n = c["vocab_size"], args.gpt2_tokens
+    start = 50256 if v > 50256 else 0
+
+    def generate():
+        seq = [start]
+        logits, past = model.forward_cached(torch.tensor([seq], device=args.device), None)
+        for i in range(n):
+            seq.append(int(logits[0, -1].argmax()))
+            if i + 1 < n:
+                logits, past = model.forward_cached(torch.tensor([[seq[-1]]], device=args.device), past)
+        return seq
+    with torch.no_grad():
+        secs = time_calls(generate, args)
+        seq = generate()
+    backend = "cpu" if args.device == "cpu" else torch.cuda.get_device_name()
+    out = {"impl": "pytorch", "backend": backend, "model": "gpt2 checkpoint", "torch": torch.__version__,
+           "threads": torch.get_num_threads(), "parameters": sum(p.numel() for p in model.parameters()),
+           "results": {"gpt2_generate_cached": summarize(secs, n, 0, 1, n)}, "greedy": seq[1:]}
+    m = out["results"]["gpt2_generate_cached"]
+    print(f"pytorch GPT-2 checkpoint {args.gpt2}, {backend}, {out['threads']} threads: {n} greedy tokens with the "
+          f"cache, {m['median_ms']:.3f} ms/token [{m['p10_ms']:.3f}, {m['p90_ms']:.3f}], {m['tokens_per_s']:.1f} tok/s")
+    print("  first greedy ids:", seq[1:17])
+    return out
 
 
 def sync(args):
@@ -177,11 +274,20 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--json")
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--gpt2", help="time GPT-2 decoding from this Hugging Face checkpoint directory instead")
+    p.add_argument("--gpt2-tokens", type=int, default=128, help="with --gpt2: greedy tokens per generation")
     args = p.parse_args()
     if args.smoke:
         args.warmup, args.min_reps, args.min_time = 0, 1, 0
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.gpt2:
+        out = gpt2_benchmark(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+                f.write("\n")
+        return 0
     if args.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
         torch.backends.cudnn.allow_tf32 = args.tf32
