@@ -259,6 +259,19 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   const Batches train_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, true);
   const Batches val_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, false);
 
+  // Under mpirun, each of the N ranks trains on its batch / N sequences of
+  // every batch (all draw the same batches) and rank 0 alone writes files.
+  ProcessGroup& group = ProcessGroup::world();
+  const int ranks = group.size(), rank = group.rank();
+  if (ranks > 1) {
+    require(std::string(Be::name) == "cpu", "training across processes runs on the CPU backend (not ", Be::name, ")");
+    require(run.batch % ranks == 0, "--batch ", run.batch, " is not a multiple of the ", ranks, " ranks");
+    group.require_same("the settings", run.to_json().dump() + " steps " + std::to_string(args.steps));
+    group.require_same("the hash of --data", hex(corpus.hash));
+    if (!group.root()) args.out.clear(), args.log_csv.clear(), args.report.clear(), args.metrics_json.clear();
+  }
+  const int my_rows = run.batch / ranks, my_first = rank * my_rows;
+
   Be be = make_backend<Be>(args.backend);
   Model model(tok.size(), run.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = run.weight_decay});
@@ -268,7 +281,8 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
                               .clip = run.clip,
                               .schedule = LrSchedule::parse(run.schedule, run.lr, args.steps),
                               .shards = args.shards,
-                              .data_seed = detail::mix64(run.seed ^ 0xda7aULL)},
+                              .data_seed = detail::mix64(run.seed ^ 0xda7aULL),
+                              .group = &group},
                              [&] { return std::make_unique<Model>(V, run.seed, model_opts); });
   if (resumed) {
     trainer.load(*ckpt_model, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));  // model file read above
@@ -281,7 +295,9 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   std::cout << "xfmr-charlm: " << Cfg::NAME << " on " << describe(be) << ", " << Model::parameter_count(V, false) << " parameters, vocabulary "
             << V << ", " << train_batches.size() << " train / " << val_batches.size()
             << (run.mode == "names" ? " val names" : " val tokens") << ", batch " << run.batch
-            << " x " << T << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << "\n";
+            << " x " << T << (resumed ? ", resuming at step " + std::to_string(start) : std::string())
+            << (ranks > 1 ? ", " + std::to_string(ranks) + " ranks of " + std::to_string(my_rows) + " sequences" : "")
+            << "\n";
 
   std::vector<std::int32_t> ids(rows), targets(rows);
   // The model's logits for a shard of the batch in ids.
@@ -320,13 +336,19 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   Progress progress(start, args.steps, long(rows) * run.grad_accum);
   double last_train = -1, last_val = -1, last_loss = 0;
   const long stop = args.stop_after > 0 ? std::min(args.stop_after, args.steps) : args.steps;
+  // A step runs on this rank's rows of the batch.
+  const std::size_t mine = std::size_t(my_first) * T;
+  auto my_forward = [&](const Shard& s, Model& m, Be& b) {
+    return m.forward(b, std::span<const std::int32_t>(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+                     Shape{s.size(), T});
+  };
   while (trainer.steps() < stop) {
     const StepResult r = trainer.step(
         [&](int) {
           train_batches.sample(trainer.data_rng(), ids.data(), targets.data());
-          return BatchTargets{run.batch, targets};
+          return BatchTargets{my_rows, std::span<const std::int32_t>(targets).subspan(mine, std::size_t(my_rows) * T)};
         },
-        forward);
+        my_forward);
     const long step = r.step - 1;
     const double lr = r.lr, loss = r.loss;
     last_loss = loss;
@@ -350,7 +372,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   if (start == args.steps) std::cout << "already at step " << start << "; nothing to train\n";
 
   std::string sample;
-  if (args.samples > 0) {
+  if (args.samples > 0 && group.root()) {
     model.set_training(false);
     Rng sample_rng(run.seed);
     const auto nl = tok.find("\n");

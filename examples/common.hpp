@@ -29,6 +29,7 @@
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/safetensors.hpp"
 #include "xfmr/train/losses.hpp"
+#include "xfmr/train/distributed.hpp"
 #include "xfmr/train/trainer.hpp"
 
 namespace xfmr::examples {
@@ -72,25 +73,39 @@ class OptionError : public boost::program_options::error_with_option_name {
 };
 
 // Runs a program's command, turning every error into one line on stderr and
-// exit status 1 (2 for a usage error).
+// exit status 1 (2 for a usage error). Under mpirun with several ranks the
+// line names the rank, and the job ends (ProcessGroup::abort_on_error) so
+// that no other rank waits for this one.
 template <class Run>
 int run_command(const char* program, Run&& run) {
-  try {
-    return run();
-  } catch (const Error& e) {
-    std::cerr << "\n" << program << ": error: " << e.what() << "\n";
-  } catch (const boost::program_options::error_with_option_name& e) {
-    std::cerr << program << ": " << OptionError(e).what() << " (see --help)\n";
-  } catch (const boost::program_options::error& e) {
-    std::cerr << program << ": " << e.what() << " (see --help)\n";
-  } catch (const nlohmann::json::exception& e) {
-    std::cerr << program << ": error: malformed checkpoint state: " << e.what() << "\n";
-  } catch (const std::bad_alloc&) {
-    std::cerr << "\n" << program << ": error: out of memory (a size in the input or the options is too large)\n";
-  } catch (const std::exception& e) {  // a library's own exception: still one line and status 1, never an abort
-    std::cerr << "\n" << program << ": error: " << e.what() << "\n";
-  }
-  return 1;
+  const auto attempt = [&]() -> int {
+    // Under mpirun: MPI starts here, and ranks other than 0 print nothing to stdout.
+    if (ProcessGroup& pg = ProcessGroup::world(); !pg.root()) std::cout.setstate(std::ios::badbit);
+    const std::string who = ProcessGroup::distributed()
+                                ? std::string(program) + " (rank " + std::to_string(ProcessGroup::world().rank()) + ")"
+                                : std::string(program);
+    std::string message;  // written whole, so that the lines of several ranks do not interleave
+    try {
+      return run();
+    } catch (const Error& e) {
+      message = "\n" + who + ": error: " + e.what();
+    } catch (const boost::program_options::error_with_option_name& e) {
+      message = who + ": " + OptionError(e).what() + " (see --help)";
+    } catch (const boost::program_options::error& e) {
+      message = who + ": " + e.what() + " (see --help)";
+    } catch (const nlohmann::json::exception& e) {
+      message = who + ": error: malformed checkpoint state: " + e.what();
+    } catch (const std::bad_alloc&) {
+      message = "\n" + who + ": error: out of memory (a size in the input or the options is too large)";
+    } catch (const std::exception& e) {  // a library's own exception: still one line and status 1, never an abort
+      message = "\n" + who + ": error: " + e.what();
+    }
+    std::cerr << message + "\n" << std::flush;
+    return 1;
+  };
+  const int status = attempt();
+  if (status != 0 && ProcessGroup::distributed()) ProcessGroup::world().abort_on_error();
+  return status;
 }
 
 inline std::string format_duration(double s) {
@@ -105,11 +120,14 @@ inline std::string format_duration(double s) {
 // A progress bar on a terminal; plain lines every `every` steps otherwise.
 class Progress {
  public:
+  // Ranks other than 0 of a distributed run report nothing.
   Progress(long first, long total, long tokens_per_step)
       : first_(first), total_(total), tokens_per_step_(tokens_per_step), tty_(::isatty(STDERR_FILENO)),
-        every_(std::max(1L, (total - first) / 20)), t0_(Clock::now()) {}
+        every_(std::max(1L, (total - first) / 20)), t0_(Clock::now()),
+        quiet_(ProcessGroup::distributed() && !ProcessGroup::world().root()) {}
 
   void update(long step, double loss) {
+    if (quiet_) return;
     const long done = step + 1 - first_;
     const double elapsed = seconds_since(t0_);
     const double tps = done * double(tokens_per_step_) / std::max(elapsed, 1e-9);
@@ -140,12 +158,13 @@ class Progress {
   long every_;
   Clock::time_point t0_;
   bool dirty_ = false;
+  bool quiet_ = false;
   double tokens_per_s_ = 0;
 };
 
 // Warns, once, when the Trainer finds the loss far above its start.
 inline void warn_if_diverging(const StepResult& r, double first_loss, Progress& progress) {
-  if (!r.diverging) return;
+  if (!r.diverging || (ProcessGroup::distributed() && !ProcessGroup::world().root())) return;
   progress.clear_line();
   std::cerr << "warning: the loss has grown from " << first_loss << " to " << r.loss << " by step " << r.step
             << ": training is diverging; the learning rate (" << r.lr << " at this step) is likely too high\n";

@@ -11,6 +11,7 @@ packages=(
   libboost-test-dev libboost-program-options-dev
   nlohmann-json3-dev zlib1g-dev
   libpcre2-dev                       # GPT-2's pre-tokenizer (regular expressions with Unicode properties)
+  libopenmpi-dev openmpi-bin         # training across processes (mpirun; train/distributed.hpp)
   "$@"
 )
 # libxsmm (the CPU backend's small GEMMs: JIT kernels, no packing) is x86-64 only.

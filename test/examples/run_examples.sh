@@ -279,6 +279,53 @@ case "$case_name" in
     ((leftovers == 0)) || fail "$leftovers interrupted saves left beside ck"
     echo "$kills kills, the last at step $last"
     ;;
+  charlm_distributed)
+    # mpirun -n 2: the same checkpoint, bit for bit, as one process that
+    # splits each batch in two shards; a checkpoint written at 2 ranks
+    # resumes at 1 and at 2; ranks that disagree, throw or die end the job.
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+    mpi="mpiexec -n 2 --oversubscribe"
+    make_corpus
+    base=(train --data corpus.txt --model tiny --batch 8 --eval-batches 2 --samples 0 --dropout 0 --log-csv ""
+          --report "")
+    run=("${base[@]}" --steps 12 --eval-every 6)
+    same() { for f in model.safetensors optimizer.safetensors trainer_state.json; do
+               cmp -s "$1/$f" "$2/$f" || fail "$2/$f differs from $1/$f"; done; }
+    "$charlm" "${run[@]}" --shards 2 --out one > one.log 2>&1 || { cat one.log; fail "one process failed"; }
+    $mpi "$charlm" "${run[@]}" --shards 1 --out two > two.log 2>&1 || { cat two.log; fail "two ranks failed"; }
+    same one two
+    [[ $(grep -c "^step 12:" two.log) == 1 ]] || { cat two.log; fail "rank 1 printed too"; }
+    grep -q "2 ranks of 4 sequences" two.log || fail "no word of the ranks"
+    $mpi "$charlm" "${run[@]}" --shards 1 --stop-after 6 --out half > /dev/null 2>&1 || fail "two ranks, stop at 6"
+    cp -r half half2
+    "$charlm" train --data corpus.txt --resume half --shards 2 --log-csv "" --report "" > /dev/null 2>&1 \
+      || fail "the 2-rank checkpoint did not resume in one process"
+    same one half
+    $mpi "$charlm" train --data corpus.txt --resume half2 --shards 1 --log-csv "" --report "" > /dev/null 2>&1 \
+      || fail "the 2-rank checkpoint did not resume at 2 ranks"
+    same one half2
+    # Different settings on the two ranks (mpiexec's A : B form).
+    expect_error "the settings differs between ranks" mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 "$charlm" "${run[@]}" --lr 0.002
+    # A rank that throws: rank 1 cannot read its data.
+    expect_error "xfmr-charlm (rank 1): error: missing.txt: no such file" \
+      timeout 60 mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 "$charlm" "${run[@]/corpus.txt/missing.txt}"
+    # A rank that dies: SIGKILL to rank 1 mid-run; the job ends within 30 s, naming it.
+    long=("${base[@]}" --steps 1000000 --eval-every 1000000)
+    mpiexec -n 1 "$charlm" "${long[@]}" : -n 1 bash -c 'echo $$ > rank1.pid; exec "$0" "$@"' "$charlm" "${long[@]}" \
+      > killed.log 2>&1 &
+    job=$!
+    for _ in $(seq 1 200); do [[ -s rank1.pid ]] && grep -q "^xfmr-charlm: tiny" killed.log && break; sleep 0.1; done
+    grep -q "^xfmr-charlm: tiny" killed.log || { kill -KILL $job; cat killed.log; fail "the 2-rank run did not start"; }
+    sleep 1
+    kill -0 $job 2>/dev/null || { cat killed.log; fail "the 2-rank run ended before a rank was killed"; }
+    kill -KILL "$(cat rank1.pid)"
+    start=$SECONDS
+    for _ in $(seq 1 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+    kill -0 $job 2>/dev/null && { kill -KILL $job; fail "rank 0 still running 30 s after rank 1 died"; }
+    wait $job && fail "the job exited 0 after a rank died"
+    grep -q "process rank 1 .* exited on signal 9" killed.log || { cat killed.log; fail "the job's end does not name rank 1"; }
+    echo "a killed rank ended the job in $((SECONDS - start)) s"
+    ;;
   classify_train_eval)
     make_tsv 400 train.tsv && make_tsv 60 dev.tsv
     "$classify" train --train train.tsv --dev dev.tsv --model tiny --epochs 4 --batch 16 --lr 3e-3 --eval-every 50 \

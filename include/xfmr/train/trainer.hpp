@@ -37,6 +37,12 @@
 // throws naming the step and the first tensor. A loss that grows far above
 // its start is flagged in StepResult::diverging, once.
 //
+// Across processes (TrainerOptions::group with N > 1 ranks,
+// distributed.hpp): each rank passes its share of the global batch; shards
+// are weighed by their share of the global batch's counted targets, and the
+// loss and the gradients are summed over the ranks before the norm and the
+// optimizer step, so every rank takes the same step. No CUDA graphs then.
+//
 // What a run must keep to resume bit for bit: the model's parameters and
 // the optimizer's state (save/load), and state(): the steps taken, the
 // data generator's state and every dropout layer's call counter.
@@ -60,6 +66,7 @@
 #include "xfmr/core/rng.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/train/data_parallel.hpp"
+#include "xfmr/train/distributed.hpp"
 #include "xfmr/train/gradients.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
@@ -75,6 +82,7 @@ struct TrainerOptions {
   int shards = 0;                // DataParallel shards on the CPU (0: DataParallel's default)
   bool graph_steps = true;       // a GPU step as CUDA graphs (for steps of one shape)
   std::uint64_t data_seed = 0;   // seeds data_rng()
+  ProcessGroup* group = nullptr; // data parallel across processes (distributed.hpp); null: this process alone
 };
 
 // One (micro-)batch: `sequences` sequences and their targets, laid out by
@@ -154,11 +162,16 @@ class Trainer {
     auto body = [&] {
       zero_grad(model_);
       for (int micro = 0; micro < opts_.grad_accum; ++micro)
-        r.loss += accumulate(next_batch(micro), forward, r.step) / opts_.grad_accum;
+        r.loss += accumulate(next_batch(micro), forward) / opts_.grad_accum;
+      if (distributed()) {
+        r.loss = opts_.group->sum(r.loss);
+        if (std::isfinite(r.loss)) sum_gradients_over_ranks();
+      }
+      check_loss(r.loss, r.step);
       r.grad_norm = checked_norm(r.step);
       opt_.step(be_, r.lr);
     };
-    if (opts_.graph_steps) run_step(be_, "train", body);
+    if (opts_.graph_steps && !distributed()) run_step(be_, "train", body);
     else body();
     ++step_;
     if (first_loss_ < 0) first_loss_ = r.loss;
@@ -253,11 +266,34 @@ class Trainer {
   }
 
   // Forward and backward over one micro-batch's shards; returns its mean loss.
+  bool distributed() const { return opts_.group && opts_.group->size() > 1; }
+
+  // Each rank's gradients replaced by their sum over the ranks.
+  void sum_gradients_over_ranks() {
+    std::size_t n = 0;
+    model_.visit([&](std::string_view, auto&, auto& grad) { n += grad.size(); });
+    flat_.resize(n);
+    std::size_t at = 0;
+    model_.visit([&](std::string_view, auto&, auto& grad) {
+      grad.copy_to_host(flat_.data() + at);
+      at += grad.size();
+    });
+    opts_.group->all_reduce_sum(std::span<S>(flat_));
+    at = 0;
+    model_.visit([&](std::string_view, auto&, auto& grad) {
+      grad.copy_from_host(flat_.data() + at);
+      at += grad.size();
+    });
+  }
+
+  // The loss of a micro-batch: this rank's shards, each weighed by its share
+  // of the counted targets of the whole batch (of every rank's shares).
   template <class Forward>
-  double accumulate(const BatchTargets& batch, Forward& forward, long step) {
+  double accumulate(const BatchTargets& batch, Forward& forward) {
     const std::size_t per = per_sequence(batch);
-    const long counted = counted_targets(batch.targets);
-    if (counted == 0) return 0.0;  // nothing to learn from (all padding)
+    const long local = counted_targets(batch.targets);
+    const long counted = distributed() ? long(opts_.group->sum(std::int64_t(local))) : local;
+    if (counted == 0 || local == 0) return 0.0;  // nothing to learn from (all padding)
     const double loss = dp_.backward(batch.sequences, [&](const Shard& s, Model& m, Backend& b) {
       const auto targets = batch.targets.subspan(std::size_t(s.begin) * per, std::size_t(s.size()) * per);
       const long c = counted_targets(targets);
@@ -275,6 +311,11 @@ class Trainer {
       m.backward(b, std::span<const S>(dlogits));
       return shard_loss * share;
     });
+    return loss;
+  }
+
+  // A loss that is not finite stops the run, naming the step and the cause.
+  void check_loss(double loss, long step) {
     if (!std::isfinite(loss)) {
       const std::string bad = first_non_finite_parameter(be_, model_);
       const bool overflowed = std::find(logits_overflowed_.begin(), logits_overflowed_.end(), 1) != logits_overflowed_.end();
@@ -285,7 +326,6 @@ class Trainer {
                                 : std::string("every parameter and logit is finite: the loss itself overflowed"),
                    "; try a lower learning rate or gradient clipping");
     }
-    return loss;
   }
 
   // The global gradient norm, clipped to opts_.clip when set.
@@ -310,6 +350,7 @@ class Trainer {
   std::deque<CrossEntropyLoss<Backend>> shard_loss_;  // one a shard (they do not move)
   std::deque<CrossEntropyLoss<Backend>> eval_loss_;   // without smoothing, when training smooths
   std::deque<typename Backend::template Buffer<S>> shard_dlogits_;  // (rows, classes), backend memory
+  std::vector<S> flat_;  // every gradient, on the host, for the sum over ranks
 };
 
 }  // namespace xfmr
