@@ -8,7 +8,9 @@
 //   xfmr-bench --gpt2 DIR [--gpt2-tokens 128]          (GPT-2 checkpoint decoding only)
 //
 // Modes (every time is the median of many repetitions after a warm-up):
-//   train     one full step: forward, cross-entropy, backward, AdamW; on the
+//   train     one full step: forward, cross-entropy, backward, AdamW; under
+//             mpirun (train alone) each rank steps on its B / N sequences and
+//             the gradients are summed over the ranks; on the
 //             CPU the batch is split by sequences over one model replica a
 //             thread up to 64 MiB of parameters (DataParallel; --shards 1:
 //             one model, each operation threaded)
@@ -89,7 +91,13 @@ std::vector<double> time_calls(const Args& a, Be& be, F&& f) {
   be.synchronize();
   std::vector<double> t;
   const auto start = Clock::now();
-  while (int(t.size()) < a.min_reps || seconds_since(start) < a.min_time) {
+  // Under mpirun every rank must time as many calls: they agree each time.
+  ProcessGroup& group = ProcessGroup::world();
+  auto more = [&] {
+    const bool mine = int(t.size()) < a.min_reps || seconds_since(start) < a.min_time;
+    return group.size() == 1 ? mine : group.sum(std::int64_t(mine)) > 0;
+  };
+  while (more()) {
     const auto t0 = Clock::now();
     f();
     be.synchronize();
@@ -275,13 +283,22 @@ json run(const Args& a) {
   std::vector<float> staging;  // logits on the host, for argmax
   const double tokens = double(B) * T, fwd = forward_flops<Cfg>(B, T, V);
   auto has = [&](const char* m) { return ("," + a.modes + ",").find("," + std::string(m) + ",") != std::string::npos; };
+  // Under mpirun (train mode only): each rank steps on its B / N sequences
+  // of the batch and the Trainer sums the gradients over the ranks.
+  ProcessGroup& group = ProcessGroup::world();
+  const int ranks = group.size(), my_rows = B / ranks, my_first = group.rank() * my_rows;
+  if (ranks > 1) {
+    require(a.modes == "train", "under mpirun xfmr-bench times the training step alone (--modes train)");
+    require(B % ranks == 0, "--batch ", B, " is not a multiple of the ", ranks, " ranks");
+    out["ranks"] = ranks;
+  }
 
   // The programs' training step (train/trainer.hpp): on the CPU a batch is
   // split by sequences over replicas, one a thread, for training and for
   // the forward pass; with one shard this is the plain step.
   Trainer<Model, Be> trainer(
       model, be, opt,
-      {.schedule = LrSchedule{.lr = 1e-4}, .shards = a.shards, .graph_steps = !a.eager},
+      {.schedule = LrSchedule{.lr = 1e-4}, .shards = a.shards, .graph_steps = !a.eager, .group = &group},
       [&] { return std::make_unique<Model>(V, 1337, DecoderOptions{.dropout = Cfg::DROPOUT}); });
   out["shards"] = std::min(trainer.shards(), B);
   auto forward = [&](const Shard& s, Model& m, Be& b) {
@@ -290,7 +307,15 @@ json run(const Args& a) {
   };
   if (has("train")) {
     model.set_training(true);
-    const auto t = time_calls(a, be, [&] { trainer.step([&](int) { return BatchTargets{B, targets}; }, forward); });
+    const std::size_t mine = std::size_t(my_first) * T;
+    auto my_forward = [&](const Shard& s, Model& m, Be& b) {
+      return m.forward(b, std::span(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+                       Shape{s.size(), T});
+    };
+    const auto t = time_calls(a, be, [&] {
+      trainer.step([&](int) { return BatchTargets{my_rows, std::span(targets).subspan(mine, std::size_t(my_rows) * T)}; },
+                   my_forward);
+    });
     out["results"]["train_step"] = summarize(t, tokens, 3 * fwd, ceiling);
   }
   if (has("forward")) {
@@ -362,6 +387,32 @@ json run(const Args& a) {
     }
     out["read_bandwidth_gbs"] = bw;
   }
+  return out;
+}
+
+// The all-reduce of training across processes (ProcessGroup::all_reduce_sum
+// of floats) under mpirun, from 4 KiB to 64 MiB: its time per size, the
+// bandwidth each rank moves (2 (N - 1) / N of the buffer each way), and the
+// cost model time = latency + bytes / bandwidth with the latency of the
+// smallest size and the buffer bandwidth of the largest.
+json run_allreduce(const Args& a) {
+  ProcessGroup& group = ProcessGroup::world();
+  const int N = group.size();
+  require(N > 1, "--modes allreduce needs mpirun with at least 2 ranks");
+  CpuBackend<float> be;
+  json out = {{"impl", "xfmr"}, {"mode", "allreduce"}, {"ranks", N}, {"results", json::array()}};
+  for (std::size_t bytes = 4096; bytes <= (std::size_t(64) << 20); bytes *= 4) {
+    std::vector<float> v(bytes / sizeof(float), 1.0f);
+    const auto t = time_calls(a, be, [&] { group.all_reduce_sum(std::span<float>(v)); });
+    const double med = quantile(t, 0.5);
+    const double moved = 2.0 * (N - 1) / N * double(bytes);
+    out["results"].push_back({{"bytes", bytes}, {"median_ms", med * 1e3}, {"p10_ms", quantile(t, 0.1) * 1e3},
+                              {"p90_ms", quantile(t, 0.9) * 1e3}, {"bus_gbs", moved / med * 1e-9}});
+  }
+  const auto& first = out["results"].front();
+  const auto& last = out["results"].back();
+  out["fit"] = {{"latency_us", first["median_ms"].get<double>() * 1e3},
+                {"buffer_gbs", last["bytes"].get<double>() / last["median_ms"].get<double>() * 1e-6}};
   return out;
 }
 
@@ -528,7 +579,7 @@ int main(int argc, char** argv) {
       ("gpt2", po::value(&a.gpt2), "time greedy decoding of this Hugging Face GPT-2 checkpoint (gpt2-small's shape) "
        "instead")
       ("gpt2-tokens", po::value(&a.gpt2_tokens)->default_value(a.gpt2_tokens), "with --gpt2: tokens per generation")
-      ("modes", po::value(&a.modes)->default_value(a.modes), "comma-separated: train, forward, generate")
+      ("modes", po::value(&a.modes)->default_value(a.modes), "comma-separated: train, forward, generate; under mpirun: train, or allreduce (its cost by size)")
       ("min-time", po::value(&a.min_time)->default_value(a.min_time), "timed seconds per measurement (at least)")
       ("min-reps", po::value(&a.min_reps)->default_value(a.min_reps), "timed repetitions per measurement (at least)")
       ("warmup", po::value(&a.warmup)->default_value(a.warmup), "untimed repetitions first")
@@ -552,13 +603,25 @@ int main(int argc, char** argv) {
     {
       std::istringstream in(a.modes);
       for (std::string m; std::getline(in, m, ',');)
-        require(m == "train" || m == "forward" || m == "generate", "unknown mode '", m,
-                "' (choose from train, forward, generate)");
+        require(m == "train" || m == "forward" || m == "generate" || m == "allreduce", "unknown mode '", m,
+                "' (choose from train, forward, generate; allreduce under mpirun)");
     }
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
     require(a.gpt2_tokens >= 1 && a.gpt2_tokens < Gpt2Small::MAX_T, "--gpt2-tokens ", a.gpt2_tokens, " outside 1..",
             Gpt2Small::MAX_T - 1);
     json result;
+    if (a.modes == "allreduce") {
+      result = run_allreduce(a);
+      std::cout << "xfmr-bench all-reduce, " << result["ranks"] << " ranks (ProcessGroup::all_reduce_sum, float)\n";
+      for (const auto& r : result["results"])
+        std::cout << "  " << std::setw(10) << r["bytes"].get<std::size_t>() << " bytes  " << std::fixed
+                  << std::setprecision(3) << std::setw(9) << r["median_ms"].get<double>() << " ms  "
+                  << std::setprecision(2) << std::setw(7) << r["bus_gbs"].get<double>() << " GB/s moved a rank\n";
+      std::cout << "  fit: " << std::setprecision(1) << result["fit"]["latency_us"].get<double>() << " us + bytes / "
+                << std::setprecision(2) << result["fit"]["buffer_gbs"].get<double>() << " GB/s\n";
+      if (!a.json_path.empty() && ProcessGroup::world().root()) write_text_atomic(a.json_path, result.dump(1) + "\n");
+      return 0;
+    }
     if (!a.gpt2.empty()) {
       with_backend(a.backend, [&]<class Be>() { result = run_gpt2<Be>(a); });
     } else if (a.translator.empty()) {
@@ -575,7 +638,7 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < std::min<std::size_t>(16, result["greedy"].size()); ++i) std::cout << " " << result["greedy"][i];
       std::cout << "\n";
     }
-    if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");
+    if (!a.json_path.empty() && ProcessGroup::world().root()) write_text_atomic(a.json_path, result.dump(1) + "\n");
     return 0;
   });
 }
