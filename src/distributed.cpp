@@ -107,7 +107,7 @@ void ProcessGroup::require_same(const std::string& what, const std::string& valu
   const std::string first = all.substr(0, std::size_t(lens[0]));
   for (int r = 1; r < size_; ++r) {
     const std::string other = all.substr(std::size_t(offsets[std::size_t(r)]), std::size_t(lens[std::size_t(r)]));
-    require(other == first, what, " differs between ranks: rank 0 has '", first, "', rank ", r, " has '", other, "'");
+    require(other == first, "ranks disagree on ", what, ": rank 0 has '", first, "', rank ", r, " has '", other, "'");
   }
 #else
   (void)what, (void)value;

@@ -305,7 +305,7 @@ case "$case_name" in
       || fail "the 2-rank checkpoint did not resume at 2 ranks"
     same one half2
     # Different settings on the two ranks (mpiexec's A : B form).
-    expect_error "the settings differs between ranks" mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 "$charlm" "${run[@]}" --lr 0.002
+    expect_error "ranks disagree on the settings" mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 "$charlm" "${run[@]}" --lr 0.002
     # A rank that throws: rank 1 cannot read its data.
     expect_error "xfmr-charlm (rank 1): error: missing.txt: no such file" \
       timeout 60 mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 "$charlm" "${run[@]/corpus.txt/missing.txt}"

@@ -141,7 +141,7 @@ BOOST_AUTO_TEST_CASE(a_setting_that_differs_between_ranks_is_named) {
     world().require_same("the preset", world().root() ? "tiny" : "shakespeare-small");
     BOOST_ERROR("no error");
   } catch (const Error& e) {
-    BOOST_TEST(std::string(e.what()) == "the preset differs between ranks: rank 0 has 'tiny', rank 1 has "
+    BOOST_TEST(std::string(e.what()) == "ranks disagree on the preset: rank 0 has 'tiny', rank 1 has "
                                         "'shakespeare-small'");
   }
 }
