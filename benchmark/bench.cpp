@@ -57,7 +57,6 @@
 #include "xfmr/train/trainer.hpp"
 
 namespace po = boost::program_options;
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace xfmr;
 using namespace xfmr::examples;
@@ -420,13 +419,12 @@ json run_allreduce(const Args& a) {
 template <class Be>
 json run_gpt2(const Args& a) {
   using Cfg = Gpt2Small;
-  const fs::path file = fs::is_directory(a.gpt2) ? fs::path(a.gpt2) / "model.safetensors" : fs::path(a.gpt2);
-  const auto st = SafeTensors::load(file);
-  const Gpt2Config config = read_gpt2_config(file, st);
+  const Gpt2Checkpoint ckpt = open_gpt2(a.gpt2, "--gpt2");
+  const Gpt2Config& config = ckpt.config;
   Be be = make_backend<Be>(a.backend);
   const int V = config.vocab_size, n = a.gpt2_tokens;
-  Decoder<Cfg, Be> model(V, 1, {.tie_weights = true, .head_bias = false});
-  load_gpt2(model, st, config);
+  Decoder<Cfg, Be> model(V, 1, kGpt2Options);
+  load_gpt2(model, ckpt.tensors, config);
   model.set_training(false);
   const double ceiling = gemm_ceiling(a, be);
   double flops = 0;

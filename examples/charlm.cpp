@@ -463,11 +463,9 @@ fs::path find_file(const fs::path& dir, std::initializer_list<const char*> names
 template <class Be>
 void sample_gpt2(const SampleArgs& args) {
   using Cfg = Gpt2Small;
-  const fs::path dir = args.gpt2, model_file = fs::is_directory(dir) ? dir / "model.safetensors" : dir;
-  require(fs::exists(model_file), "--gpt2 ", model_file.string(), ": no such file (a directory with model.safetensors "
-          "and config.json, or the .safetensors file)");
-  const auto st = SafeTensors::load(model_file);
-  const Gpt2Config config = read_gpt2_config(model_file, st);
+  const Gpt2Checkpoint ckpt = open_gpt2(args.gpt2, "--gpt2");
+  const fs::path& model_file = ckpt.file;
+  const Gpt2Config& config = ckpt.config;
   require(config.n_embd == Cfg::D_MODEL && config.n_layer == Cfg::N_LAYERS && config.n_head == Cfg::N_HEADS &&
               config.n_positions == Cfg::MAX_T && config.d_ff() == Cfg::D_FF,
           model_file.string(), ": n_embd ", config.n_embd, ", n_layer ", config.n_layer, ", n_head ", config.n_head,
@@ -479,8 +477,8 @@ void sample_gpt2(const SampleArgs& args) {
   require(tok.size() == config.vocab_size, "the tokenizer in ", tok_dir.string(), " has ", tok.size(),
           " tokens but the checkpoint's vocab_size is ", config.vocab_size);
   Be be = make_backend<Be>(args.backend);
-  Decoder<Cfg, Be> model(config.vocab_size, 0, {.tie_weights = true, .head_bias = false});
-  load_gpt2(model, st, config);
+  Decoder<Cfg, Be> model(config.vocab_size, 0, kGpt2Options);
+  load_gpt2(model, ckpt.tensors, config);
   model.set_training(false);
   std::vector<std::int32_t> context = tok.encode(args.prompt);
   if (context.empty()) context.push_back(tok.end_of_text());  // GPT-2 starts a text after <|endoftext|>

@@ -60,6 +60,11 @@ std::string normalize_words(std::string_view text, const std::string& mode) {
   return out;
 }
 
+void check_normalize(const std::string& mode, const char* where) {
+  require(mode == "none" || mode == "words" || mode == "lower", "unknown ", where, " '", mode,
+          "' (expected none, words or lower)");
+}
+
 // Words or characters, behind one interface; serialised into the checkpoint.
 struct Tokens {
   std::string kind;  // "word" or "char"
@@ -74,8 +79,7 @@ struct Tokens {
     t.kind = kind;
     std::vector<std::string> texts;
     if (kind == "word") {
-      require(normalize == "none" || normalize == "words" || normalize == "lower", "unknown --normalize '", normalize,
-              "' (expected none, words or lower)");
+      check_normalize(normalize, "--normalize");
       t.normalize = normalize;
       for (const auto& r : train) texts.push_back(normalize_words(r.text, normalize));
       t.words = WordVocab::build(texts, min_freq, {"<pad>", "<unk>", "<cls>"}, std::size_t(max_vocab));
@@ -107,8 +111,7 @@ struct Tokens {
     t.kind = j.at("kind");
     if (t.kind == "word") {
       t.normalize = j.value("normalize", "none");
-      require(t.normalize == "none" || t.normalize == "words" || t.normalize == "lower", "unknown normalize '",
-              t.normalize, "' in the checkpoint's tokens");
+      check_normalize(t.normalize, "normalize value in the checkpoint's tokens");
       t.words = WordVocab::from_json(j.at("vocab").get<std::string>());
       t.pad = *t.words->special("<pad>");
     } else {

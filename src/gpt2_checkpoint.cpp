@@ -101,6 +101,15 @@ Gpt2Config read_gpt2_config(const fs::path& model_file, const SafeTensors& st) {
   return Gpt2Config::from_json(read_text_file(beside), beside.string());
 }
 
+Gpt2Checkpoint open_gpt2(const fs::path& path, const std::string& what) {
+  const fs::path file = fs::is_directory(path) ? path / "model.safetensors" : path;
+  require(fs::exists(file), what, " ", file.string(),
+          ": no such file (a directory with model.safetensors and config.json, or the .safetensors file)");
+  Gpt2Checkpoint c{file, SafeTensors::load(file), {}};
+  c.config = read_gpt2_config(file, c.tensors);
+  return c;
+}
+
 namespace detail {
 
 Gpt2Tensor gpt2_tensor(std::string_view x) {

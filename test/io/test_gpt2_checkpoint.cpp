@@ -30,14 +30,13 @@ struct TinyGpt2 {
 };
 using Model = Decoder<TinyGpt2, Cpu>;
 constexpr int kVocab = 61;
-constexpr DecoderOptions kGpt2Options{.tie_weights = true, .head_bias = false};
 
 const fs::path kDir = fs::path(XFMR_FIXTURE_DIR) / "gpt2_tiny";
 
 std::unique_ptr<Model> load(const fs::path& file) {
-  const auto st = SafeTensors::load(file);
+  const auto ckpt = open_gpt2(file);
   auto m = std::make_unique<Model>(kVocab, 1, kGpt2Options);
-  load_gpt2(*m, st, read_gpt2_config(file, st));
+  load_gpt2(*m, ckpt.tensors, ckpt.config);
   return m;
 }
 

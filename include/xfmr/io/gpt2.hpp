@@ -14,6 +14,8 @@
 // Gpt2Config: config.json's fields that fix the shape. read_gpt2_config
 //   takes them from the file's metadata ("config", as save_gpt2 writes it)
 //   or else from config.json beside the file.
+// open_gpt2(path): a checkpoint directory or its .safetensors file, read
+//   with its config; kGpt2Options builds the Decoder that load_gpt2 fills.
 // load_gpt2(model, st, config): fills a Decoder built with tie_weights and
 //   no head bias whose Cfg matches the config (pre-norm, LayerNorm with eps
 //   1e-5, GELU with the tanh approximation, learned positions, biases);
@@ -58,6 +60,19 @@ struct Gpt2Config {
 
 // The config of the GPT-2 checkpoint `model_file`, already read as `st`.
 Gpt2Config read_gpt2_config(const std::filesystem::path& model_file, const SafeTensors& st);
+
+struct Gpt2Checkpoint {
+  std::filesystem::path file;  // the model.safetensors read
+  SafeTensors tensors;
+  Gpt2Config config;
+};
+// `path`: a directory holding model.safetensors (and config.json), or the
+// .safetensors file; one that does not exist is an error naming `what`
+// (an option, say) and the path.
+Gpt2Checkpoint open_gpt2(const std::filesystem::path& path, const std::string& what = "GPT-2 checkpoint");
+
+// GPT-2's head: tied to the token embedding, without a bias.
+inline constexpr DecoderOptions kGpt2Options{.tie_weights = true, .head_bias = false};
 
 namespace detail {
 // The Hugging Face name of a Decoder parameter (without prefix), and whether
