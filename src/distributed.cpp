@@ -66,52 +66,114 @@ ProcessGroup::~ProcessGroup() {
 #endif
 }
 
-template <class T>
-void ProcessGroup::all_reduce_sum(std::span<T> v) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int64_t>);
-  if (size_ == 1 || v.empty()) return;
-#ifdef XFMR_WITH_MPI
-  const std::size_t n = std::size_t(size_), chunk = (v.size() + n - 1) / n;
-  require(chunk <= std::size_t(INT32_MAX), "all-reduce of ", v.size(), " elements: chunks over MPI's int count");
-  for (auto* b : {&send_, &recv_}) b->resize(std::max(b->size(), chunk * n * sizeof(T)));
-  mine_.resize(std::max(mine_.size(), chunk * sizeof(T)));
-  T* send = reinterpret_cast<T*>(send_.data());
-  T* recv = reinterpret_cast<T*>(recv_.data());
-  T* mine = reinterpret_cast<T*>(mine_.data());
-  std::copy(v.begin(), v.end(), send);
-  std::fill(send + v.size(), send + chunk * n, T(0));
-  check(MPI_Alltoall(send, int(chunk), mpi_type<T>(), recv, int(chunk), mpi_type<T>(), MPI_COMM_WORLD), "MPI_Alltoall",
-        rank_, size_);
-  std::fill(mine, mine + chunk, T(0));
-  for (std::size_t r = 0; r < n; ++r)
-    for (std::size_t i = 0; i < chunk; ++i) mine[i] += recv[r * chunk + i];
-  check(MPI_Allgather(mine, int(chunk), mpi_type<T>(), send, int(chunk), mpi_type<T>(), MPI_COMM_WORLD), "MPI_Allgather",
-        rank_, size_);
-  std::copy(send, send + v.size(), v.begin());
-#endif
+std::vector<std::size_t> ProcessGroup::even_bounds(std::size_t n) const {
+  std::vector<std::size_t> b(std::size_t(size_) + 1);
+  for (std::size_t r = 0; r < b.size(); ++r) b[r] = n * r / std::size_t(size_);
+  return b;
 }
-template void ProcessGroup::all_reduce_sum<float>(std::span<float>);
-template void ProcessGroup::all_reduce_sum<double>(std::span<double>);
-template void ProcessGroup::all_reduce_sum<std::int64_t>(std::span<std::int64_t>);
 
-void ProcessGroup::require_same(const std::string& what, const std::string& value) {
+#ifdef XFMR_WITH_MPI
+namespace {
+// MPI's int counts and offsets of the parts, checked against the buffer.
+void part_counts(std::span<const std::size_t> bounds, std::size_t n, int size, std::vector<int>& counts,
+                 std::vector<int>& offsets) {
+  require(bounds.size() == std::size_t(size) + 1 && bounds.front() == 0 && bounds.back() == n,
+          "ProcessGroup: ", bounds.size(), " part bounds for ", size, " ranks over ", n, " elements");
+  require(n <= std::size_t(INT32_MAX), "ProcessGroup: ", n, " elements are over MPI's int counts");
+  counts.resize(std::size_t(size));
+  offsets.resize(std::size_t(size));
+  for (std::size_t r = 0; r < std::size_t(size); ++r) {
+    require(bounds[r] <= bounds[r + 1], "ProcessGroup: part bounds decrease at rank ", r);
+    counts[r] = int(bounds[r + 1] - bounds[r]);
+    offsets[r] = int(bounds[r]);
+  }
+}
+}  // namespace
+#endif
+
+template <class T>
+void ProcessGroup::reduce_scatter_sum(std::span<T> v, std::span<const std::size_t> bounds) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int64_t>);
   if (size_ == 1) return;
 #ifdef XFMR_WITH_MPI
+  // An all-to-all hands rank r its part of every rank's buffer; r sums them in rank order.
+  std::vector<int> counts, offsets;
+  part_counts(bounds, v.size(), size_, counts, offsets);
+  const std::size_t me = std::size_t(rank_), mine = bounds[me + 1] - bounds[me];
+  recv_.resize(std::max(recv_.size(), mine * std::size_t(size_) * sizeof(T)));
+  T* recv = reinterpret_cast<T*>(recv_.data());
+  const std::vector<int> recv_counts(static_cast<std::size_t>(size_), int(mine));
+  std::vector<int> recv_offsets(static_cast<std::size_t>(size_));
+  for (std::size_t r = 0; r < recv_offsets.size(); ++r) recv_offsets[r] = int(r * mine);
+  check(MPI_Alltoallv(v.data(), counts.data(), offsets.data(), mpi_type<T>(), recv, recv_counts.data(),
+                      recv_offsets.data(), mpi_type<T>(), MPI_COMM_WORLD),
+        "MPI_Alltoallv", rank_, size_);
+  for (std::size_t i = 0; i < mine; ++i) {
+    T s = T(0);
+    for (std::size_t r = 0; r < std::size_t(size_); ++r) s += recv[r * mine + i];
+    v[bounds[me] + i] = s;
+  }
+#else
+  (void)v, (void)bounds;
+#endif
+}
+
+template <class T>
+void ProcessGroup::all_gather(std::span<T> v, std::span<const std::size_t> bounds) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int64_t>);
+  if (size_ == 1) return;
+#ifdef XFMR_WITH_MPI
+  std::vector<int> counts, offsets;
+  part_counts(bounds, v.size(), size_, counts, offsets);
+  check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), counts.data(), offsets.data(), mpi_type<T>(),
+                       MPI_COMM_WORLD),
+        "MPI_Allgatherv", rank_, size_);
+#else
+  (void)v, (void)bounds;
+#endif
+}
+
+template <class T>
+void ProcessGroup::all_reduce_sum(std::span<T> v) {
+  if (size_ == 1 || v.empty()) return;
+  const std::vector<std::size_t> bounds = even_bounds(v.size());
+  reduce_scatter_sum(v, std::span<const std::size_t>(bounds));
+  all_gather(v, std::span<const std::size_t>(bounds));
+}
+
+#define XFMR_PROCESS_GROUP_TYPE(T)                                \
+  template void ProcessGroup::all_reduce_sum<T>(std::span<T>);     \
+  template void ProcessGroup::reduce_scatter_sum<T>(std::span<T>, std::span<const std::size_t>); \
+  template void ProcessGroup::all_gather<T>(std::span<T>, std::span<const std::size_t>);
+XFMR_PROCESS_GROUP_TYPE(float)
+XFMR_PROCESS_GROUP_TYPE(double)
+XFMR_PROCESS_GROUP_TYPE(std::int64_t)
+#undef XFMR_PROCESS_GROUP_TYPE
+
+std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
+  if (size_ == 1) return {value};
+  std::vector<std::string> out;
+#ifdef XFMR_WITH_MPI
+  require(value.size() <= std::size_t(INT32_MAX), "ProcessGroup: a string of ", value.size(), " bytes is over MPI's int counts");
   const int len = int(value.size());
   std::vector<int> lens(static_cast<std::size_t>(size_)), offsets(static_cast<std::size_t>(size_), 0);
   check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather", rank_, size_);
-  for (std::size_t r = 1; r < lens.size(); ++r) offsets[r] = offsets[r - 1] + lens[r - 1];
-  std::string all(std::size_t(offsets.back() + lens.back()), '\0');
+  long total = 0;
+  for (std::size_t r = 0; r < lens.size(); ++r) offsets[r] = int(total), total += lens[r];
+  require(total <= INT32_MAX, "ProcessGroup: ", total, " bytes of strings are over MPI's int counts");
+  std::string all(std::size_t(total), '\0');
   check(MPI_Allgatherv(value.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
         "MPI_Allgatherv", rank_, size_);
-  const std::string first = all.substr(0, std::size_t(lens[0]));
-  for (int r = 1; r < size_; ++r) {
-    const std::string other = all.substr(std::size_t(offsets[std::size_t(r)]), std::size_t(lens[std::size_t(r)]));
-    require(other == first, "ranks disagree on ", what, ": rank 0 has '", first, "', rank ", r, " has '", other, "'");
-  }
-#else
-  (void)what, (void)value;
+  for (std::size_t r = 0; r < lens.size(); ++r) out.push_back(all.substr(std::size_t(offsets[r]), std::size_t(lens[r])));
 #endif
+  return out;
+}
+
+void ProcessGroup::require_same(const std::string& what, const std::string& value) {
+  if (size_ == 1) return;
+  const std::vector<std::string> all = all_gather(value);
+  for (std::size_t r = 1; r < all.size(); ++r)
+    require(all[r] == all[0], "ranks disagree on ", what, ": rank 0 has '", all[0], "', rank ", r, " has '", all[r], "'");
 }
 
 void ProcessGroup::abort_on_error() {

@@ -34,8 +34,9 @@
 //   takes model's weights and dropout state (training flag, call counts) and
 //   clears its gradients; afterwards its gradients are added into model's.
 //   The sum runs in shard order, so a run repeats bit for bit.
-// - Masks: replica r's dropout layers draw from stream r
-//   (Dropout::set_stream); shard 0 draws the plain model's.
+// - Masks: replica r's dropout layers draw from stream first + r
+//   (Dropout::set_stream; first is 0 unless set_first_stream says), shard 0
+//   from stream first on the model itself.
 // - With one shard (one thread, one sequence, or a backend whose memory is
 //   not the host's) f runs once, on model and be: a plain step.
 // - forward(sequences, f) runs the shards the same way, but leaves every
@@ -108,6 +109,17 @@ class DataParallel {
   }
 
   int shards() const { return shards_; }
+
+  // Shard r draws dropout stream first + r (the model's layers are set to
+  // `first`): a process that is one of several runs its shards on streams
+  // no other process uses (the Trainer gives rank k the streams k x shards
+  // and on).
+  void set_first_stream(std::uint64_t first) {
+    first_stream_ = first;
+    model_.for_each_dropout([&](auto& d) { d.set_stream(first); });
+    for (std::size_t r = 0; r < replicas_.size(); ++r)
+      replicas_[r].model->for_each_dropout([&](auto& d) { d.set_stream(first + r + 1); });
+  }
 
   // Replicas pay for small models, whose steps are hundreds of short
   // operations (shakespeare-small's step 1.5x faster split, large's
@@ -225,7 +237,7 @@ class DataParallel {
         ++i;
       });
       require(i == names_.size(), "DataParallel: the replica has ", i, " tensors, the model ", names_.size());
-      const std::uint64_t stream = replicas_.size();  // replica r draws dropout stream r
+      const std::uint64_t stream = first_stream_ + replicas_.size();  // replica r draws stream first + r
       rep.model->for_each_dropout([&](auto& d) { d.set_stream(stream); });
       require(dropout_state(*rep.model).size() == dropout_state(model_).size(),
               "DataParallel: the replica's dropout layers do not match the model's");
@@ -273,6 +285,7 @@ class DataParallel {
   Backend& be_;
   Factory make_replica_;
   int shards_;
+  std::uint64_t first_stream_ = 0;
   std::deque<Replica> replicas_;  // replica r is replicas_[r - 1]; they do not move
   std::vector<std::string> names_;
   std::vector<Tensor*> values_, grads_;

@@ -17,7 +17,8 @@
 // rank r sums chunk r of every rank's buffer in rank order (an all-to-all),
 // then the reduced chunks are gathered by all (an all-gather). Each rank
 // sends and receives 2 (N - 1) / N of the buffer, as a ring all-reduce does,
-// and a run repeats bit for bit at the same N.
+// and a run repeats bit for bit at the same N. The halves are there alone
+// too (reduce_scatter_sum, all_gather), for ZeRO-1's sharded optimizer.
 //
 // Failures: abort_on_error() ends every rank (MPI_Abort) after this rank has
 // said what went wrong, so that a rank that throws never leaves the others
@@ -53,6 +54,23 @@ class ProcessGroup {
     return x;
   }
 
+  // The two halves of all_reduce_sum, for ZeRO-1 (TrainerOptions::zero),
+  // over a buffer cut into one part a rank: rank r's part is [bounds[r],
+  // bounds[r + 1]) (N + 1 bounds, 0 first, v.size() last, none decreasing).
+  // reduce_scatter_sum leaves this rank's part of v summed over the ranks
+  // (the rest of v as it was); all_gather copies every rank's part of v to
+  // every rank. Each element is summed in rank order whatever the parts, so
+  // one after the other they are all_reduce_sum, bit for bit.
+  template <class T>
+  void reduce_scatter_sum(std::span<T> v, std::span<const std::size_t> bounds);
+  template <class T>
+  void all_gather(std::span<T> v, std::span<const std::size_t> bounds);
+  // Parts of n elements as even as can be.
+  std::vector<std::size_t> even_bounds(std::size_t n) const;
+
+  // Every rank's `value`, in rank order, on every rank.
+  std::vector<std::string> all_gather(const std::string& value);
+
   // Fails on every rank when `value` differs between ranks, naming the
   // first rank whose value differs from rank 0's and both values.
   void require_same(const std::string& what, const std::string& value);
@@ -68,7 +86,7 @@ class ProcessGroup {
   ProcessGroup();
   bool initialised_ = false;  // by us, so finalised by us
   int rank_ = 0, size_ = 1;
-  std::vector<std::byte> send_, recv_, mine_;  // all_reduce_sum's buffers, kept (no page faults a call)
+  std::vector<std::byte> recv_;  // reduce_scatter_sum's, kept (no page faults a call)
 };
 
 }  // namespace xfmr

@@ -42,6 +42,16 @@
 // are weighed by their share of the global batch's counted targets, and the
 // loss and the gradients are summed over the ranks before the norm and the
 // optimizer step, so every rank takes the same step. No CUDA graphs then.
+// Rank r's shards draw the dropout streams r x shards and on, so N ranks of
+// S shards draw the masks one process of N x S shards draws.
+//
+// ZeRO-1 (TrainerOptions::zero = 1; optimizers.hpp): each rank keeps the
+// optimizer state of its part of the parameters alone; the gradients are
+// reduce-scattered (each rank sums its part), the norm is summed from the
+// parts, the optimizer steps each rank's part, and the parameters are
+// all-gathered. The weights are those of plain data parallel, bit for bit
+// (without clipping; clipped, the norm's sum runs in another order). save()
+// and load() are then collectives: every rank calls them, rank 0 writes.
 //
 // What a run must keep to resume bit for bit: the model's parameters and
 // the optimizer's state (save/load), and state(): the steps taken, the
@@ -83,6 +93,7 @@ struct TrainerOptions {
   bool graph_steps = true;       // a GPU step as CUDA graphs (for steps of one shape)
   std::uint64_t data_seed = 0;   // seeds data_rng()
   ProcessGroup* group = nullptr; // data parallel across processes (distributed.hpp); null: this process alone
+  int zero = 0;                  // 1: ZeRO-1 across the group's ranks (the optimizer's state sharded); 0: none
 };
 
 // One (micro-)batch: `sequences` sequences and their targets, laid out by
@@ -145,6 +156,14 @@ class Trainer {
         data_rng_(opts.data_seed) {
     require(opts.grad_accum >= 1, "Trainer: grad_accum ", opts.grad_accum, " must be at least 1");
     require(opts.clip >= 0.0, "Trainer: clip ", opts.clip, " must not be negative");
+    require(opts.zero == 0 || opts.zero == 1, "Trainer: ZeRO stage ", opts.zero, " is not 0 or 1");
+    if (distributed()) {
+      dp_.set_first_stream(std::uint64_t(opts_.group->rank()) * std::uint64_t(dp_.shards()));
+      if (zero()) {
+        if constexpr (requires { opt_.shard(*opts_.group); }) opt_.shard(*opts_.group);
+        else detail::fail("Trainer: ZeRO-1 needs an optimizer that shards its state (AdamW, Sgd)");
+      }
+    }
     for (int r = 0; r < dp_.shards(); ++r) {
       shard_loss_.emplace_back(opts.label_smoothing);
       if (opts.label_smoothing != 0.0) eval_loss_.emplace_back(0.0);
@@ -168,8 +187,9 @@ class Trainer {
         if (std::isfinite(r.loss)) sum_gradients_over_ranks();
       }
       check_loss(r.loss, r.step);
-      r.grad_norm = checked_norm(r.step);
+      r.grad_norm = zero() ? sharded_norm(r.step) : checked_norm(r.step);
       opt_.step(be_, r.lr);
+      if (zero()) gather_parameters();
     };
     if (opts_.graph_steps && !distributed()) run_step(be_, "train", body);
     else body();
@@ -182,27 +202,18 @@ class Trainer {
 
   // The loss of one batch without gradients, dropout off, split as a step
   // is (evaluation): plain cross-entropy, without label smoothing. Sum the
-  // results over batches and take mean().
+  // results over batches and take mean(). Across processes each rank passes
+  // its share of the batch (none at all is allowed) and every rank gets the
+  // sum over the ranks.
   template <class Forward>
   LossSum evaluate(const BatchTargets& batch, Forward&& forward) {
-    const std::size_t per = per_sequence(batch);
-    model_.set_training(false);
     LossSum sum;
-    try {
-      sum.total = dp_.forward(batch.sequences, [&](const Shard& s, Model& m, Backend& b) {
-        const auto targets = batch.targets.subspan(std::size_t(s.begin) * per, std::size_t(s.size()) * per);
-        const long c = counted_targets(targets);
-        if (c == 0) return 0.0;
-        const std::span<const S> logits = forward(s, m, b);
-        auto& ce = eval_loss_.empty() ? shard_loss_[std::size_t(s.index)] : eval_loss_[std::size_t(s.index)];
-        return ce.forward(b, logits, targets, classes(logits, targets)) * double(c);
-      });
-    } catch (...) {
-      model_.set_training(true);
-      throw;
+    if (batch.sequences > 0 || !distributed()) sum = evaluate_here(batch, forward);
+    if (distributed()) {
+      double parts[2] = {sum.total, double(sum.counted)};
+      opts_.group->all_reduce_sum(std::span<double>(parts));
+      sum = {parts[0], long(parts[1])};
     }
-    model_.set_training(true);
-    sum.counted = counted_targets(batch.targets);
     return sum;
   }
 
@@ -265,10 +276,11 @@ class Trainer {
     return int(logits.size() / targets.size());
   }
 
-  // Forward and backward over one micro-batch's shards; returns its mean loss.
   bool distributed() const { return opts_.group && opts_.group->size() > 1; }
+  bool zero() const { return opts_.zero == 1 && distributed(); }
 
-  // Each rank's gradients replaced by their sum over the ranks.
+  // Each rank's gradients replaced by their sum over the ranks; with ZeRO-1
+  // only this rank's part of them (the rest is left as it was).
   void sum_gradients_over_ranks() {
     std::size_t n = 0;
     model_.visit([&](std::string_view, auto&, auto& grad) { n += grad.size(); });
@@ -278,22 +290,128 @@ class Trainer {
       grad.copy_to_host(flat_.data() + at);
       at += grad.size();
     });
-    opts_.group->all_reduce_sum(std::span<S>(flat_));
-    at = 0;
-    model_.visit([&](std::string_view, auto&, auto& grad) {
-      grad.copy_from_host(flat_.data() + at);
-      at += grad.size();
+    if (!zero()) {
+      opts_.group->all_reduce_sum(std::span<S>(flat_));
+      at = 0;
+      model_.visit([&](std::string_view, auto&, auto& grad) {
+        grad.copy_from_host(flat_.data() + at);
+        at += grad.size();
+      });
+      return;
+    }
+    opts_.group->reduce_scatter_sum(std::span<S>(flat_), opt_.shard_bounds());
+    for_my_part([&](auto&, auto& grad, std::size_t offset, std::size_t lo, std::size_t hi) {
+      std::copy(flat_.data() + offset + lo, flat_.data() + offset + hi, grad.data() + lo);
     });
+  }
+
+  // f(value, grad, offset, lo, hi) for every parameter: its offset in the
+  // concatenation of every parameter and the elements [lo, hi) of it in this
+  // rank's part (ZeRO-1, the optimizer's shard_bounds(); host memory).
+  template <class F>
+  void for_my_part(F&& f) {
+    const std::size_t r = std::size_t(opts_.group->rank()), begin = opt_.shard_bounds()[r],
+                      end = opt_.shard_bounds()[r + 1];
+    std::size_t at = 0;
+    model_.visit([&](std::string_view, auto& value, auto& grad) {
+      const std::size_t lo = std::clamp(begin, at, at + value.size()) - at;
+      const std::size_t hi = std::clamp(end, at, at + value.size()) - at;
+      f(value, grad, at, lo, hi);
+      at += value.size();
+    });
+  }
+
+  // ZeRO-1: the global gradient norm from every rank's part of every
+  // tensor, and this rank's part clipped (clip_gradients, gradients.hpp).
+  double sharded_norm(long step) {
+    sums_.clear();
+    for_my_part([&](auto&, auto& grad, std::size_t, std::size_t lo, std::size_t hi) {
+      sums_.push_back(hi > lo ? be_.sum_squares(hi - lo, grad.data() + lo) : 0.0);
+    });
+    opts_.group->all_reduce_sum(std::span<double>(sums_));
+    double total = 0.0;
+    std::size_t i = 0;
+    model_.visit([&](std::string_view name, auto&, auto&) {
+      if (!std::isfinite(sums_[i]))
+        detail::fail("at step ", step, ": non-finite gradient in '", name, "' (sum of squares ", sums_[i], ")");
+      total += sums_[i++];
+    });
+    const double norm = std::sqrt(total);
+    if (opts_.clip > 0.0 && norm > opts_.clip) {
+      const S factor = S(opts_.clip / (norm + 1e-6));
+      for_my_part([&](auto&, auto& grad, std::size_t, std::size_t lo, std::size_t hi) {
+        if (hi > lo) be_.scale(hi - lo, factor, grad.data() + lo);
+      });
+    }
+    return norm;
+  }
+
+  // ZeRO-1, after the step: every rank's part of the parameters to every rank.
+  void gather_parameters() {
+    for_my_part([&](auto& value, auto&, std::size_t offset, std::size_t lo, std::size_t hi) {
+      std::copy(value.data() + lo, value.data() + hi, flat_.data() + offset + lo);
+    });
+    opts_.group->all_gather(std::span<S>(flat_), opt_.shard_bounds());
+    std::size_t at = 0;
+    model_.visit([&](std::string_view, auto& value, auto&) {
+      value.copy_from_host(flat_.data() + at);
+      at += value.size();
+    });
+  }
+
+  // This rank's part of evaluate().
+  template <class Forward>
+  LossSum evaluate_here(const BatchTargets& batch, Forward& forward) {
+    const std::size_t per = per_sequence(batch);
+    model_.set_training(false);
+    LossSum sum;
+    try {
+      sum.total = dp_.forward(batch.sequences, [&](const Shard& s, Model& m, Backend& b) {
+        const auto targets = batch.targets.subspan(std::size_t(s.begin) * per, std::size_t(s.size()) * per);
+        const long c = counted_targets(targets);
+        if (c == 0) return 0.0;
+        const std::span<const S> logits = forward(s, m, b);
+        auto& ce = eval_loss_.empty() ? shard_loss_[std::size_t(s.index)] : eval_loss_[std::size_t(s.index)];
+        return ce.forward(b, logits, targets, classes(logits, targets)) * double(c);
+      });
+    } catch (...) {
+      model_.set_training(true);
+      throw;
+    }
+    model_.set_training(true);
+    sum.counted = counted_targets(batch.targets);
+    return sum;
   }
 
   // The loss of a micro-batch: this rank's shards, each weighed by its share
   // of the counted targets of the whole batch (of every rank's shares).
+  // Across processes a rank may have no sequences of a (short) batch.
   template <class Forward>
   double accumulate(const BatchTargets& batch, Forward& forward) {
-    const std::size_t per = per_sequence(batch);
+    const bool none_here = distributed() && batch.sequences == 0 && batch.targets.empty();
+    const std::size_t per = none_here ? 0 : per_sequence(batch);
     const long local = counted_targets(batch.targets);
     const long counted = distributed() ? long(opts_.group->sum(std::int64_t(local))) : local;
-    if (counted == 0 || local == 0) return 0.0;  // nothing to learn from (all padding)
+    const double loss = counted == 0 || local == 0 ? 0.0 : accumulate_here(batch, per, counted, forward);
+    if (distributed()) take_root_dropout_calls();
+    return loss;
+  }
+
+  // Every rank's dropout counters set to rank 0's, as one process's replicas
+  // take its model's: a rank that ran no forward pass (no sequences, or no
+  // counted targets) stays in step with the others.
+  void take_root_dropout_calls() {
+    calls_.clear();
+    model_.for_each_dropout([&](auto& d) { calls_.push_back(opts_.group->root() ? std::int64_t(d.calls()) : 0); });
+    if (calls_.empty()) return;
+    opts_.group->all_reduce_sum(std::span<std::int64_t>(calls_));
+    std::size_t i = 0;
+    model_.for_each_dropout([&](auto& d) { d.set_calls(std::uint64_t(calls_[i++])); });
+  }
+
+  // accumulate()'s forward and backward passes over this rank's shards.
+  template <class Forward>
+  double accumulate_here(const BatchTargets& batch, std::size_t per, long counted, Forward& forward) {
     const double loss = dp_.backward(batch.sequences, [&](const Shard& s, Model& m, Backend& b) {
       const auto targets = batch.targets.subspan(std::size_t(s.begin) * per, std::size_t(s.size()) * per);
       const long c = counted_targets(targets);
@@ -350,7 +468,9 @@ class Trainer {
   std::deque<CrossEntropyLoss<Backend>> shard_loss_;  // one a shard (they do not move)
   std::deque<CrossEntropyLoss<Backend>> eval_loss_;   // without smoothing, when training smooths
   std::deque<typename Backend::template Buffer<S>> shard_dlogits_;  // (rows, classes), backend memory
-  std::vector<S> flat_;  // every gradient, on the host, for the sum over ranks
+  std::vector<S> flat_;  // every gradient (or parameter), on the host, for the collectives over ranks
+  std::vector<double> sums_;  // sharded_norm's sums of squares, a tensor each
+  std::vector<std::int64_t> calls_;  // sync_dropout_calls' counters
 };
 
 }  // namespace xfmr
