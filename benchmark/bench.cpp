@@ -76,6 +76,7 @@ struct Args {
   bool smoke = false;
   bool eager = false;  // no graph steps (run_step) for training and forward passes
   int shards = 0;      // training step and forward pass: DataParallel shards (0: one per CPU thread; 1: none)
+  int zero = 0;        // under mpirun: 1, ZeRO-1 (AdamW's moments sharded over the ranks)
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -191,18 +192,20 @@ double cached_step_flops(double t, double V) {
 // two moments, and the activations a textbook backward needs (per block and
 // row: block input, both norm outputs and statistics, q/k/v, the attention
 // probabilities, the attention context, the feed-forward pre-activation and
-// activation; then the final norm, the logits and their softmax).
+// activation; then the final norm, the logits and their softmax). B is
+// this process's rows; `moments` the share of AdamW's moments it keeps (1,
+// or 1 / N under ZeRO-1).
 template <class Cfg>
-json analytical_memory(std::size_t params, double B, double T, double V) {
+json analytical_memory(std::size_t params, double B, double T, double V, double moments = 1.0) {
   const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS, H = Cfg::N_HEADS;
   const double rows = B * T;
   const double act = rows * (L * (D + 2 * (D + 2) + 3 * D + H * T + D + (ff_matrices<Cfg>() * FF)) + (D + 2) + 2 * V);
   const double p = double(params) * 4;
   return {{"parameters_mb", p / 1e6},
           {"gradients_mb", p / 1e6},
-          {"optimizer_mb", 2 * p / 1e6},
+          {"optimizer_mb", 2 * p * moments / 1e6},
           {"activations_mb", act * 4 / 1e6},
-          {"total_mb", (4 * p + act * 4) / 1e6}};
+          {"total_mb", ((2 + 2 * moments) * p + act * 4) / 1e6}};
 }
 
 // The machine's streaming read bandwidth, in GB/s: each thread sums its
@@ -297,9 +300,10 @@ json run(const Args& a) {
   // the forward pass; with one shard this is the plain step.
   Trainer<Model, Be> trainer(
       model, be, opt,
-      {.schedule = LrSchedule{.lr = 1e-4}, .shards = a.shards, .graph_steps = !a.eager, .group = &group},
+      {.schedule = LrSchedule{.lr = 1e-4}, .shards = a.shards, .graph_steps = !a.eager, .group = &group, .zero = a.zero},
       [&] { return std::make_unique<Model>(V, 1337, DecoderOptions{.dropout = Cfg::DROPOUT}); });
   out["shards"] = std::min(trainer.shards(), B);
+  if (ranks > 1) out["zero"] = a.zero;
   auto forward = [&](const Shard& s, Model& m, Be& b) {
     const std::size_t first = std::size_t(s.begin) * T, rows = std::size_t(s.size()) * T;
     return m.forward(b, std::span(ids).subspan(first, rows), Shape{s.size(), T});
@@ -371,7 +375,8 @@ json run(const Args& a) {
   }
   out["memory"] = {{"peak_rss_mb", peak_rss_mb()},
                    {"rss_before_model_mb", rss_before},
-                   {"analytical", analytical_memory<Cfg>(Model::parameter_count(V, false), B, T, V)}};
+                   {"analytical", analytical_memory<Cfg>(Model::parameter_count(V, false), my_rows, T, V,
+                                                         a.zero == 1 ? 1.0 / ranks : 1.0)}};
   // Bandwidth, after the memory figures (its buffer would top them): a
   // cached token reads every weight once, from memory when the weights
   // outgrow the caches (64 MiB and more here; smaller models decode from
@@ -589,6 +594,8 @@ int main(int argc, char** argv) {
        "CPU training step and forward pass: split the batch over this many model replicas, one a thread "
        "(DataParallel); 0: one per thread, or 1 for models over 64 MiB of parameters; 1: one model, each operation "
        "threaded instead")
+      ("zero", po::value(&a.zero)->default_value(a.zero),
+       "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 keeps them whole")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;

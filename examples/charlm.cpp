@@ -98,18 +98,6 @@ struct TrainArgs : RunOptions {
   int eval_every = 500, eval_batches = 100, samples = 300;
 };
 
-std::uint64_t fnv1a(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
-
-std::string hex(std::uint64_t v) {
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 // The text the model learns from: train and validation streams (text mode),
 // or train and validation names (names mode).
 struct Corpus {
@@ -259,18 +247,15 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   const Batches train_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, true);
   const Batches val_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, false);
 
-  // Under mpirun, each of the N ranks trains on its batch / N sequences of
-  // every batch (all draw the same batches) and rank 0 alone writes files.
-  ProcessGroup& group = ProcessGroup::world();
-  const int ranks = group.size(), rank = group.rank();
-  if (ranks > 1) {
-    require(std::string(Be::name) == "cpu", "training across processes runs on the CPU backend (not ", Be::name, ")");
-    require(run.batch % ranks == 0, "--batch ", run.batch, " is not a multiple of the ", ranks, " ranks");
-    group.require_same("the settings", run.to_json().dump() + " steps " + std::to_string(args.steps));
-    group.require_same("the hash of --data", hex(corpus.hash));
-    if (!group.root()) args.out.clear(), args.log_csv.clear(), args.report.clear(), args.metrics_json.clear();
-  }
-  const int my_rows = run.batch / ranks, my_first = rank * my_rows;
+  // Under mpirun, each of the N ranks trains (and evaluates) on its batch / N
+  // sequences of every batch (all draw the same batches).
+  ProcessGroup& group = join_ranks(args, Be::name,
+                                   run.to_json().dump() + " steps " + std::to_string(args.steps) + " zero " +
+                                       std::to_string(args.zero),
+                                   "--data with hash " + hex(corpus.hash));
+  const int ranks = group.size();
+  require(run.batch % ranks == 0, "--batch ", run.batch, " is not a multiple of the ", ranks, " ranks");
+  const int my_rows = run.batch / ranks, my_first = rank_rows(group, run.batch).first;
 
   Be be = make_backend<Be>(args.backend);
   Model model(tok.size(), run.seed, model_opts);
@@ -282,7 +267,8 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
                               .schedule = LrSchedule::parse(run.schedule, run.lr, args.steps),
                               .shards = args.shards,
                               .data_seed = detail::mix64(run.seed ^ 0xda7aULL),
-                              .group = &group},
+                              .group = &group,
+                              .zero = args.zero},
                              [&] { return std::make_unique<Model>(V, run.seed, model_opts); });
   if (resumed) {
     trainer.load(*ckpt_model, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));  // model file read above
@@ -300,25 +286,28 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
             << "\n";
 
   std::vector<std::int32_t> ids(rows), targets(rows);
-  // The model's logits for a shard of the batch in ids.
+  // The model's logits for a shard of this rank's rows of the batch in ids.
+  const std::size_t mine = std::size_t(my_first) * T;
   auto forward = [&](const Shard& s, Model& m, Be& b) {
-    return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+    return m.forward(b, std::span<const std::int32_t>(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
                      Shape{s.size(), T});
   };
+  auto my_targets = [&] { return std::span<const std::int32_t>(targets).subspan(mine, std::size_t(my_rows) * T); };
   // Mean loss over every counted target of the evaluation batches (names
   // mode pads; in text mode every target counts).
   auto evaluate = [&](const Batches& b) {
     LossSum sum;
     for (int i = 0; i < b.eval_count(args.eval_batches); ++i) {
       b.eval_batch(i, ids.data(), targets.data());
-      sum += trainer.evaluate({run.batch, targets}, forward);
+      sum += trainer.evaluate({my_rows, my_targets()}, forward);
     }
     return sum.mean();
   };
   auto save = [&] {
     if (args.out.empty()) return;
     SafeTensorsWriter mw, ow;
-    trainer.save(mw, ow);
+    trainer.save(mw, ow);  // every rank (join_ranks)
+    if (!group.root()) return;
     mw.set_metadata("format", kFormat);
     mw.set_metadata("model", Cfg::NAME);
     mw.set_metadata("tokenizer", tok.to_json());
@@ -336,19 +325,13 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   Progress progress(start, args.steps, long(rows) * run.grad_accum);
   double last_train = -1, last_val = -1, last_loss = 0;
   const long stop = args.stop_after > 0 ? std::min(args.stop_after, args.steps) : args.steps;
-  // A step runs on this rank's rows of the batch.
-  const std::size_t mine = std::size_t(my_first) * T;
-  auto my_forward = [&](const Shard& s, Model& m, Be& b) {
-    return m.forward(b, std::span<const std::int32_t>(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
-                     Shape{s.size(), T});
-  };
   while (trainer.steps() < stop) {
     const StepResult r = trainer.step(
         [&](int) {
           train_batches.sample(trainer.data_rng(), ids.data(), targets.data());
-          return BatchTargets{my_rows, std::span<const std::int32_t>(targets).subspan(mine, std::size_t(my_rows) * T)};
+          return BatchTargets{my_rows, my_targets()};
         },
-        my_forward);
+        forward);
     const long step = r.step - 1;
     const double lr = r.lr, loss = r.loss;
     last_loss = loss;

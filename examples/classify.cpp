@@ -168,22 +168,30 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
 };
 
+// Loss and accuracy over `data` in batches; across processes each rank
+// takes its rows of every batch and the sums are added over the ranks.
 template <class Model, class Be>
-EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data, int max_t, int batch) {
+EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data, int max_t, int batch,
+                    ProcessGroup& group = ProcessGroup::world()) {
   model.set_training(false);
   CrossEntropyLoss<Be> ce;
   Accuracy acc;
   double loss = 0;
   std::vector<float> staging;
   for (std::size_t i = 0; i < data.seqs.size(); i += batch) {
-    const std::size_t n = std::min<std::size_t>(batch, data.seqs.size() - i);
-    const auto b = make_class_batch(std::span(data.seqs).subspan(i, n), std::span(data.labels).subspan(i, n), max_t,
+    const auto [first, last] = rank_rows(group, int(std::min<std::size_t>(batch, data.seqs.size() - i)));
+    if (first == last) continue;
+    const std::size_t at = i + std::size_t(first), n = std::size_t(last - first);
+    const auto b = make_class_batch(std::span(data.seqs).subspan(at, n), std::span(data.labels).subspan(at, n), max_t,
                                     tok.pad, tok.cls);
     const auto logits = model.forward(be, b.ids, Shape{b.B, b.T}, b.padding.data());
     loss += ce.forward(be, logits, b.labels, model.classes()) * double(n);
     acc += accuracy<float>(be.host_view(logits, staging), b.labels, model.classes());
   }
   model.set_training(true);
+  loss = group.sum(loss);
+  acc.correct = long(group.sum(std::int64_t(acc.correct)));
+  acc.counted = long(group.sum(std::int64_t(acc.counted)));
   return {loss / double(data.seqs.size()), acc.value()};
 }
 
@@ -194,10 +202,20 @@ struct TrainArgs : RunOptions {
   double lr = 5e-4, weight_decay = 0.01, label_smoothing = 0.0, clip = 1.0;
   float dropout = -1.0f, attention_dropout = 0.0f;
   std::uint64_t seed = 1337;
+
+  // What every rank of a run across processes must agree on.
+  std::string settings() const {
+    return json{{"model", model}, {"tokens", tokens}, {"normalize", normalize}, {"truncate", truncate},
+                {"pooling", pooling}, {"schedule", schedule}, {"epochs", epochs}, {"batch", batch},
+                {"min_freq", min_freq}, {"max_vocab", max_vocab}, {"lr", lr}, {"weight_decay", weight_decay},
+                {"label_smoothing", label_smoothing}, {"clip", clip}, {"dropout", dropout},
+                {"attention_dropout", attention_dropout}, {"seed", seed}, {"zero", zero}}
+        .dump();
+  }
 };
 
 template <class Cfg, class Be>
-void train(const TrainArgs& a) {
+void train(TrainArgs a) {
   using Model = Classifier<Cfg, Be>;
   const auto train_rows = read_labeled_tsv(a.train), dev_rows = read_labeled_tsv(a.dev);
   int classes = 2;
@@ -207,6 +225,14 @@ void train(const TrainArgs& a) {
   const Tokens tok = Tokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train);
   const Encoded train_data = encode_all(tok, train_rows, classes, Cfg::MAX_T, a.truncate, a.train);
   const Encoded dev_data = encode_all(tok, dev_rows, classes, Cfg::MAX_T, a.truncate, a.dev);
+  // Under mpirun each rank trains on its rows of every batch (all draw the same batches).
+  auto hash = [](const std::vector<LabeledText>& rows) {
+    std::uint64_t h = fnv1a("");
+    for (const auto& r : rows) h = fnv1a(r.text, fnv1a(std::to_string(r.label) + "\t", h));
+    return hex(h);
+  };
+  ProcessGroup& group = join_ranks(a, Be::name, a.settings(),
+                                   "--train with hash " + hash(train_rows) + ", --dev with hash " + hash(dev_rows));
 
   Be be = make_backend<Be>(a.backend);
   Model model(tok.size(), classes, a.seed,
@@ -224,12 +250,14 @@ void train(const TrainArgs& a) {
                               .schedule = LrSchedule::parse(a.schedule, a.lr, total),
                               .shards = a.shards,
                               .graph_steps = false,
-                              .data_seed = detail::mix64(a.seed ^ 0xc1a55ULL)},
+                              .data_seed = detail::mix64(a.seed ^ 0xc1a55ULL),
+                              .group = &group,
+                              .zero = a.zero},
                              [&] { return std::make_unique<Model>(tok.size(), classes, a.seed, model_opts); });
   std::cout << "xfmr-classify: " << Cfg::NAME << " on " << describe(be) << ", " << Model::parameter_count(tok.size(), classes)
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
-            << " steps\n";
+            << " steps" << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "") << "\n";
   report_cut(train_data, "train", Cfg::MAX_T, a.truncate);
   report_cut(dev_data, "dev", Cfg::MAX_T, a.truncate);
 
@@ -255,12 +283,15 @@ void train(const TrainArgs& a) {
       }
       const auto b = make_class_batch(seqs, labels, Cfg::MAX_T, tok.pad, tok.cls);
       tokens_seen += long(b.B) * b.T;
-      const StepResult r = trainer.step([&](int) { return BatchTargets{b.B, b.labels}; },
-                                        [&](const Shard& s, Model& m, Be& mb) {
-                                          const std::size_t first = std::size_t(s.begin) * b.T;
-                                          return m.forward(mb, std::span(b.ids).subspan(first, std::size_t(s.size()) * b.T),
-                                                           Shape{s.size(), b.T}, b.padding.data() + first);
-                                        });
+      const auto rows = rank_rows(group, b.B);  // this rank's rows of the batch
+      const int mine = rows.first, end = rows.second;
+      const StepResult r = trainer.step(
+          [&](int) { return BatchTargets{end - mine, std::span(b.labels).subspan(std::size_t(mine), std::size_t(end - mine))}; },
+          [&](const Shard& s, Model& m, Be& mb) {
+            const std::size_t first = std::size_t(mine + s.begin) * b.T;
+            return m.forward(mb, std::span(b.ids).subspan(first, std::size_t(s.size()) * b.T), Shape{s.size(), b.T},
+                             b.padding.data() + first);
+          });
       const double lr = r.lr, loss = r.loss;
       batch_losses.emplace_back(step + 1, loss);
       csv.batch(step + 1, lr, loss);
@@ -283,13 +314,13 @@ void train(const TrainArgs& a) {
             << " examples), " << format_duration(wall) << std::defaultfloat << "\n";
   if (!a.out.empty()) {
     SafeTensorsWriter mw, ow;
-    trainer.save(mw, ow);
+    trainer.save(mw, ow);  // every rank (join_ranks); rank 0 writes
     mw.set_metadata("format", kFormat);
     mw.set_metadata("model", Cfg::NAME);
     const json state = {{"format", kFormat}, {"version", 1}, {"model", Cfg::NAME}, {"classes", classes},
                         {"pooling", a.pooling}, {"truncate", a.truncate}, {"tokens", tok.to_json()}, {"step", total},
                         {"dev_accuracy", dev.accuracy}};
-    write_checkpoint(a.out, mw, ow, state.dump(2));
+    if (group.root()) write_checkpoint(a.out, mw, ow, state.dump(2));
   }
   csv.save();
   write_html_report(a.report, std::string("xfmr-classify: ") + Cfg::NAME,

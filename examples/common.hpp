@@ -277,6 +277,7 @@ inline void write_html_report(const std::filesystem::path& path, const std::stri
 struct RunOptions {
   std::string out, metrics_json, log_csv, report, backend = "cpu";
   int shards = 0;          // DataParallel shards of a CPU step (0: its default)
+  int zero = 0;            // under mpirun, 1: ZeRO-1, the optimizer's state sharded over the ranks
   bool overwrite = false;  // --out may replace a checkpoint this run did not resume from
 };
 
@@ -299,7 +300,48 @@ inline void add_run_options(boost::program_options::options_description& opts, R
        "CPU: split each batch over this many model replicas, one a thread (0: one per thread, or 1 for models over "
        "64 MiB of parameters; 1: one model, each operation threaded instead). Results depend on it in the last bits "
        "and in dropout's masks")
+      ("zero", po::value(&r.zero)->default_value(r.zero),
+       "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1; the same weights), 0 keeps them whole")
       ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);
+}
+
+// FNV-1a of s, continuing from h: a fingerprint of training data.
+inline std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 0xcbf29ce484222325ULL) {
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+inline std::string hex(std::uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Training across processes (mpirun -np N; train/distributed.hpp): the
+// ranks, checked at start-up to run the same `settings` on the same `data`
+// (what differs is named). Rank 0 alone writes the log, the report and the
+// metrics; every rank takes part in saving a checkpoint (ZeRO-1 gathers the
+// optimizer's state there) and rank 0 writes it. One process: nothing to do.
+inline ProcessGroup& join_ranks(RunOptions& r, std::string_view backend, const std::string& settings,
+                                const std::string& data) {
+  ProcessGroup& group = ProcessGroup::world();
+  if (group.size() > 1) {
+    require(backend == "cpu", "training across processes runs on the CPU backend (not ", backend, ")");
+    group.require_same("the settings", settings);
+    group.require_same("the training data", data);
+    if (!group.root()) r.log_csv.clear(), r.report.clear(), r.metrics_json.clear();
+  }
+  return group;
+}
+
+// The sequences [first, second) of a batch of n that this rank trains on:
+// DataParallel's split (over min(N, n) ranks: ranks past n have none of a
+// short batch), so that N ranks of one shard take the shards, and draw the
+// dropout masks, one process of N shards takes.
+inline std::pair<int, int> rank_rows(const ProcessGroup& group, int n) {
+  const int k = std::min(group.size(), n), r = group.rank();
+  if (r >= k) return {n, n};
+  return {int(long(n) * r / k), int(long(n) * (r + 1) / k)};
 }
 // A file or directory named on the command line: the option and the path.
 struct NamedPath {
@@ -354,6 +396,7 @@ inline void check_output_paths(const std::vector<NamedPath>& outputs, const std:
 // saves of --out left beside it.
 inline void check_run_options(const RunOptions& r, const std::vector<NamedPath>& inputs, const std::string& resume = "") {
   require(r.shards >= 0, "--shards ", r.shards, " is negative");
+  require(r.zero == 0 || r.zero == 1, "--zero ", r.zero, " is not 0 or 1 (ZeRO stage 1 is the one there is)");
   std::vector<NamedPath> files = inputs;
   if (!resume.empty()) files.push_back({"--resume", resume});
   if (!r.out.empty()) {

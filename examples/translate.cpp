@@ -224,6 +224,31 @@ std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, co
   return out;
 }
 
+// translate_all across processes: rank r translates its run of whole
+// batches (so every batch holds the sentences it holds in one process) and
+// every rank gets all the translations, in order.
+template <class Model, class Be>
+std::vector<std::string> translate_all_ranks(ProcessGroup& group, Model& model, Be& be, const Vocabs& v,
+                                             const std::vector<std::string>& lines, const BeamOptions& beam, int batch,
+                                             int max_len, bool truncate, const std::string& file) {
+  if (group.size() == 1) return translate_all(model, be, v, lines, beam, batch, max_len, truncate, file);
+  const std::size_t batches = (lines.size() + std::size_t(batch) - 1) / std::size_t(batch);
+  auto first_line = [&](int r) {
+    return std::min(lines.size(), batches * std::size_t(r) / std::size_t(group.size()) * std::size_t(batch));
+  };
+  const std::vector<std::string> mine(lines.begin() + std::ptrdiff_t(first_line(group.rank())),
+                                      lines.begin() + std::ptrdiff_t(first_line(group.rank() + 1)));
+  std::string joined;  // one translation a line (a translation holds no newline)
+  for (const auto& t : translate_all(model, be, v, mine, beam, batch, max_len, truncate, file)) joined += t + "\n";
+  std::vector<std::string> out;
+  for (const std::string& part : group.all_gather(joined))
+    for (std::size_t at = 0, nl; (nl = part.find('\n', at)) != std::string::npos; at = nl + 1)
+      out.push_back(part.substr(at, nl - at));
+  require(out.size() == lines.size(), "translations gathered from the ranks: ", out.size(), " for ", lines.size(),
+          " sentences");
+  return out;
+}
+
 // The cross-attention of the last decoder layer for one sentence (averaged
 // over heads, or one head), as an SVG heatmap: rows target, columns source.
 template <class Model, class Be>
@@ -277,10 +302,21 @@ struct TrainArgs : RunOptions {
   float attention_dropout = 0.0f;
   bool lowercase = false, truncate = false, share_embeddings = false;
   std::uint64_t seed = 1337;
+
+  // What every rank of a run across processes must agree on.
+  std::string settings() const {
+    return json{{"model", model}, {"schedule", schedule}, {"tokens", tokens}, {"epochs", epochs}, {"batch", batch},
+                {"min_freq", min_freq}, {"bpe_vocab", bpe_vocab}, {"beam", beam}, {"eval_every", eval_every},
+                {"bleu_sentences", bleu_sentences}, {"lr", lr}, {"label_smoothing", label_smoothing}, {"clip", clip},
+                {"weight_decay", weight_decay}, {"length_penalty", length_penalty},
+                {"attention_dropout", attention_dropout}, {"lowercase", lowercase}, {"truncate", truncate},
+                {"share_embeddings", share_embeddings}, {"seed", seed}, {"zero", zero}}
+        .dump();
+  }
 };
 
 template <class Cfg, class Be>
-void train(const TrainArgs& a) {
+void train(TrainArgs a) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
   const int max_len = Cfg::MAX_T - 1;  // room for <bos> (input) or <eos> (target)
   const auto src_lines = read_sentences(a.src_train), tgt_lines = read_sentences(a.tgt_train);
@@ -305,6 +341,14 @@ void train(const TrainArgs& a) {
   std::vector<Pair> val;
   for (std::size_t i = 0; i < vsrc.size(); ++i) val.push_back({vsrc[i], vtgt[i]});
 
+  // Under mpirun each rank trains on its rows of every batch (all draw the same batches).
+  auto hash = [](const std::vector<std::string>& lines, std::uint64_t h) {
+    for (const auto& l : lines) h = fnv1a(l + "\n", h);
+    return h;
+  };
+  const std::uint64_t data_hash = hash(tgt_val, hash(src_val, hash(tgt_lines, hash(src_lines, fnv1a("")))));
+  ProcessGroup& group = join_ranks(a, Be::name, a.settings(), "the data with hash " + hex(data_hash));
+
   Be be = make_backend<Be>(a.backend);
   const Seq2SeqOptions model_opts{.dropout = Cfg::DROPOUT,
                                   .attention_dropout = a.attention_dropout,
@@ -321,12 +365,15 @@ void train(const TrainArgs& a) {
        .schedule = LrSchedule::parse(a.schedule, a.lr, total),
        .shards = a.shards,
        .graph_steps = false,
-       .data_seed = detail::mix64(a.seed ^ 0x7a5ULL)},
+       .data_seed = detail::mix64(a.seed ^ 0x7a5ULL),
+       .group = &group,
+       .zero = a.zero},
       [&] { return std::make_unique<Model>(v.src.size(), v.tgt.size(), a.seed, model_opts); });
-  // The model's logits for a shard of the sentence pairs in b.
-  auto forward = [](const Batch& b) {
-    return [&b](const Shard& s, Model& m, Be& mb) {
-      const std::size_t S = std::size_t(b.src.T), T = std::size_t(b.tgt.T), first = std::size_t(s.begin);
+  // The model's logits for a shard of the sentence pairs in b from `mine` on
+  // (this rank's rows), and those rows' targets.
+  auto forward = [](const Batch& b, int mine) {
+    return [&b, mine](const Shard& s, Model& m, Be& mb) {
+      const std::size_t S = std::size_t(b.src.T), T = std::size_t(b.tgt.T), first = std::size_t(mine + s.begin);
       const std::size_t n = std::size_t(s.size());
       return m.forward(mb, std::span(b.src_ids).subspan(first * S, n * S), Shape{s.size(), b.src.T},
                        b.src_pad.data() + first * S, std::span(b.tgt_in).subspan(first * T, n * T),
@@ -338,8 +385,14 @@ void train(const TrainArgs& a) {
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
             << v.src.size();
   if (!v.shared) std::cout << " / " << v.tgt.size();
-  std::cout << ", " << data.size()
-            << " train / " << val.size() << " val pairs, " << total << " steps" << std::endl;
+  std::cout << ", " << data.size() << " train / " << val.size() << " val pairs, " << total << " steps"
+            << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "") << std::endl;
+  auto my_rows = [&](const Batch& b) {
+    const auto [mine, end] = rank_rows(group, b.src.B);
+    const std::size_t T = std::size_t(b.tgt.T);
+    return std::pair(mine, BatchTargets{end - mine, std::span<const std::int32_t>(b.tgt_out)
+                                                        .subspan(std::size_t(mine) * T, std::size_t(end - mine) * T)});
+  };
 
   // Mean loss over the validation pairs' counted (non-pad) target tokens.
   auto val_loss = [&]() {
@@ -348,14 +401,16 @@ void train(const TrainArgs& a) {
       std::vector<int> which(std::min<std::size_t>(128, val.size() - i));
       std::iota(which.begin(), which.end(), int(i));
       const Batch b = make_batch(val, which, v);
-      sum += trainer.evaluate({b.src.B, b.tgt_out}, forward(b));
+      const auto rows = my_rows(b);
+      sum += trainer.evaluate(rows.second, forward(b, rows.first));
     }
     return sum.mean();
   };
   auto save = [&](double bleu) {
     if (a.out.empty()) return;
     SafeTensorsWriter mw, ow;
-    trainer.save(mw, ow);
+    trainer.save(mw, ow);  // every rank (join_ranks)
+    if (!group.root()) return;
     mw.set_metadata("format", kFormat);
     json state = v.to_json();
     state.update({{"format", kFormat}, {"version", 1}, {"model", Cfg::NAME}, {"val_bleu", bleu}});
@@ -371,7 +426,8 @@ void train(const TrainArgs& a) {
   for (int epoch = 0; epoch < a.epochs; ++epoch) {
     for (const auto& which : bucket_batches(data, a.batch, trainer.data_rng())) {
       const Batch b = make_batch(data, which, v);
-      const StepResult r = trainer.step([&](int) { return BatchTargets{b.src.B, b.tgt_out}; }, forward(b));
+      const auto rows = my_rows(b);
+      const StepResult r = trainer.step([&](int) { return rows.second; }, forward(b, rows.first));
       const double lr = r.lr, loss = r.loss;
       tokens += b.tokens;
       batch_losses.emplace_back(step + 1, loss);
@@ -401,7 +457,7 @@ void train(const TrainArgs& a) {
   const auto t0 = Clock::now();
   const BeamOptions beam{.beam = a.beam, .length_penalty = a.length_penalty, .max_len = max_len + 1,
                          .bos = v.bos(), .eos = v.eos()};
-  const auto hyps = translate_all(model, be, v, srcs, beam, 32, max_len, true, a.src_val);
+  const auto hyps = translate_all_ranks(group, model, be, v, srcs, beam, 32, max_len, true, a.src_val);
   const double decode_s = seconds_since(t0);
   const std::vector<std::vector<std::string>> ref_sets = {refs};
   const auto bleu = corpus_bleu(hyps, ref_sets);

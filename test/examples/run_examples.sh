@@ -19,6 +19,9 @@ expect_error() {
   out=$("$@" 2>&1) && fail "expected failure of: $* (got success: $out)"
   grep -qF -- "$want" <<<"$out" || fail "expected '$want' from: $*; got: $out"
 }
+# same A B: checkpoints A and B hold the same files, byte for byte.
+same() { for f in model.safetensors optimizer.safetensors trainer_state.json; do
+           cmp -s "$1/$f" "$2/$f" || fail "$2/$f differs from $1/$f"; done; }
 json_value() { sed -n "s/.*\"$2\": *\\([-0-9.e+]*\\).*/\\1/p" "$1" | head -1; }
 
 # A small corpus of our own with regular structure, so a few steps learn something.
@@ -289,8 +292,6 @@ case "$case_name" in
     base=(train --data corpus.txt --model tiny --batch 8 --eval-batches 2 --samples 0 --dropout 0 --log-csv ""
           --report "")
     run=("${base[@]}" --steps 12 --eval-every 6)
-    same() { for f in model.safetensors optimizer.safetensors trainer_state.json; do
-               cmp -s "$1/$f" "$2/$f" || fail "$2/$f differs from $1/$f"; done; }
     "$charlm" "${run[@]}" --shards 2 --out one > one.log 2>&1 || { cat one.log; fail "one process failed"; }
     $mpi "$charlm" "${run[@]}" --shards 1 --out two > two.log 2>&1 || { cat two.log; fail "two ranks failed"; }
     same one two
@@ -304,6 +305,14 @@ case "$case_name" in
     $mpi "$charlm" train --data corpus.txt --resume half2 --shards 1 --log-csv "" --report "" > /dev/null 2>&1 \
       || fail "the 2-rank checkpoint did not resume at 2 ranks"
     same one half2
+    # ZeRO-1: the optimizer's state sharded over the ranks, the same files;
+    # its checkpoint resumes in one process.
+    $mpi "$charlm" "${run[@]}" --shards 1 --zero 1 --out zero > zero.log 2>&1 || { cat zero.log; fail "ZeRO-1 failed"; }
+    same one zero
+    $mpi "$charlm" "${run[@]}" --shards 1 --zero 1 --stop-after 6 --out zhalf > /dev/null 2>&1 || fail "ZeRO-1, stop at 6"
+    "$charlm" train --data corpus.txt --resume zhalf --shards 2 --log-csv "" --report "" > /dev/null 2>&1 \
+      || fail "the ZeRO-1 checkpoint did not resume in one process"
+    same one zhalf
     # Different settings on the two ranks (mpiexec's A : B form).
     expect_error "ranks disagree on the settings" mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 "$charlm" "${run[@]}" --lr 0.002
     # A rank that throws: rank 1 cannot read its data.
@@ -325,6 +334,40 @@ case "$case_name" in
     wait $job && fail "the job exited 0 after a rank died"
     grep -q "process rank 1 .* exited on signal 9" killed.log || { cat killed.log; fail "the job's end does not name rank 1"; }
     echo "a killed rank ended the job in $((SECONDS - start)) s"
+    ;;
+  classify_translate_distributed)
+    # xfmr-classify and xfmr-translate under mpirun -n 2, plain and ZeRO-1:
+    # the checkpoint and the printed results of one process with two shards,
+    # bit for bit. 401 examples in batches of 16 end on a batch of one, which
+    # rank 1 has no part of.
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+    mpi="mpiexec -n 2 --oversubscribe"
+    # against_one PROGRAM NAME ARGS...: one process with two shards, then two
+    # ranks plain and with ZeRO-1; the same checkpoint and printed results
+    # (the progress lines and the banner aside).
+    against_one() {
+      local program=$1 name=$2; shift 2
+      results() { grep -v "^xfmr-\|/.* tok/s\|/.* ETA" "$1"; }
+      "$program" "$@" --shards 2 --out "$name"1 > "$name"1.log 2>&1 || { cat "$name"1.log; fail "$name, one process"; }
+      for z in 0 1; do
+        $mpi "$program" "$@" --shards 1 --zero $z --out "$name"2z$z > "$name"2z$z.log 2>&1 \
+          || { cat "$name"2z$z.log; fail "$name, 2 ranks, --zero $z"; }
+        same "$name"1 "$name"2z$z
+        [[ $(results "$name"1.log) == "$(results "$name"2z$z.log)" ]] \
+          || { diff "$name"1.log "$name"2z$z.log; fail "$name printed other results at 2 ranks, --zero $z"; }
+      done
+    }
+    make_tsv 401 train.tsv && make_tsv 60 dev.tsv
+    c=(train --train train.tsv --dev dev.tsv --model tiny --epochs 2 --batch 16 --lr 3e-3 --eval-every 20 --log-csv ""
+       --report "")
+    against_one "$classify" c "${c[@]}"
+    grep -q "401 train / 60 dev examples, 52 steps, 2 ranks" c2z0.log || { cat c2z0.log; fail "no word of the ranks"; }
+    # The losses, and the BLEU of the translations the two ranks made half each.
+    make_parallel 301 train && make_parallel 40 val
+    against_one "$translate" t train --src-train train.src --tgt-train train.tgt --src-val val.src --tgt-val val.tgt \
+      --model tiny --epochs 3 --batch 32 --lr 3e-3 --min-freq 1 --eval-every 10 --log-csv "" --report ""
+    grep -q "^val BLEU" t2z0.log || fail "no BLEU"
+    expect_error "ranks disagree on the settings" mpiexec -n 1 "$classify" "${c[@]}" : -n 1 "$classify" "${c[@]}" --zero 1
     ;;
   classify_train_eval)
     make_tsv 400 train.tsv && make_tsv 60 dev.tsv
