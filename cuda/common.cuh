@@ -20,6 +20,9 @@
 
 namespace xfmr::cuda::detail {
 
+// Ends an NCCL communicator (cuda/nccl.cu); nothing without NCCL or comm.
+void destroy_nccl(void* comm) noexcept;
+
 // Throws xfmr::Error("<what>: <CUDA message>") unless err is cudaSuccess.
 void check(cudaError_t err, const char* what);
 void check_cublas(cublasStatus_t status, const char* what);
@@ -331,6 +334,7 @@ struct CudaBackend::Context {
   cuda::DeviceArray<float> column_partial; // add_column_sums' chunk sums
   std::vector<double> host_partial;
   std::vector<std::int32_t> host_ids;      // embedding_backward's plan
+  void* nccl = nullptr;                    // the ranks' ncclComm_t (cuda/nccl.cu), made on first use
 };
 
 }  // namespace xfmr

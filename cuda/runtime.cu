@@ -281,6 +281,7 @@ CudaBackend::GraphStats CudaBackend::graph_stats() const {
 }
 
 CudaBackend::~CudaBackend() {
+  if (ctx_ && ctx_->nccl) cuda::detail::destroy_nccl(ctx_->nccl);
   if (ctx_ && ctx_->blas) cublasDestroy(ctx_->blas);
 }
 

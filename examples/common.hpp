@@ -326,7 +326,12 @@ inline ProcessGroup& join_ranks(RunOptions& r, std::string_view backend, const s
                                 const std::string& data) {
   ProcessGroup& group = ProcessGroup::world();
   if (group.size() > 1) {
-    require(backend == "cpu", "training across processes runs on the CPU backend (not ", backend, ")");
+    bool nccl = false;
+#ifdef XFMR_WITH_CUDA
+    nccl = cuda::nccl_available();
+#endif
+    require(backend == "cpu" || (backend == "cuda" && nccl), "training across processes runs on the CPU backend, or on "
+            "GPUs (one a rank) with an xfmr built with NCCL; not on ", backend, " here");
     group.require_same("the settings", settings);
     group.require_same("the training data", data);
     if (!group.root()) r.log_csv.clear(), r.report.clear(), r.metrics_json.clear();
@@ -488,7 +493,11 @@ void with_backend(const std::string& name, F&& f) {
 template <class Be>
 Be make_backend([[maybe_unused]] const std::string& name) {
 #ifdef XFMR_WITH_CUDA
-  if constexpr (std::is_same_v<Be, CudaBackend>) return CudaBackend({.device = 0, .tf32 = name == "cuda-tf32"});
+  if constexpr (std::is_same_v<Be, CudaBackend>) {
+    // Under mpirun, one GPU a rank: the ranks of a machine take its devices in turn.
+    const int device = ProcessGroup::world().local_rank() % std::max(1, cuda::device_count());
+    return CudaBackend({.device = device, .tf32 = name == "cuda-tf32"});
+  }
 #endif
   return Be{};
 }

@@ -55,6 +55,11 @@ ProcessGroup::ProcessGroup() {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm node;  // the ranks that share this machine's memory
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type",
+        rank_, size_);
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_free(&node);
   world_is_distributed = size_ > 1;
 #endif
 }

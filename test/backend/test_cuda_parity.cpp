@@ -24,6 +24,7 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/train/distributed.hpp"
 #include "xfmr/train/losses.hpp"
 
 using namespace xfmr;
@@ -430,6 +431,28 @@ BOOST_AUTO_TEST_CASE(attention_forward_backward) {
       expect_close(y, d_y.host(), "attention_forward" + what, 1e-4, 1e-5);
       expect_close(probs, d_probs.host(), "attention_forward probs" + what, 1e-4, 1e-6);
     }
+}
+
+// GPU ranks sum their gradients through NCCL (CudaBackend::all_reduce_sum).
+// One process is a group of one: the sum is the buffers themselves, bit for
+// bit, so a one-rank run through NCCL is the plain run. (Two ranks need two
+// GPUs.)
+BOOST_AUTO_TEST_CASE(nccl_sum_over_one_rank_is_the_identity) {
+  if (!cuda::nccl_available()) {
+    BOOST_TEST_MESSAGE("built without NCCL: all_reduce_sum refuses");
+    BOOST_CHECK_THROW(gpu.all_reduce_sum(ProcessGroup::world(), {}), Error);
+    return;
+  }
+  BOOST_TEST(ProcessGroup::world().size() == 1);
+  const F a = randn(1000, 51), b = randn(37, 52);
+  DevF da(a), db(b), empty(std::size_t(0));
+  const std::span<float> spans[] = {{da.p(), a.size()}, {empty.p(), 0}, {db.p(), b.size()}};
+  for (int call = 0; call < 2; ++call) {  // the communicator made, then reused
+    gpu.all_reduce_sum(ProcessGroup::world(), spans);
+    gpu.synchronize();
+    BOOST_TEST(da.host() == a, boost::test_tools::per_element());
+    BOOST_TEST(db.host() == b, boost::test_tools::per_element());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(tf32_gemm_within_its_tolerance) {

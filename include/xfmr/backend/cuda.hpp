@@ -40,6 +40,10 @@
 
 namespace xfmr::cuda {
 
+// Whether this xfmr was built with NCCL (CMake found nccl.h and libnccl in
+// the CUDA toolkit): CudaBackend::all_reduce_sum works only then.
+bool nccl_available();
+
 // Number of usable CUDA devices; 0 when there is no driver or no device
 // (never an error, so callers can skip GPU work cleanly).
 int device_count();
@@ -189,6 +193,8 @@ constexpr Launch elementwise_launch(std::size_t n, unsigned max_blocks = 65535) 
 
 namespace xfmr {
 
+class ProcessGroup;  // train/distributed.hpp
+
 struct CudaOptions {
   int device = 0;
   bool tf32 = false;  // TF32 tensor-core GEMMs (about 1e-3 relative error); FP32 when false
@@ -300,6 +306,14 @@ class CudaBackend {
   // Strided-batched row-major GEMM (attention scores and their gradients).
   void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, long stride_a,
                             const S* B, int ldb, long stride_b, S beta, S* C, int ldc, long stride_c, int batch);
+
+  // Training across processes, one GPU a rank (train/distributed.hpp): every
+  // tensor (device memory) summed over the ranks of `group`, in place,
+  // through NCCL on this backend's stream, the tensors' calls grouped into
+  // one launch (ncclGroupStart/End). The communicator is made on the first
+  // call, rank 0's NCCL id sent to the others over the group (MPI); with
+  // one rank it is a copy. Throws xfmr::Error without NCCL (nccl_available).
+  void all_reduce_sum(ProcessGroup& group, std::span<const std::span<S>> tensors);
 
   struct Context;  // cuBLAS handle and upload staging (cuda/runtime.cu)
 

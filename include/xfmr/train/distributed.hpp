@@ -42,6 +42,8 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // This rank among the ranks on its machine (the GPU it takes: one a rank).
+  int local_rank() const { return local_rank_; }
   bool root() const { return rank_ == 0; }
 
   // v summed element-wise over the ranks, in place (see the header comment);
@@ -85,7 +87,7 @@ class ProcessGroup {
  private:
   ProcessGroup();
   bool initialised_ = false;  // by us, so finalised by us
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0;
   std::vector<std::byte> recv_;  // reduce_scatter_sum's, kept (no page faults a call)
 };
 

@@ -41,7 +41,9 @@
 // distributed.hpp): each rank passes its share of the global batch; shards
 // are weighed by their share of the global batch's counted targets, and the
 // loss and the gradients are summed over the ranks before the norm and the
-// optimizer step, so every rank takes the same step. No CUDA graphs then.
+// optimizer step, so every rank takes the same step: over MPI on the host,
+// or through the backend's all_reduce_sum where it has one (CudaBackend:
+// NCCL, one GPU a rank). No CUDA graphs then.
 // Rank r's shards draw the dropout streams r x shards and on, so N ranks of
 // S shards draw the masks one process of N x S shards draws.
 //
@@ -282,6 +284,16 @@ class Trainer {
   // Each rank's gradients replaced by their sum over the ranks; with ZeRO-1
   // only this rank's part of them (the rest is left as it was).
   void sum_gradients_over_ranks() {
+    if constexpr (requires(std::span<const std::span<S>> t) { be_.all_reduce_sum(*opts_.group, t); }) {
+      // Device memory (CudaBackend): the backend's own collective (NCCL).
+      grad_spans_.clear();
+      model_.visit([&](std::string_view, auto&, auto& grad) { grad_spans_.emplace_back(grad.data(), grad.size()); });
+      be_.all_reduce_sum(*opts_.group, std::span<const std::span<S>>(grad_spans_));
+    } else {
+      sum_host_gradients_over_ranks();
+    }
+  }
+  void sum_host_gradients_over_ranks() {
     std::size_t n = 0;
     model_.visit([&](std::string_view, auto&, auto& grad) { n += grad.size(); });
     flat_.resize(n);
@@ -470,7 +482,8 @@ class Trainer {
   std::deque<typename Backend::template Buffer<S>> shard_dlogits_;  // (rows, classes), backend memory
   std::vector<S> flat_;  // every gradient (or parameter), on the host, for the collectives over ranks
   std::vector<double> sums_;  // sharded_norm's sums of squares, a tensor each
-  std::vector<std::int64_t> calls_;  // sync_dropout_calls' counters
+  std::vector<std::int64_t> calls_;  // take_root_dropout_calls' counters
+  std::vector<std::span<S>> grad_spans_;  // every gradient, for a backend's own all-reduce
 };
 
 }  // namespace xfmr
