@@ -77,6 +77,7 @@ struct Args {
   bool eager = false;  // no graph steps (run_step) for training and forward passes
   int shards = 0;      // training step and forward pass: DataParallel shards (0: one per CPU thread; 1: none)
   int zero = 0;        // under mpirun: 1, ZeRO-1 (AdamW's moments sharded over the ranks)
+  std::string precision = "fp32";  // or bf16 (bf16 products on the CPU)
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -253,7 +254,7 @@ std::int32_t argmax(std::span<const float> row) {
 template <class Cfg, class Be>
 json run(const Args& a) {
   using Model = Decoder<Cfg, Be>;
-  Be be = make_backend<Be>(a.backend);
+  Be be = make_backend<Be>(a.backend, a.precision);
   const int B = a.batch > 0 ? a.batch : default_batch(Cfg::NAME), V = a.vocab;
   const int T = a.seq_len > 0 ? a.seq_len : Cfg::MAX_T;
   require(T <= Cfg::MAX_T, "--seq-len ", T, " exceeds ", Cfg::NAME, "'s MAX_T ", Cfg::MAX_T);
@@ -426,7 +427,7 @@ json run_gpt2(const Args& a) {
   using Cfg = Gpt2Small;
   const Gpt2Checkpoint ckpt = open_gpt2(a.gpt2, "--gpt2");
   const Gpt2Config& config = ckpt.config;
-  Be be = make_backend<Be>(a.backend);
+  Be be = make_backend<Be>(a.backend, a.precision);
   const int V = config.vocab_size, n = a.gpt2_tokens;
   Decoder<Cfg, Be> model(V, 1, kGpt2Options);
   load_gpt2(model, ckpt.tensors, config);
@@ -476,7 +477,7 @@ json run_gpt2(const Args& a) {
 template <class Cfg, class Be>
 json run_translator(const Args& a) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
-  Be be = make_backend<Be>(a.backend);
+  Be be = make_backend<Be>(a.backend, a.precision);
   std::vector<float> staging;  // logits on the host, for argmax
   const int V = a.vocab, S_len = Cfg::MAX_T / 2, n = Cfg::MAX_T - 1;
   json out = {{"impl", "xfmr"},
@@ -594,6 +595,8 @@ int main(int argc, char** argv) {
        "CPU training step and forward pass: split the batch over this many model replicas, one a thread "
        "(DataParallel); 0: one per thread, or 1 for models over 64 MiB of parameters; 1: one model, each operation "
        "threaded instead")
+      ("precision", po::value(&a.precision)->default_value(a.precision),
+       "fp32, or bf16: matrix products on bfloat16 operands summed in float32 (CPU with AVX512-BF16)")
       ("zero", po::value(&a.zero)->default_value(a.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 keeps them whole")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);

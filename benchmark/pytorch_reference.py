@@ -269,6 +269,8 @@ def main():
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--tf32", action="store_true", help="on CUDA, TF32 matrix products (default strict FP32)")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: the training step under torch.autocast (bf16 matrix products), as xfmr's --precision bf16")
     p.add_argument("--min-time", type=float, default=2.0)
     p.add_argument("--min-reps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -307,6 +309,7 @@ def main():
     targets = torch.randint(0, v, (b, t_max), device=args.device)
     backend = "cpu" if args.device == "cpu" else torch.cuda.get_device_name() + (" tf32" if args.tf32 else "")
     out = {"impl": "pytorch", "backend": backend, "model": args.model, "torch": torch.__version__,
+           "precision": args.precision,
            "shape": {"B": b, "T": t_max, "D": d, "H": h, "L": l, "FF": ff, "V": v, "dropout": dropout},
            "threads": torch.get_num_threads(), "blas": blas_kernel(), "gemm_ceiling_gflops": ceiling,
            "parameters": sum(p.numel() for p in model.parameters()), "results": {}}
@@ -317,7 +320,9 @@ def main():
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(ids).view(-1, v), targets.view(-1))
+            with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+                logits = model(ids)
+            loss = F.cross_entropy(logits.float().view(-1, v), targets.view(-1))
             loss.backward()
             opt.step()
         out["results"]["train_step"] = summarize(time_calls(step, args), b * t_max, 3 * fwd, ceiling)

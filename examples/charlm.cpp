@@ -257,7 +257,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   require(run.batch % ranks == 0, "--batch ", run.batch, " is not a multiple of the ", ranks, " ranks");
   const int my_rows = run.batch / ranks, my_first = rank_rows(group, run.batch).first;
 
-  Be be = make_backend<Be>(args.backend);
+  Be be = make_backend<Be>(args.backend, args.precision);
   Model model(tok.size(), run.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = run.weight_decay});
   const int V = tok.size();
@@ -381,7 +381,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
                      {"sample", sample}},
                     batch_losses, evals);
   if (!args.metrics_json.empty()) {
-    json m = {{"model", Cfg::NAME},   {"backend", Be::name}, {"parameters", Model::parameter_count(V, false)}, {"steps", args.steps},
+    json m = {{"model", Cfg::NAME},   {"backend", Be::name}, {"precision", precision_of(be)}, {"parameters", Model::parameter_count(V, false)}, {"steps", args.steps},
               {"batch", run.batch},   {"train_loss", last_train}, {"val_loss", last_val},
               {"last_batch_loss", last_loss}, {"first_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.front().second},
               {"tokens_per_s", tps},  {"wall_s", wall}};

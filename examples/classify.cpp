@@ -234,7 +234,7 @@ void train(TrainArgs a) {
   ProcessGroup& group = join_ranks(a, Be::name, a.settings(),
                                    "--train with hash " + hash(train_rows) + ", --dev with hash " + hash(dev_rows));
 
-  Be be = make_backend<Be>(a.backend);
+  Be be = make_backend<Be>(a.backend, a.precision);
   Model model(tok.size(), classes, a.seed,
               {.dropout = a.dropout >= 0 ? a.dropout : Cfg::DROPOUT,
                .attention_dropout = a.attention_dropout,
@@ -332,7 +332,7 @@ void train(TrainArgs a) {
                      {"wall time", format_duration(wall)}},
                     batch_losses, evals);
   if (!a.metrics_json.empty()) {
-    const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
+    const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"precision", precision_of(be)}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
                     {"steps", total},     {"epochs", a.epochs},           {"tokens_per_s", tokens_seen / wall},
                     {"wall_s", wall},     {"first_batch_loss", batch_losses.front().second},
                     {"last_batch_loss", batch_losses.back().second},

@@ -278,6 +278,7 @@ struct RunOptions {
   std::string out, metrics_json, log_csv, report, backend = "cpu";
   int shards = 0;          // DataParallel shards of a CPU step (0: its default)
   int zero = 0;            // under mpirun, 1: ZeRO-1, the optimizer's state sharded over the ranks
+  std::string precision = "fp32";  // or bf16: bf16 matrix products (the CPU backend)
   bool overwrite = false;  // --out may replace a checkpoint this run did not resume from
 };
 
@@ -300,6 +301,9 @@ inline void add_run_options(boost::program_options::options_description& opts, R
        "CPU: split each batch over this many model replicas, one a thread (0: one per thread, or 1 for models over "
        "64 MiB of parameters; 1: one model, each operation threaded instead). Results depend on it in the last bits "
        "and in dropout's masks")
+      ("precision", po::value(&r.precision)->default_value(r.precision),
+       "fp32, or bf16: matrix products on bfloat16 operands summed in float32, the rest in float32 (CPU with "
+       "AVX512-BF16; elsewhere float32, with a notice)")
       ("zero", po::value(&r.zero)->default_value(r.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1; the same weights), 0 keeps them whole")
       ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);
@@ -402,6 +406,8 @@ inline void check_output_paths(const std::vector<NamedPath>& outputs, const std:
 inline void check_run_options(const RunOptions& r, const std::vector<NamedPath>& inputs, const std::string& resume = "") {
   require(r.shards >= 0, "--shards ", r.shards, " is negative");
   require(r.zero == 0 || r.zero == 1, "--zero ", r.zero, " is not 0 or 1 (ZeRO stage 1 is the one there is)");
+  require(r.precision == "fp32" || r.precision == "bf16", "unknown --precision '", r.precision,
+          "' (expected fp32 or bf16)");
   std::vector<NamedPath> files = inputs;
   if (!resume.empty()) files.push_back({"--resume", resume});
   if (!r.out.empty()) {
@@ -490,8 +496,20 @@ void with_backend(const std::string& name, F&& f) {
   detail::fail("unknown --backend '", name, "' (expected cpu, cuda or cuda-tf32)");
 }
 
+// The backend `name` names (with_backend chose its type) in `precision`:
+// fp32, or bf16 (bf16 products on the CPU: CpuOptions::bf16), which falls
+// back to float32 with a notice on stderr where the processor cannot.
 template <class Be>
-Be make_backend([[maybe_unused]] const std::string& name) {
+Be make_backend([[maybe_unused]] const std::string& name, const std::string& precision = "fp32") {
+  require(precision == "fp32" || precision == "bf16", "unknown --precision '", precision, "' (expected fp32 or bf16)");
+  if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
+    if (precision == "bf16") {
+      if (bf16::available()) return Be({.bf16 = true});
+      std::cerr << "note: --precision bf16 unavailable (" << bf16::unavailable_reason() << "); running in float32\n";
+    }
+    return Be{};
+  }
+  require(precision == "fp32", "--precision bf16 runs on the CPU backend (not ", Be::name, ") so far");
 #ifdef XFMR_WITH_CUDA
   if constexpr (std::is_same_v<Be, CudaBackend>) {
     // Under mpirun, one GPU a rank: the ranks of a machine take its devices in turn.
@@ -502,7 +520,16 @@ Be make_backend([[maybe_unused]] const std::string& name) {
   return Be{};
 }
 
-// "cpu" or "cuda (NVIDIA H100 80GB HBM3)" (", TF32" when on), for the
+// The precision a backend runs in: "bf16" (bf16 products) or "fp32".
+template <class Be>
+std::string precision_of(const Be& be) {
+  if constexpr (std::is_same_v<Be, CpuBackend<float>>)
+    if (be.options().bf16) return "bf16";
+  (void)be;
+  return "fp32";
+}
+
+// "cpu" ("cpu (bf16 products)") or "cuda (NVIDIA H100 80GB HBM3)" (", TF32" when on), for the
 // programs' first line.
 template <class Be>
 std::string describe(const Be& be) {
@@ -510,6 +537,8 @@ std::string describe(const Be& be) {
   if constexpr (std::is_same_v<Be, CudaBackend>)
     return std::string("cuda (") + be.device_name() + (be.options().tf32 ? ", TF32)" : ")");
 #endif
+  if constexpr (std::is_same_v<Be, CpuBackend<float>>)
+    if (be.options().bf16) return "cpu (bf16 products)";
   (void)be;
   return Be::name;
 }

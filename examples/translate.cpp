@@ -349,7 +349,7 @@ void train(TrainArgs a) {
   const std::uint64_t data_hash = hash(tgt_val, hash(src_val, hash(tgt_lines, hash(src_lines, fnv1a("")))));
   ProcessGroup& group = join_ranks(a, Be::name, a.settings(), "the data with hash " + hex(data_hash));
 
-  Be be = make_backend<Be>(a.backend);
+  Be be = make_backend<Be>(a.backend, a.precision);
   const Seq2SeqOptions model_opts{.dropout = Cfg::DROPOUT,
                                   .attention_dropout = a.attention_dropout,
                                   .tie_output = false,
@@ -471,7 +471,7 @@ void train(TrainArgs a) {
                      {"val BLEU", bleu.to_string()}, {"training time", format_duration(train_s)}},
                     batch_losses, evals);
   if (!a.metrics_json.empty()) {
-    const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"bleu", bleu.score},      {"val_loss", vloss},
+    const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"precision", precision_of(be)}, {"bleu", bleu.score},      {"val_loss", vloss},
                     {"epochs", a.epochs},  {"steps", total},         {"train_s", train_s},
                     {"train_tokens_per_s", tokens / train_s}, {"decode_sentences_per_s", hyps.size() / decode_s}};
     write_text_atomic(a.metrics_json, m.dump(2) + "\n");

@@ -14,8 +14,9 @@ packages=(
   libopenmpi-dev openmpi-bin         # training across processes (mpirun; train/distributed.hpp)
   "$@"
 )
-# libxsmm (the CPU backend's small GEMMs: JIT kernels, no packing) is x86-64 only.
-if [[ $(dpkg --print-architecture) == amd64 ]]; then packages+=(libxsmm-dev); fi
+# libxsmm (the CPU backend's small GEMMs: JIT kernels, no packing) and
+# oneDNN (bf16 matrix products on AVX512-BF16: --precision bf16) on x86-64.
+if [[ $(dpkg --print-architecture) == amd64 ]]; then packages+=(libxsmm-dev libdnnl-dev); fi
 
 missing=()
 for p in "${packages[@]}"; do

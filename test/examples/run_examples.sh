@@ -128,6 +128,27 @@ case "$case_name" in
     cmp full/model.safetensors half/model.safetensors || fail "20 + 20 resumed steps differ from 40 steps (model)"
     cmp full/optimizer.safetensors half/optimizer.safetensors || fail "20 + 20 resumed steps differ from 40 steps (optimizer)"
     ;;
+  charlm_bf16)
+    # --precision bf16: bf16 products where the processor has AVX512-BF16
+    # (the banner says so and training learns as float32's does), float32
+    # with a notice elsewhere; its checkpoint resumes in float32.
+    make_corpus
+    train_tiny 60 b16 --precision bf16 --metrics-json b.json > b.log 2>&1 || { cat b.log; fail "bf16 training failed"; }
+    train_tiny 60 f32 --metrics-json f.json > f.log 2>&1 || { cat f.log; fail "float32 training failed"; }
+    if grep -q "^xfmr-charlm: tiny on cpu (bf16 products)" b.log; then
+      b=$(json_value b.json train_loss) f=$(json_value f.json train_loss)
+      awk -v b="$b" -v f="$f" 'BEGIN { exit !(b < f * 1.05 && b > f * 0.95) }' || fail "bf16 train loss $b, float32's $f"
+      cmp -s b16/model.safetensors f32/model.safetensors && fail "bf16 trained the same weights as float32"
+    else
+      grep -q "^note: --precision bf16 unavailable (.*); running in float32" b.log || { cat b.log; fail "no notice"; }
+      cmp -s b16/model.safetensors f32/model.safetensors || fail "the float32 fallback differs from float32"
+    fi
+    train_tiny 60 half --precision bf16 --stop-after 30 > /dev/null 2>&1 || fail "bf16, stop at 30"
+    "$charlm" train --data corpus.txt --resume half --log-csv "" --report "" > r.log 2>&1 \
+      || { cat r.log; fail "the bf16 checkpoint did not resume in float32"; }
+    grep -q "^step 60: train loss" r.log || { cat r.log; fail "the resumed run did not reach step 60"; }
+    expect_error "unknown --precision 'fp16' (expected fp32 or bf16)" "$charlm" train --data corpus.txt --precision fp16
+    ;;
   charlm_bad_input)
     make_corpus
     expect_error "missing.txt: no such file" "$charlm" train --data missing.txt --steps 1

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "xfmr/backend/backend.hpp"
+#include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/checks.hpp"
 #include "xfmr/backend/cpu_attention.hpp"
 #include "xfmr/backend/cpu_gemm.hpp"
@@ -36,6 +37,14 @@
 
 namespace xfmr {
 
+struct CpuOptions {
+  // bf16 mixed precision (float only): every matrix product rounds its
+  // operands to bfloat16 and sums in float32 (bf16.hpp; needs
+  // bf16::available()); the weights, the activations between products and
+  // every other operation stay float32. Attention's own score and context
+  // products (cpu_attention.hpp) stay float32 too.
+  bool bf16 = false;
+};
 
 template <class S>
 class CpuBackend {
@@ -55,6 +64,12 @@ class CpuBackend {
   template <class T>
   using Buffer = xfmr::Buffer<T>;   // activations and saved state
   static constexpr const char* name = "cpu";
+
+  CpuBackend(CpuOptions opts = {}) : opts_(opts) {
+    require(!opts.bf16 || std::is_same_v<S, float>, "bf16 precision runs on the float CPU backend");
+    require(!opts.bf16 || bf16::available(), "bf16 precision: ", bf16::unavailable_reason());
+  }
+  const CpuOptions& options() const { return opts_; }
 
   // The threads a batch split by sequences can use (DataParallel), and
   // f(i) for every i in [0, n), one a thread where there are threads
@@ -83,9 +98,13 @@ class CpuBackend {
 
   // ---- dense algebra ------------------------------------------------------
 
-  // Row-major C = alpha op(A) op(B) + beta C (cpu_gemm.hpp).
+  // Row-major C = alpha op(A) op(B) + beta C (cpu_gemm.hpp; bf16.hpp in bf16
+  // precision).
   void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb,
             S beta, S* C, int ldc) {
+    if constexpr (std::is_same_v<S, float>) {
+      if (opts_.bf16) return bf16::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
     detail::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
 
@@ -540,6 +559,7 @@ class CpuBackend {
     return scratch_.data();
   }
 
+  CpuOptions opts_;
   AlignedVector<S> scratch_;    // per-thread tiles for attention (attention_tiles); grows only
   std::vector<double> row_loss_;  // per-row cross-entropy before the ordered sum; grows only
 };

@@ -225,6 +225,7 @@ class DataParallel {
     }
     while (int(replicas_.size()) < n - 1) {
       Replica& rep = replicas_.emplace_back();
+      if constexpr (requires { Backend(be_.options()); }) rep.be = Backend(be_.options());  // the same precision
       rep.model = make_replica_();
       require(rep.model != nullptr, "DataParallel: the replica factory returned no model");
       std::size_t i = 0;

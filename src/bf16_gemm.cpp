@@ -1,0 +1,120 @@
+// bf16_gemm.cpp: bf16::gemm (backend/bf16.hpp) on oneDNN's matmul, when
+// xfmr is built with oneDNN (XFMR_WITH_DNNL, private to xfmr_core); the only
+// file that includes oneDNN.
+#include "xfmr/backend/bf16.hpp"
+
+#include <compare>
+#include <cstddef>
+#include <map>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+
+#ifdef XFMR_WITH_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace xfmr::bf16 {
+
+std::string unavailable_reason() {
+#ifdef XFMR_WITH_DNNL
+  static const std::string reason =
+      dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16
+          ? std::string()
+          : std::string("this processor has no AVX512-BF16 instructions (oneDNN runs ") +
+                (dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core ? "AVX-512" : "AVX2 or less") +
+                " here)";
+  return reason;
+#else
+  return "xfmr was built without oneDNN (Debian's libdnnl-dev; CMake's XFMR_DNNL)";
+#endif
+}
+
+bool available() { return unavailable_reason().empty(); }
+
+#ifdef XFMR_WITH_DNNL
+namespace {
+
+// A product's shape: one oneDNN primitive each (made once, then reused).
+struct Shape {
+  bool ta, tb;
+  int M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  auto operator<=>(const Shape&) const = default;
+};
+
+// Per thread: DataParallel's shards multiply at once, each on its thread.
+struct Context {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<Shape, dnnl::matmul> products;
+  std::vector<std::uint16_t> a, b;  // the operands, rounded
+};
+
+Context& context() {
+  thread_local Context c;
+  return c;
+}
+
+// rows x cols of x (leading dimension ld) into out, rounded, same layout.
+void round_matrix(int rows, int cols, const float* x, int ld, std::vector<std::uint16_t>& out) {
+  out.resize(std::size_t(rows - 1) * std::size_t(ld) + std::size_t(cols));
+  std::uint16_t* o = out.data();
+#pragma omp parallel for schedule(static) if (long(rows) * cols > 65536)
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) o[std::size_t(r) * ld + c] = from_float(x[std::size_t(r) * ld + c]);
+}
+
+dnnl::memory::desc matrix(int rows, int cols, bool transposed, int ld, dnnl::memory::data_type type) {
+  // Logical (rows, cols); stored row-major with leading dimension ld, or
+  // transposed (cols, rows) so.
+  return dnnl::memory::desc({rows, cols}, type,
+                            transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
+}
+
+dnnl::matmul make_product(const Shape& s, const dnnl::engine& engine) {
+  using dt = dnnl::memory::data_type;
+  const auto a = matrix(s.M, s.K, s.ta, s.lda, dt::bf16), b = matrix(s.K, s.N, s.tb, s.ldb, dt::bf16),
+             c = matrix(s.M, s.N, false, s.ldc, dt::f32);
+  dnnl::primitive_attr attr;
+  if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
+  if (s.beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(s.beta);
+    attr.set_post_ops(ops);
+  }
+  return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, engine));
+}
+
+}  // namespace
+#endif
+
+void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+          float beta, float* C, int ldc) {
+  require(available(), "bf16 products: ", unavailable_reason());
+  require(M >= 0 && N >= 0 && K >= 0, "bf16 gemm: negative shape (", M, ", ", N, ", ", K, ")");
+  if (M == 0 || N == 0) return;
+#ifdef XFMR_WITH_DNNL
+  Context& ctx = context();
+  if (K == 0) {  // C = beta C
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < N; ++c) C[std::size_t(r) * ldc + c] = beta == 0.0f ? 0.0f : beta * C[std::size_t(r) * ldc + c];
+    return;
+  }
+  const Shape shape{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+  auto it = ctx.products.find(shape);
+  if (it == ctx.products.end()) it = ctx.products.emplace(shape, make_product(shape, ctx.engine)).first;
+  round_matrix(ta ? K : M, ta ? M : K, A, lda, ctx.a);
+  round_matrix(tb ? N : K, tb ? K : N, B, ldb, ctx.b);
+  using dt = dnnl::memory::data_type;
+  dnnl::memory a(matrix(M, K, ta, lda, dt::bf16), ctx.engine, ctx.a.data());
+  dnnl::memory b(matrix(K, N, tb, ldb, dt::bf16), ctx.engine, ctx.b.data());
+  dnnl::memory c(matrix(M, N, false, ldc, dt::f32), ctx.engine, C);
+  it->second.execute(ctx.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  ctx.stream.wait();
+#else
+  (void)ta, (void)tb, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
+#endif
+}
+
+}  // namespace xfmr::bf16
