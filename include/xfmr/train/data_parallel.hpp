@@ -30,7 +30,8 @@
 // - Shard 0 runs on `model` and `be` themselves, on the calling thread: its
 //   gradients accumulate into model's as in a plain step (so gradient
 //   accumulation over micro-batches works unchanged).
-// - Shard r > 0 runs on replica r and its own backend: the replica first
+// - Shard r > 0 runs on replica r and its own backend (made with be's
+//   options where the backend has them: the same precision): the replica first
 //   takes model's weights and dropout state (training flag, call counts) and
 //   clears its gradients; afterwards its gradients are added into model's.
 //   The sum runs in shard order, so a run repeats bit for bit.
