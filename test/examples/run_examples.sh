@@ -157,6 +157,7 @@ case "$case_name" in
     expect_error "unknown model 'gpt5' (choose from tiny, shakespeare-small" "$charlm" train --data corpus.txt --model gpt5
     expect_error "--data FILE is required" "$charlm" train --steps 1
     expect_error "unrecognised option '--bogus'" "$charlm" train --bogus
+    expect_error "--zero 2 is not 0 or 1" "$charlm" train --data corpus.txt --zero 2
     # Boost's message filling looped forever on a value holding its own
     # placeholder (found by fuzz_cli_charlm).
     expect_error "unrecognised option '--％canonical_option％'" timeout 20 "$charlm" train --%canonical_option%

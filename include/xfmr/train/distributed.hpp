@@ -67,8 +67,6 @@ class ProcessGroup {
   void reduce_scatter_sum(std::span<T> v, std::span<const std::size_t> bounds);
   template <class T>
   void all_gather(std::span<T> v, std::span<const std::size_t> bounds);
-  // Parts of n elements as even as can be.
-  std::vector<std::size_t> even_bounds(std::size_t n) const;
 
   // Every rank's `value`, in rank order, on every rank.
   std::vector<std::string> all_gather(const std::string& value);
@@ -86,6 +84,7 @@ class ProcessGroup {
 
  private:
   ProcessGroup();
+  std::vector<std::size_t> even_bounds(std::size_t n) const;  // parts of n elements as even as can be
   bool initialised_ = false;  // by us, so finalised by us
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   std::vector<std::byte> recv_;  // reduce_scatter_sum's, kept (no page faults a call)

@@ -20,6 +20,22 @@
 
 namespace xfmr {
 
+// The global norm from each gradient's sum of squares (names[t]'s is
+// sums[t]); throws naming the first whose sum is not finite.
+inline double norm_from_sums(std::span<const std::string> names, std::span<const double> sums) {
+  double total = 0.0;
+  for (std::size_t t = 0; t < sums.size(); ++t) {
+    require(std::isfinite(sums[t]), "non-finite gradient in '", names[t], "' (sum of squares ", sums[t], ")");
+    total += sums[t];
+  }
+  return std::sqrt(total);
+}
+
+// What clip_gradients scales the gradients by at this norm (1: left alone).
+inline double clip_factor(double norm, double max_norm) {
+  return max_norm > 0.0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
 template <class Backend, class Model>
 double gradient_norm(Backend& be, Model& model) {
   using S = typename Backend::Scalar;
@@ -34,21 +50,15 @@ double gradient_norm(Backend& be, Model& model) {
     be.sum_squares_each(std::span<const SquaresTensor<S>>(tensors), std::span<double>(sums));  // one host read
   else
     for (std::size_t t = 0; t < tensors.size(); ++t) sums[t] = be.sum_squares(tensors[t].n, tensors[t].x);
-  double total = 0.0;
-  for (std::size_t t = 0; t < sums.size(); ++t) {
-    require(std::isfinite(sums[t]), "non-finite gradient in '", names[t], "' (sum of squares ", sums[t], ")");
-    total += sums[t];
-  }
-  return std::sqrt(total);
+  return norm_from_sums(names, sums);
 }
 
 template <class Backend, class Model>
 double clip_gradients(Backend& be, Model& model, double max_norm) {
   const double norm = gradient_norm(be, model);
-  if (max_norm > 0.0 && norm > max_norm) {
+  if (const double factor = clip_factor(norm, max_norm); factor != 1.0) {
     using S = typename Backend::Scalar;
-    const S factor = S(max_norm / (norm + 1e-6));
-    model.visit([&](std::string_view, auto&, auto& grad) { be.scale(grad.size(), factor, grad.data()); });
+    model.visit([&](std::string_view, auto&, auto& grad) { be.scale(grad.size(), S(factor), grad.data()); });
   }
   return norm;
 }

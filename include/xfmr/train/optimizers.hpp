@@ -114,9 +114,6 @@ class Slots {
   }
   // The parts shard() cut, rank r's [bounds[r], bounds[r + 1]) (empty unsharded).
   std::span<const std::size_t> bounds() const { return bounds_; }
-  bool sharded() const { return group_ != nullptr; }
-  // Elements in the concatenation of every parameter.
-  std::size_t total() const { return total_; }
 
   // The slots, their state allocated (zeros) on first use in host memory: a
   // sharded optimizer never holds the whole state.

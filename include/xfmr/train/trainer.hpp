@@ -189,7 +189,7 @@ class Trainer {
         if (std::isfinite(r.loss)) sum_gradients_over_ranks();
       }
       check_loss(r.loss, r.step);
-      r.grad_norm = zero() ? sharded_norm(r.step) : checked_norm(r.step);
+      r.grad_norm = checked_norm(r.step);
       opt_.step(be_, r.lr);
       if (zero()) gather_parameters();
     };
@@ -335,26 +335,19 @@ class Trainer {
 
   // ZeRO-1: the global gradient norm from every rank's part of every
   // tensor, and this rank's part clipped (clip_gradients, gradients.hpp).
-  double sharded_norm(long step) {
+  double sharded_norm() {
     sums_.clear();
     for_my_part([&](auto&, auto& grad, std::size_t, std::size_t lo, std::size_t hi) {
       sums_.push_back(hi > lo ? be_.sum_squares(hi - lo, grad.data() + lo) : 0.0);
     });
     opts_.group->all_reduce_sum(std::span<double>(sums_));
-    double total = 0.0;
-    std::size_t i = 0;
-    model_.visit([&](std::string_view name, auto&, auto&) {
-      if (!std::isfinite(sums_[i]))
-        detail::fail("at step ", step, ": non-finite gradient in '", name, "' (sum of squares ", sums_[i], ")");
-      total += sums_[i++];
-    });
-    const double norm = std::sqrt(total);
-    if (opts_.clip > 0.0 && norm > opts_.clip) {
-      const S factor = S(opts_.clip / (norm + 1e-6));
+    names_.clear();
+    model_.visit([&](std::string_view name, auto&, auto&) { names_.emplace_back(name); });
+    const double norm = norm_from_sums(names_, sums_);
+    if (const double factor = clip_factor(norm, opts_.clip); factor != 1.0)
       for_my_part([&](auto&, auto& grad, std::size_t, std::size_t lo, std::size_t hi) {
-        if (hi > lo) be_.scale(hi - lo, factor, grad.data() + lo);
+        if (hi > lo) be_.scale(hi - lo, S(factor), grad.data() + lo);
       });
-    }
     return norm;
   }
 
@@ -458,10 +451,11 @@ class Trainer {
     }
   }
 
-  // The global gradient norm, clipped to opts_.clip when set.
+  // The global gradient norm, clipped to opts_.clip when set (with ZeRO-1,
+  // from every rank's parts); a gradient that is not finite is named.
   double checked_norm(long step) {
     try {
-      return clip_gradients(be_, model_, opts_.clip);
+      return zero() ? sharded_norm() : clip_gradients(be_, model_, opts_.clip);
     } catch (const Error& e) {
       detail::fail("at step ", step, ": ", e.what());
     }
@@ -482,6 +476,7 @@ class Trainer {
   std::deque<typename Backend::template Buffer<S>> shard_dlogits_;  // (rows, classes), backend memory
   std::vector<S> flat_;  // every gradient (or parameter), on the host, for the collectives over ranks
   std::vector<double> sums_;  // sharded_norm's sums of squares, a tensor each
+  std::vector<std::string> names_;  // and the tensors' names
   std::vector<std::int64_t> calls_;  // take_root_dropout_calls' counters
   std::vector<std::span<S>> grad_spans_;  // every gradient, for a backend's own all-reduce
 };
