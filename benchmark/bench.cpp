@@ -50,6 +50,7 @@
 #include "common.hpp"
 #include "presets.hpp"
 #include "xfmr/backend/cpu.hpp"
+#include "xfmr/infer/bf16_weights.hpp"
 #include "xfmr/io/gpt2.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
@@ -77,7 +78,7 @@ struct Args {
   bool eager = false;  // no graph steps (run_step) for training and forward passes
   int shards = 0;      // training step and forward pass: DataParallel shards (0: one per CPU thread; 1: none)
   int zero = 0;        // under mpirun: 1, ZeRO-1 (AdamW's moments sharded over the ranks)
-  std::string precision = "fp32";  // or bf16 (bf16 products on the CPU)
+  std::string precision = "fp32";  // or bf16 (bf16 products)
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -335,6 +336,7 @@ json run(const Args& a) {
     // the cache; the recompute loop (the seeds') re-reads the whole context
     // for each of its first --recompute-tokens tokens, which must agree.
     model.set_training(false);
+    const Bf16WeightCopies bf16_weights(be, model);  // in bf16 precision, the weights a token reads are bfloat16
     const int TM = Cfg::MAX_T, n = TM - 1;
     const int nr = std::min(n, a.recompute_tokens > 0 ? a.recompute_tokens : TM <= 256 ? n : 64);
     DecodingCache<Be> cache;
@@ -382,7 +384,19 @@ json run(const Args& a) {
   // cached token reads every weight once, from memory when the weights
   // outgrow the caches (64 MiB and more here; smaller models decode from
   // cache, faster than memory streams).
-  const double weight_bytes = double(Model::parameter_count(V, false)) * sizeof(float);
+  // In bf16 precision the CPU decodes from bfloat16 copies of the weight
+  // matrices (Bf16WeightCopies), which the count adds.
+  const bool bf16 = precision_of(be) == "bf16" && std::string(Be::name) == "cpu";
+  if (bf16 && has("generate")) {
+    std::size_t matrices = 0;
+    model.visit([&](std::string_view, auto& value, auto&) {
+      if (value.shape().size() == 2) matrices += value.size();
+    });
+    auto& count = out["memory"]["analytical"];
+    count["bf16_weight_copies_mb"] = double(matrices) * 2 / 1e6;
+    count["total_mb"] = count["total_mb"].get<double>() + double(matrices) * 2 / 1e6;
+  }
+  const double weight_bytes = double(Model::parameter_count(V, false)) * (bf16 ? 2 : sizeof(float));
   if (has("generate") && std::string(Be::name) == "cpu" && weight_bytes >= double(64 << 20)) {
     const double bw = read_bandwidth_gbs(a.smoke);
     for (const char* k : {"generate_cached", "full_context_cached"}) {
@@ -433,6 +447,7 @@ json run_gpt2(const Args& a) {
   load_gpt2(model, ckpt.tensors, config);
   model.set_training(false);
   const double ceiling = gemm_ceiling(a, be);
+  const Bf16WeightCopies bf16_weights(be, model);
   double flops = 0;
   for (int i = 0; i < n; ++i) flops += cached_step_flops<Cfg>(i, V);
   const std::int32_t start = V > 50256 ? 50256 : 0;  // <|endoftext|>
@@ -463,7 +478,7 @@ json run_gpt2(const Args& a) {
   if (std::string(Be::name) == "cpu") {
     // A token reads every weight once but the position table, of which it reads one row.
     const double bytes = (double(Decoder<Cfg, Be>::parameter_count(V, true, false)) - (Cfg::MAX_T - 1) * Cfg::D_MODEL) *
-                         sizeof(float);
+                         (precision_of(be) == "bf16" ? 2 : sizeof(float));  // bf16: the weights' copies
     const double bw = read_bandwidth_gbs(a.smoke);
     auto& m = out["results"]["gpt2_generate_cached"];
     m["weight_gbs"] = bytes / (m["median_ms"].get<double>() * 1e-3) * 1e-9;
@@ -493,6 +508,7 @@ json run_translator(const Args& a) {
               {"results", json::object()}};
   Model model(V, V, 1337);
   model.set_training(false);
+  const Bf16WeightCopies bf16_weights(be, model);
   Rng rng(9);
   std::vector<std::int32_t> src(S_len);
   for (auto& i : src) i = std::int32_t(2 + rng.below(V - 2));
@@ -561,7 +577,8 @@ void print(const json& r) {
   const auto& mem = r["memory"];
   if (!mem.contains("analytical")) return;
   std::cout << "  peak RSS " << std::setprecision(1) << mem["peak_rss_mb"].get<double>()
-            << " MB; analytical params+grads+AdamW+activations "
+            << " MB; analytical params+grads+AdamW+activations"
+            << (mem["analytical"].contains("bf16_weight_copies_mb") ? "+bf16 weight copies " : " ")
             << mem["analytical"]["total_mb"].get<double>() << " MB\n";
 }
 

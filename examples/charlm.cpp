@@ -16,6 +16,7 @@
 #include "common.hpp"
 #include "presets.hpp"
 #include "xfmr/backend/cpu.hpp"
+#include "xfmr/infer/bf16_weights.hpp"
 #include "xfmr/infer/sampling.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/gpt2.hpp"
@@ -192,6 +193,7 @@ std::string generate(Decoder<Cfg, Be>& model, Be& be, const Piece& piece_of, std
                      int tokens, const SamplingOptions& opts, Rng& rng, bool stream,
                      std::optional<std::int32_t> reset = std::nullopt, bool use_cache = true) {
   Sampler sampler(opts);
+  const Bf16WeightCopies bf16_weights(be, model);  // bf16 precision: the weights a token reads are bfloat16
   std::string out;
   const int V = model.vocab();
   DecodingCache<Be> cache;
@@ -390,7 +392,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
 }
 
 struct SampleArgs {
-  std::string checkpoint, gpt2, tokenizer, prompt, backend = "cpu";
+  std::string checkpoint, gpt2, tokenizer, prompt, backend = "cpu", precision = "fp32";
   bool no_cache = false;
   int tokens = 500;
   SamplingOptions sampling;
@@ -408,7 +410,7 @@ template <class Cfg, class Be>
 void sample(const SampleArgs& args, const std::string& mode) {
   const auto st = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
   const auto tok = CharTokenizer::from_json(st.metadata("tokenizer"));
-  Be be = make_backend<Be>(args.backend);
+  Be be = make_backend<Be>(args.backend, args.precision);
   Decoder<Cfg, Be> model(tok.size(), 0);
   load_parameters(model, st);
   model.set_training(false);
@@ -459,7 +461,7 @@ void sample_gpt2(const SampleArgs& args) {
                                        find_file(tok_dir, {"merges.txt", "vocab.bpe"}, "GPT-2 merges"));
   require(tok.size() == config.vocab_size, "the tokenizer in ", tok_dir.string(), " has ", tok.size(),
           " tokens but the checkpoint's vocab_size is ", config.vocab_size);
-  Be be = make_backend<Be>(args.backend);
+  Be be = make_backend<Be>(args.backend, args.precision);
   Decoder<Cfg, Be> model(config.vocab_size, 0, kGpt2Options);
   load_gpt2(model, ckpt.tensors, config);
   model.set_training(false);
@@ -571,6 +573,7 @@ int run_sample(int argc, char** argv) {
       ("prompt", po::value(&a.prompt)->default_value(""), "text to continue")
       ("seed", po::value(&a.seed)->default_value(a.seed), "sampling seed")
       ("no-cache", po::bool_switch(&a.no_cache), "recompute the whole context for every token (the reference path)")
+      ("precision", po::value(&a.precision)->default_value(a.precision), kDecodePrecisionHelp)
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;

@@ -22,6 +22,7 @@
 #include "presets.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/beam_search.hpp"
+#include "xfmr/infer/bf16_weights.hpp"
 #include "xfmr/infer/bleu.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/seq2seq.hpp"
@@ -202,6 +203,7 @@ std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, co
                                        const BeamOptions& beam, int batch, int max_len, bool truncate,
                                        const std::string& file) {
   const auto srcs = encode_lines(v.src, lines, max_len, truncate, file);
+  const Bf16WeightCopies bf16_weights(be, model);  // bf16 precision: the products read bfloat16 weights
   std::vector<std::string> out;
   for (std::size_t i = 0; i < srcs.size(); i += batch) {
     const int B = static_cast<int>(std::min<std::size_t>(batch, srcs.size() - i));
@@ -479,7 +481,7 @@ void train(TrainArgs a) {
 }
 
 struct UseArgs {
-  std::string checkpoint, input, src, ref, attention_map, metrics_json, backend = "cpu";
+  std::string checkpoint, input, src, ref, attention_map, metrics_json, backend = "cpu", precision = "fp32";
   int beam = 4, head = -1;
   double length_penalty = 0.6;
   bool truncate = false;
@@ -489,7 +491,7 @@ template <class Cfg, class Be>
 void use(const UseArgs& a, const json& state, bool evaluate) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
   const Vocabs v = Vocabs::from_json(state);
-  Be be = make_backend<Be>(a.backend);
+  Be be = make_backend<Be>(a.backend, a.precision);
   Model model(v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
   load_parameters(model, SafeTensors::load(fs::path(a.checkpoint) / kModelFile));
   model.set_training(false);
@@ -590,6 +592,7 @@ int run_use(int argc, char** argv, bool evaluate) {
       ("beam", po::value(&a.beam)->default_value(a.beam), "beam size (1 = greedy)")
       ("length-penalty", po::value(&a.length_penalty)->default_value(a.length_penalty), "GNMT alpha")
       ("truncate", po::bool_switch(&a.truncate), "cut over-long sentences instead of failing")
+      ("precision", po::value(&a.precision)->default_value(a.precision), kDecodePrecisionHelp)
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   if (evaluate)
     opts.add_options()("src", po::value(&a.src), "source sentences")("ref", po::value(&a.ref), "reference translations")

@@ -90,7 +90,7 @@ dnnl::matmul make_product(const Shape& s, const dnnl::engine& engine) {
 #endif
 
 void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-          float beta, float* C, int ldc) {
+          float beta, float* C, int ldc, const std::uint16_t* B_bits) {
   require(available(), "bf16 products: ", unavailable_reason());
   require(M >= 0 && N >= 0 && K >= 0, "bf16 gemm: negative shape (", M, ", ", N, ", ", K, ")");
   if (M == 0 || N == 0) return;
@@ -105,15 +105,18 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
   auto it = ctx.products.find(shape);
   if (it == ctx.products.end()) it = ctx.products.emplace(shape, make_product(shape, ctx.engine)).first;
   round_matrix(ta ? K : M, ta ? M : K, A, lda, ctx.a);
-  round_matrix(tb ? N : K, tb ? K : N, B, ldb, ctx.b);
+  if (!B_bits) {
+    round_matrix(tb ? N : K, tb ? K : N, B, ldb, ctx.b);
+    B_bits = ctx.b.data();
+  }
   using dt = dnnl::memory::data_type;
   dnnl::memory a(matrix(M, K, ta, lda, dt::bf16), ctx.engine, ctx.a.data());
-  dnnl::memory b(matrix(K, N, tb, ldb, dt::bf16), ctx.engine, ctx.b.data());
+  dnnl::memory b(matrix(K, N, tb, ldb, dt::bf16), ctx.engine, const_cast<std::uint16_t*>(B_bits));
   dnnl::memory c(matrix(M, N, false, ldc, dt::f32), ctx.engine, C);
   it->second.execute(ctx.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
   ctx.stream.wait();
 #else
-  (void)ta, (void)tb, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
+  (void)ta, (void)tb, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C, (void)ldc, (void)B_bits;
 #endif
 }
 

@@ -2,7 +2,7 @@
 // rounding to bfloat16 as PyTorch rounds; products within their stated
 // bound of float32's on the same inputs, and exact sums of the rounded
 // operands; a Decoder's logits and gradients near float32's; training that
-// follows float32's losses. Without AVX512-BF16 (or oneDNN) the products
+// follows float32's losses; bf16 weight copies for decoding. Without AVX512-BF16 (or oneDNN) the products
 // refuse, naming why, and the rest is skipped with a message.
 #define BOOST_TEST_MODULE bf16
 #include <boost/test/unit_test.hpp>
@@ -10,13 +10,19 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/core/rng.hpp"
+#include "xfmr/infer/bf16_weights.hpp"
+#include "xfmr/blocks/decoder_block.hpp"
+#include "xfmr/blocks/encoder_block.hpp"
+#include "xfmr/models/classifier.hpp"
 #include "xfmr/models/decoder.hpp"
+#include "xfmr/models/seq2seq.hpp"
 #include "xfmr/train/trainer.hpp"
 
 using namespace xfmr;
@@ -207,4 +213,213 @@ BOOST_AUTO_TEST_CASE(training_follows_float32_and_repeats, *boost::unit_test::pr
   // Replicas multiply in bf16 too: two shards follow one.
   const auto two = train({.bf16 = true}, 2);
   for (std::size_t s = 0; s < bf.size(); ++s) BOOST_TEST(std::abs(two[s] - bf[s]) <= 1e-3 * bf[s]);
+}
+
+// keep_bf16_copy: a product whose B is a kept matrix reads the copy. With
+// more than one row, the bits of the product rounding B itself; one row
+// times the matrix (a decoding step's y = W x) the rounded operands' sums
+// to float32's summation error. The float32 matrix is not read while kept
+// (changed under the copy, the products stay), and is again once dropped;
+// a product over more rows than were kept does not read past the copy.
+BOOST_AUTO_TEST_CASE(weight_copies_serve_the_products_that_read_them, *boost::unit_test::precondition(Bf16Here())) {
+  const int N = 70, K = 33;
+  std::vector<float> W = randn(std::size_t(N) * K, 5);
+  const std::vector<float> W0 = W, x = randn(std::size_t(5) * K, 6), dy = randn(std::size_t(5) * N, 7);
+  Cpu be({.bf16 = true});
+  auto forward = [&](int M) {  // (M, N) = x W^T
+    std::vector<float> y(std::size_t(M) * N);
+    be.gemm(false, true, M, N, K, 1.0f, x.data(), K, W.data(), K, 0.0f, y.data(), N);
+    return y;
+  };
+  auto backward = [&] {  // (5, K) = dy W
+    std::vector<float> dx(std::size_t(5) * K);
+    be.gemm(false, false, 5, K, N, 1.0f, dy.data(), N, W.data(), K, 0.0f, dx.data(), K);
+    return dx;
+  };
+  const auto rows = forward(5), grads = backward(), row = forward(1);
+  be.keep_bf16_copy(W.data(), N, K);
+  BOOST_TEST(be.bf16_copy_bytes() == std::size_t(N) * K * 2);
+  BOOST_TEST(forward(5) == rows, boost::test_tools::per_element());
+  BOOST_TEST(backward() == grads, boost::test_tools::per_element());
+  const auto kept_row = forward(1);
+  for (int n = 0; n < N; ++n) {
+    double rounded = 0, size = 0;
+    for (int k = 0; k < K; ++k) {
+      rounded += double(bf16::round(x[std::size_t(k)])) * bf16::round(W[std::size_t(n) * K + k]);
+      size += std::abs(double(x[std::size_t(k)]) * W[std::size_t(n) * K + k]);
+    }
+    BOOST_TEST(std::abs(kept_row[std::size_t(n)] - rounded) <= (K + 2) * 0x1p-24 * size * 1.01, "output " << n);
+  }
+  BOOST_TEST(largest_difference(kept_row, row) > 0.0);  // one row ran the copy's kernel, in its own order
+  for (float& w : W) w = 2 * w + 1;  // under the copy: the products do not see it
+  BOOST_TEST(forward(5) == rows, boost::test_tools::per_element());
+  BOOST_TEST(forward(1) == kept_row, boost::test_tools::per_element());
+  be.drop_bf16_copies();
+  BOOST_TEST(be.bf16_copy_bytes() == 0u);
+  BOOST_TEST(largest_difference(forward(5), rows) > 1.0);  // the float32 weights again
+  // Kept over fewer rows than a product reads: that product rounds W itself.
+  W = W0;
+  be.keep_bf16_copy(W.data(), 10, K);
+  BOOST_TEST(forward(5) == rows, boost::test_tools::per_element());
+  BOOST_TEST(forward(1) == row, boost::test_tools::per_element());
+  be.drop_bf16_copies();
+  // A float32 backend keeps nothing.
+  Cpu fp32;
+  fp32.keep_bf16_copy(W.data(), N, K);
+  BOOST_TEST(fp32.bf16_copy_bytes() == 0u);
+}
+
+// Decoding in a Bf16WeightCopies scope (tied head: the embedding's copy
+// serves it): every weight matrix read from its copy (changing the float32
+// ones the tokens never look up changes nothing), the logits those of bf16
+// products, within the model bound of float32's, and the copies gone with
+// the scope.
+BOOST_AUTO_TEST_CASE(decoding_reads_the_bf16_weight_copies_of_its_scope, *boost::unit_test::precondition(Bf16Here())) {
+  Cpu be({.bf16 = true}), fp32;
+  Model model(kVocab, 11, {.tie_weights = true});
+  model.set_training(false);
+  const std::vector<std::int32_t> prompt = {1, 2, 3, 1}, next = {2};
+  auto decode = [&](Cpu& b) {
+    DecodingCache<Cpu> cache;
+    model.start_cache(cache, 1);
+    std::vector<float> out;
+    for (auto ids : {std::span(prompt), std::span(next)}) {
+      const auto logits = model.forward_cached(b, ids, 1, cache);
+      out.insert(out.end(), logits.begin(), logits.end());
+    }
+    return out;
+  };
+  const auto reference = decode(fp32), plain = decode(be);
+  std::size_t matrices = 0;
+  model.visit([&](std::string_view, auto& value, auto&) { matrices += value.shape().size() == 2 ? value.size() : 0; });
+  {
+    const Bf16WeightCopies copies(be, model);
+    BOOST_TEST(be.bf16_copy_bytes() == 2 * matrices);
+    const auto kept = decode(be);
+    BOOST_TEST(largest_difference(kept, plain) <= 1e-5 * largest(plain));  // another order of float32 sums
+    BOOST_TEST(largest_difference(kept, reference) <= 4 * 0x1p-8 * largest(reference));
+    model.visit([&](std::string_view name, auto& value, auto&) {
+      if (value.shape().size() != 2 || name.starts_with("pos_emb")) return;
+      // Token rows 4 on (never looked up; the head reads them all) and every other matrix.
+      const std::size_t from = name.starts_with("tok_emb") ? std::size_t(4) * value.dim(1) : 0;
+      for (std::size_t i = from; i < value.size(); ++i) value.data()[i] = -3 * value.data()[i];
+    });
+    BOOST_TEST(decode(be) == kept, boost::test_tools::per_element());
+  }
+  BOOST_TEST(be.bf16_copy_bytes() == 0u);
+  BOOST_TEST(largest_difference(decode(be), plain) > 0.1 * largest(plain));  // the changed float32 weights
+}
+
+namespace {
+// Post-norm, sinusoidal positions; GELU, as Small: at ReLU's kink a
+// pre-activation that rounds across zero flips its derivative between 0 and
+// 1, so under ReLU no elementwise bound holds for the gradients of any
+// change of precision (measured: 5% of their scale here).
+struct SmallPost : Small {
+  using Norm = PostNorm;
+  using Positions = Sinusoidal;
+};
+
+std::vector<float> gradients_of(auto& layer) {
+  std::vector<float> g;
+  layer.visit([&](std::string_view, auto&, auto& grad) { g.insert(g.end(), grad.begin(), grad.end()); });
+  return g;
+}
+
+// run(be, layer) does a forward and a backward pass and returns what they
+// give (outputs, input gradients); the layer's parameter gradients are
+// compared too. Layers a and b are built alike (one seed), so hold the same
+// weights; each of their results in bf16 is within the model bound of
+// float32's, 2^-8 x 4 of its scale (see above).
+template <class Layer, class Run>
+void near_float32(const std::string& what, Layer& a, Layer& b, Run run) {
+  Cpu fp32, bf({.bf16 = true});
+  const std::vector<std::vector<float>> r32 = run(fp32, a), r16 = run(bf, b);
+  const std::vector<float> g32 = gradients_of(a), g16 = gradients_of(b);
+  const double tol = 4 * 0x1p-8;
+  BOOST_TEST_MESSAGE(what << ": output differs by " << largest_difference(r32.front(), r16.front()) / largest(r32.front())
+                          << " of its scale, parameter gradients by " << largest_difference(g32, g16) / largest(g32));
+  for (std::size_t i = 0; i < r32.size(); ++i)
+    BOOST_TEST(largest_difference(r32[i], r16[i]) <= tol * largest(r32[i]), what << ", result " << i << ": " << largest_difference(r32[i], r16[i]) / largest(r32[i]));
+  BOOST_TEST(largest_difference(g32, g16) <= tol * largest(g32), what << ", parameter gradients: " << largest_difference(g32, g16) / largest(g32));
+  BOOST_TEST(largest_difference(r32.front(), r16.front()) > 0.0, what << " ran in bf16");
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_layer_block_and_model_is_near_float32, *boost::unit_test::precondition(Bf16Here())) {
+  constexpr int D = Small::D_MODEL;
+  const Shape bt{3, 10}, src{3, 12};
+  std::vector<std::uint8_t> pad(std::size_t(bt.rows()), 0), src_pad(std::size_t(src.rows()), 0);
+  for (int t = 7; t < 10; ++t) pad[std::size_t(20 + t)] = 1;
+  for (int t = 8; t < 12; ++t) src_pad[std::size_t(12 + t)] = 1;
+  const auto x = randn(std::size_t(bt.rows()) * D, 20), up = randn(x.size(), 21);
+  const auto mem = randn(std::size_t(src.rows()) * D, 22);
+  // One forward and backward of a rows x D -> rows x D layer: (y, dx).
+  auto rows_layer = [&](auto forward) {
+    return [&, forward](Cpu& be, auto& l) {
+      std::vector<float> y(x.size()), dx(x.size());
+      forward(be, l, Rows<float, D>(y.data(), bt.rows()));
+      l.backward(be, ConstRows<float, D>(up.data(), bt.rows()), Rows<float, D>(dx.data(), bt.rows()));
+      return std::vector{y, dx};
+    };
+  };
+  const ConstRows<float, D> in(x.data(), bt.rows());
+  {
+    Rng r1(3), r2(3);
+    Linear<D, D, Cpu> a(r1), b(r2);
+    near_float32("Linear", a, b, rows_layer([&](Cpu& be, auto& l, Rows<float, D> y) { l.forward(be, in, y); }));
+  }
+  {
+    Rng r1(4), r2(4);
+    FeedForward<Small, Cpu> a(r1), b(r2);
+    near_float32("FeedForward", a, b, rows_layer([&](Cpu& be, auto& l, Rows<float, D> y) { l.forward(be, in, y); }));
+  }
+  {
+    Rng r1(5), r2(5);
+    SelfAttention<Small, Cpu> a(r1), b(r2);
+    near_float32("SelfAttention (causal, padded)", a, b, rows_layer([&](Cpu& be, auto& l, Rows<float, D> y) {
+                   l.forward(be, in, y, bt, AttentionMask{true, pad.data()});
+                 }));
+  }
+  {
+    Rng r1(6), r2(6);
+    SelfAttentionBlock<SmallPost, Cpu, false> a(r1), b(r2);
+    near_float32("encoder block (post-norm)", a, b,
+                 rows_layer([&](Cpu& be, auto& l, Rows<float, D> y) { l.forward(be, in, y, bt, pad.data()); }));
+  }
+  {
+    Rng r1(7), r2(7);
+    DecoderBlock<Small, Cpu> a(r1), b(r2);
+    near_float32("DecoderBlock (cross-attention)", a, b, [&](Cpu& be, auto& l) {
+      std::vector<float> y(x.size()), dx(x.size()), dmem(mem.size());
+      l.forward(be, in, ConstRows<float, D>(mem.data(), src.rows()), Rows<float, D>(y.data(), bt.rows()), bt, src,
+                pad.data(), src_pad.data());
+      l.backward(be, ConstRows<float, D>(up.data(), bt.rows()), Rows<float, D>(dx.data(), bt.rows()),
+                 Rows<float, D>(dmem.data(), src.rows()));
+      return std::vector{y, dx, dmem};
+    });
+  }
+  Rng ids_rng(23);
+  std::vector<std::int32_t> ids(std::size_t(src.rows())), tgt(std::size_t(bt.rows()));
+  for (auto& i : ids) i = std::int32_t(ids_rng.below(kVocab));
+  for (auto& i : tgt) i = std::int32_t(ids_rng.below(kVocab));
+  {
+    Classifier<SmallPost, Cpu> a(kVocab, 3, 5), b(kVocab, 3, 5);
+    near_float32("Classifier", a, b, [&](Cpu& be, auto& m) {
+      const auto logits = m.forward(be, ids, src, src_pad.data());
+      std::vector<float> out(logits.begin(), logits.end());
+      m.backward(be, std::span<const float>(randn(out.size(), 24)));
+      return std::vector<std::vector<float>>{out};
+    });
+  }
+  {
+    const Seq2SeqOptions opts{.tie_output = true, .share_embeddings = true};
+    Seq2Seq<SmallPost, Small, Cpu> a(kVocab, kVocab, 11, opts), b(kVocab, kVocab, 11, opts);
+    near_float32("Seq2Seq (shared, tied embeddings)", a, b, [&](Cpu& be, auto& m) {
+      const auto logits = m.forward(be, ids, src, src_pad.data(), tgt, bt, pad.data());
+      std::vector<float> out(logits.begin(), logits.end());
+      m.backward(be, std::span<const float>(randn(out.size(), 25)));
+      return std::vector<std::vector<float>>{out};
+    });
+  }
 }

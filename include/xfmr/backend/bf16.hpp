@@ -46,9 +46,11 @@ std::string unavailable_reason();
 
 // Row-major C = alpha op(A) op(B) + beta C (CpuBackend::gemm's arguments),
 // with A and B rounded to bfloat16 and the products summed in float32.
+// B_bits, when given, is B already rounded (the same layout and leading
+// dimension, as from_float's bits: a bf16 weight copy), and B is not read.
 // Called from several threads at once (DataParallel's shards), each runs on
 // its own; from one thread, oneDNN threads it over OpenMP.
 void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-          float beta, float* C, int ldc);
+          float beta, float* C, int ldc, const std::uint16_t* B_bits = nullptr);
 
 }  // namespace xfmr::bf16

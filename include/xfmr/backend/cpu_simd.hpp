@@ -71,8 +71,8 @@ inline __m512 sum16(const __m512 (&a)[16]) {
 // vector (read in memory order, which streams from L2 about 15% faster
 // than sixteen rows a chunk at a time), then one sum16 gives the sixteen
 // outputs. A last partial block of rows leaves its missing rows zero.
-template <class Dot>
-inline void gemv_blocks(int n0, int n1, const float* W, long ldw, float* y, const Dot& dot) {
+template <class T, class Dot>
+inline void gemv_blocks(int n0, int n1, const T* W, long ldw, float* y, const Dot& dot) {
   for (int r0 = n0; r0 < n1; r0 += 16) {
     const int rows = n1 - r0 < 16 ? n1 - r0 : 16;
     __m512 acc[16];
@@ -104,6 +104,25 @@ inline void gemv_rows_fixed(int n0, int n1, const float* W, long ldw, const floa
   gemv_blocks(n0, n1, W, ldw, y, [xv](const float* w) {
     __m512 a = _mm512_setzero_ps();
     for (int k = 0; k < NK; ++k) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16 * k), xv[k], a);
+    return a;
+  });
+}
+
+// Rows [n0, n1) of y = W x with W in bfloat16 (bf16.hpp's bits, as a bf16
+// weight copy keeps them) and x float: each bfloat16 widens to its float32
+// exactly (a shift), so with x already rounded to bfloat16 every product
+// a_k b_k is exact and only the float32 sums round, as in bf16::gemm. Half
+// the bytes of gemv_rows' weights, the bound of a decoding step.
+inline void gemv_rows_bf16(int n0, int n1, int K, const std::uint16_t* W, long ldw, const float* x, float* y) {
+  const __mmask16 k_tail = first_lanes(K % 16);
+  const int k_full = K - K % 16;
+  auto widen = [](__m256i bits) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)); };
+  gemv_blocks(n0, n1, W, ldw, y, [=](const std::uint16_t* w) {
+    __m512 a = _mm512_setzero_ps();
+    for (int k = 0; k < k_full; k += 16)
+      a = _mm512_fmadd_ps(widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k))), _mm512_loadu_ps(x + k), a);
+    if (k_tail)
+      a = _mm512_fmadd_ps(widen(_mm256_maskz_loadu_epi16(k_tail, w + k_full)), _mm512_maskz_loadu_ps(k_tail, x + k_full), a);
     return a;
   });
 }
