@@ -148,6 +148,13 @@ case "$case_name" in
       || { cat r.log; fail "the bf16 checkpoint did not resume in float32"; }
     grep -q "^step 60: train loss" r.log || { cat r.log; fail "the resumed run did not reach step 60"; }
     expect_error "unknown --precision 'fp16' (expected fp32 or bf16)" "$charlm" train --data corpus.txt --precision fp16
+    # sample --precision bf16 decodes from bf16 weight copies: as many
+    # characters as asked, greedy, whether or not the processor has bf16.
+    "$charlm" sample --checkpoint f32 --tokens 40 --temperature 0 --precision bf16 > s.txt 2> s.err \
+      || { cat s.err; fail "bf16 sampling failed"; }
+    [ "$(head -c 40 s.txt | wc -m)" -eq 40 ] || { cat s.txt; fail "bf16 sampling printed too little"; }
+    grep -q "40 tokens in .* KV cache" s.err || { cat s.err; fail "bf16 sampling gave no speed line"; }
+    expect_error "unknown --precision 'int8' (expected fp32 or bf16)" "$charlm" sample --checkpoint f32 --precision int8
     ;;
   charlm_bad_input)
     make_corpus
@@ -479,6 +486,10 @@ case "$case_name" in
     awk -v b="$bleu" 'BEGIN { exit !(b >= 90) }' || fail "BLEU $bleu on a word-for-word toy task"
     "$translate" eval --checkpoint tr --src val.src --ref val.tgt --metrics-json e.json > eval.log || fail "eval failed"
     [[ $(json_value e.json bleu) == "$bleu" ]] || fail "eval BLEU $(json_value e.json bleu) != training's $bleu"
+    # Decoding from bf16 weight copies (or float32, with a notice, without bf16): the toy task still translates.
+    "$translate" eval --checkpoint tr --src val.src --ref val.tgt --precision bf16 --metrics-json e16.json > e16.log 2>&1 \
+      || { cat e16.log; fail "bf16 eval failed"; }
+    awk -v b="$(json_value e16.json bleu)" 'BEGIN { exit !(b >= 90) }' || fail "bf16 BLEU $(json_value e16.json bleu)"
     out=$(echo "red cat sees blue bird." | "$translate" translate --checkpoint tr --beam 1 --attention-map map.svg) \
       || fail "translate failed"
     [[ -n $out && -s map.svg ]] || fail "no translation or no attention map"
