@@ -28,12 +28,21 @@ void CudaBackend::gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* 
   if (M == 0 || N == 0) return;
   const auto g = cuda::column_major_gemm(ta, tb, M, N, K, lda, ldb, ldc);
   cublasHandle_t h = ctx_->blas;
+  const bool bf16 = opts_.bf16;
   cuda::detail::enqueue(
       [&](cuda::detail::Signature& s) {
         s.add_all(std::uint8_t(10), g.trans_first, g.trans_second, g.m, g.n, g.k, g.ld_first, g.ld_second, g.ldc,
                   alpha, A, B, beta, C);
       },
       [=] {
+        if (bf16) {  // float32 matrices, products on bfloat16-rounded operands, float32 sums
+          cuda::detail::check_cublas(
+              cublasGemmEx(h, op(g.trans_first), op(g.trans_second), g.m, g.n, g.k, &alpha, B, CUDA_R_32F, g.ld_first,
+                           A, CUDA_R_32F, g.ld_second, &beta, C, CUDA_R_32F, g.ldc, CUBLAS_COMPUTE_32F_FAST_16BF,
+                           CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx (bf16)");
+          return;
+        }
         cuda::detail::check_cublas(cublasSgemm(h, op(g.trans_first), op(g.trans_second), g.m, g.n, g.k, &alpha, B,
                                                g.ld_first, A, g.ld_second, &beta, C, g.ldc),
                                    "cublasSgemm");

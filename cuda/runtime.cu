@@ -253,8 +253,13 @@ CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<
   require(opts.device >= 0 && opts.device < n, "CUDA backend: device ", opts.device, " out of range [0, ", n, ")");
   cuda::detail::check(cudaSetDevice(opts.device), "cudaSetDevice");
   cuda::detail::check_cublas(cublasCreate(&ctx_->blas), "cublasCreate");
+  require(!(opts.tf32 && opts.bf16), "CUDA backend: TF32 and bf16 products exclude each other");
+  // bf16's products name their compute type on each call (linear.cu); the
+  // pedantic mode would hold them to it too, but keep FP32's strict.
   cuda::detail::check_cublas(
-      cublasSetMathMode(ctx_->blas, opts.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+      cublasSetMathMode(ctx_->blas, opts.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                              : opts.bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
+      "cublasSetMathMode");
   cuda::detail::check_cublas(cublasSetStream(ctx_->blas, cuda::detail::stream()), "cublasSetStream");
   constexpr std::size_t kWorkspace = std::size_t(32) << 20;
   cuda::detail::check_cublas(cublasSetWorkspace(ctx_->blas, ctx_->blas_workspace.reserve(kWorkspace), kWorkspace),

@@ -278,7 +278,7 @@ struct RunOptions {
   std::string out, metrics_json, log_csv, report, backend = "cpu";
   int shards = 0;          // DataParallel shards of a CPU step (0: its default)
   int zero = 0;            // under mpirun, 1: ZeRO-1, the optimizer's state sharded over the ranks
-  std::string precision = "fp32";  // or bf16: bf16 matrix products (the CPU backend)
+  std::string precision = "fp32";  // or bf16: bf16 matrix products
   bool overwrite = false;  // --out may replace a checkpoint this run did not resume from
 };
 
@@ -287,7 +287,8 @@ inline constexpr const char* kBackendHelp =
 // --precision of the decoding commands (sample, translate, eval).
 inline constexpr const char* kDecodePrecisionHelp =
     "fp32, or bf16: the products read bfloat16 copies of the weights (half the bytes a token reads) and round "
-    "their other operand so, summing in float32 (CPU with AVX512-BF16; elsewhere float32, with a notice)";
+    "their other operand so, summing in float32 (CPU with AVX512-BF16, elsewhere float32 with a notice; --backend "
+    "cuda: bf16 tensor-core products, without weight copies so far)";
 
 // --out, --metrics-json (what goes in it: `metrics`), --log-csv and
 // --report (default files <program>_log.csv and <program>_report.html),
@@ -307,7 +308,7 @@ inline void add_run_options(boost::program_options::options_description& opts, R
        "and in dropout's masks")
       ("precision", po::value(&r.precision)->default_value(r.precision),
        "fp32, or bf16: matrix products on bfloat16 operands summed in float32, the rest in float32 (CPU with "
-       "AVX512-BF16; elsewhere float32, with a notice)")
+       "AVX512-BF16, elsewhere float32 with a notice; --backend cuda: tensor cores)")
       ("zero", po::value(&r.zero)->default_value(r.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1; the same weights), 0 keeps them whole")
       ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);
@@ -501,8 +502,8 @@ void with_backend(const std::string& name, F&& f) {
 }
 
 // The backend `name` names (with_backend chose its type) in `precision`:
-// fp32, or bf16 (bf16 products on the CPU: CpuOptions::bf16), which falls
-// back to float32 with a notice on stderr where the processor cannot.
+// fp32, or bf16 (bf16 products: CpuOptions::bf16, CudaOptions::bf16); on a
+// CPU without bf16 products, float32 with a notice on stderr.
 template <class Be>
 Be make_backend([[maybe_unused]] const std::string& name, const std::string& precision = "fp32") {
   require(precision == "fp32" || precision == "bf16", "unknown --precision '", precision, "' (expected fp32 or bf16)");
@@ -513,21 +514,22 @@ Be make_backend([[maybe_unused]] const std::string& name, const std::string& pre
     }
     return Be{};
   }
-  require(precision == "fp32", "--precision bf16 runs on the CPU backend (not ", Be::name, ") so far");
 #ifdef XFMR_WITH_CUDA
   if constexpr (std::is_same_v<Be, CudaBackend>) {
+    require(precision == "fp32" || name == "cuda", "--precision bf16 goes with --backend cuda (not ", name, ")");
     // Under mpirun, one GPU a rank: the ranks of a machine take its devices in turn.
     const int device = ProcessGroup::world().local_rank() % std::max(1, cuda::device_count());
-    return CudaBackend({.device = device, .tf32 = name == "cuda-tf32"});
+    return CudaBackend({.device = device, .tf32 = name == "cuda-tf32", .bf16 = precision == "bf16"});
   }
 #endif
+  require(precision == "fp32", "--precision bf16 runs on the CPU and CUDA backends (not ", Be::name, ")");
   return Be{};
 }
 
 // The precision a backend runs in: "bf16" (bf16 products) or "fp32".
 template <class Be>
 std::string precision_of(const Be& be) {
-  if constexpr (std::is_same_v<Be, CpuBackend<float>>)
+  if constexpr (requires { be.options().bf16; })
     if (be.options().bf16) return "bf16";
   (void)be;
   return "fp32";
@@ -539,7 +541,8 @@ template <class Be>
 std::string describe(const Be& be) {
 #ifdef XFMR_WITH_CUDA
   if constexpr (std::is_same_v<Be, CudaBackend>)
-    return std::string("cuda (") + be.device_name() + (be.options().tf32 ? ", TF32)" : ")");
+    return std::string("cuda (") + be.device_name() +
+           (be.options().tf32 ? ", TF32)" : be.options().bf16 ? ", bf16 products)" : ")");
 #endif
   if constexpr (std::is_same_v<Be, CpuBackend<float>>)
     if (be.options().bf16) return "cpu (bf16 products)";

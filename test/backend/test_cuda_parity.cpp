@@ -9,7 +9,8 @@
 // Tolerances: float32 on both sides, different summation orders. Elementwise
 // operations agree to a few ulp (rtol 1e-5); reductions and GEMMs to rtol
 // 1e-4; whole models to rtol 2e-3 / atol 2e-4 (errors grow through the
-// layers). With TF32 GEMMs (CudaOptions::tf32) rtol 2e-2 (10-bit mantissa).
+// layers). With TF32 GEMMs (CudaOptions::tf32) rtol 2e-2 (10-bit mantissa);
+// with bf16 products (CudaOptions::bf16) backend/bf16.hpp's bound.
 #define BOOST_TEST_MODULE cuda_parity
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "backend/parity.hpp"
+#include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/core/error.hpp"
@@ -465,5 +467,48 @@ BOOST_AUTO_TEST_CASE(tf32_gemm_within_its_tolerance) {
   expect_close(C, dC.host(), "TF32 gemm", 2e-2, 2e-2);
 }
 
-BOOST_AUTO_TEST_SUITE_END()
+// bf16 products (CudaOptions::bf16): every transpose, strides, alpha and
+// beta within the bound of backend/bf16.hpp, (2^-7 + 2^-16) |alpha| sum |ab|
+// plus float32's summation error, of the exact product; and somewhere
+// further from it than float32's own error (they ran in bf16). Where the
+// CPU has bf16 products, both backends' results within twice the bound of
+// each other's.
+BOOST_AUTO_TEST_CASE(bf16_gemm_within_its_bound) {
+  Gpu bf({.device = 0, .bf16 = true});
+  const int M = 37, N = 29, K = 253;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+      const int lda = a_cols + 3, ldb = b_cols + 1, ldc = N + 2;
+      const F A = randn(std::size_t(a_rows) * lda, 61), B = randn(std::size_t(b_rows) * ldb, 62);
+      const F C0 = randn(std::size_t(M) * ldc, 63);
+      DevF dA(A), dB(B), dC(C0);
+      bf.gemm(ta, tb, M, N, K, 0.7f, dA.p(), lda, dB.p(), ldb, 0.5f, dC.p(), ldc);
+      const F C = dC.host();
+      F C_cpu = C0;
+      const bool cpu_bf16 = bf16::available();
+      if (cpu_bf16) Cpu({.bf16 = true}).gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.5f, C_cpu.data(), ldc);
+      auto a = [&](int m, int k) { return A[ta ? std::size_t(k) * lda + m : std::size_t(m) * lda + k]; };
+      auto b = [&](int k, int n) { return B[tb ? std::size_t(n) * ldb + k : std::size_t(k) * ldb + n]; };
+      double worst = 0, furthest = 0, worst_cpu = 0;
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          double exact = 0, size = 0;
+          for (int k = 0; k < K; ++k) exact += double(a(m, k)) * b(k, n), size += std::abs(double(a(m, k)) * b(k, n));
+          const std::size_t i = std::size_t(m) * ldc + n;
+          const double want = 0.7 * exact + 0.5 * C0[i];
+          const double summing = (K + 2) * 0x1p-24 * (0.7 * size * 1.01 + 0.5 * std::abs(C0[i]));
+          const double bound = (0x1p-7 + 0x1p-16) * 0.7 * size + summing;
+          worst = std::max(worst, std::abs(C[i] - want) / bound);
+          furthest = std::max(furthest, std::abs(C[i] - want) / summing);
+          if (cpu_bf16) worst_cpu = std::max(worst_cpu, std::abs(double(C[i]) - C_cpu[i]) / (2 * bound));
+        }
+      BOOST_TEST_CONTEXT("ta " << ta << " tb " << tb) {
+        BOOST_TEST(worst <= 1.0);
+        BOOST_TEST(furthest > 1.0);  // not float32's products
+        BOOST_TEST(worst_cpu <= 1.0);
+      }
+    }
+}
 
+BOOST_AUTO_TEST_SUITE_END()

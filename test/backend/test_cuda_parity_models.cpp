@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "support/configs.hpp"
+#include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/blocks/decoder_block.hpp"
 #include "xfmr/blocks/encoder_block.hpp"
 #include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
+#include "xfmr/infer/bf16_weights.hpp"
 #include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/layers/attention.hpp"
 #include "xfmr/layers/feed_forward.hpp"
@@ -234,6 +236,56 @@ BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
     tg.push_back(std::int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin()));
   }
   BOOST_TEST(tc == tg);
+}
+
+// bf16 products on both backends (CudaOptions::bf16, and CpuOptions::bf16
+// where the CPU has them, else float32): a Decoder's logits and gradients
+// within 2 x 4 x 2^-8 of their scale (test_bf16's model bound, once for each
+// side), and cached decoding within it too.
+BOOST_AUTO_TEST_CASE(decoder_in_bf16_products) {
+  const int V = 40;
+  const Shape bt{4, Small::MAX_T};
+  Decoder<Small, Cpu> c(V, 98, {.tie_weights = true});
+  Decoder<Small, Gpu> g(V, 98, {.tie_weights = true});
+  Cpu cpu(CpuOptions{.bf16 = bf16::available()});
+  Gpu gpu({.device = 0, .bf16 = true});
+  const double tol = 2 * 4 * 0x1p-8;
+  auto scale = [](const F& x) {
+    double m = 0;
+    for (float v : x) m = std::max(m, double(std::abs(v)));
+    return m;
+  };
+  const auto ids = random_ids(bt.rows(), V, 64);
+  const auto lc = c.forward(cpu, ids, bt);
+  std::vector<float> staging;
+  const auto lg = gpu.host_view(g.forward(gpu, ids, bt), staging);
+  const F fc(lc.begin(), lc.end()), fg(lg.begin(), lg.end());
+  expect_close(fc, fg, "bf16 Decoder logits", 0, tol * scale(fc));
+  const F up = randn(fc.size(), 65);
+  DevF d_up(up);
+  c.backward(cpu, up);
+  g.backward(gpu, std::span<const float>(d_up.p(), up.size()));
+  std::map<std::string, F> grads;
+  c.visit([&](std::string_view name, auto&, auto& grad) { grads[std::string(name)] = F(grad.begin(), grad.end()); });
+  g.visit([&](std::string_view name, auto&, auto& grad) {
+    F host(grad.size());
+    grad.copy_to_host(host.data());
+    const F& want = grads.at(std::string(name));
+    expect_close(want, host, "bf16 Decoder gradient " + std::string(name), 0, tol * std::max(scale(want), 1e-3));
+  });
+  c.set_training(false);
+  g.set_training(false);
+  DecodingCache<Cpu> kc;
+  DecodingCache<Gpu> kg;
+  c.start_cache(kc, 1);
+  g.start_cache(kg, 1);
+  const Bf16WeightCopies copies(cpu, c);  // the CPU decodes from bf16 weights (the GPU rounds them in each product)
+  for (std::int32_t t = 1; t < 6; ++t) {
+    const auto dc = c.forward_cached(cpu, std::span<const std::int32_t>(&t, 1), 1, kc);
+    const auto dg = gpu.host_view(g.forward_cached(gpu, std::span<const std::int32_t>(&t, 1), 1, kg), staging);
+    const F hc(dc.begin(), dc.end());
+    expect_close(hc, F(dg.begin(), dg.end()), "bf16 cached logits", 0, tol * scale(hc));
+  }
 }
 
 // A Llama-style decoder (rotary positions, RmsNorm, SwiGLU, no biases): the

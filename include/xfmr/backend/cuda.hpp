@@ -19,7 +19,9 @@
 // with the CUDA message and the operation's name.
 //
 // Precision. float throughout; GEMMs in strict FP32 by default, TF32 tensor
-// cores only when CudaOptions::tf32 asks for them.
+// cores only when CudaOptions::tf32 asks for them, bf16 ones (operands
+// rounded to bfloat16, float32 sums: the CPU's bf16 products) when
+// CudaOptions::bf16 does.
 #pragma once
 
 #ifdef XFMR_WITH_CUDA
@@ -198,6 +200,11 @@ class ProcessGroup;  // train/distributed.hpp
 struct CudaOptions {
   int device = 0;
   bool tf32 = false;  // TF32 tensor-core GEMMs (about 1e-3 relative error); FP32 when false
+  // bf16 mixed precision, as CpuOptions::bf16: gemm() rounds both operands
+  // to bfloat16 and sums in float32 on the tensor cores (cuBLAS's
+  // CUBLAS_COMPUTE_32F_FAST_16BF on float32 matrices); weights, activations,
+  // attention's batched products and every reduction stay float32.
+  bool bf16 = false;
   // graph_step() replays CUDA graphs; when false (or when the environment
   // sets XFMR_CUDA_GRAPHS=0) it runs the step directly, queueing every kernel.
   bool graph_steps = true;
