@@ -50,6 +50,9 @@ PRESETS = {
 GELU_PRESETS = {"gpt2-small"}
 
 
+# Attention through F.scaled_dot_product_attention (--sdpa) instead of written out.
+SDPA = False
+
 class Block(nn.Module):
     def __init__(self, d, h, ff, t, dropout, gelu):
         super().__init__()
@@ -70,9 +73,12 @@ class Block(nn.Module):
         q, k, v = self.qkv(x).split(d, dim=2)
         heads = lambda z: z.view(b, t, self.h, d // self.h).transpose(1, 2)
         q, k, v = heads(q), heads(k), heads(v)
-        scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(d // self.h))
-        scores = scores.masked_fill(~self.mask[:t, :t], float("-inf"))
-        y = F.softmax(scores, dim=-1) @ v
+        if SDPA:  # PyTorch's fused attention (flash / memory-efficient kernels where they apply)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(d // self.h))
+            scores = scores.masked_fill(~self.mask[:t, :t], float("-inf"))
+            y = F.softmax(scores, dim=-1) @ v
         return self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
 
     def forward(self, x):
@@ -271,6 +277,9 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: the training step under torch.autocast (bf16 matrix products), as xfmr's --precision bf16")
+    p.add_argument("--sdpa", action="store_true",
+                   help="attention through torch.nn.functional.scaled_dot_product_attention (PyTorch 2.0 on) "
+                        "instead of written out")
     p.add_argument("--min-time", type=float, default=2.0)
     p.add_argument("--min-reps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -283,6 +292,11 @@ def main():
         args.warmup, args.min_reps, args.min_time = 0, 1, 0
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.sdpa:
+        if not hasattr(F, "scaled_dot_product_attention"):
+            p.error(f"--sdpa: PyTorch {torch.__version__} has no scaled_dot_product_attention (2.0 on)")
+        global SDPA
+        SDPA = True
     if args.gpt2:
         out = gpt2_benchmark(args)
         if args.json:
@@ -310,6 +324,7 @@ def main():
     backend = "cpu" if args.device == "cpu" else torch.cuda.get_device_name() + (" tf32" if args.tf32 else "")
     out = {"impl": "pytorch", "backend": backend, "model": args.model, "torch": torch.__version__,
            "precision": args.precision,
+           "attention": "scaled_dot_product_attention" if SDPA else "written out",
            "shape": {"B": b, "T": t_max, "D": d, "H": h, "L": l, "FF": ff, "V": v, "dropout": dropout},
            "threads": torch.get_num_threads(), "blas": blas_kernel(), "gemm_ceiling_gflops": ceiling,
            "parameters": sum(p.numel() for p in model.parameters()), "results": {}}

@@ -10,7 +10,8 @@
 #    side by side (per-step CSVs and the largest gap);
 # 4. xfmr-bench and benchmark/pytorch_reference.py --device cuda, alternately:
 #    shakespeare-small (CPU, CUDA with graph steps, CUDA queueing every
-#    kernel, PyTorch) and the GPT-2-small shaped model.
+#    kernel, PyTorch) and the GPT-2-small shaped model, in float32 and in
+#    bf16 (xfmr's --precision bf16 products, PyTorch's autocast).
 # Everything lands in OUT_DIR (default build/gpu-check). Every step runs even
 # when an earlier one fails; the exit status says whether all passed.
 #
@@ -98,6 +99,10 @@ for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
     --min-time 2 --json "$out/gpt2_cuda_$round.json"
   step "torch gpt2 cuda $round" $ref --model gpt2-small --modes train,forward --batch 8 --min-time 2 \
     --json "$out/gpt2_torch_$round.json"
+  step "bench gpt2 cuda bf16 $round" "$bench" --model gpt2-small --backend cuda --precision bf16 --modes train,forward \
+    --batch 8 --min-time 2 --json "$out/gpt2_cuda_bf16_$round.json"
+  step "torch gpt2 cuda bf16 $round" $ref --model gpt2-small --precision bf16 --sdpa --modes train,forward --batch 8 \
+    --min-time 2 --json "$out/gpt2_torch_bf16_$round.json"
 done
 
 if ((${#failed[@]})); then
