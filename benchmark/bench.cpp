@@ -384,6 +384,9 @@ json run(const Args& a) {
   // cached token reads every weight once, from memory when the weights
   // outgrow the caches (64 MiB and more here; smaller models decode from
   // cache, faster than memory streams).
+#ifdef XFMR_WITH_CUDA
+  if constexpr (std::is_same_v<Be, CudaBackend>) out["memory"]["peak_device_mb"] = double(cuda::memory_use().peak_bytes) / 1e6;
+#endif
   // In bf16 precision the CPU decodes from bfloat16 copies of the weight
   // matrices (Bf16WeightCopies), which the count adds.
   const bool bf16 = precision_of(be) == "bf16" && std::string(Be::name) == "cpu";
@@ -576,6 +579,9 @@ void print(const json& r) {
               << " GB/s (1 GiB, all threads)\n";
   const auto& mem = r["memory"];
   if (!mem.contains("analytical")) return;
+  if (mem.contains("peak_device_mb"))
+    std::cout << "  peak device memory " << std::setprecision(1) << mem["peak_device_mb"].get<double>()
+              << " MB (xfmr's allocations)\n";
   std::cout << "  peak RSS " << std::setprecision(1) << mem["peak_rss_mb"].get<double>()
             << " MB; analytical params+grads+AdamW+activations"
             << (mem["analytical"].contains("bf16_weight_copies_mb") ? "+bf16 weight copies " : " ")

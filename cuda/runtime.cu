@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "common.cuh"
 
@@ -184,6 +186,30 @@ std::string device_name(int ordinal) {
   return prop.name;
 }
 
+namespace {
+// Every live allocation's size, for allocated_bytes() and its peak.
+struct Allocations {
+  std::mutex lock;
+  std::unordered_map<void*, std::size_t> sizes;
+  std::size_t live = 0, peak = 0;
+};
+Allocations& allocations() {
+  static Allocations a;
+  return a;
+}
+}  // namespace
+
+MemoryUse memory_use() {
+  Allocations& a = allocations();
+  std::lock_guard guard(a.lock);
+  return {a.live, a.peak};
+}
+void reset_peak_memory() {
+  Allocations& a = allocations();
+  std::lock_guard guard(a.lock);
+  a.peak = a.live;
+}
+
 void* allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
@@ -192,10 +218,23 @@ void* allocate(std::size_t bytes) {
     cudaGetLastError();
     xfmr::detail::fail("cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(err));
   }
+  Allocations& a = allocations();
+  std::lock_guard guard(a.lock);
+  a.sizes[p] = bytes;
+  a.live += bytes;
+  a.peak = std::max(a.peak, a.live);
   return p;
 }
 void release(void* p) noexcept {
   if (!p) return;
+  {
+    Allocations& a = allocations();
+    std::lock_guard guard(a.lock);
+    if (const auto it = a.sizes.find(p); it != a.sizes.end()) {
+      a.live -= it->second;
+      a.sizes.erase(it);
+    }
+  }
   if (detail::recording()) {
     try {
       detail::flush_recorded();  // recorded work may still use it (a growing buffer's copy, say)

@@ -457,6 +457,25 @@ BOOST_AUTO_TEST_CASE(nccl_sum_over_one_rank_is_the_identity) {
   }
 }
 
+// memory_use() counts what allocate() holds: a new array adds its bytes
+// now and to the peak, and freeing it takes them off again, not off the peak.
+BOOST_AUTO_TEST_CASE(device_memory_is_counted) {
+  const cuda::MemoryUse before = cuda::memory_use();
+  BOOST_TEST(before.peak_bytes >= before.bytes);
+  {
+    cuda::DeviceArray<float> a;
+    a.reserve(std::size_t(1) << 20);
+    const cuda::MemoryUse during = cuda::memory_use();
+    BOOST_TEST(during.bytes == before.bytes + (std::size_t(4) << 20));
+    BOOST_TEST(during.peak_bytes >= during.bytes);
+  }
+  const cuda::MemoryUse after = cuda::memory_use();
+  BOOST_TEST(after.bytes == before.bytes);
+  BOOST_TEST(after.peak_bytes >= before.bytes + (std::size_t(4) << 20));
+  cuda::reset_peak_memory();
+  BOOST_TEST(cuda::memory_use().peak_bytes == after.bytes);
+}
+
 BOOST_AUTO_TEST_CASE(tf32_gemm_within_its_tolerance) {
   Gpu tf32({.device = 0, .tf32 = true});
   const int M = 64, N = 96, K = 256;

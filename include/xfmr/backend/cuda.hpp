@@ -58,6 +58,14 @@ std::string device_name(int ordinal);
 // xfmr::Error with the CUDA message on failure; release never throws.
 void* allocate(std::size_t bytes);
 void release(void* p) noexcept;
+// Device memory held through allocate() (every DeviceArray, Tensor and
+// Buffer, cuBLAS's workspace), now and at its peak since the start or
+// reset_peak_memory(); not the CUDA context's own, nor cuBLAS's internals.
+struct MemoryUse {
+  std::size_t bytes = 0, peak_bytes = 0;
+};
+MemoryUse memory_use();
+void reset_peak_memory();
 void upload(void* device_dst, const void* host_src, std::size_t bytes);
 void download(void* host_dst, const void* device_src, std::size_t bytes);
 void copy_on_device(void* dst, const void* src, std::size_t bytes);
