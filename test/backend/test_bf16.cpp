@@ -423,3 +423,38 @@ BOOST_AUTO_TEST_CASE(every_layer_block_and_model_is_near_float32, *boost::unit_t
     });
   }
 }
+
+// Attention's own products: in bf16 where they are GEMMs (more than 64
+// query rows, or dropout on), within the model bound of float32's; the
+// row-by-row kernels of a few query rows (decoding) stay float32, bit for bit.
+BOOST_AUTO_TEST_CASE(attention_products_run_in_bf16_beyond_the_row_kernels,
+                     *boost::unit_test::precondition(Bf16Here())) {
+  for (int T : {20, 80})
+    for (float dropout : {0.0f, 0.2f}) {
+      BOOST_TEST_CONTEXT("T " << T << ", dropout " << dropout) {
+        const AttentionDims a{.B = 2, .H = 2, .Tq = T, .Tk = T, .QK_DIM = 32, .V_DIM = 32, .dropout = dropout,
+                              .dropout_key = 7};
+        const int ld = a.H * 32;
+        const std::size_t n = std::size_t(a.B) * T * ld;
+        const auto q = randn(n, 30), k = randn(n, 31), v = randn(n, 32), dy = randn(n, 33);
+        std::vector<std::uint8_t> pad(std::size_t(a.B) * T, 0);
+        for (int t = T - 3; t < T; ++t) pad[std::size_t(T + t)] = 1;
+        const AttentionMask mask{true, pad.data()};
+        auto run = [&](Cpu& be) {
+          std::vector<float> y(n), probs(std::size_t(a.B) * a.H * T * T), dq(n), dk(n), dv(n);
+          be.attention_forward(a, q.data(), ld, k.data(), ld, v.data(), ld, y.data(), ld, probs.data(), mask);
+          be.attention_backward(a, dy.data(), ld, q.data(), ld, k.data(), ld, v.data(), ld, probs.data(), dq.data(),
+                                dk.data(), dv.data());
+          return std::vector{y, dq, dk, dv};
+        };
+        Cpu fp32, bf({.bf16 = true});
+        const auto r32 = run(fp32), r16 = run(bf);
+        const bool products = T > 64 || dropout > 0.0f;
+        for (std::size_t i = 0; i < r32.size(); ++i) {
+          BOOST_TEST(largest_difference(r32[i], r16[i]) <= 4 * 0x1p-8 * largest(r32[i]), "result " << i);
+          if (products) BOOST_TEST(largest_difference(r32[i], r16[i]) > 0.0, "result " << i << " ran in bf16");
+          else BOOST_TEST(r32[i] == r16[i], boost::test_tools::per_element());
+        }
+      }
+    }
+}

@@ -41,9 +41,10 @@ namespace xfmr {
 struct CpuOptions {
   // bf16 mixed precision (float only): every matrix product rounds its
   // operands to bfloat16 and sums in float32 (bf16.hpp; needs
-  // bf16::available()); the weights, the activations between products and
-  // every other operation stay float32. Attention's own score and context
-  // products (cpu_attention.hpp) stay float32 too.
+  // bf16::available()), attention's score and context products included
+  // (cpu_attention.hpp; its row-by-row kernels for a few query rows, as in
+  // decoding, stay float32); the weights, the activations between products
+  // and every other operation stay float32.
   bool bf16 = false;
 };
 
@@ -574,12 +575,12 @@ class CpuBackend {
   void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
                          S* y, int ldy, S* probs, const AttentionMask& mask) {
     detail::attention_forward(a, q, ldq, k, ldk, v, ldv, y, ldy, probs, mask,
-                              attention_tiles(detail::attention_forward_tiles(a)));
+                              attention_tiles(detail::attention_forward_tiles(a)), opts_.bf16);
   }
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
                           const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
     detail::attention_backward(a, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv,
-                               attention_tiles(detail::attention_backward_tiles(a)));
+                               attention_tiles(detail::attention_backward_tiles(a)), opts_.bf16);
   }
 
  private:

@@ -3,13 +3,17 @@
 // backward (row by row for few query rows, three GEMMs per head otherwise;
 // dropout on the probabilities; key/value heads shared by query heads), and
 // the turn of rotary position pairs. The backend owns the per-thread
-// scratch tiles and passes them in.
+// scratch tiles and passes them in. With bf16 (CpuOptions::bf16, float
+// only) each head's GEMMs multiply bfloat16-rounded operands and sum in
+// float32 (bf16::gemm, on the calling thread); the softmax, its gradient and
+// the row-by-row kernels stay float32.
 #pragma once
 
 #include <Eigen/Core>
 #include <cmath>
 
 #include "xfmr/backend/backend.hpp"
+#include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/checks.hpp"
 #include "xfmr/backend/cpu_parallel.hpp"
 #include "xfmr/backend/cpu_rows.hpp"
@@ -23,9 +27,24 @@ inline long attention_backward_tiles(const AttentionDims& a) {
   return (a.dropout > 0.0f ? 2 : 1) * long(a.Tq) * a.Tk;
 }
 
+// One head's row-major C = alpha op(A) op(B) + beta C in bf16 (bf16.hpp):
+// true when it ran so (bf16 asked, S float), false to leave it to Eigen.
+template <class S>
+bool head_product_bf16(bool bf16, bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B,
+                       int ldb, S beta, S* C, int ldc) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (bf16) bf16::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return bf16;
+  } else {
+    (void)bf16, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
+        (void)beta, (void)C, (void)ldc;
+    return false;
+  }
+}
+
 template <class S>
 void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv, S* y,
-                       int ldy, S* probs, const AttentionMask& mask, S* scratch) {
+                       int ldy, S* probs, const AttentionMask& mask, S* scratch, bool bf16 = false) {
   using MatR = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Strided = Eigen::OuterStride<>;
   using Map = Eigen::Map<MatR, 0, Strided>;
@@ -55,17 +74,19 @@ void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, 
       const CMap K(kb, a.Tk, a.QK_DIM, Strided(ldk));
       const CMap Vm(vb, a.Tk, a.V_DIM, Strided(ldv));
       Map P(p, a.Tq, a.Tk, Strided(a.Tk));
-      P.noalias() = scale * Q * K.transpose();  // (Tq, Tk) scores
+      if (!head_product_bf16(bf16, false, true, a.Tq, a.Tk, a.QK_DIM, scale, qb, ldq, kb, ldk, S(0), p, a.Tk))
+        P.noalias() = scale * Q * K.transpose();  // (Tq, Tk) scores
       for (int i = 0; i < a.Tq; ++i)
         masked_softmax_row<S>(b, i, a.Tq, a.Tk, p + long(i) * a.Tk, p + long(i) * a.Tk, mask);
       Map Y(yb, a.Tq, a.V_DIM, Strided(ldy));
-      if (!drop) {
-        Y.noalias() = P * Vm;  // (Tq, V_DIM)
-        continue;
+      const S* weights = p;
+      if (drop) {
+        S* pd = scratch + (own_region ? thread_index() : 0) * tile;
+        drop_probabilities(a, i_ * tile, tile, p, pd);
+        weights = pd;
       }
-      S* pd = scratch + (own_region ? thread_index() : 0) * tile;
-      drop_probabilities(a, i_ * tile, tile, p, pd);
-      Y.noalias() = CMap(pd, a.Tq, a.Tk, Strided(a.Tk)) * Vm;
+      if (!head_product_bf16(bf16, false, false, a.Tq, a.V_DIM, a.Tk, S(1), weights, a.Tk, vb, ldv, S(0), yb, ldy))
+        Y.noalias() = CMap(weights, a.Tq, a.Tk, Strided(a.Tk)) * Vm;  // (Tq, V_DIM)
     }
   });
 }
@@ -75,7 +96,7 @@ void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, 
 // order, so the sums repeat on any thread count.
 template <class S>
 void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
-                        const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv, S* scratch) {
+                        const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv, S* scratch, bool bf16 = false) {
   using MatR = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Strided = Eigen::OuterStride<>;
   using Map = Eigen::Map<MatR, 0, Strided>;
@@ -134,16 +155,23 @@ void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q
           weights = ds + tile;
         }
         const CMap W(weights, a.Tq, a.Tk, Strided(a.Tk));
-        if (first) dV.noalias() = W.transpose() * dY;  // (Tk, V_DIM)
-        else dV.noalias() += W.transpose() * dY;
-        dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
+        const S into = first ? S(0) : S(1);  // dK, dV: the group's first head assigns, the others add
+        if (!head_product_bf16(bf16, true, false, a.Tk, a.V_DIM, a.Tq, S(1), weights, a.Tk, dyb, ldy, into, dvb, ldv)) {
+          if (first) dV.noalias() = W.transpose() * dY;  // (Tk, V_DIM)
+          else dV.noalias() += W.transpose() * dY;
+        }
+        if (!head_product_bf16(bf16, false, true, a.Tq, a.Tk, a.V_DIM, S(1), dyb, ldy, vb, ldv, S(0), ds, a.Tk))
+          dS.noalias() = dY * Vm.transpose();  // dP, (Tq, Tk)
         if (drop) undrop_gradient(a, bh * tile, tile, ds);
         for (int i = 0; i < a.Tq; ++i)
           softmax_backward_row<S>(a.Tk, p + long(i) * a.Tk, ds + long(i) * a.Tk, ds + long(i) * a.Tk);
         Map dQ(dqb, a.Tq, a.QK_DIM, Strided(ldq));
-        dQ.noalias() = scale * dS * K;  // (Tq, QK_DIM)
-        if (first) dK.noalias() = scale * dS.transpose() * Q;  // (Tk, QK_DIM)
-        else dK.noalias() += scale * dS.transpose() * Q;
+        if (!head_product_bf16(bf16, false, false, a.Tq, a.QK_DIM, a.Tk, scale, ds, a.Tk, kb, ldk, S(0), dqb, ldq))
+          dQ.noalias() = scale * dS * K;  // (Tq, QK_DIM)
+        if (!head_product_bf16(bf16, true, false, a.Tk, a.QK_DIM, a.Tq, scale, ds, a.Tk, qb, ldq, into, dkb, ldk)) {
+          if (first) dK.noalias() = scale * dS.transpose() * Q;  // (Tk, QK_DIM)
+          else dK.noalias() += scale * dS.transpose() * Q;
+        }
       }
     }
   });
