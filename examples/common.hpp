@@ -529,7 +529,7 @@ Be make_backend([[maybe_unused]] const std::string& name, const std::string& pre
 // The precision a backend runs in: "bf16" (bf16 products) or "fp32".
 template <class Be>
 std::string precision_of(const Be& be) {
-  if constexpr (requires { be.options().bf16; })
+  if constexpr (requires(const Be& b) { b.options().bf16; })
     if (be.options().bf16) return "bf16";
   (void)be;
   return "fp32";
