@@ -12,6 +12,7 @@
 #include "common.hpp"
 #include "presets.hpp"
 #include "xfmr/backend/cpu.hpp"
+#include "xfmr/infer/bf16_weights.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/classifier.hpp"
 #include "xfmr/text/datasets.hpp"
@@ -174,6 +175,7 @@ template <class Model, class Be>
 EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data, int max_t, int batch,
                     ProcessGroup& group = ProcessGroup::world()) {
   model.set_training(false);
+  const Bf16WeightCopies bf16_weights(be, model);  // bf16 precision: the products read bfloat16 weights
   CrossEntropyLoss<Be> ce;
   Accuracy acc;
   double loss = 0;
@@ -343,14 +345,14 @@ void train(TrainArgs a) {
 
 template <class Cfg, class Be>
 void eval(const std::string& checkpoint, const std::string& dev_path, const std::string& metrics_json,
-          const std::string& backend, std::string truncate) {
+          const std::string& backend, const std::string& precision, std::string truncate) {
   const json state = json::parse(read_trainer_state(checkpoint));
   if (truncate.empty()) truncate = state.value("truncate", "head");
   check_truncate(truncate);
   const Tokens tok = Tokens::from_json(state.at("tokens"));
   const int classes = json_integer<int>(state, "classes", 2, kMaxClasses);
   const bool cls = state.at("pooling") == "cls";
-  Be be = make_backend<Be>(backend);
+  Be be = make_backend<Be>(backend, precision);
   Classifier<Cfg, Be> model(tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
   load_parameters(model, SafeTensors::load(fs::path(checkpoint) / kModelFile));
   const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, Cfg::MAX_T, truncate, dev_path);
@@ -408,11 +410,12 @@ int run_train(int argc, char** argv) {
 }
 
 int run_eval(int argc, char** argv) {
-  std::string checkpoint, dev, metrics_json, backend = "cpu", truncate;
+  std::string checkpoint, dev, metrics_json, backend = "cpu", precision = "fp32", truncate;
   po::options_description opts("xfmr-classify eval: accuracy of a trained classifier");
   opts.add_options()("help", "show this help")("checkpoint", po::value(&checkpoint), "checkpoint directory (required)")
       ("dev", po::value(&dev), "TSV to evaluate on (required)")("metrics-json", po::value(&metrics_json), "write results here")
       ("truncate", po::value(&truncate), "head or tail (default: as the model was trained)")
+      ("precision", po::value(&precision)->default_value(precision), kDecodePrecisionHelp)
       ("backend", po::value(&backend)->default_value(backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
@@ -422,7 +425,7 @@ int run_eval(int argc, char** argv) {
   const json state = json::parse(read_trainer_state(checkpoint));
   require(state.value("format", "") == kFormat, checkpoint, ": not an xfmr-classify checkpoint");
   with_backend(backend, [&]<class Be>() {
-    with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg, Be>(checkpoint, dev, metrics_json, backend, truncate); });
+    with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg, Be>(checkpoint, dev, metrics_json, backend, precision, truncate); });
   });
   return 0;
 }

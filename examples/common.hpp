@@ -284,9 +284,9 @@ struct RunOptions {
 
 inline constexpr const char* kBackendHelp =
     "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA) or cuda-tf32 (the same with TF32 tensor-core GEMMs)";
-// --precision of the decoding commands (sample, translate, eval).
+// --precision of the inference commands (sample, translate, eval).
 inline constexpr const char* kDecodePrecisionHelp =
-    "fp32, or bf16: the products read bfloat16 copies of the weights (half the bytes a token reads) and round "
+    "fp32, or bf16: the products read bfloat16 copies of the weights (half the bytes they stream) and round "
     "their other operand so, summing in float32 (CPU with AVX512-BF16, elsewhere float32 with a notice; --backend "
     "cuda: bf16 tensor-core products, without weight copies so far)";
 

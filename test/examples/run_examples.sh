@@ -406,6 +406,9 @@ case "$case_name" in
     awk -v a="$acc" 'BEGIN { exit !(a >= 0.95) }' || fail "dev accuracy $acc on separable toy data"
     "$classify" eval --checkpoint clf --dev dev.tsv --metrics-json e.json > eval.log || fail "eval failed"
     [[ $(json_value e.json dev_accuracy) == "$acc" ]] || fail "eval accuracy $(json_value e.json dev_accuracy) != $acc"
+    "$classify" eval --checkpoint clf --dev dev.tsv --precision bf16 --metrics-json e16.json > e16.log 2>&1 \
+      || { cat e16.log; fail "bf16 eval failed"; }
+    awk -v a="$(json_value e16.json dev_accuracy)" 'BEGIN { exit !(a >= 0.95) }' || fail "bf16 dev accuracy"
     "$classify" train --train train.tsv --dev dev.tsv --model tiny --tokens char --pooling cls --epochs 1 --batch 16 \
       --eval-every 100 --log-csv c2.csv --report c2.html > /dev/null 2>&1 || fail "char tokens with CLS pooling failed"
     ;;
