@@ -22,13 +22,13 @@
 #include <limits>
 #include <numbers>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/checks.hpp"
 #include "xfmr/backend/cpu_attention.hpp"
+#include "xfmr/backend/cpu_bf16.hpp"
 #include "xfmr/backend/cpu_gemm.hpp"
 #include "xfmr/backend/cpu_parallel.hpp"
 #include "xfmr/backend/cpu_rows.hpp"
@@ -100,49 +100,30 @@ class CpuBackend {
 
   // ---- dense algebra ------------------------------------------------------
 
-  // Row-major C = alpha op(A) op(B) + beta C (cpu_gemm.hpp; bf16.hpp in bf16
+  // Row-major C = alpha op(A) op(B) + beta C (cpu_gemm.hpp; cpu_bf16.hpp in bf16
   // precision).
   void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb,
             S beta, S* C, int ldc) {
     if constexpr (std::is_same_v<S, float>) {
-      if (opts_.bf16) return bf16_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      if (opts_.bf16) return bf16_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     }
     detail::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
 
-  // ---- bf16 weight copies (decoding; bf16 precision only) -------------------
-  //
-  // A bf16 product rounds both operands on every call. A decoding step
-  // multiplies one row by every weight matrix, so its time is reading the
-  // weights; rounding them on each call would read and write them more.
-  // keep_bf16_copy(w, rows, cols) rounds a contiguous rows x cols matrix once
-  // and keeps the bits: from then on a product whose B operand is w (the
-  // same pointer and leading dimension cols) reads the copy, half the bytes
-  // of float32, and a single row against it runs gemv_rows_bf16 over the
-  // threads as float32's gemv_rows does. Outputs are bf16 products' either
-  // way (the same bits for more than one row; for one row, another float32
-  // summation order). w must not change until drop_bf16_copies(); use
-  // Bf16WeightCopies (infer/bf16_weights.hpp), which keeps a model's
-  // matrices for one scope. Without bf16 precision both do nothing.
+  // ---- bf16 weight copies (decoding; bf16 precision only: cpu_bf16.hpp) ---
+  // keep_bf16_copy(w, rows, cols): products whose B is w read its bfloat16
+  // copy until drop_bf16_copies(); w must not change meanwhile (use
+  // Bf16WeightCopies, infer/bf16_weights.hpp). Without bf16 precision both
+  // do nothing.
   void keep_bf16_copy(const S* w, int rows, int cols) {
-    if (!opts_.bf16) return;
-    require(rows > 0 && cols > 0, "bf16 weight copy of a ", rows, " x ", cols, " matrix");
-    auto& bits = bf16_copies_[w];
-    bits.rows = rows;
-    bits.cols = cols;
-    bits.bits.resize(std::size_t(rows) * std::size_t(cols));
-    std::uint16_t* out = bits.bits.data();
-    const long n = long(bits.bits.size());
-    detail::parallel_ranges(n, n > detail::kParallelWork, [=](long lo, long hi) {
-      for (long i = lo; i < hi; ++i) out[i] = bf16::from_float(float(w[i]));
-    });
+    if constexpr (std::is_same_v<S, float>) {
+      if (opts_.bf16) bf16_.keep_copy(w, rows, cols);
+    } else {
+      (void)w, (void)rows, (void)cols;
+    }
   }
-  void drop_bf16_copies() { bf16_copies_.clear(); }
-  std::size_t bf16_copy_bytes() const {
-    std::size_t n = 0;
-    for (const auto& [w, c] : bf16_copies_) n += c.bits.size() * sizeof(std::uint16_t);
-    return n;
-  }
+  void drop_bf16_copies() { bf16_.drop_copies(); }
+  std::size_t bf16_copy_bytes() const { return bf16_.copy_bytes(); }
 
   void bias_add(int rows, int n, const S* bias, S* y) {
     detail::parallel_ranges(long(rows), long(rows) * n > detail::kParallelWork, [=](long lo, long hi) {
@@ -595,37 +576,8 @@ class CpuBackend {
     return scratch_.data();
   }
 
-  // bf16 precision's products: through a weight copy where B has one.
-  void bf16_gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta,
-                 S* C, int ldc) {
-    const std::uint16_t* bits = nullptr;
-    if (const auto it = bf16_copies_.find(B);
-        it != bf16_copies_.end() && it->second.cols == ldb && (tb ? N : K) <= it->second.rows)
-      bits = it->second.bits.data();
-#ifdef XFMR_SIMD_ROWS
-    if constexpr (std::is_same_v<S, float>) {
-      if (bits && M == 1 && tb && !ta && alpha == S(1) && beta == S(0)) {
-        rounded_row_.resize(std::size_t(K));
-        for (int k = 0; k < K; ++k) rounded_row_[std::size_t(k)] = bf16::round(A[k]);
-        const float* x = rounded_row_.data();
-        detail::parallel_ranges(
-            N, long(N) * K >= detail::kGemvSplitWork,
-            [=](long n0, long n1) { detail::gemv_rows_bf16(int(n0), int(n1), K, bits, ldb, x, C); }, 16);
-        return;
-      }
-    }
-#endif
-    bf16::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bits);
-  }
-
-  struct Bf16Copy {
-    int rows = 0, cols = 0;
-    std::vector<std::uint16_t> bits;
-  };
-
   CpuOptions opts_;
-  std::unordered_map<const S*, Bf16Copy> bf16_copies_;  // keep_bf16_copy's, by weight
-  std::vector<float> rounded_row_;                       // a single row's operand, rounded (bf16_gemm)
+  detail::Bf16Products bf16_;  // products in bf16 precision, and the weight copies they read
   AlignedVector<S> scratch_;    // per-thread tiles for attention (attention_tiles); grows only
   std::vector<double> row_loss_;  // per-row cross-entropy before the ordered sum; grows only
 };
