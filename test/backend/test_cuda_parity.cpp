@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/parity.hpp"
@@ -433,6 +434,66 @@ BOOST_AUTO_TEST_CASE(attention_forward_backward) {
       expect_close(y, d_y.host(), "attention_forward" + what, 1e-4, 1e-5);
       expect_close(probs, d_probs.host(), "attention_forward probs" + what, 1e-4, 1e-6);
     }
+}
+
+// Tiled attention (CudaBackend::flash_attention_*) against the CPU's tiled
+// attention and the CPU's materialised one: masks (causal, padded, a
+// sequence with no visible key), dropout, grouped heads, cross lengths, T up
+// to 1024, heads of 32, 64 and 128; the log-sum-exps too. And the layer's
+// choice: with CudaOptions::flash_attention a training forward past 256 keys
+// goes tiled.
+BOOST_AUTO_TEST_CASE(tiled_attention_matches_the_cpu) {
+  struct Case {
+    int B, H, KVH, Tq, Tk, hd;
+    bool causal;
+    float rate;
+  };
+  for (const Case c : {Case{3, 2, 2, 300, 300, 32, true, 0.0f}, Case{3, 2, 2, 300, 300, 32, false, 0.2f},
+                       Case{2, 4, 2, 257, 257, 64, true, 0.1f}, Case{2, 2, 1, 70, 400, 128, false, 0.0f},
+                       Case{1, 2, 2, 1024, 1024, 64, true, 0.1f}, Case{2, 2, 2, 33, 20, 64, false, 0.3f}}) {
+    const int ldq = c.H * c.hd, ldk = c.KVH * c.hd;
+    const AttentionDims dims{c.B, c.H, c.Tq, c.Tk, c.hd, c.hd, 0, c.KVH, c.rate, 0xf1a5b0ULL + c.Tq};
+    std::vector<std::uint8_t> pad(std::size_t(c.B) * c.Tk, 0);
+    for (int j = c.Tk - 5; j < c.Tk; ++j) pad[j] = 1;                                  // sequence 0: padded tail
+    if (c.B > 1) std::fill(pad.begin() + c.Tk, pad.begin() + 2 * c.Tk, std::uint8_t(1));  // sequence 1: no key
+    const AttentionMask mask{c.causal, pad.data()};
+    const std::string what = " Tq " + std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + " hd " +
+                             std::to_string(c.hd) + (c.causal ? " causal" : "") + " dropout " + std::to_string(c.rate);
+    F q = randn(std::size_t(c.B) * c.Tq * ldq, 60), k = randn(std::size_t(c.B) * c.Tk * ldk, 61);
+    F v = randn(k.size(), 62), up = randn(q.size(), 63);
+    F y(q.size()), lse(std::size_t(c.B) * c.H * c.Tq), ym(q.size()), probs(std::size_t(c.B) * c.H * c.Tq * c.Tk);
+    F dq(q.size()), dk(k.size()), dv(v.size()), dqm(q.size()), dkm(k.size()), dvm(v.size());
+    DevF d_q(q), d_k(k), d_v(v), d_up(up), d_y(y.size()), d_lse(lse.size()), d_dq(q.size()), d_dk(k.size()),
+        d_dv(v.size());
+    cpu.flash_attention_forward(dims, q.data(), ldq, k.data(), ldk, v.data(), ldk, y.data(), ldq, lse.data(), mask);
+    cpu.flash_attention_backward(dims, up.data(), ldq, y.data(), ldq, q.data(), ldq, k.data(), ldk, v.data(), ldk,
+                                 lse.data(), mask, dq.data(), dk.data(), dv.data());
+    cpu.attention_forward(dims, q.data(), ldq, k.data(), ldk, v.data(), ldk, ym.data(), ldq, probs.data(), mask);
+    cpu.attention_backward(dims, up.data(), ldq, q.data(), ldq, k.data(), ldk, v.data(), ldk, probs.data(), dqm.data(),
+                           dkm.data(), dvm.data());
+    gpu.flash_attention_forward(dims, d_q.p(), ldq, d_k.p(), ldk, d_v.p(), ldk, d_y.p(), ldq, d_lse.p(), mask);
+    gpu.flash_attention_backward(dims, d_up.p(), ldq, d_y.p(), ldq, d_q.p(), ldq, d_k.p(), ldk, d_v.p(), ldk,
+                                 d_lse.p(), mask, d_dq.p(), d_dk.p(), d_dv.p());
+    const F gy = d_y.host(), glse = d_lse.host();
+    for (std::size_t r = 0; r < lse.size(); ++r)
+      BOOST_TEST((std::isinf(lse[r]) == std::isinf(glse[r])), "lse row " << r << what);
+    F finite_cpu, finite_gpu;
+    for (std::size_t r = 0; r < lse.size(); ++r)
+      if (!std::isinf(lse[r])) finite_cpu.push_back(lse[r]), finite_gpu.push_back(glse[r]);
+    expect_close(finite_cpu, finite_gpu, "flash lse" + what, 1e-4, 1e-5);
+    expect_close(y, gy, "flash_attention_forward y against the CPU's tiled" + what, 1e-4, 1e-5);
+    expect_close(ym, gy, "flash_attention_forward y against the CPU's materialised" + what, 1e-4, 1e-5);
+    for (const auto& [cpu_g, mat_g, gpu_g, name] :
+         {std::tuple{&dq, &dqm, &d_dq, "dq"}, std::tuple{&dk, &dkm, &d_dk, "dk"}, std::tuple{&dv, &dvm, &d_dv, "dv"}}) {
+      const F g = gpu_g->host();
+      expect_close(*cpu_g, g, std::string("flash_attention_backward ") + name + what, 1e-4, 1e-5);
+      expect_close(*mat_g, g, std::string("flash_attention_backward (materialised) ") + name + what, 1e-4, 1e-5);
+    }
+  }
+  CudaBackend flash({.flash_attention = true});
+  BOOST_TEST(flash.tiled_attention(AttentionDims{2, 12, 1024, 1024, 64, 64}));
+  BOOST_TEST(!flash.tiled_attention(AttentionDims{2, 12, 100, 100, 64, 64}));  // the fused kernels' length
+  BOOST_TEST(!gpu.tiled_attention(AttentionDims{2, 12, 1024, 1024, 64, 64}));   // off by default
 }
 
 // GPU ranks sum their gradients through NCCL (CudaBackend::all_reduce_sum).

@@ -161,6 +161,24 @@ BOOST_AUTO_TEST_CASE(self_attention_gradients_past_the_row_kernels) {
   check_self<LongPre>("SelfAttention causal + padding, GEMM path", {1, T}, true, pad);
 }
 
+// Past a tile of keys (cpu_flash_attention.hpp's kFlashKeys) and of query
+// rows: the tiled path's rescaling between key tiles, causal tiles skipped,
+// padding and dropout replayed tile by tile.
+struct TiledPre {
+  static constexpr int MAX_T = detail::kFlashKeys + 5, D_MODEL = 4, N_HEADS = 2, N_LAYERS = 1, D_FF = 8;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+};
+
+BOOST_AUTO_TEST_CASE(self_attention_gradients_across_tiles) {
+  constexpr int T = TiledPre::MAX_T;
+  std::vector<std::uint8_t> pad(T, 0);
+  pad[T - 1] = pad[3] = 1;
+  check_self<TiledPre>("SelfAttention tiled, causal + padding", {1, T}, true, pad);
+  check_self<TiledPre>("SelfAttention tiled, padding, dropout 0.2", {1, T}, false, pad, 0.2f);
+  check_cross<TiledPre>("CrossAttention tiled, Tq 70, Tk 133, padded", {1, 70}, {1, T}, pad, 0.1f);
+}
+
 BOOST_AUTO_TEST_CASE(cross_attention_gradients) {
   check_cross<TinyPre>("CrossAttention Tq 3, Tk 5", {2, 3}, {2, 5}, {});
 }

@@ -62,6 +62,14 @@
 //  sum_squares_each(tensors, sums)           sums[t] = sum_squares(tensors[t])
 //      for a list of SquaresTensor, bit for bit, with one read by the host
 //      (gradient_norm uses it where a backend has it)
+//  tiled_attention(dims) -> bool             whether a training forward of these
+//      dims goes through the two below (attention.hpp's layers ask)
+//  flash_attention_forward(dims, q, ldq, k, ldk, v, ldv, y, ldy, lse, mask)
+//      attention_forward's y without its probabilities: lse (B, H, Tq)
+//      assigned, each query row's log of its softmax sum (-inf: no key visible)
+//  flash_attention_backward(dims, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, mask, dq, dk, dv)
+//      attention_backward's gradients from y and lse of that forward (the
+//      probabilities recomputed tile by tile); the same mask
 //  graph_step(key, step)                     runs step() with its device work
 //      replayed as recorded graphs (CudaBackend: CUDA graphs); run_step()
 //      below calls it where a backend has it, and step() directly otherwise

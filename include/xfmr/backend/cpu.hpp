@@ -28,6 +28,7 @@
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/checks.hpp"
 #include "xfmr/backend/cpu_attention.hpp"
+#include "xfmr/backend/cpu_flash_attention.hpp"
 #include "xfmr/backend/cpu_bf16.hpp"
 #include "xfmr/backend/cpu_gemm.hpp"
 #include "xfmr/backend/cpu_parallel.hpp"
@@ -562,6 +563,27 @@ class CpuBackend {
                           const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
     detail::attention_backward(a, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv,
                                attention_tiles(detail::attention_backward_tiles(a)), opts_.bf16);
+  }
+
+  // ---- tiled attention (cpu_flash_attention.hpp) ---------------------------
+  // A training forward is tiled wherever the materialised one would take
+  // whole-head GEMMs (more than kRowAttentionRows query rows, or dropout):
+  // as fast there (BENCHMARKS.md) in memory linear in T; the row-by-row
+  // kernels of short sequences and decoding stay.
+  bool tiled_attention(const AttentionDims& a) const {
+    return a.Tq > detail::kRowAttentionRows || a.dropout > 0.0f;
+  }
+
+  void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
+                               S* y, int ldy, S* lse, const AttentionMask& mask) {
+    detail::flash_attention_forward(a, q, ldq, k, ldk, v, ldv, y, ldy, lse, mask,
+                                    attention_tiles(detail::flash_forward_tiles()), opts_.bf16);
+  }
+  void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo, const S* q, int ldq,
+                                const S* k, int ldk, const S* v, int ldv, const S* lse, const AttentionMask& mask,
+                                S* dq, S* dk, S* dv) {
+    detail::flash_attention_backward(a, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, mask, dq, dk, dv,
+                                     attention_tiles(detail::flash_backward_tiles()), opts_.bf16);
   }
 
  private:

@@ -216,6 +216,11 @@ struct CudaOptions {
   // graph_step() replays CUDA graphs; when false (or when the environment
   // sets XFMR_CUDA_GRAPHS=0) it runs the step directly, queueing every kernel.
   bool graph_steps = true;
+  // Tiled attention (flash_attention_*, attention.cu): training forwards past
+  // the fused kernels' 256 keys save log-sum-exps instead of the (B, H, Tq,
+  // Tk) probabilities. Off until its parity tests have run on a GPU
+  // (test_cuda_parity's tiled_attention_matches_the_cpu).
+  bool flash_attention = false;
 };
 
 class CudaBackend {
@@ -317,6 +322,13 @@ class CudaBackend {
                          int ldy, S* probs, const AttentionMask& mask);
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
                           const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv);
+  // Tiled attention (backend.hpp), where CudaOptions::flash_attention asks.
+  bool tiled_attention(const AttentionDims& a) const;
+  void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
+                               S* y, int ldy, S* lse, const AttentionMask& mask);
+  void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo, const S* q, int ldq,
+                                const S* k, int ldk, const S* v, int ldv, const S* lse, const AttentionMask& mask,
+                                S* dq, S* dk, S* dv);
 
   // Strided-batched row-major GEMM (attention scores and their gradients).
   void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, long stride_a,

@@ -24,7 +24,8 @@
 // (dropout().set_training), drawn from dropout()'s keys like a Dropout
 // layer's masks. The cached (decoding) forwards never drop.
 // Saves: the projections, the attention probabilities (B, H, T_q, T_kv),
-// undropped, and the inputs by pointer. Backward: parameter gradients
+// undropped, or with a backend that tiles (tiled_attention) each query row's
+// log-sum-exp (B, H, T_q) and the mask; and the inputs by pointer. Backward: parameter gradients
 // accumulate; input gradients (dx, or dx_q and dx_kv) are assigned.
 #pragma once
 
@@ -73,6 +74,65 @@ inline AttentionDims with_dropout(AttentionDims d, DropoutKeys& keys) {
   return d;
 }
 
+// Whether the backend computes a training forward of these dims tiled
+// (flash_attention_*: log-sum-exps saved, no (Tq, Tk) matrix); backends
+// without tiled attention always materialise.
+template <class Backend>
+bool tiles_attention(const Backend& be, const AttentionDims& d) {
+  if constexpr (requires { be.tiled_attention(d); }) return be.tiled_attention(d);
+  else return false;
+}
+
+// What a training forward saves for its backward, materialised or tiled:
+// the probabilities (B, H, Tq, Tk), undropped, or each query row's
+// log-sum-exp (B, H, Tq) with the mask, whose key padding (the caller's)
+// must outlive the backward, as the inputs do. keep_probabilities forces
+// the materialised path (to read them after a forward).
+template <class Backend>
+struct SavedAttention {
+  using S = typename Backend::Scalar;
+  typename Backend::template Buffer<S> saved;
+  AttentionMask mask;
+  bool tiled = false, keep_probabilities = false;
+
+  void forward(Backend& be, const AttentionDims& d, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
+               S* y, int ldy, const AttentionMask& m) {
+    tiled = !keep_probabilities && tiles_attention(be, d);
+    mask = m;
+    if constexpr (requires { be.tiled_attention(d); }) {
+      if (tiled) {
+        be.flash_attention_forward(d, q, ldq, k, ldk, v, ldv, y, ldy, saved.reserve(std::size_t(d.B) * d.H * d.Tq), m);
+        return;
+      }
+    }
+    be.attention_forward(d, q, ldq, k, ldk, v, ldv, y, ldy, saved.reserve(std::size_t(d.B) * d.H * d.Tq * d.Tk), m);
+  }
+  // A decoding step's forward: always materialised.
+  void forward_cached(Backend& be, const AttentionDims& d, const S* q, int ldq, const S* k, int ldk, const S* v,
+                      int ldv, S* y, int ldy, const AttentionMask& m) {
+    tiled = false;
+    be.attention_forward(d, q, ldq, k, ldk, v, ldv, y, ldy, saved.reserve(std::size_t(d.B) * d.H * d.Tq * d.Tk), m);
+  }
+  // y, ldy: the forward's output (the tiled backward reads it).
+  void backward(Backend& be, const AttentionDims& d, const S* dy, int lddy, const S* y, int ldy, const S* q, int ldq,
+                const S* k, int ldk, const S* v, int ldv, S* dq, S* dk, S* dv) {
+    if constexpr (requires { be.tiled_attention(d); }) {
+      if (tiled) {
+        be.flash_attention_backward(d, dy, lddy, y, ldy, q, ldq, k, ldk, v, ldv, saved.data(), mask, dq, dk, dv);
+        return;
+      }
+    }
+    (void)y, (void)ldy;
+    be.attention_backward(d, dy, lddy, q, ldq, k, ldk, v, ldv, saved.data(), dq, dk, dv);
+  }
+  // The probabilities of the last forward (B, H, Tq, Tk); empty after a tiled one.
+  std::span<const S> probabilities(const AttentionDims& d) const {
+    if (tiled) return {};
+    return {saved.data(), std::size_t(d.B) * d.H * d.Tq * d.Tk};
+  }
+  void release() { saved = {}; }
+};
+
 }  // namespace detail
 
 template <AttentionConfig Cfg, class Backend>
@@ -103,8 +163,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     qkv_.forward(be, x, qkv);
     if constexpr (ROPE) rope_.forward(be, bt.B, bt.T, 0, H + KV_HEADS, qkv.data, QKV);  // q and k heads, adjacent
     const S* q = qkv.data;
-    be.attention_forward(dims_, q, QKV, q + K_COL, QKV, q + V_COL, QKV, ctx.data, CTX,
-                         probs_.reserve(probs_size()), mask);  // probs (B, H, T, T)
+    attention_.forward(be, dims_, q, QKV, q + K_COL, QKV, q + V_COL, QKV, ctx.data, CTX, mask);
     proj_.forward(be, ctx, y);
   }
 
@@ -115,8 +174,8 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     proj_.backward(be, dy, dctx);
     const S* q = qkv_out_.data();
     S* dq = dqkv.data;
-    be.attention_backward(dims_, dctx.data, CTX, q, QKV, q + K_COL, QKV, q + V_COL, QKV, probs_.data(), dq,
-                          dq + K_COL, dq + V_COL);
+    attention_.backward(be, dims_, dctx.data, CTX, ctx_.data(), CTX, q, QKV, q + K_COL, QKV, q + V_COL, QKV, dq,
+                        dq + K_COL, dq + V_COL);
     if constexpr (ROPE) rope_.backward(be, bt_.B, bt_.T, 0, H + KV_HEADS, dq, QKV);
     qkv_.backward(be, dqkv, dx);
   }
@@ -137,9 +196,9 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     if constexpr (ROPE) rope_.forward(be, B, n, t0, H + KV_HEADS, qkv.data, QKV);
     cache.append(be, qkv.data, QKV, K_COL, V_COL, n);
     const AttentionDims dims{B, H, n, t0 + n, QK_HEAD_DIM, V_HEAD_DIM, cache.capacity(), KV_HEADS};
-    be.attention_forward(dims, qkv.data, QKV, cache.keys(), KV_HEADS * QK_HEAD_DIM, cache.values(),
-                         KV_HEADS * V_HEAD_DIM, ctx.data, CTX,
-                         probs_.reserve(std::size_t(B) * H * n * (t0 + n)), AttentionMask{true, nullptr});
+    dims_ = dims;
+    attention_.forward_cached(be, dims, qkv.data, QKV, cache.keys(), KV_HEADS * QK_HEAD_DIM, cache.values(),
+                              KV_HEADS * V_HEAD_DIM, ctx.data, CTX, AttentionMask{true, nullptr});
     proj_.forward(be, ctx, y);
   }
   void start_cache(KvCache<Backend>& cache, int B) const {
@@ -152,24 +211,33 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     proj_.visit(prefixed("proj.", f));
   }
 
-  // Attention probabilities of the last forward, (B, H, T, T), undropped.
-  std::span<const S> probabilities() const { return {probs_.data(), probs_size()}; }
+  // Attention probabilities of the last forward, (B, H, T, T), undropped;
+  // empty after a tiled forward (see keep_probabilities).
+  std::span<const S> probabilities() const { return attention_.probabilities(dims_); }
+  // Materialise the training forward's probabilities (to read them), not tiled.
+  void keep_probabilities(bool on) { attention_.keep_probabilities = on; }
   // The dims of the last forward (its dropout rate and key).
   const AttentionDims& last_dims() const { return dims_; }
 
   void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
   DropoutKeys& dropout() { return drop_; }
 
- private:
-  std::size_t probs_size() const { return std::size_t(bt_.B) * H * bt_.T * bt_.T; }
+  // Frees what the last forward saved and the backward's scratch (the next
+  // forward allocates again): activation recompute's memory.
+  void release() {
+    for (auto* b : {&qkv_out_, &ctx_, &dctx_, &dqkv_}) *b = {};
+    attention_.release();
+  }
 
+ private:
   Linear<D, QKV, Backend> qkv_;
   Linear<CTX, D, Backend> proj_;
   [[no_unique_address]] std::conditional_t<ROPE, RotaryPositions<Sz::MAX_T, QK_HEAD_DIM, Backend>, NoRotation> rope_;
   DropoutKeys drop_{0.0f, 0};
   Shape bt_;
   AttentionDims dims_;
-  Buffer<S> qkv_out_, ctx_, probs_, dctx_, dqkv_;
+  detail::SavedAttention<Backend> attention_;
+  Buffer<S> qkv_out_, ctx_, dctx_, dqkv_;
 };
 
 template <AttentionConfig Cfg, class Backend>
@@ -205,8 +273,7 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     const auto ctx = ctx_.template rows<CTX>(x_q.rows);    // (B*Tq, H*V)
     q_.forward(be, x_q, q);
     kv_.forward(be, x_kv, kv);
-    be.attention_forward(dims_, q.data, QW, kv.data, KVW, kv.data + V_COL, KVW, ctx.data, CTX,
-                         probs_.reserve(probs_size()), mask);  // probs (B, H, Tq, Tk)
+    attention_.forward(be, dims_, q.data, QW, kv.data, KVW, kv.data + V_COL, KVW, ctx.data, CTX, mask);
     proj_.forward(be, ctx, y);
   }
 
@@ -217,8 +284,8 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     const auto dkv = dkv_.template rows<KVW>(kv_shape_.rows());    // (B*Tk, KVW)
     proj_.backward(be, dy, dctx);
     const S* kv = kv_out_.data();
-    be.attention_backward(dims_, dctx.data, CTX, q_out_.data(), QW, kv, KVW, kv + V_COL, KVW, probs_.data(), dq.data,
-                          dkv.data, dkv.data + V_COL);
+    attention_.backward(be, dims_, dctx.data, CTX, ctx_.data(), CTX, q_out_.data(), QW, kv, KVW, kv + V_COL, KVW,
+                        dq.data, dkv.data, dkv.data + V_COL);
     q_.backward(be, dq, dx_q);
     kv_.backward(be, dkv, dx_kv);
   }
@@ -237,9 +304,9 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     const auto q = q_out_.template rows<QW>(x_q.rows);
     const auto ctx = ctx_.template rows<CTX>(x_q.rows);
     q_.forward(be, x_q, q);
-    const AttentionDims dims{B, H, n, src_len, QK_HEAD_DIM, V_HEAD_DIM, 0, KV_HEADS};
-    be.attention_forward(dims, q.data, QW, memory_kv, KVW, memory_kv + V_COL, KVW, ctx.data, CTX,
-                         probs_.reserve(std::size_t(B) * H * n * src_len), AttentionMask{false, src_padding});
+    dims_ = AttentionDims{B, H, n, src_len, QK_HEAD_DIM, V_HEAD_DIM, 0, KV_HEADS};
+    attention_.forward_cached(be, dims_, q.data, QW, memory_kv, KVW, memory_kv + V_COL, KVW, ctx.data, CTX,
+                              AttentionMask{false, src_padding});
     q_shape_ = Shape{B, n};
     kv_shape_ = Shape{B, src_len};
     proj_.forward(be, ctx, y);
@@ -252,16 +319,24 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     proj_.visit(prefixed("proj.", f));
   }
 
-  // Attention probabilities of the last forward, (B, H, T_q, T_kv), undropped.
-  std::span<const S> probabilities() const { return {probs_.data(), probs_size()}; }
+  // Attention probabilities of the last forward, (B, H, T_q, T_kv), undropped;
+  // empty after a tiled forward (see keep_probabilities).
+  std::span<const S> probabilities() const { return attention_.probabilities(dims_); }
+  // Materialise the training forward's probabilities (to read them), not tiled.
+  void keep_probabilities(bool on) { attention_.keep_probabilities = on; }
   // The dims of the last forward (its dropout rate and key).
   const AttentionDims& last_dims() const { return dims_; }
 
   void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
   DropoutKeys& dropout() { return drop_; }
 
+  // Frees what the last forward saved and the backward's scratch.
+  void release() {
+    for (auto* b : {&q_out_, &kv_out_, &ctx_, &dctx_, &dq_, &dkv_}) *b = {};
+    attention_.release();
+  }
+
  private:
-  std::size_t probs_size() const { return std::size_t(q_shape_.B) * H * q_shape_.T * kv_shape_.T; }
 
   Linear<D, QW, Backend> q_;
   Linear<D, KVW, Backend> kv_;
@@ -269,7 +344,8 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
   DropoutKeys drop_{0.0f, 0};
   Shape q_shape_, kv_shape_;
   AttentionDims dims_;
-  Buffer<S> q_out_, kv_out_, ctx_, probs_, dctx_, dq_, dkv_;
+  detail::SavedAttention<Backend> attention_;
+  Buffer<S> q_out_, kv_out_, ctx_, dctx_, dq_, dkv_;
 };
 
 }  // namespace xfmr
