@@ -79,6 +79,9 @@ struct Args {
   int shards = 0;      // training step and forward pass: DataParallel shards (0: one per CPU thread; 1: none)
   int zero = 0;        // under mpirun: 1, ZeRO-1 (AdamW's moments sharded over the ranks)
   std::string precision = "fp32";  // or bf16 (bf16 products)
+  std::string recompute = "none";  // train: activation recompute (none or block)
+  int attention = 0;               // > 0: time attention alone at this length, tiled and materialised
+  bool materialise_attention = false;  // the model's attention keeps its probabilities (not tiled)
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -197,11 +200,22 @@ double cached_step_flops(double t, double V) {
 // activation; then the final norm, the logits and their softmax). B is
 // this process's rows; `moments` the share of AdamW's moments it keeps (1,
 // or 1 / N under ZeRO-1).
+// Attention saves its probabilities (H T a row) where it materialises them,
+// a log-sum-exp (H) where it tiles; under cheap recompute the blocks share
+// one copy of the norm outputs (pre-norm) and the activation; under block
+// recompute the blocks keep their inputs and one block at a time the rest.
 template <class Cfg>
-json analytical_memory(std::size_t params, double B, double T, double V, double moments = 1.0) {
+json analytical_memory(std::size_t params, double B, double T, double V, double moments = 1.0, bool tiled = false,
+                       Recompute recompute = Recompute::none) {
   const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS, H = Cfg::N_HEADS;
   const double rows = B * T;
-  const double act = rows * (L * (D + 2 * (D + 2) + 3 * D + H * T + D + (ff_matrices<Cfg>() * FF)) + (D + 2) + 2 * V);
+  const double block = 2 * (D + 2) + 3 * D + (tiled ? H : H * T) + D + (ff_matrices<Cfg>() * FF);  // past its input
+  const bool pre = detail::pre_norm<Cfg>();
+  const double own = (pre ? 2 * D : 0) + FF, shared = (pre ? D : 0) + FF;  // cheap: each block's, the stack's
+  const double blocks = recompute == Recompute::block   ? L * D + block
+                        : recompute == Recompute::cheap ? L * (D + block - own) + shared
+                                                        : L * (D + block);
+  const double act = rows * (blocks + (D + 2) + 2 * V);
   const double p = double(params) * 4;
   return {{"parameters_mb", p / 1e6},
           {"gradients_mb", p / 1e6},
@@ -262,9 +276,13 @@ json run(const Args& a) {
   const double rss_before = peak_rss_mb();
   const double ceiling = gemm_ceiling(a, be);
   bool graphs = false;  // whether run_step replays graphs here
-  if constexpr (requires { be.options().graph_steps; }) graphs = be.options().graph_steps && !a.eager;
+  if constexpr (requires { be.options().graph_steps; })
+    graphs = be.options().graph_steps && !a.eager && a.recompute != "block";
   // A timed step: through run_step (graphs on a GPU) unless --eager.
-  auto timed_step = [&](const char* key, auto& step) { a.eager ? step() : run_step(be, key, step); };
+  // (Block recompute allocates within a step: no graphs for it.)
+  auto timed_step = [&](const char* key, auto& step) {
+    a.eager || a.recompute == "block" ? step() : run_step(be, key, step);
+  };
   json out = {{"impl", "xfmr"},
               {"backend", describe(be)},
               {"graph_steps", graphs},
@@ -278,7 +296,17 @@ json run(const Args& a) {
               {"parameters", Model::parameter_count(V, false)},
               {"results", json::object()}};
 
-  Model model(V, 1337, {.dropout = Cfg::DROPOUT});
+  const Recompute recompute_mode = parse_recompute(a.recompute);
+  out["recompute"] = recompute_name(recompute_mode);
+  const DecoderOptions model_opts{.dropout = Cfg::DROPOUT, .recompute = recompute_mode};
+  // --materialise-attention: every attention layer keeps its probabilities
+  // (the path before tiled attention), for comparison in one binary.
+  auto made = [&](std::unique_ptr<Model> m) {
+    for (int i = 0; i < Cfg::N_LAYERS; ++i) m->blocks()[i].attention().keep_probabilities(a.materialise_attention);
+    return m;
+  };
+  std::unique_ptr<Model> model_ptr = made(std::make_unique<Model>(V, 1337, model_opts));
+  Model& model = *model_ptr;
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
   Rng rng(7);
   std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
@@ -303,7 +331,7 @@ json run(const Args& a) {
   Trainer<Model, Be> trainer(
       model, be, opt,
       {.schedule = LrSchedule{.lr = 1e-4}, .shards = a.shards, .graph_steps = !a.eager, .group = &group, .zero = a.zero},
-      [&] { return std::make_unique<Model>(V, 1337, DecoderOptions{.dropout = Cfg::DROPOUT}); });
+      [&] { return made(std::make_unique<Model>(V, 1337, model_opts)); });
   out["shards"] = std::min(trainer.shards(), B);
   if (ranks > 1) out["zero"] = a.zero;
   auto forward = [&](const Shard& s, Model& m, Be& b) {
@@ -376,10 +404,14 @@ json run(const Args& a) {
     out["results"]["full_context_cached"] = summarize(step, 1, cached_step_flops<Cfg>(TM - 1, V), ceiling);
     out["results"]["full_context_recompute"] = summarize(full, 1, forward_flops<Cfg>(1, TM, V), ceiling);
   }
+  const int hd = Cfg::D_MODEL / Cfg::N_HEADS;
+  const bool tiled =
+      !a.materialise_attention && detail::tiles_attention(be, AttentionDims{my_rows, Cfg::N_HEADS, T, T, hd, hd});
   out["memory"] = {{"peak_rss_mb", peak_rss_mb()},
                    {"rss_before_model_mb", rss_before},
+                   {"attention", tiled ? "tiled" : "materialised"},
                    {"analytical", analytical_memory<Cfg>(Model::parameter_count(V, false), my_rows, T, V,
-                                                         a.zero == 1 ? 1.0 / ranks : 1.0)}};
+                                                         a.zero == 1 ? 1.0 / ranks : 1.0, tiled, recompute_mode)}};
   // Bandwidth, after the memory figures (its buffer would top them): a
   // cached token reads every weight once, from memory when the weights
   // outgrow the caches (64 MiB and more here; smaller models decode from
@@ -439,6 +471,56 @@ json run_allreduce(const Args& a) {
 }
 
 // Greedy decoding of a GPT-2 checkpoint (--gpt2) with the KV cache.
+// Attention alone, forward and backward, at T positions: GPT-2's heads (12
+// of 64), causal, batch --batch (0: 1), random inputs; tiled first, then
+// materialised (peak RSS only grows). Per path: the time of a forward and
+// backward, and the bytes it keeps from one to the other (probabilities or
+// log-sum-exps) and asks of the backend as per-thread scratch.
+template <class Be>
+json run_attention(const Args& a) {
+  require(std::string(Be::name) == "cpu", "--attention times the CPU's attention (not ", Be::name, ")");
+  Be be = make_backend<Be>(a.backend, a.precision);
+  const int B = a.batch > 0 ? a.batch : 1, H = 12, hd = 64, T = a.attention, ld = 3 * H * hd, K = H * hd;
+  const AttentionDims dims{B, H, T, T, hd, hd};
+  const AttentionMask mask{true, nullptr};
+  Rng rng(3);
+  std::vector<float> qkv(std::size_t(B) * T * ld), dy(std::size_t(B) * T * K), y(dy.size()), grads(qkv.size());
+  for (auto& x : qkv) x = float(rng.normal());
+  for (auto& x : dy) x = float(rng.normal());
+  const float* q = qkv.data();
+  float* g = grads.data();
+  const double threads = detail::thread_count(), bh = double(B) * H;
+  json out = {{"impl", "xfmr"}, {"backend", describe(be)}, {"attention", {{"B", B}, {"H", H}, {"T", T}, {"head", hd}}},
+              {"threads", detail::thread_count()}, {"results", json::object()}};
+  std::vector<float> saved;
+  {
+    saved.assign(std::size_t(bh * T), 0.0f);
+    const auto secs = time_calls(a, be, [&] {
+      be.flash_attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y.data(), K, saved.data(), mask);
+      be.flash_attention_backward(dims, dy.data(), K, y.data(), K, q, ld, q + K, ld, q + 2 * K, ld, saved.data(), mask,
+                                  g, g + K, g + 2 * K);
+    });
+    auto r = summarize(secs, double(B) * T, 0, 0);
+    r["saved_mb"] = bh * T * 4 / 1e6;
+    r["scratch_mb"] = threads * double(detail::flash_backward_tiles()) * 4 / 1e6;
+    r["peak_rss_mb"] = peak_rss_mb();
+    out["results"]["tiled"] = r;
+  }
+  {
+    saved.assign(std::size_t(bh * T * T), 0.0f);
+    const auto secs = time_calls(a, be, [&] {
+      be.attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y.data(), K, saved.data(), mask);
+      be.attention_backward(dims, dy.data(), K, q, ld, q + K, ld, q + 2 * K, ld, saved.data(), g, g + K, g + 2 * K);
+    });
+    auto r = summarize(secs, double(B) * T, 0, 0);
+    r["saved_mb"] = bh * T * T * 4 / 1e6;
+    r["scratch_mb"] = threads * double(detail::attention_backward_tiles(dims)) * 4 / 1e6;
+    r["peak_rss_mb"] = peak_rss_mb();
+    out["results"]["materialised"] = r;
+  }
+  return out;
+}
+
 template <class Be>
 json run_gpt2(const Args& a) {
   using Cfg = Gpt2Small;
@@ -582,6 +664,9 @@ void print(const json& r) {
   if (mem.contains("peak_device_mb"))
     std::cout << "  peak device memory " << std::setprecision(1) << mem["peak_device_mb"].get<double>()
               << " MB (xfmr's allocations)\n";
+  if (r.contains("recompute"))
+    std::cout << "  recompute " << r["recompute"].get<std::string>() << ", attention "
+              << mem.value("attention", std::string("materialised")) << "\n";
   std::cout << "  peak RSS " << std::setprecision(1) << mem["peak_rss_mb"].get<double>()
             << " MB; analytical params+grads+AdamW+activations"
             << (mem["analytical"].contains("bf16_weight_copies_mb") ? "+bf16 weight copies " : " ")
@@ -622,6 +707,13 @@ int main(int argc, char** argv) {
        "fp32, or bf16: matrix products on bfloat16 operands summed in float32 (CPU with AVX512-BF16)")
       ("zero", po::value(&a.zero)->default_value(a.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 keeps them whole")
+      ("recompute", po::value(&a.recompute)->default_value(a.recompute),
+       "training step: activation recompute, none or block (peak memory: run one mode a process)")
+      ("materialise-attention", po::bool_switch(&a.materialise_attention),
+       "the model's attention layers keep their probabilities instead of tiling (the path before tiled attention)")
+      ("attention", po::value(&a.attention)->default_value(a.attention),
+       "time attention alone instead, forward and backward at this many positions (12 heads of 64, causal, batch "
+       "--batch or 1): tiled against materialised, with what each saves and the peak RSS after each")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;
@@ -653,7 +745,20 @@ int main(int argc, char** argv) {
       if (!a.json_path.empty() && ProcessGroup::world().root()) write_text_atomic(a.json_path, result.dump(1) + "\n");
       return 0;
     }
-    if (!a.gpt2.empty()) {
+    if (a.attention > 0) {
+      with_backend(a.backend, [&]<class Be>() { result = run_attention<Be>(a); });
+      const auto& s = result["attention"];
+      std::cout << "xfmr-bench attention forward+backward (B" << s["B"] << " H" << s["H"] << " T" << s["T"] << " head "
+                << s["head"] << ", causal), " << result["backend"].get<std::string>() << ", " << result["threads"]
+                << " threads\n";
+      for (const auto& [name, m] : result["results"].items())
+        std::cout << "  " << std::left << std::setw(13) << name << std::right << std::fixed << std::setprecision(2)
+                  << std::setw(10) << m["median_ms"].get<double>() << " ms  saved " << std::setprecision(2)
+                  << m["saved_mb"].get<double>() << " MB, scratch " << m["scratch_mb"].get<double>()
+                  << " MB, peak RSS after " << std::setprecision(1) << m["peak_rss_mb"].get<double>() << " MB\n";
+      if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");
+      return 0;
+    } else if (!a.gpt2.empty()) {
       with_backend(a.backend, [&]<class Be>() { result = run_gpt2<Be>(a); });
     } else if (a.translator.empty()) {
       with_backend(a.backend, [&]<class Be>() { with_lm_preset(a.model, [&]<class Cfg>() { result = run<Cfg, Be>(a); }); });

@@ -232,7 +232,8 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   using Model = Decoder<Cfg, Be>;
   RunSettings& run = args.run;
   const float dropout = run.dropout >= 0 ? run.dropout : Cfg::DROPOUT;
-  const DecoderOptions model_opts{.dropout = dropout, .attention_dropout = run.attention_dropout};
+  const DecoderOptions model_opts{
+      .dropout = dropout, .attention_dropout = run.attention_dropout, .recompute = parse_recompute(args.recompute)};
   const Corpus corpus = load_corpus(args.data, run);
 
   // Tokenizer: built from the whole corpus, or the checkpoint's.

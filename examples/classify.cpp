@@ -240,7 +240,8 @@ void train(TrainArgs a) {
   Model model(tok.size(), classes, a.seed,
               {.dropout = a.dropout >= 0 ? a.dropout : Cfg::DROPOUT,
                .attention_dropout = a.attention_dropout,
-               .pooling = cls ? Pooling::Cls : Pooling::Mean});
+               .pooling = cls ? Pooling::Cls : Pooling::Mean,
+               .recompute = parse_recompute(a.recompute)});
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = a.weight_decay});
   const long steps_per_epoch = long((train_data.seqs.size() + a.batch - 1) / a.batch);
   const long total = steps_per_epoch * a.epochs;

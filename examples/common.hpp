@@ -279,6 +279,7 @@ struct RunOptions {
   int shards = 0;          // DataParallel shards of a CPU step (0: its default)
   int zero = 0;            // under mpirun, 1: ZeRO-1, the optimizer's state sharded over the ranks
   std::string precision = "fp32";  // or bf16: bf16 matrix products
+  std::string recompute = "none";  // or block: activation recompute (block_stack.hpp)
   bool overwrite = false;  // --out may replace a checkpoint this run did not resume from
 };
 
@@ -309,6 +310,10 @@ inline void add_run_options(boost::program_options::options_description& opts, R
       ("precision", po::value(&r.precision)->default_value(r.precision),
        "fp32, or bf16: matrix products on bfloat16 operands summed in float32, the rest in float32 (CPU with "
        "AVX512-BF16, elsewhere float32 with a notice; --backend cuda: tensor cores)")
+      ("recompute", po::value(&r.recompute)->default_value(r.recompute),
+       "activation recompute: none, or block (each block frees its activations after its forward and runs that "
+       "forward again before its backward: the same gradients bit for bit, in one block's activation memory instead "
+       "of every block's, for about a third more compute)")
       ("zero", po::value(&r.zero)->default_value(r.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1; the same weights), 0 keeps them whole")
       ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);

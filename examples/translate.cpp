@@ -260,9 +260,12 @@ void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::strin
   std::vector<std::int32_t> tgt_in = {v.bos()};
   tgt_in.insert(tgt_in.end(), tgt.begin(), tgt.end());
   const int S = static_cast<int>(src.size()), T = static_cast<int>(tgt_in.size());
+  auto& cross = model.block(Model::N_DEC - 1).cross_attention();
+  cross.keep_probabilities(true);  // not tiled: the map reads them
   model.forward(be, src, Shape{1, S}, nullptr, tgt_in, Shape{1, T});
+  cross.keep_probabilities(false);
   std::vector<float> staging;
-  const auto probs = be.host_view(model.block(Model::N_DEC - 1).cross_attention().probabilities(), staging);  // (1, heads, T, S)
+  const auto probs = be.host_view(cross.probabilities(), staging);  // (1, heads, T, S)
   const int heads = static_cast<int>(probs.size() / (std::size_t(T) * S));
   require(head < heads, "--head ", head, " out of range [0, ", heads, ")");
   std::vector<double> m(std::size_t(T) * S, 0.0);
@@ -355,7 +358,8 @@ void train(TrainArgs a) {
   const Seq2SeqOptions model_opts{.dropout = Cfg::DROPOUT,
                                   .attention_dropout = a.attention_dropout,
                                   .tie_output = false,
-                                  .share_embeddings = v.shared};
+                                  .share_embeddings = v.shared,
+                                  .recompute = parse_recompute(a.recompute)};
   Model model(v.src.size(), v.tgt.size(), a.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
   const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;

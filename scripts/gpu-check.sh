@@ -11,7 +11,8 @@
 # 4. xfmr-bench and benchmark/pytorch_reference.py --device cuda, alternately:
 #    shakespeare-small (CPU, CUDA with graph steps, CUDA queueing every
 #    kernel, PyTorch) and the GPT-2-small shaped model, in float32 and in
-#    bf16 (xfmr's --precision bf16 products, PyTorch's autocast).
+#    bf16 (xfmr's --precision bf16 products, PyTorch's autocast); then the
+#    GPT-2-small step's time and peak device memory per --recompute mode.
 # Everything lands in OUT_DIR (default build/gpu-check). Every step runs even
 # when an earlier one fails; the exit status says whether all passed.
 #
@@ -103,6 +104,11 @@ for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
     --batch 8 --min-time 2 --json "$out/gpt2_cuda_bf16_$round.json"
   step "torch gpt2 cuda bf16 $round" $ref --model gpt2-small --precision bf16 --sdpa --modes train,forward --batch 8 \
     --min-time 2 --json "$out/gpt2_torch_bf16_$round.json"
+done
+# Peak device memory of a GPT-2-small step per recompute mode (one process each).
+for mode in none cheap block; do
+  step "bench gpt2 cuda recompute $mode" "$bench" --model gpt2-small --backend cuda --modes train --batch 8 \
+    --recompute "$mode" --min-time 2 --json "$out/gpt2_cuda_recompute_$mode.json"
 done
 
 if ((${#failed[@]})); then

@@ -238,6 +238,69 @@ BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
   BOOST_TEST(tc == tg);
 }
 
+// Activation recompute on the GPU: cheap and block give the gradients of
+// none bit for bit (dropout on, masks replayed); and with tiled attention
+// (CudaOptions::flash_attention) past the fused kernels' 256 keys, a
+// Decoder's logits and gradients agree with the CPU's (tiled there too).
+struct Long : Small {
+  static constexpr int MAX_T = 300;
+};
+template <class Model>
+F device_gradients(Model& m) {
+  F all;
+  m.visit([&](auto&&, auto&, auto& grad) {
+    F h(grad.size());
+    grad.copy_to_host(h.data());
+    all.insert(all.end(), h.begin(), h.end());
+  });
+  return all;
+}
+BOOST_AUTO_TEST_CASE(recompute_and_tiled_attention_on_the_gpu) {
+  const int V = 40;
+  for (const Shape bt : {Shape{4, Small::MAX_T}, Shape{2, Long::MAX_T}}) {
+    const bool long_rows = bt.T > Small::MAX_T;
+    Gpu gpu({.flash_attention = true});
+    Cpu cpu;
+    const auto ids = random_ids(bt.rows(), V, 90);
+    const F up = randn(std::size_t(bt.rows()) * V, 91);
+    DevF d_up(up);
+    auto run = [&]<class Cfg>(Recompute mode, F& logits) {
+      Decoder<Cfg, Gpu> g(V, 99, {.dropout = 0.1f, .attention_dropout = 0.1f, .recompute = mode});
+      zero_grads(g);
+      std::vector<float> staging;
+      const auto l = gpu.host_view(g.forward(gpu, ids, bt), staging);
+      logits.assign(l.begin(), l.end());
+      g.backward(gpu, std::span<const float>(d_up.p(), up.size()));
+      return device_gradients(g);
+    };
+    auto check = [&]<class Cfg>() {
+      F l_none, l_cheap, l_block;
+      const F none = run.template operator()<Cfg>(Recompute::none, l_none);
+      const F cheap = run.template operator()<Cfg>(Recompute::cheap, l_cheap);
+      const F block = run.template operator()<Cfg>(Recompute::block, l_block);
+      const std::string at = " T " + std::to_string(bt.T);
+      BOOST_TEST((l_none == l_cheap && l_none == l_block), "GPU recompute logits" << at);
+      BOOST_TEST((none == cheap), "GPU cheap recompute gradients, bit for bit" << at);
+      BOOST_TEST((none == block), "GPU block recompute gradients, bit for bit" << at);
+      // Against the CPU, without dropout (the masks agree, but keep it to the attention paths).
+      Decoder<Cfg, Cpu> c(V, 99);
+      Decoder<Cfg, Gpu> g(V, 99);
+      zero_grads(c);
+      zero_grads(g);
+      const auto lc = c.forward(cpu, ids, bt);
+      std::vector<float> staging;
+      const auto lg = gpu.host_view(g.forward(gpu, ids, bt), staging);
+      expect_close(F(lc.begin(), lc.end()), F(lg.begin(), lg.end()), "tiled Decoder logits" + at, kModelRtol,
+                   kModelAtol);
+      c.backward(cpu, up);
+      g.backward(gpu, std::span<const float>(d_up.p(), up.size()));
+      expect_same_tensors(c, g, true, "tiled Decoder gradients" + at, kModelRtol, kModelAtol);
+    };
+    if (long_rows) check.template operator()<Long>();
+    else check.template operator()<Small>();
+  }
+}
+
 // bf16 products on both backends (CudaOptions::bf16, and CpuOptions::bf16
 // where the CPU has them, else float32): a Decoder's logits and gradients
 // within 2 x 4 x 2^-8 of their scale (test_bf16's model bound, once for each

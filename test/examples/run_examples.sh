@@ -60,8 +60,10 @@ train_tiny() {  # train_tiny STEPS OUT [extra...]
 
 case "$case_name" in
   charlm_help)
-    "$charlm" train --help | grep -q -- "--resume" || fail "train --help lacks --resume"
-    "$charlm" sample --help | grep -q -- "--top-p" || fail "sample --help lacks --top-p"
+    # (the whole help read first: grep -q stopping early would break the pipe)
+    grep -q -- "--resume" <<< "$("$charlm" train --help)" || fail "train --help lacks --resume"
+    grep -q -- "--recompute" <<< "$("$charlm" train --help)" || fail "train --help lacks --recompute"
+    grep -q -- "--top-p" <<< "$("$charlm" sample --help)" || fail "sample --help lacks --top-p"
     ;;
   charlm_train_sample)
     make_corpus
@@ -155,6 +157,18 @@ case "$case_name" in
     [ "$(head -c 40 s.txt | wc -m)" -eq 40 ] || { cat s.txt; fail "bf16 sampling printed too little"; }
     grep -q "40 tokens in .* KV cache" s.err || { cat s.err; fail "bf16 sampling gave no speed line"; }
     expect_error "unknown --precision 'int8' (expected fp32 or bf16)" "$charlm" sample --checkpoint f32 --precision int8
+    ;;
+  charlm_recompute)
+    # --recompute cheap and block train the weights of none bit for bit
+    # (dropout on, two shards: the replicas recompute too).
+    make_corpus
+    for mode in none cheap block; do
+      train_tiny 20 "r_$mode" --recompute "$mode" --attention-dropout 0.1 --dropout 0.1 --shards 2 > "$mode.log" 2>&1 \
+        || { cat "$mode.log"; fail "training with --recompute $mode failed"; }
+    done
+    cmp r_none/model.safetensors r_cheap/model.safetensors || fail "--recompute cheap trained other weights"
+    cmp r_none/model.safetensors r_block/model.safetensors || fail "--recompute block trained other weights"
+    expect_error "unknown recompute mode 'all' (none, cheap or block)" "$charlm" train --data corpus.txt --recompute all
     ;;
   charlm_bad_input)
     make_corpus

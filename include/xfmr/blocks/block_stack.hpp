@@ -4,17 +4,46 @@
 // same loops for blocks that take more (Seq2Seq's decoder blocks: the
 // memory, each layer's own memory keys and values). Parameters
 // "blocks.<i>.*". Backward: parameter gradients accumulate; dx assigned.
+//
+// Activation recompute (gradient checkpointing), set_recompute:
+//   none   every block keeps what its forward saved until its backward;
+//   cheap  the norms' outputs (PreNorm) and the feed-forward activation's go
+//          into two buffers the stack's blocks share, and each block
+//          computes them again there just before its backward needs them
+//          (llm.c's -r 2): a norm and an elementwise function per block
+//          more, two of D and one of D_FF fewer a row per block;
+//   block  each block frees what it saved once its forward is done (the
+//          stack keeps every block's input, as it always does) and runs
+//          that forward again just before its backward, its dropout
+//          counters wound back so the masks repeat: the gradients are bit
+//          for bit those of none, in the memory of one block's activations
+//          instead of N (blocks keep their forward's arguments: replay()).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
+#include "xfmr/layers/dropout.hpp"
 
 namespace xfmr {
+
+enum class Recompute { none, cheap, block };
+
+inline const char* recompute_name(Recompute r) {
+  return r == Recompute::block ? "block" : r == Recompute::cheap ? "cheap" : "none";
+}
+inline Recompute parse_recompute(std::string_view name) {
+  if (name == "none") return Recompute::none;
+  if (name == "cheap") return Recompute::cheap;
+  if (name == "block") return Recompute::block;
+  detail::fail("unknown recompute mode '", name, "' (none, cheap or block)");
+}
 
 template <class Block, class Backend>
 class BlockStack {
@@ -29,17 +58,27 @@ class BlockStack {
     blocks_.reserve(n);
     for (int i = 0; i < n; ++i) blocks_.emplace_back(rng, dropout, attention_dropout);
   }
+  // The blocks may point into this object (cheap recompute's shared buffers).
+  BlockStack(const BlockStack&) = delete;
+  BlockStack& operator=(const BlockStack&) = delete;
 
   // x (B*T, D) -> y (B*T, D). Each block's input is kept for its backward.
   template <class... Extra>
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, Extra... extra) {
-    forward_each(x, y, [&](Block& b, int, ConstRows<S, D> in, Rows<S, D> out) { b.forward(be, in, out, bt, extra...); });
+    train_each(x, y, [&](Block& b, int, ConstRows<S, D> in, Rows<S, D> out) { b.forward(be, in, out, bt, extra...); });
   }
 
   // dy (B*T, D) -> dx (B*T, D), assigned; dx must not alias dy.
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
-    backward_each(dy, dx, [&](Block& b, int, ConstRows<S, D> dout, Rows<S, D> din) { b.backward(be, dout, din); });
+    backward_each(be, dy, dx, [&](Block& b, int, ConstRows<S, D> dout, Rows<S, D> din) { b.backward(be, dout, din); });
   }
+
+  void set_recompute(Recompute r) {
+    recompute_ = r;
+    const bool cheap = r == Recompute::cheap;
+    for (auto& b : blocks_) b.share_recomputed(cheap ? &shared_norm_ : nullptr, cheap ? &shared_activated_ : nullptr);
+  }
+  Recompute recompute() const { return recompute_; }
 
   // Incremental decoding through every block, layer i using cache[i].
   template <class Cache>
@@ -53,7 +92,8 @@ class BlockStack {
   // do (a decoder block's memory, its own keys and values per layer):
   // f(block, i, in, out) runs block i from the previous block's output
   // (x for block 0) into the next one's input (y for the last); g(block,
-  // i, dout, din) runs the blocks' backward passes in reverse.
+  // i, dout, din) runs the blocks' backward passes in reverse (after
+  // replaying block i's forward under Recompute::block).
   template <class F>
   void forward_each(ConstRows<S, D> x, Rows<S, D> y, F&& f) {
     const int n = size();
@@ -65,14 +105,36 @@ class BlockStack {
       in = out;
     }
   }
+  // forward_each for a training forward: under Recompute::block each block
+  // frees its activations after its forward, its dropout counters noted.
+  template <class F>
+  void train_each(ConstRows<S, D> x, Rows<S, D> y, F&& f) {
+    if (recompute_ != Recompute::block) {
+      forward_each(x, y, std::forward<F>(f));
+      return;
+    }
+    calls_.assign(blocks_.size(), {});
+    forward_each(x, y, [&](Block& b, int i, ConstRows<S, D> in, Rows<S, D> out) {
+      b.for_each_dropout([&](DropoutKeys& k) { calls_[i].push_back(k.calls()); });
+      f(b, i, in, out);
+      b.release();
+    });
+  }
   template <class G>
-  void backward_each(ConstRows<S, D> dy, Rows<S, D> dx, G&& g) {
+  void backward_each(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx, G&& g) {
     const int n = size();
     S* scratch = grads_.reserve(2 * dy.size());  // ping-pong between blocks
     ConstRows<S, D> d = dy;
     for (int i = n - 1; i >= 0; --i) {
       const Rows<S, D> out = i == 0 ? dx : Rows<S, D>(scratch + std::size_t(i % 2) * dy.size(), dy.rows);
+      if (recompute_ == Recompute::block) {
+        require(calls_.size() == blocks_.size(), "recompute: a backward without its training forward");
+        std::size_t k = 0;
+        blocks_[i].for_each_dropout([&](DropoutKeys& keys) { keys.set_calls(calls_[i].at(k++)); });
+        blocks_[i].replay(be);
+      }
       g(blocks_[i], i, d, out);
+      if (recompute_ == Recompute::block) blocks_[i].release();
       d = out;
     }
   }
@@ -91,6 +153,9 @@ class BlockStack {
  private:
   std::vector<Block> blocks_;
   Buffer<S> acts_, grads_;
+  Recompute recompute_ = Recompute::none;
+  Buffer<S> shared_norm_, shared_activated_;  // cheap recompute's, for every block
+  std::vector<std::vector<std::uint64_t>> calls_;  // block i's dropout counters before its forward (block)
 };
 
 }  // namespace xfmr

@@ -45,6 +45,7 @@ class DecoderBlock {
 
   void forward(Backend& be, ConstRows<S, D> x, ConstRows<S, D> memory, Rows<S, D> y, Shape tgt, Shape src,
                const std::uint8_t* tgt_padding = nullptr, const std::uint8_t* src_padding = nullptr) {
+    last_ = {x, memory, y, tgt, src, tgt_padding, src_padding};
     const AttentionMask self_mask{true, tgt_padding};
     const AttentionMask cross_mask{false, src_padding};
     const auto h1 = h1_.template rows<D>(x.rows);  // (B*T_tgt, D) after self-attention
@@ -82,6 +83,24 @@ class DecoderBlock {
     r1_.backward(be, dh1, dx, [&](ConstRows<S, D> dout, Rows<S, D> din) { self_attn_.backward(be, dout, din); });
   }
 
+  // Activation recompute: see SelfAttentionBlock::replay and release.
+  void replay(Backend& be) {
+    forward(be, last_.x, last_.memory, last_.y, last_.tgt, last_.src, last_.tgt_padding, last_.src_padding);
+  }
+  void share_recomputed(Buffer<S>* norm, Buffer<S>* activated) {
+    for (auto* r : {&r1_, &r2_, &r3_}) r->share_norm_output(norm);
+    ff_.share_activated(activated);
+  }
+  void release() {
+    self_attn_.release();
+    cross_attn_.release();
+    ff_.release();
+    r1_.release();
+    r2_.release();
+    r3_.release();
+    for (auto* b : {&h1_, &h2_, &dh1_, &dh2_}) *b = {};
+  }
+
   template <class F>
   void visit(F&& f) {
     r1_.visit(prefixed("ln1.", f));
@@ -111,6 +130,12 @@ class DecoderBlock {
   FeedForward<Cfg, Backend> ff_;
   Residual<Norm, D, Backend, norm_layer_t<Cfg, D, Backend>> r1_, r2_, r3_;
   Buffer<S> h1_, h2_, dh1_, dh2_;
+  struct {
+    ConstRows<S, D> x, memory;
+    Rows<S, D> y;
+    Shape tgt, src;
+    const std::uint8_t *tgt_padding, *src_padding;
+  } last_{};
 };
 
 }  // namespace xfmr

@@ -42,6 +42,7 @@ class SelfAttentionBlock {
   }
 
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, const std::uint8_t* key_padding = nullptr) {
+    last_ = {x, y, bt, key_padding};
     const AttentionMask mask{CAUSAL, key_padding};
     const auto h = mid_.template rows<D>(x.rows);  // (B*T, D) after the attention sublayer
     r1_.forward(be, x, h, [&](ConstRows<S, D> in, Rows<S, D> out) { attn_.forward(be, in, out, bt, mask); });
@@ -61,6 +62,25 @@ class SelfAttentionBlock {
     const auto dh = dmid_.template rows<D>(dy.rows);  // (B*T, D)
     r2_.backward(be, dy, dh, [&](ConstRows<S, D> dout, Rows<S, D> din) { ff_.backward(be, dout, din); });
     r1_.backward(be, dh, dx, [&](ConstRows<S, D> dout, Rows<S, D> din) { attn_.backward(be, dout, din); });
+  }
+
+  // Activation recompute (block_stack.hpp): the last forward again, from the
+  // same input (which must still hold it) into the same output, and freeing
+  // everything forward and backward keep.
+  void replay(Backend& be) { forward(be, last_.x, last_.y, last_.bt, last_.key_padding); }
+  // Cheap recompute: the norms' outputs and the activation's in a stack's
+  // shared buffers (Residual::share_norm_output, FeedForward::share_activated).
+  void share_recomputed(Buffer<S>* norm, Buffer<S>* activated) {
+    r1_.share_norm_output(norm);
+    r2_.share_norm_output(norm);
+    ff_.share_activated(activated);
+  }
+  void release() {
+    attn_.release();
+    ff_.release();
+    r1_.release();
+    r2_.release();
+    mid_ = {}, dmid_ = {};
   }
 
   template <class F>
@@ -87,6 +107,12 @@ class SelfAttentionBlock {
   FeedForward<Cfg, Backend> ff_;
   Residual<Norm, D, Backend, norm_layer_t<Cfg, D, Backend>> r1_, r2_;
   Buffer<S> mid_, dmid_;
+  struct {
+    ConstRows<S, D> x;
+    Rows<S, D> y;
+    Shape bt;
+    const std::uint8_t* key_padding;
+  } last_{};
 };
 
 template <BlockConfig Cfg, class Backend>

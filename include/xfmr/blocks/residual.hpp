@@ -8,8 +8,9 @@
 // f is the wrapped sublayer (attention or feed-forward), given to forward as
 // f(in, out) and to backward as g(dout, din) with din assigned.
 //
-// Saves: the normalised input (PreNorm) or the residual sum (PostNorm), and
-// what LN and dropout save. Backward: parameter gradients accumulate; dx is
+// Saves: the normalised input (PreNorm; under cheap recompute, in a buffer
+// shared by a stack's blocks, recomputed in backward) or the residual sum
+// (PostNorm), and what LN and dropout save. Backward: parameter gradients accumulate; dx is
 // assigned and must not alias dy. Parameters: the norm's ("weight", and
 // LayerNorm's "bias").
 #pragma once
@@ -66,7 +67,8 @@ class Residual {
     require_rows(y, x.rows, "residual output");
     const auto sub = sub_.template rows<D>(x.rows);  // (rows, D) f's output, dropped in place
     if constexpr (PRE) {
-      const auto h = inner_.template rows<D>(x.rows);  // LN(x)
+      const auto h = (shared_ ? *shared_ : inner_).template rows<D>(x.rows);  // LN(x)
+      x_ = x;
       norm_.forward(be, x, h);
       f(ConstRows<S, D>(h), sub);
       drop_.forward(be, sub, sub);
@@ -87,6 +89,7 @@ class Residual {
     if constexpr (PRE) {
       const auto dh = dinner_.template rows<D>(dy.rows);  // d LN(x)
       drop_.backward(be, dy, dsub);
+      if (shared_) norm_.forward(be, x_, shared_->template rows<D>(dy.rows));  // LN(x) again, where f saved it
       g(ConstRows<S, D>(dsub), dh);
       norm_.backward(be, dh, dx);
       be.add_to(dy.size(), dy.data, dx.data);
@@ -110,11 +113,28 @@ class Residual {
     f(static_cast<DropoutKeys&>(drop_));
   }
   const DropoutKeys& dropout() const { return drop_; }
+  // Activation recompute "cheap" (block_stack.hpp): a PreNorm residual
+  // writes LN(x) into `shared` (one buffer for the norms of every block of
+  // a stack, so the sublayer's saved pointer into it stays valid) and
+  // computes it there again just before its sublayer's backward; nullptr:
+  // its own buffer. PostNorm keeps its own (its norm's input is the
+  // sublayer's output: not cheap to recompute).
+  void share_norm_output(Buffer<S>* shared) {
+    if constexpr (PRE) shared_ = shared;
+  }
+  // Frees what the last forward saved and the backward's scratch.
+  void release() {
+    norm_.release();
+    drop_.release();
+    for (auto* b : {&inner_, &sub_, &dinner_, &dsub_}) *b = {};
+  }
 
  private:
   NormLayer norm_;
   Dropout<D, Backend> drop_;
   Buffer<S> inner_, sub_, dinner_, dsub_;
+  Buffer<S>* shared_ = nullptr;  // LN(x) under cheap recompute (PreNorm)
+  ConstRows<S, D> x_;            // the input, for that recompute
 };
 
 }  // namespace xfmr

@@ -102,6 +102,10 @@ class Dropout : public DropoutKeys {
   bool active_ = false;
   int rows_ = 0;
   Buffer<std::uint8_t> keep_;  // (rows, D)
+
+ public:
+  // Frees the saved mask (activation recompute).
+  void release() { keep_ = {}; }
 };
 
 }  // namespace xfmr

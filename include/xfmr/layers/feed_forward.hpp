@@ -35,7 +35,7 @@ class FeedForward {
 
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
     const auto h = hidden_.template rows<HIDDEN>(x.rows);  // (rows, HIDDEN) pre-activation
-    const auto a = activated_.template rows<FF>(x.rows);   // (rows, D_FF)
+    const auto a = (shared_ ? *shared_ : activated_).template rows<FF>(x.rows);  // (rows, D_FF)
     fc1_.forward(be, x, h);
     if constexpr (GATED)
       Act::forward(be, x.rows, FF, h.data, a.data);
@@ -46,6 +46,13 @@ class FeedForward {
 
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
     const auto da = dactivated_.template rows<FF>(dy.rows);  // (rows, D_FF), reused for dh when not gated
+    if (shared_) {  // the activation again, where fc2 saved it
+      const auto a = shared_->template rows<FF>(dy.rows);
+      if constexpr (GATED)
+        Act::forward(be, dy.rows, FF, hidden_.data(), a.data);
+      else
+        act_.forward(be, ConstRows<S, HIDDEN>(hidden_.data(), dy.rows), a);
+    }
     fc2_.backward(be, dy, da);
     if constexpr (GATED) {
       const auto dh = dhidden_.template rows<HIDDEN>(dy.rows);  // (rows, 2 D_FF)
@@ -55,6 +62,16 @@ class FeedForward {
       act_.backward(be, da, da);
       fc1_.backward(be, da, dx);
     }
+  }
+
+  // Activation recompute "cheap" (block_stack.hpp): the activation's output
+  // goes into `shared` (one buffer for every block of a stack) and is
+  // computed there again from the saved pre-activation just before fc2's
+  // backward; nullptr: its own buffer.
+  void share_activated(Buffer<S>* shared) { shared_ = shared; }
+  // Frees what the last forward saved and the backward's scratch.
+  void release() {
+    for (auto* b : {&hidden_, &activated_, &dactivated_, &dhidden_}) *b = {};
   }
 
   template <class F>
@@ -68,6 +85,7 @@ class FeedForward {
   Activation<Act, FF, Backend> act_;  // elementwise activations only (unused when gated)
   Linear<FF, D, Backend> fc2_;
   Buffer<S> hidden_, activated_, dactivated_, dhidden_;
+  Buffer<S>* shared_ = nullptr;  // the activation's output under cheap recompute
 };
 
 }  // namespace xfmr

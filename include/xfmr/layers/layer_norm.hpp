@@ -49,6 +49,10 @@ class LayerNorm {
   S eps_;
   ConstRows<S, D> x_;
   Buffer<S> mean_, rstd_;  // (rows)
+
+ public:
+  // Frees what the last forward saved (activation recompute).
+  void release() { mean_ = {}, rstd_ = {}; }
 };
 
 }  // namespace xfmr

@@ -47,6 +47,10 @@ class RmsNorm {
   S eps_;
   ConstRows<S, D> x_;
   Buffer<S> rstd_;  // (rows)
+
+ public:
+  // Frees what the last forward saved (activation recompute).
+  void release() { rstd_ = {}; }
 };
 
 }  // namespace xfmr

@@ -24,6 +24,7 @@ struct ClassifierOptions {
   float dropout = 0.0f;            // on the residual branches
   float attention_dropout = 0.0f;  // on the attention probabilities
   Pooling pooling = Pooling::Mean;
+  Recompute recompute = Recompute::none;  // activation recompute of the blocks (block_stack.hpp)
 };
 
 template <BlockConfig Cfg, class Backend>
@@ -39,6 +40,7 @@ class Classifier {
       : rng_(seed), encoder_(vocab, rng_, opts.dropout, opts.attention_dropout), head_(classes, rng_, true), opts_(opts) {
     require(classes >= 2, "a classifier needs at least 2 classes, got ", classes);
     init_gpt2(*this, rng_);
+    set_recompute(opts.recompute);
   }
 
   // Returns logits (B, classes).
@@ -74,6 +76,9 @@ class Classifier {
     encoder_.for_each_dropout(f);
   }
   void set_training(bool on) { encoder_.set_training(on); }
+  // Activation recompute of the encoder's blocks (block_stack.hpp).
+  void set_recompute(Recompute r) { encoder_.set_recompute(r); }
+  Recompute recompute() const { return encoder_.recompute(); }
 
   int classes() const { return head_.out(); }
   int vocab() const { return encoder_.vocab(); }

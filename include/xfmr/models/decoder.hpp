@@ -27,6 +27,7 @@ struct DecoderOptions {
   float attention_dropout = 0.0f;  // on the attention probabilities
   bool tie_weights = false;
   bool head_bias = true;
+  Recompute recompute = Recompute::none;  // activation recompute of the blocks (block_stack.hpp)
 };
 
 template <BlockConfig Cfg, class Backend>
@@ -48,6 +49,7 @@ class Decoder {
       head_.emplace(vocab, rng_, opts.head_bias);
     }
     init_gpt2(*this, rng_);
+    set_recompute(opts.recompute);
   }
   Decoder(const Decoder&) = delete;  // the tied head points into this object
   Decoder& operator=(const Decoder&) = delete;
@@ -93,6 +95,9 @@ class Decoder {
     trunk_.for_each_dropout(f);
   }
   void set_training(bool on) { trunk_.set_training(on); }
+  // Activation recompute of the blocks (block_stack.hpp).
+  void set_recompute(Recompute r) { trunk_.set_recompute(r); }
+  Recompute recompute() const { return trunk_.recompute(); }
 
   int vocab() const { return trunk_.vocab(); }
   const DecoderOptions& options() const { return opts_; }

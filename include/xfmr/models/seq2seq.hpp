@@ -33,6 +33,7 @@ struct Seq2SeqOptions {
   float attention_dropout = 0.0f;  // on the attention probabilities (self and cross)
   bool tie_output = false;         // lm_head uses the target embedding matrix
   bool share_embeddings = false;   // one token table for source and target (one joint vocabulary)
+  Recompute recompute = Recompute::none;  // activation recompute of the blocks (block_stack.hpp)
 };
 
 template <BlockConfig EncCfg, BlockConfig DecCfg, class Backend>
@@ -60,6 +61,7 @@ class Seq2Seq {
       head_.emplace(tgt_vocab, rng_, true);
     }
     init_gpt2(*this, rng_);
+    set_recompute(opts.recompute);
   }
   Seq2Seq(const Seq2Seq&) = delete;
   Seq2Seq& operator=(const Seq2Seq&) = delete;
@@ -84,7 +86,7 @@ class Seq2Seq {
     const auto x = x_.template rows<D>(rows);  // (B*T, D) target embeddings
     const auto h = h_.template rows<D>(rows);  // (B*T, D) after the blocks
     stem_.forward(be, tgt, x, tgt_shape);
-    blocks_.forward_each(x, h, [&](Block& b, int, ConstRows<S, D> in, Rows<S, D> out) {
+    blocks_.train_each(x, h, [&](Block& b, int, ConstRows<S, D> in, Rows<S, D> out) {
       b.forward(be, in, memory_, out, tgt_shape, src_shape, tgt_padding, src_padding);
     });
     return project(be, h);
@@ -156,7 +158,7 @@ class Seq2Seq {
     head_->backward(be, dlogits.data(), dtop);
     if constexpr (FINAL_NORM) ln_f_.backward(be, dtop, dh);
     else be.copy(dtop.size(), dtop.data, dh.data);
-    blocks_.backward_each(dh, dx, [&](Block& b, int i, ConstRows<S, D> dout, Rows<S, D> din) {
+    blocks_.backward_each(be, dh, dx, [&](Block& b, int i, ConstRows<S, D> dout, Rows<S, D> din) {
       b.backward(be, dout, din, dmem);
       if (i == N_DEC - 1) be.copy(dmem.size(), dmem.data, dmem_sum.data);
       else be.add_to(dmem.size(), dmem.data, dmem_sum.data);
@@ -179,6 +181,12 @@ class Seq2Seq {
     encoder_.for_each_dropout(f);
     blocks_.for_each_dropout(f);
   }
+  // Activation recompute of the encoder's and the decoder's blocks (block_stack.hpp).
+  void set_recompute(Recompute r) {
+    encoder_.set_recompute(r);
+    blocks_.set_recompute(r);
+  }
+  Recompute recompute() const { return blocks_.recompute(); }
   void set_training(bool on) {
     for_each_dropout([on](auto& d) { d.set_training(on); });
   }

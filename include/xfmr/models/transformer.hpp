@@ -131,6 +131,9 @@ class Transformer {
   void set_training(bool on) {
     for_each_dropout([on](auto& d) { d.set_training(on); });
   }
+  // Activation recompute of the blocks (block_stack.hpp).
+  void set_recompute(Recompute r) { blocks_.set_recompute(r); }
+  Recompute recompute() const { return blocks_.recompute(); }
 
   int vocab() const { return stem_.vocab(); }
   Embedding<D, Backend>& token_embedding() { return stem_.token_embedding(); }

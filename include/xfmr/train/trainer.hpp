@@ -73,6 +73,7 @@
 #include <vector>
 
 #include "xfmr/backend/backend.hpp"
+#include "xfmr/blocks/block_stack.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
@@ -193,7 +194,11 @@ class Trainer {
       opt_.step(be_, r.lr);
       if (zero()) gather_parameters();
     };
-    if (opts_.graph_steps && !distributed()) run_step(be_, "train", body);
+    // Block recompute frees and allocates a block's buffers within the step:
+    // no graph can replay that, so such a step runs directly.
+    bool graphs = opts_.graph_steps && !distributed();
+    if constexpr (requires { model_.recompute(); }) graphs = graphs && model_.recompute() != Recompute::block;
+    if (graphs) run_step(be_, "train", body);
     else body();
     ++step_;
     if (first_loss_ < 0) first_loss_ = r.loss;
