@@ -502,7 +502,7 @@ json run_attention(const Args& a) {
     });
     auto r = summarize(secs, double(B) * T, 0, 0);
     r["saved_mb"] = bh * T * 4 / 1e6;
-    r["scratch_mb"] = threads * double(detail::flash_backward_tiles()) * 4 / 1e6;
+    r["scratch_mb"] = threads * double(detail::flash_backward_tiles(precision_of(be) == "bf16")) * 4 / 1e6;
     r["peak_rss_mb"] = peak_rss_mb();
     out["results"]["tiled"] = r;
   }

@@ -577,13 +577,13 @@ class CpuBackend {
   void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
                                S* y, int ldy, S* lse, const AttentionMask& mask) {
     detail::flash_attention_forward(a, q, ldq, k, ldk, v, ldv, y, ldy, lse, mask,
-                                    attention_tiles(detail::flash_forward_tiles()), opts_.bf16);
+                                    attention_tiles(detail::flash_forward_tiles(opts_.bf16)), opts_.bf16);
   }
   void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo, const S* q, int ldq,
                                 const S* k, int ldk, const S* v, int ldv, const S* lse, const AttentionMask& mask,
                                 S* dq, S* dk, S* dv) {
     detail::flash_attention_backward(a, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, mask, dq, dk, dv,
-                                     attention_tiles(detail::flash_backward_tiles()), opts_.bf16);
+                                     attention_tiles(detail::flash_backward_tiles(opts_.bf16)), opts_.bf16);
   }
 
  private:

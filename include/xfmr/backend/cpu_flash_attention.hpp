@@ -1,8 +1,8 @@
 // cpu_flash_attention.hpp: CpuBackend's tiled ("flash") attention, as free
 // functions of the scalar type. The same attention as cpu_attention.hpp's
 // (masks, dropout replayed from the key, grouped key/value heads, bf16
-// products under CpuOptions::bf16), computed kFlashRows queries by
-// kFlashKeys keys at a time with an online softmax, so no (Tq, Tk) matrix is
+// products under CpuOptions::bf16), computed a tile of queries by a tile of
+// keys at a time (flash_tile) with an online softmax, so no (Tq, Tk) matrix is
 // ever stored: the forward saves each query row's log-sum-exp (B, H, Tq),
 // and the backward recomputes every tile's probabilities from it.
 //
@@ -36,8 +36,22 @@ namespace xfmr::detail {
 inline constexpr int kFlashRows = 64;   // query rows of a tile
 inline constexpr int kFlashKeys = 128;  // keys of a tile
 
-inline long flash_forward_tiles() { return long(kFlashRows) * kFlashKeys + 2 * kFlashRows; }
-inline long flash_backward_tiles() { return 2 * long(kFlashRows) * kFlashKeys + kFlashRows; }
+// A tile's shape: kFlashRows x kFlashKeys, or twice both with bf16 products
+// (each tile product is then a oneDNN call, whose fixed cost wants more work).
+struct FlashTile {
+  int rows, keys;
+};
+inline FlashTile flash_tile(bool bf16) {
+  return bf16 ? FlashTile{2 * kFlashRows, 2 * kFlashKeys} : FlashTile{kFlashRows, kFlashKeys};
+}
+inline long flash_forward_tiles(bool bf16 = false) {
+  const FlashTile t = flash_tile(bf16);
+  return long(t.rows) * t.keys + 2 * t.rows;
+}
+inline long flash_backward_tiles(bool bf16 = false) {
+  const FlashTile t = flash_tile(bf16);
+  return 2 * long(t.rows) * t.keys + t.rows;
+}
 
 // Row-major C = alpha op(A) op(B) + beta C of one tile: bf16 where asked
 // (head_product_bf16), Eigen otherwise.
@@ -64,17 +78,17 @@ inline int tile_visible(const AttentionDims& a, const AttentionMask& mask, int i
   return std::clamp(visible_keys(mask, i, a.Tq, a.Tk) - j0, 0, cols);
 }
 
-// One tile's masked scores: s (rows, kFlashKeys) = scale Q[i0..] K[j0..]^T,
-// -inf where a key is masked (past the causal limit, or padded).
+// One tile's masked scores: s (rows, lds) = scale Q[i0..] K[j0..]^T, -inf
+// where a key is masked (past the causal limit, or padded).
 template <class S>
 void flash_scores(bool bf16, const AttentionDims& a, int b, int i0, int rows, int j0, int cols, S scale, const S* qb,
-                  int ldq, const S* kb, int ldk, const AttentionMask& mask, S* s) {
+                  int ldq, const S* kb, int ldk, const AttentionMask& mask, S* s, int lds) {
   constexpr S kMasked = -std::numeric_limits<S>::infinity();
   tile_product(bf16, false, true, rows, cols, a.QK_DIM, scale, qb + long(i0) * ldq, ldq, kb + long(j0) * ldk, ldk,
-               S(0), s, kFlashKeys);
+               S(0), s, lds);
   const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * a.Tk + j0 : nullptr;
   for (int r = 0; r < rows; ++r) {
-    S* sr = s + long(r) * kFlashKeys;
+    S* sr = s + long(r) * lds;
     const int visible = tile_visible(a, mask, i0 + r, j0, cols);
     std::fill(sr + visible, sr + cols, kMasked);
     if (pad)
@@ -104,11 +118,11 @@ void exp_shifted(S* x, int visible, int cols, S shift, const std::uint8_t* pad) 
 // In place over a tile, the dropout mask of probabilities element
 // ((b H + h) Tq + i0 + r) Tk + j0 + c, times 1 / (1 - rate).
 template <class S>
-void flash_dropout(const AttentionDims& a, long bh, int i0, int rows, int j0, int cols, S* t) {
+void flash_dropout(const AttentionDims& a, long bh, int i0, int rows, int j0, int cols, S* t, int ldt) {
   const S keep_scale = S(1) / (S(1) - S(a.dropout));
   for (int r = 0; r < rows; ++r) {
     const long first = (bh * a.Tq + i0 + r) * a.Tk + j0;
-    S* tr = t + long(r) * kFlashKeys;
+    S* tr = t + long(r) * ldt;
     for (int c = 0; c < cols; ++c)
       tr[c] = dropout_keeps(a.dropout_key, std::uint64_t(first + c), a.dropout) ? tr[c] * keep_scale : S(0);
   }
@@ -123,28 +137,30 @@ void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const 
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   const bool drop = a.dropout > 0.0f, own_region = may_fork();
   const long work = long(a.B) * a.H * a.Tq * a.Tk * (a.QK_DIM + a.V_DIM);
+  const FlashTile tile = flash_tile(bf16);
+  const int R = tile.rows, C = tile.keys;
   parallel_ranges(long(a.B) * a.H, work > kAttentionParallelWork, [=](long lo, long hi) {
-    S* s = scratch + (own_region ? thread_index() : 0) * flash_forward_tiles();
-    S* m = s + long(kFlashRows) * kFlashKeys;
-    S* l = m + kFlashRows;
+    S* s = scratch + (own_region ? thread_index() : 0) * flash_forward_tiles(bf16);
+    S* m = s + long(R) * C;
+    S* l = m + R;
     for (long bh = lo; bh < hi; ++bh) {
       const int b = int(bh / a.H), h = int(bh % a.H);
       const S* qb = q + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
       const S* kb = k + long(b) * a.kv_rows() * ldk + long(a.kv_head(h)) * a.QK_DIM;
       const S* vb = v + long(b) * a.kv_rows() * ldv + long(a.kv_head(h)) * a.V_DIM;
       S* yb = y + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
-      for (int i0 = 0; i0 < a.Tq; i0 += kFlashRows) {
-        const int rows = std::min(kFlashRows, a.Tq - i0);
+      for (int i0 = 0; i0 < a.Tq; i0 += R) {
+        const int rows = std::min(R, a.Tq - i0);
         std::fill(m, m + rows, kNegInf);
         std::fill(l, l + rows, S(0));
         for (int r = 0; r < rows; ++r) std::fill_n(yb + long(i0 + r) * ldy, a.V_DIM, S(0));
         const int end = flash_key_end(a, mask, i0, rows);
-        for (int j0 = 0; j0 < end; j0 += kFlashKeys) {
-          const int cols = std::min(kFlashKeys, end - j0);
-          flash_scores(bf16, a, b, i0, rows, j0, cols, scale, qb, ldq, kb, ldk, mask, s);
+        for (int j0 = 0; j0 < end; j0 += C) {
+          const int cols = std::min(C, end - j0);
+          flash_scores(bf16, a, b, i0, rows, j0, cols, scale, qb, ldq, kb, ldk, mask, s, C);
           const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * a.Tk + j0 : nullptr;
           for (int r = 0; r < rows; ++r) {
-            S* sr = s + long(r) * kFlashKeys;
+            S* sr = s + long(r) * C;
             const S top = std::max(m[r], *std::max_element(sr, sr + cols));
             if (top == kNegInf) {  // nothing visible yet: the row stays zero
               std::fill(sr, sr + cols, S(0));
@@ -156,8 +172,8 @@ void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const 
             m[r] = top;
             if (rescale != S(1)) Eigen::Map<Eigen::Array<S, Eigen::Dynamic, 1>>(yb + long(i0 + r) * ldy, a.V_DIM) *= rescale;
           }
-          if (drop) flash_dropout(a, bh, i0, rows, j0, cols, s);
-          tile_product(bf16, false, false, rows, a.V_DIM, cols, S(1), s, kFlashKeys, vb + long(j0) * ldv, ldv, S(1),
+          if (drop) flash_dropout(a, bh, i0, rows, j0, cols, s, C);
+          tile_product(bf16, false, false, rows, a.V_DIM, cols, S(1), s, C, vb + long(j0) * ldv, ldv, S(1),
                        yb + long(i0) * ldy, ldy);
         }
         S* lse_b = lse + bh * a.Tq + i0;
@@ -186,10 +202,12 @@ void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, cons
   const bool drop = a.dropout > 0.0f, own_region = may_fork();
   const int KVH = a.kv_heads(), group = a.H / KVH;
   const long work = long(a.B) * a.H * a.Tq * a.Tk * (a.QK_DIM + a.V_DIM);
+  const FlashTile tile = flash_tile(bf16);
+  const int R = tile.rows, C = tile.keys;
   parallel_ranges(long(a.B) * KVH, work > kParallelWork, [=](long lo, long hi) {
-    S* p = scratch + (own_region ? thread_index() : 0) * flash_backward_tiles();  // P, then dS
-    S* dp = p + long(kFlashRows) * kFlashKeys;                                    // dropped P, then dP
-    S* dot = dp + long(kFlashRows) * kFlashKeys;                                  // D per row
+    S* p = scratch + (own_region ? thread_index() : 0) * flash_backward_tiles(bf16);  // P, then dS
+    S* dp = p + long(R) * C;                                    // dropped P, then dP
+    S* dot = dp + long(R) * C;                                  // D per row
     for (long i_ = lo; i_ < hi; ++i_) {
       const int b = int(i_ / KVH), g = int(i_ % KVH);
       const S* kb = k + long(b) * a.Tk * ldk + long(g) * a.QK_DIM;
@@ -207,8 +225,8 @@ void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, cons
         const S* yb = y + long(b) * a.Tq * ldo + long(h) * a.V_DIM;
         const S* lse_b = lse + bh * a.Tq;
         S* dqb = dq + long(b) * a.Tq * ldq + long(h) * a.QK_DIM;
-        for (int i0 = 0; i0 < a.Tq; i0 += kFlashRows) {
-          const int rows = std::min(kFlashRows, a.Tq - i0);
+        for (int i0 = 0; i0 < a.Tq; i0 += R) {
+          const int rows = std::min(R, a.Tq - i0);
           for (int r = 0; r < rows; ++r) {
             const long row = i0 + r;
             std::fill_n(dqb + row * ldq, a.QK_DIM, S(0));
@@ -217,34 +235,34 @@ void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, cons
             dot[r] = d;
           }
           const int end = flash_key_end(a, mask, i0, rows);
-          for (int j0 = 0; j0 < end; j0 += kFlashKeys) {
-            const int cols = std::min(kFlashKeys, end - j0);
-            flash_scores(bf16, a, b, i0, rows, j0, cols, scale, qb, ldq, kb, ldk, mask, p);
+          for (int j0 = 0; j0 < end; j0 += C) {
+            const int cols = std::min(C, end - j0);
+            flash_scores(bf16, a, b, i0, rows, j0, cols, scale, qb, ldq, kb, ldk, mask, p, C);
             const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * a.Tk + j0 : nullptr;
             for (int r = 0; r < rows; ++r) {
-              S* pr = p + long(r) * kFlashKeys;
+              S* pr = p + long(r) * C;
               if (lse_b[i0 + r] == kNegInf) std::fill(pr, pr + cols, S(0));
               else exp_shifted(pr, tile_visible(a, mask, i0 + r, j0, cols), cols, lse_b[i0 + r], pad);
             }
             const S* weights = p;
             if (drop) {
-              for (int r = 0; r < rows; ++r) std::copy_n(p + long(r) * kFlashKeys, cols, dp + long(r) * kFlashKeys);
-              flash_dropout(a, bh, i0, rows, j0, cols, dp);
+              for (int r = 0; r < rows; ++r) std::copy_n(p + long(r) * C, cols, dp + long(r) * C);
+              flash_dropout(a, bh, i0, rows, j0, cols, dp, C);
               weights = dp;
             }
-            tile_product(bf16, true, false, cols, a.V_DIM, rows, S(1), weights, kFlashKeys, dyb + long(i0) * ldy, ldy,
+            tile_product(bf16, true, false, cols, a.V_DIM, rows, S(1), weights, C, dyb + long(i0) * ldy, ldy,
                          S(1), dvb + long(j0) * ldv, ldv);
             tile_product(bf16, false, true, rows, cols, a.V_DIM, S(1), dyb + long(i0) * ldy, ldy, vb + long(j0) * ldv,
-                         ldv, S(0), dp, kFlashKeys);
-            if (drop) flash_dropout(a, bh, i0, rows, j0, cols, dp);
+                         ldv, S(0), dp, C);
+            if (drop) flash_dropout(a, bh, i0, rows, j0, cols, dp, C);
             for (int r = 0; r < rows; ++r) {
-              S* pr = p + long(r) * kFlashKeys;
-              const S* dpr = dp + long(r) * kFlashKeys;
+              S* pr = p + long(r) * C;
+              const S* dpr = dp + long(r) * C;
               for (int c = 0; c < cols; ++c) pr[c] *= dpr[c] - dot[r];  // dS, in P's place
             }
-            tile_product(bf16, false, false, rows, a.QK_DIM, cols, scale, p, kFlashKeys, kb + long(j0) * ldk, ldk,
+            tile_product(bf16, false, false, rows, a.QK_DIM, cols, scale, p, C, kb + long(j0) * ldk, ldk,
                          S(1), dqb + long(i0) * ldq, ldq);
-            tile_product(bf16, true, false, cols, a.QK_DIM, rows, scale, p, kFlashKeys, qb + long(i0) * ldq, ldq,
+            tile_product(bf16, true, false, cols, a.QK_DIM, rows, scale, p, C, qb + long(i0) * ldq, ldq,
                          S(1), dkb + long(j0) * ldk, ldk);
           }
         }
