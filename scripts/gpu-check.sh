@@ -105,10 +105,14 @@ for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
   step "torch gpt2 cuda bf16 $round" $ref --model gpt2-small --precision bf16 --sdpa --modes train,forward --batch 8 \
     --min-time 2 --json "$out/gpt2_torch_bf16_$round.json"
 done
-# Peak device memory of a GPT-2-small step per recompute mode (one process each).
+# Peak device memory of a GPT-2-small step per recompute mode (one process each),
+# with the tiled attention kernels (T 1024: past the fused kernels' 256 keys).
 for mode in none cheap block; do
   step "bench gpt2 cuda recompute $mode" "$bench" --model gpt2-small --backend cuda --modes train --batch 8 \
     --recompute "$mode" --min-time 2 --json "$out/gpt2_cuda_recompute_$mode.json"
+  step "bench gpt2 cuda tiled recompute $mode" env XFMR_CUDA_FLASH_ATTENTION=1 "$bench" --model gpt2-small \
+    --backend cuda --modes train --batch 8 --recompute "$mode" --min-time 2 \
+    --json "$out/gpt2_cuda_tiled_recompute_$mode.json"
 done
 
 if ((${#failed[@]})); then

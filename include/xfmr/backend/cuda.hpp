@@ -219,7 +219,8 @@ struct CudaOptions {
   // Tiled attention (flash_attention_*, attention.cu): training forwards past
   // the fused kernels' 256 keys save log-sum-exps instead of the (B, H, Tq,
   // Tk) probabilities. Off until its parity tests have run on a GPU
-  // (test_cuda_parity's tiled_attention_matches_the_cpu).
+  // (test_cuda_parity's tiled_attention_matches_the_cpu); the environment's
+  // XFMR_CUDA_FLASH_ATTENTION=1 turns it on in every program.
   bool flash_attention = false;
 };
 
