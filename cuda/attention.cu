@@ -368,7 +368,8 @@ __global__ void flash_rows_backward_q_kernel(KernelDims a, float scale, const fl
       float ds = 0.0f;
       if (j < end && mask.allowed(b, i, j, a.Tq, a.Tk)) {
         const float p = recomputed(scale * dot(qi, kb + long(j) * ldk, a.QK_DIM), lse_r);
-        if (p != 0.0f) ds = p * (dropped(dot(dyi, vb + long(j) * ldv, a.V_DIM), rate, keep_scale, key, r * a.Tk + j) - d);
+        if (p != 0.0f)
+          ds = p * (dropped(dot(dyi, vb + long(j) * ldv, a.V_DIM), rate, keep_scale, key, r * a.Tk + j) - d);
       }
       for (int src = 0; src < 32 && j0 + src < end; ++src) {
         const float dsj = __shfl_sync(0xffffffffu, ds, src);

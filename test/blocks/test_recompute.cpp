@@ -124,7 +124,10 @@ BOOST_AUTO_TEST_CASE(decoder_gradients_are_bitwise_equal) {
     const std::string at = " B" + std::to_string(bt.B) + " T" + std::to_string(bt.T);
     check_bitwise<Decoder<PreGelu, Be>>(
         "Decoder pre-norm, dropout" + at,
-        [] { return std::make_unique<Decoder<PreGelu, Be>>(11, 7, DecoderOptions{.dropout = 0.2f, .attention_dropout = 0.1f}); },
+        [] {
+          const DecoderOptions opts{.dropout = 0.2f, .attention_dropout = 0.1f};
+          return std::make_unique<Decoder<PreGelu, Be>>(11, 7, opts);
+        },
         [&](Be& be, auto& m, int s) { return decoder_step(be, m, s, bt, 11); });
     check_bitwise<Decoder<RmsSwiglu, Be>>(
         "Decoder RMSNorm, SwiGLU, rotary, grouped heads, tied" + at,
@@ -142,7 +145,10 @@ BOOST_AUTO_TEST_CASE(classifier_gradients_are_bitwise_equal) {
   for (int t = 50; t < 70; ++t) pad[std::size_t(bt.T) + t] = 1;
   check_bitwise<Classifier<PostRelu, Be>>(
       "Classifier post-norm, padded, dropout",
-      [] { return std::make_unique<Classifier<PostRelu, Be>>(9, 3, 21, ClassifierOptions{.dropout = 0.1f, .attention_dropout = 0.2f}); },
+      [] {
+        const ClassifierOptions opts{.dropout = 0.1f, .attention_dropout = 0.2f};
+        return std::make_unique<Classifier<PostRelu, Be>>(9, 3, 21, opts);
+      },
       [&](Be& be, auto& m, int s) {
         const auto x = ids(std::size_t(bt.rows()), 9, 300 + s);  // read again by the backward
         const auto logits = m.forward(be, x, bt, pad.data());
@@ -160,8 +166,8 @@ BOOST_AUTO_TEST_CASE(seq2seq_gradients_are_bitwise_equal) {
   check_bitwise<Seq2Seq<PostRelu, PreGelu, Be>>(
       "Seq2Seq, both padded, dropout",
       [] {
-        return std::make_unique<Seq2Seq<PostRelu, PreGelu, Be>>(9, 10, 31,
-                                                                 Seq2SeqOptions{.dropout = 0.1f, .attention_dropout = 0.1f});
+        const Seq2SeqOptions opts{.dropout = 0.1f, .attention_dropout = 0.1f};
+        return std::make_unique<Seq2Seq<PostRelu, PreGelu, Be>>(9, 10, 31, opts);
       },
       [&](Be& be, auto& m, int s) {
         const auto x = ids(std::size_t(src.rows()), 9, 500 + s), y = ids(std::size_t(tgt.rows()), 10, 600 + s);

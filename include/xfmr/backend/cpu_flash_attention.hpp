@@ -78,6 +78,11 @@ inline int tile_visible(const AttentionDims& a, const AttentionMask& mask, int i
   return std::clamp(visible_keys(mask, i, a.Tq, a.Tk) - j0, 0, cols);
 }
 
+// Sequence b's padding bytes from key j0 (nullptr: no padding).
+inline const std::uint8_t* tile_padding(const AttentionDims& a, const AttentionMask& mask, int b, int j0) {
+  return mask.key_padding ? mask.key_padding + long(b) * a.Tk + j0 : nullptr;
+}
+
 // One tile's masked scores: s (rows, lds) = scale Q[i0..] K[j0..]^T, -inf
 // where a key is masked (past the causal limit, or padded).
 template <class S>
@@ -86,7 +91,7 @@ void flash_scores(bool bf16, const AttentionDims& a, int b, int i0, int rows, in
   constexpr S kMasked = -std::numeric_limits<S>::infinity();
   tile_product(bf16, false, true, rows, cols, a.QK_DIM, scale, qb + long(i0) * ldq, ldq, kb + long(j0) * ldk, ldk,
                S(0), s, lds);
-  const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * a.Tk + j0 : nullptr;
+  const std::uint8_t* pad = tile_padding(a, mask, b, j0);
   for (int r = 0; r < rows; ++r) {
     S* sr = s + long(r) * lds;
     const int visible = tile_visible(a, mask, i0 + r, j0, cols);
@@ -158,7 +163,7 @@ void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const 
         for (int j0 = 0; j0 < end; j0 += C) {
           const int cols = std::min(C, end - j0);
           flash_scores(bf16, a, b, i0, rows, j0, cols, scale, qb, ldq, kb, ldk, mask, s, C);
-          const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * a.Tk + j0 : nullptr;
+          const std::uint8_t* pad = tile_padding(a, mask, b, j0);
           for (int r = 0; r < rows; ++r) {
             S* sr = s + long(r) * C;
             const S top = std::max(m[r], *std::max_element(sr, sr + cols));
@@ -170,7 +175,8 @@ void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const 
             const S rescale = std::exp(m[r] - top);  // 0 on the first visible tile
             l[r] = l[r] * rescale + Eigen::Map<const Eigen::Array<S, Eigen::Dynamic, 1>>(sr, cols).sum();
             m[r] = top;
-            if (rescale != S(1)) Eigen::Map<Eigen::Array<S, Eigen::Dynamic, 1>>(yb + long(i0 + r) * ldy, a.V_DIM) *= rescale;
+            if (rescale != S(1))
+              Eigen::Map<Eigen::Array<S, Eigen::Dynamic, 1>>(yb + long(i0 + r) * ldy, a.V_DIM) *= rescale;
           }
           if (drop) flash_dropout(a, bh, i0, rows, j0, cols, s, C);
           tile_product(bf16, false, false, rows, a.V_DIM, cols, S(1), s, C, vb + long(j0) * ldv, ldv, S(1),
@@ -238,7 +244,7 @@ void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, cons
           for (int j0 = 0; j0 < end; j0 += C) {
             const int cols = std::min(C, end - j0);
             flash_scores(bf16, a, b, i0, rows, j0, cols, scale, qb, ldq, kb, ldk, mask, p, C);
-            const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * a.Tk + j0 : nullptr;
+            const std::uint8_t* pad = tile_padding(a, mask, b, j0);
             for (int r = 0; r < rows; ++r) {
               S* pr = p + long(r) * C;
               if (lse_b[i0 + r] == kNegInf) std::fill(pr, pr + cols, S(0));

@@ -25,8 +25,9 @@
 // layer's masks. The cached (decoding) forwards never drop.
 // Saves: the projections, the attention probabilities (B, H, T_q, T_kv),
 // undropped, or with a backend that tiles (tiled_attention) each query row's
-// log-sum-exp (B, H, T_q) and the mask; and the inputs by pointer. Backward: parameter gradients
-// accumulate; input gradients (dx, or dx_q and dx_kv) are assigned.
+// log-sum-exp (B, H, T_q) and the mask; and the inputs by pointer.
+// Backward: parameter gradients accumulate; input gradients (dx, or dx_q
+// and dx_kv) are assigned.
 #pragma once
 
 #include <span>
