@@ -94,7 +94,7 @@ __global__ void dropped_softmax_backward_kernel(int rows, int n, float p, float 
 }
 
 // ---- fused attention for short rows ----------------------------------------
-constexpr int kFusedKeys = 256, kFusedHeadDim = 128;
+constexpr int kFusedKeys = kCudaRowKeys, kFusedHeadDim = kCudaHeadDim;  // attention_plan.hpp
 
 // The sizes the fused kernels read: AttentionDims without its dropout fields
 // (the fused kernels never drop), KV_ROWS and KV_H resolved; ints only, so
@@ -268,11 +268,11 @@ __global__ void attention_rows_backward_kv_kernel(KernelDims a, float scale, con
 }
 
 bool fused_attention(const AttentionDims& a) {
-  return a.dropout == 0.0f && a.Tk <= kFusedKeys && a.QK_DIM <= kFusedHeadDim && a.V_DIM <= kFusedHeadDim;
+  return plan_attention(a, AttentionUse::probabilities, cuda_attention_kernels(false)) == AttentionPath::rows;
 }
 
 // ---- tiled attention -------------------------------------------------------
-// The CPU's flash attention (cpu_flash_attention.hpp) one warp per row, with
+// The CPU's flash attention (cpu/attention_tiled.hpp) one warp per row, with
 // keys (or queries) in chunks of 32, lane j % 32 taking j: the forward keeps
 // a running maximum and sum across the chunks and the output in registers,
 // and saves the row's log-sum-exp; the backward recomputes each probability
@@ -438,10 +438,6 @@ __global__ void flash_rows_backward_kv_kernel(KernelDims a, float scale, const f
   }
 }
 }  // namespace
-
-bool CudaBackend::tiled_attention(const AttentionDims& a) const {
-  return opts_.flash_attention && !fused_attention(a) && a.QK_DIM <= kFusedHeadDim && a.V_DIM <= kFusedHeadDim;
-}
 
 void CudaBackend::flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk,
                                           const S* v, int ldv, S* y, int ldy, S* lse, const AttentionMask& mask) {

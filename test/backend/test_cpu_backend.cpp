@@ -122,7 +122,8 @@ BOOST_AUTO_TEST_CASE(adamw_over_many_tensors_matches_the_scalar_formula) {
 }
 
 // Row i of sequence b of a masked softmax over Tk scores s, in double: what
-// softmax_forward should give (zero where the mask hides a key).
+// the attention kernels' masked_softmax_row should give (zero where the mask
+// hides a key).
 template <class T>
 std::vector<double> softmax_reference(const T* s, int b, int i, int Tq, int Tk, const AttentionMask& mask) {
   double mx = -INFINITY, sum = 0;
@@ -144,7 +145,13 @@ BOOST_AUTO_TEST_CASE(softmax_with_masks_forward_and_backward) {
   const std::vector<std::uint8_t> pad = {0, 0, 0, 1, 0, 1, 1, 1};
   const AttentionMask mask{true, pad.data()};
   Vec probs(scores.size());
-  be.softmax_forward(B, H, T, T, scores.data(), probs.data(), mask);
+  // (B, H, T, T) scores, one masked softmax a row, as attention's kernels take them.
+  auto softmax = [&](const double* in, double* out) {
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < H * T; ++i)
+        detail::masked_softmax_row<double>(b, i % T, T, T, in + (b * H * T + i) * T, out + (b * H * T + i) * T, mask);
+  };
+  softmax(scores.data(), probs.data());
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < T; ++i) {
       const auto want = softmax_reference(&scores[(b * T + i) * T], b, i, T, T, mask);
@@ -157,8 +164,11 @@ BOOST_AUTO_TEST_CASE(softmax_with_masks_forward_and_backward) {
   c.x_names = {"scores"};
   c.dx = {Vec(scores.size())};
   c.output(scores.size(), rng);
-  c.forward = [&] { be.softmax_forward(B, H, T, T, c.x[0].data(), c.y.data(), mask); };
-  c.backward = [&] { be.softmax_backward(B * H * T, T, c.y.data(), c.dy.data(), c.dx[0].data()); };
+  c.forward = [&] { softmax(c.x[0].data(), c.y.data()); };
+  c.backward = [&] {
+    for (int r = 0; r < B * H * T; ++r)
+      detail::softmax_backward_row<double>(T, c.y.data() + r * T, c.dy.data() + r * T, c.dx[0].data() + r * T);
+  };
   check_case(c);
 }
 
@@ -264,7 +274,7 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   BOOST_TEST(buf.capacity() == 100u);
 }
 
-// Float single rows: y = W x (cpu_simd.hpp's gemv_rows where the build has
+// Float single rows: y = W x (cpu/simd.hpp's gemv_rows where the build has
 // AVX-512, else Eigen's GEMV), against a double sum. Row counts around the
 // 16-row blocks, widths around the 16-float vectors, leading dimensions
 // wider than the rows.
@@ -403,12 +413,11 @@ BOOST_AUTO_TEST_CASE(fixed_width_single_row_kernels_give_the_general_bits) {
 }
 #endif
 
-// Float masked softmax rows (cpu_simd.hpp's masked vectors where the build
+// Float masked softmax rows (cpu/simd.hpp's masked vectors where the build
 // has AVX-512) against double: rows shorter and longer than a vector, causal
 // and padded keys, a row with every key padded (all zero), and nothing
 // written past the rows.
 BOOST_AUTO_TEST_CASE(float_masked_softmax_matches_double) {
-  CpuBackend<float> be;
   Rng rng(12);
   for (int T : {1, 5, 16, 17, 40}) {
     const int B = 2;
@@ -418,7 +427,10 @@ BOOST_AUTO_TEST_CASE(float_masked_softmax_matches_double) {
     for (int j = 0; j < T; ++j) pad[T + j] = (j % 3 == 1);  // sequence 1: every third key padded
     pad[T] = 1;                                              // ... and its first, so its row 0 sees no key
     const AttentionMask mask{true, pad.data()};
-    be.softmax_forward(B, 1, T, T, scores.data(), probs.data(), mask);
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < T; ++i)
+        detail::masked_softmax_row<float>(b, i, T, T, &scores[(std::size_t(b) * T + i) * T],
+                                          &probs[(std::size_t(b) * T + i) * T], mask);
     for (int b = 0; b < B; ++b)
       for (int i = 0; i < T; ++i) {
         const float* p = &probs[(std::size_t(b) * T + i) * T];
@@ -471,7 +483,7 @@ BOOST_AUTO_TEST_CASE(float_row_kernels_read_nothing_past_their_operands) {
   for (int n : {1, 7, 17, 33}) {
     GuardedFloats scores(n), probs(n);
     fill(scores.data(), n);
-    be.softmax_forward(1, 1, 1, n, scores.data(), probs.data(), AttentionMask{false, nullptr});
+    detail::masked_softmax_row<float>(0, 0, 1, n, scores.data(), probs.data(), AttentionMask{false, nullptr});
     double sum = 0;
     for (int j = 0; j < n; ++j) sum += probs.data()[j];
     BOOST_TEST(std::abs(sum - 1) < 1e-5, "softmax of " << n << " keys sums to " << sum);
@@ -497,7 +509,7 @@ BOOST_AUTO_TEST_CASE(float_row_kernels_read_nothing_past_their_operands) {
   }
 }
 
-// Float attention row by row (query rows up to kRowAttentionRows: the
+// Float attention row by row (query rows up to kCpuRowQueries: the
 // decoding step and short sequences) for 16-, 32- and 64-wide heads and one
 // of another width, queries at the end of a longer cached context, against
 // double.

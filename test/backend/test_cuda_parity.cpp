@@ -164,32 +164,6 @@ BOOST_AUTO_TEST_CASE(rms_norm_forward_backward) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(masked_softmax_forward_backward) {
-  const int B = 2, H = 3, Tq = 5, Tk = 40;
-  std::vector<std::uint8_t> pad(B * Tk, 0);
-  for (int j = 30; j < Tk; ++j) pad[Tk + j] = 1;  // sequence 1: 10 padded keys
-  for (bool causal : {false, true}) {
-    const AttentionMask mask{causal, pad.data()};
-    const std::size_t n = std::size_t(B) * H * Tq * Tk;
-    F s = randn(n, 18, 3.0), p(n);
-    DevF ds(s), dp(n);
-    cpu.softmax_forward(B, H, Tq, Tk, s.data(), p.data(), mask);
-    gpu.softmax_forward(B, H, Tq, Tk, ds.p(), dp.p(), mask);
-    expect_close(p, dp.host(), causal ? "softmax causal+padding" : "softmax padding", 1e-5, 1e-7);
-    F up = randn(n, 19), gs(n);
-    DevF dup(up), dgs(n);
-    cpu.softmax_backward(B * H * Tq, Tk, p.data(), up.data(), gs.data());
-    gpu.softmax_backward(B * H * Tq, Tk, dp.p(), dup.p(), dgs.p());
-    expect_close(gs, dgs.host(), "softmax_backward", 1e-4, 1e-6);
-  }
-  // A row with every key masked gives zeros, not NaN.
-  std::vector<std::uint8_t> all(Tk, 1);
-  F s = randn(Tk, 20);
-  DevF ds(s), dp(Tk);
-  gpu.softmax_forward(1, 1, 1, Tk, ds.p(), dp.p(), AttentionMask{false, all.data()});
-  expect_close(F(Tk, 0.0f), dp.host(), "softmax all masked", 0, 0);
-}
-
 BOOST_AUTO_TEST_CASE(activations) {
   const std::size_t n = 70001;
   F x = randn(n, 21, 3.0), y(n), up = randn(n, 22), dx(n);
@@ -491,9 +465,12 @@ BOOST_AUTO_TEST_CASE(tiled_attention_matches_the_cpu) {
     }
   }
   CudaBackend flash({.flash_attention = true});
-  BOOST_TEST(flash.tiled_attention(AttentionDims{2, 12, 1024, 1024, 64, 64}));
-  BOOST_TEST(!flash.tiled_attention(AttentionDims{2, 12, 100, 100, 64, 64}));  // the fused kernels' length
-  BOOST_TEST(!gpu.tiled_attention(AttentionDims{2, 12, 1024, 1024, 64, 64}));   // off by default
+  auto path = [](const CudaBackend& be, AttentionDims d) {
+    return plan_attention(d, AttentionUse::training, be.attention_kernels());
+  };
+  BOOST_TEST((path(flash, AttentionDims{2, 12, 1024, 1024, 64, 64}) == AttentionPath::tiled));
+  BOOST_TEST((path(flash, AttentionDims{2, 12, 100, 100, 64, 64}) == AttentionPath::rows));  // the fused kernels' length
+  BOOST_TEST((path(gpu, AttentionDims{2, 12, 1024, 1024, 64, 64}) == AttentionPath::heads));  // off by default
 }
 
 // GPU ranks sum their gradients through NCCL (CudaBackend::all_reduce_sum).

@@ -1,4 +1,4 @@
-// Tiled ("flash") attention on the CPU (cpu_flash_attention.hpp) against the
+// Tiled ("flash") attention on the CPU (cpu/attention_tiled.hpp) against the
 // materialised attention of the same backend, in double and float: every mask
 // kind (none, causal, key padding, both, a sequence with every key padded),
 // query lengths 1 to 1024 across the tile edges, head sizes 32, 64 and 128,
@@ -206,7 +206,7 @@ BOOST_AUTO_TEST_CASE(layers_tile_past_the_row_kernels) {
       attn.keep_probabilities(keep);
       attn.visit([](auto&&, auto&, auto& g) { g.fill(0.0); });
       attn.forward(be, ConstRows<double, D>(x.data(), bt.rows()), Rows<double, D>(y.data(), bt.rows()), bt, mask);
-      BOOST_TEST(attn.probabilities().empty() == (!keep && T > detail::kRowAttentionRows), "T " << T);
+      BOOST_TEST(attn.probabilities().empty() == (!keep && T > kCpuRowQueries), "T " << T);
       attn.backward(be, ConstRows<double, D>(dy.data(), bt.rows()), Rows<double, D>(dx.data(), bt.rows()));
       attn.visit([&](auto&&, auto&, auto& g) { grads.insert(grads.end(), g.data(), g.data() + g.size()); });
     };

@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(self_attention_gradients_split_head_sizes) {
 // Rotary positions: queries and keys turned after the projection, their
 // gradients turned back (short sequences and the GEMM path's length).
 struct LongRope : TinyPre {
-  static constexpr int MAX_T = detail::kRowAttentionRows + 3;
+  static constexpr int MAX_T = kCpuRowQueries + 3;
   using Positions = Rope;
 };
 BOOST_AUTO_TEST_CASE(self_attention_gradients_rotary) {
@@ -127,7 +127,7 @@ BOOST_AUTO_TEST_CASE(self_attention_gradients_rotary) {
 // over their query heads (row kernels, GEMM path, with dropout, rotary, and
 // cross-attention).
 struct LongGqa : TinyGqa {
-  static constexpr int MAX_T = detail::kRowAttentionRows + 3;
+  static constexpr int MAX_T = kCpuRowQueries + 3;
 };
 struct TinyMqaRope : TinyGqa {
   static constexpr int N_KV_HEADS = 1;
@@ -146,10 +146,10 @@ BOOST_AUTO_TEST_CASE(self_attention_gradients_wide_heads) {
   check_self<TinyWideHeads>("SelfAttention wide heads", {2, 4}, false, {0, 0, 0, 0, 0, 0, 0, 1});
 }
 
-// Past kRowAttentionRows query rows the backend leaves its row kernels for
+// Past kCpuRowQueries query rows the backend leaves its row kernels for
 // per-head GEMMs: the same gradients must come out of that path too.
 struct LongPre {
-  static constexpr int MAX_T = detail::kRowAttentionRows + 3, D_MODEL = 8, N_HEADS = 2, N_LAYERS = 1, D_FF = 12;
+  static constexpr int MAX_T = kCpuRowQueries + 3, D_MODEL = 8, N_HEADS = 2, N_LAYERS = 1, D_FF = 12;
   using Norm = PreNorm;
   using Activation = Gelu;
 };
@@ -161,7 +161,7 @@ BOOST_AUTO_TEST_CASE(self_attention_gradients_past_the_row_kernels) {
   check_self<LongPre>("SelfAttention causal + padding, GEMM path", {1, T}, true, pad);
 }
 
-// Past a tile of keys (cpu_flash_attention.hpp's kFlashKeys) and of query
+// Past a tile of keys (cpu/attention_tiled.hpp's kFlashKeys) and of query
 // rows: the tiled path's rescaling between key tiles, causal tiles skipped,
 // padding and dropout replayed tile by tile.
 struct TiledPre {

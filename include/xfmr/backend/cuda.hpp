@@ -1,4 +1,5 @@
-// cuda.hpp: CudaBackend, the backend operations (see backend.hpp) on an
+// cuda.hpp: CudaBackend, the backend operations (backend.hpp, and each
+// family's contract in backend/cpu/<family>.hpp) on an
 // NVIDIA GPU, and the device storage its layers keep.
 //
 // Declarations only: the definitions live in cuda/*.cu (kernels and cuBLAS
@@ -35,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "xfmr/backend/attention_plan.hpp"
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/mask.hpp"
@@ -278,7 +280,7 @@ class CudaBackend {
   // `staging` and returns it.
   std::span<const S> host_view(std::span<const S> x, std::vector<S>& staging);
 
-  // ---- the operations of backend.hpp ----
+  // ---- the operations, by family (backend/cpu/<family>.hpp; cuda/<family>.cu) ----
   void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
             int ldc);
   void bias_add(int rows, int n, const S* bias, S* y);
@@ -295,8 +297,6 @@ class CudaBackend {
                            S* dx, S* dgamma, S* dbeta);
   void rms_norm_forward(int rows, int n, const S* x, const S* gamma, S eps, S* y, S* rstd);
   void rms_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* rstd, S* dx, S* dgamma);
-  void softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs, const AttentionMask& mask);
-  void softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores);
   void relu_forward(std::size_t n, const S* x, S* y);
   void relu_backward(std::size_t n, const S* x, const S* dy, S* dx);
   void gelu_forward(std::size_t n, const S* x, S* y);
@@ -323,8 +323,9 @@ class CudaBackend {
                          int ldy, S* probs, const AttentionMask& mask);
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
                           const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv);
-  // Tiled attention (backend.hpp), where CudaOptions::flash_attention asks.
-  bool tiled_attention(const AttentionDims& a) const;
+  // The reach of the attention kernels (attention_plan.hpp): the tiled
+  // path where CudaOptions::flash_attention asks.
+  AttentionKernels attention_kernels() const { return cuda_attention_kernels(opts_.flash_attention); }
   void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
                                S* y, int ldy, S* lse, const AttentionMask& mask);
   void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo, const S* q, int ldq,
@@ -353,6 +354,9 @@ class CudaBackend {
   const std::int32_t* upload_ids(const std::int32_t* host, std::size_t n);
   const std::uint64_t* dropout_key(std::uint64_t key);  // in device memory, for the next launch
   const S* drop_probabilities(const AttentionDims& a, const S* probs);  // attention dropout's weights
+  // The heads path's masked softmax over (B, H, Tq, Tk) and its backward.
+  void softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs, const AttentionMask& mask);
+  void softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores);
 
   CudaOptions opts_;
   std::unique_ptr<Context> ctx_;

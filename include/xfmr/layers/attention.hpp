@@ -24,7 +24,7 @@
 // (dropout().set_training), drawn from dropout()'s keys like a Dropout
 // layer's masks. The cached (decoding) forwards never drop.
 // Saves: the projections, the attention probabilities (B, H, T_q, T_kv),
-// undropped, or with a backend that tiles (tiled_attention) each query row's
+// undropped, or where the path is tiled (attention_plan.hpp) each query row's
 // log-sum-exp (B, H, T_q) and the mask; and the inputs by pointer.
 // Backward: parameter gradients accumulate; input gradients (dx, or dx_q
 // and dx_kv) are assigned.
@@ -33,6 +33,7 @@
 #include <span>
 #include <type_traits>
 
+#include "xfmr/backend/attention_plan.hpp"
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/core/config.hpp"
 #include "xfmr/core/error.hpp"
@@ -75,13 +76,15 @@ inline AttentionDims with_dropout(AttentionDims d, DropoutKeys& keys) {
   return d;
 }
 
-// Whether the backend computes a training forward of these dims tiled
-// (flash_attention_*: log-sum-exps saved, no (Tq, Tk) matrix); backends
-// without tiled attention always materialise.
+// Whether a training forward of these dims runs tiled (flash_attention_*:
+// log-sum-exps saved, no (Tq, Tk) matrix): attention_plan.hpp decides from
+// the backend's kernels; a backend without attention_kernels() materialises.
 template <class Backend>
 bool tiles_attention(const Backend& be, const AttentionDims& d) {
-  if constexpr (requires { be.tiled_attention(d); }) return be.tiled_attention(d);
-  else return false;
+  if constexpr (requires { be.attention_kernels(); })
+    return plan_attention(d, AttentionUse::training, be.attention_kernels()) == AttentionPath::tiled;
+  else
+    return false;
 }
 
 // What a training forward saves for its backward, materialised or tiled:
@@ -100,7 +103,7 @@ struct SavedAttention {
                S* y, int ldy, const AttentionMask& m) {
     tiled = !keep_probabilities && tiles_attention(be, d);
     mask = m;
-    if constexpr (requires { be.tiled_attention(d); }) {
+    if constexpr (requires { be.attention_kernels(); }) {
       if (tiled) {
         be.flash_attention_forward(d, q, ldq, k, ldk, v, ldv, y, ldy, saved.reserve(std::size_t(d.B) * d.H * d.Tq), m);
         return;
@@ -117,7 +120,7 @@ struct SavedAttention {
   // y, ldy: the forward's output (the tiled backward reads it).
   void backward(Backend& be, const AttentionDims& d, const S* dy, int lddy, const S* y, int ldy, const S* q, int ldq,
                 const S* k, int ldk, const S* v, int ldv, S* dq, S* dk, S* dv) {
-    if constexpr (requires { be.tiled_attention(d); }) {
+    if constexpr (requires { be.attention_kernels(); }) {
       if (tiled) {
         be.flash_attention_backward(d, dy, lddy, y, ldy, q, ldq, k, ldk, v, ldv, saved.data(), mask, dq, dk, dv);
         return;

@@ -1,5 +1,5 @@
-// cpu_flash_attention.hpp: CpuBackend's tiled ("flash") attention, as free
-// functions of the scalar type. The same attention as cpu_attention.hpp's
+// attention_tiled.hpp: CpuBackend's tiled ("flash") attention, as free
+// functions of the scalar type. The same attention as cpu/attention_heads.hpp's
 // (masks, dropout replayed from the key, grouped key/value heads, bf16
 // products under CpuOptions::bf16), computed a tile of queries by a tile of
 // keys at a time (flash_tile) with an online softmax, so no (Tq, Tk) matrix is
@@ -26,9 +26,9 @@
 
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/backend/checks.hpp"
-#include "xfmr/backend/cpu_attention.hpp"
-#include "xfmr/backend/cpu_parallel.hpp"
-#include "xfmr/backend/cpu_rows.hpp"
+#include "xfmr/backend/cpu/attention_heads.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
+#include "xfmr/backend/cpu/attention_rows.hpp"
 #include "xfmr/core/mask.hpp"
 
 namespace xfmr::detail {

@@ -1,4 +1,4 @@
-// cpu_small_gemm.hpp: one thread's block of a small row-major product through
+// small_gemm.hpp: one thread's block of a small row-major product through
 // a libxsmm JIT kernel, which streams the operands as they lie instead of
 // packing them as BLAS does. Used by CpuBackend::gemm when xfmr is built
 // with libxsmm (XFMR_WITH_LIBXSMM) for products, of any number of rows,

@@ -1,4 +1,4 @@
-// cpu_simd.hpp: AVX-512 kernels for the single rows of a float decoding
+// simd.hpp: AVX-512 kernels for the single rows of a float decoding
 // step (and of attention over short sequences): y = W x over a row-major
 // weight matrix (also one query's scores against its keys, the keys being
 // the rows), and the masked softmax of one score row. Each is a few hundred nanoseconds of work, and

@@ -1,8 +1,9 @@
-// cpu_rows.hpp: CpuBackend's per-row attention kernels: the masked softmax
-// of one score row, its backward, and one query row attending to its visible
-// keys with its backward (decoding steps and sequences of up to
-// kRowAttentionRows), and attention dropout on a tile of probabilities.
-// Serial; the backend threads over (sequence, head).
+// attention_rows.hpp: CpuBackend's per-row attention kernels: the masked
+// softmax of one score row, its backward, and one query row attending to its
+// visible keys with its backward (the rows path of attention_plan.hpp:
+// decoding steps and sequences of up to kCpuRowQueries), and attention
+// dropout on a tile of probabilities. Serial; the backend threads over
+// (sequence, head).
 #pragma once
 
 #include <Eigen/Core>
@@ -12,7 +13,7 @@
 #include <type_traits>
 
 #include "xfmr/backend/backend.hpp"
-#include "xfmr/backend/cpu_simd.hpp"
+#include "xfmr/backend/cpu/simd.hpp"
 #include "xfmr/core/mask.hpp"
 #include "xfmr/core/rng.hpp"
 
@@ -28,7 +29,7 @@ inline int visible_keys(const AttentionMask& mask, int i, int Tq, int Tk) {
 
 // One row of a masked softmax; in and out may alias. All-masked rows -> 0.
 // Masked keys get exactly zero; the exponentials are Eigen's vectorised ones
-// (in float on AVX-512, cpu_simd.hpp's softmax_row, vectorised to the end).
+// (in float on AVX-512, cpu/simd.hpp's softmax_row, vectorised to the end).
 template <class S>
 void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const AttentionMask& mask) {
   const int n = visible_keys(mask, i, Tq, Tk);

@@ -1,4 +1,4 @@
-// cpu_parallel.hpp: how CpuBackend spends its threads: the work thresholds
+// parallel.hpp: how CpuBackend spends its threads: the work thresholds
 // below which an operation stays on one thread, and detail::parallel_ranges,
 // the one helper every operation splits its rows, columns or (batch, head)
 // pairs with.
@@ -46,12 +46,6 @@ inline constexpr long kGemvSplitWork = 1L << 17;
 // than the elements of the other operations (a decoding step's heads stay on
 // one thread).
 inline constexpr long kAttentionParallelWork = 1L << 15;
-// Up to this many query rows per (sequence, head), attention forward and
-// backward go row by row (fixed-width dot products, causally hidden keys
-// skipped); longer sequences use three or four small GEMMs per head. At
-// shakespeare-small's 32 rows the row kernels are 5-8% faster forward than
-// Eigen's dynamic GEMMs, and as fast backward.
-inline constexpr int kRowAttentionRows = 64;
 
 inline int thread_count() {
 #ifdef _OPENMP

@@ -1,9 +1,10 @@
-// cpu_attention.hpp: CpuBackend's attention and rotary positions, as free
+// attention_heads.hpp: CpuBackend's materialised attention, as free
 // functions of the scalar type: scaled dot-product attention forward and
-// backward (row by row for few query rows, three GEMMs per head otherwise;
-// dropout on the probabilities; key/value heads shared by query heads), and
-// the turn of rotary position pairs. The backend owns the per-thread
-// scratch tiles and passes them in. With bf16 (CpuOptions::bf16, float
+// backward with the (B, H, Tq, Tk) probabilities, on the rows path (row by
+// row, attention_rows.hpp) or the heads path (three GEMMs per head forward,
+// four backward; dropout on the probabilities; key/value heads shared by
+// query heads), as attention_plan.hpp decides and the caller passes in. The
+// backend owns the per-thread scratch tiles and passes them in. With bf16 (CpuOptions::bf16, float
 // only) each head's GEMMs multiply bfloat16-rounded operands and sum in
 // float32 (bf16::gemm, on the calling thread); the softmax, its gradient and
 // the row-by-row kernels stay float32.
@@ -15,8 +16,8 @@
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/checks.hpp"
-#include "xfmr/backend/cpu_parallel.hpp"
-#include "xfmr/backend/cpu_rows.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
+#include "xfmr/backend/cpu/attention_rows.hpp"
 #include "xfmr/core/mask.hpp"
 
 namespace xfmr::detail {
@@ -44,7 +45,7 @@ bool head_product_bf16(bool bf16, bool ta, bool tb, int M, int N, int K, S alpha
 
 template <class S>
 void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv, S* y,
-                       int ldy, S* probs, const AttentionMask& mask, S* scratch, bool bf16 = false) {
+                       int ldy, S* probs, const AttentionMask& mask, bool rows, S* scratch, bool bf16 = false) {
   using MatR = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Strided = Eigen::OuterStride<>;
   using Map = Eigen::Map<MatR, 0, Strided>;
@@ -65,7 +66,7 @@ void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, 
       const S* vb = v + long(b) * a.kv_rows() * ldv + long(a.kv_head(h)) * a.V_DIM;
       S* yb = y + long(b) * a.Tq * ldy + long(h) * a.V_DIM;
       S* p = probs + i_ * tile;
-      if (a.Tq <= kRowAttentionRows && !drop) {
+      if (rows) {
         for (int i = 0; i < a.Tq; ++i)
           attend(b, i, a, scale, qb + long(i) * ldq, kb, ldk, vb, ldv, p + long(i) * a.Tk, yb + long(i) * ldy, mask);
         continue;
@@ -96,7 +97,8 @@ void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, 
 // order, so the sums repeat on any thread count.
 template <class S>
 void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
-                        const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv, S* scratch, bool bf16 = false) {
+                        const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv, bool rows, S* scratch,
+                        bool bf16 = false) {
   using MatR = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Strided = Eigen::OuterStride<>;
   using Map = Eigen::Map<MatR, 0, Strided>;
@@ -128,7 +130,6 @@ void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q
       const CMap Vm(vb, a.Tk, a.V_DIM, Strided(ldv));
       Map dK(dkb, a.Tk, a.QK_DIM, Strided(ldk));
       Map dV(dvb, a.Tk, a.V_DIM, Strided(ldv));
-      const bool rows = a.Tq <= kRowAttentionRows && !drop;
       if (rows) {
         dK.setZero();
         dV.setZero();
@@ -171,25 +172,6 @@ void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q
         if (!head_product_bf16(bf16, true, false, a.Tk, a.QK_DIM, a.Tq, scale, ds, a.Tk, qb, ldq, into, dkb, ldk)) {
           if (first) dK.noalias() = scale * dS.transpose() * Q;  // (Tk, QK_DIM)
           else dK.noalias() += scale * dS.transpose() * Q;
-        }
-      }
-    }
-  });
-}
-
-// Rotary positions: each (2i, 2i+1) pair of each head turned by its angle
-// (sign -1: turned back, the backward).
-template <class S>
-void rotate_pairs(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld, S sign) {
-  parallel_ranges(long(B) * T, long(B) * T * H * hd > kParallelWork, [=](long lo, long hi) {
-    for (long r = lo; r < hi; ++r) {
-      const S* cs = table + long(offset + int(r % T)) * hd;
-      for (int h = 0; h < H; ++h) {
-        S* v = x + r * ld + long(h) * hd;
-        for (int i = 0; i < hd; i += 2) {
-          const S c = cs[i], s = sign * cs[i + 1], x0 = v[i], x1 = v[i + 1];
-          v[i] = x0 * c - x1 * s;
-          v[i + 1] = x0 * s + x1 * c;
         }
       }
     }

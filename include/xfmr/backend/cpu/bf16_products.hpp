@@ -1,4 +1,4 @@
-// cpu_bf16.hpp: detail::Bf16Products, CpuBackend<float>'s matrix products in
+// bf16_products.hpp: detail::Bf16Products, CpuBackend<float>'s matrix products in
 // bf16 precision (CpuOptions::bf16), and the bfloat16 weight copies they
 // read when decoding.
 //
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "xfmr/backend/bf16.hpp"
-#include "xfmr/backend/cpu_parallel.hpp"
-#include "xfmr/backend/cpu_simd.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
+#include "xfmr/backend/cpu/simd.hpp"
 #include "xfmr/core/error.hpp"
 
 namespace xfmr::detail {

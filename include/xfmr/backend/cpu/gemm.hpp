@@ -1,13 +1,13 @@
-// cpu_gemm.hpp: detail::gemm, CpuBackend's row-major C = alpha op(A) op(B)
+// gemm.hpp: detail::gemm, CpuBackend's row-major C = alpha op(A) op(B)
 // + beta C, and how it spends the threads on each shape:
 //
 // - one row times a weight matrix, y = W x (a decoding step's projections):
-//   cpu_simd.hpp's gemv_rows in float on AVX-512, else Eigen's GEMV; from
+//   cpu/simd.hpp's gemv_rows in float on AVX-512, else Eigen's GEMV; from
 //   kGemvSplitWork weights W's rows are split over the OpenMP threads, so
 //   each core streams its part of the matrix;
 // - from kBlasWork multiply-adds and kBlasMinSide rows and columns: one
 //   block of C's rows (or columns) per thread, through a libxsmm kernel
-//   when the weight-sized operand stays in cache (cpu_small_gemm.hpp), else
+//   when the weight-sized operand stays in cache (cpu/small_gemm.hpp), else
 //   single-threaded BLAS up to kBlasSplitWork; larger products go to BLAS
 //   whole, with its own threads;
 // - other single rows against a large matrix: BLAS's threaded GEMV;
@@ -22,9 +22,9 @@
 #include <cblas.h>
 #endif
 
-#include "xfmr/backend/cpu_parallel.hpp"
-#include "xfmr/backend/cpu_simd.hpp"
-#include "xfmr/backend/cpu_small_gemm.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
+#include "xfmr/backend/cpu/simd.hpp"
+#include "xfmr/backend/cpu/small_gemm.hpp"
 
 namespace xfmr::detail {
 

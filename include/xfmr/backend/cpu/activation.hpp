@@ -1,0 +1,114 @@
+// activation.hpp: the CPU's activations (layers/activation.hpp; CUDA:
+// cuda/activation.cu).
+//
+//  relu_forward(n, x, y), relu_backward(n, x, dy, dx)
+//  gelu_forward(n, x, y), gelu_backward(n, x, dy, dx)   tanh approximation
+//  swiglu_forward(rows, n, h, y)       y[r,j] = silu(h[r,j]) h[r,n+j]; h (rows, 2n) = [gate | up]
+//  swiglu_backward(rows, n, h, dy, dh) dh (rows, 2n) assigned
+// Every dx may alias dy.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstddef>
+
+#include "xfmr/backend/cpu/family.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
+
+namespace xfmr::detail {
+
+template <class S>
+class CpuActivation {
+ public:
+  void relu_forward(std::size_t n, const S* x, S* y);
+  void relu_backward(std::size_t n, const S* x, const S* dy, S* dx);
+  void gelu_forward(std::size_t n, const S* x, S* y);
+  void gelu_backward(std::size_t n, const S* x, const S* dy, S* dx);
+  void swiglu_forward(int rows, int n, const S* h, S* y);
+  void swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh);
+
+ private:
+  using Arr = Eigen::Array<S, Eigen::Dynamic, 1>;
+  static constexpr S kGeluC = S(0.7978845608028654);  // sqrt(2 / pi)
+};
+
+template <class S>
+void CpuActivation<S>::relu_forward(std::size_t n, const S* x, S* y) {
+  const long ln = static_cast<long>(n);
+  parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
+    for (long i = lo; i < hi; ++i) y[i] = x[i] > S(0) ? x[i] : S(0);
+  });
+}
+
+template <class S>
+void CpuActivation<S>::relu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
+  const long ln = static_cast<long>(n);
+  parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
+    for (long i = lo; i < hi; ++i) dx[i] = x[i] > S(0) ? dy[i] : S(0);
+  });
+}
+
+// GELU, tanh form: 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi).
+// Through Eigen arrays: float's tanh vectorises there (a rational
+// approximation, within a few ulp of std::tanh), where std::tanh in a loop
+// is a scalar call per element (a tenth of GPT-2's training step).
+template <class S>
+void CpuActivation<S>::gelu_forward(std::size_t n, const S* x, S* y) {
+  const long ln = static_cast<long>(n);
+  parallel_ranges(ln, ln > kParallelWork / 8, [=](long lo, long hi) {
+    const Eigen::Map<const Arr> v(x + lo, hi - lo);
+    Eigen::Map<Arr>(y + lo, hi - lo) = S(0.5) * v * (S(1) + (kGeluC * (v + S(0.044715) * v.cube())).tanh());
+  });
+}
+
+template <class S>
+void CpuActivation<S>::gelu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
+  const long ln = static_cast<long>(n);
+  parallel_ranges(ln, ln > kParallelWork / 8, [=](long lo, long hi) {
+    constexpr long kChunk = 256;  // tanh's values on the stack, not the heap
+    Eigen::Array<S, kChunk, 1> tanhs, exps;
+    for (long c = lo; c < hi; c += kChunk) {
+      const long m = std::min(kChunk, hi - c);
+      const Eigen::Map<const Arr> v(x + c, m), g(dy + c, m);
+      auto t = tanhs.head(m);
+      auto e = exps.head(m);
+      e = kGeluC * (v + S(0.044715) * v.cube());  // u
+      t = e.tanh();
+      // 1 - tanh(u)^2 as 4 e / (1 + e)^2 with e = exp(-2|u|): the vectorised
+      // tanh rounds to +-1 from |u| ~ 8, where 1 - t^2 would lose the tail.
+      e = (S(-2) * e.abs()).exp();
+      Eigen::Map<Arr>(dx + c, m) =
+          g * (S(0.5) * (S(1) + t) +
+               S(0.5) * v * (S(4) * e / (S(1) + e).square()) * (kGeluC * (S(1) + S(3 * 0.044715) * v.square())));
+    }
+  });
+}
+
+// SwiGLU over rows of [gate | up]: silu(g) u with silu(g) = g sigmoid(g);
+// backward: dg = dy u s (1 + g (1 - s)), du = dy silu(g), s = sigmoid(g).
+template <class S>
+void CpuActivation<S>::swiglu_forward(int rows, int n, const S* h, S* y) {
+  parallel_ranges(long(rows), long(rows) * n > kParallelWork / 8, [=](long lo, long hi) {
+    for (long r = lo; r < hi; ++r) {
+      const Eigen::Map<const Arr> g(h + r * 2 * n, n), u(h + r * 2 * n + n, n);
+      Eigen::Map<Arr>(y + r * n, n) = g / (S(1) + (-g).exp()) * u;
+    }
+  });
+}
+
+template <class S>
+void CpuActivation<S>::swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
+  parallel_ranges(long(rows), long(rows) * n > kParallelWork / 8, [=](long lo, long hi) {
+    for (long r = lo; r < hi; ++r) {
+      const Eigen::Map<const Arr> g(h + r * 2 * n, n), u(h + r * 2 * n + n, n), d(dy + r * n, n);
+      Eigen::Map<Arr> dg(dh + r * 2 * n, n), du(dh + r * 2 * n + n, n);
+      du = S(1) / (S(1) + (-g).exp());  // s, for now
+      dg = d * u * du * (S(1) + g * (S(1) - du));
+      du = d * g * du;
+    }
+  });
+}
+
+XFMR_CPU_FAMILY(CpuActivation);
+
+}  // namespace xfmr::detail

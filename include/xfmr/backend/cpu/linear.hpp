@@ -1,0 +1,96 @@
+// linear.hpp: the CPU's matrix products and biases (layers/linear.hpp,
+// layers/output_projection.hpp; CUDA: cuda/linear.cu).
+//
+//  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+//      C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C; beta == 0 never reads C.
+//      gemm.hpp says which kernel serves which shape; in bf16 precision
+//      bf16_products.hpp (operands rounded to bfloat16, float32 sums).
+//  bias_add(rows, n, bias, y)        y[r,:] += bias                  (accumulate)
+//  bias_grad(rows, n, dy, dbias)     dbias += sum_r dy[r,:]          (accumulate; columns split, rows in order)
+//  keep_bf16_copy(w, rows, cols)     in bf16 precision, products whose B is w read its bfloat16 copy until
+//  drop_bf16_copies()                drop_bf16_copies(); w must not change meanwhile (Bf16WeightCopies,
+//  bf16_copy_bytes()                 infer/bf16_weights.hpp). Without bf16 precision they do nothing.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include "xfmr/backend/cpu/bf16_products.hpp"
+#include "xfmr/backend/cpu/family.hpp"
+#include "xfmr/backend/cpu/gemm.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
+
+namespace xfmr::detail {
+
+template <class S>
+class CpuLinear {
+ public:
+  explicit CpuLinear(const CpuOptions& opts = {}) : bf16_(opts.bf16 && std::is_same_v<S, float>) {}
+
+  void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
+            int ldc);
+  void bias_add(int rows, int n, const S* bias, S* y);
+  void bias_grad(int rows, int n, const S* dy, S* dbias);
+
+  void keep_bf16_copy(const S* w, int rows, int cols);
+  void drop_bf16_copies();
+  std::size_t bf16_copy_bytes() const;
+
+ private:
+  bool bf16_;
+  Bf16Products products_;  // bf16 precision's products, and the weight copies they read
+};
+
+template <class S>
+void CpuLinear<S>::gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb,
+                        S beta, S* C, int ldc) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (bf16_) return products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  detail::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+template <class S>
+void CpuLinear<S>::bias_add(int rows, int n, const S* bias, S* y) {
+  parallel_ranges(long(rows), long(rows) * n > kParallelWork, [=](long lo, long hi) {
+    for (long r = lo; r < hi; ++r) {
+      S* yr = y + r * n;
+      for (int c = 0; c < n; ++c) yr[c] += bias[c];
+    }
+  });
+}
+
+// Split over columns, each summed over the rows in order: the same result
+// on any thread count.
+template <class S>
+void CpuLinear<S>::bias_grad(int rows, int n, const S* dy, S* dbias) {
+  parallel_ranges(long(n), long(rows) * n > kParallelWork, [=](long lo, long hi) {
+    for (int r = 0; r < rows; ++r) {
+      const S* g = dy + long(r) * n;
+      for (long c = lo; c < hi; ++c) dbias[c] += g[c];
+    }
+  });
+}
+
+template <class S>
+void CpuLinear<S>::keep_bf16_copy(const S* w, int rows, int cols) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (bf16_) products_.keep_copy(w, rows, cols);
+  } else {
+    (void)w, (void)rows, (void)cols;
+  }
+}
+
+template <class S>
+void CpuLinear<S>::drop_bf16_copies() {
+  products_.drop_copies();
+}
+
+template <class S>
+std::size_t CpuLinear<S>::bf16_copy_bytes() const {
+  return products_.copy_bytes();
+}
+
+XFMR_CPU_FAMILY(CpuLinear);
+
+}  // namespace xfmr::detail
