@@ -48,12 +48,13 @@
 #include <vector>
 
 #include "common.hpp"
-#include "presets.hpp"
-#include "xfmr/backend/cpu.hpp"
+#include "xfmr/backend/attention_plan.hpp"
 #include "xfmr/infer/bf16_weights.hpp"
+#include "xfmr/infer/generate.hpp"
 #include "xfmr/io/gpt2.hpp"
-#include "xfmr/models/decoder.hpp"
+#include "xfmr/models/language_model.hpp"
 #include "xfmr/models/seq2seq.hpp"
+#include "xfmr/presets.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
 
@@ -173,24 +174,19 @@ double gemm_ceiling(const Args& a, Be& be) {
   return best;
 }
 
-// Feed-forward matrices of Cfg's blocks: two, three with a gated activation (SwiGLU).
-template <class Cfg>
-constexpr double ff_matrices() {
-  return Cfg::Activation::GATED ? 3 : 2;
-}
+// Feed-forward matrices of a preset's blocks: two, three with a gated activation (SwiGLU).
+double ff_matrices(const PresetInfo& p) { return p.gated ? 3 : 2; }
 // Exact matrix-product FLOPs of a forward pass over B sequences of T
 // positions (full T x T attention scores, as computed).
-template <class Cfg>
-double forward_flops(double B, double T, double V) {
-  const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS;
-  const double per_row = L * (2 * D * 3 * D + 2 * D * D + ff_matrices<Cfg>() * 2 * D * FF) + 2 * D * V;
+double forward_flops(const PresetInfo& p, double B, double T, double V) {
+  const double D = p.d_model, FF = p.d_ff, L = p.n_layers;
+  const double per_row = L * (2 * D * 3 * D + 2 * D * D + ff_matrices(p) * 2 * D * FF) + 2 * D * V;
   return B * T * per_row + B * L * 4 * T * T * D;
 }
 // One cached decoding step at position t (t positions already cached).
-template <class Cfg>
-double cached_step_flops(double t, double V) {
-  const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS;
-  return L * (2 * D * 3 * D + 2 * D * D + ff_matrices<Cfg>() * 2 * D * FF) + 2 * D * V + L * 4 * (t + 1) * D;
+double cached_step_flops(const PresetInfo& p, double t, double V) {
+  const double D = p.d_model, FF = p.d_ff, L = p.n_layers;
+  return L * (2 * D * 3 * D + 2 * D * D + ff_matrices(p) * 2 * D * FF) + 2 * D * V + L * 4 * (t + 1) * D;
 }
 
 // What a training step must hold, in bytes: parameters, gradients, AdamW's
@@ -204,24 +200,23 @@ double cached_step_flops(double t, double V) {
 // a log-sum-exp (H) where it tiles; under cheap recompute the blocks share
 // one copy of the norm outputs (pre-norm) and the activation; under block
 // recompute the blocks keep their inputs and one block at a time the rest.
-template <class Cfg>
-json analytical_memory(std::size_t params, double B, double T, double V, double moments = 1.0, bool tiled = false,
-                       Recompute recompute = Recompute::none) {
-  const double D = Cfg::D_MODEL, FF = Cfg::D_FF, L = Cfg::N_LAYERS, H = Cfg::N_HEADS;
+json analytical_memory(const PresetInfo& p, std::size_t params, double B, double T, double V, double moments = 1.0,
+                       bool tiled = false, Recompute recompute = Recompute::none) {
+  const double D = p.d_model, FF = p.d_ff, L = p.n_layers, H = p.n_heads;
   const double rows = B * T;
-  const double block = 2 * (D + 2) + 3 * D + (tiled ? H : H * T) + D + (ff_matrices<Cfg>() * FF);  // past its input
-  const bool pre = detail::pre_norm<Cfg>();
+  const double block = 2 * (D + 2) + 3 * D + (tiled ? H : H * T) + D + (ff_matrices(p) * FF);  // past its input
+  const bool pre = p.pre_norm;
   const double own = (pre ? 2 * D : 0) + FF, shared = (pre ? D : 0) + FF;  // cheap: each block's, the stack's
   const double blocks = recompute == Recompute::block   ? L * D + block
                         : recompute == Recompute::cheap ? L * (D + block - own) + shared
                                                         : L * (D + block);
   const double act = rows * (blocks + (D + 2) + 2 * V);
-  const double p = double(params) * 4;
-  return {{"parameters_mb", p / 1e6},
-          {"gradients_mb", p / 1e6},
-          {"optimizer_mb", 2 * p * moments / 1e6},
+  const double bytes = double(params) * 4;
+  return {{"parameters_mb", bytes / 1e6},
+          {"gradients_mb", bytes / 1e6},
+          {"optimizer_mb", 2 * bytes * moments / 1e6},
           {"activations_mb", act * 4 / 1e6},
-          {"total_mb", ((2 + 2 * moments) * p + act * 4) / 1e6}};
+          {"total_mb", ((2 + 2 * moments) * bytes + act * 4) / 1e6}};
 }
 
 // The machine's streaming read bandwidth, in GB/s: each thread sums its
@@ -266,13 +261,14 @@ std::int32_t argmax(std::span<const float> row) {
   return std::int32_t(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-template <class Cfg, class Be>
+template <class Be>
 json run(const Args& a) {
-  using Model = Decoder<Cfg, Be>;
+  using Model = LanguageModel<Be>;
+  const PresetInfo p = LanguageModelPresets::info(a.model);
   Be be = make_backend<Be>(a.backend, a.precision);
-  const int B = a.batch > 0 ? a.batch : default_batch(Cfg::NAME), V = a.vocab;
-  const int T = a.seq_len > 0 ? a.seq_len : Cfg::MAX_T;
-  require(T <= Cfg::MAX_T, "--seq-len ", T, " exceeds ", Cfg::NAME, "'s MAX_T ", Cfg::MAX_T);
+  const int B = a.batch > 0 ? a.batch : default_batch(a.model), V = a.vocab;
+  const int T = a.seq_len > 0 ? a.seq_len : p.max_t;
+  require(T <= p.max_t, "--seq-len ", T, " exceeds ", a.model, "'s MAX_T ", p.max_t);
   const double rss_before = peak_rss_mb();
   const double ceiling = gemm_ceiling(a, be);
   bool graphs = false;  // whether run_step replays graphs here
@@ -283,37 +279,37 @@ json run(const Args& a) {
   auto timed_step = [&](const char* key, auto& step) {
     a.eager || a.recompute == "block" ? step() : run_step(be, key, step);
   };
+  const Recompute recompute_mode = parse_recompute(a.recompute);
+  const DecoderOptions model_opts{.dropout = p.dropout, .recompute = recompute_mode};
+  // --materialise-attention: every attention layer keeps its probabilities
+  // (the path before tiled attention), for comparison in one binary.
+  auto make = [&] {
+    auto m = make_language_model<Be>(a.model, V, 1337, model_opts);
+    m->keep_attention_probabilities(a.materialise_attention);
+    return m;
+  };
+  const std::unique_ptr<Model> model_ptr = make();
+  Model& model = *model_ptr;
   json out = {{"impl", "xfmr"},
               {"backend", describe(be)},
               {"graph_steps", graphs},
-              {"model", Cfg::NAME},
-              {"shape", {{"B", B}, {"T", T}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
-                         {"FF", Cfg::D_FF}, {"V", V}, {"dropout", Cfg::DROPOUT}}},
-              {"threads", detail::thread_count()},
+              {"model", a.model},
+              {"shape", {{"B", B}, {"T", T}, {"D", p.d_model}, {"H", p.n_heads}, {"L", p.n_layers},
+                         {"FF", p.d_ff}, {"V", V}, {"dropout", p.dropout}}},
+              {"threads", cpu_threads()},
               {"hardware_threads", std::thread::hardware_concurrency()},
               {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", ceiling},
-              {"parameters", Model::parameter_count(V, false)},
+              {"parameters", model.parameter_count()},
               {"results", json::object()}};
-
-  const Recompute recompute_mode = parse_recompute(a.recompute);
   out["recompute"] = recompute_name(recompute_mode);
-  const DecoderOptions model_opts{.dropout = Cfg::DROPOUT, .recompute = recompute_mode};
-  // --materialise-attention: every attention layer keeps its probabilities
-  // (the path before tiled attention), for comparison in one binary.
-  auto made = [&](std::unique_ptr<Model> m) {
-    for (int i = 0; i < Cfg::N_LAYERS; ++i) m->blocks()[i].attention().keep_probabilities(a.materialise_attention);
-    return m;
-  };
-  std::unique_ptr<Model> model_ptr = made(std::make_unique<Model>(V, 1337, model_opts));
-  Model& model = *model_ptr;
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
   Rng rng(7);
   std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
   for (auto& i : ids) i = std::int32_t(rng.below(V));
   for (auto& i : targets) i = std::int32_t(rng.below(V));
   std::vector<float> staging;  // logits on the host, for argmax
-  const double tokens = double(B) * T, fwd = forward_flops<Cfg>(B, T, V);
+  const double tokens = double(B) * T, fwd = forward_flops(p, B, T, V);
   auto has = [&](const char* m) { return ("," + a.modes + ",").find("," + std::string(m) + ",") != std::string::npos; };
   // Under mpirun (train mode only): each rank steps on its B / N sequences
   // of the batch and the Trainer sums the gradients over the ranks.
@@ -328,10 +324,11 @@ json run(const Args& a) {
   // The programs' training step (train/trainer.hpp): on the CPU a batch is
   // split by sequences over replicas, one a thread, for training and for
   // the forward pass; with one shard this is the plain step.
-  Trainer<Model, Be> trainer(
-      model, be, opt,
-      {.schedule = LrSchedule{.lr = 1e-4}, .shards = a.shards, .graph_steps = !a.eager, .group = &group, .zero = a.zero},
-      [&] { return made(std::make_unique<Model>(V, 1337, model_opts)); });
+  Trainer<Model, Be> trainer(model, be, opt,
+                             {.schedule = LrSchedule{.lr = 1e-4},
+                              .split = {.shards = a.shards, .group = &group, .zero = a.zero},
+                              .graph_steps = !a.eager},
+                             make);
   out["shards"] = std::min(trainer.shards(), B);
   if (ranks > 1) out["zero"] = a.zero;
   auto forward = [&](const Shard& s, Model& m, Be& b) {
@@ -361,39 +358,31 @@ json run(const Args& a) {
   }
   if (has("generate")) {
     // Greedy generation of MAX_T - 1 tokens after a 1-token prompt through
-    // the cache; the recompute loop (the seeds') re-reads the whole context
-    // for each of its first --recompute-tokens tokens, which must agree.
-    model.set_training(false);
-    const Bf16WeightCopies bf16_weights(be, model);  // in bf16 precision, the weights a token reads are bfloat16
-    const int TM = Cfg::MAX_T, n = TM - 1;
+    // the cache (infer/generate.hpp); the recompute loop (the seeds') re-reads
+    // the whole context for each of its first --recompute-tokens tokens,
+    // which must agree.
+    const int TM = p.max_t, n = TM - 1;
     const int nr = std::min(n, a.recompute_tokens > 0 ? a.recompute_tokens : TM <= 256 ? n : 64);
-    DecodingCache<Be> cache;
     double cached_flops = 0, recompute_flops = 0;
-    for (int i = 0; i < n; ++i) cached_flops += cached_step_flops<Cfg>(i, V);
-    for (int i = 0; i < nr; ++i) recompute_flops += forward_flops<Cfg>(1, i + 1, V);
-    std::vector<std::int32_t> seq;
+    for (int i = 0; i < n; ++i) cached_flops += cached_step_flops(p, i, V);
+    for (int i = 0; i < nr; ++i) recompute_flops += forward_flops(p, 1, i + 1, V);
+    const Bf16WeightCopies bf16_weights(be, model);  // in bf16 precision, the weights a token reads are bfloat16
+    Generator<Model, Be> generator(model, be);        // its cache kept from call to call
+    std::vector<std::int32_t> greedy, seq;
+    Rng unused(0);
     const auto cached = time_calls(a, be, [&] {
-      seq.assign(1, 0);
-      model.start_cache(cache, 1);
-      auto logits = model.forward_cached(be, seq, 1, cache);
-      for (int i = 0; i < n; ++i) {
-        seq.push_back(argmax(be.host_view(logits, staging)));
-        if (i + 1 < n) logits = model.forward_cached(be, std::span(&seq.back(), 1), 1, cache);
-      }
+      greedy = generator({0}, {.sampling = {.temperature = 0}, .max_tokens = n}, unused);
     });
-    const std::vector<std::int32_t> greedy = seq;
     const auto recompute = time_calls(a, be, [&] {
-      seq.assign(1, 0);
-      for (int i = 0; i < nr; ++i) {
-        const auto logits = model.forward(be, seq, Shape{1, int(seq.size())});
-        seq.push_back(argmax(be.host_view(logits.subspan(std::size_t(seq.size() - 1) * V, V), staging)));
-      }
+      seq = generator({0}, {.sampling = {.temperature = 0}, .max_tokens = nr, .use_cache = false}, unused);
     });
     require(std::equal(seq.begin(), seq.end(), greedy.begin()), "cached and recomputed greedy generation disagree");
     out["results"]["generate_cached"] = summarize(cached, n, cached_flops, ceiling, n);
     out["results"]["generate_recompute"] = summarize(recompute, nr, recompute_flops, ceiling, nr);
 
     // One token at full context: the cache holds MAX_T - 1 positions.
+    greedy.insert(greedy.begin(), 0);
+    DecodingCache<Be> cache;
     model.start_cache(cache, 1);
     model.forward_cached(be, std::span(greedy.data(), TM - 1), 1, cache);
     const auto step = time_calls(a, be, [&] {
@@ -401,17 +390,20 @@ json run(const Args& a) {
       cache.truncate(TM - 1);
     });
     const auto full = time_calls(a, be, [&] { model.forward(be, greedy, Shape{1, TM}); });
-    out["results"]["full_context_cached"] = summarize(step, 1, cached_step_flops<Cfg>(TM - 1, V), ceiling);
-    out["results"]["full_context_recompute"] = summarize(full, 1, forward_flops<Cfg>(1, TM, V), ceiling);
+    out["results"]["full_context_cached"] = summarize(step, 1, cached_step_flops(p, TM - 1, V), ceiling);
+    out["results"]["full_context_recompute"] = summarize(full, 1, forward_flops(p, 1, TM, V), ceiling);
   }
-  const int hd = Cfg::D_MODEL / Cfg::N_HEADS;
-  const bool tiled =
-      !a.materialise_attention && detail::tiles_attention(be, AttentionDims{my_rows, Cfg::N_HEADS, T, T, hd, hd});
+  const int hd = p.d_model / p.n_heads;
+  bool tiled = false;
+  if constexpr (requires { be.attention_kernels(); })
+    tiled = !a.materialise_attention &&
+            plan_attention(AttentionDims{my_rows, p.n_heads, T, T, hd, hd}, AttentionUse::training,
+                           be.attention_kernels()) == AttentionPath::tiled;
   out["memory"] = {{"peak_rss_mb", peak_rss_mb()},
                    {"rss_before_model_mb", rss_before},
                    {"attention", tiled ? "tiled" : "materialised"},
-                   {"analytical", analytical_memory<Cfg>(Model::parameter_count(V, false), my_rows, T, V,
-                                                         a.zero == 1 ? 1.0 / ranks : 1.0, tiled, recompute_mode)}};
+                   {"analytical", analytical_memory(p, model.parameter_count(), my_rows, T, V,
+                                                    a.zero == 1 ? 1.0 / ranks : 1.0, tiled, recompute_mode)}};
   // Bandwidth, after the memory figures (its buffer would top them): a
   // cached token reads every weight once, from memory when the weights
   // outgrow the caches (64 MiB and more here; smaller models decode from
@@ -431,7 +423,7 @@ json run(const Args& a) {
     count["bf16_weight_copies_mb"] = double(matrices) * 2 / 1e6;
     count["total_mb"] = count["total_mb"].get<double>() + double(matrices) * 2 / 1e6;
   }
-  const double weight_bytes = double(Model::parameter_count(V, false)) * (bf16 ? 2 : sizeof(float));
+  const double weight_bytes = double(model.parameter_count()) * (bf16 ? 2 : sizeof(float));
   if (has("generate") && std::string(Be::name) == "cpu" && weight_bytes >= double(64 << 20)) {
     const double bw = read_bandwidth_gbs(a.smoke);
     for (const char* k : {"generate_cached", "full_context_cached"}) {
@@ -478,8 +470,9 @@ json run_allreduce(const Args& a) {
 // log-sum-exps) and asks of the backend as per-thread scratch.
 template <class Be>
 json run_attention(const Args& a) {
-  require(std::string(Be::name) == "cpu", "--attention times the CPU's attention (not ", Be::name, ")");
-  Be be = make_backend<Be>(a.backend, a.precision);
+  if constexpr (!std::is_same_v<Be, CpuBackend<float>>) {
+    fail("--attention times the CPU's attention (not ", Be::name, ")");
+  } else {
   const int B = a.batch > 0 ? a.batch : 1, H = 12, hd = 64, T = a.attention, ld = 3 * H * hd, K = H * hd;
   const AttentionDims dims{B, H, T, T, hd, hd};
   const AttentionMask mask{true, nullptr};
@@ -489,11 +482,13 @@ json run_attention(const Args& a) {
   for (auto& x : dy) x = float(rng.normal());
   const float* q = qkv.data();
   float* g = grads.data();
-  const double threads = detail::thread_count(), bh = double(B) * H;
-  json out = {{"impl", "xfmr"}, {"backend", describe(be)}, {"attention", {{"B", B}, {"H", H}, {"T", T}, {"head", hd}}},
-              {"threads", detail::thread_count()}, {"results", json::object()}};
+  const double bh = double(B) * H;
+  json out = {{"impl", "xfmr"}, {"backend", describe(make_backend<Be>(a.backend, a.precision))},
+              {"attention", {{"B", B}, {"H", H}, {"T", T}, {"head", hd}}}, {"threads", cpu_threads()},
+              {"results", json::object()}};
   std::vector<float> saved;
   {
+    Be be = make_backend<Be>(a.backend, a.precision);  // a backend of its own: its scratch is this path's
     saved.assign(std::size_t(bh * T), 0.0f);
     const auto secs = time_calls(a, be, [&] {
       be.flash_attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y.data(), K, saved.data(), mask);
@@ -502,11 +497,12 @@ json run_attention(const Args& a) {
     });
     auto r = summarize(secs, double(B) * T, 0, 0);
     r["saved_mb"] = bh * T * 4 / 1e6;
-    r["scratch_mb"] = threads * double(detail::flash_backward_tiles(precision_of(be) == "bf16")) * 4 / 1e6;
+    r["scratch_mb"] = double(be.attention_scratch_bytes()) / 1e6;
     r["peak_rss_mb"] = peak_rss_mb();
     out["results"]["tiled"] = r;
   }
   {
+    Be be = make_backend<Be>(a.backend, a.precision);
     saved.assign(std::size_t(bh * T * T), 0.0f);
     const auto secs = time_calls(a, be, [&] {
       be.attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y.data(), K, saved.data(), mask);
@@ -514,55 +510,49 @@ json run_attention(const Args& a) {
     });
     auto r = summarize(secs, double(B) * T, 0, 0);
     r["saved_mb"] = bh * T * T * 4 / 1e6;
-    r["scratch_mb"] = threads * double(detail::attention_backward_tiles(dims)) * 4 / 1e6;
+    r["scratch_mb"] = double(be.attention_scratch_bytes()) / 1e6;
     r["peak_rss_mb"] = peak_rss_mb();
     out["results"]["materialised"] = r;
   }
   return out;
+  }
 }
 
 template <class Be>
 json run_gpt2(const Args& a) {
-  using Cfg = Gpt2Small;
+  const PresetInfo p = LanguageModelPresets::info("gpt2-small");
   const Gpt2Checkpoint ckpt = open_gpt2(a.gpt2, "--gpt2");
   const Gpt2Config& config = ckpt.config;
   Be be = make_backend<Be>(a.backend, a.precision);
   const int V = config.vocab_size, n = a.gpt2_tokens;
-  Decoder<Cfg, Be> model(V, 1, kGpt2Options);
-  load_gpt2(model, ckpt.tensors, config);
-  model.set_training(false);
+  const auto model = make_language_model<Be>("gpt2-small", V, 1, kGpt2Options);
+  load_gpt2(*model, ckpt.tensors, config);
   const double ceiling = gemm_ceiling(a, be);
-  const Bf16WeightCopies bf16_weights(be, model);
+  const Bf16WeightCopies bf16_weights(be, *model);
   double flops = 0;
-  for (int i = 0; i < n; ++i) flops += cached_step_flops<Cfg>(i, V);
+  for (int i = 0; i < n; ++i) flops += cached_step_flops(p, i, V);
   const std::int32_t start = V > 50256 ? 50256 : 0;  // <|endoftext|>
-  DecodingCache<Be> cache;
-  std::vector<float> staging;
-  std::vector<std::int32_t> seq;
+  Generator<LanguageModel<Be>, Be> generator(*model, be);
+  Rng unused(0);
+  std::vector<std::int32_t> greedy;
   const auto t = time_calls(a, be, [&] {
-    seq.assign(1, start);
-    model.start_cache(cache, 1);
-    auto logits = model.forward_cached(be, seq, 1, cache);
-    for (int i = 0; i < n; ++i) {
-      seq.push_back(argmax(be.host_view(logits, staging)));
-      if (i + 1 < n) logits = model.forward_cached(be, std::span(&seq.back(), 1), 1, cache);
-    }
+    greedy = generator({start}, {.sampling = {.temperature = 0}, .max_tokens = n}, unused);
   });
   json out = {{"impl", "xfmr"},
               {"backend", describe(be)},
               {"model", "gpt2 checkpoint"},
-              {"shape", {{"B", 1}, {"T", n}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
-                         {"FF", Cfg::D_FF}, {"V", V}, {"dropout", 0}}},
-              {"threads", detail::thread_count()},
+              {"shape", {{"B", 1}, {"T", n}, {"D", p.d_model}, {"H", p.n_heads}, {"L", p.n_layers},
+                         {"FF", p.d_ff}, {"V", V}, {"dropout", 0}}},
+              {"threads", cpu_threads()},
               {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", ceiling},
-              {"parameters", Decoder<Cfg, Be>::parameter_count(V, true, false)},
-              {"greedy", std::vector<std::int32_t>(seq.begin() + 1, seq.end())},
+              {"parameters", model->parameter_count()},
+              {"greedy", greedy},
               {"results", {{"gpt2_generate_cached", summarize(t, n, flops, ceiling, n)}}},
               {"memory", {{"peak_rss_mb", peak_rss_mb()}}}};
   if (std::string(Be::name) == "cpu") {
     // A token reads every weight once but the position table, of which it reads one row.
-    const double bytes = (double(Decoder<Cfg, Be>::parameter_count(V, true, false)) - (Cfg::MAX_T - 1) * Cfg::D_MODEL) *
+    const double bytes = (double(model->parameter_count()) - (p.max_t - 1) * p.d_model) *
                          (precision_of(be) == "bf16" ? 2 : sizeof(float));  // bf16: the weights' copies
     const double bw = read_bandwidth_gbs(a.smoke);
     auto& m = out["results"]["gpt2_generate_cached"];
@@ -585,13 +575,13 @@ json run_translator(const Args& a) {
               {"model", std::string("translator-") + Cfg::NAME},
               {"shape", {{"B", 1}, {"T", Cfg::MAX_T}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
                          {"FF", Cfg::D_FF}, {"V", V}, {"dropout", 0.0}}},
-              {"threads", detail::thread_count()},
+              {"threads", cpu_threads()},
               {"hardware_threads", std::thread::hardware_concurrency()},
               {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", gemm_ceiling(a, be)},
-              {"parameters", Model::parameter_count(V, V, false)},
               {"results", json::object()}};
   Model model(V, V, 1337);
+  out["parameters"] = parameter_count(model);
   model.set_training(false);
   const Bf16WeightCopies bf16_weights(be, model);
   Rng rng(9);
@@ -680,14 +670,14 @@ int main(int argc, char** argv) {
     Args a;
     po::options_description opts("xfmr-bench options");
     opts.add_options()("help,h", "show this help")
-      ("model", po::value(&a.model)->default_value(a.model), ("preset: " + lm_preset_names()).c_str())
+      ("model", po::value(&a.model)->default_value(a.model), preset_help<LanguageModelPresets>().c_str())
       ("batch", po::value(&a.batch)->default_value(a.batch), "sequences per batch (0: 64 for shakespeare-large, else 16)")
       ("seq-len", po::value(&a.seq_len)->default_value(a.seq_len), "train and forward: positions per sequence (0: MAX_T)")
       ("recompute-tokens", po::value(&a.recompute_tokens)->default_value(a.recompute_tokens),
        "generate: tokens the recompute loop times (0: all MAX_T - 1 up to MAX_T 256, else 64)")
       ("vocab", po::value(&a.vocab)->default_value(a.vocab), "vocabulary size (65; 8000 with --translator)")
       ("translator", po::value(&a.translator), ("time translation decoding of this preset instead: " +
-                                                translate_preset_names()).c_str())
+                                                TranslatorPresets::list()).c_str())
       ("gpt2", po::value(&a.gpt2), "time greedy decoding of this Hugging Face GPT-2 checkpoint (gpt2-small's shape) "
        "instead")
       ("gpt2-tokens", po::value(&a.gpt2_tokens)->default_value(a.gpt2_tokens), "with --gpt2: tokens per generation")
@@ -708,7 +698,7 @@ int main(int argc, char** argv) {
       ("zero", po::value(&a.zero)->default_value(a.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 keeps them whole")
       ("recompute", po::value(&a.recompute)->default_value(a.recompute),
-       "training step: activation recompute, none or block (peak memory: run one mode a process)")
+       (std::string("training step: ") + kRecomputeHelp + " (peak memory: run one mode a process)").c_str())
       ("materialise-attention", po::bool_switch(&a.materialise_attention),
        "the model's attention layers keep their probabilities instead of tiling (the path before tiled attention)")
       ("attention", po::value(&a.attention)->default_value(a.attention),
@@ -717,6 +707,10 @@ int main(int argc, char** argv) {
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;
+    (void)LanguageModelPresets::info(a.model);
+    check_backend_name(a.backend, "--backend");
+    check_precision_name(a.precision, "--precision");
+    (void)parse_recompute(a.recompute);
     require(a.batch >= 0, "--batch ", a.batch, " is negative");
     require(a.seq_len >= 0, "--seq-len ", a.seq_len, " is negative");
     require(a.recompute_tokens >= 0, "--recompute-tokens ", a.recompute_tokens, " is negative");
@@ -730,8 +724,9 @@ int main(int argc, char** argv) {
                 "' (choose from train, forward, generate; allreduce under mpirun)");
     }
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
-    require(a.gpt2_tokens >= 1 && a.gpt2_tokens < Gpt2Small::MAX_T, "--gpt2-tokens ", a.gpt2_tokens, " outside 1..",
-            Gpt2Small::MAX_T - 1);
+    const int gpt2_max_t = LanguageModelPresets::info("gpt2-small").max_t;
+    require(a.gpt2_tokens >= 1 && a.gpt2_tokens < gpt2_max_t, "--gpt2-tokens ", a.gpt2_tokens, " outside 1..",
+            gpt2_max_t - 1);
     json result;
     if (a.modes == "allreduce") {
       result = run_allreduce(a);
@@ -746,7 +741,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (a.attention > 0) {
-      with_backend(a.backend, [&]<class Be>() { result = run_attention<Be>(a); });
+      dispatch_backend(a.backend, [&]<class Be>() { result = run_attention<Be>(a); });
       const auto& s = result["attention"];
       std::cout << "xfmr-bench attention forward+backward (B" << s["B"] << " H" << s["H"] << " T" << s["T"] << " head "
                 << s["head"] << ", causal), " << result["backend"].get<std::string>() << ", " << result["threads"]
@@ -759,13 +754,13 @@ int main(int argc, char** argv) {
       if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");
       return 0;
     } else if (!a.gpt2.empty()) {
-      with_backend(a.backend, [&]<class Be>() { result = run_gpt2<Be>(a); });
+      dispatch_backend(a.backend, [&]<class Be>() { result = run_gpt2<Be>(a); });
     } else if (a.translator.empty()) {
-      with_backend(a.backend, [&]<class Be>() { with_lm_preset(a.model, [&]<class Cfg>() { result = run<Cfg, Be>(a); }); });
+      dispatch_backend(a.backend, [&]<class Be>() { result = run<Be>(a); });
     } else {
       if (vm["vocab"].defaulted()) a.vocab = 8000;
-      with_backend(a.backend, [&]<class Be>() {
-        with_translate_preset(a.translator, [&]<class Cfg>() { result = run_translator<Cfg, Be>(a); });
+      dispatch_backend(a.backend, [&]<class Be>() {
+        TranslatorPresets::with(a.translator, [&]<class Cfg>() { result = run_translator<Cfg, Be>(a); });
       });
     }
     print(result);

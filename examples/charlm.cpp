@@ -14,13 +14,11 @@
 #include <vector>
 
 #include "common.hpp"
-#include "presets.hpp"
-#include "xfmr/backend/cpu.hpp"
-#include "xfmr/infer/bf16_weights.hpp"
-#include "xfmr/infer/sampling.hpp"
+#include "xfmr/infer/generate.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/gpt2.hpp"
-#include "xfmr/models/decoder.hpp"
+#include "xfmr/models/language_model.hpp"
+#include "xfmr/presets.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/gpt2_bpe.hpp"
 #include "xfmr/text/text.hpp"
@@ -71,24 +69,19 @@ struct RunSettings {
   }
 };
 
-// What a run resumes from, read from trainer_state.json before any work.
+// What a run resumes from, read from the checkpoint before any work: its
+// metadata (the corpus it trained on and its hash, the tokenizer) and its
+// trainer state, checked here so that a malformed one costs no work.
 struct Resumed {
-  TrainerState state;
-  std::string data, data_hash;  // the corpus the checkpoint trained on, and its hash
+  Metadata metadata;
+  std::string data, data_hash;
 
-  static Resumed from_json(const json& j) {
-    const json& calls = j.at("dropout_calls");
-    require(calls.is_array(), "checkpoint value 'dropout_calls' is not an array");
-    std::vector<std::uint64_t> dropout_calls;
-    for (const json& c : calls) {
-      require(c.is_number_unsigned(), "checkpoint value 'dropout_calls' holds ", c.dump(), ", not a count");
-      dropout_calls.push_back(c.get<std::uint64_t>());
-    }
-    return {{json_integer<long>(j, "step", 0),
-             parse_integer<std::uint64_t>(j.at("rng").get<std::string>(), "trainer_state.json: rng"),
-             std::move(dropout_calls)},
-            j.at("data").get<std::string>(),
-            j.at("data_hash").get<std::string>()};
+  static Resumed read(const std::string& dir) {
+    Resumed r{read_checkpoint_metadata(dir), {}, {}};
+    (void)read_trainer_state(dir);
+    r.data = metadata_value(r.metadata, "data", dir);
+    r.data_hash = metadata_value(r.metadata, "data_hash", dir);
+    return r;
   }
 };
 
@@ -122,7 +115,7 @@ Corpus load_corpus(const std::string& path, const RunSettings& run) {
   try {
     chars = utf8_characters(text);
   } catch (const Error& e) {
-    detail::fail(path, ": ", e.what(), " (the character model reads UTF-8 text)");
+    fail(path, ": ", e.what(), " (the character model reads UTF-8 text)");
   }
   if (run.mode == "names") {
     std::vector<std::string> lines;
@@ -181,74 +174,40 @@ class Batches {
   std::optional<SequenceBatcher> seq_;
 };
 
-// Samples `tokens` tokens after `context`; piece(id) is a token's text. With a reset token (names mode:
-// the separator), each generated separator starts a fresh context, as in
-// training, where every row holds one name from its beginning.
-// With the KV cache each new token costs one position of work; when the
-// cache holds MAX_T positions it restarts from the last MAX_T / 2 tokens.
-// Without it (the reference), every token re-reads the last MAX_T tokens;
-// the two agree token for token while the context fits in MAX_T.
-template <class Cfg, class Be, class Piece>
-std::string generate(Decoder<Cfg, Be>& model, Be& be, const Piece& piece_of, std::vector<std::int32_t> context,
-                     int tokens, const SamplingOptions& opts, Rng& rng, bool stream,
-                     std::optional<std::int32_t> reset = std::nullopt, bool use_cache = true) {
-  Sampler sampler(opts);
-  const Bf16WeightCopies bf16_weights(be, model);  // bf16 precision: the weights a token reads are bfloat16
-  std::string out;
-  const int V = model.vocab();
-  DecodingCache<Be> cache;
-  std::vector<float> staging;
-  std::span<const float> last;  // logits of the newest position, on the host
-  auto encode_window = [&](int keep) {
-    const std::span<const std::int32_t> window(context.data() + context.size() - keep, keep);
-    const auto logits = use_cache ? (model.start_cache(cache, 1), model.forward_cached(be, window, 1, cache))
-                                  : model.forward(be, window, Shape{1, keep});
-    last = be.host_view(logits.subspan(std::size_t(keep - 1) * V, V), staging);
-  };
-  encode_window(std::min<int>(static_cast<int>(context.size()), Cfg::MAX_T));
-  for (int i = 0; i < tokens; ++i) {
-    const auto next = sampler(last, rng);
-    const bool restart = reset && next == *reset;
-    if (restart) context.clear();
-    context.push_back(next);
-    const std::string piece = piece_of(next);
-    out += piece;
-    if (stream) {
-      std::cout << piece;
-      std::cout.flush();
-    }
-    if (i + 1 == tokens) break;
-    const int size = static_cast<int>(context.size());
-    if (!use_cache) encode_window(std::min(size, Cfg::MAX_T));
-    else if (restart) encode_window(1);
-    else if (cache.length() == Cfg::MAX_T) encode_window(std::min(size, Cfg::MAX_T / 2));
-    else last = be.host_view(model.forward_cached(be, std::span<const std::int32_t>(&context.back(), 1), 1, cache), staging);
-  }
-  return out;
+// The checkpoint's metadata for a run of these settings: what sample and
+// --resume read back.
+Metadata run_metadata(const TrainArgs& args, const CharTokenizer& tok, std::uint64_t corpus_hash) {
+  return {{"format", kFormat},
+          {"preset", args.run.model},
+          {"tokenizer", tok.to_json()},
+          {"settings", args.run.to_json().dump()},
+          {"steps", std::to_string(args.steps)},
+          {"data", args.data},
+          {"data_hash", hex(corpus_hash)}};
 }
 
-template <class Cfg, class Be>
+template <class Be>
 void train(TrainArgs args, const std::optional<Resumed>& resumed) {
-  using Model = Decoder<Cfg, Be>;
+  using Model = LanguageModel<Be>;
   RunSettings& run = args.run;
-  const float dropout = run.dropout >= 0 ? run.dropout : Cfg::DROPOUT;
-  const DecoderOptions model_opts{
-      .dropout = dropout, .attention_dropout = run.attention_dropout, .recompute = parse_recompute(args.recompute)};
+  const PresetInfo preset = LanguageModelPresets::info(run.model);
+  const DecoderOptions model_opts{.dropout = run.dropout >= 0 ? run.dropout : preset.dropout,
+                                  .attention_dropout = run.attention_dropout,
+                                  .recompute = parse_recompute(args.recompute)};
   const Corpus corpus = load_corpus(args.data, run);
 
   // Tokenizer: built from the whole corpus, or the checkpoint's.
-  std::optional<SafeTensors> ckpt_model;
   CharTokenizer tok = CharTokenizer::byte_level();
   if (resumed) {
     require(resumed->data_hash == hex(corpus.hash), "--data ", args.data,
             " is not the text the checkpoint was trained on (", resumed->data, ")");
-    ckpt_model = SafeTensors::load(fs::path(args.resume) / kModelFile);
-    tok = CharTokenizer::from_json(ckpt_model->metadata("tokenizer"));
+    tok = CharTokenizer::from_json(metadata_value(resumed->metadata, "tokenizer", args.resume));
   } else {
     tok = CharTokenizer::from_corpus(corpus.all_text());
   }
-  const Batches train_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, true);
-  const Batches val_batches(corpus, tok, run.mode, run.batch, Cfg::MAX_T, false);
+  const int T = preset.max_t, V = tok.size();
+  const Batches train_batches(corpus, tok, run.mode, run.batch, T, true);
+  const Batches val_batches(corpus, tok, run.mode, run.batch, T, false);
 
   // Under mpirun, each of the N ranks trains (and evaluates) on its batch / N
   // sequences of every batch (all draw the same batches).
@@ -261,30 +220,27 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   const int my_rows = run.batch / ranks, my_first = rank_rows(group, run.batch).first;
 
   Be be = make_backend<Be>(args.backend, args.precision);
-  Model model(tok.size(), run.seed, model_opts);
+  const auto model_ptr = make_language_model<Be>(run.model, V, run.seed, model_opts);
+  Model& model = *model_ptr;
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = run.weight_decay});
-  const int V = tok.size();
   Trainer<Model, Be> trainer(model, be, opt,
                              {.grad_accum = run.grad_accum,
                               .clip = run.clip,
                               .schedule = LrSchedule::parse(run.schedule, run.lr, args.steps),
-                              .shards = args.shards,
-                              .data_seed = detail::mix64(run.seed ^ 0xda7aULL),
-                              .group = &group,
-                              .zero = args.zero},
-                             [&] { return std::make_unique<Model>(V, run.seed, model_opts); });
+                              .data_seed = seed_for(run.seed, 0xda7a),
+                              .split = {.shards = args.shards, .group = &group, .zero = args.zero}},
+                             [&] { return make_language_model<Be>(run.model, V, run.seed, model_opts); });
   if (resumed) {
-    trainer.load(*ckpt_model, SafeTensors::load(fs::path(args.resume) / kOptimizerFile));  // model file read above
-    trainer.restore(resumed->state);
+    trainer.resume(args.resume);
     require(trainer.steps() <= args.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", args.steps);
   }
   const long start = trainer.steps();
 
-  const int T = Cfg::MAX_T, rows = run.batch * T;
-  std::cout << "xfmr-charlm: " << Cfg::NAME << " on " << describe(be) << ", " << Model::parameter_count(V, false) << " parameters, vocabulary "
-            << V << ", " << train_batches.size() << " train / " << val_batches.size()
-            << (run.mode == "names" ? " val names" : " val tokens") << ", batch " << run.batch
-            << " x " << T << (resumed ? ", resuming at step " + std::to_string(start) : std::string())
+  const int rows = run.batch * T;
+  std::cout << "xfmr-charlm: " << run.model << " on " << describe(be) << ", " << model.parameter_count()
+            << " parameters, vocabulary " << V << ", " << train_batches.size() << " train / " << val_batches.size()
+            << (run.mode == "names" ? " val names" : " val tokens") << ", batch " << run.batch << " x " << T
+            << (resumed ? ", resuming at step " + std::to_string(start) : std::string())
             << (ranks > 1 ? ", " + std::to_string(ranks) + " ranks of " + std::to_string(my_rows) + " sequences" : "")
             << "\n";
 
@@ -306,20 +262,9 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
     }
     return sum.mean();
   };
+  const Metadata metadata = run_metadata(args, tok, corpus.hash);
   auto save = [&] {
-    if (args.out.empty()) return;
-    SafeTensorsWriter mw, ow;
-    trainer.save(mw, ow);  // every rank (join_ranks)
-    if (!group.root()) return;
-    mw.set_metadata("format", kFormat);
-    mw.set_metadata("model", Cfg::NAME);
-    mw.set_metadata("tokenizer", tok.to_json());
-    const TrainerState st = trainer.state();
-    json state = {{"format", kFormat},  {"version", 1},           {"step", st.step},
-                  {"steps", args.steps}, {"rng", std::to_string(st.data_rng)}, {"dropout_calls", st.dropout_calls},
-                  {"data", args.data},  {"data_hash", hex(corpus.hash)}, {"vocab", V},
-                  {"settings", run.to_json()}};
-    write_checkpoint(args.out, mw, ow, state.dump(2));
+    if (!args.out.empty()) trainer.save(args.out, metadata);  // every rank (join_ranks); rank 0 writes
   };
 
   CsvLog csv(args.log_csv);
@@ -359,32 +304,33 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
 
   std::string sample;
   if (args.samples > 0 && group.root()) {
-    model.set_training(false);
     Rng sample_rng(run.seed);
     const auto nl = tok.find("\n");
     std::cout << "--- sample ---\n";
-    std::optional<std::int32_t> reset;
-    if (run.mode == "names") reset = nl;
-    sample = generate(model, be, [&](std::int32_t id) { return tok.token(id); }, {nl.value_or(0)}, args.samples, {},
-                      sample_rng, true, reset);
+    GenerateOptions gen{.max_tokens = args.samples};
+    if (run.mode == "names") gen.restart = nl;
+    generate(model, be, {nl.value_or(0)}, gen, sample_rng, [&](std::int32_t id) {
+      sample += tok.token(id);
+      std::cout << tok.token(id) << std::flush;
+    });
     std::cout << "\n--------------\n";
   }
   csv.save();
-  write_html_report(args.report, std::string("xfmr-charlm: ") + Cfg::NAME,
-                    {{"model", Cfg::NAME},
-                     {"parameters", std::to_string(Model::parameter_count(V, false))},
+  write_html_report(args.report, "xfmr-charlm: " + run.model,
+                    {{"model", run.model + " (" + preset.shape() + ")"},
+                     {"parameters", std::to_string(model.parameter_count())},
                      {"data", args.data},
                      {"steps", std::to_string(args.steps)},
                      {"batch", std::to_string(run.batch) + " x " + std::to_string(T)},
-                     {"learning rate", std::to_string(run.lr) + " (" + run.schedule + ")"},
-                     {"final train loss", std::to_string(last_train)},
-                     {"final val loss", std::to_string(last_val)},
-                     {"tokens/s", std::to_string(tps)},
+                     {"learning rate", number(run.lr) + " (" + run.schedule + ")"},
+                     {"final train loss", fixed(last_train, 4)},
+                     {"final val loss", fixed(last_val, 4)},
+                     {"tokens/s", fixed(tps, 0)},
                      {"wall time", format_duration(wall)},
                      {"sample", sample}},
                     batch_losses, evals);
   if (!args.metrics_json.empty()) {
-    json m = {{"model", Cfg::NAME},   {"backend", Be::name}, {"precision", precision_of(be)}, {"parameters", Model::parameter_count(V, false)}, {"steps", args.steps},
+    json m = {{"model", run.model},   {"backend", Be::name}, {"precision", precision_of(be)}, {"parameters", model.parameter_count()}, {"steps", args.steps},
               {"batch", run.batch},   {"train_loss", last_train}, {"val_loss", last_val},
               {"last_batch_loss", last_loss}, {"first_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.front().second},
               {"tokens_per_s", tps},  {"wall_s", wall}};
@@ -400,37 +346,41 @@ struct SampleArgs {
   std::uint64_t seed = 1;
 };
 
-// "[500 tokens in 1.2 s, 416 tokens/s, KV cache]" on stderr, after the text.
-void report_speed(const SampleArgs& args, double s) {
+// Streams `tokens` tokens after `prompt` to stdout, then "[500 tokens in
+// 1.2 s, 416 tokens/s, KV cache]" on stderr.
+template <class Be, class Piece>
+void stream(LanguageModel<Be>& model, Be& be, const SampleArgs& args, std::vector<std::int32_t> prompt,
+            std::optional<std::int32_t> restart, const Piece& piece) {
+  Rng rng(args.seed);
+  std::cout << args.prompt;
+  const auto t0 = Clock::now();
+  generate(model, be, std::move(prompt),
+           {.sampling = args.sampling, .max_tokens = args.tokens, .restart = restart, .use_cache = !args.no_cache}, rng,
+           [&](std::int32_t id) { std::cout << piece(id) << std::flush; });
+  const double s = seconds_since(t0);
   std::cerr << "\n[" << args.tokens << " tokens in " << s << " s, " << args.tokens / s << " tokens/s, "
             << (args.no_cache ? "no cache" : "KV cache") << "]";
   std::cout << "\n";
 }
 
-template <class Cfg, class Be>
-void sample(const SampleArgs& args, const std::string& mode) {
-  const auto st = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
-  const auto tok = CharTokenizer::from_json(st.metadata("tokenizer"));
+template <class Be>
+void sample(const SampleArgs& args, const Metadata& metadata) {
+  const auto tok = CharTokenizer::from_json(metadata_value(metadata, "tokenizer", args.checkpoint));
+  const std::string mode = json::parse(metadata_value(metadata, "settings", args.checkpoint)).at("mode");
   Be be = make_backend<Be>(args.backend, args.precision);
-  Decoder<Cfg, Be> model(tok.size(), 0);
-  load_parameters(model, st);
-  model.set_training(false);
+  const auto model = make_language_model<Be>(metadata_value(metadata, "preset", args.checkpoint), tok.size(), 0);
+  load_parameters(*model, SafeTensors::load(fs::path(args.checkpoint) / kModelFile));
   std::vector<std::int32_t> context;
   try {
     context = tok.encode(args.prompt);
   } catch (const Error& e) {
-    detail::fail("prompt: ", e.what());
+    fail("prompt: ", e.what());
   }
   if (context.empty()) context.push_back(tok.find("\n").value_or(0));
-  Rng rng(args.seed);
-  std::cout << args.prompt;
-  std::optional<std::int32_t> reset;
-  if (mode == "names") reset = tok.find("\n");
-  if (reset && context.front() != *reset) context.insert(context.begin(), *reset);  // a name starts after a separator
-  const auto t0 = Clock::now();
-  generate(model, be, [&](std::int32_t id) { return tok.token(id); }, context, args.tokens, args.sampling, rng, true,
-           reset, !args.no_cache);
-  report_speed(args, seconds_since(t0));
+  std::optional<std::int32_t> restart;
+  if (mode == "names") restart = tok.find("\n");
+  if (restart && context.front() != *restart) context.insert(context.begin(), *restart);  // a name starts after a separator
+  stream(*model, be, args, context, restart, [&](std::int32_t id) { return tok.token(id); });
 }
 
 // The first of `names` in `dir`, or an error naming them all.
@@ -440,7 +390,7 @@ fs::path find_file(const fs::path& dir, std::initializer_list<const char*> names
     if (fs::exists(dir / n)) return dir / n;
     tried += (tried.empty() ? "" : " or ") + std::string(n);
   }
-  detail::fail("no ", what, " in ", dir.string(), " (looked for ", tried, ")");
+  fail("no ", what, " in ", dir.string(), " (looked for ", tried, ")");
 }
 
 // sample --gpt2: a Hugging Face GPT-2 checkpoint (model.safetensors and
@@ -448,12 +398,12 @@ fs::path find_file(const fs::path& dir, std::initializer_list<const char*> names
 // encoder.json and vocab.bpe), in the gpt2-small shape.
 template <class Be>
 void sample_gpt2(const SampleArgs& args) {
-  using Cfg = Gpt2Small;
+  const PresetInfo shape = LanguageModelPresets::info("gpt2-small");
   const Gpt2Checkpoint ckpt = open_gpt2(args.gpt2, "--gpt2");
   const fs::path& model_file = ckpt.file;
   const Gpt2Config& config = ckpt.config;
-  require(config.n_embd == Cfg::D_MODEL && config.n_layer == Cfg::N_LAYERS && config.n_head == Cfg::N_HEADS &&
-              config.n_positions == Cfg::MAX_T && config.d_ff() == Cfg::D_FF,
+  require(config.n_embd == shape.d_model && config.n_layer == shape.n_layers && config.n_head == shape.n_heads &&
+              config.n_positions == shape.max_t && config.d_ff() == shape.d_ff,
           model_file.string(), ": n_embd ", config.n_embd, ", n_layer ", config.n_layer, ", n_head ", config.n_head,
           ", n_positions ", config.n_positions, "; xfmr-charlm runs GPT-2 checkpoints of gpt2-small's shape (768, 12, "
           "12, 1024)");
@@ -463,17 +413,11 @@ void sample_gpt2(const SampleArgs& args) {
   require(tok.size() == config.vocab_size, "the tokenizer in ", tok_dir.string(), " has ", tok.size(),
           " tokens but the checkpoint's vocab_size is ", config.vocab_size);
   Be be = make_backend<Be>(args.backend, args.precision);
-  Decoder<Cfg, Be> model(config.vocab_size, 0, kGpt2Options);
-  load_gpt2(model, ckpt.tensors, config);
-  model.set_training(false);
+  const auto model = make_language_model<Be>("gpt2-small", config.vocab_size, 0, kGpt2Options);
+  load_gpt2(*model, ckpt.tensors, config);
   std::vector<std::int32_t> context = tok.encode(args.prompt);
   if (context.empty()) context.push_back(tok.end_of_text());  // GPT-2 starts a text after <|endoftext|>
-  Rng rng(args.seed);
-  std::cout << args.prompt;
-  const auto t0 = Clock::now();
-  generate(model, be, [&](std::int32_t id) { return tok.decode(std::span(&id, 1)); }, context, args.tokens,
-           args.sampling, rng, true, std::nullopt, !args.no_cache);
-  report_speed(args, seconds_since(t0));
+  stream(*model, be, args, context, std::nullopt, [&](std::int32_t id) { return tok.decode(std::span(&id, 1)); });
 }
 
 int usage(const char* argv0) {
@@ -486,7 +430,7 @@ int run_train(int argc, char** argv) {
   po::options_description opts("xfmr-charlm train: train a character-level GPT");
   opts.add_options()("help", "show this help")
       ("data", po::value(&a.data), "training text, plain or .gz (required)")
-      ("model", po::value(&a.run.model)->default_value(a.run.model), (std::string("preset: ") + lm_preset_names()).c_str())
+      ("model", po::value(&a.run.model)->default_value(a.run.model), preset_help<LanguageModelPresets>().c_str())
       ("mode", po::value(&a.run.mode)->default_value(a.run.mode), "text (one stream, 90/10 split) or names (one name per line)")
       ("steps", po::value(&a.steps)->default_value(a.steps), "total optimisation steps (the schedule spans them)")
       ("stop-after", po::value(&a.stop_after), "stop at this step of the plan, with a checkpoint (resume later)")
@@ -517,14 +461,18 @@ int run_train(int argc, char** argv) {
     check_optimizer_options(a.run.lr, a.run.clip, a.run.weight_decay);
     check_dropout_options(vm, a.run.dropout, a.run.attention_dropout);
     require(a.run.val_fraction > 0 && a.run.val_fraction < 1, "--val-fraction ", a.run.val_fraction, " outside (0, 1)");
+    (void)LanguageModelPresets::info(a.run.model);  // a known preset
+    (void)parse_recompute(a.recompute);
   };
   check_settings();
 
   std::optional<Resumed> resumed;
   if (!a.resume.empty()) {
-    const json state = json::parse(read_trainer_state(a.resume));
-    require(state.value("format", "") == kFormat, a.resume, ": not an xfmr-charlm checkpoint");
-    const RunSettings saved = RunSettings::from_json(state.at("settings"));
+    resumed = Resumed::read(a.resume);
+    require(resumed->metadata.count("format") && resumed->metadata.at("format") == kFormat, a.resume,
+            ": not an xfmr-charlm checkpoint");
+    const RunSettings saved =
+        RunSettings::from_json(json::parse(metadata_value(resumed->metadata, "settings", a.resume)));
     // Settings given explicitly must agree with the checkpoint's.
     auto agree = [&](const char* flag, bool same) {
       require(!vm.count(flag) || vm[flag].defaulted() || same, "--", flag, " differs from the checkpoint in ", a.resume);
@@ -543,18 +491,18 @@ int run_train(int argc, char** argv) {
     agree("val-fraction", a.run.val_fraction == saved.val_fraction);
     // The schedule spans --steps: a cosine or one-cycle run resumes with
     // the plan it started with (a constant rate may train on past it).
-    const long planned = json_integer<long>(state, "steps", 1);
+    const long planned = parse_integer<long>(metadata_value(resumed->metadata, "steps", a.resume), a.resume + ": steps");
+    require(planned >= 1, a.resume, ": steps ", planned, " is not positive");
     if (vm["steps"].defaulted()) a.steps = planned;
     require(a.steps == planned || saved.schedule == "constant", "--steps ", a.steps, " differs from the ", planned,
             " that the checkpoint's ", saved.schedule, " schedule spans; resume with --steps ", planned,
             " (only a constant schedule may change it)");
     a.run = saved;
     if (a.out.empty()) a.out = a.resume;
-    resumed = Resumed::from_json(state);
     check_settings();
   }
   check_run_options(a, {{"--data", a.data}}, a.resume);
-  with_backend(a.backend, [&]<class Be>() { with_lm_preset(a.run.model, [&]<class Cfg>() { train<Cfg, Be>(a, resumed); }); });
+  dispatch_backend(a.backend, [&]<class Be>() { train<Be>(a, resumed); });
   return 0;
 }
 
@@ -581,18 +529,16 @@ int run_sample(int argc, char** argv) {
   require(a.checkpoint.empty() != a.gpt2.empty(), "give one of --checkpoint DIR and --gpt2 DIR");
   require(a.tokenizer.empty() || !a.gpt2.empty(), "--tokenizer goes with --gpt2");
   require(a.tokens >= 0, "--tokens ", a.tokens, " must be >= 0");
+  check_precision_name(a.precision, "--precision");
   a.sampling.validate();
   if (!a.gpt2.empty()) {
-    with_backend(a.backend, [&]<class Be>() { sample_gpt2<Be>(a); });
+    dispatch_backend(a.backend, [&]<class Be>() { sample_gpt2<Be>(a); });
     return 0;
   }
-  const json state = json::parse(read_trainer_state(a.checkpoint));
-  require(state.value("format", "") == kFormat, a.checkpoint, ": not an xfmr-charlm checkpoint");
-  const json& settings = state.at("settings");
-  with_lm_preset(settings.at("model").get<std::string>(),
-                 [&]<class Cfg>() {
-                   with_backend(a.backend, [&]<class Be>() { sample<Cfg, Be>(a, settings.at("mode").get<std::string>()); });
-                 });
+  const Metadata metadata = read_checkpoint_metadata(a.checkpoint);
+  require(metadata.count("format") && metadata.at("format") == kFormat, a.checkpoint, ": not an xfmr-charlm checkpoint");
+  (void)LanguageModelPresets::info(metadata_value(metadata, "preset", a.checkpoint));
+  dispatch_backend(a.backend, [&]<class Be>() { sample<Be>(a, metadata); });
   return 0;
 }
 

@@ -6,15 +6,15 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common.hpp"
-#include "presets.hpp"
-#include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/bf16_weights.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/classifier.hpp"
+#include "xfmr/presets.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/train/losses.hpp"
@@ -37,7 +37,7 @@ void check_utf8(const std::vector<LabeledText>& rows, const std::string& source)
     try {
       (void)utf8_characters(rows[i].text);
     } catch (const Error& e) {
-      detail::fail(source, ": example ", i + 1, ": ", e.what(), " of its text");
+      fail(source, ": example ", i + 1, ": ", e.what(), " of its text");
     }
   }
 }
@@ -199,85 +199,151 @@ EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data
 
 struct TrainArgs : RunOptions {
   std::string train, dev, model = "sst2", tokens = "word", normalize = "none", truncate = "head", pooling = "mean",
-              schedule = "cosine";
+              schedule = "cosine", resume;
   int epochs = 3, batch = 64, min_freq = 1, max_vocab = 0, eval_every = 500;
+  long stop_after = 0;  // > 0: stop (and checkpoint) at this step of the plan
   double lr = 5e-4, weight_decay = 0.01, label_smoothing = 0.0, clip = 1.0;
   float dropout = -1.0f, attention_dropout = 0.0f;
   std::uint64_t seed = 1337;
 
-  // What every rank of a run across processes must agree on.
-  std::string settings() const {
-    return json{{"model", model}, {"tokens", tokens}, {"normalize", normalize}, {"truncate", truncate},
-                {"pooling", pooling}, {"schedule", schedule}, {"epochs", epochs}, {"batch", batch},
-                {"min_freq", min_freq}, {"max_vocab", max_vocab}, {"lr", lr}, {"weight_decay", weight_decay},
-                {"label_smoothing", label_smoothing}, {"clip", clip}, {"dropout", dropout},
-                {"attention_dropout", attention_dropout}, {"seed", seed}, {"zero", zero}}
-        .dump();
+  // What defines the run: every rank of a run across processes must agree
+  // on it, and a resumed run takes it from the checkpoint.
+  json settings() const {
+    return {{"model", model}, {"tokens", tokens}, {"normalize", normalize}, {"truncate", truncate},
+            {"pooling", pooling}, {"schedule", schedule}, {"epochs", epochs}, {"batch", batch},
+            {"min_freq", min_freq}, {"max_vocab", max_vocab}, {"lr", lr}, {"weight_decay", weight_decay},
+            {"label_smoothing", label_smoothing}, {"clip", clip}, {"dropout", dropout},
+            {"attention_dropout", attention_dropout}, {"seed", seed}};
+  }
+  // --resume: the settings of the checkpoint's metadata (explicit options must agree).
+  void take_settings(const boost::program_options::variables_map& vm, const json& saved) {
+    take_saved(vm, saved, "model", "model", model, resume);
+    take_saved(vm, saved, "tokens", "tokens", tokens, resume);
+    take_saved(vm, saved, "normalize", "normalize", normalize, resume);
+    take_saved(vm, saved, "truncate", "truncate", truncate, resume);
+    take_saved(vm, saved, "pooling", "pooling", pooling, resume);
+    take_saved(vm, saved, "schedule", "schedule", schedule, resume);
+    take_saved(vm, saved, "epochs", "epochs", epochs, resume);
+    take_saved(vm, saved, "batch", "batch", batch, resume);
+    take_saved(vm, saved, "min-freq", "min_freq", min_freq, resume);
+    take_saved(vm, saved, "max-vocab", "max_vocab", max_vocab, resume);
+    take_saved(vm, saved, "lr", "lr", lr, resume);
+    take_saved(vm, saved, "weight-decay", "weight_decay", weight_decay, resume);
+    take_saved(vm, saved, "label-smoothing", "label_smoothing", label_smoothing, resume);
+    take_saved(vm, saved, "clip", "clip", clip, resume);
+    take_saved(vm, saved, "dropout", "dropout", dropout, resume);
+    take_saved(vm, saved, "attention-dropout", "attention_dropout", attention_dropout, resume);
+    take_saved(vm, saved, "seed", "seed", seed, resume);
   }
 };
 
+// FNV-1a over a TSV's rows: the data a checkpoint trained on.
+std::string rows_hash(const std::vector<LabeledText>& rows) {
+  std::uint64_t h = fnv1a("");
+  for (const auto& r : rows) h = fnv1a(r.text, fnv1a(std::to_string(r.label) + "\t", h));
+  return hex(h);
+}
+
+// The training order of one epoch: the examples shuffled with `rng` (the
+// Trainer's data generator, drawn at the epoch's start).
+std::vector<std::size_t> epoch_order(std::size_t n, Rng& rng) {
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+  return order;
+}
+
 template <class Cfg, class Be>
-void train(TrainArgs a) {
+void train(TrainArgs a, const Metadata* resumed) {
   using Model = Classifier<Cfg, Be>;
   const auto train_rows = read_labeled_tsv(a.train), dev_rows = read_labeled_tsv(a.dev);
+  const std::string train_hash = rows_hash(train_rows), dev_hash = rows_hash(dev_rows);
   int classes = 2;
   for (const auto& r : train_rows) classes = std::max(classes, r.label + 1);
   const bool cls = a.pooling == "cls";
   require(cls || a.pooling == "mean", "unknown --pooling '", a.pooling, "' (expected mean or cls)");
-  const Tokens tok = Tokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train);
+  if (resumed) {
+    require(metadata_value(*resumed, "train_hash", a.resume) == train_hash, "--train ", a.train,
+            " is not the data the checkpoint was trained on");
+    require(metadata_value(*resumed, "dev_hash", a.resume) == dev_hash, "--dev ", a.dev,
+            " is not the data the checkpoint was evaluated on");
+  }
+  const Tokens tok = resumed ? Tokens::from_json(json::parse(metadata_value(*resumed, "tokens", a.resume)))
+                             : Tokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train);
   const Encoded train_data = encode_all(tok, train_rows, classes, Cfg::MAX_T, a.truncate, a.train);
   const Encoded dev_data = encode_all(tok, dev_rows, classes, Cfg::MAX_T, a.truncate, a.dev);
   // Under mpirun each rank trains on its rows of every batch (all draw the same batches).
-  auto hash = [](const std::vector<LabeledText>& rows) {
-    std::uint64_t h = fnv1a("");
-    for (const auto& r : rows) h = fnv1a(r.text, fnv1a(std::to_string(r.label) + "\t", h));
-    return hex(h);
-  };
-  ProcessGroup& group = join_ranks(a, Be::name, a.settings(),
-                                   "--train with hash " + hash(train_rows) + ", --dev with hash " + hash(dev_rows));
+  ProcessGroup& group = join_ranks(a, Be::name, a.settings().dump() + " zero " + std::to_string(a.zero),
+                                   "--train with hash " + train_hash + ", --dev with hash " + dev_hash);
 
   Be be = make_backend<Be>(a.backend, a.precision);
-  Model model(tok.size(), classes, a.seed,
-              {.dropout = a.dropout >= 0 ? a.dropout : Cfg::DROPOUT,
-               .attention_dropout = a.attention_dropout,
-               .pooling = cls ? Pooling::Cls : Pooling::Mean,
-               .recompute = parse_recompute(a.recompute)});
+  const ClassifierOptions model_opts{.dropout = a.dropout >= 0 ? a.dropout : Cfg::DROPOUT,
+                                    .attention_dropout = a.attention_dropout,
+                                    .pooling = cls ? Pooling::Cls : Pooling::Mean,
+                                    .recompute = parse_recompute(a.recompute)};
+  Model model(tok.size(), classes, a.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = a.weight_decay});
   const long steps_per_epoch = long((train_data.seqs.size() + a.batch - 1) / a.batch);
   const long total = steps_per_epoch * a.epochs;
-  const ClassifierOptions model_opts = model.options();
   // Batches change shape from step to step, so no graph steps on a GPU.
   Trainer<Model, Be> trainer(model, be, opt,
                              {.clip = a.clip,
                               .label_smoothing = a.label_smoothing,
                               .schedule = LrSchedule::parse(a.schedule, a.lr, total),
-                              .shards = a.shards,
-                              .graph_steps = false,
-                              .data_seed = detail::mix64(a.seed ^ 0xc1a55ULL),
-                              .group = &group,
-                              .zero = a.zero},
+                              .data_seed = seed_for(a.seed, 0xc1a55),
+                              .split = {.shards = a.shards, .group = &group, .zero = a.zero},
+                              .graph_steps = false},
                              [&] { return std::make_unique<Model>(tok.size(), classes, a.seed, model_opts); });
-  std::cout << "xfmr-classify: " << Cfg::NAME << " on " << describe(be) << ", " << Model::parameter_count(tok.size(), classes)
+  // An epoch's training order is drawn from the data generator at its
+  // start: a run resumed mid-epoch draws it again from the state saved then
+  // (epoch_rng); at an epoch's end the generator is where the next is drawn.
+  std::uint64_t epoch_rng = trainer.data_rng().state();
+  if (resumed) {
+    trainer.resume(a.resume);
+    require(trainer.steps() <= total, "the checkpoint is at step ", trainer.steps(), ", past the plan's ", total);
+    if (trainer.steps() % steps_per_epoch != 0)
+      epoch_rng = parse_integer<std::uint64_t>(metadata_value(*resumed, "epoch_rng", a.resume), a.resume + ": epoch_rng");
+    else
+      epoch_rng = trainer.data_rng().state();
+  }
+  const long start = trainer.steps();
+  std::cout << "xfmr-classify: " << Cfg::NAME << " on " << describe(be) << ", " << parameter_count(model)
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
-            << " steps" << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "") << "\n";
+            << " steps" << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "")
+            << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << "\n";
   report_cut(train_data, "train", Cfg::MAX_T, a.truncate);
   report_cut(dev_data, "dev", Cfg::MAX_T, a.truncate);
 
-  std::vector<std::size_t> order(train_data.seqs.size());
+  EvalResult dev{};
+  auto save = [&] {
+    if (a.out.empty()) return;
+    trainer.save(a.out, {{"format", kFormat},
+                         {"preset", Cfg::NAME},
+                         {"classes", std::to_string(classes)},
+                         {"pooling", a.pooling},
+                         {"truncate", a.truncate},
+                         {"tokens", tok.to_json().dump()},
+                         {"settings", a.settings().dump()},
+                         {"train_hash", train_hash},
+                         {"dev_hash", dev_hash},
+                         {"epoch_rng", std::to_string(epoch_rng)},
+                         {"dev_accuracy", number(dev.accuracy)}});  // every rank (join_ranks); rank 0 writes
+  };
+
   std::vector<std::vector<std::int32_t>> seqs;
   std::vector<int> labels;
   CsvLog csv(a.log_csv);
   std::vector<std::pair<long, double>> batch_losses;
   std::vector<LossPoint> evals;
-  Progress progress(0, total, long(a.batch) * Cfg::MAX_T / 2);
-  EvalResult dev{};
+  Progress progress(start, total, long(a.batch) * Cfg::MAX_T / 2);
   long tokens_seen = 0;
-  long step = 0;
-  for (int epoch = 0; epoch < a.epochs; ++epoch) {
-    std::iota(order.begin(), order.end(), 0);
-    for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[trainer.data_rng().below(i + 1)]);
-    for (long k = 0; k < steps_per_epoch; ++k, ++step) {
+  const long stop = a.stop_after > 0 ? std::min(a.stop_after, total) : total;
+  for (long step = start; step < stop;) {
+    trainer.data_rng().set_state(epoch_rng);
+    const std::vector<std::size_t> order = epoch_order(train_data.seqs.size(), trainer.data_rng());
+    const long epoch = step / steps_per_epoch;
+    for (long k = step % steps_per_epoch; k < steps_per_epoch && step < stop; ++k, ++step) {
       seqs.clear();
       labels.clear();
       for (std::size_t j = k * a.batch; j < std::min(order.size(), std::size_t(k + 1) * a.batch); ++j) {
@@ -300,7 +366,7 @@ void train(TrainArgs a) {
       csv.batch(step + 1, lr, loss);
       progress.update(step, loss);
       warn_if_diverging(r, trainer.first_loss(), progress);
-      if ((step + 1) % a.eval_every == 0 || step + 1 == total) {
+      if ((step + 1) % a.eval_every == 0 || step + 1 == total || step + 1 == stop) {
         dev = evaluate(model, be, tok, dev_data, Cfg::MAX_T, 256);
         progress.clear_line();
         std::cout << "step " << step + 1 << " (epoch " << epoch + 1 << "): batch loss " << std::fixed
@@ -308,51 +374,46 @@ void train(TrainArgs a) {
                   << std::setprecision(2) << 100 * dev.accuracy << "%" << std::defaultfloat << std::endl;
         evals.push_back({step + 1, loss, dev.loss});
         csv.eval(step + 1, lr, loss, dev.loss);
+        if (step + 1 < stop) save();
       }
     }
+    if (step % steps_per_epoch == 0) epoch_rng = trainer.data_rng().state();  // the next epoch's order is drawn here
   }
   progress.clear_line();
   const double wall = progress.elapsed();
+  if (start == total) std::cout << "already at step " << start << "; nothing to train\n";
   std::cout << "dev accuracy " << std::fixed << std::setprecision(2) << 100 * dev.accuracy << "% (" << dev_data.seqs.size()
             << " examples), " << format_duration(wall) << std::defaultfloat << "\n";
-  if (!a.out.empty()) {
-    SafeTensorsWriter mw, ow;
-    trainer.save(mw, ow);  // every rank (join_ranks); rank 0 writes
-    mw.set_metadata("format", kFormat);
-    mw.set_metadata("model", Cfg::NAME);
-    const json state = {{"format", kFormat}, {"version", 1}, {"model", Cfg::NAME}, {"classes", classes},
-                        {"pooling", a.pooling}, {"truncate", a.truncate}, {"tokens", tok.to_json()}, {"step", total},
-                        {"dev_accuracy", dev.accuracy}};
-    if (group.root()) write_checkpoint(a.out, mw, ow, state.dump(2));
-  }
+  save();
   csv.save();
   write_html_report(a.report, std::string("xfmr-classify: ") + Cfg::NAME,
-                    {{"model", Cfg::NAME},
+                    {{"model", std::string(Cfg::NAME) + " (" + preset_info<Cfg>().shape() + ")"},
                      {"train", a.train},
                      {"dev", a.dev},
                      {"epochs", std::to_string(a.epochs)},
-                     {"dev accuracy", std::to_string(100 * dev.accuracy) + "%"},
+                     {"dev accuracy", fixed(100 * dev.accuracy, 2) + "%"},
                      {"wall time", format_duration(wall)}},
                     batch_losses, evals);
   if (!a.metrics_json.empty()) {
     const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"precision", precision_of(be)}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
                     {"steps", total},     {"epochs", a.epochs},           {"tokens_per_s", tokens_seen / wall},
-                    {"wall_s", wall},     {"first_batch_loss", batch_losses.front().second},
-                    {"last_batch_loss", batch_losses.back().second},
+                    {"wall_s", wall},     {"first_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.front().second},
+                    {"last_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.back().second},
                     {"train_truncated", train_data.cut}, {"dev_truncated", dev_data.cut}, {"truncate", a.truncate}};
     write_text_atomic(a.metrics_json, m.dump(2) + "\n");
   }
 }
 
 template <class Cfg, class Be>
-void eval(const std::string& checkpoint, const std::string& dev_path, const std::string& metrics_json,
-          const std::string& backend, const std::string& precision, std::string truncate) {
-  const json state = json::parse(read_trainer_state(checkpoint));
-  if (truncate.empty()) truncate = state.value("truncate", "head");
+void eval(const std::string& checkpoint, const Metadata& metadata, const std::string& dev_path,
+          const std::string& metrics_json, const std::string& backend, const std::string& precision,
+          std::string truncate) {
+  if (truncate.empty()) truncate = metadata_value(metadata, "truncate", checkpoint);
   check_truncate(truncate);
-  const Tokens tok = Tokens::from_json(state.at("tokens"));
-  const int classes = json_integer<int>(state, "classes", 2, kMaxClasses);
-  const bool cls = state.at("pooling") == "cls";
+  const Tokens tok = Tokens::from_json(json::parse(metadata_value(metadata, "tokens", checkpoint)));
+  const int classes = parse_integer<int>(metadata_value(metadata, "classes", checkpoint), checkpoint + ": classes");
+  require(classes >= 2 && classes <= kMaxClasses, checkpoint, ": classes ", classes, " outside 2..", kMaxClasses);
+  const bool cls = metadata_value(metadata, "pooling", checkpoint) == "cls";
   Be be = make_backend<Be>(backend, precision);
   Classifier<Cfg, Be> model(tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
   load_parameters(model, SafeTensors::load(fs::path(checkpoint) / kModelFile));
@@ -366,13 +427,26 @@ void eval(const std::string& checkpoint, const std::string& dev_path, const std:
                       json{{"dev_accuracy", r.accuracy}, {"dev_loss", r.loss}, {"dev_truncated", dev.cut}}.dump(2) + "\n");
 }
 
+// A checkpoint of this program's: its metadata, checked before any work.
+Metadata read_classifier_checkpoint(const std::string& dir) {
+  Metadata md = read_checkpoint_metadata(dir);
+  require(md.count("format") && md.at("format") == kFormat, dir, ": not an xfmr-classify checkpoint");
+  (void)ClassifierPresets::info(metadata_value(md, "preset", dir));
+  return md;
+}
+
+int usage(const char* argv0) {
+  std::cerr << "usage: " << argv0 << " train|eval [options]   (" << argv0 << " train --help for the options)\n";
+  return 2;
+}
+
 int run_train(int argc, char** argv) {
   TrainArgs a;
   po::options_description opts("xfmr-classify train: train a sentence classifier");
   opts.add_options()("help", "show this help")
       ("train", po::value(&a.train), "training TSV: header line, then label<TAB>text (required)")
       ("dev", po::value(&a.dev), "development TSV, same format (required)")
-      ("model", po::value(&a.model)->default_value(a.model), (std::string("preset: ") + classifier_preset_names()).c_str())
+      ("model", po::value(&a.model)->default_value(a.model), preset_help<ClassifierPresets>().c_str())
       ("tokens", po::value(&a.tokens)->default_value(a.tokens), "word or char")
       ("normalize", po::value(&a.normalize)->default_value(a.normalize),
        "word text: none (whitespace), words (HTML line breaks to spaces, punctuation split off) or lower (words, "
@@ -384,6 +458,7 @@ int run_train(int argc, char** argv) {
        "a text longer than the model's MAX_T keeps its first (head) or last (tail) tokens")
       ("pooling", po::value(&a.pooling)->default_value(a.pooling), "mean (over non-pad tokens) or cls")
       ("epochs", po::value(&a.epochs)->default_value(a.epochs), "passes over the training data")
+      ("stop-after", po::value(&a.stop_after), "stop at this step of the plan, with a checkpoint (resume later)")
       ("batch", po::value(&a.batch)->default_value(a.batch), "sentences per batch")
       ("lr", po::value(&a.lr)->default_value(a.lr), "peak learning rate (AdamW)")
       ("schedule", po::value(&a.schedule)->default_value(a.schedule), "constant, cosine or onecycle")
@@ -394,19 +469,33 @@ int run_train(int argc, char** argv) {
       ("attention-dropout", po::value(&a.attention_dropout)->default_value(a.attention_dropout),
        "dropout on the attention probabilities")
       ("seed", po::value(&a.seed)->default_value(a.seed), "seed")
-      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between dev evaluations");
-  add_run_options(opts, a, "classify", "checkpoint directory", "dev accuracy, loss and timing");
+      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between dev evaluations (and checkpoints)")
+      ("resume", po::value(&a.resume), "continue the run of this checkpoint, bit for bit (its settings come from it)");
+  add_run_options(opts, a, "classify", "checkpoint directory, written at every evaluation",
+                  "dev accuracy, loss and timing");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.train.empty() && !a.dev.empty(), "--train TSV and --dev TSV are required");
-  check_run_options(a, {{"--train", a.train}, {"--dev", a.dev}});
+  std::optional<Metadata> resumed;
+  if (!a.resume.empty()) {
+    resumed = read_classifier_checkpoint(a.resume);
+    (void)read_trainer_state(a.resume);
+    a.take_settings(vm, json::parse(metadata_value(*resumed, "settings", a.resume)));
+    if (a.out.empty()) a.out = a.resume;
+  }
+  check_run_options(a, {{"--train", a.train}, {"--dev", a.dev}}, a.resume);
   require(a.epochs > 0 && a.eval_every > 0, "--epochs and --eval-every must be positive");
+  require(a.stop_after >= 0, "--stop-after ", a.stop_after, " is negative");
   check_batch(a.batch);
   check_truncate(a.truncate);
   require(a.max_vocab >= 0, "--max-vocab ", a.max_vocab, " must be 0 (no cap) or positive");
   check_optimizer_options(a.lr, a.clip, a.weight_decay);
   check_dropout_options(vm, a.dropout, a.attention_dropout);
-  with_backend(a.backend, [&]<class Be>() { with_classifier_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
+  (void)parse_recompute(a.recompute);
+  (void)ClassifierPresets::info(a.model);
+  dispatch_backend(a.backend, [&]<class Be>() {
+    ClassifierPresets::with(a.model, [&]<class Cfg>() { train<Cfg, Be>(a, resumed ? &*resumed : nullptr); });
+  });
   return 0;
 }
 
@@ -422,11 +511,13 @@ int run_eval(int argc, char** argv) {
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!checkpoint.empty() && !dev.empty(), "--checkpoint DIR and --dev TSV are required");
   if (!truncate.empty()) check_truncate(truncate);
+  check_precision_name(precision, "--precision");
   check_output_paths({{"--metrics-json", metrics_json}}, {{"--dev", dev}, {"--checkpoint", checkpoint}}, checkpoint);
-  const json state = json::parse(read_trainer_state(checkpoint));
-  require(state.value("format", "") == kFormat, checkpoint, ": not an xfmr-classify checkpoint");
-  with_backend(backend, [&]<class Be>() {
-    with_classifier_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { eval<Cfg, Be>(checkpoint, dev, metrics_json, backend, precision, truncate); });
+  const Metadata metadata = read_classifier_checkpoint(checkpoint);
+  dispatch_backend(backend, [&]<class Be>() {
+    ClassifierPresets::with(metadata.at("preset"), [&]<class Cfg>() {
+      eval<Cfg, Be>(checkpoint, metadata, dev, metrics_json, backend, precision, truncate);
+    });
   });
   return 0;
 }
@@ -434,14 +525,15 @@ int run_eval(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << "usage: " << argv[0] << " train|eval [options]   (" << argv[0] << " train --help for the options)\n";
-    return 2;
-  }
+  if (argc < 2) return usage(argv[0]);
   const std::string command = argv[1];
   return run_command("xfmr-classify", [&] {
     if (command == "train") return run_train(argc - 1, argv + 1);
     if (command == "eval") return run_eval(argc - 1, argv + 1);
+    if (command == "--help" || command == "-h") {
+      usage(argv[0]);
+      return 0;
+    }
     std::cerr << "xfmr-classify: unknown command '" << command << "' (train or eval)\n";
     return 2;
   });

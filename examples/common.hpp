@@ -23,8 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "xfmr/backend/cpu.hpp"
-#include "xfmr/backend/cuda.hpp"
+#include "xfmr/backend/factory.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/safetensors.hpp"
@@ -106,6 +105,22 @@ int run_command(const char* program, Run&& run) {
   const int status = attempt();
   if (status != 0 && ProcessGroup::distributed()) ProcessGroup::world().abort_on_error();
   return status;
+}
+
+// v with `digits` decimals ("-" when it is not a finite number, or
+// negative: a loss never measured), for reports.
+inline std::string fixed(double v, int digits) {
+  if (!std::isfinite(v) || v < 0) return "-";
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+// v in the stream's default notation (six significant digits): 0.001, 5e-05.
+inline std::string number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
 }
 
 inline std::string format_duration(double s) {
@@ -279,12 +294,23 @@ struct RunOptions {
   int shards = 0;          // DataParallel shards of a CPU step (0: its default)
   int zero = 0;            // under mpirun, 1: ZeRO-1, the optimizer's state sharded over the ranks
   std::string precision = "fp32";  // or bf16: bf16 matrix products
-  std::string recompute = "none";  // or block: activation recompute (block_stack.hpp)
+  std::string recompute = "none";  // or cheap or block: activation recompute (block_stack.hpp)
   bool overwrite = false;  // --out may replace a checkpoint this run did not resume from
 };
 
 inline constexpr const char* kBackendHelp =
     "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA) or cuda-tf32 (the same with TF32 tensor-core GEMMs)";
+// --recompute (every training program and the bench): block_stack.hpp's modes.
+inline constexpr const char* kRecomputeHelp =
+    "activation recompute: none; cheap (the norms' and the activation's outputs computed again in the backward, "
+    "a little more compute for less memory); or block (each block frees its activations after its forward and runs "
+    "that forward again before its backward: one block's activation memory instead of every block's, for about a "
+    "third more compute). The gradients are the same bit for bit";
+// --model's help: the presets of `Presets` (presets.hpp), the list --model accepts.
+template <class Presets>
+std::string preset_help() {
+  return "preset: " + Presets::list();
+}
 // --precision of the inference commands (sample, translate, eval).
 inline constexpr const char* kDecodePrecisionHelp =
     "fp32, or bf16: the products read bfloat16 copies of the weights (half the bytes they stream) and round "
@@ -310,10 +336,7 @@ inline void add_run_options(boost::program_options::options_description& opts, R
       ("precision", po::value(&r.precision)->default_value(r.precision),
        "fp32, or bf16: matrix products on bfloat16 operands summed in float32, the rest in float32 (CPU with "
        "AVX512-BF16, elsewhere float32 with a notice; --backend cuda: tensor cores)")
-      ("recompute", po::value(&r.recompute)->default_value(r.recompute),
-       "activation recompute: none, or block (each block frees its activations after its forward and runs that "
-       "forward again before its backward: the same gradients bit for bit, in one block's activation memory instead "
-       "of every block's, for about a third more compute)")
+      ("recompute", po::value(&r.recompute)->default_value(r.recompute), kRecomputeHelp)
       ("zero", po::value(&r.zero)->default_value(r.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1; the same weights), 0 keeps them whole")
       ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);
@@ -416,8 +439,8 @@ inline void check_output_paths(const std::vector<NamedPath>& outputs, const std:
 inline void check_run_options(const RunOptions& r, const std::vector<NamedPath>& inputs, const std::string& resume = "") {
   require(r.shards >= 0, "--shards ", r.shards, " is negative");
   require(r.zero == 0 || r.zero == 1, "--zero ", r.zero, " is not 0 or 1 (ZeRO stage 1 is the one there is)");
-  require(r.precision == "fp32" || r.precision == "bf16", "unknown --precision '", r.precision,
-          "' (expected fp32 or bf16)");
+  check_precision_name(r.precision, "--precision");
+  check_backend_name(r.backend, "--backend");
   std::vector<NamedPath> files = inputs;
   if (!resume.empty()) files.push_back({"--resume", resume});
   if (!r.out.empty()) {
@@ -457,6 +480,20 @@ T json_integer(const nlohmann::json& j, const char* key, T lo = std::numeric_lim
   return v.get<T>();
 }
 
+// --resume: a run's setting comes from the checkpoint's settings (`saved`,
+// JSON); given explicitly on the command line it must agree, or the error
+// names the option.
+template <class T>
+void take_saved(const boost::program_options::variables_map& vm, const nlohmann::json& saved, const char* option,
+                const char* key, T& value, const std::string& checkpoint) {
+  T s;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) s = json_integer<T>(saved, key);
+  else s = saved.at(key).get<T>();
+  require(!vm.count(option) || vm[option].defaulted() || value == s, "--", option, " differs from the checkpoint in ",
+          checkpoint);
+  value = s;
+}
+
 // Sequences a batch; more would overflow the batch's token count and only
 // exhaust memory.
 inline constexpr int kMaxBatch = 1 << 16;
@@ -481,78 +518,18 @@ inline void check_dropout_options(const boost::program_options::variables_map& v
           " outside [0, 1)");
 }
 
-// --backend cpu|cuda|cuda-tf32: calls f.template operator()<Backend>() with
-// the backend type named; make_backend<Backend>(name) then builds it. "cuda"
-// (strict FP32 GEMMs) and "cuda-tf32" (TF32 tensor-core GEMMs) need an xfmr
-// built with CUDA and, when run, a GPU.
+// --backend: xfmr::with_backend (backend/factory.hpp) under the option's
+// name. A program built to fuzz its command line (test/fuzz: XFMR_FUZZ_CLI)
+// stops here: everything up to here (options, checkpoint state, output
+// paths) ran; the work that follows is neither run nor compiled.
 template <class F>
-void with_backend(const std::string& name, F&& f) {
+void dispatch_backend(const std::string& name, F&& f) {
+  check_backend_name(name, "--backend");
 #ifdef XFMR_FUZZ_CLI
-  // test/fuzz builds the programs to fuzz their command lines: everything
-  // up to here (options, checkpoint state, output paths) runs; nothing more
-  // (nor is it compiled).
   (void)f;
-  if (name == "cpu" || name == "cuda" || name == "cuda-tf32") return;
 #else
-  if (name == "cpu") return f.template operator()<CpuBackend<float>>();
-  if (name == "cuda" || name == "cuda-tf32") {
-#ifdef XFMR_WITH_CUDA
-    return f.template operator()<CudaBackend>();
-#else
-    detail::fail("--backend ", name, ": this xfmr was built without CUDA (CMake found no CUDA compiler)");
+  with_backend(name, std::forward<F>(f));
 #endif
-  }
-#endif
-  detail::fail("unknown --backend '", name, "' (expected cpu, cuda or cuda-tf32)");
-}
-
-// The backend `name` names (with_backend chose its type) in `precision`:
-// fp32, or bf16 (bf16 products: CpuOptions::bf16, CudaOptions::bf16); on a
-// CPU without bf16 products, float32 with a notice on stderr.
-template <class Be>
-Be make_backend([[maybe_unused]] const std::string& name, const std::string& precision = "fp32") {
-  require(precision == "fp32" || precision == "bf16", "unknown --precision '", precision, "' (expected fp32 or bf16)");
-  if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
-    if (precision == "bf16") {
-      if (bf16::available()) return Be({.bf16 = true});
-      std::cerr << "note: --precision bf16 unavailable (" << bf16::unavailable_reason() << "); running in float32\n";
-    }
-    return Be{};
-  }
-#ifdef XFMR_WITH_CUDA
-  if constexpr (std::is_same_v<Be, CudaBackend>) {
-    require(precision == "fp32" || name == "cuda", "--precision bf16 goes with --backend cuda (not ", name, ")");
-    // Under mpirun, one GPU a rank: the ranks of a machine take its devices in turn.
-    const int device = ProcessGroup::world().local_rank() % std::max(1, cuda::device_count());
-    return CudaBackend({.device = device, .tf32 = name == "cuda-tf32", .bf16 = precision == "bf16"});
-  }
-#endif
-  require(precision == "fp32", "--precision bf16 runs on the CPU and CUDA backends (not ", Be::name, ")");
-  return Be{};
-}
-
-// The precision a backend runs in: "bf16" (bf16 products) or "fp32".
-template <class Be>
-std::string precision_of(const Be& be) {
-  if constexpr (requires(const Be& b) { b.options().bf16; })
-    if (be.options().bf16) return "bf16";
-  (void)be;
-  return "fp32";
-}
-
-// "cpu" ("cpu (bf16 products)") or "cuda (NVIDIA H100 80GB HBM3)" (", TF32" when on), for the
-// programs' first line.
-template <class Be>
-std::string describe(const Be& be) {
-#ifdef XFMR_WITH_CUDA
-  if constexpr (std::is_same_v<Be, CudaBackend>)
-    return std::string("cuda (") + be.device_name() +
-           (be.options().tf32 ? ", TF32)" : be.options().bf16 ? ", bf16 products)" : ")");
-#endif
-  if constexpr (std::is_same_v<Be, CpuBackend<float>>)
-    if (be.options().bf16) return "cpu (bf16 products)";
-  (void)be;
-  return Be::name;
 }
 
 }  // namespace xfmr::examples

@@ -14,18 +14,18 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "common.hpp"
-#include "presets.hpp"
-#include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/beam_search.hpp"
 #include "xfmr/infer/bf16_weights.hpp"
 #include "xfmr/infer/bleu.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/seq2seq.hpp"
+#include "xfmr/presets.hpp"
 #include "xfmr/text/bpe.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/train/losses.hpp"
@@ -300,28 +300,51 @@ void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::strin
 }
 
 struct TrainArgs : RunOptions {
-  std::string src_train, tgt_train, src_val, tgt_val, model = "multi30k", schedule = "cosine";
+  std::string src_train, tgt_train, src_val, tgt_val, model = "multi30k", schedule = "cosine", resume;
   std::string tokens = "word";
   int epochs = 10, batch = 64, min_freq = 2, bpe_vocab = 8000, beam = 4, eval_every = 1000, bleu_sentences = 0;
+  long stop_after = 0;  // > 0: stop (and checkpoint) at this step of the plan
   double lr = 5e-4, label_smoothing = 0.1, clip = 1.0, weight_decay = 0.01, length_penalty = 0.6;
   float attention_dropout = 0.0f;
   bool lowercase = false, truncate = false, share_embeddings = false;
   std::uint64_t seed = 1337;
 
-  // What every rank of a run across processes must agree on.
-  std::string settings() const {
-    return json{{"model", model}, {"schedule", schedule}, {"tokens", tokens}, {"epochs", epochs}, {"batch", batch},
-                {"min_freq", min_freq}, {"bpe_vocab", bpe_vocab}, {"beam", beam}, {"eval_every", eval_every},
-                {"bleu_sentences", bleu_sentences}, {"lr", lr}, {"label_smoothing", label_smoothing}, {"clip", clip},
-                {"weight_decay", weight_decay}, {"length_penalty", length_penalty},
-                {"attention_dropout", attention_dropout}, {"lowercase", lowercase}, {"truncate", truncate},
-                {"share_embeddings", share_embeddings}, {"seed", seed}, {"zero", zero}}
-        .dump();
+  // What defines the run: every rank of a run across processes must agree
+  // on it, and a resumed run takes it from the checkpoint.
+  json settings() const {
+    return {{"model", model}, {"schedule", schedule}, {"tokens", tokens}, {"epochs", epochs}, {"batch", batch},
+            {"min_freq", min_freq}, {"bpe_vocab", bpe_vocab}, {"beam", beam},
+            {"bleu_sentences", bleu_sentences}, {"lr", lr}, {"label_smoothing", label_smoothing}, {"clip", clip},
+            {"weight_decay", weight_decay}, {"length_penalty", length_penalty},
+            {"attention_dropout", attention_dropout}, {"lowercase", lowercase}, {"truncate", truncate},
+            {"share_embeddings", share_embeddings}, {"seed", seed}};
+  }
+  // --resume: the settings of the checkpoint's metadata (explicit options must agree).
+  void take_settings(const boost::program_options::variables_map& vm, const json& saved) {
+    take_saved(vm, saved, "model", "model", model, resume);
+    take_saved(vm, saved, "schedule", "schedule", schedule, resume);
+    take_saved(vm, saved, "tokens", "tokens", tokens, resume);
+    take_saved(vm, saved, "epochs", "epochs", epochs, resume);
+    take_saved(vm, saved, "batch", "batch", batch, resume);
+    take_saved(vm, saved, "min-freq", "min_freq", min_freq, resume);
+    take_saved(vm, saved, "bpe-vocab", "bpe_vocab", bpe_vocab, resume);
+    take_saved(vm, saved, "beam", "beam", beam, resume);
+    take_saved(vm, saved, "bleu-sentences", "bleu_sentences", bleu_sentences, resume);
+    take_saved(vm, saved, "lr", "lr", lr, resume);
+    take_saved(vm, saved, "label-smoothing", "label_smoothing", label_smoothing, resume);
+    take_saved(vm, saved, "clip", "clip", clip, resume);
+    take_saved(vm, saved, "weight-decay", "weight_decay", weight_decay, resume);
+    take_saved(vm, saved, "length-penalty", "length_penalty", length_penalty, resume);
+    take_saved(vm, saved, "attention-dropout", "attention_dropout", attention_dropout, resume);
+    take_saved(vm, saved, "lowercase", "lowercase", lowercase, resume);
+    take_saved(vm, saved, "truncate", "truncate", truncate, resume);
+    take_saved(vm, saved, "share-embeddings", "share_embeddings", share_embeddings, resume);
+    take_saved(vm, saved, "seed", "seed", seed, resume);
   }
 };
 
 template <class Cfg, class Be>
-void train(TrainArgs a) {
+void train(TrainArgs a, const Metadata* resumed) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
   const int max_len = Cfg::MAX_T - 1;  // room for <bos> (input) or <eos> (target)
   const auto src_lines = read_sentences(a.src_train), tgt_lines = read_sentences(a.tgt_train);
@@ -330,13 +353,22 @@ void train(TrainArgs a) {
           " has ", tgt_lines.size());
   require(src_val.size() == tgt_val.size(), a.src_val, " has ", src_val.size(), " lines but ", a.tgt_val, " has ",
           tgt_val.size());
+  auto hash = [](const std::vector<std::string>& lines, std::uint64_t h) {
+    for (const auto& l : lines) h = fnv1a(l + "\n", h);
+    return h;
+  };
+  const std::string data_hash = hex(hash(tgt_val, hash(src_val, hash(tgt_lines, hash(src_lines, fnv1a(""))))));
+  if (resumed)
+    require(metadata_value(*resumed, "data_hash", a.resume) == data_hash,
+            "the training and validation files are not those the checkpoint was trained on");
   auto learn = [&](const std::vector<std::string>& lines) {
     return a.tokens == "bpe" ? Codec::bpe(lines, a.bpe_vocab, a.lowercase) : Codec::words(lines, a.min_freq, a.lowercase);
   };
   auto both = src_lines;
-  if (a.share_embeddings) both.insert(both.end(), tgt_lines.begin(), tgt_lines.end());
-  const Vocabs v = a.share_embeddings ? Vocabs{learn(both), learn(both), true}
-                                      : Vocabs{learn(src_lines), learn(tgt_lines), false};
+  if (a.share_embeddings && !resumed) both.insert(both.end(), tgt_lines.begin(), tgt_lines.end());
+  const Vocabs v = resumed                ? Vocabs::from_json(json::parse(metadata_value(*resumed, "vocabs", a.resume)))
+                   : a.share_embeddings ? Vocabs{learn(both), learn(both), true}
+                                        : Vocabs{learn(src_lines), learn(tgt_lines), false};
   const auto src_ids = encode_lines(v.src, src_lines, max_len, a.truncate, a.src_train);
   const auto tgt_ids = encode_lines(v.tgt, tgt_lines, max_len, a.truncate, a.tgt_train);
   std::vector<Pair> data;
@@ -347,12 +379,10 @@ void train(TrainArgs a) {
   for (std::size_t i = 0; i < vsrc.size(); ++i) val.push_back({vsrc[i], vtgt[i]});
 
   // Under mpirun each rank trains on its rows of every batch (all draw the same batches).
-  auto hash = [](const std::vector<std::string>& lines, std::uint64_t h) {
-    for (const auto& l : lines) h = fnv1a(l + "\n", h);
-    return h;
-  };
-  const std::uint64_t data_hash = hash(tgt_val, hash(src_val, hash(tgt_lines, hash(src_lines, fnv1a("")))));
-  ProcessGroup& group = join_ranks(a, Be::name, a.settings(), "the data with hash " + hex(data_hash));
+  ProcessGroup& group = join_ranks(a, Be::name,
+                                   a.settings().dump() + " eval_every " + std::to_string(a.eval_every) + " zero " +
+                                       std::to_string(a.zero),
+                                   "the data with hash " + data_hash);
 
   Be be = make_backend<Be>(a.backend, a.precision);
   const Seq2SeqOptions model_opts{.dropout = Cfg::DROPOUT,
@@ -369,12 +399,23 @@ void train(TrainArgs a) {
       {.clip = a.clip,
        .label_smoothing = a.label_smoothing,
        .schedule = LrSchedule::parse(a.schedule, a.lr, total),
-       .shards = a.shards,
-       .graph_steps = false,
-       .data_seed = detail::mix64(a.seed ^ 0x7a5ULL),
-       .group = &group,
-       .zero = a.zero},
+       .data_seed = seed_for(a.seed, 0x7a5),
+       .split = {.shards = a.shards, .group = &group, .zero = a.zero},
+       .graph_steps = false},
       [&] { return std::make_unique<Model>(v.src.size(), v.tgt.size(), a.seed, model_opts); });
+  // An epoch's batches are drawn from the data generator at its start: a run
+  // resumed mid-epoch draws them again from the state saved then
+  // (epoch_rng); at an epoch's end the generator is where the next is drawn.
+  std::uint64_t epoch_rng = trainer.data_rng().state();
+  if (resumed) {
+    trainer.resume(a.resume);
+    require(trainer.steps() <= total, "the checkpoint is at step ", trainer.steps(), ", past the plan's ", total);
+    epoch_rng = trainer.steps() % per_epoch != 0
+                    ? parse_integer<std::uint64_t>(metadata_value(*resumed, "epoch_rng", a.resume),
+                                                   a.resume + ": epoch_rng")
+                    : trainer.data_rng().state();
+  }
+  const long start = trainer.steps();
   // The model's logits for a shard of the sentence pairs in b from `mine` on
   // (this rank's rows), and those rows' targets.
   auto forward = [](const Batch& b, int mine) {
@@ -387,12 +428,13 @@ void train(TrainArgs a) {
     };
   };
   std::cout << "xfmr-translate: " << Cfg::NAME << " on " << describe(be) << ", "
-            << Model::parameter_count(v.src.size(), v.tgt.size(), false, v.shared) << " parameters, "
+            << parameter_count(model) << " parameters, "
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
             << v.src.size();
   if (!v.shared) std::cout << " / " << v.tgt.size();
   std::cout << ", " << data.size() << " train / " << val.size() << " val pairs, " << total << " steps"
-            << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "") << std::endl;
+            << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "")
+            << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << std::endl;
   auto my_rows = [&](const Batch& b) {
     const auto [mine, end] = rank_rows(group, b.src.B);
     const std::size_t T = std::size_t(b.tgt.T);
@@ -412,26 +454,31 @@ void train(TrainArgs a) {
     }
     return sum.mean();
   };
-  auto save = [&](double bleu) {
+  auto save = [&](std::optional<double> bleu) {
     if (a.out.empty()) return;
-    SafeTensorsWriter mw, ow;
-    trainer.save(mw, ow);  // every rank (join_ranks)
-    if (!group.root()) return;
-    mw.set_metadata("format", kFormat);
-    json state = v.to_json();
-    state.update({{"format", kFormat}, {"version", 1}, {"model", Cfg::NAME}, {"val_bleu", bleu}});
-    write_checkpoint(a.out, mw, ow, state.dump(2));
+    Metadata md = {{"format", kFormat},
+                   {"preset", Cfg::NAME},
+                   {"vocabs", v.to_json().dump()},
+                   {"settings", a.settings().dump()},
+                   {"data_hash", data_hash},
+                   {"epoch_rng", std::to_string(epoch_rng)}};
+    if (bleu) md["val_bleu"] = number(*bleu);
+    trainer.save(a.out, md);  // every rank (join_ranks); rank 0 writes
   };
 
   CsvLog csv(a.log_csv);
   std::vector<std::pair<long, double>> batch_losses;
   std::vector<LossPoint> evals;
-  Progress progress(0, total, long(a.batch) * 14);
-  long step = 0, tokens = 0;
+  Progress progress(start, total, long(a.batch) * 14);
+  long tokens = 0;
   double vloss = 0;
-  for (int epoch = 0; epoch < a.epochs; ++epoch) {
-    for (const auto& which : bucket_batches(data, a.batch, trainer.data_rng())) {
-      const Batch b = make_batch(data, which, v);
+  const long stop = a.stop_after > 0 ? std::min(a.stop_after, total) : total;
+  for (long step = start; step < stop;) {
+    trainer.data_rng().set_state(epoch_rng);
+    const auto batches = bucket_batches(data, a.batch, trainer.data_rng());
+    const long epoch = step / per_epoch;
+    for (long k = step % per_epoch; k < per_epoch && step < stop; ++k) {
+      const Batch b = make_batch(data, batches[std::size_t(k)], v);
       const auto rows = my_rows(b);
       const StepResult r = trainer.step([&](int) { return rows.second; }, forward(b, rows.first));
       const double lr = r.lr, loss = r.loss;
@@ -441,18 +488,26 @@ void train(TrainArgs a) {
       progress.update(step, loss);
       warn_if_diverging(r, trainer.first_loss(), progress);
       ++step;
-      if (step % a.eval_every == 0 || step == total) {
+      if (step % a.eval_every == 0 || step == total || step == stop) {
         vloss = val_loss();
         progress.clear_line();
         std::cout << "step " << step << " (epoch " << epoch + 1 << "): batch loss " << std::fixed << std::setprecision(4)
                   << loss << ", val loss " << vloss << std::defaultfloat << std::endl;
         evals.push_back({step, loss, vloss});
         csv.eval(step, lr, loss, vloss);
+        if (step < stop) save(std::nullopt);
       }
     }
+    if (step % per_epoch == 0) epoch_rng = trainer.data_rng().state();  // the next epoch's batches are drawn here
   }
   progress.clear_line();
   const double train_s = progress.elapsed();
+  if (start == total) std::cout << "already at step " << start << "; nothing to train\n";
+  if (stop < total) {  // stopped early, to be resumed: no BLEU yet
+    save(std::nullopt);
+    csv.save();
+    return;
+  }
   // BLEU on the validation set (or its first --bleu-sentences) with beam search.
   model.set_training(false);
   std::vector<std::string> srcs = src_val, refs = tgt_val;
@@ -473,8 +528,11 @@ void train(TrainArgs a) {
   save(bleu.score);
   csv.save();
   write_html_report(a.report, std::string("xfmr-translate: ") + Cfg::NAME,
-                    {{"model", Cfg::NAME}, {"epochs", std::to_string(a.epochs)}, {"val loss", std::to_string(vloss)},
-                     {"val BLEU", bleu.to_string()}, {"training time", format_duration(train_s)}},
+                    {{"model", std::string(Cfg::NAME) + " (" + preset_info<Cfg>().shape() + ")"},
+                     {"epochs", std::to_string(a.epochs)},
+                     {"val loss", fixed(vloss, 4)},
+                     {"val BLEU", bleu.to_string()},
+                     {"training time", format_duration(train_s)}},
                     batch_losses, evals);
   if (!a.metrics_json.empty()) {
     const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"precision", precision_of(be)}, {"bleu", bleu.score},      {"val_loss", vloss},
@@ -492,9 +550,9 @@ struct UseArgs {
 };
 
 template <class Cfg, class Be>
-void use(const UseArgs& a, const json& state, bool evaluate) {
+void use(const UseArgs& a, const Metadata& metadata, bool evaluate) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
-  const Vocabs v = Vocabs::from_json(state);
+  const Vocabs v = Vocabs::from_json(json::parse(metadata_value(metadata, "vocabs", a.checkpoint)));
   Be be = make_backend<Be>(a.backend, a.precision);
   Model model(v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
   load_parameters(model, SafeTensors::load(fs::path(a.checkpoint) / kModelFile));
@@ -538,6 +596,14 @@ void check_beam(int beam) {
   require(beam >= 1 && beam <= kMaxBeam, "--beam ", beam, " outside 1..", kMaxBeam);
 }
 
+// A checkpoint of this program's: its metadata, checked before any work.
+Metadata read_translator_checkpoint(const std::string& dir) {
+  Metadata md = read_checkpoint_metadata(dir);
+  require(md.count("format") && md.at("format") == kFormat, dir, ": not an xfmr-translate checkpoint");
+  (void)TranslatorPresets::info(metadata_value(md, "preset", dir));
+  return md;
+}
+
 std::string shared_data(const char* name) {
   for (const char* base : {"../shared/data/multi30k/", "../../shared/data/multi30k/"})
     if (fs::exists(fs::path(base) / name)) return (fs::path(base) / name).string();
@@ -553,8 +619,9 @@ int run_train(int argc, char** argv) {
       ("src-train", po::value(&a.src_train), "source sentences (default: Multi30k English, when present)")
       ("tgt-train", po::value(&a.tgt_train), "target sentences (default: Multi30k French)")
       ("src-val", po::value(&a.src_val), "validation source")("tgt-val", po::value(&a.tgt_val), "validation target")
-      ("model", po::value(&a.model)->default_value(a.model), (std::string("preset: ") + translate_preset_names()).c_str())
+      ("model", po::value(&a.model)->default_value(a.model), preset_help<TranslatorPresets>().c_str())
       ("epochs", po::value(&a.epochs)->default_value(a.epochs), "passes over the training pairs")
+      ("stop-after", po::value(&a.stop_after), "stop at this step of the plan, with a checkpoint (resume later)")
       ("batch", po::value(&a.batch)->default_value(a.batch), "sentence pairs per batch (bucketed by length)")
       ("lr", po::value(&a.lr)->default_value(a.lr), "peak learning rate")
       ("schedule", po::value(&a.schedule)->default_value(a.schedule), "constant, cosine or onecycle")
@@ -570,22 +637,35 @@ int run_train(int argc, char** argv) {
       ("beam", po::value(&a.beam)->default_value(a.beam), "beam size for the final BLEU")
       ("length-penalty", po::value(&a.length_penalty)->default_value(a.length_penalty), "GNMT alpha")
       ("bleu-sentences", po::value(&a.bleu_sentences)->default_value(0), "score only the first N validation pairs")
-      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between validation losses")
-      ("seed", po::value(&a.seed)->default_value(a.seed), "seed");
-  add_run_options(opts, a, "translate", "checkpoint directory", "BLEU, loss and timing");
+      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between validation losses (and checkpoints)")
+      ("seed", po::value(&a.seed)->default_value(a.seed), "seed")
+      ("resume", po::value(&a.resume), "continue the run of this checkpoint, bit for bit (its settings come from it)");
+  add_run_options(opts, a, "translate", "checkpoint directory, written at every evaluation", "BLEU, loss and timing");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.src_train.empty() && !a.tgt_train.empty() && !a.src_val.empty() && !a.tgt_val.empty(),
           "no training data: pass --src-train, --tgt-train, --src-val and --tgt-val");
+  std::optional<Metadata> resumed;
+  if (!a.resume.empty()) {
+    resumed = read_translator_checkpoint(a.resume);
+    (void)read_trainer_state(a.resume);
+    a.take_settings(vm, json::parse(metadata_value(*resumed, "settings", a.resume)));
+    if (a.out.empty()) a.out = a.resume;
+  }
   require(a.epochs > 0 && a.eval_every > 0, "--epochs and --eval-every must be positive");
+  require(a.stop_after >= 0, "--stop-after ", a.stop_after, " is negative");
   check_batch(a.batch);
   check_run_options(a, {{"--src-train", a.src_train}, {"--tgt-train", a.tgt_train}, {"--src-val", a.src_val},
-                        {"--tgt-val", a.tgt_val}});
+                        {"--tgt-val", a.tgt_val}}, a.resume);
   check_beam(a.beam);
   require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");
   check_optimizer_options(a.lr, a.clip, a.weight_decay);
   check_dropout_options(vm, 0.0f, a.attention_dropout);
-  with_backend(a.backend, [&]<class Be>() { with_translate_preset(a.model, [&]<class Cfg>() { train<Cfg, Be>(a); }); });
+  (void)parse_recompute(a.recompute);
+  (void)TranslatorPresets::info(a.model);
+  dispatch_backend(a.backend, [&]<class Be>() {
+    TranslatorPresets::with(a.model, [&]<class Cfg>() { train<Cfg, Be>(a, resumed ? &*resumed : nullptr); });
+  });
   return 0;
 }
 
@@ -613,23 +693,29 @@ int run_use(int argc, char** argv, bool evaluate) {
   check_output_paths({{"--metrics-json", a.metrics_json}, {"--attention-map", a.attention_map}},
                      {{"--checkpoint", a.checkpoint}, {"--src", a.src}, {"--ref", a.ref}, {"--input", a.input}},
                      a.checkpoint);
-  const json state = json::parse(read_trainer_state(a.checkpoint));
-  require(state.value("format", "") == kFormat, a.checkpoint, ": not an xfmr-translate checkpoint");
-  with_backend(a.backend, [&]<class Be>() {
-    with_translate_preset(state.at("model").get<std::string>(), [&]<class Cfg>() { use<Cfg, Be>(a, state, evaluate); });
+  check_precision_name(a.precision, "--precision");
+  const Metadata metadata = read_translator_checkpoint(a.checkpoint);
+  dispatch_backend(a.backend, [&]<class Be>() {
+    TranslatorPresets::with(metadata.at("preset"), [&]<class Cfg>() { use<Cfg, Be>(a, metadata, evaluate); });
   });
   return 0;
 }
 
 }  // namespace
 
+int usage(const char* argv0) {
+  std::cerr << "usage: " << argv0 << " train|translate|eval [options]   (--help on each)\n";
+  return 2;
+}
+
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << "usage: " << argv[0] << " train|translate|eval [options]   (--help on each)\n";
-    return 2;
-  }
+  if (argc < 2) return usage(argv[0]);
   const std::string command = argv[1];
   return run_command("xfmr-translate", [&] {
+    if (command == "--help" || command == "-h") {
+      usage(argv[0]);
+      return 0;
+    }
     if (command == "train") return run_train(argc - 1, argv + 1);
     if (command == "translate") return run_use(argc - 1, argv + 1, false);
     if (command == "eval") return run_use(argc - 1, argv + 1, true);

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "json_bounds.hpp"
@@ -19,6 +20,8 @@ namespace xfmr {
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr const char* kTrainerStateFormat = "xfmr-trainer";
 
 // One of the three files a checkpoint directory holds.
 bool is_checkpoint_file(const std::string& name) {
@@ -49,7 +52,7 @@ bool is_checkpoint(const fs::path& dir) {
          fs::is_regular_file(dir / kTrainerStateFile, ec);
 }
 
-std::string read_trainer_state(const fs::path& dir) {
+TrainerState read_trainer_state(const fs::path& dir) {
   require(is_checkpoint(dir), dir.string(), ": not a checkpoint directory (expected ", kModelFile, " and ",
           kTrainerStateFile, ")");
   const fs::path path = dir / kTrainerStateFile;
@@ -59,9 +62,57 @@ std::string read_trainer_state(const fs::path& dir) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string text = ss.str();
-  detail::check_json_depth(text, path.string());
-  return text;
+  return parse_trainer_state(ss.str(), path.string());
+}
+
+std::string trainer_state_json(const TrainerState& state) {
+  const nlohmann::json j = {{"format", kTrainerStateFormat},
+                            {"version", 1},
+                            {"step", state.step},
+                            {"data_rng", std::to_string(state.data_rng)},  // all 64 bits, whatever reads it
+                            {"dropout_calls", state.dropout_calls}};
+  return j.dump(2) + "\n";
+}
+
+TrainerState parse_trainer_state(std::string_view text, const std::string& source) {
+  detail::check_json_depth(text, source);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    detail::fail(source, ": not valid JSON: ", e.what());
+  }
+  require(j.is_object() && j.value("format", nlohmann::json()) == kTrainerStateFormat, source,
+          ": not an xfmr trainer state (format \"", kTrainerStateFormat, "\")");
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    require(j.contains(key), source, ": no '", key, "'");
+    return j.at(key);
+  };
+  require(detail::json_integer(field("version"), 1, 1, source + ": version") == 1, source, ": unknown version");
+  TrainerState st;
+  st.step = long(detail::json_integer(field("step"), 0, INT64_MAX, source + ": step"));
+  const nlohmann::json& rng = field("data_rng");
+  require(rng.is_string(), source, ": data_rng is not a string");
+  st.data_rng = parse_integer<std::uint64_t>(rng.get<std::string>(), source + ": data_rng");
+  const nlohmann::json& calls = field("dropout_calls");
+  require(calls.is_array(), source, ": dropout_calls is not an array");
+  for (const nlohmann::json& c : calls) {
+    require(c.is_number_unsigned(), source, ": dropout_calls holds ", c.dump(), ", not a count");
+    st.dropout_calls.push_back(c.get<std::uint64_t>());
+  }
+  return st;
+}
+
+Metadata read_checkpoint_metadata(const fs::path& dir) {
+  require(is_checkpoint(dir), dir.string(), ": not a checkpoint directory (expected ", kModelFile, " and ",
+          kTrainerStateFile, ")");
+  return SafeTensors::read_metadata(dir / kModelFile);
+}
+
+const std::string& metadata_value(const Metadata& metadata, const std::string& key, const fs::path& dir) {
+  const auto it = metadata.find(key);
+  require(it != metadata.end(), dir.string(), ": the checkpoint's metadata has no '", key, "'");
+  return it->second;
 }
 
 void check_checkpoint_destination(const fs::path& dir) {
@@ -98,7 +149,7 @@ int remove_interrupted_saves(const fs::path& dir) {
 }
 
 void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const SafeTensorsWriter& optimizer,
-                      std::string_view trainer_state_json) {
+                      const TrainerState& trainer_state) {
   check_checkpoint_destination(dir);
   std::error_code ec;
   const bool exists = fs::exists(dir, ec);
@@ -113,7 +164,7 @@ void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const
   try {
     write_file(tmp / kModelFile, model.serialize());
     write_file(tmp / kOptimizerFile, optimizer.serialize());
-    const std::string state(trainer_state_json);
+    const std::string state = trainer_state_json(trainer_state);
     write_file(tmp / kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size())));
     ::chmod(tmp.c_str(), 0755);
     fsync_path(tmp, true);

@@ -224,6 +224,13 @@ void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab
           " is not xfmr's LayerNorm's 1e-5");
 }
 
+void gpt2_check_preset(const PresetInfo& p) {
+  require(p.pre_norm && !p.rms_norm && p.activation == "gelu" && p.positions == "learned" && p.bias &&
+              p.n_kv_heads == p.n_heads && !p.gated,
+          "GPT-2 needs a pre-norm LayerNorm decoder with GELU, learned positions and biases; the preset '", p.name,
+          "' is not one");
+}
+
 void gpt2_check_options(const DecoderOptions& o) {
   require(o.tie_weights && !o.head_bias,
           "a GPT-2 checkpoint needs a Decoder built with tie_weights and without head_bias, as GPT-2 is");

@@ -226,6 +226,41 @@ SafeTensors SafeTensors::load(const std::filesystem::path& path) {
   return parse(std::move(bytes), path.string());
 }
 
+std::map<std::string, std::string> SafeTensors::read_metadata(const std::filesystem::path& path) {
+  std::error_code ec;
+  require(std::filesystem::is_regular_file(path, ec), path.string(), ": is not a regular file");
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  require(in.good() && !ec, path.string(), ": cannot open for reading");
+  std::byte length[8];
+  in.read(reinterpret_cast<char*>(length), 8);
+  require(in.gcount() == 8, path.string(), ": file has ", in.gcount(), " bytes, too short for the 8-byte header length");
+  const std::uint64_t n = read_u64_le(length);
+  require(n <= kMaxHeaderBytes && n <= size - 8, path.string(), ": header length ", n,
+          " exceeds the limit of ", kMaxHeaderBytes, " bytes or the file");
+  std::string header(std::size_t(n), '\0');
+  in.read(header.data(), std::streamsize(n));
+  require(std::uint64_t(in.gcount()) == n, path.string(), ": short read of the header");
+  require(!header.empty() && header[0] == '{', path.string(), ": header does not start with '{'");
+  detail::check_json_depth(header, path.string() + ": header");
+  json root;
+  try {
+    root = json::parse(header);
+  } catch (const json::exception& e) {
+    detail::fail(path.string(), ": header is not valid JSON: ", e.what());
+  }
+  require(root.is_object(), path.string(), ": header is not a JSON object");
+  std::map<std::string, std::string> metadata;
+  if (const auto it = root.find("__metadata__"); it != root.end()) {
+    require(it->is_object(), path.string(), ": __metadata__ is not an object");
+    for (auto m = it->begin(); m != it->end(); ++m) {
+      require(m.value().is_string(), path.string(), ": __metadata__ value for '", m.key(), "' is not a string");
+      metadata[m.key()] = m.value().get<std::string>();
+    }
+  }
+  return metadata;
+}
+
 const TensorInfo& SafeTensors::info(const std::string& name) const {
   const auto it = tensors_.find(name);
   require(it != tensors_.end(), source_, ": no tensor named '", name, "'");
@@ -303,9 +338,30 @@ template void SafeTensors::copy_to<double>(const std::string&, const std::vector
 
 // ---- writing ---------------------------------------------------------------
 
+namespace {
+// Well-formed UTF-8 (Unicode's table 3-7: no overlong forms, no surrogates,
+// nothing past U+10FFFF), as the header's JSON must be.
+bool well_formed_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned char c = b(0);
+    std::size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    const unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+    const unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    if (n > 1 && (b(1) < lo || b(1) > hi)) return false;
+    for (std::size_t k = 2; k < n; ++k)
+      if (b(k) < 0x80 || b(k) > 0xbf) return false;
+    i += n;
+  }
+  return true;
+}
+}  // namespace
+
 void SafeTensorsWriter::add(const std::string& name, DType dtype, std::vector<std::int64_t> shape, const void* data) {
   require(name != "__metadata__", "a tensor cannot be named __metadata__");
   require(!name.empty(), "a tensor needs a non-empty name");
+  require(well_formed_utf8(name), "tensor name '", name, "' is not UTF-8");
   for (const auto& e : entries_) require(e.name != name, "tensor '", name, "' added twice");
   std::size_t n = 1;
   for (auto d : shape) {
@@ -320,7 +376,11 @@ void SafeTensorsWriter::add(const std::string& name, DType dtype, std::vector<st
   entries_.push_back(std::move(e));
 }
 
-void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) {
+  require(well_formed_utf8(key), "metadata key '", key, "' is not UTF-8");
+  require(well_formed_utf8(value), "metadata value for '", key, "' is not UTF-8");
+  metadata_[key] = value;
+}
 
 std::vector<std::byte> SafeTensorsWriter::serialize() const {
   // ordered_json keeps insertion order, so the header lists tensors in data order.

@@ -125,7 +125,7 @@ struct Small {
   using Activation = Gelu;
 };
 using Cpu = CpuBackend<float>;
-using Model = Decoder<Small, Cpu>;
+using Lm = Decoder<Small, Cpu>;
 constexpr int kVocab = 40, kBatch = 8;
 
 void batch(int step, std::vector<std::int32_t>& ids, std::vector<std::int32_t>& targets) {
@@ -155,10 +155,10 @@ double largest_difference(const std::vector<float>& x, const std::vector<float>&
 // the bound, 2^-8 x 4, at 4x what was measured.
 BOOST_AUTO_TEST_CASE(a_models_logits_and_gradients_are_near_float32s, *boost::unit_test::precondition(Bf16Here())) {
   Cpu fp32, bf({.bf16 = true});
-  Model a(kVocab, 9), b(kVocab, 9);
+  Lm a(kVocab, 9), b(kVocab, 9);
   std::vector<std::int32_t> ids, targets;
   batch(0, ids, targets);
-  auto run = [&](Model& m, Cpu& be) {
+  auto run = [&](Lm& m, Cpu& be) {
     zero_grad(m);
     const auto logits = m.forward(be, ids, Shape{kBatch, Small::MAX_T});
     std::vector<float> out(logits.begin(), logits.end());
@@ -186,17 +186,17 @@ BOOST_AUTO_TEST_CASE(a_models_logits_and_gradients_are_near_float32s, *boost::un
 BOOST_AUTO_TEST_CASE(training_follows_float32_and_repeats, *boost::unit_test::precondition(Bf16Here())) {
   auto train = [](CpuOptions options, int shards) {
     Cpu be(options);
-    Model model(kVocab, 4);
+    Lm model(kVocab, 4);
     AdamW<Cpu> opt(model);
-    Trainer<Model, Cpu> trainer(model, be, opt, {.clip = 1.0, .schedule = LrSchedule{.lr = 3e-3}, .shards = shards},
-                                [] { return std::make_unique<Model>(kVocab, 4); });
+    Trainer<Lm, Cpu> trainer(model, be, opt, {.clip = 1.0, .schedule = LrSchedule{.lr = 3e-3}, .split = {.shards = shards}},
+                                [] { return std::make_unique<Lm>(kVocab, 4); });
     std::vector<std::int32_t> ids, targets;
     std::vector<double> losses;
     for (int s = 0; s < 60; ++s) {
       batch(s, ids, targets);
       losses.push_back(trainer
                            .step([&](int) { return BatchTargets{kBatch, targets}; },
-                                 [&](const Shard& sh, Model& m, Cpu& b) {
+                                 [&](const Shard& sh, Lm& m, Cpu& b) {
                                    return m.forward(b, std::span(ids).subspan(std::size_t(sh.begin) * Small::MAX_T,
                                                                               std::size_t(sh.size()) * Small::MAX_T),
                                                     Shape{sh.size(), Small::MAX_T});
@@ -276,7 +276,7 @@ BOOST_AUTO_TEST_CASE(weight_copies_serve_the_products_that_read_them, *boost::un
 // the scope.
 BOOST_AUTO_TEST_CASE(decoding_reads_the_bf16_weight_copies_of_its_scope, *boost::unit_test::precondition(Bf16Here())) {
   Cpu be({.bf16 = true}), fp32;
-  Model model(kVocab, 11, {.tie_weights = true});
+  Lm model(kVocab, 11, {.tie_weights = true});
   model.set_training(false);
   const std::vector<std::int32_t> prompt = {1, 2, 3, 1}, next = {2};
   auto decode = [&](Cpu& b) {

@@ -65,6 +65,30 @@ case "$case_name" in
     grep -q -- "--recompute" <<< "$("$charlm" train --help)" || fail "train --help lacks --recompute"
     grep -q -- "--top-p" <<< "$("$charlm" sample --help)" || fail "sample --help lacks --top-p"
     ;;
+  presets_help)
+    # Every program's --help lists exactly the presets its --model accepts:
+    # the list --help prints, the list an unknown name's error gives, and
+    # each of those names accepted (the run gets past --model to the data).
+    help_list() { "$@" --help | tr '\n' ' ' | tr -s ' ' | sed -n 's/.*preset: \([a-z0-9-]*\(, [a-z0-9-]*\)*\).*/\1/p'; }
+    error_list() { "$@" --model nonesuch 2>&1 | sed -n "s/.*unknown model 'nonesuch' (choose from \(.*\))/\1/p"; }
+    check_lists() {  # check_lists "a command that takes --model and fails on its missing data"
+      local h e
+      h=$(help_list "$@") e=$(error_list "$@")
+      [[ -n $h && $h == "$e" ]] || fail "$*: --help lists '$h', --model accepts '$e'"
+      for m in ${h//,/ }; do
+        ! "$@" --model "$m" 2>&1 | grep -q "unknown model" || fail "$*: --help lists $m, which --model refuses"
+      done
+      echo "$h"
+    }
+    lm=$(check_lists "$charlm" train --data missing.txt)
+    [[ $lm == *shakespeare-llama* ]] || fail "xfmr-charlm's presets lack shakespeare-llama: $lm"
+    [[ $(check_lists "$bin/../benchmark/xfmr-bench" --backend cpu --modes nonesuch) == "$lm" ]] \
+      || fail "xfmr-bench and xfmr-charlm list other language-model presets"
+    check_lists "$classify" train --train missing.tsv --dev missing.tsv > /dev/null
+    check_lists "$translate" train --src-train m.src --tgt-train m.tgt --src-val m.src --tgt-val m.tgt > /dev/null
+    # --help works with or without a command.
+    for p in "$charlm" "$classify" "$translate"; do "$p" --help 2>&1 | grep -q "usage" || fail "$p --help"; done
+    ;;
   charlm_train_sample)
     make_corpus
     train_tiny 60 ckpt --metrics-json m.json > train.log 2>&1 || { cat train.log; fail "training failed"; }
@@ -130,6 +154,39 @@ case "$case_name" in
     cmp full/model.safetensors half/model.safetensors || fail "20 + 20 resumed steps differ from 40 steps (model)"
     cmp full/optimizer.safetensors half/optimizer.safetensors || fail "20 + 20 resumed steps differ from 40 steps (optimizer)"
     ;;
+  classify_resume_bitwise)
+    # 2N steps equal N steps and N resumed, byte for byte (mid-epoch and at
+    # an epoch's end; dropout on the residuals and the attention).
+    make_tsv 200 train.tsv && make_tsv 40 dev.tsv
+    c=(train --train train.tsv --dev dev.tsv --model tiny --epochs 3 --batch 16 --lr 3e-3 --eval-every 10
+       --attention-dropout 0.1 --log-csv "" --report "")
+    "$classify" "${c[@]}" --out full > full.log 2>&1 || { cat full.log; fail "the whole run failed"; }
+    for stop in 20 13; do  # 13 steps an epoch
+      "$classify" "${c[@]}" --out half$stop --stop-after $stop > h$stop.log 2>&1 || { cat h$stop.log; fail "stop at $stop"; }
+      "$classify" train --train train.tsv --dev dev.tsv --resume half$stop --log-csv "" --report "" > r$stop.log 2>&1 \
+        || { cat r$stop.log; fail "resuming at $stop failed"; }
+      grep -q "resuming at step $stop" r$stop.log || fail "the run did not resume at step $stop"
+      same full half$stop
+    done
+    expect_error "--lr differs from the checkpoint" "$classify" train --train train.tsv --dev dev.tsv --resume half13 --lr 1
+    make_tsv 30 other.tsv
+    expect_error "is not the data the checkpoint was trained on" "$classify" train --train other.tsv --dev dev.tsv \
+      --resume half13
+    ;;
+  translate_resume_bitwise)
+    make_parallel 200 train && make_parallel 30 val
+    t=(train --src-train train.src --tgt-train train.tgt --src-val val.src --tgt-val val.tgt --model tiny --epochs 3
+       --batch 32 --lr 3e-3 --min-freq 1 --eval-every 5 --attention-dropout 0.1 --log-csv "" --report "")
+    "$translate" "${t[@]}" --out full > full.log 2>&1 || { cat full.log; fail "the whole run failed"; }
+    for stop in 10 7; do  # 7 steps an epoch
+      "$translate" "${t[@]}" --out half$stop --stop-after $stop > h$stop.log 2>&1 || { cat h$stop.log; fail "stop at $stop"; }
+      "$translate" train --src-train train.src --tgt-train train.tgt --src-val val.src --tgt-val val.tgt \
+        --resume half$stop --log-csv "" --report "" > r$stop.log 2>&1 || { cat r$stop.log; fail "resuming at $stop failed"; }
+      grep -q "resuming at step $stop" r$stop.log || fail "the run did not resume at step $stop"
+      same full half$stop
+    done
+    [[ $(grep "^val BLEU" full.log) == "$(grep "^val BLEU" r7.log)" ]] || fail "the resumed run scored another BLEU"
+    ;;
   charlm_bf16)
     # --precision bf16: bf16 products where the processor has AVX512-BF16
     # (the banner says so and training learns as float32's does), float32
@@ -142,7 +199,7 @@ case "$case_name" in
       awk -v b="$b" -v f="$f" 'BEGIN { exit !(b < f * 1.05 && b > f * 0.95) }' || fail "bf16 train loss $b, float32's $f"
       cmp -s b16/model.safetensors f32/model.safetensors && fail "bf16 trained the same weights as float32"
     else
-      grep -q "^note: --precision bf16 unavailable (.*); running in float32" b.log || { cat b.log; fail "no notice"; }
+      grep -q "^note: bf16 precision unavailable (.*); running in float32" b.log || { cat b.log; fail "no notice"; }
       cmp -s b16/model.safetensors f32/model.safetensors || fail "the float32 fallback differs from float32"
     fi
     train_tiny 60 half --precision bf16 --stop-after 30 > /dev/null 2>&1 || fail "bf16, stop at 30"
@@ -205,9 +262,9 @@ case "$case_name" in
     expect_error "prompt: character 'Z' at byte 4 is not in the vocabulary" "$charlm" sample --checkpoint ckpt --prompt "the Zebra"
     expect_error "--model differs from the checkpoint" "$charlm" train --data corpus.txt --resume ckpt --model shakespeare-small
     # A malformed trainer state is one line and status 1, not an abort.
-    cp -r ckpt badrng && sed -i 's/"rng": "[0-9]*"/"rng": "abc"/' badrng/trainer_state.json
-    expect_error "xfmr-charlm: error: trainer_state.json: rng 'abc' is not an integer" "$charlm" train --data corpus.txt \
-      --resume badrng --steps 20
+    cp -r ckpt badrng && sed -i 's/"data_rng": "[0-9]*"/"data_rng": "abc"/' badrng/trainer_state.json
+    expect_error "xfmr-charlm: error: badrng/trainer_state.json: data_rng 'abc' is not an integer" "$charlm" train \
+      --data corpus.txt --resume badrng --steps 20
     status=0; "$charlm" train --data corpus.txt --resume badrng --steps 20 > /dev/null 2>&1 || status=$?
     [[ $status == 1 ]] || fail "a malformed trainer state exited with status $status, not 1"
     echo "other text entirely" > other.txt
@@ -264,9 +321,10 @@ case "$case_name" in
     expect_error "--steps 20 differs from the 10 that the checkpoint's cosine schedule spans" "$charlm" train \
       --data corpus.txt --resume cos --steps 20
     cp -r cos bigstep && sed -i 's/"step": [0-9]*/"step": 1e100/' bigstep/trainer_state.json
-    expect_error "checkpoint value 'step' is 1e+100, not an integer" "$charlm" train --data corpus.txt --resume bigstep
+    expect_error "bigstep/trainer_state.json: step 1e+100 is not an integer" "$charlm" train --data corpus.txt \
+      --resume bigstep
     cp -r cos deep && python3 -c "print('[' * 100000 + ']' * 100000)" > deep/trainer_state.json
-    expect_error "trainer_state.json nests deeper than 64 levels" "$charlm" sample --checkpoint deep
+    expect_error "trainer_state.json nests deeper than 64 levels" "$charlm" train --data corpus.txt --resume deep
     # A learning rate far too high: a warning while the loss grows, a clear
     # error naming the cause when it overflows.
     out=$("$charlm" train --data corpus.txt --model tiny --steps 30 --lr 10 --eval-every 30 --eval-batches 1 \
@@ -522,8 +580,8 @@ case "$case_name" in
     grep -q "one joint bpe vocabulary 320" train.log || { cat train.log; fail "no joint BPE vocabulary"; }
     bleu=$(json_value m.json bleu)
     awk -v b="$bleu" 'BEGIN { exit !(b >= 80) }' || fail "BLEU $bleu on a word-for-word toy task with BPE"
-    grep -q '"tokens": "bpe"' tr/trainer_state.json || fail "the checkpoint does not record BPE"
-    grep -q '"share_embeddings": true' tr/trainer_state.json || fail "the checkpoint does not record sharing"
+    grep -aqF '\"tokens\":\"bpe\"' tr/model.safetensors || fail "the checkpoint does not record BPE"
+    grep -aqF '\"share_embeddings\":true' tr/model.safetensors || fail "the checkpoint does not record sharing"
     "$translate" eval --checkpoint tr --src val.src --ref val.tgt --metrics-json e.json > eval.log || fail "eval failed"
     [[ $(json_value e.json bleu) == "$bleu" ]] || fail "eval BLEU $(json_value e.json bleu) != training's $bleu"
     out=$(echo "red zebra sees blue bird." | "$translate" translate --checkpoint tr --attention-map map.svg) \

@@ -48,9 +48,13 @@ BOOST_AUTO_TEST_CASE(model_and_optimizer_round_trip) {
   add_parameters(mw, a);
   mw.set_metadata("config", "tiny");
   add_optimizer_state(ow, opt_a);
-  write_checkpoint(d.path / "ckpt", mw, ow, "{\"step\": 1}");
+  write_checkpoint(d.path / "ckpt", mw, ow, TrainerState{1, 0xfedcba9876543210ULL, {3, 0, 7}});
   BOOST_TEST(is_checkpoint(d.path / "ckpt"));
-  BOOST_TEST(read_trainer_state(d.path / "ckpt") == "{\"step\": 1}");
+  const TrainerState st = read_trainer_state(d.path / "ckpt");
+  BOOST_TEST(st.step == 1);
+  BOOST_TEST(st.data_rng == 0xfedcba9876543210ULL);  // all 64 bits
+  BOOST_TEST(st.dropout_calls == std::vector<std::uint64_t>({3, 0, 7}), boost::test_tools::per_element());
+  BOOST_TEST(read_checkpoint_metadata(d.path / "ckpt") == (Metadata{{"config", "tiny"}}));
 
   BOOST_TEST((flat(a) != flat(b)));
   load_parameters(b, SafeTensors::load(d.path / "ckpt" / kModelFile));
@@ -147,8 +151,8 @@ BOOST_AUTO_TEST_CASE(overwrites_only_checkpoints_and_leaves_no_temporaries) {
   const std::vector<float> a = {1, 2}, b = {3, 4, 5};
   m1.add<float>("w", {2}, a);
   m2.add<float>("w", {3}, b);
-  write_checkpoint(d.path / "run", m1, o, "{}");
-  write_checkpoint(d.path / "run", m2, o, "{}");  // replaces the old checkpoint whole
+  write_checkpoint(d.path / "run", m1, o, {});
+  write_checkpoint(d.path / "run", m2, o, {});  // replaces the old checkpoint whole
   BOOST_TEST(SafeTensors::load(d.path / "run" / kModelFile).values<float>("w") == b, boost::test_tools::per_element());
   BOOST_TEST(entries(d.path) == 1u);  // no temporary directories left behind
 
@@ -156,7 +160,7 @@ BOOST_AUTO_TEST_CASE(overwrites_only_checkpoints_and_leaves_no_temporaries) {
   fs::create_directories(d.path / "mine");
   std::ofstream(d.path / "mine" / "notes.txt") << "precious";
   try {
-    write_checkpoint(d.path / "mine", m1, o, "{}");
+    write_checkpoint(d.path / "mine", m1, o, {});
     BOOST_FAIL("a non-checkpoint directory was overwritten");
   } catch (const Error& e) {
     BOOST_TEST(std::string(e.what()).find("is not an xfmr checkpoint") != std::string::npos);
@@ -176,17 +180,17 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_with_foreign_files_is_not_replaced) {
   SafeTensorsWriter m, o;
   const std::vector<float> a = {1, 2};
   m.add<float>("w", {2}, a);
-  write_checkpoint(d.path / "run", m, o, "{}");
+  write_checkpoint(d.path / "run", m, o, {});
   std::ofstream(d.path / "run" / "notes.txt") << "precious";
   try {
-    write_checkpoint(d.path / "run", m, o, "{\"step\": 2}");
+    write_checkpoint(d.path / "run", m, o, TrainerState{2, 0, {}});
     BOOST_FAIL("a checkpoint holding a user's file was replaced");
   } catch (const Error& e) {
     BOOST_TEST(std::string(e.what()).find("it holds notes.txt, which is not part of a checkpoint") != std::string::npos,
                e.what());
   }
   BOOST_TEST(fs::exists(d.path / "run" / "notes.txt"));
-  BOOST_TEST(read_trainer_state(d.path / "run") == "{}");
+  BOOST_TEST(read_trainer_state(d.path / "run").step == 0);
 }
 
 // Saves interrupted by a crash leave .<name>.new.XXXXXX directories;
@@ -214,4 +218,34 @@ BOOST_AUTO_TEST_CASE(interrupted_saves_are_cleaned_up) {
   BOOST_TEST(is_checkpoint(d.path / "run"));
   BOOST_TEST(remove_interrupted_saves(d.path / "run") == 0);
   BOOST_TEST(remove_interrupted_saves(d.path / "absent" / "run") == 0);  // a parent that does not exist
+}
+
+// trainer_state.json round-trips, and each malformed one is an Error naming
+// the file and the field.
+BOOST_AUTO_TEST_CASE(trainer_state_json_is_checked) {
+  const TrainerState st{42, 0xffffffffffffffffULL, {1, 2}};
+  const TrainerState back = parse_trainer_state(trainer_state_json(st), "s.json");
+  BOOST_TEST(back.step == 42);
+  BOOST_TEST(back.data_rng == st.data_rng);
+  BOOST_TEST(back.dropout_calls == st.dropout_calls, boost::test_tools::per_element());
+  auto error = [](const std::string& text) {
+    try {
+      (void)parse_trainer_state(text, "s.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head = R"({"format": "xfmr-trainer", "version": 1, )";
+  BOOST_TEST(error("[1") .find("s.json: not valid JSON") == 0u);
+  BOOST_TEST(error(R"({"step": 1})") == "s.json: not an xfmr trainer state (format \"xfmr-trainer\")");
+  BOOST_TEST(error(head + R"("data_rng": "1", "dropout_calls": []})") == "s.json: no 'step'");
+  BOOST_TEST(error(head + R"("step": 1e100, "data_rng": "1", "dropout_calls": []})") ==
+             "s.json: step 1e+100 is not an integer");
+  BOOST_TEST(error(head + R"("step": -1, "data_rng": "1", "dropout_calls": []})").find("s.json: step -1 outside") == 0u);
+  BOOST_TEST(error(head + R"("step": 1, "data_rng": "abc", "dropout_calls": []})") ==
+             "s.json: data_rng 'abc' is not an integer");
+  BOOST_TEST(error(head + R"("step": 1, "data_rng": "1", "dropout_calls": [-3]})") ==
+             "s.json: dropout_calls holds -3, not a count");
+  BOOST_TEST(error(std::string(100, '[')).find("nests deeper than") != std::string::npos);
 }

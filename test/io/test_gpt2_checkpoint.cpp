@@ -28,20 +28,20 @@ struct TinyGpt2 {
   using Activation = Gelu;
   using Positions = Learned;
 };
-using Model = Decoder<TinyGpt2, Cpu>;
+using Lm = Decoder<TinyGpt2, Cpu>;
 constexpr int kVocab = 61;
 
 const fs::path kDir = fs::path(XFMR_FIXTURE_DIR) / "gpt2_tiny";
 
-std::unique_ptr<Model> load(const fs::path& file) {
+std::unique_ptr<Lm> load(const fs::path& file) {
   const auto ckpt = open_gpt2(file);
-  auto m = std::make_unique<Model>(kVocab, 1, kGpt2Options);
+  auto m = std::make_unique<Lm>(kVocab, 1, kGpt2Options);
   load_gpt2(*m, ckpt.tensors, ckpt.config);
   return m;
 }
 
 // Every parameter as host floats, by name.
-std::map<std::string, std::vector<float>> parameters(Model& m) {
+std::map<std::string, std::vector<float>> parameters(Lm& m) {
   std::map<std::string, std::vector<float>> out;
   m.visit([&](std::string_view name, auto& value, auto&) {
     out[std::string(name)].assign(value.data(), value.data() + value.size());
@@ -224,7 +224,7 @@ BOOST_AUTO_TEST_CASE(mismatches_are_named) {
   // A Decoder that is not GPT-2's: untied, or with a head bias.
   const auto st = SafeTensors::load(kDir / "model.safetensors");
   const auto config = read_gpt2_config(kDir / "model.safetensors", st);
-  Model untied(kVocab, 1);
+  Lm untied(kVocab, 1);
   check_error([&] { load_gpt2(untied, st, config); }, "needs a Decoder built with tie_weights and without head_bias");
   check_error([&] { save_gpt2(untied, temp_dir("untied")); }, "needs a Decoder built with tie_weights");
 }

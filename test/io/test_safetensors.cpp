@@ -243,3 +243,22 @@ BOOST_AUTO_TEST_CASE(load_reports_missing_files) {
     BOOST_TEST(std::string(e.what()) == "/tmp: is not a regular file");
   }
 }
+
+// Names and metadata go into the header's JSON: text that is not UTF-8 is
+// an Error naming it when it is added, not an exception from the JSON
+// writer when the file is written; metadata reads back from the header alone.
+BOOST_AUTO_TEST_CASE(writer_refuses_what_json_cannot_hold) {
+  SafeTensorsWriter w;
+  const std::vector<float> v = {1};
+  BOOST_CHECK_THROW(w.set_metadata("tokenizer", "caf\xe9"), Error);
+  BOOST_CHECK_THROW(w.set_metadata("k", "\xed\xa0\x80"), Error);      // a surrogate
+  BOOST_CHECK_THROW(w.set_metadata("k", "\xc0\xaf"), Error);          // an overlong '/'
+  BOOST_CHECK_THROW(w.add<float>("w\xff", {1}, v), Error);
+  w.set_metadata("note", "caf\xc3\xa9 \xf0\x9f\x98\x80");  // well-formed: accepted
+  w.add<float>("w", {1}, v);
+  const auto dir = std::filesystem::temp_directory_path() / ("xfmr_st_meta_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  w.write(dir / "m.safetensors");
+  BOOST_TEST(SafeTensors::read_metadata(dir / "m.safetensors").at("note") == "caf\xc3\xa9 \xf0\x9f\x98\x80");
+  std::filesystem::remove_all(dir);
+}

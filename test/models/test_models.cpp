@@ -60,15 +60,15 @@ std::size_t visited(Model& m) {
   return parameter_count(m);
 }
 
-// A Decoder's gradient check over 2 sequences of 5 of its 7 tokens, and its
-// compile-time parameter count against what visit() lists.
+// A Decoder's gradient check over 2 sequences of 5 of its 7 tokens, and the
+// parameters visit() lists against their count worked out by hand.
 template <class Cfg>
-void check_decoder(const std::string& name, Decoder<Cfg, Be>& model, std::uint64_t seed) {
+void check_decoder(const std::string& name, Decoder<Cfg, Be>& model, std::uint64_t seed, std::size_t parameters) {
   Rng rng(seed);
   const Shape bt{2, 5};
   const auto ids = random_ids(bt.rows(), 7, rng);
   check_model(name, model, bt.rows() * 7, [&](Be& be) { return model.forward(be, ids, bt); });
-  BOOST_TEST(visited(model) == (Decoder<Cfg, Be>::parameter_count(7, false)));
+  BOOST_TEST(visited(model) == parameters);
 }
 
 }  // namespace
@@ -80,7 +80,8 @@ BOOST_AUTO_TEST_CASE(decoder_pre_norm_learned_untied) {
   const auto ids = random_ids(bt.rows(), 7, rng);
   check_model("Decoder pre-norm, learned positions", model, bt.rows() * 7,
               [&](Be& be) { return model.forward(be, ids, bt); });
-  BOOST_TEST(visited(model) == (Decoder<TinyPre2, Be>::parameter_count(7, false)));
+  // tok 7*8 + pos 6*8 + 2 blocks * (2 norms 16 + qkv 9*24 + proj 9*8 + fc1 9*12 + fc2 13*8) + ln_f 16 + head 8*7+7
+  BOOST_TEST(visited(model) == 1247u);
 }
 
 BOOST_AUTO_TEST_CASE(decoder_post_norm_sinusoidal_tied) {
@@ -90,7 +91,7 @@ BOOST_AUTO_TEST_CASE(decoder_post_norm_sinusoidal_tied) {
   const auto ids = random_ids(bt.rows(), 9, rng);
   check_model("Decoder post-norm, sinusoidal, tied head", model, bt.rows() * 9,
               [&](Be& be) { return model.forward(be, ids, bt); });
-  BOOST_TEST(visited(model) == (Decoder<TinyPostSinusoidal, Be>::parameter_count(9, true)));
+  BOOST_TEST(visited(model) == 1145u);  // no position table, no ln_f (post-norm), the head's bias alone
   std::vector<std::string> names;
   model.visit([&](std::string_view n, auto&, auto&) { names.emplace_back(n); });
   BOOST_TEST(names.front() == "tok_emb.weight");
@@ -107,8 +108,7 @@ struct TinyRmsPre2 : TinyRmsPre {
 BOOST_AUTO_TEST_CASE(decoder_with_rms_norm) {
   using Cfg = TinyRmsPre2;
   Decoder<Cfg, Be> model(7, 13);
-  check_decoder("Decoder pre-norm, RmsNorm", model, 3);
-  BOOST_TEST(visited(model) + 5 * Cfg::D_MODEL == (Decoder<TinyPre2, Be>::parameter_count(7, false)));
+  check_decoder("Decoder pre-norm, RmsNorm", model, 3, 1247 - 5 * Cfg::D_MODEL);  // LayerNorm's five biases less
   std::vector<std::string> names;
   model.visit([&](std::string_view n, auto&, auto&) { names.emplace_back(n); });
   BOOST_TEST(std::count(names.begin(), names.end(), "ln_f.weight") == 1);
@@ -150,7 +150,7 @@ BOOST_AUTO_TEST_CASE(encoder_with_padding) {
   c.backward = [&] { model.backward(be, crows_of<8>(c.dy)); };
   c.visit = [&](const ParamFn& f) { model.visit(f); };
   check_case(c);
-  BOOST_TEST(visited(model) == (Encoder<TinyPre2, Be>::parameter_count(6)));
+  BOOST_TEST(visited(model) == 1176u);
 }
 
 BOOST_AUTO_TEST_CASE(encoder_ignores_padded_tokens) {
@@ -177,7 +177,7 @@ BOOST_AUTO_TEST_CASE(classifier_mean_pooling_padded) {
   const std::vector<std::uint8_t> pad = {0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1};
   check_model("Classifier post-norm, mean pooling, padded", model, 3 * 3,
               [&](Be& be) { return model.forward(be, ids, bt, pad.data()); });
-  BOOST_TEST(visited(model) == (Classifier<TinyPost, Be>::parameter_count(8, 3)));
+  BOOST_TEST(visited(model) == 671u);
 }
 
 BOOST_AUTO_TEST_CASE(classifier_cls_pooling) {
@@ -196,7 +196,7 @@ BOOST_AUTO_TEST_CASE(bigram) {
   const Shape bt{2, 3};
   const auto ids = std::vector<std::int32_t>{0, 4, 4, 1, 2, 4};
   check_model("Bigram", model, bt.rows() * 5, [&](Be& be) { return model.forward(be, ids, bt); });
-  BOOST_TEST(visited(model) == Bigram<Be>::parameter_count(5));
+  BOOST_TEST(visited(model) == 25u);
 }
 
 BOOST_AUTO_TEST_CASE(models_reject_bad_input) {
@@ -226,11 +226,11 @@ struct Shakespeare {
   using Activation = Relu;
 };
 
-BOOST_AUTO_TEST_CASE(parameter_counts_are_compile_time) {
+BOOST_AUTO_TEST_CASE(parameter_count_of_the_seeds_model) {
   // tok 65*64 + pos 32*64 + 4 blocks * 49,984 + ln_f 128 + head 65*64 + 65
-  static_assert(Decoder<Shakespeare, CpuBackend<float>>::parameter_count(65, false) ==
-                65 * 64 + 32 * 64 + 4 * 49984 + 128 + 65 * 64 + 65);
-  BOOST_TEST((Decoder<Shakespeare, CpuBackend<float>>::parameter_count(65, false)) == 210'497u);
+  Decoder<Shakespeare, CpuBackend<float>> model(65, 1);
+  BOOST_TEST(parameter_count(model) == 65u * 64 + 32 * 64 + 4 * 49984 + 128 + 65 * 64 + 65);
+  BOOST_TEST(parameter_count(model) == 210'497u);
 }
 
 struct TinySrc : TinyPost {
@@ -259,7 +259,7 @@ void check_seq2seq(const std::string& name, Model& model, int sv, int tv) {
 BOOST_AUTO_TEST_CASE(seq2seq_post_norm_sinusoidal) {
   Seq2Seq<TinySrc, TinyTgt, Be> model(7, 6, 41);
   check_seq2seq("Seq2Seq post-norm, sinusoidal, padded", model, 7, 6);
-  BOOST_TEST(visited(model) == (Seq2Seq<TinySrc, TinyTgt, Be>::parameter_count(7, 6, false)));
+  BOOST_TEST(visited(model) == 2826u);
 }
 
 struct TinyLlama2 : TinyLlama {
@@ -268,7 +268,8 @@ struct TinyLlama2 : TinyLlama {
 
 BOOST_AUTO_TEST_CASE(decoder_with_rms_norm_and_swiglu) {
   Decoder<TinyLlama2, Be> model(7, 14);
-  check_decoder("Decoder RmsNorm + SwiGLU, rotary, no biases", model, 4);
+  // tok 56 + 2 blocks * (norms 16 + qkv 8*24 + proj 8*8 + fc1 8*24 + fc2 12*8) + ln_f 8 + head 8*7+7
+  check_decoder("Decoder RmsNorm + SwiGLU, rotary, no biases", model, 4, 1247);
   std::size_t biases = 0;
   model.visit([&](std::string_view n, auto&, auto&) { biases += n.ends_with(".bias") && n != "lm_head.bias"; });
   BOOST_TEST(biases == 0u);
@@ -281,14 +282,14 @@ struct TinyGqa2 : TinyGqa {
 };
 BOOST_AUTO_TEST_CASE(models_with_grouped_query_attention) {
   Decoder<TinyGqa2, Be> model(7, 15);
-  check_decoder("Decoder 4 query / 2 key-value heads", model, 6);
+  check_decoder("Decoder 4 query / 2 key-value heads", model, 6, 1103);
   // Against TinyPre2's 24-row fused projection (two heads of 4), 4 x 2 query
   // rows and 2 x 2 key and value rows are 16: 8 rows of 8 weights and a bias
   // fewer in each of the two blocks.
-  BOOST_TEST(visited(model) + 2 * (8 * 9) == (Decoder<TinyPre2, Be>::parameter_count(7, false)));
+  BOOST_TEST(visited(model) + 2 * (8 * 9) == 1247u);
   Seq2Seq<TinyGqa, TinyGqa2, Be> s2s(7, 6, 46);
   check_seq2seq("Seq2Seq 4 / 2 heads", s2s, 7, 6);
-  BOOST_TEST(visited(s2s) == (Seq2Seq<TinyGqa, TinyGqa2, Be>::parameter_count(7, 6, false)));
+  BOOST_TEST(visited(s2s) == 2130u);
 }
 
 struct TinyTgtRms : TinyRmsPre {
@@ -298,20 +299,20 @@ struct TinyTgtRms : TinyRmsPre {
 BOOST_AUTO_TEST_CASE(seq2seq_with_rms_norm) {
   Seq2Seq<TinyRmsPre, TinyTgtRms, Be> model(7, 6, 44);
   check_seq2seq("Seq2Seq pre-norm, RmsNorm", model, 7, 6);
-  BOOST_TEST(visited(model) == (Seq2Seq<TinyRmsPre, TinyTgtRms, Be>::parameter_count(7, 6, false)));
+  BOOST_TEST(visited(model) == 2410u);
 }
 
 // Llama-style encoder and decoder (no biases in any projection, cross-attention included).
 BOOST_AUTO_TEST_CASE(seq2seq_llama_style) {
   Seq2Seq<TinyLlama, TinyLlama2, Be> model(7, 6, 45);
   check_seq2seq("Seq2Seq RmsNorm + SwiGLU, no biases", model, 7, 6);
-  BOOST_TEST(visited(model) == (Seq2Seq<TinyLlama, TinyLlama2, Be>::parameter_count(7, 6, false)));
+  BOOST_TEST(visited(model) == 2382u);
 }
 
 BOOST_AUTO_TEST_CASE(seq2seq_pre_norm_tied_output) {
   Seq2Seq<TinySrcPre, TinyTgtPre, Be> model(7, 6, 42, {.dropout = 0.0f, .tie_output = true});
   check_seq2seq("Seq2Seq pre-norm, tied output", model, 7, 6);
-  BOOST_TEST(visited(model) == (Seq2Seq<TinySrcPre, TinyTgtPre, Be>::parameter_count(7, 6, true)));
+  BOOST_TEST(visited(model) == 2442u);
 }
 
 BOOST_AUTO_TEST_CASE(seq2seq_shared_embeddings_and_tied_output) {
@@ -320,7 +321,7 @@ BOOST_AUTO_TEST_CASE(seq2seq_shared_embeddings_and_tied_output) {
   using Model = Seq2Seq<TinySrcPre, TinyTgtPre, Be>;
   Model model(7, 7, 43, {.dropout = 0.0f, .tie_output = true, .share_embeddings = true});
   check_seq2seq("Seq2Seq pre-norm, shared embeddings, tied output", model, 7, 7);
-  BOOST_TEST(visited(model) == Model::parameter_count(7, 7, true, true));
+  BOOST_TEST(visited(model) == 2395u);
   int tables = 0;
   model.visit([&](std::string_view name, auto&, auto&) { tables += name.ends_with("tok_emb.weight"); });
   BOOST_TEST(tables == 1);

@@ -20,7 +20,7 @@ namespace tt = boost::test_tools;
 
 namespace {
 constexpr int V = 7, T = TinyPre::MAX_T;
-using Model = Decoder<TinyPre, Be>;
+using Lm = Decoder<TinyPre, Be>;
 
 // A batch of B sequences of ids and next-token targets, the same for a seed.
 struct Batch {
@@ -34,12 +34,12 @@ struct Batch {
 };
 
 // Every gradient of a model, concatenated in visit order.
-Vec gradients(Model& m) {
+Vec gradients(Lm& m) {
   Vec g;
   m.visit([&](std::string_view, auto&, auto& grad) { g.insert(g.end(), grad.begin(), grad.end()); });
   return g;
 }
-Vec weights(Model& m) {
+Vec weights(Lm& m) {
   Vec w;
   m.visit([&](std::string_view, auto& value, auto&) { w.insert(w.end(), value.begin(), value.end()); });
   return w;
@@ -62,7 +62,7 @@ void check_close(const Vec& got, const Vec& want, double tol) {
 
 // The plain step's gradients: one forward and backward over the whole batch,
 // the loss gradient scaled by `scale`.
-double plain_backward(Be& be, Model& m, const Batch& batch, double scale = 1.0) {
+double plain_backward(Be& be, Lm& m, const Batch& batch, double scale = 1.0) {
   CrossEntropyLoss<Be> ce;
   std::vector<double> dlogits(batch.ids.size() * V);
   const double loss = ce.forward(be, m.forward(be, batch.ids, Shape{batch.sequences(), T}), batch.targets, V);
@@ -79,8 +79,8 @@ struct Sharded {
   std::vector<std::thread::id> threads = std::vector<std::thread::id>(8);
   std::vector<double> losses = std::vector<double>(8, 0.0);
   // Returns backward's sum of the shards' weighted losses.
-  double backward(DataParallel<Model, Be>& dp, const Batch& batch, double scale = 1.0) {
-    return dp.backward(batch.sequences(), [&](const Shard& s, Model& m, Be& be) {
+  double backward(DataParallel<Lm, Be>& dp, const Batch& batch, double scale = 1.0) {
+    return dp.backward(batch.sequences(), [&](const Shard& s, Lm& m, Be& be) {
       threads[std::size_t(s.index)] = std::this_thread::get_id();
       const auto rows = std::size_t(s.size()) * T;
       const std::span<const std::int32_t> ids(batch.ids.data() + std::size_t(s.begin) * T, rows);
@@ -98,10 +98,10 @@ struct Sharded {
 
 // The batch's logits through DataParallel::forward, each shard writing its
 // rows; returns the shards' losses weighted by their shares, summed.
-double sharded_logits(DataParallel<Model, Be>& dp, const Batch& batch, Vec& logits_out) {
+double sharded_logits(DataParallel<Lm, Be>& dp, const Batch& batch, Vec& logits_out) {
   logits_out.assign(batch.ids.size() * V, -1.0);
   std::vector<CrossEntropyLoss<Be>> ce(8);
-  return dp.forward(batch.sequences(), [&](const Shard& s, Model& m, Be& b) {
+  return dp.forward(batch.sequences(), [&](const Shard& s, Lm& m, Be& b) {
     const auto first = std::size_t(s.begin) * T, rows = std::size_t(s.size()) * T;
     const auto logits = m.forward(b, std::span(batch.ids).subspan(first, rows), Shape{s.size(), T});
     std::copy(logits.begin(), logits.end(), logits_out.begin() + std::ptrdiff_t(first * V));
@@ -109,8 +109,8 @@ double sharded_logits(DataParallel<Model, Be>& dp, const Batch& batch, Vec& logi
   });
 }
 
-DataParallel<Model, Be>::Factory factory(DecoderOptions opts = {}) {
-  return [opts] { return std::make_unique<Model>(V, 99, opts); };  // its weights are replaced
+DataParallel<Lm, Be>::Factory factory(DecoderOptions opts = {}) {
+  return [opts] { return std::make_unique<Lm>(V, 99, opts); };  // its weights are replaced
 }
 }  // namespace
 
@@ -120,8 +120,8 @@ BOOST_AUTO_TEST_CASE(shards_split_the_batch_and_sum_to_its_gradient) {
       BOOST_TEST_CONTEXT("tie_weights " << tied << ", " << shards << " shards") {
         const DecoderOptions opts{.dropout = 0.0f, .tie_weights = tied};
         Be be;
-        Model plain(V, 5, opts), sharded(V, 5, opts);
-        DataParallel<Model, Be> dp(sharded, be, factory(opts), shards);
+        Lm plain(V, 5, opts), sharded(V, 5, opts);
+        DataParallel<Lm, Be> dp(sharded, be, factory(opts), shards);
         BOOST_TEST(dp.shards() == shards);
         const Batch batch(5, 11);  // 5 sequences: unequal shards (2 + 3, or 1 + 2 + 2)
         zero_grad(plain);
@@ -142,8 +142,8 @@ BOOST_AUTO_TEST_CASE(shards_split_the_batch_and_sum_to_its_gradient) {
 
 BOOST_AUTO_TEST_CASE(gradients_accumulate_over_micro_batches) {
   Be be;
-  Model plain(V, 6), sharded(V, 6);
-  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  Lm plain(V, 6), sharded(V, 6);
+  DataParallel<Lm, Be> dp(sharded, be, factory(), 2);
   const Batch a(4, 1), b(3, 2);
   zero_grad(plain);
   zero_grad(sharded);
@@ -160,8 +160,8 @@ BOOST_AUTO_TEST_CASE(shards_weighted_by_counted_targets_match_a_loss_with_ignore
   // the translator): each shard's gradient weighted by its counted targets
   // over the batch's, not by its sequences, sums to the batch's gradient.
   Be be;
-  Model plain(V, 13), sharded(V, 13);
-  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  Lm plain(V, 13), sharded(V, 13);
+  DataParallel<Lm, Be> dp(sharded, be, factory(), 2);
   Batch batch(4, 17);
   for (int t = 1; t < T; ++t) batch.targets[std::size_t(t)] = kIgnoreIndex;  // sequence 0: one counted target
   batch.targets[std::size_t(2 * T + 3)] = kIgnoreIndex;
@@ -174,7 +174,7 @@ BOOST_AUTO_TEST_CASE(shards_weighted_by_counted_targets_match_a_loss_with_ignore
   plain_backward(be, plain, batch);
   std::vector<CrossEntropyLoss<Be>> ce(2);
   std::vector<std::vector<double>> dlogits(2);
-  dp.backward(batch.sequences(), [&](const Shard& s, Model& m, Be& b) {
+  dp.backward(batch.sequences(), [&](const Shard& s, Lm& m, Be& b) {
     const auto rows = std::size_t(s.size()) * T;
     const std::span<const std::int32_t> ids(batch.ids.data() + std::size_t(s.begin) * T, rows);
     const std::span<const std::int32_t> targets(batch.targets.data() + std::size_t(s.begin) * T, rows);
@@ -191,9 +191,9 @@ BOOST_AUTO_TEST_CASE(replicas_follow_the_optimizer) {
   // Three AdamW steps: the replicas must take each step's new weights, or
   // the later gradients (and so the weights) part from the plain run's.
   Be be;
-  Model plain(V, 8), sharded(V, 8);
+  Lm plain(V, 8), sharded(V, 8);
   AdamW<Be> opt_plain(plain), opt_sharded(sharded);
-  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  DataParallel<Lm, Be> dp(sharded, be, factory(), 2);
   Sharded run;
   for (int step = 0; step < 3; ++step) {
     const Batch batch(4, 20 + step);
@@ -210,14 +210,14 @@ BOOST_AUTO_TEST_CASE(replicas_follow_the_optimizer) {
 BOOST_AUTO_TEST_CASE(one_shard_is_a_plain_step) {
   // One sequence, or one shard asked for: f runs once, on the model itself.
   Be be;
-  Model plain(V, 9), sharded(V, 9);
-  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  Lm plain(V, 9), sharded(V, 9);
+  DataParallel<Lm, Be> dp(sharded, be, factory(), 2);
   const Batch batch(1, 3);
   zero_grad(plain);
   zero_grad(sharded);
   plain_backward(be, plain, batch);
   int calls = 0;
-  const double none = dp.backward(1, [&](const Shard& s, Model& m, Be& b) {
+  const double none = dp.backward(1, [&](const Shard& s, Lm& m, Be& b) {
     ++calls;
     BOOST_TEST(&m == &sharded);
     BOOST_TEST(&b == &be);
@@ -227,7 +227,7 @@ BOOST_AUTO_TEST_CASE(one_shard_is_a_plain_step) {
   BOOST_TEST(calls == 1);
   BOOST_TEST(none == 0.0);  // f returned nothing
   BOOST_TEST(gradients(sharded) == gradients(plain), tt::per_element());  // bit for bit
-  DataParallel<Model, Be> single(sharded, be, nullptr, 1);  // needs no factory
+  DataParallel<Lm, Be> single(sharded, be, nullptr, 1);  // needs no factory
   BOOST_TEST(single.shards() == 1);
 }
 
@@ -237,9 +237,9 @@ BOOST_AUTO_TEST_CASE(dropout_masks_differ_by_shard_and_repeat_by_run) {
     BOOST_TEST_CONTEXT("dropout " << opts.dropout << ", attention dropout " << opts.attention_dropout) {
       auto run_once = [&](Vec& grads, std::uint64_t& calls, std::vector<double>& losses) {
         Be be;
-        Model m(V, 4, opts);
+        Lm m(V, 4, opts);
         m.set_training(true);
-        DataParallel<Model, Be> dp(m, be, factory(opts), 2);
+        DataParallel<Lm, Be> dp(m, be, factory(opts), 2);
         const Batch twin(2, 5);
         Batch batch = twin;  // sequence 1 is a copy of sequence 0: only the masks can differ
         std::copy_n(batch.ids.begin(), T, batch.ids.begin() + T);
@@ -267,8 +267,8 @@ BOOST_AUTO_TEST_CASE(dropout_masks_differ_by_shard_and_repeat_by_run) {
 
 BOOST_AUTO_TEST_CASE(bad_input_in_a_shard_is_an_error_and_the_next_step_works) {
   Be be;
-  Model plain(V, 12), sharded(V, 12);
-  DataParallel<Model, Be> dp(sharded, be, factory(), 2);
+  Lm plain(V, 12), sharded(V, 12);
+  DataParallel<Lm, Be> dp(sharded, be, factory(), 2);
   Batch bad(4, 7);
   bad.ids[3 * T + 2] = V + 5;  // in shard 1's sequences
   zero_grad(sharded);
@@ -290,14 +290,14 @@ BOOST_AUTO_TEST_CASE(bad_input_in_a_shard_is_an_error_and_the_next_step_works) {
 
 BOOST_AUTO_TEST_CASE(wrong_replicas_and_counts_are_errors) {
   Be be;
-  Model m(V, 1);
-  BOOST_CHECK_THROW((DataParallel<Model, Be>(m, be, factory(), -1)), Error);
-  BOOST_CHECK_THROW((DataParallel<Model, Be>(m, be, nullptr, 2)), Error);
-  DataParallel<Model, Be> other_vocab(m, be, [] { return std::make_unique<Model>(V + 1, 1); }, 2);
+  Lm m(V, 1);
+  BOOST_CHECK_THROW((DataParallel<Lm, Be>(m, be, factory(), -1)), Error);
+  BOOST_CHECK_THROW((DataParallel<Lm, Be>(m, be, nullptr, 2)), Error);
+  DataParallel<Lm, Be> other_vocab(m, be, [] { return std::make_unique<Lm>(V + 1, 1); }, 2);
   Sharded run;
   BOOST_CHECK_THROW(run.backward(other_vocab, Batch(2, 1)), Error);
-  DataParallel<Model, Be> dp(m, be, factory(), 2);
-  BOOST_CHECK_THROW(dp.backward(0, [](const Shard&, Model&, Be&) {}), Error);
+  DataParallel<Lm, Be> dp(m, be, factory(), 2);
+  BOOST_CHECK_THROW(dp.backward(0, [](const Shard&, Lm&, Be&) {}), Error);
 }
 
 // forward: each shard's logits are the whole batch's rows for its
@@ -308,8 +308,8 @@ BOOST_AUTO_TEST_CASE(wrong_replicas_and_counts_are_errors) {
 // take the model's new weights.
 BOOST_AUTO_TEST_CASE(forward_shards_give_the_batch_logits_and_leave_gradients_alone) {
   Be be;
-  Model plain(V, 6), sharded(V, 6);
-  DataParallel<Model, Be> dp(sharded, be, factory(), 3);
+  Lm plain(V, 6), sharded(V, 6);
+  DataParallel<Lm, Be> dp(sharded, be, factory(), 3);
   const Batch batch(5, 21);  // shards of 1, 2 and 2 sequences
   const auto whole = plain.forward(be, batch.ids, Shape{batch.sequences(), T});
   const Vec want(whole.begin(), whole.end());
@@ -351,12 +351,12 @@ BOOST_AUTO_TEST_CASE(forward_shards_give_the_batch_logits_and_leave_gradients_al
 // and 0 sequences is an error, as for backward.
 BOOST_AUTO_TEST_CASE(forward_reports_bad_input_in_a_shard) {
   Be be;
-  Model m(V, 13);
-  DataParallel<Model, Be> dp(m, be, factory(), 2);
+  Lm m(V, 13);
+  DataParallel<Lm, Be> dp(m, be, factory(), 2);
   Batch bad(4, 9);
   bad.ids[2 * T + 1] = -3;  // shard 1's first sequence
   try {
-    dp.forward(bad.sequences(), [&](const Shard& s, Model& mm, Be& b) {
+    dp.forward(bad.sequences(), [&](const Shard& s, Lm& mm, Be& b) {
       const std::span<const std::int32_t> ids(bad.ids.data() + std::size_t(s.begin) * T, std::size_t(s.size()) * T);
       mm.forward(b, ids, Shape{s.size(), T});
     });
@@ -365,19 +365,19 @@ BOOST_AUTO_TEST_CASE(forward_reports_bad_input_in_a_shard) {
     BOOST_TEST_MESSAGE(e.what());
     BOOST_TEST(std::string(e.what()).find("-3") != std::string::npos);
   }
-  BOOST_CHECK_THROW(dp.forward(0, [](const Shard&, Model&, Be&) {}), Error);
+  BOOST_CHECK_THROW(dp.forward(0, [](const Shard&, Lm&, Be&) {}), Error);
 }
 
 // The default shard count: one a thread for small models, one (each
 // operation threaded instead) past kShardMaxParameterBytes of parameters.
 BOOST_AUTO_TEST_CASE(default_shards_follow_the_model_size) {
-  using DP = DataParallel<Model, Be>;
+  using DP = DataParallel<Lm, Be>;
   BOOST_TEST(DP::default_shards(2, 1000) == 2);
   BOOST_TEST(DP::default_shards(4, DP::kShardMaxParameterBytes) == 4);
   BOOST_TEST(DP::default_shards(4, DP::kShardMaxParameterBytes + 1) == 1);
   BOOST_TEST(DP::default_shards(0, 1000) == 1);
   Be be;
-  Model model(V, 1);
-  DP dp(model, be, [] { return std::make_unique<Model>(V, 0); });
+  Lm model(V, 1);
+  DP dp(model, be, [] { return std::make_unique<Lm>(V, 0); });
   BOOST_TEST(dp.shards() == std::max(1, be.threads()));  // a tiny model splits
 }

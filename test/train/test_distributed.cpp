@@ -29,7 +29,7 @@ struct Tiny {
   using Activation = Gelu;
 };
 using Cpu = CpuBackend<float>;
-using Model = Decoder<Tiny, Cpu>;
+using Lm = Decoder<Tiny, Cpu>;
 constexpr int kVocab = 11, kBatch = 8, kSteps = 20;
 
 ProcessGroup& world() { return ProcessGroup::world(); }
@@ -69,15 +69,15 @@ struct Setup {
 Run train(const Setup& s) {
   Cpu be;
   const DecoderOptions model_opts{.dropout = s.dropout};
-  Model model(kVocab, 42, model_opts);
+  Lm model(kVocab, 42, model_opts);
   AdamW<Cpu> opt(model, {.weight_decay = 0.1});
-  Trainer<Model, Cpu> trainer(
+  Trainer<Lm, Cpu> trainer(
       model, be, opt,
-      {.clip = s.clip, .schedule = LrSchedule{.lr = 3e-3}, .shards = s.shards, .group = s.group, .zero = s.zero},
-      [&] { return std::make_unique<Model>(kVocab, 42, model_opts); });
+      {.clip = s.clip, .schedule = LrSchedule{.lr = 3e-3}, .split = {.shards = s.shards, .group = s.group, .zero = s.zero}},
+      [&] { return std::make_unique<Lm>(kVocab, 42, model_opts); });
   if (!s.resume.empty()) {
-    trainer.load(s.resume);
-    trainer.restore(*s.resume_state);
+    trainer.resume(s.resume);
+    BOOST_TEST(trainer.steps() == s.resume_state->step);
   }
   const int ranks = s.group ? s.group->size() : 1, rank = s.group ? s.group->rank() : 0;
   const int rows = kBatch / ranks, first = rank * rows, T = Tiny::MAX_T;
@@ -88,7 +88,7 @@ Run train(const Setup& s) {
     const std::span<const std::int32_t> my_ids(ids.data() + first * T, std::size_t(rows) * T);
     const std::span<const std::int32_t> my_targets(targets.data() + first * T, std::size_t(rows) * T);
     const auto r = trainer.step([&](int) { return BatchTargets{rows, my_targets}; },
-                                [&](const Shard& sh, Model& m, Cpu& b) {
+                                [&](const Shard& sh, Lm& m, Cpu& b) {
                                   return m.forward(b, my_ids.subspan(std::size_t(sh.begin) * T, std::size_t(sh.size()) * T),
                                                    Shape{sh.size(), T});
                                 });
@@ -97,9 +97,7 @@ Run train(const Setup& s) {
   model.visit([&](std::string_view, auto& value, auto&) { out.weights.insert(out.weights.end(), value.begin(), value.end()); });
   opt.visit_state([&](const std::string&, auto& t) { out.state.insert(out.state.end(), t.begin(), t.end()); });
   if (!s.save.empty()) {
-    SafeTensorsWriter mw, ow;
-    trainer.save(mw, ow);  // every rank: ZeRO-1 gathers the optimizer's state
-    if (!s.group || s.group->root()) write_checkpoint(s.save, mw, ow, "{}");
+    trainer.save(s.save);  // every rank: ZeRO-1 gathers the optimizer's state; rank 0 writes
     if (s.saved) *s.saved = trainer.state();
     if (s.group) s.group->require_same("the save", "done");  // no rank reads it before it is written
   }
@@ -231,16 +229,16 @@ BOOST_AUTO_TEST_CASE(a_rank_without_sequences_still_takes_the_step) {
   // A short last batch: one sequence, two ranks; rank 1 has none of it.
   auto run = [](ProcessGroup* group, int zero) {
     Cpu be;
-    Model model(kVocab, 42);
+    Lm model(kVocab, 42);
     AdamW<Cpu> opt(model);
-    Trainer<Model, Cpu> trainer(model, be, opt, {.schedule = LrSchedule{.lr = 3e-3}, .group = group, .zero = zero});
+    Trainer<Lm, Cpu> trainer(model, be, opt, {.schedule = LrSchedule{.lr = 3e-3}, .split = {.group = group, .zero = zero}});
     std::vector<std::int32_t> ids, targets;
     global_batch(0, ids, targets);
     const int T = Tiny::MAX_T;
     const bool mine = !group || group->root();
     const std::span<const std::int32_t> my_ids(ids.data(), mine ? std::size_t(T) : 0);
     const std::span<const std::int32_t> my_targets(targets.data(), mine ? std::size_t(T) : 0);
-    auto forward = [&](const Shard& sh, Model& m, Cpu& b) { return m.forward(b, my_ids, Shape{sh.size(), T}); };
+    auto forward = [&](const Shard& sh, Lm& m, Cpu& b) { return m.forward(b, my_ids, Shape{sh.size(), T}); };
     const StepResult r = trainer.step([&](int) { return BatchTargets{mine ? 1 : 0, my_targets}; }, forward);
     const LossSum eval = trainer.evaluate({mine ? 1 : 0, my_targets}, forward);
     std::vector<float> w;

@@ -20,8 +20,8 @@ using namespace xfmr::test;
 
 namespace {
 constexpr int V = 7, T = TinyPre::MAX_T;
-using Model = Decoder<TinyPre, Be>;
-using ModelTrainer = Trainer<Model, Be>;
+using Lm = Decoder<TinyPre, Be>;
+using ModelTrainer = Trainer<Lm, Be>;
 
 // Batches of B sequences of ids and targets drawn from the trainer's data
 // generator; every `pad_every`-th target is padding (kIgnoreIndex) when set.
@@ -37,21 +37,21 @@ struct Data {
     return {B, targets};
   }
   auto forward() {
-    return [this](const Shard& s, Model& m, Be& b) {
+    return [this](const Shard& s, Lm& m, Be& b) {
       return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
                        Shape{s.size(), T});
     };
   }
 };
 
-Vec weights(Model& m) {
+Vec weights(Lm& m) {
   Vec w;
   m.visit([&](std::string_view, auto& value, auto&) { w.insert(w.end(), value.begin(), value.end()); });
   return w;
 }
 
-std::unique_ptr<Model> make_model(float dropout = 0.0f) {
-  return std::make_unique<Model>(V, 3, DecoderOptions{.dropout = dropout, .attention_dropout = dropout});
+std::unique_ptr<Lm> make_model(float dropout = 0.0f) {
+  return std::make_unique<Lm>(V, 3, DecoderOptions{.dropout = dropout, .attention_dropout = dropout});
 }
 
 // `steps` steps of a trainer with these options over fresh batches; returns
@@ -83,7 +83,7 @@ double largest_difference(const Vec& a, const Vec& b) {
 // One step of the Trainer (one shard) is the step written out by hand:
 // forward, cross-entropy, backward, clipping, AdamW at the schedule's rate.
 BOOST_AUTO_TEST_CASE(a_step_is_the_hand_written_step) {
-  const TrainerOptions opts{.clip = 0.5, .schedule = LrSchedule::parse("cosine", 1e-2, 20), .shards = 1, .data_seed = 9};
+  const TrainerOptions opts{.clip = 0.5, .schedule = LrSchedule::parse("cosine", 1e-2, 20), .data_seed = 9, .split = {.shards = 1}};
   const Run got = train(opts, 3, 4);
 
   Be be;
@@ -116,11 +116,11 @@ BOOST_AUTO_TEST_CASE(a_step_is_the_hand_written_step) {
 // counted targets). Negative control: weighing shards by sequences instead
 // (padding counted) would move the weights by far more.
 BOOST_AUTO_TEST_CASE(shards_and_micro_batches_give_the_same_step) {
-  const Run one = train({.shards = 1, .data_seed = 4}, 5, 3, 3);
-  const Run three = train({.shards = 3, .data_seed = 4}, 5, 3, 3);
+  const Run one = train({.data_seed = 4, .split = {.shards = 1}}, 5, 3, 3);
+  const Run three = train({.data_seed = 4, .split = {.shards = 3}}, 5, 3, 3);
   BOOST_TEST(largest_difference(one.weights, three.weights) < 1e-12);
   for (int i = 0; i < 3; ++i) BOOST_TEST(std::abs(one.results[i].loss - three.results[i].loss) < 1e-12);
-  const Run other_data = train({.shards = 1, .data_seed = 5}, 5, 3, 3);
+  const Run other_data = train({.data_seed = 5, .split = {.shards = 1}}, 5, 3, 3);
   BOOST_TEST(largest_difference(one.weights, other_data.weights) > 1e-6);  // the check can fail
 
   // Two micro-batches of 2 sequences against one of 4 with the same rows:
@@ -129,8 +129,8 @@ BOOST_AUTO_TEST_CASE(shards_and_micro_batches_give_the_same_step) {
   Be be;
   auto a = make_model(), b = make_model();
   AdamW<Be> opt_a(*a), opt_b(*b);
-  ModelTrainer whole(*a, be, opt_a, {.shards = 1});
-  ModelTrainer halves(*b, be, opt_b, {.grad_accum = 2, .shards = 2}, [] { return make_model(); });
+  ModelTrainer whole(*a, be, opt_a, {.split = {.shards = 1}});
+  ModelTrainer halves(*b, be, opt_b, {.grad_accum = 2, .split = {.shards = 2}}, [] { return make_model(); });
   Data four{4}, two{2};
   Rng rng(8);
   four.next(rng);
@@ -156,7 +156,7 @@ BOOST_AUTO_TEST_CASE(a_non_finite_loss_or_gradient_stops_naming_the_step) {
   CpuBackend<float> be;
   FloatModel model(V, 3);
   AdamW<CpuBackend<float>> opt(model);
-  Trainer<FloatModel, CpuBackend<float>> trainer(model, be, opt, {.schedule = LrSchedule{.lr = 1e6}, .shards = 1});
+  Trainer<FloatModel, CpuBackend<float>> trainer(model, be, opt, {.schedule = LrSchedule{.lr = 1e6}, .split = {.shards = 1}});
   std::vector<std::int32_t> ids(std::size_t(2) * T), targets(ids.size());
   std::string message;
   long steps = 0;
@@ -188,15 +188,15 @@ BOOST_AUTO_TEST_CASE(a_non_finite_loss_or_gradient_stops_naming_the_step) {
 // weights, are named as the cause of a non-finite loss.
 BOOST_AUTO_TEST_CASE(divergence_is_flagged_once_and_overflowing_logits_are_named) {
   Be be;
-  Model model(V, 3);
+  Lm model(V, 3);
   AdamW<Be> opt(model);
-  ModelTrainer trainer(model, be, opt, {.schedule = LrSchedule{.lr = 1e-9}, .shards = 1});
+  ModelTrainer trainer(model, be, opt, {.schedule = LrSchedule{.lr = 1e-9}, .split = {.shards = 1}});
   std::vector<std::int32_t> ids(T, 1), targets(T, 2);
   std::vector<double> logits(std::size_t(T) * V);
   auto step_with = [&](double target_logit) {
     for (std::size_t r = 0; r < std::size_t(T); ++r)
       for (int v = 0; v < V; ++v) logits[r * V + std::size_t(v)] = v == 2 ? target_logit : 0.0;
-    return trainer.step([&](int) { return BatchTargets{1, targets}; }, [&](const Shard&, Model& m, Be& b) {
+    return trainer.step([&](int) { return BatchTargets{1, targets}; }, [&](const Shard&, Lm& m, Be& b) {
       m.forward(b, ids, Shape{1, T});
       return std::span<const double>(logits);
     });
@@ -226,7 +226,7 @@ BOOST_AUTO_TEST_CASE(divergence_is_flagged_once_and_overflowing_logits_are_named
 BOOST_AUTO_TEST_CASE(save_load_and_restore_resume_bitwise) {
   const auto dir = std::filesystem::temp_directory_path() / ("xfmr_trainer_test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  const TrainerOptions opts{.shards = 2, .data_seed = 17};
+  const TrainerOptions opts{.data_seed = 17, .split = {.shards = 2}};
   Be be;
   auto straight = make_model(0.3f);
   AdamW<Be> opt_s(*straight);
@@ -239,17 +239,16 @@ BOOST_AUTO_TEST_CASE(save_load_and_restore_resume_bitwise) {
   AdamW<Be> opt_f(*first);
   ModelTrainer tf(*first, be, opt_f, opts, [] { return make_model(0.3f); });
   for (int i = 0; i < 2; ++i) tf.step(next(tf), data.forward());
-  SafeTensorsWriter mw, ow;
-  tf.save(mw, ow);
-  write_checkpoint(dir, mw, ow, "{}");
+  tf.save(dir, {{"preset", "tiny-pre"}, {"note", "two steps"}});
   const TrainerState st = tf.state();
   BOOST_TEST(st.step == 2);
 
   auto second = make_model(0.3f);
   AdamW<Be> opt_2(*second);
   ModelTrainer t2(*second, be, opt_2, opts, [] { return make_model(0.3f); });
-  t2.load(dir);
-  t2.restore(st);
+  const Metadata md = t2.resume(dir);
+  BOOST_TEST(md == (Metadata{{"note", "two steps"}, {"preset", "tiny-pre"}}));
+  BOOST_TEST(read_checkpoint_metadata(dir) == md);
   BOOST_TEST(t2.steps() == 2);
   for (int i = 0; i < 3; ++i) t2.step(next(t2), data.forward());
   BOOST_TEST(largest_difference(weights(*straight), weights(*second)) == 0.0);
@@ -257,7 +256,8 @@ BOOST_AUTO_TEST_CASE(save_load_and_restore_resume_bitwise) {
   auto third = make_model(0.3f);
   AdamW<Be> opt_3(*third);
   ModelTrainer t3(*third, be, opt_3, opts, [] { return make_model(0.3f); });
-  t3.load(dir);
+  load_parameters(*third, SafeTensors::load(dir / kModelFile));
+  load_optimizer_state(opt_3, SafeTensors::load(dir / kOptimizerFile));
   for (int i = 0; i < 3; ++i) t3.step(next(t3), data.forward());
   BOOST_TEST(largest_difference(weights(*straight), weights(*third)) > 1e-6);
   std::filesystem::remove_all(dir);
@@ -272,7 +272,7 @@ BOOST_AUTO_TEST_CASE(malformed_batches_are_errors) {
   Be be;
   auto model = make_model();
   AdamW<Be> opt(*model);
-  ModelTrainer trainer(*model, be, opt, {.shards = 1});
+  ModelTrainer trainer(*model, be, opt, {.split = {.shards = 1}});
   Data data{2};
   const std::vector<std::int32_t> odd(5, 1);
   BOOST_CHECK_THROW(trainer.step([&](int) { return BatchTargets{2, odd}; }, data.forward()), Error);
@@ -286,9 +286,9 @@ BOOST_AUTO_TEST_CASE(malformed_batches_are_errors) {
 // label smoothing, dropout off, and the weights untouched.
 BOOST_AUTO_TEST_CASE(evaluate_is_the_plain_mean_loss) {
   Be be;
-  auto model = std::make_unique<Model>(V, 3, DecoderOptions{.dropout = 0.5f, .attention_dropout = 0.5f});
+  auto model = std::make_unique<Lm>(V, 3, DecoderOptions{.dropout = 0.5f, .attention_dropout = 0.5f});
   AdamW<Be> opt(*model);
-  ModelTrainer trainer(*model, be, opt, {.label_smoothing = 0.2, .shards = 2}, [] { return make_model(0.5f); });
+  ModelTrainer trainer(*model, be, opt, {.label_smoothing = 0.2, .split = {.shards = 2}}, [] { return make_model(0.5f); });
   Data data{3, 4};
   Rng rng(2);
   data.next(rng);

@@ -92,35 +92,31 @@ class DecoderBlock {
     ff_.share_activated(activated);
   }
   void release() {
-    self_attn_.release();
-    cross_attn_.release();
-    ff_.release();
-    r1_.release();
-    r2_.release();
-    r3_.release();
+    parts([](const char*, auto& part) { part.release(); });
     for (auto* b : {&h1_, &h2_, &dh1_, &dh2_}) *b = {};
   }
 
+  // The block's parts in order, each with the name its parameters take:
+  // visit, for_each_dropout and release walk this one list.
+  template <class F>
+  void parts(F&& f) {
+    f("ln1.", r1_);
+    f("self_attn.", self_attn_);
+    f("ln2.", r2_);
+    f("cross_attn.", cross_attn_);
+    f("ln3.", r3_);
+    f("ff.", ff_);
+  }
   template <class F>
   void visit(F&& f) {
-    r1_.visit(prefixed("ln1.", f));
-    self_attn_.visit(prefixed("self_attn.", f));
-    r2_.visit(prefixed("ln2.", f));
-    cross_attn_.visit(prefixed("cross_attn.", f));
-    r3_.visit(prefixed("ln3.", f));
-    ff_.visit(prefixed("ff.", f));
-  }
-
-  void set_training(bool on) {
-    for_each_dropout([on](auto& d) { d.set_training(on); });
+    parts([&](const char* name, auto& part) { part.visit(prefixed(name, f)); });
   }
   template <class F>
   void for_each_dropout(F&& f) {
-    r1_.for_each_dropout(f);
-    visit_if_dropping(self_attn_.dropout(), f);
-    r2_.for_each_dropout(f);
-    visit_if_dropping(cross_attn_.dropout(), f);
-    r3_.for_each_dropout(f);
+    parts([&](const char*, auto& part) { for_each_dropout_of(part, f); });
+  }
+  void set_training(bool on) {
+    for_each_dropout([on](auto& d) { d.set_training(on); });
   }
   CrossAttention<Cfg, Backend>& cross_attention() { return cross_attn_; }
 

@@ -76,29 +76,29 @@ class SelfAttentionBlock {
     ff_.share_activated(activated);
   }
   void release() {
-    attn_.release();
-    ff_.release();
-    r1_.release();
-    r2_.release();
+    parts([](const char*, auto& part) { part.release(); });
     mid_ = {}, dmid_ = {};
   }
 
+  // The block's parts in order, each with the name its parameters take:
+  // visit, for_each_dropout and release walk this one list.
+  template <class F>
+  void parts(F&& f) {
+    f("ln1.", r1_);
+    f("attn.", attn_);
+    f("ln2.", r2_);
+    f("ff.", ff_);
+  }
   template <class F>
   void visit(F&& f) {
-    r1_.visit(prefixed("ln1.", f));
-    attn_.visit(prefixed("attn.", f));
-    r2_.visit(prefixed("ln2.", f));
-    ff_.visit(prefixed("ff.", f));
-  }
-
-  void set_training(bool on) {
-    for_each_dropout([on](auto& d) { d.set_training(on); });
+    parts([&](const char* name, auto& part) { part.visit(prefixed(name, f)); });
   }
   template <class F>
   void for_each_dropout(F&& f) {
-    r1_.for_each_dropout(f);
-    visit_if_dropping(attn_.dropout(), f);
-    r2_.for_each_dropout(f);
+    parts([&](const char*, auto& part) { for_each_dropout_of(part, f); });
+  }
+  void set_training(bool on) {
+    for_each_dropout([on](auto& d) { d.set_training(on); });
   }
   SelfAttention<Cfg, Backend>& attention() { return attn_; }
 

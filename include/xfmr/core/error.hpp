@@ -27,11 +27,17 @@ template <class... Parts>
   return os.str();
 }
 
+}  // namespace detail
+
+// fail("no tensor '", name, "' in ", file): throws xfmr::Error with the parts
+// written one after the other.
 template <class... Parts>
 [[noreturn]] void fail(Parts&&... parts) {
-  throw Error(concat(std::forward<Parts>(parts)...));
+  throw Error(detail::concat(std::forward<Parts>(parts)...));
 }
 
+namespace detail {
+using xfmr::fail;
 }  // namespace detail
 
 // require(cond, "x has ", n, " rows, expected ", m): throws xfmr::Error when
@@ -39,7 +45,7 @@ template <class... Parts>
 template <class... Parts>
 void require(bool cond, Parts&&... parts) {
   if (!cond) [[unlikely]]
-    detail::fail(std::forward<Parts>(parts)...);
+    fail(std::forward<Parts>(parts)...);
 }
 
 // The whole of `text` as an integer of type T, or xfmr::Error naming `what`,

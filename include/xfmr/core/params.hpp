@@ -28,6 +28,13 @@ auto prefixed(std::string prefix, F& f) {
   };
 }
 
+// A part's dropout keys (DropoutKeys&: Dropout, Residual, attention), where
+// it has any: what a block's for_each_dropout walks its parts with.
+template <class Part, class F>
+void for_each_dropout_of(Part& part, F& f) {
+  if constexpr (requires { part.for_each_dropout(f); }) part.for_each_dropout(f);
+}
+
 template <class Layer>
 void zero_grad(Layer& layer) {
   layer.visit([](std::string_view, auto&, auto& grad) { grad.zero(); });

@@ -28,6 +28,11 @@ constexpr float counter_uniform(std::uint64_t key, std::uint64_t counter) {
   return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
 }
 
+// A seed of its own for one use of a run's seed (`purpose`: any constant
+// naming the use, such as the data order), well mixed: seed_for(s, a) and
+// seed_for(s, b) start unrelated streams.
+constexpr std::uint64_t seed_for(std::uint64_t seed, std::uint64_t purpose) { return detail::mix64(seed ^ purpose); }
+
 // Whether dropout at rate p keeps element i of the mask drawn with key: the
 // one rule of every dropout mask (Dropout's, attention's; CPU and CUDA).
 constexpr bool dropout_keeps(std::uint64_t key, std::uint64_t i, float p) { return counter_uniform(key, i) >= p; }

@@ -9,7 +9,8 @@
 //
 // The float32 weights stay the master copy (checkpoints, training); inside
 // the scope they must not change (no optimizer step, no load): the products
-// would go on reading the copies. On a backend without bf16 precision
+// would go on reading the copies. Scopes nest: one opened while the backend
+// holds copies already (an outer scope's) neither makes nor drops any. On a backend without bf16 precision
 // (float32, double, CUDA today) the scope does nothing, so decoding code
 // can open it unconditionally.
 #pragma once
@@ -23,6 +24,7 @@ class Bf16WeightCopies {
   static constexpr bool kHasCopies = requires(Backend& be, const typename Backend::Scalar* w) {
     be.keep_bf16_copy(w, 1, 1);
     be.drop_bf16_copies();
+    be.bf16_copy_bytes();
   };
 
  public:
@@ -31,19 +33,23 @@ class Bf16WeightCopies {
   template <class Model>
   Bf16WeightCopies(Backend& be, Model& model) : be_(be) {
     if constexpr (kHasCopies) {
+      owner_ = be.bf16_copy_bytes() == 0;
+      if (!owner_) return;
       model.visit([&](std::string_view, auto& value, auto&) {
         if (value.shape().size() == 2) be.keep_bf16_copy(value.data(), int(value.dim(0)), int(value.dim(1)));
       });
     }
   }
   ~Bf16WeightCopies() {
-    if constexpr (kHasCopies) be_.drop_bf16_copies();
+    if constexpr (kHasCopies)
+      if (owner_) be_.drop_bf16_copies();
   }
   Bf16WeightCopies(const Bf16WeightCopies&) = delete;
   Bf16WeightCopies& operator=(const Bf16WeightCopies&) = delete;
 
  private:
   Backend& be_;
+  bool owner_ = false;  // this scope made the copies (the outermost)
 };
 
 }  // namespace xfmr

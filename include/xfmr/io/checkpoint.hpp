@@ -1,12 +1,18 @@
 // checkpoint.hpp: saving and restoring training state.
 //
-// A checkpoint is a directory:
+// A checkpoint is a directory, one format for every model:
 //   model.safetensors      parameters by their PyTorch-style names (F32 for
-//                          float models), with the config and tokenizer in
-//                          __metadata__
+//                          float models), and in __metadata__ the caller's
+//                          Metadata (string keys and values: the preset, the
+//                          tokenizer, the run's settings), read back without
+//                          the tensors by read_checkpoint_metadata
 //   optimizer.safetensors  optimizer moments by "<param>.exp_avg" etc., and
 //                          the step count in __metadata__
-//   trainer_state.json     step, RNG state, dropout counters, settings
+//   trainer_state.json     TrainerState: the steps taken, the data
+//                          generator's state and every dropout layer's call
+//                          counter (format "xfmr-trainer", version 1)
+// Trainer::save(dir, metadata) writes one and Trainer::resume(dir) continues
+// its run bit for bit (train/trainer.hpp).
 // write_checkpoint() builds the new directory beside the target, fsyncs every
 // file, then swaps it in with one atomic rename (RENAME_EXCHANGE when the
 // target exists), so a crash at any point leaves either the old or the new
@@ -16,7 +22,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -25,12 +33,23 @@
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/safetensors.hpp"
+#include "xfmr/models/model.hpp"
 
 namespace xfmr {
 
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+
+// The caller's strings a checkpoint carries with its parameters.
+using Metadata = std::map<std::string, std::string>;
+
+// What resumes a run besides the parameters and the optimizer's state.
+struct TrainerState {
+  long step = 0;
+  std::uint64_t data_rng = 0;
+  std::vector<std::uint64_t> dropout_calls;
+};
 
 namespace detail {
 // Through host memory, so that tensors of any backend save and load alike.
@@ -59,6 +78,8 @@ void load_tensor(const SafeTensors& st, const std::string& name, Tensor& t) {
 // Adds every parameter of `model` to `w` under its visit() name.
 template <class Model>
 void add_parameters(SafeTensorsWriter& w, Model& model) {
+  static_assert(Parameterized<Model>, "add_parameters: the model must list its parameters with visit(f) "
+                                      "(models/model.hpp)");
   model.visit([&](std::string_view name, auto& value, auto&) { detail::add_tensor(w, std::string(name), value); });
 }
 
@@ -66,6 +87,8 @@ void add_parameters(SafeTensorsWriter& w, Model& model) {
 // the model's shape, and the file may hold no parameter the model lacks.
 template <class Model>
 void load_parameters(Model& model, const SafeTensors& st, std::string_view prefix = "") {
+  static_assert(Parameterized<Model>, "load_parameters: the model must list its parameters with visit(f) "
+                                      "(models/model.hpp)");
   std::set<std::string> used;
   model.visit([&](std::string_view name, auto& value, auto&) {
     const std::string key = std::string(prefix) + std::string(name);
@@ -116,14 +139,27 @@ int remove_interrupted_saves(const std::filesystem::path& dir);
 
 // Writes the three files into `dir` atomically (see above).
 void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model,
-                      const SafeTensorsWriter& optimizer, std::string_view trainer_state_json);
+                      const SafeTensorsWriter& optimizer, const TrainerState& state);
 
 // True when `dir` holds a checkpoint (the three files).
 bool is_checkpoint(const std::filesystem::path& dir);
 
-// Reads trainer_state.json of a checkpoint, with a clear error when `dir` is
-// not one, when the file exceeds 64 MiB or when its JSON nests deeper than
-// 64 levels.
-std::string read_trainer_state(const std::filesystem::path& dir);
+// trainer_state.json of the checkpoint `dir`, checked: an xfmr::Error names
+// the directory when it is not a checkpoint, and the file and the field when
+// the file is malformed (not JSON, over 64 MiB or nested past 64 levels, a
+// missing or mistyped field, a negative step).
+TrainerState read_trainer_state(const std::filesystem::path& dir);
+// The JSON write_checkpoint writes for `state`, and its reading (`source`
+// names the text in errors).
+std::string trainer_state_json(const TrainerState& state);
+TrainerState parse_trainer_state(std::string_view json, const std::string& source);
+
+// The Metadata of the checkpoint `dir` (its model.safetensors' __metadata__),
+// read from the file's header alone.
+Metadata read_checkpoint_metadata(const std::filesystem::path& dir);
+// The value of `key` in `metadata`, or an xfmr::Error naming the checkpoint
+// `dir` and the key.
+const std::string& metadata_value(const Metadata& metadata, const std::string& key,
+                                  const std::filesystem::path& dir);
 
 }  // namespace xfmr

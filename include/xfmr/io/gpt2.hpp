@@ -41,6 +41,7 @@
 #include "xfmr/layers/layer_norm.hpp"
 #include "xfmr/layers/positional.hpp"
 #include "xfmr/models/decoder.hpp"
+#include "xfmr/models/language_model.hpp"
 
 namespace xfmr {
 
@@ -110,25 +111,43 @@ inline constexpr bool kGpt2Shaped =
 void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, int max_t, int d, int layers,
                        int heads, int d_ff);
 void gpt2_check_options(const DecoderOptions& o);
+// kGpt2Shaped at run time, for a model whose preset is known at run time.
+void gpt2_check_preset(const PresetInfo& p);
+
+// Every parameter of `model` from `st`, by its GPT-2 name.
+template <class S, class Model>
+void gpt2_fill(Model& model, const SafeTensors& st) {
+  const std::string prefix = gpt2_prefix(st);
+  std::set<std::string> used;
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    const auto t = gpt2_tensor(name);
+    const auto host = gpt2_read<S>(st, prefix + t.name, value.shape(), t.transposed);
+    value.copy_from_host(host.data());
+    used.insert(prefix + t.name);
+  });
+  gpt2_check_rest(st, prefix, used);
+}
 }  // namespace detail
 
 template <class Cfg, class Backend>
 void load_gpt2(Decoder<Cfg, Backend>& model, const SafeTensors& st, const Gpt2Config& config) {
   static_assert(detail::kGpt2Shaped<Cfg, Backend>,
                 "GPT-2 needs a pre-norm LayerNorm Decoder with Gelu, learned positions and biases");
-  using S = typename Backend::Scalar;
   detail::gpt2_check_options(model.options());
   detail::gpt2_check_config(config, st.source(), model.vocab(), Cfg::MAX_T, Cfg::D_MODEL, Cfg::N_LAYERS, Cfg::N_HEADS,
                             Cfg::D_FF);
-  const std::string prefix = detail::gpt2_prefix(st);
-  std::set<std::string> used;
-  model.visit([&](std::string_view name, auto& value, auto&) {
-    const auto t = detail::gpt2_tensor(name);
-    const auto host = detail::gpt2_read<S>(st, prefix + t.name, value.shape(), t.transposed);
-    value.copy_from_host(host.data());
-    used.insert(prefix + t.name);
-  });
-  detail::gpt2_check_rest(st, prefix, used);
+  detail::gpt2_fill<typename Backend::Scalar>(model, st);
+}
+
+// The same into a LanguageModel (a preset chosen at run time, built with
+// kGpt2Options: make_language_model<Be>("gpt2-small", config.vocab_size, 0, kGpt2Options)).
+template <class Backend>
+void load_gpt2(LanguageModel<Backend>& model, const SafeTensors& st, const Gpt2Config& config) {
+  const PresetInfo& p = model.preset();
+  detail::gpt2_check_preset(p);
+  detail::gpt2_check_options(model.options());
+  detail::gpt2_check_config(config, st.source(), model.vocab(), p.max_t, p.d_model, p.n_layers, p.n_heads, p.d_ff);
+  detail::gpt2_fill<typename Backend::Scalar>(model, st);
 }
 
 template <class Cfg, class Backend>

@@ -49,6 +49,9 @@ class SafeTensors {
   // Parses and validates a whole file held in memory; `source` names it in errors.
   static SafeTensors parse(std::vector<std::byte> bytes, std::string source = "<memory>");
   static SafeTensors load(const std::filesystem::path& path);
+  // The __metadata__ of the file at `path`, read from its header alone (the
+  // header checked as parse() checks it, the tensors not read).
+  static std::map<std::string, std::string> read_metadata(const std::filesystem::path& path);
 
   // Tensor names in data order.
   const std::vector<std::string>& names() const { return order_; }

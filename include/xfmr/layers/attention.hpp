@@ -225,6 +225,11 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
 
   void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
   DropoutKeys& dropout() { return drop_; }
+  // f(keys) for its dropout, when it drops (visit_if_dropping).
+  template <class F>
+  void for_each_dropout(F&& f) {
+    visit_if_dropping(drop_, f);
+  }
 
   // Frees what the last forward saved and the backward's scratch (the next
   // forward allocates again): activation recompute's memory.
@@ -333,6 +338,11 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
 
   void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
   DropoutKeys& dropout() { return drop_; }
+  // f(keys) for its dropout, when it drops (visit_if_dropping).
+  template <class F>
+  void for_each_dropout(F&& f) {
+    visit_if_dropping(drop_, f);
+  }
 
   // Frees what the last forward saved and the backward's scratch.
   void release() {

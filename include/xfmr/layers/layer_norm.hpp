@@ -15,7 +15,6 @@ class LayerNorm {
  public:
   using S = typename Backend::Scalar;
   using Tensor = typename Backend::Tensor;
-  static constexpr std::size_t PARAMETERS = 2 * std::size_t(D);
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 

@@ -19,7 +19,6 @@ class RmsNorm {
  public:
   using S = typename Backend::Scalar;
   using Tensor = typename Backend::Tensor;
-  static constexpr std::size_t PARAMETERS = std::size_t(D);
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 

@@ -52,8 +52,6 @@ class Bigram {
   void set_training(bool) {}
 
   int vocab() const { return vocab_; }
-  static constexpr std::size_t parameter_count(std::size_t vocab) { return vocab * vocab; }
-
  private:
   int vocab_;
   Tensor table_, dtable_;  // (vocab, vocab)

@@ -84,10 +84,6 @@ class Classifier {
   int vocab() const { return encoder_.vocab(); }
   const ClassifierOptions& options() const { return opts_; }
 
-  static constexpr std::size_t parameter_count(std::size_t vocab, std::size_t classes) {
-    return Encoder<Cfg, Backend>::parameter_count(vocab) + classes * D + classes;
-  }
-
  private:
   // Positions excluded from pooling: the padding (Mean), all but 0 (Cls).
   const std::uint8_t* pool_mask(Shape bt, const std::uint8_t* key_padding) {

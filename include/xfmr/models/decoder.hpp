@@ -100,13 +100,9 @@ class Decoder {
   Recompute recompute() const { return trunk_.recompute(); }
 
   int vocab() const { return trunk_.vocab(); }
+  static constexpr int max_t() { return MAX_T; }
   const DecoderOptions& options() const { return opts_; }
   BlockStack<DecoderOnlyBlock<Cfg, Backend>, Backend>& blocks() { return trunk_.blocks(); }
-
-  // What visit() lists, from the configuration alone.
-  static constexpr std::size_t parameter_count(std::size_t vocab, bool tie_weights, bool head_bias = true) {
-    return Trunk::parameter_count(vocab) + (tie_weights ? 0 : vocab * D) + (head_bias ? vocab : 0);
-  }
 
  private:
   Rng rng_;

@@ -195,19 +195,6 @@ class Seq2Seq {
   int source_vocab() const { return encoder_.vocab(); }
   Block& block(int i) { return blocks_[i]; }
 
-  static constexpr std::size_t parameter_count(std::size_t src_vocab, std::size_t tgt_vocab, bool tie_output,
-                                               bool share_embeddings = false) {
-    constexpr std::size_t H = DecCfg::N_HEADS;
-    constexpr std::size_t QK = qk_head_dim<DecCfg>(), V = v_head_dim<DecCfg>(), ctx = H * V;
-    constexpr std::size_t KVH = kv_heads<DecCfg>(), bias = linear_bias<DecCfg>() ? 1 : 0;
-    constexpr std::size_t cross = (D + bias) * H * QK + (D + bias) * KVH * (QK + V) + (ctx + bias) * D;
-    constexpr std::size_t norm = detail::norm_parameters<DecCfg, Backend>();
-    constexpr std::size_t block = detail::self_block_parameters<DecCfg, Backend>() + cross + norm;  // + ln3
-    return Transformer<EncCfg, Backend, false>::parameter_count(src_vocab) + (share_embeddings ? 0 : tgt_vocab * D) +
-           (detail::learned_positions<DecCfg>() ? std::size_t(DecCfg::MAX_T) * D : 0) + N_DEC * block +
-           (FINAL_NORM ? norm : 0) + (tie_output ? 0 : tgt_vocab * D) + tgt_vocab;
-  }
-
  private:
   // The last block's output -> ln_f (PreNorm) -> lm_head -> logits.
   std::span<const S> project(Backend& be, ConstRows<S, D> top) {

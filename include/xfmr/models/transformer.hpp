@@ -27,25 +27,6 @@
 namespace xfmr {
 
 namespace detail {
-// Parameters of one of Cfg's norms (LayerNorm 2 D, RmsNorm D).
-template <class Cfg, class Backend>
-constexpr std::size_t norm_parameters() {
-  return norm_layer_t<Cfg, Cfg::D_MODEL, Backend>::PARAMETERS;
-}
-// Parameters of one self-attention block of Cfg (what visit() lists).
-template <class Cfg, class Backend>
-constexpr std::size_t self_block_parameters() {
-  constexpr std::size_t D = Cfg::D_MODEL, H = Cfg::N_HEADS, FF = Cfg::D_FF;
-  constexpr std::size_t QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>(), KVH = kv_heads<Cfg>();
-  constexpr std::size_t qkv = H * QK + KVH * (QK + V), ctx = H * V, hidden = Cfg::Activation::GATED ? 2 * FF : FF;
-  constexpr std::size_t bias = linear_bias<Cfg>() ? 1 : 0;
-  return 2 * norm_parameters<Cfg, Backend>() + (D + bias) * qkv + (ctx + bias) * D + (D + bias) * hidden +
-         (FF + bias) * D;
-}
-template <class Cfg>
-constexpr bool learned_positions() {
-  return std::is_same_v<typename positions_tag<Cfg>::type, Learned>;
-}
 template <class Cfg>
 constexpr bool pre_norm() {
   return std::is_same_v<typename Cfg::Norm, PreNorm>;
@@ -138,12 +119,6 @@ class Transformer {
   int vocab() const { return stem_.vocab(); }
   Embedding<D, Backend>& token_embedding() { return stem_.token_embedding(); }
   BlockStack<Block, Backend>& blocks() { return blocks_; }
-
-  static constexpr std::size_t parameter_count(std::size_t vocab) {
-    return vocab * D + (detail::learned_positions<Cfg>() ? std::size_t(MAX_T) * D : 0) +
-           std::size_t(N_LAYERS) * detail::self_block_parameters<Cfg, Backend>() +
-           (FINAL_NORM ? detail::norm_parameters<Cfg, Backend>() : 0);
-  }
 
  private:
   // The last block's output, normalised by ln_f in PreNorm configurations.

@@ -68,6 +68,7 @@
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/tensor.hpp"
+#include "xfmr/models/model.hpp"
 
 namespace xfmr {
 
@@ -81,6 +82,9 @@ struct Shard {
 
 template <class Model, class Backend>
 class DataParallel {
+  static_assert(TrainableModel<Model>, "DataParallel: the model must provide visit(f), for_each_dropout(f) and "
+                                       "set_training(bool) (models/model.hpp's TrainableModel)");
+
  public:
   using S = typename Backend::Scalar;
   using Factory = std::function<std::unique_ptr<Model>()>;

@@ -1,7 +1,7 @@
 // trainer.hpp: Trainer<Model, Backend, Optimizer>, one training step for
-// every model: the caller gives a model, an optimizer and two functions,
-// one that fills a batch and one that runs the model on part of it, and
-// asks for a step.
+// every model, and the checkpoints that resume it: the caller gives a model,
+// an optimizer and two functions, one that fills a batch and one that runs
+// the model on part of it, and asks for a step.
 //
 //   Trainer<Model, Be> trainer(model, be, opt, {.grad_accum = 2, .clip = 1.0,
 //                              .schedule = LrSchedule::parse("cosine", 1e-3, steps)},
@@ -14,14 +14,18 @@
 //       [&](const Shard& s, Model& m, Be& b) { // the shard's logits
 //         return m.forward(b, rows_of(ids, s), Shape{s.size(), T});
 //       });
+//   trainer.save("run1", {{"preset", "shakespeare-small"}});   // a checkpoint
+//   ... later, a Trainer built the same way:
+//   const Metadata md = trainer.resume("run1");                // bit for bit
 //
 // One step: zero the gradients; for each of grad_accum micro-batches, split
 // the batch by sequences (DataParallel: one model replica a thread on the
 // CPU, one shard elsewhere), run forward, the softmax cross-entropy against
-// the batch's targets and backward on every shard; then clip (or just
-// measure) the global gradient norm and take the optimizer step at the
-// schedule's learning rate. On a GPU the step replays as CUDA graphs when
-// graph_steps is set (run_step, backend.hpp).
+// the batch's targets and backward on every shard; then exchange the
+// gradients with the other processes (GradientExchange; nothing in one
+// process), clip (or just measure) the global gradient norm and take the
+// optimizer step at the schedule's learning rate. On a GPU the step replays
+// as CUDA graphs when graph_steps is set (run_step, backend.hpp).
 //
 // The loss of a micro-batch is the mean over its counted targets (those not
 // kIgnoreIndex): each shard's mean is weighed by its share of the batch's
@@ -37,27 +41,18 @@
 // throws naming the step and the first tensor. A loss that grows far above
 // its start is flagged in StepResult::diverging, once.
 //
-// Across processes (TrainerOptions::group with N > 1 ranks,
-// distributed.hpp): each rank passes its share of the global batch; shards
-// are weighed by their share of the global batch's counted targets, and the
-// loss and the gradients are summed over the ranks before the norm and the
-// optimizer step, so every rank takes the same step: over MPI on the host,
-// or through the backend's all_reduce_sum where it has one (CudaBackend:
-// NCCL, one GPU a rank). No CUDA graphs then.
-// Rank r's shards draw the dropout streams r x shards and on, so N ranks of
-// S shards draw the masks one process of N x S shards draws.
+// Across processes (SplitOptions::group with N > 1 ranks, distributed.hpp;
+// gradient_exchange.hpp has the policies): each rank passes its share of
+// the global batch; shards are weighed by their share of the global batch's
+// counted targets, and every rank takes the same step. No CUDA graphs then.
 //
-// ZeRO-1 (TrainerOptions::zero = 1; optimizers.hpp): each rank keeps the
-// optimizer state of its part of the parameters alone; the gradients are
-// reduce-scattered (each rank sums its part), the norm is summed from the
-// parts, the optimizer steps each rank's part, and the parameters are
-// all-gathered. The weights are those of plain data parallel, bit for bit
-// (without clipping; clipped, the norm's sum runs in another order). save()
-// and load() are then collectives: every rank calls them, rank 0 writes.
-//
-// What a run must keep to resume bit for bit: the model's parameters and
-// the optimizer's state (save/load), and state(): the steps taken, the
-// data generator's state and every dropout layer's call counter.
+// Checkpoints (io/checkpoint.hpp): save(dir, metadata) writes the
+// parameters, the optimizer's state and state() (the steps taken, the data
+// generator's state, every dropout layer's call counter) with the caller's
+// metadata; resume(dir) reads them back into a Trainer built as the saving
+// one was, so that the next step is the one the saving run would have
+// taken, bit for bit. With ZeRO-1 both are collectives: every rank calls
+// them, rank 0 writes.
 #pragma once
 
 #include <algorithm>
@@ -79,7 +74,9 @@
 #include "xfmr/core/rng.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/train/data_parallel.hpp"
+#include "xfmr/models/model.hpp"
 #include "xfmr/train/distributed.hpp"
+#include "xfmr/train/gradient_exchange.hpp"
 #include "xfmr/train/gradients.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
@@ -88,15 +85,16 @@
 namespace xfmr {
 
 struct TrainerOptions {
+  // The optimisation.
   int grad_accum = 1;            // micro-batches per step
   double clip = 0.0;             // global gradient-norm clip (0: measure only)
   double label_smoothing = 0.0;  // of the cross-entropy
   LrSchedule schedule{};         // learning rate by step (constant 1e-3 unless given)
-  int shards = 0;                // DataParallel shards on the CPU (0: DataParallel's default)
-  bool graph_steps = true;       // a GPU step as CUDA graphs (for steps of one shape)
   std::uint64_t data_seed = 0;   // seeds data_rng()
-  ProcessGroup* group = nullptr; // data parallel across processes (distributed.hpp); null: this process alone
-  int zero = 0;                  // 1: ZeRO-1 across the group's ranks (the optimizer's state sharded); 0: none
+  // How a batch is split: over the CPU's threads and over processes (gradient_exchange.hpp).
+  SplitOptions split{};
+  // A GPU backend's step replayed as CUDA graphs (for steps of one shape).
+  bool graph_steps = true;
 };
 
 // One (micro-)batch: `sequences` sequences and their targets, laid out by
@@ -131,13 +129,6 @@ struct LossSum {
   }
 };
 
-// What resumes a run besides the parameters and the optimizer's state.
-struct TrainerState {
-  long step = 0;
-  std::uint64_t data_rng = 0;
-  std::vector<std::uint64_t> dropout_calls;
-};
-
 // Targets that count towards a loss (not kIgnoreIndex, the padding).
 inline long counted_targets(std::span<const std::int32_t> targets) {
   long n = 0;
@@ -147,6 +138,9 @@ inline long counted_targets(std::span<const std::int32_t> targets) {
 
 template <class Model, class Backend, class Optimizer = AdamW<Backend>>
 class Trainer {
+  static_assert(TrainableModel<Model>, "Trainer: the model must provide visit(f), for_each_dropout(f) and "
+                                       "set_training(bool) (models/model.hpp's TrainableModel)");
+
  public:
   using S = typename Backend::Scalar;
   using Factory = typename DataParallel<Model, Backend>::Factory;
@@ -155,18 +149,11 @@ class Trainer {
   // shards (its weights are copied from model before every use); it may be
   // empty with one shard.
   Trainer(Model& model, Backend& be, Optimizer& opt, TrainerOptions opts, Factory make_replica = {})
-      : model_(model), be_(be), opt_(opt), opts_(opts), dp_(model, be, std::move(make_replica), opts.shards),
-        data_rng_(opts.data_seed) {
+      : model_(model), be_(be), opt_(opt), opts_(opts), exchange_(model, be, opt, opts.split),
+        dp_(model, be, std::move(make_replica), opts.split.shards), data_rng_(opts.data_seed) {
     require(opts.grad_accum >= 1, "Trainer: grad_accum ", opts.grad_accum, " must be at least 1");
     require(opts.clip >= 0.0, "Trainer: clip ", opts.clip, " must not be negative");
-    require(opts.zero == 0 || opts.zero == 1, "Trainer: ZeRO stage ", opts.zero, " is not 0 or 1");
-    if (distributed()) {
-      dp_.set_first_stream(std::uint64_t(opts_.group->rank()) * std::uint64_t(dp_.shards()));
-      if (zero()) {
-        if constexpr (requires { opt_.shard(*opts_.group); }) opt_.shard(*opts_.group);
-        else detail::fail("Trainer: ZeRO-1 needs an optimizer that shards its state (AdamW, Sgd)");
-      }
-    }
+    if (exchange_.distributed()) dp_.set_first_stream(exchange_.first_stream(dp_.shards()));
     for (int r = 0; r < dp_.shards(); ++r) {
       shard_loss_.emplace_back(opts.label_smoothing);
       if (opts.label_smoothing != 0.0) eval_loss_.emplace_back(0.0);
@@ -185,18 +172,18 @@ class Trainer {
       zero_grad(model_);
       for (int micro = 0; micro < opts_.grad_accum; ++micro)
         r.loss += accumulate(next_batch(micro), forward) / opts_.grad_accum;
-      if (distributed()) {
-        r.loss = opts_.group->sum(r.loss);
-        if (std::isfinite(r.loss)) sum_gradients_over_ranks();
+      if (exchange_.distributed()) {
+        r.loss = exchange_.sum(r.loss);
+        if (std::isfinite(r.loss)) exchange_.sum_gradients();
       }
       check_loss(r.loss, r.step);
       r.grad_norm = checked_norm(r.step);
       opt_.step(be_, r.lr);
-      if (zero()) gather_parameters();
+      exchange_.after_step();
     };
     // Block recompute frees and allocates a block's buffers within the step:
     // no graph can replay that, so such a step runs directly.
-    bool graphs = opts_.graph_steps && !distributed();
+    bool graphs = opts_.graph_steps && !exchange_.distributed();
     if constexpr (requires { model_.recompute(); }) graphs = graphs && model_.recompute() != Recompute::block;
     if (graphs) run_step(be_, "train", body);
     else body();
@@ -215,10 +202,10 @@ class Trainer {
   template <class Forward>
   LossSum evaluate(const BatchTargets& batch, Forward&& forward) {
     LossSum sum;
-    if (batch.sequences > 0 || !distributed()) sum = evaluate_here(batch, forward);
-    if (distributed()) {
+    if (batch.sequences > 0 || !exchange_.distributed()) sum = evaluate_here(batch, forward);
+    if (exchange_.distributed()) {
       double parts[2] = {sum.total, double(sum.counted)};
-      opts_.group->all_reduce_sum(std::span<double>(parts));
+      exchange_.sum(std::span<double>(parts));
       sum = {parts[0], long(parts[1])};
     }
     return sum;
@@ -238,6 +225,7 @@ class Trainer {
   DataParallel<Model, Backend>& data_parallel() { return dp_; }
   const TrainerOptions& options() const { return opts_; }
 
+  // What resumes the run besides the parameters and the optimizer's state.
   TrainerState state() {
     TrainerState st{step_, data_rng_.state(), {}};
     model_.for_each_dropout([&](auto& d) { st.dropout_calls.push_back(d.calls()); });
@@ -254,20 +242,27 @@ class Trainer {
     data_rng_.set_state(st.data_rng);
   }
 
-  // The parameters and the optimizer's state, into the two files of a
-  // checkpoint (io/checkpoint.hpp); load() reads them back from one, or
-  // from its two files already read (a caller that needed the model file's
-  // metadata first).
-  void save(SafeTensorsWriter& model_file, SafeTensorsWriter& optimizer_file) {
+  // Writes a checkpoint of the run into `dir` (io/checkpoint.hpp: replaced
+  // atomically; a directory that is not a checkpoint is refused), with
+  // `metadata` beside the parameters. Every rank calls it; rank 0 writes.
+  void save(const std::filesystem::path& dir, const Metadata& metadata = {}) {
+    SafeTensorsWriter model_file, optimizer_file;
     add_parameters(model_file, model_);
-    add_optimizer_state(optimizer_file, opt_);
+    add_optimizer_state(optimizer_file, opt_);  // gathers every rank's part under ZeRO-1
+    if (exchange_.distributed() && !opts_.split.group->root()) return;
+    for (const auto& [key, value] : metadata) model_file.set_metadata(key, value);
+    write_checkpoint(dir, model_file, optimizer_file, state());
   }
-  void load(const SafeTensors& model_file, const SafeTensors& optimizer_file) {
+  // Continues the run save() wrote into `dir`: its parameters, optimizer
+  // state and trainer state, into this Trainer's model and optimizer (built
+  // as the saving run's were). Returns the checkpoint's metadata.
+  Metadata resume(const std::filesystem::path& dir) {
+    const TrainerState st = read_trainer_state(dir);
+    const SafeTensors model_file = SafeTensors::load(dir / kModelFile);
     load_parameters(model_, model_file);
-    load_optimizer_state(opt_, optimizer_file);
-  }
-  void load(const std::filesystem::path& checkpoint) {
-    load(SafeTensors::load(checkpoint / kModelFile), SafeTensors::load(checkpoint / kOptimizerFile));
+    load_optimizer_state(opt_, SafeTensors::load(dir / kOptimizerFile));
+    restore(st);
+    return model_file.metadata();
   }
 
  private:
@@ -281,92 +276,6 @@ class Trainer {
     require(!logits.empty() && logits.size() % targets.size() == 0, "Trainer: ", logits.size(), " logits for ",
             targets.size(), " targets; need one row of logits per target");
     return int(logits.size() / targets.size());
-  }
-
-  bool distributed() const { return opts_.group && opts_.group->size() > 1; }
-  bool zero() const { return opts_.zero == 1 && distributed(); }
-
-  // Each rank's gradients replaced by their sum over the ranks; with ZeRO-1
-  // only this rank's part of them (the rest is left as it was).
-  void sum_gradients_over_ranks() {
-    if constexpr (requires(std::span<const std::span<S>> t) { be_.all_reduce_sum(*opts_.group, t); }) {
-      // Device memory (CudaBackend): the backend's own collective (NCCL).
-      grad_spans_.clear();
-      model_.visit([&](std::string_view, auto&, auto& grad) { grad_spans_.emplace_back(grad.data(), grad.size()); });
-      be_.all_reduce_sum(*opts_.group, std::span<const std::span<S>>(grad_spans_));
-    } else {
-      sum_host_gradients_over_ranks();
-    }
-  }
-  void sum_host_gradients_over_ranks() {
-    std::size_t n = 0;
-    model_.visit([&](std::string_view, auto&, auto& grad) { n += grad.size(); });
-    flat_.resize(n);
-    std::size_t at = 0;
-    model_.visit([&](std::string_view, auto&, auto& grad) {
-      grad.copy_to_host(flat_.data() + at);
-      at += grad.size();
-    });
-    if (!zero()) {
-      opts_.group->all_reduce_sum(std::span<S>(flat_));
-      at = 0;
-      model_.visit([&](std::string_view, auto&, auto& grad) {
-        grad.copy_from_host(flat_.data() + at);
-        at += grad.size();
-      });
-      return;
-    }
-    opts_.group->reduce_scatter_sum(std::span<S>(flat_), opt_.shard_bounds());
-    for_my_part([&](auto&, auto& grad, std::size_t offset, std::size_t lo, std::size_t hi) {
-      std::copy(flat_.data() + offset + lo, flat_.data() + offset + hi, grad.data() + lo);
-    });
-  }
-
-  // f(value, grad, offset, lo, hi) for every parameter: its offset in the
-  // concatenation of every parameter and the elements [lo, hi) of it in this
-  // rank's part (ZeRO-1, the optimizer's shard_bounds(); host memory).
-  template <class F>
-  void for_my_part(F&& f) {
-    const std::size_t r = std::size_t(opts_.group->rank()), begin = opt_.shard_bounds()[r],
-                      end = opt_.shard_bounds()[r + 1];
-    std::size_t at = 0;
-    model_.visit([&](std::string_view, auto& value, auto& grad) {
-      const std::size_t lo = std::clamp(begin, at, at + value.size()) - at;
-      const std::size_t hi = std::clamp(end, at, at + value.size()) - at;
-      f(value, grad, at, lo, hi);
-      at += value.size();
-    });
-  }
-
-  // ZeRO-1: the global gradient norm from every rank's part of every
-  // tensor, and this rank's part clipped (clip_gradients, gradients.hpp).
-  double sharded_norm() {
-    sums_.clear();
-    for_my_part([&](auto&, auto& grad, std::size_t, std::size_t lo, std::size_t hi) {
-      sums_.push_back(hi > lo ? be_.sum_squares(hi - lo, grad.data() + lo) : 0.0);
-    });
-    opts_.group->all_reduce_sum(std::span<double>(sums_));
-    names_.clear();
-    model_.visit([&](std::string_view name, auto&, auto&) { names_.emplace_back(name); });
-    const double norm = norm_from_sums(names_, sums_);
-    if (const double factor = clip_factor(norm, opts_.clip); factor != 1.0)
-      for_my_part([&](auto&, auto& grad, std::size_t, std::size_t lo, std::size_t hi) {
-        if (hi > lo) be_.scale(hi - lo, S(factor), grad.data() + lo);
-      });
-    return norm;
-  }
-
-  // ZeRO-1, after the step: every rank's part of the parameters to every rank.
-  void gather_parameters() {
-    for_my_part([&](auto& value, auto&, std::size_t offset, std::size_t lo, std::size_t hi) {
-      std::copy(value.data() + lo, value.data() + hi, flat_.data() + offset + lo);
-    });
-    opts_.group->all_gather(std::span<S>(flat_), opt_.shard_bounds());
-    std::size_t at = 0;
-    model_.visit([&](std::string_view, auto& value, auto&) {
-      value.copy_from_host(flat_.data() + at);
-      at += value.size();
-    });
   }
 
   // This rank's part of evaluate().
@@ -398,25 +307,13 @@ class Trainer {
   // Across processes a rank may have no sequences of a (short) batch.
   template <class Forward>
   double accumulate(const BatchTargets& batch, Forward& forward) {
-    const bool none_here = distributed() && batch.sequences == 0 && batch.targets.empty();
+    const bool none_here = exchange_.distributed() && batch.sequences == 0 && batch.targets.empty();
     const std::size_t per = none_here ? 0 : per_sequence(batch);
     const long local = counted_targets(batch.targets);
-    const long counted = distributed() ? long(opts_.group->sum(std::int64_t(local))) : local;
+    const long counted = long(exchange_.sum(std::int64_t(local)));
     const double loss = counted == 0 || local == 0 ? 0.0 : accumulate_here(batch, per, counted, forward);
-    if (distributed()) take_root_dropout_calls();
+    exchange_.take_root_dropout_calls();
     return loss;
-  }
-
-  // Every rank's dropout counters set to rank 0's, as one process's replicas
-  // take its model's: a rank that ran no forward pass (no sequences, or no
-  // counted targets) stays in step with the others.
-  void take_root_dropout_calls() {
-    calls_.clear();
-    model_.for_each_dropout([&](auto& d) { calls_.push_back(opts_.group->root() ? std::int64_t(d.calls()) : 0); });
-    if (calls_.empty()) return;
-    opts_.group->all_reduce_sum(std::span<std::int64_t>(calls_));
-    std::size_t i = 0;
-    model_.for_each_dropout([&](auto& d) { d.set_calls(std::uint64_t(calls_[i++])); });
   }
 
   // accumulate()'s forward and backward passes over this rank's shards.
@@ -460,7 +357,7 @@ class Trainer {
   // from every rank's parts); a gradient that is not finite is named.
   double checked_norm(long step) {
     try {
-      return zero() ? sharded_norm() : clip_gradients(be_, model_, opts_.clip);
+      return exchange_.clip_gradients(opts_.clip);
     } catch (const Error& e) {
       detail::fail("at step ", step, ": ", e.what());
     }
@@ -470,6 +367,7 @@ class Trainer {
   Backend& be_;
   Optimizer& opt_;
   TrainerOptions opts_;
+  GradientExchange<Model, Backend, Optimizer> exchange_;
   DataParallel<Model, Backend> dp_;
   Rng data_rng_;
   long step_ = 0;
@@ -479,11 +377,6 @@ class Trainer {
   std::deque<CrossEntropyLoss<Backend>> shard_loss_;  // one a shard (they do not move)
   std::deque<CrossEntropyLoss<Backend>> eval_loss_;   // without smoothing, when training smooths
   std::deque<typename Backend::template Buffer<S>> shard_dlogits_;  // (rows, classes), backend memory
-  std::vector<S> flat_;  // every gradient (or parameter), on the host, for the collectives over ranks
-  std::vector<double> sums_;  // sharded_norm's sums of squares, a tensor each
-  std::vector<std::string> names_;  // and the tensors' names
-  std::vector<std::int64_t> calls_;  // take_root_dropout_calls' counters
-  std::vector<std::span<S>> grad_spans_;  // every gradient, for a backend's own all-reduce
 };
 
 }  // namespace xfmr

@@ -16,6 +16,7 @@
 //  flash_attention_backward(dims, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, mask, dq, dk, dv)
 //      attention_backward's gradients from y and lse of that forward (the
 //      probabilities recomputed tile by tile); the same mask
+//  attention_scratch_bytes()                   the per-thread tiles these hold, the most any call asked for
 // Keys and values of sequence b start at row b * dims.kv_rows() (a KV cache);
 // the backward needs them unstrided. In bf16 precision every product of the
 // heads and tiled paths multiplies bfloat16-rounded operands, summing in
@@ -47,6 +48,7 @@ class CpuAttention {
   void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo, const S* q, int ldq,
                                 const S* k, int ldk, const S* v, int ldv, const S* lse, const AttentionMask& mask,
                                 S* dq, S* dk, S* dv);
+  std::size_t attention_scratch_bytes() const { return scratch_.size() * sizeof(S); }
 
  private:
   // per_thread elements for each thread of a parallel region (none:

@@ -105,4 +105,7 @@ inline int thread_index() {
 }
 }  // namespace detail
 
+// The OpenMP threads the CPU backend splits its work over (OMP_NUM_THREADS).
+inline int cpu_threads() { return detail::thread_count(); }
+
 }  // namespace xfmr

@@ -1,0 +1,9 @@
+// language_models.cpp: the shipped language-model presets' Decoders on
+// CUDA, compiled once (models/language_model.hpp).
+#include "xfmr/backend/cuda.hpp"
+#include "xfmr/models/language_model.hpp"
+
+namespace xfmr {
+template std::unique_ptr<LanguageModel<CudaBackend>> make_language_model(std::string_view, int, std::uint64_t,
+                                                                         const DecoderOptions&);
+}  // namespace xfmr

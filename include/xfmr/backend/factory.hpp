@@ -1,0 +1,106 @@
+// factory.hpp: a backend chosen by name at run time, as a program's
+// --backend and --precision options name it.
+//
+//   xfmr::with_backend("cpu", [&]<class Be>() {
+//     Be be = xfmr::make_backend<Be>("cpu", "bf16");   // falls back to float32 with a notice where bf16 cannot run
+//     std::cout << xfmr::describe(be) << "\n";          // "cpu (bf16 products)"
+//     ...
+//   });
+//
+// Names: cpu; cuda (an NVIDIA GPU, strict FP32 products) and cuda-tf32 (TF32
+// tensor-core products), which need an xfmr built with CUDA and, when run,
+// a GPU. Precisions: fp32, or bf16 (bf16 products: CpuOptions::bf16,
+// CudaOptions::bf16). Under mpirun the ranks of a machine take its GPUs in
+// turn. Unknown names are xfmr::Error listing the choices.
+#pragma once
+
+#include <algorithm>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "xfmr/backend/bf16.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/backend/cuda.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/train/distributed.hpp"
+
+namespace xfmr {
+
+inline constexpr const char* kBackendNames = "cpu, cuda or cuda-tf32";
+inline constexpr const char* kPrecisionNames = "fp32 or bf16";
+
+// An unknown name is an xfmr::Error naming `what` (a program's option, say).
+inline void check_backend_name(std::string_view name, std::string_view what = "backend") {
+  require(name == "cpu" || name == "cuda" || name == "cuda-tf32", "unknown ", what, " '", name, "' (expected ",
+          kBackendNames, ")");
+}
+inline void check_precision_name(std::string_view precision, std::string_view what = "precision") {
+  require(precision == "fp32" || precision == "bf16", "unknown ", what, " '", precision, "' (expected ",
+          kPrecisionNames, ")");
+}
+
+// Calls f.template operator()<Backend>() with the backend type `name` names.
+template <class F>
+decltype(auto) with_backend(std::string_view name, F&& f) {
+  check_backend_name(name);
+  if (name != "cpu") {
+#ifdef XFMR_WITH_CUDA
+    return f.template operator()<CudaBackend>();
+#else
+    detail::fail("backend ", name, ": this xfmr was built without CUDA (CMake found no CUDA compiler)");
+#endif
+  }
+  return f.template operator()<CpuBackend<float>>();
+}
+
+// The backend `name` names (with_backend chose its type) in `precision`; on
+// a CPU without bf16 products, float32 with a notice on stderr.
+template <class Be>
+Be make_backend([[maybe_unused]] std::string_view name, std::string_view precision = "fp32") {
+  check_precision_name(precision);
+  if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
+    if (precision == "bf16") {
+      if (bf16::available()) return Be({.bf16 = true});
+      std::cerr << "note: bf16 precision unavailable (" << bf16::unavailable_reason() << "); running in float32\n";
+    }
+    return Be{};
+  }
+#ifdef XFMR_WITH_CUDA
+  if constexpr (std::is_same_v<Be, CudaBackend>) {
+    require(precision == "fp32" || name == "cuda", "bf16 precision goes with the cuda backend (not ", name, ")");
+    // Under mpirun, one GPU a rank: the ranks of a machine take its devices in turn.
+    const int device = ProcessGroup::world().local_rank() % std::max(1, cuda::device_count());
+    return CudaBackend({.device = device, .tf32 = name == "cuda-tf32", .bf16 = precision == "bf16"});
+  }
+#endif
+  require(precision == "fp32", "bf16 precision runs on the CPU and CUDA backends (not ", Be::name, ")");
+  return Be{};
+}
+
+// The precision a backend runs in: "bf16" (bf16 products) or "fp32".
+template <class Be>
+std::string precision_of(const Be& be) {
+  if constexpr (requires(const Be& b) { b.options().bf16; })
+    if (be.options().bf16) return "bf16";
+  (void)be;
+  return "fp32";
+}
+
+// "cpu", "cpu (bf16 products)" or "cuda (NVIDIA H100 80GB HBM3)" (", TF32"
+// or ", bf16 products" when on): a program's first line.
+template <class Be>
+std::string describe(const Be& be) {
+#ifdef XFMR_WITH_CUDA
+  if constexpr (std::is_same_v<Be, CudaBackend>)
+    return std::string("cuda (") + be.device_name() +
+           (be.options().tf32 ? ", TF32)" : be.options().bf16 ? ", bf16 products)" : ")");
+#endif
+  if constexpr (std::is_same_v<Be, CpuBackend<float>>)
+    if (be.options().bf16) return "cpu (bf16 products)";
+  (void)be;
+  return Be::name;
+}
+
+}  // namespace xfmr

@@ -1,0 +1,126 @@
+// generate.hpp: text generation from a prompt, for any causal model
+// (Decoder, LanguageModel: models/model.hpp's CausalModel).
+//
+//   xfmr::Rng rng(seed);
+//   const auto ids = xfmr::generate(model, be, prompt_ids,
+//                                   {.sampling = {.temperature = 0.8, .top_k = 20}, .max_tokens = 500}, rng,
+//                                   [&](std::int32_t id) { std::cout << tok.token(id) << std::flush; });
+//
+// Each token is drawn from the logits of the newest position (sampling.hpp:
+// greedy at temperature 0, else temperature, top-k, top-p), with the model
+// in evaluation mode (no dropout). Through the KV cache a token costs one
+// position of work; when the cache holds max_t() positions, decoding
+// starts again from the last max_t() / 2 tokens. With use_cache false
+// every token re-reads the last max_t() tokens (the reference path; the
+// two agree token for token while the context fits). A prompt longer than
+// max_t() is read from its last max_t() tokens; an empty one is an error.
+// stop: generation ends after this token (it is the last returned);
+// restart: this token begins a fresh context, as every row of a names
+// model's training begins with one. on_token(id) sees each token as it is
+// drawn (streaming); returning false from it ends generation there. In bf16
+// precision the weights are read from bfloat16 copies (Bf16WeightCopies:
+// made for the call, unless a scope the caller opened holds them already).
+// The model is left in evaluation mode. A Generator keeps the cache and
+// buffers for its next call.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/infer/bf16_weights.hpp"
+#include "xfmr/infer/sampling.hpp"
+#include "xfmr/layers/kv_cache.hpp"
+#include "xfmr/models/model.hpp"
+
+namespace xfmr {
+
+struct GenerateOptions {
+  SamplingOptions sampling{};
+  int max_tokens = 100;
+  std::optional<std::int32_t> stop = std::nullopt;     // ends generation after it
+  std::optional<std::int32_t> restart = std::nullopt;  // starts a fresh context
+  bool use_cache = true;                // false: recompute the context for every token
+};
+
+// Generation for one model, keeping its cache and buffers from call to call
+// (a server's loop, a benchmark): nothing is allocated by a call whose
+// prompt and length fit what an earlier call needed.
+template <class Model, class Backend>
+class Generator {
+  static_assert(CausalModel<Model, Backend>, "generate: the model must provide forward, start_cache, "
+                                             "forward_cached, vocab() and max_t() (models/model.hpp's CausalModel)");
+
+ public:
+  Generator(Model& model, Backend& be) : model_(model), be_(be) {}
+
+  // The tokens generated after `prompt` (at most opts.max_tokens).
+  template <class OnToken>
+  std::vector<std::int32_t> operator()(std::vector<std::int32_t> prompt, const GenerateOptions& opts, Rng& rng,
+                                       OnToken&& on_token) {
+    require(!prompt.empty(), "generate: the prompt is empty (give at least one token)");
+    require(opts.max_tokens >= 0, "generate: max_tokens ", opts.max_tokens, " is negative");
+    Sampler sampler(opts.sampling);
+    model_.set_training(false);
+    const Bf16WeightCopies bf16_weights(be_, model_);
+    const int V = model_.vocab(), max_t = model_.max_t();
+    std::vector<std::int32_t>& context = prompt;
+    std::span<const typename Backend::Scalar> last;  // logits of the newest position, on the host
+    auto encode_window = [&](int keep) {
+      const std::span<const std::int32_t> window(context.data() + context.size() - keep, keep);
+      const auto logits = opts.use_cache
+                              ? (model_.start_cache(cache_, 1), model_.forward_cached(be_, window, 1, cache_))
+                              : model_.forward(be_, window, Shape{1, keep});
+      last = be_.host_view(logits.subspan(std::size_t(keep - 1) * V, V), staging_);
+    };
+    encode_window(std::min<int>(static_cast<int>(context.size()), max_t));
+    std::vector<std::int32_t> out;
+    for (int i = 0; i < opts.max_tokens; ++i) {
+      const std::int32_t next = sampler(last, rng);
+      const bool restart = opts.restart && next == *opts.restart;
+      if (restart) context.clear();
+      context.push_back(next);
+      out.push_back(next);
+      bool more = true;
+      if constexpr (std::is_invocable_r_v<bool, OnToken&, std::int32_t>) more = on_token(next);
+      else on_token(next);
+      if (!more || (opts.stop && next == *opts.stop) || i + 1 == opts.max_tokens) break;
+      const int size = static_cast<int>(context.size());
+      if (!opts.use_cache) encode_window(std::min(size, max_t));
+      else if (restart) encode_window(1);
+      else if (cache_.length() == max_t) encode_window(std::min(size, max_t / 2));
+      else
+        last = be_.host_view(model_.forward_cached(be_, std::span<const std::int32_t>(&context.back(), 1), 1, cache_),
+                             staging_);
+    }
+    return out;
+  }
+  std::vector<std::int32_t> operator()(std::vector<std::int32_t> prompt, const GenerateOptions& opts, Rng& rng) {
+    return (*this)(std::move(prompt), opts, rng, [](std::int32_t) {});
+  }
+
+ private:
+  Model& model_;
+  Backend& be_;
+  DecodingCache<Backend> cache_;
+  std::vector<typename Backend::Scalar> staging_;
+};
+
+// One generation: Generator(model, be)(prompt, opts, rng, on_token).
+template <class Model, class Backend, class OnToken>
+std::vector<std::int32_t> generate(Model& model, Backend& be, std::vector<std::int32_t> prompt,
+                                   const GenerateOptions& opts, Rng& rng, OnToken&& on_token) {
+  return Generator<Model, Backend>(model, be)(std::move(prompt), opts, rng, std::forward<OnToken>(on_token));
+}
+template <class Model, class Backend>
+std::vector<std::int32_t> generate(Model& model, Backend& be, std::vector<std::int32_t> prompt,
+                                   const GenerateOptions& opts, Rng& rng) {
+  return Generator<Model, Backend>(model, be)(std::move(prompt), opts, rng);
+}
+
+}  // namespace xfmr

@@ -1,0 +1,258 @@
+// presets.hpp: the configurations xfmr ships, as types, and the run-time
+// registry that maps a name onto one.
+//
+// A preset is a configuration (core/config.hpp) with a NAME and a DROPOUT.
+// The shipped ones form three closed lists, one a model family:
+//   LanguageModelPresets  (Decoder; xfmr-charlm, xfmr-bench)   tiny, shakespeare-small,
+//                         shakespeare-llama, names, shakespeare-mid, shakespeare-large, gpt2-small
+//   ClassifierPresets     (Classifier; xfmr-classify)          tiny, sst2, imdb
+//   TranslatorPresets     (Seq2Seq; xfmr-translate)            tiny, multi30k
+// A list answers by name at run time: names() and list() for a --help text,
+// info(name) for the shape, and with(name, f), which calls
+// f.template operator()<Preset>() or throws xfmr::Error naming the choices:
+//
+//   xfmr::LanguageModelPresets::with(name, [&]<class Cfg>() { xfmr::Decoder<Cfg, Be> model(V, seed); ... });
+//
+// make_language_model (models/language_model.hpp) does exactly that for
+// the language models, compiled once in the library.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "xfmr/blocks/residual.hpp"
+#include "xfmr/core/config.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/layers/activation.hpp"
+#include "xfmr/layers/positional.hpp"
+
+namespace xfmr {
+
+// A configuration's shape and parts, at run time (a configuration without
+// a NAME is "custom", without a DROPOUT 0).
+struct PresetInfo {
+  std::string_view name;
+  int max_t = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, n_layers = 0, d_ff = 0;
+  float dropout = 0.0f;
+  bool pre_norm = true, rms_norm = false, gated = false, bias = true;
+  std::string_view activation, positions;
+
+  // "D64 H4 L4 T32 FF256" (and "KV2" for grouped-query attention).
+  std::string shape() const {
+    std::string s = "D" + std::to_string(d_model) + " H" + std::to_string(n_heads);
+    if (n_kv_heads != n_heads) s += " KV" + std::to_string(n_kv_heads);
+    return s + " L" + std::to_string(n_layers) + " T" + std::to_string(max_t) + " FF" + std::to_string(d_ff);
+  }
+};
+
+namespace detail {
+struct AnyBackend;  // names a norm layer's type without building one
+}
+
+template <BlockConfig Cfg>
+constexpr PresetInfo preset_info() {
+  constexpr std::string_view name = [] {
+    if constexpr (requires { Cfg::NAME; }) return std::string_view(Cfg::NAME);
+    else return std::string_view("custom");
+  }();
+  constexpr float dropout = [] {
+    if constexpr (requires { Cfg::DROPOUT; }) return float(Cfg::DROPOUT);
+    else return 0.0f;
+  }();
+  return {name,
+          Cfg::MAX_T,
+          Cfg::D_MODEL,
+          Cfg::N_HEADS,
+          kv_heads<Cfg>(),
+          Cfg::N_LAYERS,
+          Cfg::D_FF,
+          dropout,
+          std::is_same_v<typename Cfg::Norm, PreNorm>,
+          !std::is_same_v<norm_layer_t<Cfg, Cfg::D_MODEL, detail::AnyBackend>, LayerNorm<Cfg::D_MODEL, detail::AnyBackend>>,
+          Cfg::Activation::GATED,
+          linear_bias<Cfg>(),
+          Cfg::Activation::name,
+          detail::positions_tag<Cfg>::type::name};
+}
+
+template <class... Presets>
+struct PresetList {
+  static_assert(sizeof...(Presets) > 0, "a preset list names at least one preset");
+
+  static constexpr std::array<std::string_view, sizeof...(Presets)> names() { return {Presets::NAME...}; }
+  // "a, b, c": the names, for --help and errors.
+  static std::string list() {
+    std::string s;
+    for (std::string_view n : names()) (s += s.empty() ? "" : ", ") += n;
+    return s;
+  }
+  static bool contains(std::string_view name) {
+    for (std::string_view n : names())
+      if (n == name) return true;
+    return false;
+  }
+  static PresetInfo info(std::string_view name) {
+    return with(name, []<class P>() { return preset_info<P>(); });
+  }
+  // f.template operator()<P>() for the preset P named `name`; an unknown
+  // name is an xfmr::Error naming the choices.
+  template <class F>
+  static decltype(auto) with(std::string_view name, F&& f) {
+    return dispatch<F, Presets...>(name, f);
+  }
+
+ private:
+  template <class F, class P, class... Rest>
+  static decltype(auto) dispatch(std::string_view name, F& f) {
+    if (name == P::NAME) return f.template operator()<P>();
+    if constexpr (sizeof...(Rest) > 0) return dispatch<F, Rest...>(name, f);
+    else detail::fail("unknown model '", name, "' (choose from ", list(), ")");
+  }
+};
+
+namespace presets {
+
+// Language models (Decoder) ------------------------------------------------
+
+// For smoke tests and quick demonstrations.
+struct Tiny {
+  static constexpr const char* NAME = "tiny";
+  static constexpr int MAX_T = 16, D_MODEL = 32, N_HEADS = 2, N_LAYERS = 2, D_FF = 64;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+
+// Seed 002 (the "let's build GPT" character model): D64 H4 L4 T32 FF256.
+struct ShakespeareSmall {
+  static constexpr const char* NAME = "shakespeare-small";
+  static constexpr int MAX_T = 32, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 4, D_FF = 256;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
+// shakespeare-small's shape as Llama builds it: RMSNorm, rotary positions,
+// SwiGLU and no biases; D_FF 176 for three feed-forward matrices keeps the
+// parameter count within 0.4% of shakespeare-small's (209,665 against
+// 210,497 for 65 characters).
+struct ShakespeareLlama {
+  static constexpr const char* NAME = "shakespeare-llama";
+  static constexpr int MAX_T = 32, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 4, D_FF = 176;
+  static constexpr float DROPOUT = 0.0f;
+  static constexpr bool BIAS = false;
+  using Norm = PreNorm;
+  template <int D, class Be>
+  using NormLayer = RmsNorm<D, Be>;
+  using Activation = SwiGlu;
+  using Positions = Rope;
+};
+
+// Seed 000 (makemore-style names): a context long enough for any name.
+struct Names {
+  static constexpr const char* NAME = "names";
+  static constexpr int MAX_T = 16, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 4, D_FF = 256;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+
+// Between the two Shakespeare models (the benchmark's middle size).
+struct ShakespeareMid {
+  static constexpr const char* NAME = "shakespeare-mid";
+  static constexpr int MAX_T = 128, D_MODEL = 128, N_HEADS = 4, N_LAYERS = 4, D_FF = 512;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
+// Seed 002's scaled-up model: D384 H6 L6 T256, dropout 0.2.
+struct ShakespeareLarge {
+  static constexpr const char* NAME = "shakespeare-large";
+  static constexpr int MAX_T = 256, D_MODEL = 384, N_HEADS = 6, N_LAYERS = 6, D_FF = 1536;
+  static constexpr float DROPOUT = 0.2f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
+// GPT-2 small's shape (D768 H12 L12 T1024): GPT-2 checkpoints, the GPU benchmark.
+struct Gpt2Small {
+  static constexpr const char* NAME = "gpt2-small";
+  static constexpr int MAX_T = 1024, D_MODEL = 768, N_HEADS = 12, N_LAYERS = 12, D_FF = 3072;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+
+// Classifiers (Classifier) -------------------------------------------------
+
+struct ClassifierTiny {
+  static constexpr const char* NAME = "tiny";
+  static constexpr int MAX_T = 32, D_MODEL = 32, N_HEADS = 2, N_LAYERS = 1, D_FF = 64;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PostNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
+// Seed 004's sentiment model: post-norm encoder, mean pooling over words.
+struct Sst2 {
+  static constexpr const char* NAME = "sst2";
+  static constexpr int MAX_T = 64, D_MODEL = 128, N_HEADS = 4, N_LAYERS = 2, D_FF = 512;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PostNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+
+// Long reviews (IMDb: about 230 words on average): 512 tokens, a narrow
+// model, mean pooling; the vocabulary is capped by the recipe (RESULTS.md).
+struct Imdb {
+  static constexpr const char* NAME = "imdb";
+  static constexpr int MAX_T = 512, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 2, D_FF = 256;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+
+// Translators (Seq2Seq; one configuration for both sides) -------------------
+
+struct TranslatorTiny {
+  static constexpr const char* NAME = "tiny";
+  static constexpr int MAX_T = 24, D_MODEL = 32, N_HEADS = 2, N_LAYERS = 1, D_FF = 64;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Sinusoidal;
+};
+
+// Seed 001's encoder-decoder scaled to a 2-core machine; sinusoidal
+// positions as in seed 003.
+struct Multi30k {
+  static constexpr const char* NAME = "multi30k";
+  static constexpr int MAX_T = 64, D_MODEL = 256, N_HEADS = 4, N_LAYERS = 3, D_FF = 512;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Sinusoidal;
+};
+
+}  // namespace presets
+
+using LanguageModelPresets =
+    PresetList<presets::Tiny, presets::ShakespeareSmall, presets::ShakespeareLlama, presets::Names,
+               presets::ShakespeareMid, presets::ShakespeareLarge, presets::Gpt2Small>;
+using ClassifierPresets = PresetList<presets::ClassifierTiny, presets::Sst2, presets::Imdb>;
+using TranslatorPresets = PresetList<presets::TranslatorTiny, presets::Multi30k>;
+
+}  // namespace xfmr
