@@ -6,7 +6,7 @@
 // stating its operations' contracts: linear, residual, positional,
 // layer_norm, rms_norm, activation, dropout, embedding, classifier, losses,
 // optimizers, attention (family.hpp says how they are put together). They
-// are compiled once, in src/cpu_backend.cpp, for float and double.
+// are compiled once, in src/cpu_backend_float.cpp and src/cpu_backend_double.cpp.
 //
 // Threading is one level only. Every operation splits its rows, columns or
 // (batch, head) pairs over the OpenMP threads with detail::parallel_ranges,

@@ -7,10 +7,11 @@
 // defined out of line below it; XFMR_CPU_FAMILY(CpuXxx) at the end of the
 // file declares CpuXxx<float> and CpuXxx<double> explicitly instantiated
 // elsewhere (extern template). So the definitions, and Eigen's kernels, are
-// compiled once, in src/cpu_backend.cpp (which defines XFMR_CPU_INSTANTIATE
-// before it includes cpu.hpp, turning each declaration into the
-// instantiation itself); every other translation unit calls them. A family
-// that reads CpuOptions takes them in its constructor.
+// compiled once, in src/cpu_backend_float.cpp and src/cpu_backend_double.cpp
+// (each defines XFMR_CPU_INSTANTIATE as its scalar type before it includes
+// cpu.hpp, turning each declaration into that type's instantiation); every
+// other translation unit calls them. A family that reads CpuOptions takes
+// them in its constructor.
 #pragma once
 
 namespace xfmr {
@@ -27,9 +28,7 @@ struct CpuOptions {
 }  // namespace xfmr
 
 #ifdef XFMR_CPU_INSTANTIATE
-#define XFMR_CPU_FAMILY(Family) \
-  template class Family<float>; \
-  template class Family<double>
+#define XFMR_CPU_FAMILY(Family) template class Family<XFMR_CPU_INSTANTIATE>
 #else
 #define XFMR_CPU_FAMILY(Family)        \
   extern template class Family<float>; \
