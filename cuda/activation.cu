@@ -1,4 +1,4 @@
-// activation.cu: ReLU, GELU (tanh form) and SwiGLU, forward and backward.
+// activation.cu: ReLU, GELU (tanh form), SwiGLU and GeGLU, forward and backward.
 #include "common.cuh"
 
 namespace xfmr {
@@ -51,6 +51,29 @@ __global__ void swiglu_backward_kernel(std::size_t total, int n, const float* h,
     dh[2 * r * n + n + j] = dy[i] * g * s;
   }
 }
+// GeGLU over rows of [gate | up]: gelu(g) u, GELU's tanh form; backward as
+// gelu_backward_kernel's derivative (1 - tanh^2 through exp(-2|u|)).
+__device__ float gelu_of(float v) { return 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v))); }
+__device__ float gelu_slope(float v) {
+  const float u = kGeluC * (v + 0.044715f * v * v * v);
+  const float t = tanhf(u), e = expf(-2.0f * fabsf(u));
+  const float sech2 = 4.0f * e / ((1.0f + e) * (1.0f + e));
+  return 0.5f * (1.0f + t) + 0.5f * v * sech2 * kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+}
+__global__ void geglu_forward_kernel(std::size_t total, int n, const float* h, float* y) {
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) {
+    const std::size_t r = i / n, j = i % n;
+    y[i] = gelu_of(h[2 * r * n + j]) * h[2 * r * n + n + j];
+  }
+}
+__global__ void geglu_backward_kernel(std::size_t total, int n, const float* h, const float* dy, float* dh) {
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) {
+    const std::size_t r = i / n, j = i % n;
+    const float g = h[2 * r * n + j], u = h[2 * r * n + n + j];
+    dh[2 * r * n + j] = dy[i] * u * gelu_slope(g);
+    dh[2 * r * n + n + j] = dy[i] * gelu_of(g);
+  }
+}
 }  // namespace
 
 void CudaBackend::relu_forward(std::size_t n, const S* x, S* y) {
@@ -73,6 +96,16 @@ void CudaBackend::swiglu_forward(int rows, int n, const S* h, S* y) {
 void CudaBackend::swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
   const std::size_t total = std::size_t(rows) * n;
   cuda::detail::launch("swiglu_backward", cuda::elementwise_launch(total), swiglu_backward_kernel, total, n, h, dy,
+                       dh);
+}
+
+void CudaBackend::geglu_forward(int rows, int n, const S* h, S* y) {
+  const std::size_t total = std::size_t(rows) * n;
+  cuda::detail::launch("geglu_forward", cuda::elementwise_launch(total), geglu_forward_kernel, total, n, h, y);
+}
+void CudaBackend::geglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
+  const std::size_t total = std::size_t(rows) * n;
+  cuda::detail::launch("geglu_backward", cuda::elementwise_launch(total), geglu_backward_kernel, total, n, h, dy,
                        dh);
 }
 

@@ -185,6 +185,12 @@ BOOST_AUTO_TEST_CASE(activations) {
     cpu.swiglu_backward(rows, w, h.data(), up2.data(), sdh.data());
     gpu.swiglu_backward(rows, w, d_h.p(), d_up2.p(), d_sdh.p());
     expect_close(sdh, d_sdh.host(), "swiglu_backward", 1e-5, 1e-6);
+    cpu.geglu_forward(rows, w, h.data(), sy.data());
+    gpu.geglu_forward(rows, w, d_h.p(), d_sy.p());
+    expect_close(sy, d_sy.host(), "geglu_forward", 1e-5, 1e-6);
+    cpu.geglu_backward(rows, w, h.data(), up2.data(), sdh.data());
+    gpu.geglu_backward(rows, w, d_h.p(), d_up2.p(), d_sdh.p());
+    expect_close(sdh, d_sdh.host(), "geglu_backward", 1e-5, 1e-6);
   }
   cpu.gelu_forward(n, x.data(), y.data());
   gpu.gelu_forward(n, d_x.p(), d_y.p());

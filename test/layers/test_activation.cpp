@@ -50,6 +50,28 @@ BOOST_AUTO_TEST_CASE(relu_zeroes_negatives) {
   BOOST_TEST(y == (std::vector<float>{0, 0, 0.5f, 3}), boost::test_tools::per_element());
 }
 
+// GeGLU's backend ops on rows of [gate | up]: the gradient in double, and
+// the formula gelu(g) u with GELU's tanh form.
+BOOST_AUTO_TEST_CASE(geglu_gradients_and_formula) {
+  Rng rng(13);
+  Be be;
+  const int rows = 3, n = 5;
+  GradCase c;
+  c.name = "GeGLU";
+  c.input("h", rows * 2 * n, rng, 3.0);
+  c.output(rows * n, rng);
+  c.forward = [&] { GeGlu::forward(be, rows, n, c.x[0].data(), c.y.data()); };
+  c.backward = [&] { GeGlu::backward(be, rows, n, c.x[0].data(), c.dy.data(), c.dx[0].data()); };
+  check_case(c);
+  c.forward();
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < n; ++j) {
+      const double g = c.x[0][r * 2 * n + j], u = c.x[0][r * 2 * n + n + j];
+      const double gelu = 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
+      BOOST_TEST(c.y[r * n + j] == gelu * u, boost::test_tools::tolerance(1e-13));
+    }
+}
+
 // SwiGLU's backend ops on rows of [gate | up]: the gradient in double, and
 // the formula silu(g) u = g u / (1 + exp(-g)).
 BOOST_AUTO_TEST_CASE(swiglu_gradients_and_formula) {

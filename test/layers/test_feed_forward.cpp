@@ -25,6 +25,10 @@ void check_ff(const char* name) {
 BOOST_AUTO_TEST_CASE(feed_forward_gelu_gradients) { check_ff<TinyPre>("FeedForward GELU"); }
 BOOST_AUTO_TEST_CASE(feed_forward_relu_gradients) { check_ff<TinyPost>("FeedForward ReLU"); }
 BOOST_AUTO_TEST_CASE(feed_forward_swiglu_gradients) { check_ff<TinyLlama>("FeedForward SwiGLU"); }
+struct TinyGeglu : TinyPre {
+  using Activation = GeGlu;
+};
+BOOST_AUTO_TEST_CASE(feed_forward_geglu_gradients) { check_ff<TinyGeglu>("FeedForward GeGLU"); }
 
 BOOST_AUTO_TEST_CASE(feed_forward_parameter_names) {
   Rng rng(1);

@@ -359,6 +359,16 @@ def rms_norm(out_dir, rows=7, seed=8, eps=1e-5):
 
 def swiglu_feed_forward(out_dir, rows=7, seed=9):
     """SwiGLU feed-forward in plain torch: fc2(silu(gate) * up), [gate | up] = fc1(x) (fc1 holds 2 FF rows)."""
+    gated_feed_forward(out_dir, "swiglu_feed_forward", F.silu, "F.silu(gate) * up", rows, seed)
+
+
+def geglu_feed_forward(out_dir, rows=7, seed=11):
+    """GeGLU feed-forward (T5 v1.1) in plain torch: fc2(gelu(gate) * up), GELU's tanh form."""
+    gated_feed_forward(out_dir, "geglu_feed_forward", lambda g: F.gelu(g, approximate="tanh"),
+                       "F.gelu(gate, approximate='tanh') * up", rows, seed)
+
+
+def gated_feed_forward(out_dir, name, act, formula, rows, seed):
     gen = torch.Generator().manual_seed(seed)
     fc1, fc2 = torch.nn.Linear(D, 2 * FF), torch.nn.Linear(FF, D)
     for p in list(fc1.parameters()) + list(fc2.parameters()):
@@ -367,7 +377,7 @@ def swiglu_feed_forward(out_dir, rows=7, seed=9):
     x = f32(2 * torch.rand(rows, D, generator=gen) - 1).requires_grad_()
     dy = f32(2 * torch.rand(rows, D, generator=gen) - 1)
     gate, up = fc1(x).split(FF, dim=-1)
-    y = fc2(F.silu(gate) * up)
+    y = fc2(act(gate) * up)
     y.backward(dy)
     t = {"x": x, "dy": dy}
     layers = {"fc1": fc1, "fc2": fc2}
@@ -377,8 +387,8 @@ def swiglu_feed_forward(out_dir, rows=7, seed=9):
     for prefix, layer in layers.items():
         t[f"grad.param.{prefix}.weight"], t[f"grad.param.{prefix}.bias"] = layer.weight.grad, layer.bias.grad
     meta = {"rows": rows, "D_MODEL": D, "D_FF": FF,
-            "reference": f"torch {torch.__version__}: Linear, split, F.silu(gate) * up, Linear"}
-    write_safetensors(out_dir / "swiglu_feed_forward.safetensors", t, {"config": json.dumps(meta)})
+            "reference": f"torch {torch.__version__}: Linear, split, {formula}, Linear"}
+    write_safetensors(out_dir / f"{name}.safetensors", t, {"config": json.dumps(meta)})
 
 
 def llama_block(out_dir, seed=10, eps=1e-5, KVH=2):
@@ -558,6 +568,7 @@ def main():
     seq2seq_model(out_dir)
     rms_norm(out_dir)
     swiglu_feed_forward(out_dir)
+    geglu_feed_forward(out_dir)
     llama_block(out_dir)
     gpt2_tiny(out_dir)
     for p in sorted(out_dir.glob("**/*.safetensors")):

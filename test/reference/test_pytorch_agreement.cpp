@@ -197,6 +197,14 @@ BOOST_AUTO_TEST_CASE(swiglu_feed_forward) {
   check_row_layer("swiglu_feed_forward", ff);
 }
 
+// The GeGLU feed-forward (T5 v1.1's gated GELU) against the same in plain torch.
+BOOST_AUTO_TEST_CASE(geglu_feed_forward) {
+  struct Cfg : FixtureCfg<PreNorm, GeGlu> {};
+  Rng rng(0);
+  FeedForward<Cfg, Cpu> ff(rng);
+  check_row_layer("geglu_feed_forward", ff);
+}
+
 // Dropout (branches and attention probabilities) switched off by evaluation
 // mode leaves the forward and backward of PyTorch's dropout-free layers.
 BOOST_AUTO_TEST_CASE(blocks_with_dropout_in_evaluation_mode) {

@@ -303,6 +303,8 @@ class CudaBackend {
   void gelu_backward(std::size_t n, const S* x, const S* dy, S* dx);
   void swiglu_forward(int rows, int n, const S* h, S* y);
   void swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh);
+  void geglu_forward(int rows, int n, const S* h, S* y);
+  void geglu_backward(int rows, int n, const S* h, const S* dy, S* dh);
   void dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep);
   void dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx);
   void embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, S* y);

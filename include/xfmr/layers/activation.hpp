@@ -6,6 +6,8 @@
 // SwiGlu (GATED): silu(g) u = g sigmoid(g) u over a hidden layer of twice the
 //   width, [g | u] (Shazeer 2020; Llama's feed-forward); FeedForward applies
 //   it (feed_forward.hpp), the layer below does not.
+// GeGlu (GATED): gelu(g) u with Gelu's tanh form, the same way (T5 v1.1's
+//   gated-GELU feed-forward).
 // Saves: a pointer to x. Backward: dx assigned (dx may alias dy). No parameters.
 #pragma once
 
@@ -42,6 +44,18 @@ struct SwiGlu {
   template <class Be, class S>
   static void backward(Be& be, int rows, int n, const S* h, const S* dy, S* dh) {
     be.swiglu_backward(rows, n, h, dy, dh);
+  }
+};
+
+// h (rows, 2 n) = [gate | up] -> y (rows, n); backward dh (rows, 2 n) assigned.
+struct GeGlu {
+  static constexpr const char* name = "geglu";
+  static constexpr bool GATED = true;
+  template <class Be, class S>
+  static void forward(Be& be, int rows, int n, const S* h, S* y) { be.geglu_forward(rows, n, h, y); }
+  template <class Be, class S>
+  static void backward(Be& be, int rows, int n, const S* h, const S* dy, S* dh) {
+    be.geglu_backward(rows, n, h, dy, dh);
   }
 };
 

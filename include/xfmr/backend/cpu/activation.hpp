@@ -5,6 +5,8 @@
 //  gelu_forward(n, x, y), gelu_backward(n, x, dy, dx)   tanh approximation
 //  swiglu_forward(rows, n, h, y)       y[r,j] = silu(h[r,j]) h[r,n+j]; h (rows, 2n) = [gate | up]
 //  swiglu_backward(rows, n, h, dy, dh) dh (rows, 2n) assigned
+//  geglu_forward(rows, n, h, y)        y[r,j] = gelu(h[r,j]) h[r,n+j] (GELU's tanh form), h as SwiGLU's
+//  geglu_backward(rows, n, h, dy, dh)  dh (rows, 2n) assigned
 // Every dx may alias dy.
 #pragma once
 
@@ -26,10 +28,15 @@ class CpuActivation {
   void gelu_backward(std::size_t n, const S* x, const S* dy, S* dx);
   void swiglu_forward(int rows, int n, const S* h, S* y);
   void swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh);
+  void geglu_forward(int rows, int n, const S* h, S* y);
+  void geglu_backward(int rows, int n, const S* h, const S* dy, S* dh);
 
  private:
   using Arr = Eigen::Array<S, Eigen::Dynamic, 1>;
   static constexpr S kGeluC = S(0.7978845608028654);  // sqrt(2 / pi)
+  // m values on this thread: y = gelu(x); dx = dy gelu'(x) (dx may alias dy).
+  static void gelu_values(long m, const S* x, S* y);
+  static void gelu_gradients(long m, const S* x, const S* dy, S* dx);
 };
 
 template <class S>
@@ -53,35 +60,42 @@ void CpuActivation<S>::relu_backward(std::size_t n, const S* x, const S* dy, S* 
 // approximation, within a few ulp of std::tanh), where std::tanh in a loop
 // is a scalar call per element (a tenth of GPT-2's training step).
 template <class S>
+void CpuActivation<S>::gelu_values(long m, const S* x, S* y) {
+  const Eigen::Map<const Arr> v(x, m);
+  Eigen::Map<Arr>(y, m) = S(0.5) * v * (S(1) + (kGeluC * (v + S(0.044715) * v.cube())).tanh());
+}
+
+template <class S>
+void CpuActivation<S>::gelu_gradients(long m_all, const S* x, const S* dy, S* dx) {
+  constexpr long kChunk = 256;  // tanh's values on the stack, not the heap
+  Eigen::Array<S, kChunk, 1> tanhs, exps;
+  for (long c = 0; c < m_all; c += kChunk) {
+    const long m = std::min(kChunk, m_all - c);
+    const Eigen::Map<const Arr> v(x + c, m), g(dy + c, m);
+    auto t = tanhs.head(m);
+    auto e = exps.head(m);
+    e = kGeluC * (v + S(0.044715) * v.cube());  // u
+    t = e.tanh();
+    // 1 - tanh(u)^2 as 4 e / (1 + e)^2 with e = exp(-2|u|): the vectorised
+    // tanh rounds to +-1 from |u| ~ 8, where 1 - t^2 would lose the tail.
+    e = (S(-2) * e.abs()).exp();
+    Eigen::Map<Arr>(dx + c, m) =
+        g * (S(0.5) * (S(1) + t) +
+             S(0.5) * v * (S(4) * e / (S(1) + e).square()) * (kGeluC * (S(1) + S(3 * 0.044715) * v.square())));
+  }
+}
+
+template <class S>
 void CpuActivation<S>::gelu_forward(std::size_t n, const S* x, S* y) {
   const long ln = static_cast<long>(n);
-  parallel_ranges(ln, ln > kParallelWork / 8, [=](long lo, long hi) {
-    const Eigen::Map<const Arr> v(x + lo, hi - lo);
-    Eigen::Map<Arr>(y + lo, hi - lo) = S(0.5) * v * (S(1) + (kGeluC * (v + S(0.044715) * v.cube())).tanh());
-  });
+  parallel_ranges(ln, ln > kParallelWork / 8, [=](long lo, long hi) { gelu_values(hi - lo, x + lo, y + lo); });
 }
 
 template <class S>
 void CpuActivation<S>::gelu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
   const long ln = static_cast<long>(n);
-  parallel_ranges(ln, ln > kParallelWork / 8, [=](long lo, long hi) {
-    constexpr long kChunk = 256;  // tanh's values on the stack, not the heap
-    Eigen::Array<S, kChunk, 1> tanhs, exps;
-    for (long c = lo; c < hi; c += kChunk) {
-      const long m = std::min(kChunk, hi - c);
-      const Eigen::Map<const Arr> v(x + c, m), g(dy + c, m);
-      auto t = tanhs.head(m);
-      auto e = exps.head(m);
-      e = kGeluC * (v + S(0.044715) * v.cube());  // u
-      t = e.tanh();
-      // 1 - tanh(u)^2 as 4 e / (1 + e)^2 with e = exp(-2|u|): the vectorised
-      // tanh rounds to +-1 from |u| ~ 8, where 1 - t^2 would lose the tail.
-      e = (S(-2) * e.abs()).exp();
-      Eigen::Map<Arr>(dx + c, m) =
-          g * (S(0.5) * (S(1) + t) +
-               S(0.5) * v * (S(4) * e / (S(1) + e).square()) * (kGeluC * (S(1) + S(3 * 0.044715) * v.square())));
-    }
-  });
+  parallel_ranges(ln, ln > kParallelWork / 8,
+                  [=](long lo, long hi) { gelu_gradients(hi - lo, x + lo, dy + lo, dx + lo); });
 }
 
 // SwiGLU over rows of [gate | up]: silu(g) u with silu(g) = g sigmoid(g);
@@ -105,6 +119,33 @@ void CpuActivation<S>::swiglu_backward(int rows, int n, const S* h, const S* dy,
       du = S(1) / (S(1) + (-g).exp());  // s, for now
       dg = d * u * du * (S(1) + g * (S(1) - du));
       du = d * g * du;
+    }
+  });
+}
+
+// GeGLU over rows of [gate | up]: gelu(g) u; backward: dg = dy u gelu'(g),
+// du = dy gelu(g), through GELU's own kernels on each row's halves (du
+// holds dy u until dg is in place).
+template <class S>
+void CpuActivation<S>::geglu_forward(int rows, int n, const S* h, S* y) {
+  parallel_ranges(long(rows), long(rows) * n > kParallelWork / 8, [=](long lo, long hi) {
+    for (long r = lo; r < hi; ++r) {
+      gelu_values(n, h + r * 2 * n, y + r * n);
+      Eigen::Map<Arr>(y + r * n, n) *= Eigen::Map<const Arr>(h + r * 2 * n + n, n);
+    }
+  });
+}
+
+template <class S>
+void CpuActivation<S>::geglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
+  parallel_ranges(long(rows), long(rows) * n > kParallelWork / 8, [=](long lo, long hi) {
+    for (long r = lo; r < hi; ++r) {
+      const S* g = h + r * 2 * n;
+      S *dg = dh + r * 2 * n, *du = dg + n;
+      Eigen::Map<Arr>(du, n) = Eigen::Map<const Arr>(dy + r * n, n) * Eigen::Map<const Arr>(g + n, n);  // dy u
+      gelu_gradients(n, g, du, dg);
+      gelu_values(n, g, du);
+      Eigen::Map<Arr>(du, n) *= Eigen::Map<const Arr>(dy + r * n, n);
     }
   });
 }
