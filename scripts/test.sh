@@ -13,9 +13,12 @@ cd "$(dirname "$self")/.."
 what="${1:-all}"
 clang_packages=(clang-14 libclang-rt-14-dev libomp-14-dev)  # the asan preset's compiler, its sanitizers, libFuzzer and OpenMP
 
+# One job more than the cores: a compiler or a test waiting on the disk or
+# a linker leaves a core idle otherwise (no test depends on timing).
+jobs=$(( $(nproc) + 1 ))
 run_preset() {  # run_preset PRESET [build target]
   cmake --preset "$1"
-  cmake --build --preset "$1" --parallel "$(nproc)" ${2:+--target "$2"}
+  cmake --build --preset "$1" --parallel "$jobs" ${2:+--target "$2"}
 }
 
 case "$what" in
@@ -27,17 +30,17 @@ case "$what" in
   release | debug)
     scripts/install-deps.sh
     run_preset "$what"
-    ctest --preset "$what" --parallel "$(nproc)"
+    ctest --preset "$what" --parallel "$jobs"
     ;;
   asan)
     scripts/install-deps.sh "${clang_packages[@]}"
     run_preset asan
-    ctest --preset asan --parallel "$(nproc)"
+    ctest --preset asan --parallel "$jobs"
     ;;
   sanitizer-lane)
     scripts/install-deps.sh "${clang_packages[@]}"
     run_preset asan sanitizer_lane
-    ctest --preset asan --parallel "$(nproc)" -L sanitizer-lane
+    ctest --preset asan --parallel "$jobs" -L sanitizer-lane
     ;;
   *)
     echo "usage: scripts/test.sh [release|sanitizer-lane|debug|asan]" >&2

@@ -67,7 +67,7 @@ BOOST_AUTO_TEST_CASE(preset_info_reads_the_configuration) {
 BOOST_AUTO_TEST_CASE(language_models_are_their_presets_decoders) {
   Be be;
   for (std::string_view name : LanguageModelPresets::names()) {
-    if (name == "gpt2-small" || name == "shakespeare-large") continue;  // large: checked for size below
+    if (name == "gpt2-small" || name == "shakespeare-large" || name == "shakespeare-mid") continue;  // large
     BOOST_TEST_CONTEXT(name) {
       const auto model = make_language_model<Be>(name, 11, 5, {.dropout = 0.0f});
       BOOST_TEST(model->preset().name == name);
@@ -85,7 +85,8 @@ BOOST_AUTO_TEST_CASE(language_models_are_their_presets_decoders) {
       });
     }
   }
-  const auto gpt2 = make_language_model<Be>("gpt2-small", 50257, 1, {.tie_weights = true, .head_bias = false});
-  BOOST_TEST(gpt2->parameter_count() == 124439808u);  // GPT-2 small's published count
+  // tok 65*128 + pos 128*128 + 4 blocks * 198,272 + ln_f 256 + head 128*65+65 (gpt2-small is built in
+  // test_gpt2_small.sh, where torch is: 124M parameters take seconds to initialise)
+  BOOST_TEST(make_language_model<Be>("shakespeare-mid", 65, 1)->parameter_count() == 826433u);
   BOOST_CHECK_THROW((void)make_language_model<Be>("gpt5", 11, 1), Error);
 }
