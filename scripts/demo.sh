@@ -22,13 +22,13 @@ echo "corpus: $(wc -c < "$demo/fortunes.txt") bytes of fortune cookies"
 
 charlm=build/release/examples/xfmr-charlm
 "$charlm" train --data "$demo/fortunes.txt" --model shakespeare-small --steps "$steps" --batch 16 --lr 1e-3 \
-  --eval-every 1000 --eval-batches 50 --samples 0 --out "$demo/checkpoint" --overwrite \
+  --eval-every 1000 --eval-batches 50 --samples 400 --out "$demo/checkpoint" --overwrite \
   --log-csv "$demo/log.csv" --report "$demo/report.html" --metrics-json "$demo/metrics.json"
 
+# Training printed a sample at temperature 1 (it is in the report too); one
+# more from the saved checkpoint, cooler and with a prompt:
 echo
-echo "=== samples (temperature 0.8) ==="
-"$charlm" sample --checkpoint "$demo/checkpoint" --tokens 400 --temperature 0.8 --seed 1
-echo
+echo "=== sample from the checkpoint (temperature 0.8) ==="
 "$charlm" sample --checkpoint "$demo/checkpoint" --tokens 300 --temperature 0.8 --seed 2 --prompt "The computer"
 echo
 echo "report: $demo/report.html   log: $demo/log.csv   checkpoint: $demo/checkpoint"
