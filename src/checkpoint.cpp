@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,7 +14,7 @@
 #include <sstream>
 
 #include "json_bounds.hpp"
-#include "temp_names.hpp"
+#include "file_writes.hpp"
 
 namespace xfmr {
 
@@ -35,18 +36,10 @@ void fsync_path(const fs::path& p, bool directory) {
   ::close(fd);
 }
 
-void write_file(const fs::path& path, std::span<const std::byte> bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  require(out.good(), path.string(), ": cannot open for writing");
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  require(out.good(), path.string(), ": write failed");
-  fsync_path(path, false);
-}
-
 }  // namespace
 
-bool is_checkpoint(const fs::path& dir) {
+bool is_checkpoint(const fs::path& target) {
+  const fs::path dir = detail::as_target(target);
   std::error_code ec;
   return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kModelFile, ec) &&
          fs::is_regular_file(dir / kTrainerStateFile, ec);
@@ -115,7 +108,8 @@ const std::string& metadata_value(const Metadata& metadata, const std::string& k
   return it->second;
 }
 
-void check_checkpoint_destination(const fs::path& dir) {
+void check_checkpoint_destination(const fs::path& target) {
+  const fs::path dir = detail::as_target(target);
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(dir, ec))) return;
   require(is_checkpoint(dir), "refusing to write a checkpoint over ", dir.string(),
@@ -128,7 +122,8 @@ void check_checkpoint_destination(const fs::path& dir) {
   }
 }
 
-int remove_interrupted_saves(const fs::path& dir) {
+int remove_interrupted_saves(const fs::path& target) {
+  const fs::path dir = detail::as_target(target);
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   const std::string prefix = std::string(".").append(dir.filename().string()).append(".new.");
   std::error_code ec;
@@ -148,34 +143,82 @@ int remove_interrupted_saves(const fs::path& dir) {
   return removed;
 }
 
-void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const SafeTensorsWriter& optimizer,
+CheckpointLock::CheckpointLock(const fs::path& target) {
+  const fs::path dir = detail::as_target(target);
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  path_ = parent / ("." + dir.filename().string() + ".lock");
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  for (;;) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      const int err = errno;
+      detail::fail(dir.string(), ": cannot create the lock file ", path_.string(), ": ", std::strerror(err));
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      char pid[32] = {};
+      const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+      ::close(fd_);
+      fd_ = -1;
+      require(err != EWOULDBLOCK, "another run is writing the checkpoint directory ", dir.string(),
+              n > 0 ? " (process " + std::string(pid, std::size_t(n)) + ")" : std::string(),
+              "; wait for it to end, or choose another directory");
+      detail::fail(dir.string(), ": cannot lock ", path_.string(), ": ", std::strerror(err));
+    }
+    // The holder before us may have removed the file after we opened it:
+    // then our lock is on a name no one else sees; take the new file's.
+    struct stat held {}, named {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev)
+      break;
+    ::close(fd_);
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+}
+
+CheckpointLock::~CheckpointLock() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still held, so no one locks the removed file unseen
+  ::close(fd_);
+}
+
+void write_checkpoint(const fs::path& target, const SafeTensorsWriter& model, const SafeTensorsWriter& optimizer,
                       const TrainerState& trainer_state) {
+  const fs::path dir = detail::as_target(target);
   check_checkpoint_destination(dir);
   std::error_code ec;
   const bool exists = fs::exists(dir, ec);
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
-  require(fs::is_directory(parent), dir.string(), ": cannot create the parent directory");
+  require(fs::is_directory(parent), dir.string(), ": cannot create the parent directory ", parent.string(),
+          ec ? ": " + ec.message() : "");
 
   std::string tmpl = detail::hidden_temp_template(dir, "new");
-  require(::mkdtemp(tmpl.data()) != nullptr, dir.string(), ": cannot create a temporary directory: ",
-          std::strerror(errno));
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    const int err = errno;
+    detail::fail(dir.string(), ": cannot create a directory beside it: ", std::strerror(err));
+  }
   const fs::path tmp = tmpl;
   try {
-    write_file(tmp / kModelFile, model.serialize());
-    write_file(tmp / kOptimizerFile, optimizer.serialize());
+    // Errors name the file by its final place: the temporary is hidden.
+    const auto write = [&](const char* name, std::span<const std::byte> bytes) {
+      detail::write_new_file(tmp / name, bytes, dir / name);
+    };
+    write(kModelFile, model.serialize());
+    write(kOptimizerFile, optimizer.serialize());
     const std::string state = trainer_state_json(trainer_state);
-    write_file(tmp / kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size())));
+    write(kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size())));
     ::chmod(tmp.c_str(), 0755);
     fsync_path(tmp, true);
-    if (exists) {
-      // One atomic swap: the new checkpoint takes the name, the old one the
-      // temporary name, and is removed afterwards.
-      require(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0, dir.string(),
-              ": cannot swap in the new checkpoint: ", std::strerror(errno));
-    } else {
-      require(::rename(tmp.c_str(), dir.c_str()) == 0, dir.string(), ": cannot move the new checkpoint in place: ",
-              std::strerror(errno));
+    // One atomic swap when the target exists: the new checkpoint takes the
+    // name, the old one the temporary name, and is removed afterwards.
+    const int moved = exists ? ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE)
+                             : ::rename(tmp.c_str(), dir.c_str());
+    if (moved != 0) {
+      const int err = errno;  // before anything else can change it
+      detail::fail(dir.string(), ": cannot move the new checkpoint in place: ", std::strerror(err));
     }
   } catch (...) {
     fs::remove_all(tmp, ec);

@@ -15,8 +15,9 @@
 #include <set>
 
 #include "json_bounds.hpp"
-#include "temp_names.hpp"
+#include "file_writes.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/text/text.hpp"
 
 namespace xfmr {
 
@@ -339,21 +340,9 @@ template void SafeTensors::copy_to<double>(const std::string&, const std::vector
 // ---- writing ---------------------------------------------------------------
 
 namespace {
-// Well-formed UTF-8 (Unicode's table 3-7: no overlong forms, no surrogates,
-// nothing past U+10FFFF), as the header's JSON must be.
 bool well_formed_utf8(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
-    const unsigned char c = b(0);
-    std::size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    const unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
-    const unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-    if (n > 1 && (b(1) < lo || b(1) > hi)) return false;
-    for (std::size_t k = 2; k < n; ++k)
-      if (b(k) < 0x80 || b(k) > 0xbf) return false;
-    i += n;
-  }
+  for (std::size_t i = 0, n = 0; i < s.size(); i += n)
+    if ((n = utf8_character_size(s, i)) == 0) return false;
   return true;
 }
 }  // namespace
@@ -416,48 +405,53 @@ void SafeTensorsWriter::write(const std::filesystem::path& path) const {
   write_file_atomic(path, bytes);
 }
 
-void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    // Renaming over it would turn a device (as root: /dev/null itself) or a
-    // pipe into a regular file: write through it instead.
-    require(!std::filesystem::is_directory(status), path.string(), ": is a directory, not a file to write");
-    std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-    require(out.good(), path.string(), ": write failed");
+void write_file_atomic(const std::filesystem::path& target, std::span<const std::byte> bytes) {
+  namespace fs = std::filesystem;
+  const fs::path path = detail::as_target(target);
+  struct stat old {};
+  const bool exists = ::stat(path.c_str(), &old) == 0;
+  if (exists && !S_ISREG(old.st_mode)) {
+    require(!S_ISDIR(old.st_mode), path.string(), ": is a directory, not a file to write");
+    // Renaming over a device (as root: /dev/null itself) or a pipe would
+    // replace it by a regular file: write through it instead, every write
+    // checked. A FIFO gets kFifoWaitSeconds for a reader to open it: one
+    // that no process reads is an error, not a wait without end.
+    const bool fifo = S_ISFIFO(old.st_mode);
+    int fd = -1;
+    for (int waited_ms = 0;; waited_ms += 10) {
+      fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+      if (fd >= 0 || errno != ENXIO || waited_ms >= kFifoWaitSeconds * 1000) break;
+      ::usleep(10000);
+    }
+    if (fd < 0) {
+      const int err = errno;
+      detail::fail(path.string(), ": ", err == ENXIO ? "a FIFO that no process opened for reading in " + std::to_string(kFifoWaitSeconds) + " s"
+                                                 : std::string(std::strerror(err)));
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    int err = detail::write_all(fd, bytes);
+    if (::close(fd) != 0 && err == 0) err = errno;
+    if (err != 0) detail::fail(path.string(), ": ", std::strerror(err));
     return;
   }
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   std::string tmpl = detail::hidden_temp_template(path, "tmp");
   const int fd = ::mkstemp(tmpl.data());
-  require(fd >= 0, path.string(), ": cannot create a temporary file in ", dir.string(), ": ", std::strerror(errno));
-  auto fail = [&](const char* what) {
+  if (fd < 0) {
     const int err = errno;
-    ::close(fd);
-    ::unlink(tmpl.c_str());
-    detail::fail(path.string(), ": ", what, ": ", std::strerror(err));
-  };
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail("write failed");
-    }
-    done += static_cast<std::size_t>(w);
+    detail::fail(path.string(), ": cannot create a file in ", dir.string(), ": ", std::strerror(err));
   }
-  if (::fchmod(fd, 0644) != 0) fail("chmod failed");
-  if (::fsync(fd) != 0) fail("fsync failed");
-  if (::close(fd) != 0) {
-    const int err = errno;
+  // A replaced file keeps its permissions and, where allowed, its owner.
+  int err = ::fchmod(fd, exists ? (old.st_mode & 07777) : 0644) == 0 ? 0 : errno;
+  if (exists && err == 0 && (old.st_uid != ::geteuid() || old.st_gid != ::getegid()))
+    (void)!::fchown(fd, old.st_uid, old.st_gid);  // only root may give a file away; otherwise it stays ours
+  if (err == 0) err = detail::write_all(fd, bytes);
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmpl.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
     ::unlink(tmpl.c_str());
-    detail::fail(path.string(), ": close failed: ", std::strerror(err));
-  }
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmpl.c_str());
-    detail::fail(path.string(), ": rename failed: ", std::strerror(err));
+    detail::fail(path.string(), ": ", std::strerror(err));
   }
   // Make the rename itself durable.
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);

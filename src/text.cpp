@@ -1,5 +1,8 @@
 // text.cpp: corpus reading, tokenizers and dataset batching (see text.hpp,
 // datasets.hpp).
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -85,15 +88,40 @@ std::string gunzip(std::string_view raw, const std::string& name) {
 std::string read_text_file(const std::filesystem::path& path) {
   const std::string kind = unreadable_kind(path);
   require(kind.empty(), path.string(), ": ", kind);
-  std::ifstream in(path, std::ios::binary);
-  require(in.good(), path.string(), ": cannot open: ", std::strerror(errno));
+  // A FIFO is opened without waiting for a writer, then given kFifoWaitSeconds
+  // for one to write: a named pipe nobody writes to ends in an error, not
+  // in a process that waits without a word.
+  const bool fifo = std::filesystem::is_fifo(path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+  if (fd < 0) {
+    const int err = errno;
+    fail(path.string(), ": cannot open: ", std::strerror(err));
+  }
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  if (fifo) {
+    pollfd p{fd, POLLIN, 0};
+    int ready;
+    while ((ready = ::poll(&p, 1, kFifoWaitSeconds * 1000)) < 0 && errno == EINTR) {}
+    require(ready > 0, path.string(), ": a FIFO that no process wrote to in ", kFifoWaitSeconds,
+            " s (start its writer first)");
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  }
   std::string raw;
   char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    raw.append(buf, static_cast<std::size_t>(in.gcount()));
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      fail(path.string(), ": read failed: ", std::strerror(err));
+    }
+    if (n == 0) break;
+    raw.append(buf, static_cast<std::size_t>(n));
     require(raw.size() <= kMaxTextBytes, path.string(), ": larger than the limit of ", kMaxTextBytes, " bytes");
   }
-  require(!in.bad(), path.string(), ": read failed: ", std::strerror(errno));
   require(!raw.empty(), path.string(), ": file is empty");
   const bool gzip = raw.size() >= 2 && std::uint8_t(raw[0]) == 0x1f && std::uint8_t(raw[1]) == 0x8b;
   if (!gzip) return raw;
@@ -104,6 +132,7 @@ std::string read_text_file(const std::filesystem::path& path) {
 
 std::vector<std::string> read_lines(const std::filesystem::path& path) {
   const std::string text = read_text_file(path);
+  check_utf8(text, path.string());
   std::vector<std::string> lines;
   std::size_t start = 0;
   while (start < text.size()) {
@@ -117,18 +146,39 @@ std::vector<std::string> read_lines(const std::filesystem::path& path) {
   return lines;
 }
 
+std::size_t utf8_character_size(std::string_view s, std::size_t i) {
+  // Unicode's table 3-7: no overlong forms, no surrogates, nothing past U+10FFFF.
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  const std::size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  const unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+  const unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+  if (n > 1 && (b(1) < lo || b(1) > hi)) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (b(k) < 0x80 || b(k) > 0xbf) return 0;
+  return n;
+}
+
+void check_utf8(std::string_view text, const std::string& source) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = utf8_character_size(text, i);
+    if (n == 0) {
+      const std::size_t line = 1 + std::size_t(std::count(text.begin(), text.begin() + std::ptrdiff_t(i), '\n'));
+      const std::size_t line_start = text.rfind('\n', i == 0 ? 0 : i - 1);
+      const std::size_t column = line_start == std::string_view::npos || i == 0 ? i + 1 : i - line_start;
+      fail(source, source.empty() ? "" : ": ", "invalid UTF-8 at line ", line, ", byte ", column, " of the line (byte ",
+           i, " of the text)");
+    }
+    i += n;
+  }
+}
+
 std::vector<std::string_view> utf8_characters(std::string_view text) {
+  check_utf8(text, "");
   std::vector<std::string_view> out;
   out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    require(len != 0 && i + len <= text.size(), "invalid UTF-8 at byte ", i);
-    for (std::size_t k = 1; k < len; ++k)
-      require((static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80, "invalid UTF-8 at byte ", i + k);
-    out.push_back(text.substr(i, len));
-    i += len;
-  }
+  for (std::size_t i = 0; i < text.size(); i += out.back().size()) out.push_back(text.substr(i, utf8_character_size(text, i)));
   return out;
 }
 
@@ -189,8 +239,12 @@ std::string detokenize(std::span<const std::string> words) {
 
 CharTokenizer CharTokenizer::from_corpus(std::string_view corpus, bool with_unknown) {
   require(!corpus.empty(), "cannot build a character vocabulary from empty text");
-  std::set<std::string, std::less<>> seen;
-  for (auto ch : utf8_characters(corpus)) seen.emplace(ch);  // byte order = code-point order for UTF-8
+  check_utf8(corpus, "");
+  std::set<std::string, std::less<>> seen;  // byte order = code-point order for UTF-8
+  for (std::size_t i = 0, n = 0; i < corpus.size(); i += n) {
+    n = utf8_character_size(corpus, i);
+    if (const std::string_view ch = corpus.substr(i, n); !seen.contains(ch)) seen.emplace(ch);
+  }
   CharTokenizer t;
   for (const auto& s : seen) t.tokens_.push_back(s);
   if (with_unknown) {
@@ -214,8 +268,10 @@ std::vector<std::int32_t> CharTokenizer::encode(std::string_view text) const {
     for (char c : text) ids.push_back(static_cast<unsigned char>(c));
     return ids;
   }
-  std::size_t offset = 0;
-  for (auto ch : utf8_characters(text)) {
+  check_utf8(text, "");
+  ids.reserve(text.size());  // an upper bound: one id a byte
+  for (std::size_t offset = 0; offset < text.size();) {
+    const std::string_view ch = text.substr(offset, utf8_character_size(text, offset));
     const auto it = ids_.find(ch);
     if (it != ids_.end()) {
       ids.push_back(it->second);
@@ -291,8 +347,7 @@ CharTokenizer CharTokenizer::from_json(std::string_view text) try {
 
 // ---- WordVocab -------------------------------------------------------------
 
-namespace {
-std::vector<std::string_view> words_of(std::string_view text) {
+std::vector<std::string_view> split_words(std::string_view text) {
   std::vector<std::string_view> out;
   std::size_t i = 0;
   while (i < text.size()) {
@@ -304,7 +359,6 @@ std::vector<std::string_view> words_of(std::string_view text) {
   }
   return out;
 }
-}  // namespace
 
 WordVocab WordVocab::build(std::span<const std::string> texts, int min_freq, std::vector<std::string> specials,
                            std::size_t max_words) {
@@ -321,7 +375,7 @@ WordVocab WordVocab::build(std::span<const std::string> texts, int min_freq, std
   v.unknown_ = unk->second;
   std::map<std::string, long, std::less<>> counts;
   for (const auto& t : texts)
-    for (auto w : words_of(t)) ++counts[std::string(w)];
+    for (auto w : split_words(t)) ++counts[std::string(w)];
   // Most frequent first, ties alphabetical: a stable, readable order.
   std::vector<std::pair<std::string, long>> kept;
   for (auto& [w, c] : counts)
@@ -337,7 +391,7 @@ WordVocab WordVocab::build(std::span<const std::string> texts, int min_freq, std
 
 std::vector<std::int32_t> WordVocab::encode(std::string_view text) const {
   std::vector<std::int32_t> ids;
-  for (auto w : words_of(text)) ids.push_back(id(w));
+  for (auto w : split_words(text)) ids.push_back(id(w));
   return ids;
 }
 

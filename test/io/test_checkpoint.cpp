@@ -173,6 +173,43 @@ BOOST_AUTO_TEST_CASE(overwrites_only_checkpoints_and_leaves_no_temporaries) {
   BOOST_CHECK_THROW(read_trainer_state(d.path / "mine"), Error);
 }
 
+// "run/" (as shell completion writes it) names the directory run: the
+// first save and every later one land there, with no temporaries inside.
+BOOST_AUTO_TEST_CASE(a_trailing_slash_names_the_directory) {
+  TempDir d;
+  SafeTensorsWriter m, o;
+  const std::vector<float> a = {1, 2};
+  m.add<float>("w", {2}, a);
+  const std::string slashed = (d.path / "run").string() + "/";
+  write_checkpoint(slashed, m, o, {});
+  write_checkpoint(slashed, m, o, TrainerState{3, 0, {}});
+  BOOST_TEST(is_checkpoint(slashed));
+  BOOST_TEST(read_trainer_state(d.path / "run").step == 3);
+  BOOST_TEST(entries(d.path) == 1u);
+  BOOST_TEST(entries(d.path / "run") == 3u);
+}
+
+// One writer per checkpoint directory: a second lock, from this process or
+// another, names the holder; releasing the first frees the directory and
+// removes the lock file.
+BOOST_AUTO_TEST_CASE(a_checkpoint_directory_takes_one_writer) {
+  TempDir d;
+  {
+    const CheckpointLock first(d.path / "run");
+    try {
+      const CheckpointLock second(d.path / "run/");
+      BOOST_ERROR("a second lock on the same directory was taken");
+    } catch (const Error& e) {
+      const std::string expected = "another run is writing the checkpoint directory " + (d.path / "run").string() +
+                                   " (process " + std::to_string(::getpid()) + ")";
+      BOOST_TEST(std::string(e.what()).find(expected) == 0u, e.what());
+    }
+    const CheckpointLock other(d.path / "other");  // another directory: no conflict
+  }
+  const CheckpointLock again(d.path / "run");
+  BOOST_TEST(entries(d.path) == 1u);  // the lock file of "run" alone
+}
+
 // A checkpoint directory holding a file of the user's is not replaced: the
 // swap would delete the file with the old checkpoint.
 BOOST_AUTO_TEST_CASE(a_checkpoint_with_foreign_files_is_not_replaced) {

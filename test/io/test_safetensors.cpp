@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/text/text.hpp"
 
 using namespace xfmr;
 namespace fs = std::filesystem;
@@ -225,6 +226,42 @@ BOOST_AUTO_TEST_CASE(atomic_write_never_replaces_a_pipe_or_a_device) {
   BOOST_TEST(received == text);
   BOOST_CHECK_THROW(write_file_atomic(dir.path, std::as_bytes(std::span<const char>(text.data(), text.size()))), Error);
   // (Not tried on /dev/null itself: a regression would replace it on the test machine.)
+  // A FIFO that no process reads is an error, not a wait without end.
+  try {
+    write_file_atomic(fifo, std::as_bytes(std::span<const char>(text.data(), text.size())));
+    BOOST_ERROR("a FIFO without a reader was written");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()) == fifo.string() + ": a FIFO that no process opened for reading in " +
+                                            std::to_string(kFifoWaitSeconds) + " s");
+  }
+}
+
+// Every write is checked to the end, with the system's reason and the
+// user's path: a device that is full fails (small writes once vanished in
+// a stream's buffer and the program exited 0). A replaced file keeps its
+// permissions; "dir/" names the directory, not something inside it.
+BOOST_AUTO_TEST_CASE(atomic_write_checks_every_write_and_keeps_the_mode) {
+  const std::string text = "{\"loss\": 1}\n";
+  const auto bytes = std::as_bytes(std::span<const char>(text.data(), text.size()));
+  if (fs::exists("/dev/full")) {
+    try {
+      write_file_atomic("/dev/full", bytes);
+      BOOST_ERROR("writing /dev/full succeeded");
+    } catch (const Error& e) {
+      BOOST_TEST(std::string(e.what()) == "/dev/full: " + std::string(std::strerror(ENOSPC)));
+    }
+  }
+  TempDir dir;
+  const fs::path path = dir.path / "metrics.json";
+  write_file_atomic(path, bytes);
+  BOOST_TEST(((fs::status(path).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write |
+                                                                    fs::perms::group_read | fs::perms::others_read)));
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);  // 0600
+  write_file_atomic(path, bytes);
+  BOOST_TEST(((fs::status(path).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write)));
+  fs::create_directories(dir.path / "sub");
+  write_file_atomic(dir.path / "sub" / "." / ".." / "m2.json", bytes);
+  BOOST_TEST(fs::is_regular_file(dir.path / "m2.json"));
 }
 
 BOOST_AUTO_TEST_CASE(load_reports_missing_files) {

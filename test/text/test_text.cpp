@@ -94,7 +94,15 @@ BOOST_AUTO_TEST_CASE(char_tokenizer_from_corpus) {
   BOOST_TEST(tok.decode(ids) == "world hö");
   BOOST_TEST(error_of([&] { tok.encode("hex"); }) == "character 'x' at byte 2 is not in the vocabulary of 10 characters");
   BOOST_TEST(error_of([&] { tok.encode("h\x01"); }) == "character '\\x01' at byte 1 is not in the vocabulary of 10 characters");
-  BOOST_TEST(error_of([&] { tok.encode("h\xc3"); }) == "invalid UTF-8 at byte 1");
+  BOOST_TEST(error_of([&] { tok.encode("h\xc3"); }) == "invalid UTF-8 at line 1, byte 2 of the line (byte 1 of the text)");
+  // Overlong forms and surrogates are not UTF-8 (Unicode's table 3-7).
+  BOOST_TEST(error_of([&] { check_utf8("ok\nx\xc0\xaf", "f.txt"); }) ==
+             "f.txt: invalid UTF-8 at line 2, byte 2 of the line (byte 4 of the text)");
+  BOOST_TEST(error_of([&] { check_utf8("\xed\xa0\x80", "f.txt"); }) ==
+             "f.txt: invalid UTF-8 at line 1, byte 1 of the line (byte 0 of the text)");
+  BOOST_TEST(error_of([&] { check_utf8("\xf4\x90\x80\x80", "f.txt"); }) ==
+             "f.txt: invalid UTF-8 at line 1, byte 1 of the line (byte 0 of the text)");
+  check_utf8("h\xc3\xb6 \xe2\x82\xac \xf0\x9f\x98\x80", "f.txt");  // ö € 😀
   const auto back = CharTokenizer::from_json(tok.to_json());
   BOOST_TEST(back.size() == tok.size());
   BOOST_TEST((back.encode("world hö") == ids));

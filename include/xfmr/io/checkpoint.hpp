@@ -137,6 +137,24 @@ void check_checkpoint_destination(const std::filesystem::path& dir);
 // is writing `dir`.
 int remove_interrupted_saves(const std::filesystem::path& dir);
 
+// One writer per checkpoint directory: while a CheckpointLock on `dir`
+// lives, another (in this process or any other on the machine) throws an
+// xfmr::Error naming the process that holds it. The lock is an flock(2) on
+// a hidden file beside `dir` (.<name>.lock: the directory itself is swapped
+// at every save), removed when the lock is released; a process that dies
+// releases it with its descriptors.
+class CheckpointLock {
+ public:
+  explicit CheckpointLock(const std::filesystem::path& dir);
+  ~CheckpointLock();
+  CheckpointLock(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(const CheckpointLock&) = delete;
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
+
 // Writes the three files into `dir` atomically (see above).
 void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model,
                       const SafeTensorsWriter& optimizer, const TrainerState& state);

@@ -112,10 +112,14 @@ class SafeTensorsWriter {
   std::map<std::string, std::string> metadata_;
 };
 
-// Atomically replaces `path` with `bytes` (temporary file, fsync, rename).
-// An existing `path` that is not a regular file (a device such as
-// /dev/null, a pipe) is written through, never replaced by a regular file; a
-// directory is an error.
+// Atomically replaces `path` with `bytes` (temporary file, fsync, rename); a
+// replaced file keeps its permissions (a new one gets 0644). An existing
+// device (/dev/null) or pipe is written through, never replaced by a
+// regular file (a FIFO no process reads within kFifoWaitSeconds is an
+// error); a directory is an
+// error. Every failure throws naming `path`
+// and the system's reason ("No space left on device"). Hard links to a
+// replaced file keep the old contents (the rename gives `path` a new inode).
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
 
 namespace detail {

@@ -1,7 +1,8 @@
 // text.hpp: reading corpora and turning text into token ids.
 //
 // read_text_file / read_lines: plain or gzip-compressed files (one or more
-//   gzip members), detected by content; a pipe reads like a file. A missing,
+//   gzip members), detected by content; a pipe reads like a file (a FIFO
+//   nobody writes to within kFifoWaitSeconds is an error). A missing,
 //   unreadable, corrupt, empty or over-large (kMaxTextBytes) file, a
 //   directory or device, and bytes after the gzip data are each an
 //   xfmr::Error naming the file.
@@ -28,12 +29,21 @@ namespace xfmr {
 
 // The most bytes a text file may hold, before and after decompression.
 inline constexpr std::size_t kMaxTextBytes = std::size_t(1) << 30;
+// How long reading a FIFO waits for its writer's first bytes, and writing
+// one (write_file_atomic) for a reader.
+inline constexpr int kFifoWaitSeconds = 5;
 std::string read_text_file(const std::filesystem::path& path);
-// Lines without their '\n' (and a trailing '\r'); the last line may lack '\n'.
+// Lines without their '\n' (and a trailing '\r'); the last line may lack
+// '\n'. The text must be UTF-8 (check_utf8 names the file and line).
 std::vector<std::string> read_lines(const std::filesystem::path& path);
 
-// Splits UTF-8 text into characters (code points); throws on invalid UTF-8,
-// naming the byte offset.
+// UTF-8 as Unicode defines it (no overlong forms, no surrogates, nothing
+// past U+10FFFF): utf8_character_size is the byte length of the character
+// at byte i, or 0 where the bytes there are not one; check_utf8 throws an
+// xfmr::Error naming `source` and the line, column and byte of the first
+// ill-formed character; utf8_characters splits text into its characters.
+std::size_t utf8_character_size(std::string_view text, std::size_t i);
+void check_utf8(std::string_view text, const std::string& source);
 std::vector<std::string_view> utf8_characters(std::string_view text);
 
 // Word pre-tokenization for translation: optional ASCII lower-casing, then
@@ -42,6 +52,8 @@ std::vector<std::string_view> utf8_characters(std::string_view text);
 // whitespace-separated words. detokenize() joins tokens back, without spaces
 // before . , ! ? ; : ) ] or after ( [.
 std::vector<std::string> pretokenize(std::string_view text, bool lowercase = false);
+// The whitespace-separated words of text, as WordVocab reads them.
+std::vector<std::string_view> split_words(std::string_view text);
 std::string detokenize(std::span<const std::string> words);
 
 class CharTokenizer {
