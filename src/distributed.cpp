@@ -29,12 +29,16 @@ MPI_Datatype mpi_type() {
   else return MPI_INT64_T;
 }
 
-void check(int rc, const char* call, int rank, int size) {
+void check(int rc, const char* call, int rank, int size, bool collective = true) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  detail::fail(call, " failed on rank ", rank, " of ", size, ": ", std::string(text, std::size_t(len)));
+  if (!collective) detail::fail(call, " failed on rank ", rank, " of ", size, ": ", std::string(text, std::size_t(len)));
+  // The collectives only fail when the ranks called them differently: with
+  // other sizes (MPI_ERR_TRUNCATE) or in another order.
+  detail::fail("ranks disagree on a collective call's size or order (", call, " failed on rank ", rank, " of ", size,
+               ": ", std::string(text, std::size_t(len)), "); run every rank with the same options and data");
 }
 #endif
 }  // namespace
@@ -50,7 +54,7 @@ ProcessGroup::ProcessGroup() {
 #ifdef XFMR_WITH_MPI
   if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE")) return;
   int provided = 0;
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", 0, 1);
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", 0, 1, false);
   initialised_ = true;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);

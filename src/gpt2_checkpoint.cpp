@@ -107,6 +107,22 @@ Gpt2Checkpoint open_gpt2(const fs::path& path, const std::string& what) {
           ": no such file (a directory with model.safetensors and config.json, or the .safetensors file)");
   Gpt2Checkpoint c{file, SafeTensors::load(file), {}};
   c.config = read_gpt2_config(file, c.tensors);
+  // The sizes a model is built with, checked against the tensors the file
+  // holds before anything is allocated for them: a config may say anything.
+  const Gpt2Config& g = c.config;
+  const std::string prefix = detail::gpt2_prefix(c.tensors);
+  const auto expect = [&](const std::string& name, std::vector<std::int64_t> shape, const char* fields) {
+    const std::string key = prefix + name;
+    require(c.tensors.contains(key), file.string(), ": no tensor '", key, "', which its config (", fields,
+            ") calls for");
+    require(c.tensors.info(key).shape == shape, file.string(), ": tensor '", key, "' has shape ",
+            shape_string(c.tensors.info(key).shape), " but its config (", fields, ") gives ", shape_string(shape));
+  };
+  expect("wte.weight", {g.vocab_size, g.n_embd}, "vocab_size, n_embd");
+  expect("wpe.weight", {g.n_positions, g.n_embd}, "n_positions, n_embd");
+  expect("h." + std::to_string(g.n_layer - 1) + ".mlp.c_fc.weight", {g.n_embd, g.d_ff()}, "n_layer, n_embd, n_inner");
+  require(!c.tensors.contains(prefix + "h." + std::to_string(g.n_layer) + ".mlp.c_fc.weight"), file.string(),
+          ": holds more blocks than its config's n_layer ", g.n_layer);
   return c;
 }
 

@@ -185,9 +185,15 @@ BOOST_AUTO_TEST_CASE(mismatches_are_named) {
     check_error([&] { load(file); }, message);
     fs::remove_all(file.parent_path());
   };
-  expect("embd", tiny_config(",\"n_embd\": 64"), keep, "n_embd is 64 but the model's D_MODEL is 32");
-  expect("layers", tiny_config(",\"n_layer\": 3"), keep, "n_layer is 3 but the model's N_LAYERS is 2");
-  expect("vocab", tiny_config(",\"vocab_size\": 50257"), keep, "vocab_size is 50257 but the model's vocabulary is 61");
+  // A config's sizes are checked against the file's tensors before a model
+  // is built from them (a 4-byte file with vocab_size 16M allocated 9.6 GB).
+  expect("embd", tiny_config(",\"n_embd\": 64"), keep,
+         "tensor 'wte.weight' has shape (61, 32) but its config (vocab_size, n_embd) gives (61, 64)");
+  expect("layers", tiny_config(",\"n_layer\": 3"), keep,
+         "no tensor 'h.2.mlp.c_fc.weight', which its config (n_layer, n_embd, n_inner) calls for");
+  expect("fewer", tiny_config(",\"n_layer\": 1"), keep, "holds more blocks than its config's n_layer 1");
+  expect("vocab", tiny_config(",\"vocab_size\": 16000000"), keep,
+         "tensor 'wte.weight' has shape (61, 32) but its config (vocab_size, n_embd) gives (16000000, 32)");
   expect("act", tiny_config(",\"activation_function\": \"relu\""), keep, "activation_function 'relu' is not GELU's tanh");
   expect("eps", tiny_config(",\"layer_norm_epsilon\": 1e-6"), keep, "layer_norm_epsilon 1e-06 is not xfmr's");
   expect("type", tiny_config(",\"model_type\": \"llama\""), keep, "model_type 'llama' is not gpt2");
@@ -199,7 +205,7 @@ BOOST_AUTO_TEST_CASE(mismatches_are_named) {
         (void)v;
         return true;
       },
-      "tensor 'h.1.mlp.c_fc.weight' has shape (128, 32) but this model needs (32, 128)");
+      "tensor 'h.1.mlp.c_fc.weight' has shape (128, 32) but its config (n_layer, n_embd, n_inner) gives (32, 128)");
   expect("missing", tiny_config(), [](std::string& key, auto&, auto&) { return key != "h.0.ln_2.bias"; },
          "no tensor 'h.0.ln_2.bias'");
   expect(

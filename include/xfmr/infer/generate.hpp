@@ -84,6 +84,9 @@ class Generator {
       const std::int32_t next = sampler(last, rng);
       const bool restart = opts.restart && next == *opts.restart;
       if (restart) context.clear();
+      // Only the last max_t tokens are ever read again: the context stays
+      // within twice that, however many tokens are asked for.
+      if (context.size() >= 2 * std::size_t(max_t)) context.erase(context.begin(), context.end() - max_t);
       context.push_back(next);
       out.push_back(next);
       bool more = true;

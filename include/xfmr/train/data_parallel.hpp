@@ -80,6 +80,10 @@ struct Shard {
   double share() const { return total > 0 ? double(size()) / double(total) : 0.0; }
 };
 
+// The most shards a DataParallel takes: each holds a replica and its
+// buffers, and a batch splits into no more shards than it has sequences.
+inline constexpr int kMaxShards = 1024;
+
 template <class Model, class Backend>
 class DataParallel {
   static_assert(TrainableModel<Model>, "DataParallel: the model must provide visit(f), for_each_dropout(f) and "
@@ -98,7 +102,8 @@ class DataParallel {
   // not matter: they are copied from model before every use).
   DataParallel(Model& model, Backend& be, Factory make_replica, int shards = 0)
       : model_(model), be_(be), make_replica_(std::move(make_replica)), shards_(shards) {
-    require(shards >= 0, "DataParallel: ", shards, " shards; give a positive count, or 0 for one per thread");
+    require(shards >= 0 && shards <= kMaxShards, "DataParallel: ", shards, " shards outside 0..", kMaxShards,
+            " (0: one per thread)");
     if (shards_ == 0) {
       if constexpr (kHostMemory) {
         std::size_t bytes = 0;
