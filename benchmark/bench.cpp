@@ -269,6 +269,8 @@ json run(const Args& a) {
   const int B = a.batch > 0 ? a.batch : default_batch(a.model), V = a.vocab;
   const int T = a.seq_len > 0 ? a.seq_len : p.max_t;
   require(T <= p.max_t, "--seq-len ", T, " exceeds ", a.model, "'s MAX_T ", p.max_t);
+  require(B <= kMaxBatch, "--batch ", B, " outside 1..", kMaxBatch);
+  check_batch_memory(p, p.n_layers, B, T, V, "--batch " + std::to_string(B));
   const double rss_before = peak_rss_mb();
   const double ceiling = gemm_ceiling(a, be);
   bool graphs = false;  // whether run_step replays graphs here
@@ -474,6 +476,12 @@ json run_attention(const Args& a) {
     fail("--attention times the CPU's attention (not ", Be::name, ")");
   } else {
   const int B = a.batch > 0 ? a.batch : 1, H = 12, hd = 64, T = a.attention, ld = 3 * H * hd, K = H * hd;
+  // The materialised path keeps B x H x T x T probabilities and their gradient.
+  const double bytes = 2.0 * 4.0 * B * H * double(T) * T;
+  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  require(bytes <= memory / 2, "--attention ", T, " with --batch ", B, ": the materialised path would keep ",
+          std::lround(bytes / 1e9), " GB of probabilities, more than half this machine's ", std::lround(memory / 1e9),
+          " GB");
   const AttentionDims dims{B, H, T, T, hd, hd};
   const AttentionMask mask{true, nullptr};
   Rng rng(3);
@@ -716,6 +724,8 @@ int main(int argc, char** argv) {
     require(a.recompute_tokens >= 0, "--recompute-tokens ", a.recompute_tokens, " is negative");
     require(a.shards >= 0, "--shards ", a.shards, " is negative");
     require(a.vocab >= 2, "--vocab ", a.vocab, " must be at least 2");
+    check_vocabulary(std::size_t(a.vocab), 1, LanguageModelPresets::info(a.model).d_model, "--vocab", "a smaller --vocab");
+    require(a.shards <= kMaxShards, "--shards ", a.shards, " outside 0..", kMaxShards);
     require(a.min_reps >= 1 && a.warmup >= 0 && a.min_time >= 0, "--min-reps must be >= 1, --warmup and --min-time >= 0");
     {
       std::istringstream in(a.modes);

@@ -106,17 +106,20 @@ struct Corpus {
   }
 };
 
-Corpus load_corpus(const std::string& path, const RunSettings& run) {
+// The corpus of --data, checked as UTF-8 when it is read (the error names
+// the line); in names mode every name must fit the context of `length`
+// positions with its separator (the error names the file's line).
+Corpus load_corpus(const std::string& path, const RunSettings& run, int length) {
   require(!path.empty(), "--data FILE is required");
   Corpus c;
-  const std::string text = read_text_file(path);
+  std::string text = read_text_file(path);
   c.hash = fnv1a(text);
-  std::vector<std::string_view> chars;  // the characters, in order
-  try {
-    chars = utf8_characters(text);
-  } catch (const Error& e) {
-    fail(path, ": ", e.what(), " (the character model reads UTF-8 text)");
-  }
+  check_utf8(text, "--data " + path + " (the character model reads UTF-8 text)");
+  const auto characters = [](std::string_view s) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < s.size(); i += utf8_character_size(s, i)) ++n;
+    return n;
+  };
   if (run.mode == "names") {
     std::vector<std::string> lines;
     std::size_t start = 0;
@@ -125,6 +128,9 @@ Corpus load_corpus(const std::string& path, const RunSettings& run) {
       if (end == std::string::npos) end = text.size();
       std::string line = text.substr(start, end - start);
       if (!line.empty() && line.back() == '\r') line.pop_back();
+      const std::size_t n = characters(line);
+      require(n + 1 <= std::size_t(length), "--data ", path, ": the name on line ", lines.size() + 1, " has ", n,
+              " characters; with its separator that exceeds the model's context of ", length);
       lines.push_back(std::move(line));
       start = end + 1;
     }
@@ -134,11 +140,12 @@ Corpus load_corpus(const std::string& path, const RunSettings& run) {
   } else {
     require(run.mode == "text", "unknown --mode '", run.mode, "' (expected text or names)");
     // The first (1 - val_fraction) of the characters train, the rest validate.
-    const std::size_t n_train = std::size_t(double(chars.size()) * (1.0 - run.val_fraction));
+    const std::size_t n_train = std::size_t(double(characters(text)) * (1.0 - run.val_fraction));
     std::size_t bytes = 0;
-    for (std::size_t i = 0; i < n_train; ++i) bytes += chars[i].size();
-    c.train = text.substr(0, bytes);
+    for (std::size_t i = 0; i < n_train; ++i) bytes += utf8_character_size(text, bytes);
     c.val = text.substr(bytes);
+    text.resize(bytes);
+    c.train = std::move(text);
   }
   return c;
 }
@@ -146,7 +153,8 @@ Corpus load_corpus(const std::string& path, const RunSettings& run) {
 // Training and evaluation batches for either mode.
 class Batches {
  public:
-  Batches(const Corpus& c, const CharTokenizer& tok, const std::string& mode, int batch, int length, bool train) {
+  Batches(const Corpus& c, const CharTokenizer& tok, const std::string& mode, int batch, int length, bool train,
+          const std::string& data) {
     if (mode == "names") {
       const auto sep = tok.find("\n").value();
       std::vector<std::vector<std::int32_t>> seqs;
@@ -154,6 +162,10 @@ class Batches {
       seq_.emplace(std::move(seqs), batch, length, sep, sep, kIgnoreIndex);
     } else {
       ids_ = tok.encode(train ? c.train : c.val);
+      require(ids_.size() > std::size_t(length), "--data ", data, ": its ", train ? "training" : "validation",
+              " part has ", ids_.size(), " characters, too few for windows of the model's context ", length,
+              " + 1 (", train ? "a longer text, or a smaller --val-fraction" : "a longer text, or a larger --val-fraction",
+              ")");
       lm_.emplace(ids_, batch, length);
     }
   }
@@ -194,7 +206,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   const DecoderOptions model_opts{.dropout = run.dropout >= 0 ? run.dropout : preset.dropout,
                                   .attention_dropout = run.attention_dropout,
                                   .recompute = parse_recompute(args.recompute)};
-  const Corpus corpus = load_corpus(args.data, run);
+  const Corpus corpus = load_corpus(args.data, run, preset.max_t);
 
   // Tokenizer: built from the whole corpus, or the checkpoint's.
   CharTokenizer tok = CharTokenizer::byte_level();
@@ -206,8 +218,9 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
     tok = CharTokenizer::from_corpus(corpus.all_text());
   }
   const int T = preset.max_t, V = tok.size();
-  const Batches train_batches(corpus, tok, run.mode, run.batch, T, true);
-  const Batches val_batches(corpus, tok, run.mode, run.batch, T, false);
+  check_batch_memory(preset, preset.n_layers, run.batch, T, V, "--batch " + std::to_string(run.batch));
+  const Batches train_batches(corpus, tok, run.mode, run.batch, T, true, args.data);
+  const Batches val_batches(corpus, tok, run.mode, run.batch, T, false, args.data);
 
   // Under mpirun, each of the N ranks trains (and evaluates) on its batch / N
   // sequences of every batch (all draw the same batches).
@@ -237,12 +250,13 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   const long start = trainer.steps();
 
   const int rows = run.batch * T;
+  StopSignals signals;  // from here on, SIGINT and SIGTERM stop at a step boundary
   std::cout << "xfmr-charlm: " << run.model << " on " << describe(be) << ", " << model.parameter_count()
             << " parameters, vocabulary " << V << ", " << train_batches.size() << " train / " << val_batches.size()
             << (run.mode == "names" ? " val names" : " val tokens") << ", batch " << run.batch << " x " << T
             << (resumed ? ", resuming at step " + std::to_string(start) : std::string())
             << (ranks > 1 ? ", " + std::to_string(ranks) + " ranks of " + std::to_string(my_rows) + " sequences" : "")
-            << "\n";
+            << std::endl;  // flushed: a log file shows the run has started
 
   std::vector<std::int32_t> ids(rows), targets(rows);
   // The model's logits for a shard of this rank's rows of the batch in ids.
@@ -272,7 +286,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   std::vector<LossPoint> evals;
   Progress progress(start, args.steps, long(rows) * run.grad_accum);
   double last_train = -1, last_val = -1, last_loss = 0;
-  const long stop = args.stop_after > 0 ? std::min(args.stop_after, args.steps) : args.steps;
+  long stop = args.stop_after > 0 ? std::min(args.stop_after, args.steps) : args.steps;
   while (trainer.steps() < stop) {
     const StepResult r = trainer.step(
         [&](int) {
@@ -287,6 +301,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
     csv.batch(step + 1, lr, loss);
     progress.update(step, loss);
     warn_if_diverging(r, trainer.first_loss(), progress);
+    if (signals.requested(group)) stop = step + 1;  // evaluated and saved as at --stop-after
     if ((step + 1) % args.eval_every == 0 || step + 1 == stop) {
       last_train = evaluate(train_batches);
       last_val = evaluate(val_batches);
@@ -298,12 +313,13 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
       save();
     }
   }
+  signals.release();
   progress.clear_line();
   const double wall = progress.elapsed(), tps = progress.tokens_per_second();
   if (start == args.steps) std::cout << "already at step " << start << "; nothing to train\n";
 
   std::string sample;
-  if (args.samples > 0 && group.root()) {
+  if (args.samples > 0 && group.root() && !signals.stopped()) {
     Rng sample_rng(run.seed);
     const auto nl = tok.find("\n");
     std::cout << "--- sample ---\n";
@@ -336,6 +352,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
               {"tokens_per_s", tps},  {"wall_s", wall}};
     write_text_atomic(args.metrics_json, m.dump(2) + "\n");
   }
+  signals.finish(trainer.steps(), args.out);
 }
 
 struct SampleArgs {
@@ -420,6 +437,8 @@ void sample_gpt2(const SampleArgs& args) {
   stream(*model, be, args, context, std::nullopt, [&](std::int32_t id) { return tok.decode(std::span(&id, 1)); });
 }
 
+constexpr int kMaxSampleTokens = 1 << 24;
+
 int usage(const char* argv0) {
   std::cerr << "usage: " << argv0 << " train|sample [options]   (" << argv0 << " train --help for the options)\n";
   return 2;
@@ -458,6 +477,8 @@ int run_train(int argc, char** argv) {
     require(a.steps > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_batches > 0,
             "--steps, --grad-accum, --eval-every and --eval-batches must be positive");
     check_batch(a.run.batch);
+    check_stop_after(vm, a.stop_after);
+    require(a.samples <= kMaxSampleTokens, "--samples ", a.samples, " outside 0..", kMaxSampleTokens);
     check_optimizer_options(a.run.lr, a.run.clip, a.run.weight_decay);
     check_dropout_options(vm, a.run.dropout, a.run.attention_dropout);
     require(a.run.val_fraction > 0 && a.run.val_fraction < 1, "--val-fraction ", a.run.val_fraction, " outside (0, 1)");
@@ -501,7 +522,7 @@ int run_train(int argc, char** argv) {
     if (a.out.empty()) a.out = a.resume;
     check_settings();
   }
-  check_run_options(a, {{"--data", a.data}}, a.resume);
+  const auto lock = check_run_options(a, {{"--data", a.data}}, a.resume);
   dispatch_backend(a.backend, [&]<class Be>() { train<Be>(a, resumed); });
   return 0;
 }
@@ -528,7 +549,8 @@ int run_sample(int argc, char** argv) {
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(a.checkpoint.empty() != a.gpt2.empty(), "give one of --checkpoint DIR and --gpt2 DIR");
   require(a.tokenizer.empty() || !a.gpt2.empty(), "--tokenizer goes with --gpt2");
-  require(a.tokens >= 0, "--tokens ", a.tokens, " must be >= 0");
+  // Generation returns its tokens (4 bytes each) besides printing them.
+  require(a.tokens <= kMaxSampleTokens, "--tokens ", a.tokens, " outside 0..", kMaxSampleTokens);
   check_precision_name(a.precision, "--precision");
   a.sampling.validate();
   if (!a.gpt2.empty()) {

@@ -31,17 +31,6 @@ namespace {
 
 constexpr const char* kFormat = "xfmr-classify";
 
-// Refuses text that is not UTF-8, naming the file and the example.
-void check_utf8(const std::vector<LabeledText>& rows, const std::string& source) {
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    try {
-      (void)utf8_characters(rows[i].text);
-    } catch (const Error& e) {
-      fail(source, ": example ", i + 1, ": ", e.what(), " of its text");
-    }
-  }
-}
-
 // How word text is cut before the vocabulary sees it: "none" splits on
 // whitespace alone; "words" also turns HTML line breaks (<br />, as IMDb
 // reviews hold them) into spaces and splits off punctuation (pretokenize);
@@ -75,15 +64,28 @@ struct Tokens {
   std::int32_t pad = 0, cls = -1;
 
   static Tokens build(const std::string& kind, const std::string& normalize, const std::vector<LabeledText>& train,
-                      int min_freq, int max_vocab, bool cls, const std::string& source) {
+                      int min_freq, int max_vocab, bool cls, const std::string& source, int d_model, int max_t,
+                      const std::string& truncate) {
     Tokens t;
     t.kind = kind;
     std::vector<std::string> texts;
     if (kind == "word") {
       check_normalize(normalize, "--normalize");
       t.normalize = normalize;
-      for (const auto& r : train) texts.push_back(normalize_words(r.text, normalize));
+      // The vocabulary of what the model reads: the words --truncate keeps.
+      for (const auto& r : train) {
+        std::string text = normalize_words(r.text, normalize);
+        const std::vector<std::string_view> words = split_words(text);
+        if (const std::size_t keep = std::size_t(max_t - (cls ? 1 : 0)); words.size() > keep) {
+          const std::string_view first = truncate == "tail" ? words[words.size() - keep] : words.front();
+          const std::string_view last = truncate == "tail" ? words.back() : words[keep - 1];
+          text = std::string(first.data(), std::size_t(last.data() + last.size() - first.data()));
+        }
+        texts.push_back(std::move(text));
+      }
       t.words = WordVocab::build(texts, min_freq, {"<pad>", "<unk>", "<cls>"}, std::size_t(max_vocab));
+      check_vocabulary(std::size_t(t.words->size()), 3, d_model, "the word vocabulary of --train " + source,
+                       "--min-freq or --max-vocab");
       t.pad = *t.words->special("<pad>");
       if (cls) t.cls = *t.words->special("<cls>");
     } else {
@@ -92,7 +94,6 @@ struct Tokens {
       require(max_vocab == 0, "--max-vocab applies to word tokens only");
       std::string all;
       for (const auto& r : train) all += r.text;
-      check_utf8(train, source);
       // Characters: id 0 pads, the last id is CLS, unknown characters map to <unk>.
       t.chars = CharTokenizer::from_corpus(all, /*with_unknown=*/true);
       t.pad = t.chars->size();
@@ -139,7 +140,6 @@ void check_truncate(const std::string& t) {
 // "head") or its last ("tail"); Encoded::cut counts them.
 Encoded encode_all(const Tokens& tok, const std::vector<LabeledText>& rows, int classes, int max_t,
                    const std::string& truncate, const std::string& source) {
-  if (tok.chars) check_utf8(rows, source);
   Encoded e;
   const std::size_t room = std::size_t(max_t - (tok.cls >= 0 ? 1 : 0));
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -269,7 +269,9 @@ void train(TrainArgs a, const Metadata* resumed) {
             " is not the data the checkpoint was evaluated on");
   }
   const Tokens tok = resumed ? Tokens::from_json(json::parse(metadata_value(*resumed, "tokens", a.resume)))
-                             : Tokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train);
+                             : Tokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train,
+                                              Cfg::D_MODEL, Cfg::MAX_T, a.truncate);
+  check_batch_memory(preset_info<Cfg>(), Cfg::N_LAYERS, a.batch, Cfg::MAX_T, 0, "--batch " + std::to_string(a.batch));
   const Encoded train_data = encode_all(tok, train_rows, classes, Cfg::MAX_T, a.truncate, a.train);
   const Encoded dev_data = encode_all(tok, dev_rows, classes, Cfg::MAX_T, a.truncate, a.dev);
   // Under mpirun each rank trains on its rows of every batch (all draw the same batches).
@@ -307,11 +309,12 @@ void train(TrainArgs a, const Metadata* resumed) {
       epoch_rng = trainer.data_rng().state();
   }
   const long start = trainer.steps();
+  StopSignals signals;  // from here on, SIGINT and SIGTERM stop at a step boundary
   std::cout << "xfmr-classify: " << Cfg::NAME << " on " << describe(be) << ", " << parameter_count(model)
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
             << " steps" << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "")
-            << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << "\n";
+            << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << std::endl;
   report_cut(train_data, "train", Cfg::MAX_T, a.truncate);
   report_cut(dev_data, "dev", Cfg::MAX_T, a.truncate);
 
@@ -338,7 +341,7 @@ void train(TrainArgs a, const Metadata* resumed) {
   std::vector<LossPoint> evals;
   Progress progress(start, total, long(a.batch) * Cfg::MAX_T / 2);
   long tokens_seen = 0;
-  const long stop = a.stop_after > 0 ? std::min(a.stop_after, total) : total;
+  long stop = a.stop_after > 0 ? std::min(a.stop_after, total) : total;
   for (long step = start; step < stop;) {
     trainer.data_rng().set_state(epoch_rng);
     const std::vector<std::size_t> order = epoch_order(train_data.seqs.size(), trainer.data_rng());
@@ -366,6 +369,7 @@ void train(TrainArgs a, const Metadata* resumed) {
       csv.batch(step + 1, lr, loss);
       progress.update(step, loss);
       warn_if_diverging(r, trainer.first_loss(), progress);
+      if (signals.requested(group)) stop = step + 1;  // evaluated and saved as at --stop-after
       if ((step + 1) % a.eval_every == 0 || step + 1 == total || step + 1 == stop) {
         dev = evaluate(model, be, tok, dev_data, Cfg::MAX_T, 256);
         progress.clear_line();
@@ -379,6 +383,7 @@ void train(TrainArgs a, const Metadata* resumed) {
     }
     if (step % steps_per_epoch == 0) epoch_rng = trainer.data_rng().state();  // the next epoch's order is drawn here
   }
+  signals.release();
   progress.clear_line();
   const double wall = progress.elapsed();
   if (start == total) std::cout << "already at step " << start << "; nothing to train\n";
@@ -402,6 +407,7 @@ void train(TrainArgs a, const Metadata* resumed) {
                     {"train_truncated", train_data.cut}, {"dev_truncated", dev_data.cut}, {"truncate", a.truncate}};
     write_text_atomic(a.metrics_json, m.dump(2) + "\n");
   }
+  signals.finish(trainer.steps(), a.out);
 }
 
 template <class Cfg, class Be>
@@ -483,9 +489,9 @@ int run_train(int argc, char** argv) {
     a.take_settings(vm, json::parse(metadata_value(*resumed, "settings", a.resume)));
     if (a.out.empty()) a.out = a.resume;
   }
-  check_run_options(a, {{"--train", a.train}, {"--dev", a.dev}}, a.resume);
+  const auto lock = check_run_options(a, {{"--train", a.train}, {"--dev", a.dev}}, a.resume);
   require(a.epochs > 0 && a.eval_every > 0, "--epochs and --eval-every must be positive");
-  require(a.stop_after >= 0, "--stop-after ", a.stop_after, " is negative");
+  check_stop_after(vm, a.stop_after);
   check_batch(a.batch);
   check_truncate(a.truncate);
   require(a.max_vocab >= 0, "--max-vocab ", a.max_vocab, " must be 0 (no cap) or positive");

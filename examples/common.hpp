@@ -2,19 +2,24 @@
 // display, the CSV log, the HTML report and small file helpers.
 #pragma once
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -27,6 +32,7 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/safetensors.hpp"
+#include "xfmr/presets.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/distributed.hpp"
 #include "xfmr/train/trainer.hpp"
@@ -46,13 +52,43 @@ inline void write_text_atomic(const std::filesystem::path& path, const std::stri
 }
 
 // Parses argv into vm; prints the options and returns false on --help.
+// What no option of these programs means is refused here, for every option
+// at once: a word that is no option's value (`--data a.txt b.txt`), a
+// negative number for an integer option (counts, sizes, steps, seeds: an
+// unsigned one would wrap to 2^64 - 1), and NaN or infinity for a real one.
+// Each option's own range is its command's to check.
+// The arguments parse_options last read (join_ranks compares them).
+inline std::vector<std::string>& command_line() {
+  static std::vector<std::string> args;
+  return args;
+}
+
 inline bool parse_options(int argc, char** argv, const boost::program_options::options_description& opts,
                           boost::program_options::variables_map& vm) {
   namespace po = boost::program_options;
-  po::store(po::parse_command_line(argc, argv, opts), vm);
+  command_line().assign(argv, argv + argc);
+  const po::parsed_options parsed = po::command_line_parser(argc, argv).options(opts).run();
+  for (const po::option& o : parsed.options)
+    require(o.position_key < 0 && !o.unregistered, "unexpected argument '",
+            o.original_tokens.empty() ? std::string() : o.original_tokens.back(),
+            "': every value follows its option (quote a value with spaces; see --help)");
+  po::store(parsed, vm);
   if (vm.count("help")) {
     std::cout << opts << "\n";
     return false;
+  }
+  for (const po::option& o : parsed.options) {
+    const boost::any& v = vm[o.string_key].value();
+    const std::string text = o.value.empty() ? std::string() : o.value.back();
+    const bool integer = v.type() == typeid(int) || v.type() == typeid(long) || v.type() == typeid(long long) ||
+                         v.type() == typeid(unsigned) || v.type() == typeid(unsigned long) ||
+                         v.type() == typeid(unsigned long long);
+    require(!integer || !text.starts_with('-'), "--", o.string_key, " ", text,
+            " is negative (counts, sizes, steps and seeds are 0 or more)");
+    const double real = v.type() == typeid(double) ? boost::any_cast<double>(v)
+                        : v.type() == typeid(float) ? double(boost::any_cast<float>(v))
+                                                     : 0.0;
+    require(std::isfinite(real), "--", o.string_key, " ", text, " is not a finite number");
   }
   po::notify(vm);
   return true;
@@ -175,6 +211,61 @@ class Progress {
   bool dirty_ = false;
   bool quiet_ = false;
   double tokens_per_s_ = 0;
+};
+
+// SIGINT and SIGTERM while training: the first asks the run to stop at the
+// next step boundary, where the program saves its checkpoint, log and
+// report as at --stop-after, then ends with status 1 (finish()); the second
+// ends the process at once (the handler is installed with SA_RESETHAND).
+// Under mpirun the ranks agree each step (one sum of an integer), so that
+// they stop at the same step whichever rank the signal reached first.
+class StopSignals {
+ public:
+  StopSignals() {
+    caught_ = 0;
+    struct sigaction sa {};
+    sa.sa_handler = [](int sig) { caught_ = sig; };
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() { release(); }
+  // After the training loop: the signals act as before again (a signal
+  // caught since the last step boundary is raised again now).
+  void release() {
+    if (released_) return;
+    released_ = true;
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    if (caught_ != 0 && !stopped_) ::raise(caught_);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // At a step boundary: whether any rank has caught a signal.
+  bool requested(ProcessGroup& group) {
+    std::int64_t any = caught_ != 0 ? 1 : 0;
+    if (group.size() > 1) group.all_reduce_sum(std::span<std::int64_t>(&any, 1));
+    stopped_ = stopped_ || any > 0;
+    return stopped_;
+  }
+  bool stopped() const { return stopped_; }
+  // After the program has saved what it saves: the run ends with an
+  // xfmr::Error saying where it stopped and how to continue.
+  void finish(long step, const std::string& out) const {
+    if (!stopped_) return;
+    const int sig = caught_;
+    fail("interrupted", sig == SIGINT ? " (SIGINT)" : sig == SIGTERM ? " (SIGTERM)" : " (on another rank)",
+                 " after step ", step,
+                 out.empty() ? std::string("; no --out, so no checkpoint")
+                             : "; the checkpoint " + out + " continues it: --resume " + out);
+  }
+
+ private:
+  static inline volatile std::sig_atomic_t caught_ = 0;
+  struct sigaction old_int_ {}, old_term_ {};
+  bool stopped_ = false, released_ = false;
 };
 
 // Warns, once, when the Trainer finds the loss far above its start.
@@ -369,6 +460,31 @@ inline ProcessGroup& join_ranks(RunOptions& r, std::string_view backend, const s
 #endif
     require(backend == "cpu" || (backend == "cuda" && nccl), "training across processes runs on the CPU backend, or on "
             "GPUs (one a rank) with an xfmr built with NCCL; not on ", backend, " here");
+    // Every option (any of them may shape a collective call: --eval-batches
+    // sets how many evaluations sum their losses), then what a resumed run
+    // takes from its checkpoint, then the data.
+    std::string line;
+    for (const std::string& arg : command_line()) line += arg + '\n';
+    const std::vector<std::string> lines = group.all_gather(line);
+    for (std::size_t k = 1; k < lines.size(); ++k) {
+      if (lines[k] == lines[0]) continue;
+      const auto split = [](const std::string& l) {
+        std::vector<std::string> words;
+        for (std::size_t i = 0, j; i < l.size(); i = j + 1) words.push_back(l.substr(i, (j = l.find('\n', i)) - i));
+        return words;
+      };
+      const std::vector<std::string> a = split(lines[0]), b = split(lines[k]);
+      std::size_t i = 0;
+      while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+      const auto shown = [&](const std::vector<std::string>& w) {
+        if (i >= w.size()) return std::string("nothing more");
+        if (w[i].starts_with("--"))  // an option: with its value
+          return i + 1 < w.size() && !w[i + 1].starts_with("--") ? w[i] + " " + w[i + 1] : w[i];
+        return i > 0 && w[i - 1].starts_with("--") ? w[i - 1] + " " + w[i] : w[i];  // a value: with its option
+      };
+      fail("ranks disagree on the options: at argument ", i + 1, " rank 0 has '", shown(a), "', rank ", k, " has '",
+           shown(b), "'; run every rank with the same command line");
+    }
     group.require_same("the settings", settings);
     group.require_same("the training data", data);
     if (!group.root()) r.log_csv.clear(), r.report.clear(), r.metrics_json.clear();
@@ -408,6 +524,23 @@ inline bool inside(const std::filesystem::path& path, const std::filesystem::pat
   return end == d.end() && p != d;
 }
 
+// The directory `path` will be written in (its parent) exists, or, when
+// `created` (a checkpoint directory: a save makes its parents), its nearest
+// existing ancestor does; and this process may write there.
+inline void check_writable_directory(const std::string& option, const std::filesystem::path& path, bool created) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = path.lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();
+  dir = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  if (created)
+    while (!fs::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+  require(fs::is_directory(dir, ec), option, " ", path.string(), ": the directory ", dir.string(),
+          fs::exists(dir, ec) ? " is not a directory" : " does not exist");
+  require(::access(dir.c_str(), W_OK | X_OK) == 0, option, " ", path.string(), ": cannot write in ", dir.string(),
+          ": ", std::strerror(errno));
+}
+
 // Checks the files a command writes against those it reads, before any work:
 // no output may name an input or another output, and none may lie inside
 // the checkpoint directory `out` (each save replaces it whole). An output
@@ -420,6 +553,9 @@ inline void check_output_paths(const std::vector<NamedPath>& outputs, const std:
     if (o.path.empty()) continue;
     std::error_code ec;
     require(!fs::is_directory(o.path, ec), o.option, " ", o.path, " is a directory; it names a file to write");
+    require(fs::status(o.path, ec).type() != fs::file_type::socket, o.option, " ", o.path,
+            " is a socket; it names a file to write");
+    require(out.empty() || !same_file(o.path, out), o.option, " ", o.path, " names the checkpoint directory --out");
     for (const NamedPath& in : inputs)
       require(in.path.empty() || !same_file(o.path, in.path), "refusing to write ", o.option, " ", o.path,
               ": it is the ", in.option, " input");
@@ -428,16 +564,21 @@ inline void check_output_paths(const std::vector<NamedPath>& outputs, const std:
               " both name ", o.path);
     require(out.empty() || !inside(o.path, out), o.option, " ", o.path, " lies inside the checkpoint directory --out ",
             out, ", which each save replaces");
+    check_writable_directory(o.option, o.path, false);
   }
 }
 
 // Checks what add_run_options parsed, before any step: the shard count, the
 // checkpoint destination (an existing checkpoint only with --overwrite, or
-// when it is `resume`, the one this run continues), and the other outputs
-// against the `inputs` (see check_output_paths). Removes what interrupted
-// saves of --out left beside it.
-inline void check_run_options(const RunOptions& r, const std::vector<NamedPath>& inputs, const std::string& resume = "") {
-  require(r.shards >= 0, "--shards ", r.shards, " is negative");
+// when it is `resume`, the one this run continues; a directory this process
+// may create or write in), and the other outputs against the `inputs` (see
+// check_output_paths). Locks --out for this run (the lock returned; rank 0
+// alone under mpirun) and then removes what interrupted saves of it left.
+[[nodiscard]] inline std::unique_ptr<CheckpointLock> check_run_options(const RunOptions& r,
+                                                                       const std::vector<NamedPath>& inputs,
+                                                                       const std::string& resume = "") {
+  require(r.shards >= 0 && r.shards <= kMaxShards, "--shards ", r.shards, " outside 0..", kMaxShards,
+          " (0: one per thread)");
   require(r.zero == 0 || r.zero == 1, "--zero ", r.zero, " is not 0 or 1 (ZeRO stage 1 is the one there is)");
   check_precision_name(r.precision, "--precision");
   check_backend_name(r.backend, "--backend");
@@ -445,6 +586,7 @@ inline void check_run_options(const RunOptions& r, const std::vector<NamedPath>&
   if (!resume.empty()) files.push_back({"--resume", resume});
   if (!r.out.empty()) {
     check_checkpoint_destination(r.out);  // before any training, not at the first save
+    check_writable_directory("--out", r.out, true);
     require(!is_checkpoint(r.out) || r.overwrite || (!resume.empty() && same_file(r.out, resume)), "--out ", r.out,
             " holds a checkpoint already: pass --overwrite to replace it",
             resume.empty() ? "" : " (this run resumes another)", ", or choose another directory");
@@ -457,11 +599,16 @@ inline void check_run_options(const RunOptions& r, const std::vector<NamedPath>&
   }
   check_output_paths({{"--metrics-json", r.metrics_json}, {"--log-csv", r.log_csv}, {"--report", r.report}}, files,
                      r.out);
-  if (!r.out.empty()) {
+  std::unique_ptr<CheckpointLock> lock;
+#ifndef XFMR_FUZZ_CLI  // (a fuzzed --out may name any directory: the lock would create its parents)
+  if (!r.out.empty() && ProcessGroup::world().root()) {
+    lock = std::make_unique<CheckpointLock>(r.out);
     if (const int n = remove_interrupted_saves(r.out))
       std::cerr << "removed " << n << " director" << (n == 1 ? "y" : "ies") << " left beside " << r.out
                 << " by interrupted saves\n";
   }
+#endif
+  return lock;
 }
 
 // An integer in a checkpoint's JSON, within [lo, hi]: a float, a string or a
@@ -492,6 +639,49 @@ void take_saved(const boost::program_options::variables_map& vm, const nlohmann:
   require(!vm.count(option) || vm[option].defaulted() || value == s, "--", option, " differs from the checkpoint in ",
           checkpoint);
   value = s;
+}
+
+// --stop-after, when given: a step of the plan (0 would stop before the first).
+inline void check_stop_after(const boost::program_options::variables_map& vm, long stop_after) {
+  require(!vm.count("stop-after") || stop_after >= 1, "--stop-after ", stop_after,
+          " must be a step of the plan, 1 or more");
+}
+
+// The most tokens a vocabulary built from training data may hold (an
+// embedding row each), and the check of one: more than its `specials` (a
+// vocabulary of specials alone reads every word as <unk>), at most
+// kMaxVocabulary, and an embedding that trains (its weights, gradients and
+// AdamW's two moments: 16 bytes a parameter) in half the machine's memory.
+// `what` names the vocabulary and its file, `options` what makes it smaller.
+inline constexpr std::size_t kMaxVocabulary = std::size_t(1) << 20;
+inline void check_vocabulary(std::size_t size, std::size_t specials, int d_model, const std::string& what,
+                             const std::string& options) {
+  require(size > specials, what, " holds only its ", specials, " special tokens: every word would read as <unk> (",
+          options, " keeps too few words)");
+  require(size <= kMaxVocabulary, what, " has ", size, " tokens, over the limit of ", kMaxVocabulary, " (", options,
+          ")");
+  const double bytes = 16.0 * double(size) * d_model;
+  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  require(memory <= 0 || bytes <= memory / 2, what, " has ", size, " tokens, whose embedding of width ", d_model,
+          " would take ", std::lround(bytes / 1e9), " GB to train, more than half this machine's ",
+          std::lround(memory / 1e9), " GB (", options, ")");
+}
+
+// The memory a training batch of `batch` sequences of `length` positions
+// takes at least, estimated from the model's shape (`p`, `layers` blocks in
+// all): per position and block what the backward keeps (about ten rows of
+// the model's width and two of the feed-forward's; attention's own, which
+// depends on its path, not counted), and the logits with their gradient.
+// More than the machine's memory is refused, naming `option`: a batch size
+// that cannot train fails here, not in the kernel's out-of-memory killer.
+inline void check_batch_memory(const PresetInfo& p, int layers, long batch, long length, long vocab,
+                               const std::string& option) {
+  const double per_position = 4.0 * (double(layers) * (10.0 * p.d_model + 2.0 * p.d_ff) + 2.0 * double(vocab));
+  const double bytes = per_position * double(batch) * double(length);
+  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  require(memory <= 0 || bytes <= memory, option, ": a batch of ", batch, " sequences of ", length,
+          " positions would keep at least ", std::lround(bytes / 1e9), " GB of activations, more than this "
+          "machine's ", std::lround(memory / 1e9), " GB");
 }
 
 // Sequences a batch; more would overflow the batch's token count and only

@@ -52,9 +52,14 @@ std::string join_words(const std::vector<std::string>& w) {
 // One language's tokens: words of pretokenize() in a WordVocab, or BPE pieces.
 class Codec {
  public:
-  static Codec words(const std::vector<std::string>& lines, int min_freq, bool lowercase) {
+  // The vocabulary of what the model reads: each line's first max_words words.
+  static Codec words(const std::vector<std::string>& lines, int min_freq, bool lowercase, std::size_t max_words) {
     std::vector<std::string> texts;
-    for (const auto& l : lines) texts.push_back(join_words(pretokenize(l, lowercase)));
+    for (const auto& l : lines) {
+      std::vector<std::string> w = pretokenize(l, lowercase);
+      if (w.size() > max_words) w.resize(max_words);
+      texts.push_back(join_words(w));
+    }
     return Codec(WordVocab::build(texts, min_freq, kSpecials), lowercase);
   }
   static Codec bpe(const std::vector<std::string>& lines, int vocab_size, bool lowercase) {
@@ -255,8 +260,12 @@ std::vector<std::string> translate_all_ranks(ProcessGroup& group, Model& model, 
 // over heads, or one head), as an SVG heatmap: rows target, columns source.
 template <class Model, class Be>
 void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::string& src_line,
-                         const std::string& translation, const std::string& path, int head) {
-  const auto src = v.src.encode(src_line), tgt = v.tgt.encode(translation);
+                         const std::string& translation, const std::string& path, int head, int max_len) {
+  // What the translation read and wrote: at most max_len tokens each (a
+  // longer input was cut by --truncate; a translation stops at max_len).
+  auto src = v.src.encode(src_line), tgt = v.tgt.encode(translation);
+  if (src.size() > std::size_t(max_len)) src.resize(std::size_t(max_len));
+  if (tgt.size() > std::size_t(max_len)) tgt.resize(std::size_t(max_len));
   std::vector<std::int32_t> tgt_in = {v.bos()};
   tgt_in.insert(tgt_in.end(), tgt.begin(), tgt.end());
   const int S = static_cast<int>(src.size()), T = static_cast<int>(tgt_in.size());
@@ -362,13 +371,24 @@ void train(TrainArgs a, const Metadata* resumed) {
     require(metadata_value(*resumed, "data_hash", a.resume) == data_hash,
             "the training and validation files are not those the checkpoint was trained on");
   auto learn = [&](const std::vector<std::string>& lines) {
-    return a.tokens == "bpe" ? Codec::bpe(lines, a.bpe_vocab, a.lowercase) : Codec::words(lines, a.min_freq, a.lowercase);
+    return a.tokens == "bpe" ? Codec::bpe(lines, a.bpe_vocab, a.lowercase)
+                             : Codec::words(lines, a.min_freq, a.lowercase, std::size_t(max_len));
   };
   auto both = src_lines;
   if (a.share_embeddings && !resumed) both.insert(both.end(), tgt_lines.begin(), tgt_lines.end());
   const Vocabs v = resumed                ? Vocabs::from_json(json::parse(metadata_value(*resumed, "vocabs", a.resume)))
                    : a.share_embeddings ? Vocabs{learn(both), learn(both), true}
                                         : Vocabs{learn(src_lines), learn(tgt_lines), false};
+  if (!resumed) {
+    const std::string files = a.share_embeddings ? a.src_train + " and " + a.tgt_train : a.src_train;
+    check_vocabulary(std::size_t(v.src.size()), kSpecials.size(), Cfg::D_MODEL, "the source vocabulary of " + files,
+                     a.tokens == "bpe" ? "--bpe-vocab" : "--min-freq");
+    check_vocabulary(std::size_t(v.tgt.size()), kSpecials.size(), Cfg::D_MODEL,
+                     "the target vocabulary of " + (a.share_embeddings ? files : a.tgt_train),
+                     a.tokens == "bpe" ? "--bpe-vocab" : "--min-freq");
+  }
+  check_batch_memory(preset_info<Cfg>(), 2 * Cfg::N_LAYERS, a.batch, Cfg::MAX_T, v.tgt.size(),
+                     "--batch " + std::to_string(a.batch));
   const auto src_ids = encode_lines(v.src, src_lines, max_len, a.truncate, a.src_train);
   const auto tgt_ids = encode_lines(v.tgt, tgt_lines, max_len, a.truncate, a.tgt_train);
   std::vector<Pair> data;
@@ -427,6 +447,7 @@ void train(TrainArgs a, const Metadata* resumed) {
                        Shape{s.size(), b.tgt.T}, b.tgt_pad.data() + first * T);
     };
   };
+  StopSignals signals;  // from here on, SIGINT and SIGTERM stop at a step boundary
   std::cout << "xfmr-translate: " << Cfg::NAME << " on " << describe(be) << ", "
             << parameter_count(model) << " parameters, "
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
@@ -472,7 +493,7 @@ void train(TrainArgs a, const Metadata* resumed) {
   Progress progress(start, total, long(a.batch) * 14);
   long tokens = 0;
   double vloss = 0;
-  const long stop = a.stop_after > 0 ? std::min(a.stop_after, total) : total;
+  long stop = a.stop_after > 0 ? std::min(a.stop_after, total) : total;
   for (long step = start; step < stop;) {
     trainer.data_rng().set_state(epoch_rng);
     const auto batches = bucket_batches(data, a.batch, trainer.data_rng());
@@ -488,6 +509,7 @@ void train(TrainArgs a, const Metadata* resumed) {
       progress.update(step, loss);
       warn_if_diverging(r, trainer.first_loss(), progress);
       ++step;
+      if (signals.requested(group)) stop = step;  // evaluated and saved as at --stop-after
       if (step % a.eval_every == 0 || step == total || step == stop) {
         vloss = val_loss();
         progress.clear_line();
@@ -500,12 +522,24 @@ void train(TrainArgs a, const Metadata* resumed) {
     }
     if (step % per_epoch == 0) epoch_rng = trainer.data_rng().state();  // the next epoch's batches are drawn here
   }
+  signals.release();
   progress.clear_line();
   const double train_s = progress.elapsed();
   if (start == total) std::cout << "already at step " << start << "; nothing to train\n";
+  auto report = [&](const std::string& bleu) {
+    write_html_report(a.report, std::string("xfmr-translate: ") + Cfg::NAME,
+                      {{"model", std::string(Cfg::NAME) + " (" + preset_info<Cfg>().shape() + ")"},
+                       {"epochs", std::to_string(a.epochs)},
+                       {"val loss", fixed(vloss, 4)},
+                       {"val BLEU", bleu},
+                       {"training time", format_duration(train_s)}},
+                      batch_losses, evals);
+  };
   if (stop < total) {  // stopped early, to be resumed: no BLEU yet
     save(std::nullopt);
     csv.save();
+    report("- (stopped at step " + std::to_string(stop) + " of " + std::to_string(total) + ")");
+    signals.finish(stop, a.out);
     return;
   }
   // BLEU on the validation set (or its first --bleu-sentences) with beam search.
@@ -527,13 +561,7 @@ void train(TrainArgs a, const Metadata* resumed) {
     std::cout << "  " << srcs[i] << "\n  -> " << hyps[i] << "\n";
   save(bleu.score);
   csv.save();
-  write_html_report(a.report, std::string("xfmr-translate: ") + Cfg::NAME,
-                    {{"model", std::string(Cfg::NAME) + " (" + preset_info<Cfg>().shape() + ")"},
-                     {"epochs", std::to_string(a.epochs)},
-                     {"val loss", fixed(vloss, 4)},
-                     {"val BLEU", bleu.to_string()},
-                     {"training time", format_duration(train_s)}},
-                    batch_losses, evals);
+  report(bleu.to_string());
   if (!a.metrics_json.empty()) {
     const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"precision", precision_of(be)}, {"bleu", bleu.score},      {"val_loss", vloss},
                     {"epochs", a.epochs},  {"steps", total},         {"train_s", train_s},
@@ -552,6 +580,7 @@ struct UseArgs {
 template <class Cfg, class Be>
 void use(const UseArgs& a, const Metadata& metadata, bool evaluate) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
+  require(a.head < Cfg::N_HEADS, "--head ", a.head, " out of range [0, ", Cfg::N_HEADS, ") of ", Cfg::NAME, "'s heads");
   const Vocabs v = Vocabs::from_json(json::parse(metadata_value(metadata, "vocabs", a.checkpoint)));
   Be be = make_backend<Be>(a.backend, a.precision);
   Model model(v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
@@ -575,8 +604,11 @@ void use(const UseArgs& a, const Metadata& metadata, bool evaluate) {
   }
   std::vector<std::string> lines;
   if (a.input.empty()) {
-    for (std::string line; std::getline(std::cin, line);)
+    long number = 0;
+    for (std::string line; std::getline(std::cin, line);) {
+      check_utf8(line, "standard input, line " + std::to_string(++number));
       if (!line.empty()) lines.push_back(line);
+    }
     require(!lines.empty(), "no sentences to translate: standard input held none (pipe sentences in, one a line, or "
                             "pass --input FILE)");
   } else {
@@ -586,7 +618,7 @@ void use(const UseArgs& a, const Metadata& metadata, bool evaluate) {
   const auto out = translate_all(model, be, v, lines, beam, 32, max_len, a.truncate, a.input.empty() ? "stdin" : a.input);
   for (const auto& t : out) std::cout << t << "\n";
   if (!a.attention_map.empty() && !lines.empty())
-    write_attention_map(model, be, v, lines[0], out[0], a.attention_map, a.head);
+    write_attention_map(model, be, v, lines[0], out[0], a.attention_map, a.head, max_len);
 }
 
 // Beam search keeps `beam` hypotheses of every sentence of a batch, each
@@ -653,9 +685,9 @@ int run_train(int argc, char** argv) {
     if (a.out.empty()) a.out = a.resume;
   }
   require(a.epochs > 0 && a.eval_every > 0, "--epochs and --eval-every must be positive");
-  require(a.stop_after >= 0, "--stop-after ", a.stop_after, " is negative");
+  check_stop_after(vm, a.stop_after);
   check_batch(a.batch);
-  check_run_options(a, {{"--src-train", a.src_train}, {"--tgt-train", a.tgt_train}, {"--src-val", a.src_val},
+  const auto lock = check_run_options(a, {{"--src-train", a.src_train}, {"--tgt-train", a.tgt_train}, {"--src-val", a.src_val},
                         {"--tgt-val", a.tgt_val}}, a.resume);
   check_beam(a.beam);
   require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");

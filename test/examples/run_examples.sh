@@ -251,10 +251,10 @@ case "$case_name" in
     expect_error "--attention-dropout 1 outside [0, 1)" "$charlm" train --data corpus.txt --attention-dropout 1
     # Numbers that make no sense are refused before anything runs (NaN and
     # negative dropout were the preset's, a NaN clip was saved as null).
-    expect_error "--dropout nan outside [0, 1)" "$charlm" train --data corpus.txt --dropout nan
+    expect_error "--dropout nan is not a finite number" "$charlm" train --data corpus.txt --dropout nan
     expect_error "--dropout -0.5 outside [0, 1)" "$charlm" train --data corpus.txt --dropout=-0.5
-    expect_error "--clip nan must be a finite number >= 0" "$charlm" train --data corpus.txt --clip nan
-    expect_error "--lr inf must be a positive finite number" "$charlm" train --data corpus.txt --lr inf
+    expect_error "--clip nan is not a finite number" "$charlm" train --data corpus.txt --clip nan
+    expect_error "--lr inf is not a finite number" "$charlm" train --data corpus.txt --lr inf
     # A learning rate that blows the weights up stops training, naming the step.
     expect_error " at step " "$charlm" train --data corpus.txt --model tiny --steps 50 --lr 1e6 --eval-every 25 \
       --eval-batches 1 --samples 0 --log-csv "" --report ""
@@ -316,7 +316,8 @@ case "$case_name" in
     gzip -c corpus.txt > c.gz && echo "junk" >> c.gz
     expect_error "c.gz: 5 bytes after the gzip data at byte" "$charlm" train --data c.gz --steps 1
     printf 'good text \xff bad\n' > bad8.txt
-    expect_error "bad8.txt: invalid UTF-8 at byte 10" "$charlm" train --data bad8.txt --steps 1
+    expect_error "--data bad8.txt (the character model reads UTF-8 text): invalid UTF-8 at line 1, byte 11 of the line" \
+      "$charlm" train --data bad8.txt --steps 1
     train_tiny 10 cos --schedule cosine > /dev/null 2>&1 || fail "the cosine run failed"
     expect_error "--steps 20 differs from the 10 that the checkpoint's cosine schedule spans" "$charlm" train \
       --data corpus.txt --resume cos --steps 20
@@ -415,7 +416,13 @@ case "$case_name" in
       || fail "the ZeRO-1 checkpoint did not resume in one process"
     same one zhalf
     # Different settings on the two ranks (mpiexec's A : B form).
-    expect_error "ranks disagree on the settings" mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 "$charlm" "${run[@]}" --lr 0.002
+    expect_error "ranks disagree on the options: at argument 22 rank 0 has 'nothing more', rank 1 has '--lr 0.002'" mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 \
+      "$charlm" "${run[@]}" --lr 0.002
+    # Options that only shape the collective calls (--eval-batches: how many
+    # evaluations sum their losses) hung or ended in MPI_ERR_TRUNCATE.
+    other=("${run[@]}") && [[ ${other[7]} == --eval-batches ]] && other[8]=3
+    expect_error "ranks disagree on the options: at argument 9 rank 0 has '--eval-batches 2', rank 1 has '--eval-batches 3'" \
+      timeout 60 mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 "$charlm" "${other[@]}"
     # A rank that throws: rank 1 cannot read its data.
     expect_error "xfmr-charlm (rank 1): error: missing.txt: no such file" \
       timeout 60 mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 "$charlm" "${run[@]/corpus.txt/missing.txt}"
@@ -468,7 +475,7 @@ case "$case_name" in
     against_one "$translate" t train --src-train train.src --tgt-train train.tgt --src-val val.src --tgt-val val.tgt \
       --model tiny --epochs 3 --batch 32 --lr 3e-3 --min-freq 1 --eval-every 10 --log-csv "" --report ""
     grep -q "^val BLEU" t2z0.log || fail "no BLEU"
-    expect_error "ranks disagree on the settings" mpiexec -n 1 "$classify" "${c[@]}" : -n 1 "$classify" "${c[@]}" --zero 1
+    expect_error "ranks disagree on the options" mpiexec -n 1 "$classify" "${c[@]}" : -n 1 "$classify" "${c[@]}" --zero 1
     ;;
   classify_train_eval)
     make_tsv 400 train.tsv && make_tsv 60 dev.tsv
@@ -538,7 +545,7 @@ case "$case_name" in
     expect_error "refusing to write --log-csv good.tsv: it is the --train input" "$classify" train --train good.tsv \
       --dev good.tsv --log-csv good.tsv
     printf 'label\tsentence\n1\tfine \xff film\n' > bad8.tsv
-    expect_error "bad8.tsv: example 1: invalid UTF-8 at byte 5 of its text" "$classify" train --train bad8.tsv \
+    expect_error "bad8.tsv: invalid UTF-8 at line 2, byte 8 of the line" "$classify" train --train bad8.tsv \
       --dev good.tsv --model tiny --tokens char
     "$classify" train --train good.tsv --dev good.tsv --model tiny --epochs 1 --out ck --log-csv "" --report "" \
       > /dev/null 2>&1 || fail "a short training run failed"
@@ -623,6 +630,142 @@ case "$case_name" in
     expect_error "is not an xfmr checkpoint" "$translate" train --src-train a.src --tgt-train a.tgt --src-val v.src \
       --tgt-val v.tgt --model tiny --epochs 1 --out mine
     [[ $(cat mine/notes.txt) == keep ]] || fail "a user's directory was modified"
+    ;;
+  reliability)
+    # Issue 39's classes: each fails with one line before training (or, for
+    # signals, saves what the run has), and nothing the user saved is lost.
+    make_corpus && make_tsv 40 good.tsv && make_parallel 50 a && make_parallel 10 v
+    bench="$bin/../benchmark/xfmr-bench"
+    quick=(--model tiny --steps 4 --eval-every 2 --eval-batches 1 --samples 0)
+    # before_training "message" command...: the error, and no step was run.
+    before_training() {
+      local out
+      out=$("${@:2}" 2>&1) && fail "expected failure of: ${*:2}"
+      grep -qF -- "$1" <<<"$out" || fail "expected '$1' from: ${*:2}; got: $out"
+      ! grep -q "train loss\|batch loss" <<<"$out" || fail "training ran before the error: ${*:2}"
+    }
+    # 1. Memory sized by a number or an input: bounded before allocation.
+    before_training "--shards 2147483647 outside 0..1024" "$charlm" train --data corpus.txt "${quick[@]}" \
+      --shards 2147483647
+    expect_error "--vocab has 100000000 tokens, over the limit of 1048576" "$bench" --vocab 100000000 --smoke
+    expect_error "--batch 65536: a batch of 65536 sequences of 256 positions would keep at least" "$bench" \
+      --model shakespeare-large --batch 65536 --smoke
+    expect_error "--attention 1000000 with --batch 1: the materialised path would keep" "$bench" --attention 1000000
+    # A translation line of 200,000 distinct words: the vocabulary is built
+    # from the words the model reads (--truncate), not from the whole line.
+    { seq -f "w%g" 1 200000 | tr '\n' ' '; echo; head -n 49 a.src; } > wide.src
+    ( ulimit -v 4000000; "$translate" train --src-train wide.src --tgt-train a.tgt --src-val v.src --tgt-val v.tgt \
+        --model tiny --epochs 1 --truncate --min-freq 1 --bleu-sentences 2 --log-csv "" --report "" > wide.log 2>&1 ) \
+      || { cat wide.log; fail "a long line with --truncate failed"; }
+    grep -q "word vocabularies [0-9]\{1,3\} /" wide.log || { cat wide.log; fail "the vocabulary was built from the whole line"; }
+    expect_error "holds only its 3 special tokens: every word would read as <unk>" "$classify" train --train good.tsv \
+      --dev good.tsv --model tiny --min-freq 1000000
+    # 2. Nothing that could be known at the start fails after training.
+    "$charlm" train --data corpus.txt "${quick[@]}" --out slash/ --log-csv "" --report "" > slash.log 2>&1 \
+      || { cat slash.log; fail "--out slash/ failed"; }
+    [[ -f slash/model.safetensors && $(ls -A slash | wc -l) == 3 ]] || fail "--out slash/ did not save into slash"
+    "$charlm" train --data corpus.txt --resume slash/ --steps 6 --log-csv "" --report "" > resume.log 2>&1 \
+      || { cat resume.log; fail "--resume slash/ failed"; }
+    grep -q "resuming at step 4" resume.log || fail "--resume slash/ did not resume"
+    before_training "--metrics-json nodir/m.json: the directory nodir does not exist" "$charlm" train \
+      --data corpus.txt "${quick[@]}" --metrics-json nodir/m.json
+    before_training "--log-csv nodir/l.csv: the directory nodir does not exist" "$charlm" train --data corpus.txt \
+      "${quick[@]}" --log-csv nodir/l.csv
+    before_training "--metrics-json run names the checkpoint directory --out" "$charlm" train --data corpus.txt \
+      "${quick[@]}" --out run --metrics-json run
+    printf 'label\tsentence\n1\tgood film\n0\tcaf\xe9 bad\n' > latin1.tsv
+    before_training "latin1.tsv: invalid UTF-8 at line 3, byte 6 of the line" "$classify" train --train latin1.tsv \
+      --dev good.tsv --model tiny
+    { head -n 3 a.src; printf 'red caf\xe9 cat.\n'; tail -n +5 a.src; } > latin1.src
+    before_training "latin1.src: invalid UTF-8 at line 4, byte 8 of the line" "$translate" train \
+      --src-train latin1.src --tgt-train a.tgt --src-val v.src --tgt-val v.tgt --model tiny
+    { printf 'overlong \xc0\xaf here\n'; cat corpus.txt; } > overlong.txt
+    before_training "invalid UTF-8 at line 1, byte 10 of the line" "$charlm" train --data overlong.txt "${quick[@]}"
+    { printf 'surrogate \xed\xa0\x80\n'; cat corpus.txt; } > surrogate.txt
+    before_training "invalid UTF-8 at line 1, byte 11 of the line" "$charlm" train --data surrogate.txt "${quick[@]}"
+    # SIGINT stops at a step boundary with a checkpoint, the log and the
+    # report, and exits 1; the run resumes from the checkpoint.
+    "$charlm" train --data corpus.txt --model tiny --steps 1000000 --eval-every 1000000 --eval-batches 1 --samples 0 \
+      --out sig --log-csv sig.csv --report sig.html > sig.log 2>&1 &
+    job=$!
+    for _ in $(seq 1 300); do grep -q "^xfmr-charlm: tiny" sig.log && break; sleep 0.1; done
+    kill -INT $job
+    status=0; wait $job || status=$?
+    [[ $status == 1 ]] || { cat sig.log; fail "SIGINT: status $status, not 1"; }
+    grep -q "interrupted (SIGINT) after step [0-9]*; the checkpoint sig continues it: --resume sig" sig.log \
+      || { cat sig.log; fail "SIGINT: no message"; }
+    [[ -f sig/model.safetensors && -s sig.csv && -s sig.html ]] || fail "SIGINT: no checkpoint, log or report"
+    stopped=$(sed -n 's/.*interrupted (SIGINT) after step \([0-9]*\).*/\1/p' sig.log)
+    [[ $(tail -n 1 sig.csv | cut -d, -f1) == "$stopped" ]] || fail "SIGINT: the log does not end at step $stopped"
+    "$charlm" train --data corpus.txt --resume sig --steps $((stopped + 2)) --log-csv "" --report "" > sig2.log 2>&1 \
+      || { cat sig2.log; fail "SIGINT: the checkpoint did not resume"; }
+    grep -q "resuming at step $stopped" sig2.log || fail "SIGINT: resumed elsewhere"
+    # The translator stopped by SIGTERM keeps its log and report too.
+    "$translate" train --src-train a.src --tgt-train a.tgt --src-val v.src --tgt-val v.tgt --model tiny \
+      --epochs 100000 --eval-every 1000000 --out tsig --log-csv tsig.csv --report tsig.html > tsig.log 2>&1 &
+    job=$!
+    for _ in $(seq 1 300); do grep -q "^xfmr-translate: tiny" tsig.log && break; sleep 0.1; done
+    kill -TERM $job
+    status=0; wait $job || status=$?
+    [[ $status == 1 ]] && grep -q "interrupted (SIGTERM)" tsig.log || { cat tsig.log; fail "SIGTERM: status $status"; }
+    [[ -f tsig/model.safetensors && -s tsig.csv && -s tsig.html ]] || fail "SIGTERM: no checkpoint, log or report"
+    # --attention-map after a translation cut by --truncate or ended at the maximum length.
+    "$translate" train --src-train a.src --tgt-train a.tgt --src-val v.src --tgt-val v.tgt --model tiny --epochs 1 \
+      --out tk --log-csv "" --report "" > /dev/null 2>&1 || fail "a short translator run failed"
+    printf 'red %.0s' $(seq 1 40) > long.txt && echo >> long.txt
+    "$translate" translate --checkpoint tk --input long.txt --truncate --attention-map long.svg > long.out 2>&1 \
+      || { cat long.out; fail "--attention-map after --truncate failed"; }
+    grep -q "<svg" long.svg || fail "no attention map after --truncate"
+    # 3. Writes are checked: a full device fails, naming it and the reason.
+    expect_error "/dev/full: No space left on device" "$charlm" train --data corpus.txt "${quick[@]}" \
+      --metrics-json /dev/full --log-csv "" --report ""
+    expect_error "/dev/full: No space left on device" "$charlm" train --data corpus.txt "${quick[@]}" --log-csv /dev/full \
+      --report ""
+    # A replaced report keeps its permissions.
+    "$charlm" train --data corpus.txt "${quick[@]}" --report mode.html --log-csv "" > /dev/null 2>&1 || fail "report run"
+    chmod 600 mode.html
+    "$charlm" train --data corpus.txt "${quick[@]}" --report mode.html --log-csv "" > /dev/null 2>&1 || fail "report run"
+    [[ $(stat -c %a mode.html) == 600 ]] || fail "the replaced report lost its mode: $(stat -c %a mode.html)"
+    # 4. One run per --out; a FIFO nobody writes to or reads ends in an error.
+    "$charlm" train --data corpus.txt --model tiny --steps 1000000 --eval-every 1000000 --samples 0 --out locked \
+      --log-csv "" --report "" > holder.log 2>&1 &
+    job=$!
+    for _ in $(seq 1 300); do [[ -e .locked.lock ]] && break; sleep 0.1; done
+    before_training "another run is writing the checkpoint directory locked (process $job)" "$charlm" train \
+      --data corpus.txt "${quick[@]}" --out locked --overwrite
+    kill -TERM $job; wait $job
+    [[ ! -e .locked.lock ]] || fail "the lock file outlived its run"
+    mkfifo silent.fifo
+    expect_error "silent.fifo: a FIFO that no process wrote to in 5 s" "$charlm" train --data silent.fifo "${quick[@]}"
+    mkfifo deaf.fifo
+    expect_error "deaf.fifo: a FIFO that no process opened for reading in 5 s" "$charlm" train --data corpus.txt \
+      "${quick[@]}" --report "" --log-csv deaf.fifo
+    # 5. No silent values.
+    before_training "unexpected argument 'b.txt'" "$charlm" train --data corpus.txt b.txt "${quick[@]}"
+    before_training "--stop-after -3 is negative" "$charlm" train --data corpus.txt "${quick[@]}" --stop-after -3
+    before_training "--stop-after 0 must be a step of the plan" "$charlm" train --data corpus.txt "${quick[@]}" \
+      --stop-after 0
+    before_training "--samples -1 is negative" "$charlm" train --data corpus.txt --model tiny --samples -1
+    before_training "--seed -1 is negative" "$charlm" train --data corpus.txt "${quick[@]}" --seed -1
+    expect_error "--length-penalty nan is not a finite number" "$translate" translate --checkpoint tk \
+      --length-penalty nan --input v.src
+    before_training "--bleu-sentences -5 is negative" "$translate" train --src-train a.src --tgt-train a.tgt \
+      --src-val v.src --tgt-val v.tgt --model tiny --bleu-sentences -5
+    expect_error "--head -7 is negative" "$translate" translate --checkpoint tk --head -7 --input v.src
+    expect_error "--head 9 out of range [0, 2)" "$translate" translate --checkpoint tk --head 9 --input v.src \
+      --attention-map h.svg
+    expect_error "--attention -5 is negative" "$bench" --attention -5
+    # 6. Messages say what is wrong and where.
+    head -c 300 corpus.txt > short.txt
+    before_training "--data short.txt: its validation part has 30 characters, too few for windows of the model's context 32" \
+      "$charlm" train --data short.txt --model shakespeare-small --steps 2
+    printf 'ann\nbob\nchristopherjonathan\nzed\n' > names.txt
+    before_training "--data names.txt: the name on line 3 has 19 characters; with its separator that exceeds the model's context of 16" \
+      "$charlm" train --data names.txt --mode names --model names --steps 2
+    for p in "$charlm" "$classify" "$translate"; do
+      "$p" --help > /dev/null || fail "$p --help exited non-zero"
+      "$p" train --help > /dev/null || fail "$p train --help exited non-zero"
+    done
     ;;
   *) fail "unknown case $case_name" ;;
 esac
