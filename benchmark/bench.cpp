@@ -49,7 +49,7 @@
 
 #include "common.hpp"
 #include "xfmr/backend/attention_plan.hpp"
-#include "xfmr/infer/bf16_weights.hpp"
+#include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/io/gpt2.hpp"
 #include "xfmr/models/language_model.hpp"
@@ -261,6 +261,16 @@ std::int32_t argmax(std::span<const float> row) {
   return std::int32_t(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// The bytes a decoding step reads a weight element in, on the CPU: its
+// copy's in bf16 (2) or int8 (1; the scales, 4 bytes a row, left out)
+// precision, float32's otherwise.
+template <class Be>
+double weight_element_bytes(const Be& be) {
+  if (std::string(Be::name) != "cpu") return sizeof(float);
+  const std::string precision = precision_of(be);
+  return precision == "bf16" ? 2.0 : precision == "int8" ? 1.0 : double(sizeof(float));
+}
+
 template <class Be>
 json run(const Args& a) {
   using Model = LanguageModel<Be>;
@@ -368,7 +378,7 @@ json run(const Args& a) {
     double cached_flops = 0, recompute_flops = 0;
     for (int i = 0; i < n; ++i) cached_flops += cached_step_flops(p, i, V);
     for (int i = 0; i < nr; ++i) recompute_flops += forward_flops(p, 1, i + 1, V);
-    const Bf16WeightCopies bf16_weights(be, model);  // in bf16 precision, the weights a token reads are bfloat16
+    const WeightCopies bf16_weights(be, model);  // in bf16 precision, the weights a token reads are bfloat16
     Generator<Model, Be> generator(model, be);        // its cache kept from call to call
     std::vector<std::int32_t> greedy, seq;
     Rng unused(0);
@@ -413,19 +423,19 @@ json run(const Args& a) {
 #ifdef XFMR_WITH_CUDA
   if constexpr (std::is_same_v<Be, CudaBackend>) out["memory"]["peak_device_mb"] = double(cuda::memory_use().peak_bytes) / 1e6;
 #endif
-  // In bf16 precision the CPU decodes from bfloat16 copies of the weight
-  // matrices (Bf16WeightCopies), which the count adds.
-  const bool bf16 = precision_of(be) == "bf16" && std::string(Be::name) == "cpu";
-  if (bf16 && has("generate")) {
+  // In bf16 or int8 precision the CPU decodes from copies of the weight
+  // matrices (WeightCopies), which the count adds.
+  const double copy_element_bytes = weight_element_bytes(be);
+  if (copy_element_bytes < sizeof(float) && has("generate")) {
     std::size_t matrices = 0;
     model.visit([&](std::string_view, auto& value, auto&) {
       if (value.shape().size() == 2) matrices += value.size();
     });
     auto& count = out["memory"]["analytical"];
-    count["bf16_weight_copies_mb"] = double(matrices) * 2 / 1e6;
-    count["total_mb"] = count["total_mb"].get<double>() + double(matrices) * 2 / 1e6;
+    count["weight_copies_mb"] = double(matrices) * copy_element_bytes / 1e6;
+    count["total_mb"] = count["total_mb"].get<double>() + double(matrices) * copy_element_bytes / 1e6;
   }
-  const double weight_bytes = double(model.parameter_count()) * (bf16 ? 2 : sizeof(float));
+  const double weight_bytes = double(model.parameter_count()) * copy_element_bytes;
   if (has("generate") && std::string(Be::name) == "cpu" && weight_bytes >= double(64 << 20)) {
     const double bw = read_bandwidth_gbs(a.smoke);
     for (const char* k : {"generate_cached", "full_context_cached"}) {
@@ -536,7 +546,7 @@ json run_gpt2(const Args& a) {
   const auto model = make_language_model<Be>("gpt2-small", V, 1, kGpt2Options);
   load_gpt2(*model, ckpt.tensors, config);
   const double ceiling = gemm_ceiling(a, be);
-  const Bf16WeightCopies bf16_weights(be, *model);
+  const WeightCopies bf16_weights(be, *model);
   double flops = 0;
   for (int i = 0; i < n; ++i) flops += cached_step_flops(p, i, V);
   const std::int32_t start = V > 50256 ? 50256 : 0;  // <|endoftext|>
@@ -561,7 +571,7 @@ json run_gpt2(const Args& a) {
   if (std::string(Be::name) == "cpu") {
     // A token reads every weight once but the position table, of which it reads one row.
     const double bytes = (double(model->parameter_count()) - (p.max_t - 1) * p.d_model) *
-                         (precision_of(be) == "bf16" ? 2 : sizeof(float));  // bf16: the weights' copies
+                         weight_element_bytes(be);  // bf16, int8: the weights' copies
     const double bw = read_bandwidth_gbs(a.smoke);
     auto& m = out["results"]["gpt2_generate_cached"];
     m["weight_gbs"] = bytes / (m["median_ms"].get<double>() * 1e-3) * 1e-9;
@@ -591,7 +601,7 @@ json run_translator(const Args& a) {
   Model model(V, V, 1337);
   out["parameters"] = parameter_count(model);
   model.set_training(false);
-  const Bf16WeightCopies bf16_weights(be, model);
+  const WeightCopies bf16_weights(be, model);
   Rng rng(9);
   std::vector<std::int32_t> src(S_len);
   for (auto& i : src) i = std::int32_t(2 + rng.below(V - 2));
@@ -667,7 +677,7 @@ void print(const json& r) {
               << mem.value("attention", std::string("materialised")) << "\n";
   std::cout << "  peak RSS " << std::setprecision(1) << mem["peak_rss_mb"].get<double>()
             << " MB; analytical params+grads+AdamW+activations"
-            << (mem["analytical"].contains("bf16_weight_copies_mb") ? "+bf16 weight copies " : " ")
+            << (mem["analytical"].contains("weight_copies_mb") ? "+weight copies " : " ")
             << mem["analytical"]["total_mb"].get<double>() << " MB\n";
 }
 
@@ -702,7 +712,8 @@ int main(int argc, char** argv) {
        "(DataParallel); 0: one per thread, or 1 for models over 64 MiB of parameters; 1: one model, each operation "
        "threaded instead")
       ("precision", po::value(&a.precision)->default_value(a.precision),
-       "fp32, or bf16: matrix products on bfloat16 operands summed in float32 (CPU with AVX512-BF16)")
+       "fp32; bf16: matrix products on bfloat16 operands summed in float32 (CPU with AVX512-BF16); or int8 "
+       "(CPU, decoding): weights quantised to int8 once, a float32 scale a row")
       ("zero", po::value(&a.zero)->default_value(a.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 keeps them whole")
       ("recompute", po::value(&a.recompute)->default_value(a.recompute),
@@ -718,6 +729,8 @@ int main(int argc, char** argv) {
     (void)LanguageModelPresets::info(a.model);
     check_backend_name(a.backend, "--backend");
     check_precision_name(a.precision, "--precision");
+    require(a.precision != "int8" || a.modes == "generate" || !a.gpt2.empty() || !a.translator.empty(),
+            "--precision int8 times decoding: --modes generate, --gpt2 or --translator");
     (void)parse_recompute(a.recompute);
     require(a.batch >= 0, "--batch ", a.batch, " is negative");
     require(a.seq_len >= 0, "--seq-len ", a.seq_len, " is negative");

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common.hpp"
-#include "xfmr/infer/bf16_weights.hpp"
+#include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/classifier.hpp"
 #include "xfmr/presets.hpp"
@@ -175,7 +175,7 @@ template <class Model, class Be>
 EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data, int max_t, int batch,
                     ProcessGroup& group = ProcessGroup::world()) {
   model.set_training(false);
-  const Bf16WeightCopies bf16_weights(be, model);  // bf16 precision: the products read bfloat16 weights
+  const WeightCopies bf16_weights(be, model);  // bf16 precision: the products read bfloat16 weights
   CrossEntropyLoss<Be> ce;
   Accuracy acc;
   double loss = 0;

@@ -404,9 +404,10 @@ std::string preset_help() {
 }
 // --precision of the inference commands (sample, translate, eval).
 inline constexpr const char* kDecodePrecisionHelp =
-    "fp32, or bf16: the products read bfloat16 copies of the weights (half the bytes they stream) and round "
+    "fp32; bf16: the products read bfloat16 copies of the weights (half the bytes they stream) and round "
     "their other operand so, summing in float32 (CPU with AVX512-BF16, elsewhere float32 with a notice; --backend "
-    "cuda: bf16 tensor-core products, without weight copies so far)";
+    "cuda: bf16 tensor-core products, without weight copies so far); or int8 (CPU): every weight matrix quantised "
+    "once, a float32 scale a row (a quarter of the bytes), activations and sums float32";
 
 // --out, --metrics-json (what goes in it: `metrics`), --log-csv and
 // --report (default files <program>_log.csv and <program>_report.html),
@@ -580,7 +581,7 @@ inline void check_output_paths(const std::vector<NamedPath>& outputs, const std:
   require(r.shards >= 0 && r.shards <= kMaxShards, "--shards ", r.shards, " outside 0..", kMaxShards,
           " (0: one per thread)");
   require(r.zero == 0 || r.zero == 1, "--zero ", r.zero, " is not 0 or 1 (ZeRO stage 1 is the one there is)");
-  check_precision_name(r.precision, "--precision");
+  check_training_precision(r.precision, "--precision");
   check_backend_name(r.backend, "--backend");
   std::vector<NamedPath> files = inputs;
   if (!resume.empty()) files.push_back({"--resume", resume});

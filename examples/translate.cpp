@@ -21,7 +21,7 @@
 
 #include "common.hpp"
 #include "xfmr/infer/beam_search.hpp"
-#include "xfmr/infer/bf16_weights.hpp"
+#include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/infer/bleu.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/seq2seq.hpp"
@@ -208,7 +208,7 @@ std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, co
                                        const BeamOptions& beam, int batch, int max_len, bool truncate,
                                        const std::string& file) {
   const auto srcs = encode_lines(v.src, lines, max_len, truncate, file);
-  const Bf16WeightCopies bf16_weights(be, model);  // bf16 precision: the products read bfloat16 weights
+  const WeightCopies bf16_weights(be, model);  // bf16 precision: the products read bfloat16 weights
   std::vector<std::string> out;
   for (std::size_t i = 0; i < srcs.size(); i += batch) {
     const int B = static_cast<int>(std::min<std::size_t>(batch, srcs.size() - i));

@@ -50,7 +50,7 @@
 #include "xfmr/train/schedules.hpp"
 #include "xfmr/train/trainer.hpp"
 #include "xfmr/infer/beam_search.hpp"
-#include "xfmr/infer/bf16_weights.hpp"
+#include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/infer/bleu.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/infer/sampling.hpp"

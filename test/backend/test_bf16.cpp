@@ -17,7 +17,7 @@
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/core/rng.hpp"
-#include "xfmr/infer/bf16_weights.hpp"
+#include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/blocks/decoder_block.hpp"
 #include "xfmr/blocks/encoder_block.hpp"
 #include "xfmr/models/classifier.hpp"
@@ -215,7 +215,7 @@ BOOST_AUTO_TEST_CASE(training_follows_float32_and_repeats, *boost::unit_test::pr
   for (std::size_t s = 0; s < bf.size(); ++s) BOOST_TEST(std::abs(two[s] - bf[s]) <= 1e-3 * bf[s]);
 }
 
-// keep_bf16_copy: a product whose B is a kept matrix reads the copy. With
+// keep_weight_copy: a product whose B is a kept matrix reads the copy. With
 // more than one row, the bits of the product rounding B itself; one row
 // times the matrix (a decoding step's y = W x) the rounded operands' sums
 // to float32's summation error. The float32 matrix is not read while kept
@@ -237,8 +237,8 @@ BOOST_AUTO_TEST_CASE(weight_copies_serve_the_products_that_read_them, *boost::un
     return dx;
   };
   const auto rows = forward(5), grads = backward(), row = forward(1);
-  be.keep_bf16_copy(W.data(), N, K);
-  BOOST_TEST(be.bf16_copy_bytes() == std::size_t(N) * K * 2);
+  be.keep_weight_copy(W.data(), N, K);
+  BOOST_TEST(be.weight_copy_bytes() == std::size_t(N) * K * 2);
   BOOST_TEST(forward(5) == rows, boost::test_tools::per_element());
   BOOST_TEST(backward() == grads, boost::test_tools::per_element());
   const auto kept_row = forward(1);
@@ -254,22 +254,22 @@ BOOST_AUTO_TEST_CASE(weight_copies_serve_the_products_that_read_them, *boost::un
   for (float& w : W) w = 2 * w + 1;  // under the copy: the products do not see it
   BOOST_TEST(forward(5) == rows, boost::test_tools::per_element());
   BOOST_TEST(forward(1) == kept_row, boost::test_tools::per_element());
-  be.drop_bf16_copies();
-  BOOST_TEST(be.bf16_copy_bytes() == 0u);
+  be.drop_weight_copies();
+  BOOST_TEST(be.weight_copy_bytes() == 0u);
   BOOST_TEST(largest_difference(forward(5), rows) > 1.0);  // the float32 weights again
   // Kept over fewer rows than a product reads: that product rounds W itself.
   W = W0;
-  be.keep_bf16_copy(W.data(), 10, K);
+  be.keep_weight_copy(W.data(), 10, K);
   BOOST_TEST(forward(5) == rows, boost::test_tools::per_element());
   BOOST_TEST(forward(1) == row, boost::test_tools::per_element());
-  be.drop_bf16_copies();
+  be.drop_weight_copies();
   // A float32 backend keeps nothing.
   Cpu fp32;
-  fp32.keep_bf16_copy(W.data(), N, K);
-  BOOST_TEST(fp32.bf16_copy_bytes() == 0u);
+  fp32.keep_weight_copy(W.data(), N, K);
+  BOOST_TEST(fp32.weight_copy_bytes() == 0u);
 }
 
-// Decoding in a Bf16WeightCopies scope (tied head: the embedding's copy
+// Decoding in a WeightCopies scope (tied head: the embedding's copy
 // serves it): every weight matrix read from its copy (changing the float32
 // ones the tokens never look up changes nothing), the logits those of bf16
 // products, within the model bound of float32's, and the copies gone with
@@ -293,8 +293,8 @@ BOOST_AUTO_TEST_CASE(decoding_reads_the_bf16_weight_copies_of_its_scope, *boost:
   std::size_t matrices = 0;
   model.visit([&](std::string_view, auto& value, auto&) { matrices += value.shape().size() == 2 ? value.size() : 0; });
   {
-    const Bf16WeightCopies copies(be, model);
-    BOOST_TEST(be.bf16_copy_bytes() == 2 * matrices);
+    const WeightCopies copies(be, model);
+    BOOST_TEST(be.weight_copy_bytes() == 2 * matrices);
     const auto kept = decode(be);
     BOOST_TEST(largest_difference(kept, plain) <= 1e-5 * largest(plain));  // another order of float32 sums
     BOOST_TEST(largest_difference(kept, reference) <= 4 * 0x1p-8 * largest(reference));
@@ -306,7 +306,7 @@ BOOST_AUTO_TEST_CASE(decoding_reads_the_bf16_weight_copies_of_its_scope, *boost:
     });
     BOOST_TEST(decode(be) == kept, boost::test_tools::per_element());
   }
-  BOOST_TEST(be.bf16_copy_bytes() == 0u);
+  BOOST_TEST(be.weight_copy_bytes() == 0u);
   BOOST_TEST(largest_difference(decode(be), plain) > 0.1 * largest(plain));  // the changed float32 weights
 }
 

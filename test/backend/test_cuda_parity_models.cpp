@@ -19,7 +19,7 @@
 #include "xfmr/blocks/encoder_block.hpp"
 #include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
-#include "xfmr/infer/bf16_weights.hpp"
+#include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/layers/attention.hpp"
 #include "xfmr/layers/feed_forward.hpp"
@@ -342,7 +342,7 @@ BOOST_AUTO_TEST_CASE(decoder_in_bf16_products) {
   DecodingCache<Gpu> kg;
   c.start_cache(kc, 1);
   g.start_cache(kg, 1);
-  const Bf16WeightCopies copies(cpu, c);  // the CPU decodes from bf16 weights (the GPU rounds them in each product)
+  const WeightCopies copies(cpu, c);  // the CPU decodes from bf16 weights (the GPU rounds them in each product)
   for (std::int32_t t = 1; t < 6; ++t) {
     const auto dc = c.forward_cached(cpu, std::span<const std::int32_t>(&t, 1), 1, kc);
     const auto dg = gpu.host_view(g.forward_cached(gpu, std::span<const std::int32_t>(&t, 1), 1, kg), staging);

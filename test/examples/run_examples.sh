@@ -206,14 +206,22 @@ case "$case_name" in
     "$charlm" train --data corpus.txt --resume half --log-csv "" --report "" > r.log 2>&1 \
       || { cat r.log; fail "the bf16 checkpoint did not resume in float32"; }
     grep -q "^step 60: train loss" r.log || { cat r.log; fail "the resumed run did not reach step 60"; }
-    expect_error "unknown --precision 'fp16' (expected fp32 or bf16)" "$charlm" train --data corpus.txt --precision fp16
+    expect_error "unknown --precision 'fp16' (expected fp32, bf16 or int8)" "$charlm" train --data corpus.txt --precision fp16
+    expect_error "--precision int8 is for decoding" "$charlm" train --data corpus.txt --precision int8
     # sample --precision bf16 decodes from bf16 weight copies: as many
     # characters as asked, greedy, whether or not the processor has bf16.
     "$charlm" sample --checkpoint f32 --tokens 40 --temperature 0 --precision bf16 > s.txt 2> s.err \
       || { cat s.err; fail "bf16 sampling failed"; }
     [ "$(head -c 40 s.txt | wc -m)" -eq 40 ] || { cat s.txt; fail "bf16 sampling printed too little"; }
     grep -q "40 tokens in .* KV cache" s.err || { cat s.err; fail "bf16 sampling gave no speed line"; }
-    expect_error "unknown --precision 'int8' (expected fp32 or bf16)" "$charlm" sample --checkpoint f32 --precision int8
+    expect_error "unknown --precision 'int4' (expected fp32, bf16 or int8)" "$charlm" sample --checkpoint f32 --precision int4
+    # sample --precision int8 decodes from int8 weight copies; greedy, its
+    # first characters those of float32 on this small model.
+    "$charlm" sample --checkpoint f32 --tokens 40 --temperature 0 --precision int8 > s8.txt 2> s8.err \
+      || { cat s8.err; fail "int8 sampling failed"; }
+    "$charlm" sample --checkpoint f32 --tokens 40 --temperature 0 > s32.txt 2> /dev/null || fail "float32 sampling failed"
+    [ "$(head -c 40 s8.txt | wc -m)" -eq 40 ] || { cat s8.txt; fail "int8 sampling printed too little"; }
+    [[ $(head -c 8 s8.txt) == "$(head -c 8 s32.txt)" ]] || fail "int8 greedy begins otherwise than float32's"
     ;;
   charlm_recompute)
     # --recompute cheap and block train the weights of none bit for bit
@@ -488,6 +496,9 @@ case "$case_name" in
     "$classify" eval --checkpoint clf --dev dev.tsv --precision bf16 --metrics-json e16.json > e16.log 2>&1 \
       || { cat e16.log; fail "bf16 eval failed"; }
     awk -v a="$(json_value e16.json dev_accuracy)" 'BEGIN { exit !(a >= 0.95) }' || fail "bf16 dev accuracy"
+    "$classify" eval --checkpoint clf --dev dev.tsv --precision int8 --metrics-json e8.json > e8.log 2>&1 \
+      || { cat e8.log; fail "int8 eval failed"; }
+    awk -v a="$(json_value e8.json dev_accuracy)" 'BEGIN { exit !(a >= 0.95) }' || fail "int8 dev accuracy"
     "$classify" train --train train.tsv --dev dev.tsv --model tiny --tokens char --pooling cls --epochs 1 --batch 16 \
       --eval-every 100 --log-csv c2.csv --report c2.html > /dev/null 2>&1 || fail "char tokens with CLS pooling failed"
     ;;
@@ -572,6 +583,10 @@ case "$case_name" in
     "$translate" eval --checkpoint tr --src val.src --ref val.tgt --precision bf16 --metrics-json e16.json > e16.log 2>&1 \
       || { cat e16.log; fail "bf16 eval failed"; }
     awk -v b="$(json_value e16.json bleu)" 'BEGIN { exit !(b >= 90) }' || fail "bf16 BLEU $(json_value e16.json bleu)"
+    # int8 weight copies (beam search: a few rows a product read the int8 rows directly).
+    "$translate" eval --checkpoint tr --src val.src --ref val.tgt --precision int8 --metrics-json e8.json > e8.log 2>&1 \
+      || { cat e8.log; fail "int8 eval failed"; }
+    awk -v b="$(json_value e8.json bleu)" 'BEGIN { exit !(b >= 90) }' || fail "int8 BLEU $(json_value e8.json bleu)"
     out=$(echo "red cat sees blue bird." | "$translate" translate --checkpoint tr --beam 1 --attention-map map.svg) \
       || fail "translate failed"
     [[ -n $out && -s map.svg ]] || fail "no translation or no attention map"

@@ -106,6 +106,8 @@ CpuBackend<S>::CpuBackend(CpuOptions opts)
     : detail::CpuLinear<S>(opts), detail::CpuAttention<S>(opts), opts_(opts) {
   require(!opts.bf16 || std::is_same_v<S, float>, "bf16 precision runs on the float CPU backend");
   require(!opts.bf16 || bf16::available(), "bf16 precision: ", bf16::unavailable_reason());
+  require(!opts.int8 || std::is_same_v<S, float>, "int8 precision runs on the float CPU backend");
+  require(!(opts.int8 && opts.bf16), "one precision at a time: bf16 or int8");
 }
 
 XFMR_CPU_FAMILY(CpuBackend);

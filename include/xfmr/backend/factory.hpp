@@ -9,8 +9,9 @@
 //
 // Names: cpu; cuda (an NVIDIA GPU, strict FP32 products) and cuda-tf32 (TF32
 // tensor-core products), which need an xfmr built with CUDA and, when run,
-// a GPU. Precisions: fp32, or bf16 (bf16 products: CpuOptions::bf16,
-// CudaOptions::bf16). Under mpirun the ranks of a machine take its GPUs in
+// a GPU. Precisions: fp32, bf16 (bf16 products: CpuOptions::bf16,
+// CudaOptions::bf16), or int8 on the CPU (int8 weights when decoding:
+// CpuOptions::int8). Under mpirun the ranks of a machine take its GPUs in
 // turn. Unknown names are xfmr::Error listing the choices.
 #pragma once
 
@@ -29,7 +30,7 @@
 namespace xfmr {
 
 inline constexpr const char* kBackendNames = "cpu, cuda or cuda-tf32";
-inline constexpr const char* kPrecisionNames = "fp32 or bf16";
+inline constexpr const char* kPrecisionNames = "fp32, bf16 or int8";
 
 // An unknown name is an xfmr::Error naming `what` (a program's option, say).
 inline void check_backend_name(std::string_view name, std::string_view what = "backend") {
@@ -37,8 +38,14 @@ inline void check_backend_name(std::string_view name, std::string_view what = "b
           kBackendNames, ")");
 }
 inline void check_precision_name(std::string_view precision, std::string_view what = "precision") {
-  require(precision == "fp32" || precision == "bf16", "unknown ", what, " '", precision, "' (expected ",
-          kPrecisionNames, ")");
+  require(precision == "fp32" || precision == "bf16" || precision == "int8", "unknown ", what, " '", precision,
+          "' (expected ", kPrecisionNames, ")");
+}
+// int8 is a decoding precision (weights quantised once, WeightCopies):
+// training refuses it, naming `what`.
+inline void check_training_precision(std::string_view precision, std::string_view what = "precision") {
+  check_precision_name(precision, what);
+  require(precision != "int8", what, " int8 is for decoding (sample, translate, eval); training runs in fp32 or bf16");
 }
 
 // Calls f.template operator()<Backend>() with the backend type `name` names.
@@ -65,25 +72,31 @@ Be make_backend([[maybe_unused]] std::string_view name, std::string_view precisi
       if (bf16::available()) return Be({.bf16 = true});
       std::cerr << "note: bf16 precision unavailable (" << bf16::unavailable_reason() << "); running in float32\n";
     }
+    if (precision == "int8") return Be({.int8 = true});
     return Be{};
   }
 #ifdef XFMR_WITH_CUDA
   if constexpr (std::is_same_v<Be, CudaBackend>) {
+    require(precision != "int8", "int8 precision runs on the CPU backend (not ", name, ")");
     require(precision == "fp32" || name == "cuda", "bf16 precision goes with the cuda backend (not ", name, ")");
     // Under mpirun, one GPU a rank: the ranks of a machine take its devices in turn.
     const int device = ProcessGroup::world().local_rank() % std::max(1, cuda::device_count());
     return CudaBackend({.device = device, .tf32 = name == "cuda-tf32", .bf16 = precision == "bf16"});
   }
 #endif
-  require(precision == "fp32", "bf16 precision runs on the CPU and CUDA backends (not ", Be::name, ")");
+  require(precision == "fp32", precision, " precision runs on the CPU", precision == "bf16" ? " and CUDA" : "",
+          " backend", precision == "bf16" ? "s" : "", " (not ", Be::name, ")");
   return Be{};
 }
 
-// The precision a backend runs in: "bf16" (bf16 products) or "fp32".
+// The precision a backend runs in: "bf16" (bf16 products), "int8" (int8
+// weights) or "fp32".
 template <class Be>
 std::string precision_of(const Be& be) {
   if constexpr (requires(const Be& b) { b.options().bf16; })
     if (be.options().bf16) return "bf16";
+  if constexpr (requires(const Be& b) { b.options().int8; })
+    if (be.options().int8) return "int8";
   (void)be;
   return "fp32";
 }
@@ -97,8 +110,10 @@ std::string describe(const Be& be) {
     return std::string("cuda (") + be.device_name() +
            (be.options().tf32 ? ", TF32)" : be.options().bf16 ? ", bf16 products)" : ")");
 #endif
-  if constexpr (std::is_same_v<Be, CpuBackend<float>>)
+  if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
     if (be.options().bf16) return "cpu (bf16 products)";
+    if (be.options().int8) return "cpu (int8 weights)";
+  }
   (void)be;
   return Be::name;
 }

@@ -12,7 +12,7 @@
 // gemv_rows_bf16 over the threads as float32's gemv_rows does. Outputs are
 // bf16 products' either way (the same bits for more than one row; for one
 // row, another float32 summation order). w must not change until
-// drop_copies(); Bf16WeightCopies (infer/bf16_weights.hpp) keeps a model's
+// drop_copies(); WeightCopies (infer/weight_copies.hpp) keeps a model's
 // matrices for one scope.
 #pragma once
 

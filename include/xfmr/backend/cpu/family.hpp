@@ -23,6 +23,11 @@ struct CpuOptions {
   // (attention.hpp; its row-by-row kernels stay float32); the weights, the
   // activations between products and every other operation stay float32.
   bool bf16 = false;
+  // int8 precision (float only; decoding): products whose weight has an int8
+  // copy (WeightCopies, infer/weight_copies.hpp) read it, a scale a row
+  // (int8_products.hpp); every other product and operation stays float32.
+  // Training does not run in it: its weights change every step.
+  bool int8 = false;
 };
 
 }  // namespace xfmr

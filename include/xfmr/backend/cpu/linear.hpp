@@ -4,12 +4,14 @@
 //  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
 //      C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C; beta == 0 never reads C.
 //      gemm.hpp says which kernel serves which shape; in bf16 precision
-//      bf16_products.hpp (operands rounded to bfloat16, float32 sums).
+//      bf16_products.hpp (operands rounded to bfloat16, float32 sums); in
+//      int8 precision int8_products.hpp (kept weights read as int8).
 //  bias_add(rows, n, bias, y)        y[r,:] += bias                  (accumulate)
 //  bias_grad(rows, n, dy, dbias)     dbias += sum_r dy[r,:]          (accumulate; columns split, rows in order)
-//  keep_bf16_copy(w, rows, cols)     in bf16 precision, products whose B is w read its bfloat16 copy until
-//  drop_bf16_copies()                drop_bf16_copies(); w must not change meanwhile (Bf16WeightCopies,
-//  bf16_copy_bytes()                 infer/bf16_weights.hpp). Without bf16 precision they do nothing.
+//  keep_weight_copy(w, rows, cols)   in bf16 (int8) precision, products whose B is w read its bfloat16
+//  drop_weight_copies()              (int8, a scale a row) copy until drop_weight_copies(); w must not
+//  weight_copy_bytes()               change meanwhile (WeightCopies, infer/weight_copies.hpp). In float32
+//                                    they do nothing.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +20,7 @@
 #include "xfmr/backend/cpu/bf16_products.hpp"
 #include "xfmr/backend/cpu/family.hpp"
 #include "xfmr/backend/cpu/gemm.hpp"
+#include "xfmr/backend/cpu/int8_products.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
 
 namespace xfmr::detail {
@@ -25,20 +28,22 @@ namespace xfmr::detail {
 template <class S>
 class CpuLinear {
  public:
-  explicit CpuLinear(const CpuOptions& opts = {}) : bf16_(opts.bf16 && std::is_same_v<S, float>) {}
+  explicit CpuLinear(const CpuOptions& opts = {})
+      : bf16_(opts.bf16 && std::is_same_v<S, float>), int8_(opts.int8 && std::is_same_v<S, float>) {}
 
   void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
             int ldc);
   void bias_add(int rows, int n, const S* bias, S* y);
   void bias_grad(int rows, int n, const S* dy, S* dbias);
 
-  void keep_bf16_copy(const S* w, int rows, int cols);
-  void drop_bf16_copies();
-  std::size_t bf16_copy_bytes() const;
+  void keep_weight_copy(const S* w, int rows, int cols);
+  void drop_weight_copies();
+  std::size_t weight_copy_bytes() const;
 
  private:
-  bool bf16_;
-  Bf16Products products_;  // bf16 precision's products, and the weight copies they read
+  bool bf16_, int8_;
+  Bf16Products products_;       // bf16 precision's products, and the weight copies they read
+  Int8Products int8_products_;  // int8 precision's
 };
 
 template <class S>
@@ -46,6 +51,7 @@ void CpuLinear<S>::gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S*
                         S beta, S* C, int ldc) {
   if constexpr (std::is_same_v<S, float>) {
     if (bf16_) return products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (int8_) return int8_products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   detail::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -73,22 +79,24 @@ void CpuLinear<S>::bias_grad(int rows, int n, const S* dy, S* dbias) {
 }
 
 template <class S>
-void CpuLinear<S>::keep_bf16_copy(const S* w, int rows, int cols) {
+void CpuLinear<S>::keep_weight_copy(const S* w, int rows, int cols) {
   if constexpr (std::is_same_v<S, float>) {
     if (bf16_) products_.keep_copy(w, rows, cols);
+    if (int8_) int8_products_.keep_copy(w, rows, cols);
   } else {
     (void)w, (void)rows, (void)cols;
   }
 }
 
 template <class S>
-void CpuLinear<S>::drop_bf16_copies() {
+void CpuLinear<S>::drop_weight_copies() {
   products_.drop_copies();
+  int8_products_.drop_copies();
 }
 
 template <class S>
-std::size_t CpuLinear<S>::bf16_copy_bytes() const {
-  return products_.copy_bytes();
+std::size_t CpuLinear<S>::weight_copy_bytes() const {
+  return products_.copy_bytes() + int8_products_.copy_bytes();
 }
 
 XFMR_CPU_FAMILY(CpuLinear);

@@ -1,0 +1,151 @@
+// int8_products.hpp: detail::Int8Products, CpuBackend<float>'s matrix
+// products in int8 precision (CpuOptions::int8): weight-only int8 for
+// decoding, a quarter of float32's bytes a token streams.
+//
+// keep_copy(w, rows, cols) quantises a contiguous rows x cols matrix once,
+// symmetric and per row (a row is an output of y = x W^T, the products'
+// layout for a weight): scale_r = max_k |w_rk| / 127 and q_rk =
+// round(w_rk / scale_r) in [-127, 127], so |w_rk - scale_r q_rk| <=
+// scale_r / 2. A product whose B operand is w (the same pointer and leading
+// dimension, no more rows than kept, transposed as a weight is) reads the
+// int8 rows: output (m, r) = scale_r * sum_k a_mk q_rk, the sum in float32
+// in gemv_rows' order (sixteen lanes over k, then sum16's tree), so it
+// equals gemv_rows over the integer-valued floats q times scale_r, bit for
+// bit; for up to kRowKernelRows rows of A (a decoding step, a small beam),
+// each block of sixteen weight rows read once for all of them. More rows
+// (a prompt, many beams), or a CPU without AVX-512: the kept rows widened
+// to scale_r q_rk in float32 for the call, then float32's product. Products
+// of other operands (attention's, training's) stay float32. w must not change until
+// drop_copies(); WeightCopies (infer/weight_copies.hpp) keeps a model's
+// matrices for one scope.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "xfmr/backend/cpu/gemm.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
+#include "xfmr/backend/cpu/simd.hpp"
+#include "xfmr/core/error.hpp"
+
+namespace xfmr::detail {
+
+// One row's symmetric int8 quantisation: q[k] = round(w[k] / scale), scale
+// = max |w| / 127 (0 for a row of zeros, whose q are all 0). Returns scale.
+inline float quantise_row_int8(const float* w, int n, std::int8_t* q) {
+  float amax = 0.0f;
+  for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(w[k]));
+  const float scale = amax / 127.0f;
+  for (int k = 0; k < n; ++k)
+    q[k] = scale > 0.0f ? std::int8_t(std::clamp(std::nearbyint(w[k] / scale), -127.0f, 127.0f)) : std::int8_t(0);
+  return scale;
+}
+
+#ifdef XFMR_SIMD_ROWS
+// Rows [n0, n1) of C(M, N) = A(M, K) Q^T, Q int8 (N, K) with leading
+// dimension ldq and a scale a row: C[m, r] = scale[r] * sum_k A[m, k] Q[r, k],
+// each row's sum as gemv_rows sums it (one sixteen-lane accumulator over k,
+// in memory order, then sum16). Each sixteen-row block of Q stays in cache
+// while every row of A passes over it. (Four rows side by side, each in its
+// own accumulator, measured 20% slower on GPT-2's decoding step.)
+inline void gemm_rows_int8(int n0, int n1, int M, int K, const std::int8_t* Q, long ldq, const float* scale,
+                           const float* A, long lda, float* C, long ldc) {
+  const __mmask16 k_tail = first_lanes(K % 16);
+  const int k_full = K - K % 16;
+  auto widen = [](__m128i q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)); };
+  for (int r0 = n0; r0 < n1; r0 += 16) {
+    const int rows = std::min(16, n1 - r0);
+    const __mmask16 live = first_lanes(rows);
+    const __m512 s = _mm512_maskz_loadu_ps(live, scale + r0);
+    for (int m = 0; m < M; ++m) {
+      const float* x = A + m * lda;
+      __m512 acc[16];
+      for (int r = 0; r < 16; ++r) {
+        __m512 a = _mm512_setzero_ps();
+        if (r < rows) {
+          const std::int8_t* q = Q + (r0 + r) * ldq;
+          for (int k = 0; k < k_full; k += 16)
+            a = _mm512_fmadd_ps(widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k))), _mm512_loadu_ps(x + k), a);
+          if (k_tail)
+            a = _mm512_fmadd_ps(widen(_mm_maskz_loadu_epi8(k_tail, q + k_full)), _mm512_maskz_loadu_ps(k_tail, x + k_full), a);
+        }
+        acc[r] = a;
+      }
+      _mm512_mask_storeu_ps(C + m * ldc + r0, live, _mm512_mul_ps(sum16(acc), s));
+    }
+  }
+}
+#endif
+
+class Int8Products {
+ public:
+  // Row-major C = alpha op(A) op(B) + beta C (CpuBackend::gemm's arguments):
+  // through B's int8 copy when it has one and the product is a weight's
+  // (B transposed, alpha 1, beta 0), float32 otherwise.
+  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+            float beta, float* C, int ldc) {
+    const auto it = copies_.find(B);
+    const bool weight = it != copies_.end() && it->second.cols == ldb && K <= ldb && N <= it->second.rows && tb &&
+                        !ta && alpha == 1.0f && beta == 0.0f;
+    if (!weight) return detail::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    const Copy& copy = it->second;
+    const std::int8_t* q = copy.q.data();
+    const float* s = copy.scale.data();
+#ifdef XFMR_SIMD_ROWS
+    if (M <= kRowKernelRows) {
+      parallel_ranges(
+          N, long(N) * K * M >= kGemvSplitWork,
+          [=](long n0, long n1) { gemm_rows_int8(int(n0), int(n1), M, K, q, ldb, s, A, lda, C, ldc); }, 16);
+      return;
+    }
+#endif
+    // Many rows (a prompt, a batch of beams): the rows widened to float32
+    // once, then float32's kernel, which uses each weight for many rows.
+    widened_.resize(std::size_t(N) * std::size_t(ldb));
+    float* w = widened_.data();
+    parallel_ranges(N, long(N) * ldb > kParallelWork, [=](long lo, long hi) {
+      for (long r = lo; r < hi; ++r)
+        for (long k = 0; k < ldb; ++k) w[r * ldb + k] = s[r] * float(q[r * ldb + k]);
+    });
+    detail::gemm(ta, tb, M, N, K, alpha, A, lda, w, ldb, beta, C, ldc);
+  }
+
+  // The most rows of A a product reads the int8 rows for directly: a
+  // decoding step's one, a beam's few.
+  static constexpr int kRowKernelRows = 8;
+
+  void keep_copy(const float* w, int rows, int cols) {
+    require(rows > 0 && cols > 0, "int8 weight copy of a ", rows, " x ", cols, " matrix");
+    Copy& copy = copies_[w];
+    copy.rows = rows;
+    copy.cols = cols;
+    copy.q.resize(std::size_t(rows) * std::size_t(cols));
+    copy.scale.resize(std::size_t(rows));
+    std::int8_t* q = copy.q.data();
+    float* scale = copy.scale.data();
+    parallel_ranges(rows, long(rows) * cols > kParallelWork, [=](long lo, long hi) {
+      for (long r = lo; r < hi; ++r) scale[r] = quantise_row_int8(w + r * cols, cols, q + r * cols);
+    });
+  }
+  void drop_copies() { copies_.clear(); }
+  std::size_t copy_bytes() const {
+    std::size_t n = 0;
+    for (const auto& [w, c] : copies_) n += c.q.size() + c.scale.size() * sizeof(float);
+    return n;
+  }
+
+ private:
+  struct Copy {
+    int rows = 0, cols = 0;
+    std::vector<std::int8_t> q;
+    std::vector<float> scale;
+  };
+  std::unordered_map<const float*, Copy> copies_;  // by weight
+  std::vector<float> widened_;                      // kept rows as float32, for products of many rows
+};
+
+}  // namespace xfmr::detail

@@ -1,0 +1,150 @@
+// int8 precision on the CPU (CpuOptions::int8, backend/cpu/int8_products.hpp):
+// per-row quantisation within its bound on random and adversarial rows;
+// products through the int8 copies equal float32's on the integer-valued
+// weights times the row's scale, bit for bit, and lie within the
+// quantisation bound of float32's on the original weights; products of
+// other operands untouched; decoding through the KV cache gives the tokens
+// of recomputing the context; training refuses the precision.
+#define BOOST_TEST_MODULE int8
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/backend/factory.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/infer/generate.hpp"
+#include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/models/decoder.hpp"
+
+using namespace xfmr;
+
+namespace {
+using Cpu = CpuBackend<float>;
+
+std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * float(rng.normal());
+  return v;
+}
+
+// C (M, N) = A (M, K) W^T through the backend, as a linear layer multiplies.
+std::vector<float> product(Cpu& be, const std::vector<float>& A, const std::vector<float>& W, int M, int N, int K) {
+  std::vector<float> C(std::size_t(M) * N, -1.0f);
+  be.gemm(false, true, M, N, K, 1.0f, A.data(), K, W.data(), K, 0.0f, C.data(), N);
+  return C;
+}
+
+struct Small {
+  static constexpr int MAX_T = 16, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 2, D_FF = 256;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+};
+}  // namespace
+
+// |w - scale q| <= scale / 2 on every element, q within [-127, 127] with
+// the row's largest magnitude at +-127: random rows, a row with one outlier
+// (the rest quantise coarsely, still within the bound), a row of zeros.
+BOOST_AUTO_TEST_CASE(quantisation_stays_within_half_a_step) {
+  const int n = 200;
+  std::vector<std::vector<float>> rows = {randn(n, 1), randn(n, 2, 1e-3f), randn(n, 3)};
+  rows[2][17] = 1000.0f;              // an outlier
+  rows.push_back(std::vector<float>(n, 0.0f));  // all zero
+  rows.push_back(std::vector<float>(n, -2.5f)); // constant
+  for (const auto& w : rows) {
+    std::vector<std::int8_t> q(n);
+    const float scale = detail::quantise_row_int8(w.data(), n, q.data());
+    int largest = 0;
+    for (int k = 0; k < n; ++k) {
+      BOOST_TEST(std::abs(int(q[k])) <= 127);
+      largest = std::max(largest, std::abs(int(q[k])));
+      BOOST_TEST(std::fabs(w[k] - scale * float(q[k])) <= 0.5f * scale * (1 + 1e-5f) + 1e-30f);
+    }
+    BOOST_TEST(largest == (scale > 0 ? 127 : 0));
+  }
+}
+
+// A kept weight: every row of A (one row as in decoding, several as in
+// beam search) against it equals scale_r times float32's product with the
+// integer-valued rows (gemv_rows' order), and lies within sum_k |a_k|
+// scale_r / 2 (plus float32's rounding) of the product with the original
+// weights. A product of anything else is float32's, bit for bit.
+BOOST_AUTO_TEST_CASE(products_read_the_int8_rows) {
+  const int N = 37, K = 70;  // a partial block of rows and a tail of columns
+  const auto W = randn(std::size_t(N) * K, 4, 0.05f);
+  std::vector<std::int8_t> q(W.size());
+  std::vector<float> scale(N), integers(W.size());
+  for (int r = 0; r < N; ++r) scale[r] = detail::quantise_row_int8(W.data() + r * K, K, q.data() + r * K);
+  for (std::size_t i = 0; i < q.size(); ++i) integers[i] = float(q[i]);
+  Cpu int8({.int8 = true}), fp32;
+  int8.keep_weight_copy(W.data(), N, K);
+  BOOST_TEST(int8.weight_copy_bytes() == W.size() + N * sizeof(float));
+  for (int M : {1, 5, 20}) {  // 20: past kRowKernelRows, the rows widened to float32 for the call
+    const auto A = randn(std::size_t(M) * K, 5 + M);
+    const auto got = product(int8, A, W, M, N, K), exact = product(fp32, A, W, M, N, K);
+    for (int m = 0; m < M; ++m) {
+      for (int r = 0; r < N; ++r) {
+        double bound = 0;
+        for (int k = 0; k < K; ++k) bound += std::fabs(A[m * K + k]) * scale[r] / 2;
+        BOOST_TEST(std::fabs(got[m * N + r] - exact[m * N + r]) <= bound + 1e-5);
+      }
+#ifdef XFMR_SIMD_ROWS
+      if (M <= detail::Int8Products::kRowKernelRows) {
+        std::vector<float> y(N);
+        detail::gemv_rows(0, N, K, integers.data(), K, A.data() + m * K, y.data());
+        for (int r = 0; r < N; ++r) BOOST_TEST(got[m * N + r] == y[r] * scale[r]);
+      }
+#endif
+    }
+    if (M > detail::Int8Products::kRowKernelRows || !detail::kSimdRows) {
+      std::vector<float> widened(W.size());
+      for (std::size_t i = 0; i < W.size(); ++i) widened[i] = scale[i / K] * integers[i];
+      BOOST_TEST(got == product(fp32, A, widened, M, N, K), boost::test_tools::per_element());
+    }
+  }
+  // Another operand (an activation, or the weight transposed otherwise) is float32's product.
+  const auto other = randn(W.size(), 9);
+  const auto A = randn(std::size_t(3) * K, 10);
+  BOOST_TEST(product(int8, A, other, 3, N, K) == product(fp32, A, other, 3, N, K), boost::test_tools::per_element());
+  int8.drop_weight_copies();
+  BOOST_TEST(int8.weight_copy_bytes() == 0u);
+  BOOST_TEST(product(int8, A, W, 3, N, K) == product(fp32, A, W, 3, N, K), boost::test_tools::per_element());
+}
+
+// Decoding in int8: greedy tokens through the KV cache are those of
+// recomputing the whole context while the context has at most
+// kRowKernelRows tokens (then both read the int8 rows in the same order;
+// longer recomputed contexts take the widened path, other float32 sums),
+// and the tokens are reported against float32's.
+BOOST_AUTO_TEST_CASE(cached_decoding_equals_recomputed_decoding) {
+  Cpu int8({.int8 = true}), fp32;
+  Decoder<Small, Cpu> model(40, 11, {.tie_weights = true});
+  Generator<Decoder<Small, Cpu>, Cpu> cached(model, int8), recomputed(model, int8), reference(model, fp32);
+  Rng unused(3);
+  const std::vector<std::int32_t> prompt = {1, 2, 3};
+  const GenerateOptions greedy{.sampling = {.temperature = 0}, .max_tokens = detail::Int8Products::kRowKernelRows - 3};
+  GenerateOptions plain = greedy;
+  plain.use_cache = false;
+  const auto with_cache = cached(prompt, greedy, unused), without = recomputed(prompt, plain, unused);
+  BOOST_TEST(with_cache == without, boost::test_tools::per_element());
+  const auto fp = reference(prompt, greedy, unused);
+  int same = 0;
+  for (std::size_t i = 0; i < fp.size(); ++i) same += fp[i] == with_cache[i];
+  BOOST_TEST_MESSAGE(same << " of " << fp.size() << " greedy tokens as in float32");
+  BOOST_TEST(int8.weight_copy_bytes() == 0u);  // generation's scope dropped its copies
+}
+
+// int8 is for decoding: a training run refuses it, a CUDA backend too.
+BOOST_AUTO_TEST_CASE(training_refuses_int8) {
+  BOOST_CHECK_NO_THROW(check_precision_name("int8"));
+  BOOST_CHECK_THROW(check_training_precision("int8", "--precision"), Error);
+  BOOST_CHECK_NO_THROW(check_training_precision("bf16"));
+  BOOST_TEST(describe(make_backend<Cpu>("cpu", "int8")) == "cpu (int8 weights)");
+  BOOST_TEST(precision_of(make_backend<Cpu>("cpu", "int8")) == "int8");
+  BOOST_CHECK_THROW(CpuBackend<double>({.int8 = true}), Error);
+}
