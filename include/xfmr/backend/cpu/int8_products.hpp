@@ -9,9 +9,8 @@
 // scale_r / 2. A product whose B operand is w (the same pointer and leading
 // dimension, no more rows than kept, transposed as a weight is) reads the
 // int8 rows: output (m, r) = scale_r * sum_k a_mk q_rk, the sum in float32
-// in gemv_rows' order (sixteen lanes over k, then sum16's tree), so it
-// equals gemv_rows over the integer-valued floats q times scale_r, bit for
-// bit; for up to kRowKernelRows rows of A (a decoding step, a small beam),
+// in the order gemm_rows_int8 documents (test_int8 recomputes it lane by
+// lane and compares bit for bit); for up to kRowKernelRows rows of A (a decoding step, a small beam),
 // each block of sixteen weight rows read once for all of them. More rows
 // (a prompt, many beams), or a CPU without AVX-512: the kept rows widened
 // to scale_r q_rk in float32 for the call, then float32's product. Products
@@ -47,11 +46,16 @@ inline float quantise_row_int8(const float* w, int n, std::int8_t* q) {
 
 #ifdef XFMR_SIMD_ROWS
 // Rows [n0, n1) of C(M, N) = A(M, K) Q^T, Q int8 (N, K) with leading
-// dimension ldq and a scale a row: C[m, r] = scale[r] * sum_k A[m, k] Q[r, k],
-// each row's sum as gemv_rows sums it (one sixteen-lane accumulator over k,
-// in memory order, then sum16). Each sixteen-row block of Q stays in cache
-// while every row of A passes over it. (Four rows side by side, each in its
-// own accumulator, measured 20% slower on GPT-2's decoding step.)
+// dimension ldq and a scale a row: C[m, r] = scale[r] * sum_k A[m, k] Q[r, k].
+// The sum's order: two sixteen-lane accumulators, a taking columns [32j,
+// 32j + 16) and b [32j + 16, 32j + 32) (one 32-byte load), a the sixteen-
+// column blocks left and the masked tail, then a + b lane by lane, then
+// sum16 over the rows of a block; the scale multiplies last. Two chains of
+// multiply-adds a row hide each other's latency: GPT-2's decoding step took
+// 6.6-7.5 ms against one chain's 7.9-8.5 (alternating; four chains from a
+// 64-byte load split in registers, and four rows side by side, were
+// slower). Each sixteen-row block of Q stays in cache while every row of A
+// passes over it.
 inline void gemm_rows_int8(int n0, int n1, int M, int K, const std::int8_t* Q, long ldq, const float* scale,
                            const float* A, long lda, float* C, long ldc) {
   const __mmask16 k_tail = first_lanes(K % 16);
@@ -68,10 +72,18 @@ inline void gemm_rows_int8(int n0, int n1, int M, int K, const std::int8_t* Q, l
         __m512 a = _mm512_setzero_ps();
         if (r < rows) {
           const std::int8_t* q = Q + (r0 + r) * ldq;
-          for (int k = 0; k < k_full; k += 16)
+          __m512 b = _mm512_setzero_ps();
+          int k = 0;
+          for (; k + 32 <= k_full; k += 32) {
+            const __m256i q32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k));
+            a = _mm512_fmadd_ps(widen(_mm256_castsi256_si128(q32)), _mm512_loadu_ps(x + k), a);
+            b = _mm512_fmadd_ps(widen(_mm256_extracti128_si256(q32, 1)), _mm512_loadu_ps(x + k + 16), b);
+          }
+          for (; k < k_full; k += 16)
             a = _mm512_fmadd_ps(widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k))), _mm512_loadu_ps(x + k), a);
           if (k_tail)
             a = _mm512_fmadd_ps(widen(_mm_maskz_loadu_epi8(k_tail, q + k_full)), _mm512_maskz_loadu_ps(k_tail, x + k_full), a);
+          a = _mm512_add_ps(a, b);
         }
         acc[r] = a;
       }
