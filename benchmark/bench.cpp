@@ -378,7 +378,7 @@ json run(const Args& a) {
     double cached_flops = 0, recompute_flops = 0;
     for (int i = 0; i < n; ++i) cached_flops += cached_step_flops(p, i, V);
     for (int i = 0; i < nr; ++i) recompute_flops += forward_flops(p, 1, i + 1, V);
-    const WeightCopies bf16_weights(be, model);  // in bf16 precision, the weights a token reads are bfloat16
+    const WeightCopies weight_copies(be, model);  // in bf16 or int8 precision, the weights a token reads are copies
     Generator<Model, Be> generator(model, be);        // its cache kept from call to call
     std::vector<std::int32_t> greedy, seq;
     Rng unused(0);
@@ -546,7 +546,7 @@ json run_gpt2(const Args& a) {
   const auto model = make_language_model<Be>("gpt2-small", V, 1, kGpt2Options);
   load_gpt2(*model, ckpt.tensors, config);
   const double ceiling = gemm_ceiling(a, be);
-  const WeightCopies bf16_weights(be, *model);
+  const WeightCopies weight_copies(be, *model);
   double flops = 0;
   for (int i = 0; i < n; ++i) flops += cached_step_flops(p, i, V);
   const std::int32_t start = V > 50256 ? 50256 : 0;  // <|endoftext|>
@@ -601,7 +601,7 @@ json run_translator(const Args& a) {
   Model model(V, V, 1337);
   out["parameters"] = parameter_count(model);
   model.set_training(false);
-  const WeightCopies bf16_weights(be, model);
+  const WeightCopies weight_copies(be, model);
   Rng rng(9);
   std::vector<std::int32_t> src(S_len);
   for (auto& i : src) i = std::int32_t(2 + rng.below(V - 2));

@@ -175,7 +175,7 @@ template <class Model, class Be>
 EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data, int max_t, int batch,
                     ProcessGroup& group = ProcessGroup::world()) {
   model.set_training(false);
-  const WeightCopies bf16_weights(be, model);  // bf16 precision: the products read bfloat16 weights
+  const WeightCopies weight_copies(be, model);  // bf16 or int8 precision: the products read the weights' copies
   CrossEntropyLoss<Be> ce;
   Accuracy acc;
   double loss = 0;

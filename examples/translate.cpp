@@ -208,7 +208,7 @@ std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, co
                                        const BeamOptions& beam, int batch, int max_len, bool truncate,
                                        const std::string& file) {
   const auto srcs = encode_lines(v.src, lines, max_len, truncate, file);
-  const WeightCopies bf16_weights(be, model);  // bf16 precision: the products read bfloat16 weights
+  const WeightCopies weight_copies(be, model);  // bf16 or int8 precision: the products read the weights' copies
   std::vector<std::string> out;
   for (std::size_t i = 0; i < srcs.size(); i += batch) {
     const int B = static_cast<int>(std::min<std::size_t>(batch, srcs.size() - i));

@@ -18,8 +18,9 @@
 // restart: this token begins a fresh context, as every row of a names
 // model's training begins with one. on_token(id) sees each token as it is
 // drawn (streaming); returning false from it ends generation there. In bf16
-// precision the weights are read from bfloat16 copies (WeightCopies:
-// made for the call, unless a scope the caller opened holds them already).
+// or int8 precision the weights are read from bfloat16 or int8 copies
+// (WeightCopies: made for the call, unless a scope the caller opened holds
+// them already).
 // The model is left in evaluation mode. A Generator keeps the cache and
 // buffers for its next call.
 #pragma once
@@ -67,7 +68,7 @@ class Generator {
     require(opts.max_tokens >= 0, "generate: max_tokens ", opts.max_tokens, " is negative");
     Sampler sampler(opts.sampling);
     model_.set_training(false);
-    const WeightCopies bf16_weights(be_, model_);
+    const WeightCopies weight_copies(be_, model_);
     const int V = model_.vocab(), max_t = model_.max_t();
     std::vector<std::int32_t>& context = prompt;
     std::span<const typename Backend::Scalar> last;  // logits of the newest position, on the host
