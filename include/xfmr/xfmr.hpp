@@ -48,6 +48,7 @@
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/schedules.hpp"
+#include "xfmr/train/stop_signals.hpp"
 #include "xfmr/train/trainer.hpp"
 #include "xfmr/infer/beam_search.hpp"
 #include "xfmr/infer/weight_copies.hpp"
