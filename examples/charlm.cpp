@@ -386,7 +386,9 @@ void sample(const SampleArgs& args, const Metadata& metadata) {
   const std::string mode = json::parse(metadata_value(metadata, "settings", args.checkpoint)).at("mode");
   Be be = make_backend<Be>(args.backend, args.precision);
   const auto model = make_language_model<Be>(metadata_value(metadata, "preset", args.checkpoint), tok.size(), 0);
-  load_parameters(*model, SafeTensors::load(fs::path(args.checkpoint) / kModelFile));
+  const SafeTensors saved = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
+  load_parameters(*model, saved);
+  const WeightCopies copies(be, *model, saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
   std::vector<std::int32_t> context;
   try {
     context = tok.encode(args.prompt);
@@ -440,8 +442,16 @@ void sample_gpt2(const SampleArgs& args) {
 constexpr int kMaxSampleTokens = 1 << 24;
 
 int usage(const char* argv0) {
-  std::cerr << "usage: " << argv0 << " train|sample [options]   (" << argv0 << " train --help for the options)\n";
+  std::cerr << "usage: " << argv0 << " train|sample|eval|quantise [options]   (--help on each)\n";
   return 2;
+}
+
+// A checkpoint of this program's: its metadata, checked before any work.
+Metadata read_charlm_checkpoint(const std::string& dir) {
+  Metadata md = read_checkpoint_metadata(dir);
+  require(md.count("format") && md.at("format") == kFormat, dir, ": not an xfmr-charlm checkpoint");
+  (void)LanguageModelPresets::info(metadata_value(md, "preset", dir));
+  return md;
 }
 
 int run_train(int argc, char** argv) {
@@ -557,10 +567,81 @@ int run_sample(int argc, char** argv) {
     dispatch_backend(a.backend, [&]<class Be>() { sample_gpt2<Be>(a); });
     return 0;
   }
-  const Metadata metadata = read_checkpoint_metadata(a.checkpoint);
-  require(metadata.count("format") && metadata.at("format") == kFormat, a.checkpoint, ": not an xfmr-charlm checkpoint");
-  (void)LanguageModelPresets::info(metadata_value(metadata, "preset", a.checkpoint));
+  const Metadata metadata = read_charlm_checkpoint(a.checkpoint);
+  a.precision = decoding_precision(vm, a.precision, metadata);
   dispatch_backend(a.backend, [&]<class Be>() { sample<Be>(a, metadata); });
+  return 0;
+}
+
+struct EvalArgs {
+  std::string checkpoint, data, metrics_json, backend = "cpu", precision = "fp32";
+  int batches = 200;
+};
+
+// The validation loss of a checkpoint on the validation part of the text it
+// trained on: the windows (text mode) or names the training run evaluates
+// on, `batches` of them of the run's batch size.
+template <class Be>
+void eval(const EvalArgs& args, const Metadata& metadata) {
+  const RunSettings run = RunSettings::from_json(json::parse(metadata_value(metadata, "settings", args.checkpoint)));
+  const PresetInfo preset = LanguageModelPresets::info(run.model);
+  const Corpus corpus = load_corpus(args.data, run, preset.max_t);
+  require(metadata_value(metadata, "data_hash", args.checkpoint) == hex(corpus.hash), "--data ", args.data,
+          " is not the text the checkpoint was trained on (", metadata_value(metadata, "data", args.checkpoint), ")");
+  const auto tok = CharTokenizer::from_json(metadata_value(metadata, "tokenizer", args.checkpoint));
+  const int T = preset.max_t, V = tok.size();
+  const Batches val(corpus, tok, run.mode, run.batch, T, false, args.data);
+  Be be = make_backend<Be>(args.backend, args.precision);
+  const auto model = make_language_model<Be>(run.model, V, 0);
+  const SafeTensors saved = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
+  load_parameters(*model, saved);
+  model->set_training(false);
+  const WeightCopies copies(be, *model, saved);
+  CrossEntropyLoss<Be> ce;
+  std::vector<std::int32_t> ids(std::size_t(run.batch) * T), targets(ids.size());
+  LossSum sum;
+  const auto t0 = Clock::now();
+  const int n = val.eval_count(args.batches);
+  for (int i = 0; i < n; ++i) {
+    val.eval_batch(i, ids.data(), targets.data());
+    const long counted = counted_targets(targets);
+    if (counted == 0) continue;
+    const auto logits = model->forward(be, ids, Shape{run.batch, T});
+    sum += LossSum{ce.forward(be, logits, targets, V) * double(counted), counted};
+  }
+  const double s = seconds_since(t0);
+  std::cout << "val loss " << std::fixed << std::setprecision(4) << sum.mean() << " (" << sum.counted
+            << " characters in " << n << " batches of " << run.batch << " x " << T << ", " << precision_of(be) << ", "
+            << std::setprecision(1) << s << " s)\n";
+  if (!args.metrics_json.empty())
+    write_text_atomic(args.metrics_json, json{{"val_loss", sum.mean()},
+                                              {"characters", sum.counted},
+                                              {"batches", n},
+                                              {"precision", precision_of(be)},
+                                              {"wall_s", s}}
+                                             .dump(2) + "\n");
+}
+
+int run_eval(int argc, char** argv) {
+  EvalArgs a;
+  po::options_description opts("xfmr-charlm eval: validation loss of a checkpoint");
+  opts.add_options()("help", "show this help")("checkpoint", po::value(&a.checkpoint), "checkpoint directory (required)")
+      ("data", po::value(&a.data), "the text it trained on (default: the path the checkpoint names)")
+      ("batches", po::value(&a.batches)->default_value(a.batches), "validation batches (train's --eval-batches)")
+      ("metrics-json", po::value(&a.metrics_json), "write the loss here")
+      ("precision", po::value(&a.precision)->default_value(a.precision), kDecodePrecisionHelp)
+      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(!a.checkpoint.empty(), "--checkpoint DIR is required");
+  require(a.batches > 0, "--batches ", a.batches, " must be positive");
+  check_precision_name(a.precision, "--precision");
+  const Metadata metadata = read_charlm_checkpoint(a.checkpoint);
+  if (a.data.empty()) a.data = metadata_value(metadata, "data", a.checkpoint);
+  check_output_paths({{"--metrics-json", a.metrics_json}}, {{"--checkpoint", a.checkpoint}, {"--data", a.data}},
+                     a.checkpoint);
+  a.precision = decoding_precision(vm, a.precision, metadata);
+  dispatch_backend(a.backend, [&]<class Be>() { eval<Be>(a, metadata); });
   return 0;
 }
 
@@ -572,6 +653,8 @@ int main(int argc, char** argv) {
   return run_command("xfmr-charlm", [&] {
     if (command == "train") return run_train(argc - 1, argv + 1);
     if (command == "sample") return run_sample(argc - 1, argv + 1);
+    if (command == "eval") return run_eval(argc - 1, argv + 1);
+    if (command == "quantise") return run_quantise("xfmr-charlm", kFormat, argc - 1, argv + 1);
     if (command == "--help" || command == "-h") {
       usage(argv[0]);
       return 0;

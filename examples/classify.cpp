@@ -422,7 +422,9 @@ void eval(const std::string& checkpoint, const Metadata& metadata, const std::st
   const bool cls = metadata_value(metadata, "pooling", checkpoint) == "cls";
   Be be = make_backend<Be>(backend, precision);
   Classifier<Cfg, Be> model(tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
-  load_parameters(model, SafeTensors::load(fs::path(checkpoint) / kModelFile));
+  const SafeTensors saved = SafeTensors::load(fs::path(checkpoint) / kModelFile);
+  load_parameters(model, saved);
+  const WeightCopies copies(be, model, saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
   const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, Cfg::MAX_T, truncate, dev_path);
   report_cut(dev, "dev", Cfg::MAX_T, truncate);
   const auto r = evaluate(model, be, tok, dev, Cfg::MAX_T, 256);
@@ -442,7 +444,7 @@ Metadata read_classifier_checkpoint(const std::string& dir) {
 }
 
 int usage(const char* argv0) {
-  std::cerr << "usage: " << argv0 << " train|eval [options]   (" << argv0 << " train --help for the options)\n";
+  std::cerr << "usage: " << argv0 << " train|eval|quantise [options]   (--help on each)\n";
   return 2;
 }
 
@@ -520,6 +522,7 @@ int run_eval(int argc, char** argv) {
   check_precision_name(precision, "--precision");
   check_output_paths({{"--metrics-json", metrics_json}}, {{"--dev", dev}, {"--checkpoint", checkpoint}}, checkpoint);
   const Metadata metadata = read_classifier_checkpoint(checkpoint);
+  precision = decoding_precision(vm, precision, metadata);
   dispatch_backend(backend, [&]<class Be>() {
     ClassifierPresets::with(metadata.at("preset"), [&]<class Cfg>() {
       eval<Cfg, Be>(checkpoint, metadata, dev, metrics_json, backend, precision, truncate);
@@ -536,11 +539,12 @@ int main(int argc, char** argv) {
   return run_command("xfmr-classify", [&] {
     if (command == "train") return run_train(argc - 1, argv + 1);
     if (command == "eval") return run_eval(argc - 1, argv + 1);
+    if (command == "quantise") return run_quantise("xfmr-classify", kFormat, argc - 1, argv + 1);
     if (command == "--help" || command == "-h") {
       usage(argv[0]);
       return 0;
     }
-    std::cerr << "xfmr-classify: unknown command '" << command << "' (train or eval)\n";
+    std::cerr << "xfmr-classify: unknown command '" << command << "' (train, eval or quantise)\n";
     return 2;
   });
 }

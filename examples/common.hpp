@@ -353,6 +353,15 @@ inline constexpr const char* kDecodePrecisionHelp =
     "cuda: bf16 tensor-core products, without weight copies so far); or int8 (CPU): every weight matrix quantised "
     "once, a float32 scale a row (a quarter of the bytes), activations and sums float32";
 
+// The precision a decoding command runs in: --precision when given, else
+// int8 for an int8 checkpoint (its weights as they were saved) and fp32
+// for the others.
+inline std::string decoding_precision(const boost::program_options::variables_map& vm, const std::string& precision,
+                                      const Metadata& checkpoint) {
+  if (vm.count("precision") && !vm["precision"].defaulted()) return precision;
+  return is_int8_checkpoint(checkpoint) ? kInt8Weights : precision;
+}
+
 // --out, --metrics-json (what goes in it: `metrics`), --log-csv and
 // --report (default files <program>_log.csv and <program>_report.html),
 // --shards, --backend.
@@ -528,7 +537,11 @@ inline void check_output_paths(const std::vector<NamedPath>& outputs, const std:
   check_training_precision(r.precision, "--precision");
   check_backend_name(r.backend, "--backend");
   std::vector<NamedPath> files = inputs;
-  if (!resume.empty()) files.push_back({"--resume", resume});
+  if (!resume.empty()) {
+    files.push_back({"--resume", resume});
+    require(!is_int8_checkpoint(read_checkpoint_metadata(resume)), "--resume ", resume,
+            " holds int8 weights for decoding; resume from the float32 checkpoint they were made from");
+  }
   if (!r.out.empty()) {
     check_checkpoint_destination(r.out);  // before any training, not at the first save
     check_writable_directory("--out", r.out, true);
@@ -554,6 +567,33 @@ inline void check_output_paths(const std::vector<NamedPath>& outputs, const std:
   }
 #endif
   return lock;
+}
+
+// `program quantise --checkpoint DIR --out DIR8`: io/checkpoint.hpp's
+// quantise_checkpoint on a checkpoint of this program's (`format` in its
+// metadata), with a line saying what it wrote.
+inline int run_quantise(const char* program, const char* format, int argc, char** argv) {
+  namespace po = boost::program_options;
+  std::string checkpoint, out;
+  po::options_description opts(std::string(program) +
+                               " quantise: an int8 checkpoint for decoding (every weight matrix int8, a scale a row)");
+  opts.add_options()("help", "show this help")("checkpoint", po::value(&checkpoint), "float32 checkpoint (required)")
+      ("out", po::value(&out), "directory of the int8 checkpoint (required; replaces only an int8 checkpoint)");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(!checkpoint.empty() && !out.empty(), "--checkpoint DIR and --out DIR are required");
+  const Metadata md = read_checkpoint_metadata(checkpoint);
+  require(md.count("format") && md.at("format") == format, checkpoint, ": not an ", format, " checkpoint");
+  check_writable_directory("--out", out, true);
+#ifdef XFMR_FUZZ_CLI  // the work stops here, as in dispatch_backend
+  return 0;
+#endif
+  const CheckpointLock lock(out);
+  const QuantisedCheckpoint q = quantise_checkpoint(checkpoint, out);
+  std::cout << program << ": " << q.matrices << " weight matrices as int8 in " << out << ": " << std::fixed
+            << std::setprecision(2) << double(q.float_bytes) / 1e6 << " MB -> " << double(q.int8_bytes) / 1e6
+            << " MB (" << std::setprecision(1) << 100.0 * double(q.int8_bytes) / double(q.float_bytes) << "%)\n";
+  return 0;
 }
 
 // An integer in a checkpoint's JSON, within [lo, hi]: a float, a string or a

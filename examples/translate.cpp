@@ -584,8 +584,10 @@ void use(const UseArgs& a, const Metadata& metadata, bool evaluate) {
   const Vocabs v = Vocabs::from_json(json::parse(metadata_value(metadata, "vocabs", a.checkpoint)));
   Be be = make_backend<Be>(a.backend, a.precision);
   Model model(v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
-  load_parameters(model, SafeTensors::load(fs::path(a.checkpoint) / kModelFile));
+  const SafeTensors saved = SafeTensors::load(fs::path(a.checkpoint) / kModelFile);
+  load_parameters(model, saved);
   model.set_training(false);
+  const WeightCopies copies(be, model, saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
   const int max_len = Cfg::MAX_T - 1;
   const BeamOptions beam{.beam = a.beam, .length_penalty = a.length_penalty, .max_len = max_len + 1,
                          .bos = v.bos(), .eos = v.eos()};
@@ -727,6 +729,7 @@ int run_use(int argc, char** argv, bool evaluate) {
                      a.checkpoint);
   check_precision_name(a.precision, "--precision");
   const Metadata metadata = read_translator_checkpoint(a.checkpoint);
+  a.precision = decoding_precision(vm, a.precision, metadata);
   dispatch_backend(a.backend, [&]<class Be>() {
     TranslatorPresets::with(metadata.at("preset"), [&]<class Cfg>() { use<Cfg, Be>(a, metadata, evaluate); });
   });
@@ -736,7 +739,7 @@ int run_use(int argc, char** argv, bool evaluate) {
 }  // namespace
 
 int usage(const char* argv0) {
-  std::cerr << "usage: " << argv0 << " train|translate|eval [options]   (--help on each)\n";
+  std::cerr << "usage: " << argv0 << " train|translate|eval|quantise [options]   (--help on each)\n";
   return 2;
 }
 
@@ -751,7 +754,8 @@ int main(int argc, char** argv) {
     if (command == "train") return run_train(argc - 1, argv + 1);
     if (command == "translate") return run_use(argc - 1, argv + 1, false);
     if (command == "eval") return run_use(argc - 1, argv + 1, true);
-    std::cerr << "xfmr-translate: unknown command '" << command << "' (train, translate or eval)\n";
+    if (command == "quantise") return run_quantise("xfmr-translate", kFormat, argc - 1, argv + 1);
+    std::cerr << "xfmr-translate: unknown command '" << command << "' (train, translate, eval or quantise)\n";
     return 2;
   });
 }

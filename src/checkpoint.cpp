@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "json_bounds.hpp"
+#include "xfmr/core/int8.hpp"
 #include "file_writes.hpp"
 
 namespace xfmr {
@@ -184,8 +185,10 @@ CheckpointLock::~CheckpointLock() {
   ::close(fd_);
 }
 
-void write_checkpoint(const fs::path& target, const SafeTensorsWriter& model, const SafeTensorsWriter& optimizer,
-                      const TrainerState& trainer_state) {
+namespace {
+
+void write_checkpoint_files(const fs::path& target, const SafeTensorsWriter& model,
+                            const SafeTensorsWriter* optimizer, const TrainerState& trainer_state) {
   const fs::path dir = detail::as_target(target);
   check_checkpoint_destination(dir);
   std::error_code ec;
@@ -207,7 +210,7 @@ void write_checkpoint(const fs::path& target, const SafeTensorsWriter& model, co
       detail::write_new_file(tmp / name, bytes, dir / name);
     };
     write(kModelFile, model.serialize());
-    write(kOptimizerFile, optimizer.serialize());
+    if (optimizer) write(kOptimizerFile, optimizer->serialize());
     const std::string state = trainer_state_json(trainer_state);
     write(kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size())));
     ::chmod(tmp.c_str(), 0755);
@@ -226,6 +229,70 @@ void write_checkpoint(const fs::path& target, const SafeTensorsWriter& model, co
   }
   fsync_path(parent, true);
   fs::remove_all(tmp, ec);  // the old checkpoint after a swap; nothing otherwise
+}
+
+}  // namespace
+
+void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const SafeTensorsWriter& optimizer,
+                      const TrainerState& state) {
+  write_checkpoint_files(dir, model, &optimizer, state);
+}
+
+void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const TrainerState& state) {
+  write_checkpoint_files(dir, model, nullptr, state);
+}
+
+bool is_int8_checkpoint(const Metadata& metadata) {
+  const auto it = metadata.find(kWeightsKey);
+  return it != metadata.end() && it->second == kInt8Weights;
+}
+
+QuantisedCheckpoint quantise_checkpoint(const fs::path& from, const fs::path& to) {
+  const TrainerState state = read_trainer_state(from);
+  const fs::path model_path = from / kModelFile;
+  const SafeTensors st = SafeTensors::load(model_path);
+  require(!is_int8_checkpoint(st.metadata()), from.string(), ": holds int8 weights already");
+  std::error_code ec;
+  require(!fs::equivalent(from, to, ec), "refusing to quantise ", from.string(),
+          " into itself: its float32 weights would be lost; choose another directory");
+  if (fs::exists(fs::symlink_status(to, ec)))
+    require(is_checkpoint(to) && is_int8_checkpoint(read_checkpoint_metadata(to)), "refusing to replace ",
+            to.string(), " with an int8 checkpoint: it exists and is not one (a float32 checkpoint would be lost)");
+
+  QuantisedCheckpoint report;
+  SafeTensorsWriter w;
+  for (const std::string& name : st.names()) {
+    const TensorInfo& info = st.info(name);
+    const auto bytes = st.bytes(name);
+    if (info.shape.size() != 2 || info.elements() == 0 || (info.dtype != DType::F32 && info.dtype != DType::F64)) {
+      w.add(name, info.dtype, info.shape, bytes.data());
+      continue;
+    }
+    require(info.dtype == DType::F32, model_path.string(), ": matrix '", name, "' is ", dtype_name(info.dtype),
+            "; int8 weights are made from float32 models");
+    require(!st.contains(name + kScaleSuffix), model_path.string(), ": tensor '", name, kScaleSuffix,
+            "' would be the scales of '", name, "'");
+    const int rows = int(info.shape[0]), cols = int(info.shape[1]);
+    const std::vector<float> values = st.values<float>(name);
+    const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+    require(bad == values.end(), model_path.string(), ": tensor '", name, "' holds ",
+            bad == values.end() ? 0.0f : *bad, " at element ", bad - values.begin(),
+            "; a checkpoint's values must be finite");
+    std::vector<std::int8_t> q(values.size());
+    std::vector<float> scale(std::size_t(rows), 0.0f);
+    for (int r = 0; r < rows; ++r)
+      scale[std::size_t(r)] = detail::quantise_row_int8(values.data() + std::size_t(r) * std::size_t(cols), cols,
+                                                        q.data() + std::size_t(r) * std::size_t(cols));
+    w.add<std::int8_t>(name, info.shape, std::span<const std::int8_t>(q));
+    w.add<float>(name + kScaleSuffix, {rows}, std::span<const float>(scale));
+    ++report.matrices;
+  }
+  for (const auto& [key, value] : st.metadata()) w.set_metadata(key, value);
+  w.set_metadata(kWeightsKey, kInt8Weights);
+  write_checkpoint(to, w, state);
+  report.float_bytes = fs::file_size(model_path);
+  report.int8_bytes = fs::file_size(detail::as_target(to) / kModelFile);
+  return report;
 }
 
 }  // namespace xfmr

@@ -6,10 +6,13 @@
 // other operands untouched; decoding through the KV cache gives the tokens
 // of recomputing the context; training refuses the precision.
 #define BOOST_TEST_MODULE int8
-#include <boost/test/unit_test.hpp>
+#include <unistd.h>
 
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "xfmr/core/rng.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/decoder.hpp"
 
 using namespace xfmr;
@@ -171,6 +175,80 @@ BOOST_AUTO_TEST_CASE(cached_decoding_equals_recomputed_decoding) {
   for (std::size_t i = 0; i < fp.size(); ++i) same += fp[i] == with_cache[i];
   BOOST_TEST_MESSAGE(same << " of " << fp.size() << " greedy tokens as in float32");
   BOOST_TEST(int8.weight_copy_bytes() == 0u);  // generation's scope dropped its copies
+}
+
+// An int8 checkpoint (io/checkpoint.hpp's quantise_checkpoint) decodes from
+// its own rows: WeightCopies opened with its file keeps them as they are,
+// so a single row's product is the documented sum over the file's q and
+// scales, a product of many rows equals float32's on the loaded
+// (dequantised) weights bit for bit, and generation's own scope, nested,
+// leaves them in place.
+BOOST_AUTO_TEST_CASE(an_int8_checkpoint_decodes_from_its_rows) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("xfmr_int8_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Decoder<Small, Cpu> model(40, 11, {.tie_weights = true}), loaded(40, 12, {.tie_weights = true});
+  SafeTensorsWriter mw, ow;
+  add_parameters(mw, model);
+  write_checkpoint(dir / "f32", mw, ow, TrainerState{});
+  quantise_checkpoint(dir / "f32", dir / "i8");
+  const SafeTensors file = SafeTensors::load(dir / "i8" / kModelFile);
+  fs::remove_all(dir);
+  // One matrix's rows halved (the largest |q| 63, not 127): quantising its
+  // dequantised values again would give other rows, so only rows kept as
+  // they are give the products below.
+  const std::string fc1 = "blocks.1.ff.fc1.weight";
+  SafeTensorsWriter edited;
+  for (const auto& n : file.names()) {
+    const auto bytes = file.bytes(n);
+    std::vector<std::byte> data(bytes.begin(), bytes.end());
+    if (n == fc1)
+      for (auto& b : data) b = std::byte(std::int8_t(std::int8_t(b) / 2));
+    edited.add(n, file.info(n).dtype, file.info(n).shape, data.data());
+  }
+  const SafeTensors st = SafeTensors::parse(edited.serialize(), "edited.safetensors");
+  load_parameters(loaded, st);
+
+  Cpu int8({.int8 = true}), fp32;
+  const WeightCopies saved(int8, loaded, st);
+  std::size_t bytes = 0;
+  loaded.visit([&](std::string_view, auto& v, auto&) {
+    if (v.shape().size() == 2) bytes += v.size() + std::size_t(v.dim(0)) * sizeof(float);
+  });
+  BOOST_TEST(int8.weight_copy_bytes() == bytes);
+
+  const float* w = nullptr;
+  loaded.visit([&](std::string_view name, auto& v, auto&) {
+    if (name == fc1) w = v.data();
+  });
+  BOOST_TEST_REQUIRE(w != nullptr);
+  const int N = Small::D_FF, K = Small::D_MODEL;
+  const auto x = randn(std::size_t(K), 21);
+  std::vector<float> y(std::size_t(N), 0.0f);
+  int8.gemm(false, true, 1, N, K, 1.0f, x.data(), K, w, K, 0.0f, y.data(), N);
+#ifdef XFMR_SIMD_ROWS
+  const auto q = st.bytes(fc1);
+  std::vector<std::int8_t> file_q(q.size());
+  std::transform(q.begin(), q.end(), file_q.begin(), [](std::byte b) { return std::int8_t(b); });
+  BOOST_TEST(y == documented_order(file_q, st.values<float>(fc1 + kScaleSuffix), x.data(), N, K),
+             boost::test_tools::per_element());
+#endif
+
+  const std::vector<std::int32_t> ids = {1, 5, 9, 2, 7, 3, 8, 4, 6, 0, 11, 12, 1, 2, 3, 4,
+                                         5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+  const auto a = loaded.forward(int8, ids, Shape{2, Small::MAX_T});
+  const std::vector<float> from_int8(a.begin(), a.end());
+  const auto b = loaded.forward(fp32, ids, Shape{2, Small::MAX_T});
+  BOOST_TEST(from_int8 == std::vector<float>(b.begin(), b.end()), boost::test_tools::per_element());
+
+  Generator<Decoder<Small, Cpu>, Cpu> cached(loaded, int8), recomputed(loaded, int8);
+  Rng unused(3);
+  const GenerateOptions greedy{.sampling = {.temperature = 0}, .max_tokens = detail::Int8Products::kRowKernelRows - 3};
+  GenerateOptions plain = greedy;
+  plain.use_cache = false;
+  const std::vector<std::int32_t> prompt = {1, 2, 3};
+  BOOST_TEST(cached(prompt, greedy, unused) == recomputed(prompt, plain, unused), boost::test_tools::per_element());
+  BOOST_TEST(int8.weight_copy_bytes() == bytes);  // still the file's rows
 }
 
 // int8 is for decoding: a training run refuses it, a CUDA backend too.

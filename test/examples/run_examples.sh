@@ -222,6 +222,27 @@ case "$case_name" in
     "$charlm" sample --checkpoint f32 --tokens 40 --temperature 0 > s32.txt 2> /dev/null || fail "float32 sampling failed"
     [ "$(head -c 40 s8.txt | wc -m)" -eq 40 ] || { cat s8.txt; fail "int8 sampling printed too little"; }
     [[ $(head -c 8 s8.txt) == "$(head -c 8 s32.txt)" ]] || fail "int8 greedy begins otherwise than float32's"
+    # An int8 checkpoint: a quarter-ish of the bytes, decoded in int8 by
+    # default; eval gives the training's own validation loss from the float
+    # checkpoint and close to it from the int8 one; training refuses it.
+    "$charlm" quantise --checkpoint f32 --out f32_int8 > q.log 2>&1 || { cat q.log; fail "quantise failed"; }
+    grep -q "weight matrices as int8 in f32_int8" q.log || { cat q.log; fail "quantise said nothing"; }
+    [ ! -e f32_int8/optimizer.safetensors ] || fail "the int8 checkpoint has optimizer state"
+    awk -v a="$(stat -c %s f32_int8/model.safetensors)" -v b="$(stat -c %s f32/model.safetensors)" \
+      'BEGIN { exit !(a < 0.4 * b) }' || fail "the int8 model file is not small"
+    "$charlm" sample --checkpoint f32_int8 --tokens 40 --temperature 0 > q8.txt 2> q8.err || { cat q8.err; fail "int8 checkpoint sampling failed"; }
+    [[ $(head -c 8 q8.txt) == "$(head -c 8 s32.txt)" ]] || fail "the int8 checkpoint's greedy begins otherwise than float32's"
+    "$charlm" eval --checkpoint f32 --data corpus.txt --batches 4 --metrics-json v32.json > /dev/null || fail "eval failed"
+    "$charlm" eval --checkpoint f32_int8 --data corpus.txt --batches 4 --metrics-json v8.json > /dev/null \
+      || fail "int8 eval failed"
+    grep -q '"precision": "int8"' v8.json || { cat v8.json; fail "the int8 checkpoint was not evaluated in int8"; }
+    awk -v a="$(json_value v8.json val_loss)" -v b="$(json_value v32.json val_loss)" \
+      'BEGIN { exit !(a > 0.98 * b && a < 1.02 * b) }' || fail "int8 val loss $(json_value v8.json val_loss)"
+    expect_error "holds int8 weights for decoding" "$charlm" train --data corpus.txt --resume f32_int8
+    expect_error "into itself" "$charlm" quantise --checkpoint f32 --out f32
+    expect_error "int8 weights already" "$charlm" quantise --checkpoint f32_int8 --out again
+    expect_error "a float32 checkpoint would be lost" "$charlm" quantise --checkpoint f32 --out b16
+    expect_error "not an xfmr-classify checkpoint" "$classify" quantise --checkpoint f32 --out x8
     ;;
   charlm_recompute)
     # --recompute cheap and block train the weights of none bit for bit
@@ -499,6 +520,10 @@ case "$case_name" in
     "$classify" eval --checkpoint clf --dev dev.tsv --precision int8 --metrics-json e8.json > e8.log 2>&1 \
       || { cat e8.log; fail "int8 eval failed"; }
     awk -v a="$(json_value e8.json dev_accuracy)" 'BEGIN { exit !(a >= 0.95) }' || fail "int8 dev accuracy"
+    "$classify" quantise --checkpoint clf --out clf8 > q.log 2>&1 || { cat q.log; fail "quantise failed"; }
+    "$classify" eval --checkpoint clf8 --dev dev.tsv --metrics-json q8.json > q8.log 2>&1 \
+      || { cat q8.log; fail "int8 checkpoint eval failed"; }
+    awk -v a="$(json_value q8.json dev_accuracy)" 'BEGIN { exit !(a >= 0.95) }' || fail "int8 checkpoint dev accuracy"
     "$classify" train --train train.tsv --dev dev.tsv --model tiny --tokens char --pooling cls --epochs 1 --batch 16 \
       --eval-every 100 --log-csv c2.csv --report c2.html > /dev/null 2>&1 || fail "char tokens with CLS pooling failed"
     ;;
@@ -587,6 +612,10 @@ case "$case_name" in
     "$translate" eval --checkpoint tr --src val.src --ref val.tgt --precision int8 --metrics-json e8.json > e8.log 2>&1 \
       || { cat e8.log; fail "int8 eval failed"; }
     awk -v b="$(json_value e8.json bleu)" 'BEGIN { exit !(b >= 90) }' || fail "int8 BLEU $(json_value e8.json bleu)"
+    "$translate" quantise --checkpoint tr --out tr8 > q.log 2>&1 || { cat q.log; fail "quantise failed"; }
+    "$translate" eval --checkpoint tr8 --src val.src --ref val.tgt --metrics-json q8.json > q8.log 2>&1 \
+      || { cat q8.log; fail "int8 checkpoint eval failed"; }
+    awk -v b="$(json_value q8.json bleu)" 'BEGIN { exit !(b >= 90) }' || fail "int8 checkpoint BLEU $(json_value q8.json bleu)"
     out=$(echo "red cat sees blue bird." | "$translate" translate --checkpoint tr --beam 1 --attention-map map.svg) \
       || fail "translate failed"
     [[ -n $out && -s map.svg ]] || fail "no translation or no attention map"

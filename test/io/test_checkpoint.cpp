@@ -5,10 +5,13 @@
 
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <functional>
 
 #include "support/configs.hpp"
 #include "xfmr/backend/cpu.hpp"
+#include "xfmr/core/int8.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/train/optimizers.hpp"
 
@@ -285,4 +288,172 @@ BOOST_AUTO_TEST_CASE(trainer_state_json_is_checked) {
   BOOST_TEST(error(head + R"("step": 1, "data_rng": "1", "dropout_calls": [-3]})") ==
              "s.json: dropout_calls holds -3, not a count");
   BOOST_TEST(error(std::string(100, '[')).find("nests deeper than") != std::string::npos);
+}
+
+namespace {
+// A float32 checkpoint of `model` in `dir` (no optimizer moments needed).
+template <class M>
+void save_float(const fs::path& dir, M& model) {
+  SafeTensorsWriter mw, ow;
+  add_parameters(mw, model);
+  mw.set_metadata("preset", "tiny");
+  write_checkpoint(dir, mw, ow, TrainerState{5, 1, {}});
+}
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+// quantise_checkpoint: every matrix as the per-row int8 the CPU's int8
+// precision makes (core/int8.hpp), its scales beside it, the rest and the
+// metadata as they were; loading gives the matrices scale_r q_rk exactly.
+BOOST_AUTO_TEST_CASE(int8_checkpoint_round_trip) {
+  TempDir d;
+  Decoder<TwoLayers, Be> a(29, 3), b(29, 4);
+  save_float(d.path / "f32", a);
+  const QuantisedCheckpoint report = quantise_checkpoint(d.path / "f32", d.path / "i8");
+  BOOST_TEST(is_checkpoint(d.path / "i8"));
+  BOOST_TEST(!fs::exists(d.path / "i8" / kOptimizerFile));  // for decoding: no optimizer state
+  BOOST_TEST(read_trainer_state(d.path / "i8").step == 5);
+  const Metadata meta = read_checkpoint_metadata(d.path / "i8");
+  BOOST_TEST(meta.at("preset") == "tiny");
+  BOOST_TEST(is_int8_checkpoint(meta));
+  BOOST_TEST(report.int8_bytes == fs::file_size(d.path / "i8" / kModelFile));
+
+  const SafeTensors st = SafeTensors::load(d.path / "i8" / kModelFile);
+  int matrices = 0;
+  std::vector<float> bound;  // a's elements' quantisation bound, in flat()'s order
+  a.visit([&](std::string_view name, auto& v, auto&) {
+    const std::string key(name);
+    if (v.shape().size() != 2) {
+      BOOST_TEST((st.info(key).dtype == DType::F32 && st.values<float>(key) == std::vector<float>(v.begin(), v.end())));
+      bound.insert(bound.end(), v.size(), 0.0f);
+      return;
+    }
+    ++matrices;
+    const int rows = int(v.dim(0)), cols = int(v.dim(1));
+    std::vector<std::int8_t> q(v.size());
+    std::vector<float> scale(std::size_t(rows), 0.0f);
+    for (int r = 0; r < rows; ++r) scale[std::size_t(r)] = detail::quantise_row_int8(v.data() + r * cols, cols, q.data() + r * cols);
+    BOOST_TEST((st.info(key).dtype == DType::I8));
+    const auto saved = st.bytes(key);
+    BOOST_TEST(std::equal(q.begin(), q.end(), saved.begin(), [](std::int8_t x, std::byte y) { return x == std::int8_t(y); }));
+    BOOST_TEST(st.values<float>(key + kScaleSuffix) == scale, boost::test_tools::per_element());
+    for (std::size_t i = 0; i < v.size(); ++i) bound.push_back(0.5f * scale[i / std::size_t(cols)] * (1.0f + 1e-6f));
+  });
+  BOOST_TEST(report.matrices == matrices);
+
+  // Loaded into another model: the matrices are scale_r q_rk, within half a
+  // scale of the originals; the rest equal.
+  load_parameters(b, st);
+  std::vector<float> fa = flat(a), fb = flat(b);
+  BOOST_TEST(fa.size() == fb.size());
+  b.visit([&](std::string_view name, auto& v, auto&) {
+    if (v.shape().size() != 2) return;
+    const std::string key(name);
+    const auto q = st.bytes(key);
+    const auto scale = st.values<float>(key + kScaleSuffix);
+    const int cols = int(v.dim(1));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      BOOST_TEST_REQUIRE(v.data()[i] == scale[i / std::size_t(cols)] * float(std::int8_t(q[i])));
+  });
+  for (std::size_t i = 0; i < fa.size(); ++i) BOOST_TEST_REQUIRE(std::fabs(fa[i] - fb[i]) <= bound[i]);
+}
+
+// What quantise_checkpoint refuses, and what it may replace.
+BOOST_AUTO_TEST_CASE(int8_checkpoint_destinations) {
+  TempDir d;
+  Decoder<TwoLayers, Be> a(29, 3);
+  save_float(d.path / "f32", a);
+  save_float(d.path / "other", a);
+  BOOST_TEST(error_of([&] { quantise_checkpoint(d.path / "f32", d.path / "f32"); }).find("into itself") !=
+             std::string::npos);
+  BOOST_TEST(error_of([&] { quantise_checkpoint(d.path / "f32", d.path / "other"); }).find("float32 checkpoint would be lost") !=
+             std::string::npos);
+  BOOST_TEST(is_checkpoint(d.path / "other"));
+  BOOST_TEST(fs::exists(d.path / "other" / kOptimizerFile));  // untouched
+  quantise_checkpoint(d.path / "f32", d.path / "i8");
+  BOOST_CHECK_NO_THROW(quantise_checkpoint(d.path / "f32", d.path / "i8"));  // an int8 one is replaced
+  BOOST_TEST(error_of([&] { quantise_checkpoint(d.path / "i8", d.path / "i8b"); }).find("int8 weights already") !=
+             std::string::npos);
+  BOOST_TEST(!fs::exists(d.path / "i8b"));
+  Decoder<TwoLayers, CpuBackend<double>> wide(29, 3);
+  SafeTensorsWriter mw, ow;
+  add_parameters(mw, wide);
+  write_checkpoint(d.path / "f64", mw, ow, TrainerState{});
+  BOOST_TEST(error_of([&] { quantise_checkpoint(d.path / "f64", d.path / "i8c"); }).find("F64") != std::string::npos);
+}
+
+// A damaged or mismatched int8 file is refused on load, naming the tensor.
+BOOST_AUTO_TEST_CASE(bad_int8_files_are_refused) {
+  TempDir d;
+  Decoder<TwoLayers, Be> a(29, 3);
+  save_float(d.path / "f32", a);
+  quantise_checkpoint(d.path / "f32", d.path / "i8");
+  const SafeTensors good = SafeTensors::load(d.path / "i8" / kModelFile);
+  const std::string matrix = "blocks.0.ff.fc1.weight", scales = matrix + kScaleSuffix;
+  BOOST_TEST_REQUIRE((good.info(matrix).dtype == DType::I8));
+  // good's tensors, with `edit` changing the named ones (or dropping them).
+  auto rewritten = [&](const std::function<bool(const std::string&, SafeTensorsWriter&)>& edit) {
+    SafeTensorsWriter w;
+    for (const auto& n : good.names())
+      if (!edit(n, w)) w.add(n, good.info(n).dtype, good.info(n).shape, good.bytes(n).data());
+    return SafeTensors::parse(w.serialize(), "bad.safetensors");
+  };
+  auto load_error = [&](const SafeTensors& st) {
+    Decoder<TwoLayers, Be> b(29, 4);
+    return error_of([&] { load_parameters(b, st); });
+  };
+  auto has = [](const std::string& msg, const std::string& part) {
+    BOOST_TEST_INFO(msg);
+    BOOST_TEST(msg.find(part) != std::string::npos);
+  };
+  has(load_error(rewritten([&](const std::string& n, SafeTensorsWriter&) { return n == scales; })), "has no scales '" + scales);
+  const int rows = int(good.info(matrix).shape[0]);
+  auto with_scales = [&](std::vector<float> s, std::vector<std::int64_t> shape) {
+    return rewritten([&, s, shape](const std::string& n, SafeTensorsWriter& w) {
+      if (n != scales) return false;
+      w.add<float>(n, shape, std::span<const float>(s));
+      return true;
+    });
+  };
+  has(load_error(with_scales(std::vector<float>(std::size_t(rows) + 1, 0.1f), {rows + 1})), "expected F32 [");
+  std::vector<float> s = good.values<float>(scales);
+  s[2] = -s[2];
+  has(load_error(with_scales(s, {rows})), "at row 2");
+  s[2] = std::nanf("");
+  has(load_error(with_scales(s, {rows})), "must be finite");
+  has(load_error(rewritten([&](const std::string& n, SafeTensorsWriter& w) {
+        if (n != matrix) return false;
+        std::vector<std::int8_t> q(good.info(n).elements(), 1);
+        q[7] = -128;
+        w.add<std::int8_t>(n, good.info(n).shape, std::span<const std::int8_t>(q));
+        return true;
+      })),
+      "-128 at element 7");
+  // A vector stored as int8, and scales with no int8 matrix.
+  const std::string bias = "blocks.0.ff.fc1.bias";
+  has(load_error(rewritten([&](const std::string& n, SafeTensorsWriter& w) {
+        if (n != bias) return false;
+        std::vector<std::int8_t> q(good.info(n).elements(), 1);
+        w.add<std::int8_t>(n, good.info(n).shape, std::span<const std::int8_t>(q));
+        return true;
+      })),
+      "only matrices are stored as int8");
+  has(load_error(rewritten([&](const std::string& n, SafeTensorsWriter& w) {
+        if (n != bias) return false;
+        const auto v = good.values<float>(n);
+        w.add<float>(n, good.info(n).shape, std::span<const float>(v));
+        w.add<float>(n + kScaleSuffix, good.info(n).shape, std::span<const float>(v));
+        return true;
+      })),
+      "matches no parameter");
+  // The int8 file of another model's shape.
+  Decoder<TinyPre, Be> small(29, 1);
+  has(error_of([&] { load_parameters(small, good); }), "matches no parameter");
 }

@@ -260,6 +260,20 @@ BOOST_AUTO_TEST_CASE(save_load_and_restore_resume_bitwise) {
   load_optimizer_state(opt_3, SafeTensors::load(dir / kOptimizerFile));
   for (int i = 0; i < 3; ++i) t3.step(next(t3), data.forward());
   BOOST_TEST(largest_difference(weights(*straight), weights(*third)) > 1e-6);
+  // An int8 checkpoint (quantise_checkpoint's, here marked by hand: this
+  // model is double) is for decoding: resuming refuses it.
+  const auto int8_dir = dir.string() + "_int8";
+  SafeTensorsWriter marked;
+  add_parameters(marked, *third);
+  marked.set_metadata(kWeightsKey, kInt8Weights);
+  write_checkpoint(int8_dir, marked, st);
+  try {
+    t3.resume(int8_dir);
+    BOOST_ERROR("resumed from int8 weights");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()).find("holds int8 weights for decoding") != std::string::npos, e.what());
+  }
+  std::filesystem::remove_all(int8_dir);
   std::filesystem::remove_all(dir);
 
   TrainerState wrong = st;

@@ -8,6 +8,11 @@
 //     ... start_cache / forward_cached / beam search ...
 //   }                                      // copies dropped
 //
+// Opened with a SafeTensors holding int8 matrices (an int8 checkpoint's
+// model file, which load_parameters loaded into model), a scope in int8
+// precision keeps the file's rows and scales as they are instead of
+// quantising the model's (dequantised) weights again.
+//
 // The float32 weights stay the master copy (checkpoints, training); inside
 // the scope they must not change (no optimizer step, no load): the products
 // would go on reading the copies. Scopes nest: one opened while the backend
@@ -16,7 +21,13 @@
 // does nothing, so decoding code can open it unconditionally.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include "xfmr/io/checkpoint.hpp"
+#include "xfmr/io/safetensors.hpp"
 
 namespace xfmr {
 
@@ -27,6 +38,10 @@ class WeightCopies {
     be.drop_weight_copies();
     be.weight_copy_bytes();
   };
+  static constexpr bool kKeepsSavedRows =
+      requires(Backend& be, const typename Backend::Scalar* w, const std::int8_t* q, const float* s) {
+        be.keep_weight_copy(w, 1, 1, q, s);
+      };
 
  public:
   // Every two-dimensional parameter of model (the products' weights; a tied
@@ -38,6 +53,32 @@ class WeightCopies {
       if (!owner_) return;
       model.visit([&](std::string_view, auto& value, auto&) {
         if (value.shape().size() == 2) be.keep_weight_copy(value.data(), int(value.dim(0)), int(value.dim(1)));
+      });
+    }
+  }
+  template <class Model>
+  WeightCopies(Backend& be, Model& model, const SafeTensors& saved) : be_(be) {
+    if constexpr (kHasCopies) {
+      owner_ = be.weight_copy_bytes() == 0;
+      if (!owner_) return;
+      model.visit([&](std::string_view name, auto& value, auto&) {
+        if (value.shape().size() != 2) return;
+        const int rows = int(value.dim(0)), cols = int(value.dim(1));
+        const std::string key(name);
+        if constexpr (kKeepsSavedRows) {
+          if (saved.contains(key) && saved.info(key).dtype == DType::I8) {
+            require(saved.info(key).shape == value.shape(), saved.source(), ": tensor '", key, "' has shape ",
+                    shape_string(saved.info(key).shape), " but the model expects ", shape_string(value.shape()));
+            const std::vector<float> scale = saved.values<float>(key + kScaleSuffix);
+            require(scale.size() == std::size_t(rows), saved.source(), ": '", key, kScaleSuffix, "' holds ",
+                    scale.size(), " scales for ", rows, " rows");
+            const auto q = saved.bytes(key);
+            be.keep_weight_copy(value.data(), rows, cols, reinterpret_cast<const std::int8_t*>(q.data()),
+                                scale.data());
+            return;
+          }
+        }
+        be.keep_weight_copy(value.data(), rows, cols);
       });
     }
   }

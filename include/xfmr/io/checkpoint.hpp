@@ -13,6 +13,14 @@
 //                          counter (format "xfmr-trainer", version 1)
 // Trainer::save(dir, metadata) writes one and Trainer::resume(dir) continues
 // its run bit for bit (train/trainer.hpp).
+// An int8 checkpoint (quantise_checkpoint) is for decoding only: its
+// model.safetensors holds each two-dimensional parameter as I8 rows "<name>"
+// with a F32 scale a row "<name>_scale" (the rest as they were, and
+// "weights": "int8" in __metadata__), beside the trainer_state.json of the
+// checkpoint it came from and no optimizer state. load_parameters reads it
+// into a float model as the dequantised values scale_r q_rk; WeightCopies
+// (infer/weight_copies.hpp) hands the rows themselves to a backend in int8
+// precision. Training does not resume from it.
 // write_checkpoint() builds the new directory beside the target, fsyncs every
 // file, then swaps it in with one atomic rename (RENAME_EXCHANGE when the
 // target exists), so a crash at any point leaves either the old or the new
@@ -40,6 +48,10 @@ namespace xfmr {
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+// An int8 checkpoint's metadata key and value, and its scales' suffix.
+inline constexpr const char* kWeightsKey = "weights";
+inline constexpr const char* kInt8Weights = "int8";
+inline constexpr const char* kScaleSuffix = "_scale";
 
 // The caller's strings a checkpoint carries with its parameters.
 using Metadata = std::map<std::string, std::string>;
@@ -73,6 +85,34 @@ void load_tensor(const SafeTensors& st, const std::string& name, Tensor& t) {
                  "; a checkpoint's values must be finite");
   t.copy_from_host(host.data());
 }
+// An I8 tensor "<name>" with its F32 scales "<name>_scale": the model's
+// matrix gets scale_r q_rk (the product int8 precision computes with).
+template <class Tensor>
+void load_int8_tensor(const SafeTensors& st, const std::string& name, Tensor& t) {
+  using S = typename Tensor::value_type;
+  const std::string scale_name = name + kScaleSuffix;
+  const auto& shape = st.info(name).shape;
+  require(shape.size() == 2, st.source(), ": int8 tensor '", name, "' has shape ", shape_string(shape),
+          "; only matrices are stored as int8");
+  require(st.contains(scale_name), st.source(), ": int8 tensor '", name, "' has no scales '", scale_name, "'");
+  const TensorInfo& si = st.info(scale_name);
+  require(si.dtype == DType::F32 && si.shape == std::vector<std::int64_t>{shape[0]}, st.source(), ": scales '",
+          scale_name, "' are ", dtype_name(si.dtype), " ", shape_string(si.shape), "; expected F32 [", shape[0], "]");
+  const std::vector<float> scale = st.values<float>(scale_name);
+  for (std::size_t r = 0; r < scale.size(); ++r)
+    require(std::isfinite(scale[r]) && scale[r] >= 0.0f, st.source(), ": scales '", scale_name, "' hold ", scale[r],
+            " at row ", r, "; a scale must be finite and not negative");
+  const auto q = st.bytes(name);
+  const std::size_t cols = std::size_t(shape[1]);
+  std::vector<S> host(q.size());
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    const auto v = static_cast<std::int8_t>(q[i]);
+    require(v != -128, st.source(), ": int8 tensor '", name, "' holds -128 at element ", i,
+            "; symmetric int8 weights lie in [-127, 127]");
+    host[i] = S(scale[i / cols] * float(v));
+  }
+  t.copy_from_host(host.data());
+}
 }  // namespace detail
 
 // Adds every parameter of `model` to `w` under its visit() name.
@@ -84,7 +124,8 @@ void add_parameters(SafeTensorsWriter& w, Model& model) {
 }
 
 // Loads every parameter of `model` from `st`: each name must be present with
-// the model's shape, and the file may hold no parameter the model lacks.
+// the model's shape, and the file may hold no parameter the model lacks. An
+// int8 matrix (with its scales) loads as its dequantised values.
 template <class Model>
 void load_parameters(Model& model, const SafeTensors& st, std::string_view prefix = "") {
   static_assert(Parameterized<Model>, "load_parameters: the model must list its parameters with visit(f) "
@@ -96,7 +137,12 @@ void load_parameters(Model& model, const SafeTensors& st, std::string_view prefi
     const auto& info = st.info(key);
     require(info.shape == value.shape(), st.source(), ": tensor '", key, "' has shape ", shape_string(info.shape),
             " but the model expects ", shape_string(value.shape()));
-    detail::load_tensor(st, key, value);
+    if (info.dtype == DType::I8) {
+      detail::load_int8_tensor(st, key, value);
+      used.insert(key + kScaleSuffix);
+    } else {
+      detail::load_tensor(st, key, value);
+    }
     used.insert(key);
   });
   for (const auto& n : st.names())
@@ -158,6 +204,25 @@ class CheckpointLock {
 // Writes the three files into `dir` atomically (see above).
 void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model,
                       const SafeTensorsWriter& optimizer, const TrainerState& state);
+// The same without optimizer state: a checkpoint for decoding (int8).
+void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model, const TrainerState& state);
+
+// What quantise_checkpoint wrote.
+struct QuantisedCheckpoint {
+  int matrices = 0;                    // parameters stored as int8
+  std::uintmax_t float_bytes = 0;      // model.safetensors before
+  std::uintmax_t int8_bytes = 0;       // and after
+};
+// Writes into `to` the int8 checkpoint of the float32 checkpoint `from` (see
+// above): every F32 matrix quantised symmetric and per row as int8
+// precision quantises it (scale_r = max_k |w_rk| / 127, q_rk = round(w_rk /
+// scale_r)), so that decoding from it in int8 reads exactly the rows
+// decoding from `from` in int8 would. Refuses a `from` that is int8 already
+// or holds F64 matrices, `to` the same directory as `from`, and a `to` that
+// exists and is not an int8 checkpoint (a float32 one would be lost).
+QuantisedCheckpoint quantise_checkpoint(const std::filesystem::path& from, const std::filesystem::path& to);
+// True when the model file's metadata says int8 weights.
+bool is_int8_checkpoint(const Metadata& metadata);
 
 // True when `dir` holds a checkpoint (the three files).
 bool is_checkpoint(const std::filesystem::path& dir);

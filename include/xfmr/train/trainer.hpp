@@ -259,6 +259,8 @@ class Trainer {
   Metadata resume(const std::filesystem::path& dir) {
     const TrainerState st = read_trainer_state(dir);
     const SafeTensors model_file = SafeTensors::load(dir / kModelFile);
+    require(!is_int8_checkpoint(model_file.metadata()), dir.string(),
+            ": holds int8 weights for decoding; training resumes from the float32 checkpoint they were made from");
     load_parameters(model_, model_file);
     load_optimizer_state(opt_, SafeTensors::load(dir / kOptimizerFile));
     restore(st);

@@ -3,10 +3,10 @@
 // decoding, a quarter of float32's bytes a token streams.
 //
 // keep_copy(w, rows, cols) quantises a contiguous rows x cols matrix once,
-// symmetric and per row (a row is an output of y = x W^T, the products'
-// layout for a weight): scale_r = max_k |w_rk| / 127 and q_rk =
-// round(w_rk / scale_r) in [-127, 127], so |w_rk - scale_r q_rk| <=
-// scale_r / 2. A product whose B operand is w (the same pointer and leading
+// symmetric and per row (core/int8.hpp; a row is an output of y = x W^T,
+// the products' layout for a weight): scale_r = max_k |w_rk| / 127 and
+// q_rk = round(w_rk / scale_r) in [-127, 127], so |w_rk - scale_r q_rk| <=
+// scale_r / 2; or keeps rows given (a saved int8 model's). A product whose B operand is w (the same pointer and leading
 // dimension, no more rows than kept, transposed as a weight is) reads the
 // int8 rows: output (m, r) = scale_r * sum_k a_mk q_rk, the sum in float32
 // in the order gemm_rows_int8 documents (test_int8 recomputes it lane by
@@ -30,19 +30,9 @@
 #include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/backend/cpu/simd.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/int8.hpp"
 
 namespace xfmr::detail {
-
-// One row's symmetric int8 quantisation: q[k] = round(w[k] / scale), scale
-// = max |w| / 127 (0 for a row of zeros, whose q are all 0). Returns scale.
-inline float quantise_row_int8(const float* w, int n, std::int8_t* q) {
-  float amax = 0.0f;
-  for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(w[k]));
-  const float scale = amax / 127.0f;
-  for (int k = 0; k < n; ++k)
-    q[k] = scale > 0.0f ? std::int8_t(std::clamp(std::nearbyint(w[k] / scale), -127.0f, 127.0f)) : std::int8_t(0);
-  return scale;
-}
 
 #ifdef XFMR_SIMD_ROWS
 // Rows [n0, n1) of C(M, N) = A(M, K) Q^T, Q int8 (N, K) with leading
@@ -131,17 +121,20 @@ class Int8Products {
   static constexpr int kRowKernelRows = 8;
 
   void keep_copy(const float* w, int rows, int cols) {
-    require(rows > 0 && cols > 0, "int8 weight copy of a ", rows, " x ", cols, " matrix");
-    Copy& copy = copies_[w];
-    copy.rows = rows;
-    copy.cols = cols;
-    copy.q.resize(std::size_t(rows) * std::size_t(cols));
-    copy.scale.resize(std::size_t(rows));
+    Copy& copy = make_copy(w, rows, cols);
     std::int8_t* q = copy.q.data();
     float* scale = copy.scale.data();
     parallel_ranges(rows, long(rows) * cols > kParallelWork, [=](long lo, long hi) {
       for (long r = lo; r < hi; ++r) scale[r] = quantise_row_int8(w + r * cols, cols, q + r * cols);
     });
+  }
+  // keep_copy with the int8 rows and scales given (a saved int8 model's,
+  // io/checkpoint.hpp's quantise_checkpoint) instead of computed from w,
+  // which holds their dequantised values.
+  void keep_copy(const float* w, int rows, int cols, const std::int8_t* q, const float* scale) {
+    Copy& copy = make_copy(w, rows, cols);
+    std::copy_n(q, copy.q.size(), copy.q.begin());
+    std::copy_n(scale, copy.scale.size(), copy.scale.begin());
   }
   void drop_copies() { copies_.clear(); }
   std::size_t copy_bytes() const {
@@ -156,6 +149,15 @@ class Int8Products {
     std::vector<std::int8_t> q;
     std::vector<float> scale;
   };
+  Copy& make_copy(const float* w, int rows, int cols) {
+    require(rows > 0 && cols > 0, "int8 weight copy of a ", rows, " x ", cols, " matrix");
+    Copy& copy = copies_[w];
+    copy.rows = rows;
+    copy.cols = cols;
+    copy.q.resize(std::size_t(rows) * std::size_t(cols));
+    copy.scale.resize(std::size_t(rows));
+    return copy;
+  }
   std::unordered_map<const float*, Copy> copies_;  // by weight
   std::vector<float> widened_;                      // kept rows as float32, for products of many rows
 };

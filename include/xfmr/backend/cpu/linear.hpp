@@ -12,9 +12,12 @@
 //  drop_weight_copies()              (int8, a scale a row) copy until drop_weight_copies(); w must not
 //  weight_copy_bytes()               change meanwhile (WeightCopies, infer/weight_copies.hpp). In float32
 //                                    they do nothing.
+//  keep_weight_copy(w, rows, cols, q, scale)  the same with w's int8 rows and scales given (a saved
+//                                    int8 model's; w holds scale_r q_rk): int8 precision keeps them as they are.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "xfmr/backend/cpu/bf16_products.hpp"
@@ -37,6 +40,7 @@ class CpuLinear {
   void bias_grad(int rows, int n, const S* dy, S* dbias);
 
   void keep_weight_copy(const S* w, int rows, int cols);
+  void keep_weight_copy(const S* w, int rows, int cols, const std::int8_t* q, const float* scale);
   void drop_weight_copies();
   std::size_t weight_copy_bytes() const;
 
@@ -86,6 +90,15 @@ void CpuLinear<S>::keep_weight_copy(const S* w, int rows, int cols) {
   } else {
     (void)w, (void)rows, (void)cols;
   }
+}
+
+template <class S>
+void CpuLinear<S>::keep_weight_copy(const S* w, int rows, int cols, const std::int8_t* q, const float* scale) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (int8_) return int8_products_.keep_copy(w, rows, cols, q, scale);
+  }
+  (void)q, (void)scale;
+  keep_weight_copy(w, rows, cols);
 }
 
 template <class S>
