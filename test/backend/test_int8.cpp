@@ -46,30 +46,22 @@ std::vector<float> product(Cpu& be, const std::vector<float>& A, const std::vect
 
 #ifdef XFMR_SIMD_ROWS
 // gemm_rows_int8's documented order, lane by lane (std::fma is the vector
-// multiply-add's rounding): per row two accumulators over alternate
-// sixteen-column blocks, the rest and the tail into the first, their sum,
-// then sum16 over each block of sixteen rows, times the row's scale.
+// multiply-add's rounding): per row one accumulator over the sixteen-column
+// blocks in order, the tail last, then sum16 over each block of sixteen
+// rows, times the row's scale.
 std::vector<float> documented_order(const std::vector<std::int8_t>& q, const std::vector<float>& scale,
                                     const float* x, int N, int K) {
   std::vector<float> y(std::size_t(N + 16));
-  const int k_full = K - K % 16;
   for (int r0 = 0; r0 < N; r0 += 16) {
     __m512 acc[16];
     float s[16] = {};
     for (int r = 0; r < 16; ++r) {
-      float a[16] = {}, b[16] = {};
+      float a[16] = {};
       if (r0 + r < N) {
         s[r] = scale[std::size_t(r0 + r)];
         const std::int8_t* qr = q.data() + std::size_t(r0 + r) * K;
-        int k = 0;
-        for (; k + 32 <= k_full; k += 32)
-          for (int l = 0; l < 16; ++l) {
-            a[l] = std::fma(float(qr[k + l]), x[k + l], a[l]);
-            b[l] = std::fma(float(qr[k + 16 + l]), x[k + 16 + l], b[l]);
-          }
-        for (; k < K; k += 16)
+        for (int k = 0; k < K; k += 16)
           for (int l = 0; l < 16 && k + l < K; ++l) a[l] = std::fma(float(qr[k + l]), x[k + l], a[l]);
-        for (int l = 0; l < 16; ++l) a[l] += b[l];
       }
       acc[r] = _mm512_loadu_ps(a);
     }
