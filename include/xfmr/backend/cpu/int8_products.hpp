@@ -37,45 +37,23 @@ namespace xfmr::detail {
 #ifdef XFMR_SIMD_ROWS
 // Rows [n0, n1) of C(M, N) = A(M, K) Q^T, Q int8 (N, K) with leading
 // dimension ldq and a scale a row: C[m, r] = scale[r] * sum_k A[m, k] Q[r, k].
-// The sum's order: row r's sixteen-lane accumulator takes the columns
-// sixteen at a time in order (the masked tail last), then sum16 over the
-// sixteen rows of a block; the scale multiplies last. The sixteen rows of
-// a block go side by side (sixteen independent chains of multiply-adds,
-// each sixteen columns of A loaded once for all of them), and each line of
-// the next block's rows is prefetched into L2 a block ahead: the hardware's
-// prefetchers alone left a GPT-2 token's products (124 MB of int8) at
-// 15 GB/s, the prefetch takes them to 21-22 GB/s (2 threads, each pass
-// over cold memory; a row at a time with two chains, as before: 14 GB/s).
-// Each sixteen-row block of Q stays in cache while every row of A passes
-// over it.
+// The sum's order: dot_rows_side_by_side's (simd.hpp: one sixteen-lane
+// accumulator a row, the columns sixteen at a time in order, the masked
+// tail last), then sum16 over the sixteen rows of a block; the scale
+// multiplies last. Each sixteen-row block of Q stays in cache while every
+// row of A passes over it.
 inline void gemm_rows_int8(int n0, int n1, int M, int K, const std::int8_t* Q, long ldq, const float* scale,
                            const float* A, long lda, float* C, long ldc) {
-  const __mmask16 k_tail = first_lanes(K % 16);
-  const int k_full = K - K % 16;
-  auto widen = [](__m128i q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)); };
+  const auto widen = [](const std::int8_t* p, __mmask16 lanes) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(lanes, p)));
+  };
   for (int r0 = n0; r0 < n1; r0 += 16) {
     const int rows = std::min(16, n1 - r0);
     const __mmask16 live = first_lanes(rows);
     const __m512 s = _mm512_maskz_loadu_ps(live, scale + r0);
-    const std::int8_t* q = Q + r0 * ldq;
     for (int m = 0; m < M; ++m) {
-      const float* x = A + m * lda;
       __m512 acc[16];
-      for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
-      // acc[r] += x (sixteen columns) times row r's sixteen int8 there, read by `load`.
-      const auto add = [&](__m512 x16, auto load) {
-        for (int r = 0; r < 16; ++r)
-          if (r < rows) acc[r] = _mm512_fmadd_ps(widen(load(q + r * ldq)), x16, acc[r]);
-      };
-      for (int k = 0; k < k_full; k += 16) {
-        if (k % 64 == 0)  // the next block's rows, a cache line each, into L2
-          for (int r = 16; r < 32; ++r) _mm_prefetch(reinterpret_cast<const char*>(q + r * ldq + k), _MM_HINT_T1);
-        add(_mm512_loadu_ps(x + k),
-            [k](const std::int8_t* row) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k)); });
-      }
-      if (k_tail)
-        add(_mm512_maskz_loadu_ps(k_tail, x + k_full),
-            [=](const std::int8_t* row) { return _mm_maskz_loadu_epi8(k_tail, row + k_full); });
+      dot_rows_side_by_side(rows, K, Q + r0 * ldq, ldq, A + m * lda, widen, acc);
       _mm512_mask_storeu_ps(C + m * ldc + r0, live, _mm512_mul_ps(sum16(acc), s));
     }
   }
