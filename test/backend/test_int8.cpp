@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(quantisation_stays_within_half_a_step) {
 // scale_r / 2 (plus float32's rounding) of the product with the original
 // weights. A product of anything else is float32's, bit for bit.
 BOOST_AUTO_TEST_CASE(products_read_the_int8_rows) {
-  const int N = 37, K = 90;  // a partial block of rows; two 32-column steps, a 16-column block and a tail
+  const int N = 37, K = 90;  // a partial block of rows; five 16-column steps and a tail
   const auto W = randn(std::size_t(N) * K, 4, 0.05f);
   std::vector<std::int8_t> q(W.size());
   std::vector<float> scale(N), integers(W.size());
@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(products_read_the_int8_rows) {
   Cpu int8({.int8 = true}), fp32;
   int8.keep_weight_copy(W.data(), N, K);
   BOOST_TEST(int8.weight_copy_bytes() == W.size() + N * sizeof(float));
-  for (int M : {1, 5, 20}) {  // 20: past kRowKernelRows, the rows widened to float32 for the call
+  for (int M : {1, 5, 20}) {  // 20: past kRowKernelRows, the rows widened to float32 (one tile here)
     const auto A = randn(std::size_t(M) * K, 5 + M);
     const auto got = product(int8, A, W, M, N, K), exact = product(fp32, A, W, M, N, K);
     for (int m = 0; m < M; ++m) {
@@ -146,6 +146,31 @@ BOOST_AUTO_TEST_CASE(products_read_the_int8_rows) {
   BOOST_TEST(product(int8, A, W, 3, N, K) == product(fp32, A, W, 3, N, K), boost::test_tools::per_element());
 }
 
+// A product of many rows over more weight rows than a tile widens at a
+// time: each tile's columns are float32's product on its dequantised rows.
+BOOST_AUTO_TEST_CASE(many_rows_widen_a_tile_at_a_time) {
+  const int K = 96, tile = int(detail::Int8Products::kWidenBytes / sizeof(float) / K) / 16 * 16;
+  const int N = 2 * tile + 40, M = 12;
+  const auto W = randn(std::size_t(N) * K, 6, 0.05f);
+  std::vector<float> widened(W.size());
+  std::vector<std::int8_t> q(std::size_t(K), 0);
+  for (int r = 0; r < N; ++r) {
+    const float scale = detail::quantise_row_int8(W.data() + std::size_t(r) * K, K, q.data());
+    for (int k = 0; k < K; ++k) widened[std::size_t(r) * K + k] = scale * float(q[std::size_t(k)]);
+  }
+  Cpu int8({.int8 = true}), fp32;
+  int8.keep_weight_copy(W.data(), N, K);
+  const auto A = randn(std::size_t(M) * K, 7);
+  const auto got = product(int8, A, W, M, N, K);
+  for (int n0 = 0; n0 < N; n0 += tile) {
+    const int rows = std::min(tile, N - n0);
+    const std::vector<float> part(widened.begin() + std::ptrdiff_t(n0) * K, widened.begin() + std::ptrdiff_t(n0 + rows) * K);
+    const auto want = product(fp32, A, part, M, rows, K);
+    for (int m = 0; m < M; ++m)
+      for (int r = 0; r < rows; ++r) BOOST_TEST_REQUIRE(got[std::size_t(m) * N + n0 + r] == want[std::size_t(m) * rows + r]);
+  }
+}
+
 // Decoding in int8: greedy tokens through the KV cache are those of
 // recomputing the whole context while the context has at most
 // kRowKernelRows tokens (then both read the int8 rows in the same order;
@@ -173,7 +198,8 @@ BOOST_AUTO_TEST_CASE(cached_decoding_equals_recomputed_decoding) {
 // its own rows: WeightCopies opened with its file keeps them as they are,
 // so a single row's product is the documented sum over the file's q and
 // scales, a product of many rows equals float32's on the loaded
-// (dequantised) weights bit for bit, and generation's own scope, nested,
+// (dequantised) weights bit for bit (each matrix one tile), and
+// generation's own scope, nested,
 // leaves them in place.
 BOOST_AUTO_TEST_CASE(an_int8_checkpoint_decodes_from_its_rows) {
   namespace fs = std::filesystem;

@@ -6,17 +6,19 @@
 // symmetric and per row (core/int8.hpp; a row is an output of y = x W^T,
 // the products' layout for a weight): scale_r = max_k |w_rk| / 127 and
 // q_rk = round(w_rk / scale_r) in [-127, 127], so |w_rk - scale_r q_rk| <=
-// scale_r / 2; or keeps rows given (a saved int8 model's). A product whose B operand is w (the same pointer and leading
-// dimension, no more rows than kept, transposed as a weight is) reads the
-// int8 rows: output (m, r) = scale_r * sum_k a_mk q_rk, the sum in float32
-// in the order gemm_rows_int8 documents (test_int8 recomputes it lane by
-// lane and compares bit for bit); for up to kRowKernelRows rows of A (a decoding step, a small beam),
+// scale_r / 2; or keeps rows given (a saved int8 model's). A product whose
+// B operand is w (the same pointer and leading dimension, no more rows than
+// kept, transposed as a weight is) reads the int8 rows: output (m, r) =
+// scale_r * sum_k a_mk q_rk, the sum in float32 in the order gemm_rows_int8
+// documents (test_int8 recomputes it lane by lane and compares bit for
+// bit); for up to kRowKernelRows rows of A (a decoding step, a small beam),
 // each block of sixteen weight rows read once for all of them. More rows
 // (a prompt, many beams), or a CPU without AVX-512: the kept rows widened
-// to scale_r q_rk in float32 for the call, then float32's product. Products
-// of other operands (attention's, training's) stay float32. w must not change until
-// drop_copies(); WeightCopies (infer/weight_copies.hpp) keeps a model's
-// matrices for one scope.
+// to scale_r q_rk in float32 a tile of about kWidenBytes at a time, then
+// float32's product on the tile. Products of other operands (attention's,
+// training's) stay float32. w must not change until drop_copies();
+// WeightCopies (infer/weight_copies.hpp) keeps a model's matrices for one
+// scope.
 #pragma once
 
 #include <algorithm>
@@ -82,16 +84,27 @@ class Int8Products {
       return;
     }
 #endif
-    // Many rows (a prompt, a batch of beams): the rows widened to float32
-    // once, then float32's kernel, which uses each weight for many rows.
-    widened_.resize(std::size_t(N) * std::size_t(ldb));
+    // Many rows (a prompt, a batch of beams): float32's kernel, which uses
+    // each weight for many rows, on a tile of the weight's rows at a time
+    // widened to float32 (about kWidenBytes; each tile's outputs are
+    // float32's product on those dequantised rows).
+    const int tile = std::max(16, int(kWidenBytes / sizeof(float) / std::size_t(ldb)) / 16 * 16);
+    widened_.resize(std::size_t(std::min(tile, N)) * std::size_t(ldb));
     float* w = widened_.data();
-    parallel_ranges(N, long(N) * ldb > kParallelWork, [=](long lo, long hi) {
-      for (long r = lo; r < hi; ++r)
-        for (long k = 0; k < ldb; ++k) w[r * ldb + k] = s[r] * float(q[r * ldb + k]);
-    });
-    detail::gemm(ta, tb, M, N, K, alpha, A, lda, w, ldb, beta, C, ldc);
+    for (int n0 = 0; n0 < N; n0 += tile) {
+      const int rows = std::min(tile, N - n0);
+      const std::int8_t* qt = q + long(n0) * ldb;
+      const float* st = s + n0;
+      parallel_ranges(rows, long(rows) * ldb > kParallelWork, [=](long lo, long hi) {
+        for (long r = lo; r < hi; ++r)
+          for (long k = 0; k < ldb; ++k) w[r * ldb + k] = st[r] * float(qt[r * ldb + k]);
+      });
+      detail::gemm(false, true, M, rows, K, 1.0f, A, lda, w, ldb, 0.0f, C + n0, ldc);
+    }
   }
+
+  // The float32 rows a product of many rows widens at a time.
+  static constexpr std::size_t kWidenBytes = std::size_t(1) << 20;
 
   // The most rows of A a product reads the int8 rows for directly: a
   // decoding step's one, a beam's few.
@@ -136,7 +149,7 @@ class Int8Products {
     return copy;
   }
   std::unordered_map<const float*, Copy> copies_;  // by weight
-  std::vector<float> widened_;                      // kept rows as float32, for products of many rows
+  std::vector<float> widened_;                      // a tile of kept rows as float32, for products of many rows
 };
 
 }  // namespace xfmr::detail
