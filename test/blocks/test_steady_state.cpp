@@ -1,7 +1,10 @@
 #define BOOST_TEST_MODULE steady_state
 // After the first step at a given (B, T), a training step (forward + backward)
-// of a block allocates nothing: every buffer is grows-only and was sized by
-// the first step. Counted by replacing the global operator new.
+// of a block, and of a model with its loss and AdamW, allocates nothing:
+// every buffer is grows-only and was sized by the first step; nor does a
+// decoding step through the KV cache, nor a Trainer step. Counted by
+// replacing the global operator new, the aligned forms (every tensor and
+// buffer) included.
 #include <atomic>
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
@@ -10,6 +13,11 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/blocks/decoder_block.hpp"
 #include "xfmr/blocks/encoder_block.hpp"
+#include "xfmr/layers/kv_cache.hpp"
+#include "xfmr/models/decoder.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/trainer.hpp"
 
 namespace {
 std::atomic<long> allocations{0};
@@ -29,6 +37,17 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  ++allocations;
+  const std::size_t align = std::size_t(a), size = (n + align - 1) / align * align;
+  if (void* p = std::aligned_alloc(align, size ? size : align)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return operator new(n, a); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace xfmr;
 
@@ -38,6 +57,9 @@ struct Cfg {
   using Activation = Gelu;
 };
 using Be = CpuBackend<float>;
+struct Longer : Cfg {
+  static constexpr int MAX_T = 128, N_LAYERS = 2;
+};
 
 BOOST_AUTO_TEST_CASE(decoder_block_step_allocates_nothing_after_the_first) {
   Rng rng(1);
@@ -62,10 +84,99 @@ BOOST_AUTO_TEST_CASE(decoder_block_step_allocates_nothing_after_the_first) {
   BOOST_TEST(during == 0, during << " heap allocations in steady-state steps");
 }
 
+// A model's training steps 3 to 10 (forward, cross-entropy, backward,
+// AdamW) at T = 128, past the rows attention takes row by row, without and
+// with dropout, recomputing nothing or the cheap parts; then decoding steps
+// through the KV cache. Block recompute frees and allocates a block's
+// buffers again every step, so it is not in this list.
+BOOST_AUTO_TEST_CASE(model_steps_and_cached_decoding_allocate_nothing_after_the_first) {
+  const int B = 4, T = 128, V = 40;
+  std::vector<std::int32_t> ids(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) ids[i] = i % V, targets[i] = (i + 1) % V;
+  std::vector<float> dlogits(std::size_t(B) * T * V);
+  for (Recompute recompute : {Recompute::none, Recompute::cheap}) {
+    for (float dropout : {0.0f, 0.1f}) {
+      BOOST_TEST_CONTEXT("recompute " << recompute_name(recompute) << ", dropout " << dropout) {
+        Be be;
+        Decoder<Longer, Be> model(V, 3, {.dropout = dropout, .attention_dropout = dropout, .recompute = recompute});
+        AdamW<Be> opt(model);
+        CrossEntropyLoss<Be> ce;
+        long during = 0;
+        for (int step = 1; step <= 10; ++step) {
+          const long before = allocations.load();
+          ce.forward(be, model.forward(be, ids, Shape{B, T}), targets, V);
+          ce.backward(be, dlogits);
+          model.backward(be, dlogits);
+          opt.step(be, 1e-3);
+          if (step >= 3) during += allocations.load() - before;
+        }
+        BOOST_TEST(during == 0, during << " heap allocations in training steps 3 to 10");
+        DecodingCache<Be> cache;
+        model.set_training(false);
+        model.start_cache(cache, 1);
+        during = 0;
+        for (int step = 1; step <= 10; ++step) {
+          const long before = allocations.load();
+          const std::int32_t id = step % V;
+          model.forward_cached(be, std::span<const std::int32_t>(&id, 1), 1, cache);
+          if (step >= 3) during += allocations.load() - before;
+        }
+        BOOST_TEST(during == 0, during << " heap allocations in decoding steps 3 to 10");
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(the_counter_sees_allocations) {
-  // Negative control: the replaced operator new is really in use.
-  const long before = allocations.load();
+  // Negative controls: the replaced operator new is really in use, the
+  // aligned form too, and block recompute's allocations are seen.
+  long before = allocations.load();
   auto* v = new std::vector<float>(100);
   delete v;
   BOOST_TEST(allocations.load() - before >= 2);
+  before = allocations.load();
+  AlignedVector<float> aligned(100);
+  BOOST_TEST(allocations.load() - before == 1);
+  Be be;
+  Decoder<Cfg, Be> model(40, 3, {.recompute = Recompute::block});
+  std::vector<std::int32_t> ids(64, 1);
+  std::vector<float> dlogits(64 * 40, 1e-3f);
+  for (int step = 1; step <= 3; ++step) {
+    before = allocations.load();
+    model.forward(be, ids, Shape{2, 32});
+    model.backward(be, dlogits);
+  }
+  BOOST_TEST(allocations.load() - before > 0);
+}
+
+// The same through Trainer::step (gradient clipping on; the batch on one
+// model, and split over two replicas): steps 3 to 10 allocate nothing.
+BOOST_AUTO_TEST_CASE(trainer_steps_allocate_nothing_after_the_first) {
+  using Model = Decoder<Longer, Be>;
+  const int B = 4, T = 128, V = 40;
+  std::vector<std::int32_t> ids(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) ids[i] = i % V, targets[i] = (i + 1) % V;
+  for (Recompute recompute : {Recompute::none, Recompute::cheap}) {
+    for (int shards : {1, 2}) {
+      BOOST_TEST_CONTEXT("recompute " << recompute_name(recompute) << ", " << shards << " shards") {
+        const DecoderOptions opts{.dropout = 0.1f, .recompute = recompute};
+        Be be;
+        Model model(V, 3, opts);
+        AdamW<Be> opt(model);
+        Trainer<Model, Be> trainer(model, be, opt, {.clip = 1.0, .split = {.shards = shards}},
+                                   [&] { return std::make_unique<Model>(V, 3, opts); });
+        const auto forward = [&](const Shard& s, Model& m, Be& b) {
+          return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+                           Shape{s.size(), T});
+        };
+        long during = 0;
+        for (int step = 1; step <= 10; ++step) {
+          const long before = allocations.load();
+          trainer.step([&](int) { return BatchTargets{B, targets}; }, forward);
+          if (step >= 3) during += allocations.load() - before;
+        }
+        BOOST_TEST(during == 0, during << " heap allocations in Trainer steps 3 to 10");
+      }
+    }
+  }
 }

@@ -20,11 +20,20 @@
 
 namespace xfmr {
 
-// Wraps f so that every name it sees gets `prefix` in front.
+// Wraps f so that every name it sees gets `prefix` in front. The name is
+// put together on the stack (a heap string only past kMaxParameterName
+// characters), so a visit that ignores names allocates nothing: a training
+// step visits every parameter several times. `prefix` must outlive the
+// wrapper: a literal, or a temporary of the visit call's full expression.
+inline constexpr std::size_t kMaxParameterName = 200;
 template <class F>
-auto prefixed(std::string prefix, F& f) {
-  return [prefix = std::move(prefix), &f](std::string_view name, auto& value, auto& grad) {
-    f(prefix + std::string(name), value, grad);
+auto prefixed(std::string_view prefix, F& f) {
+  return [prefix, &f](std::string_view name, auto& value, auto& grad) {
+    if (prefix.size() + name.size() > kMaxParameterName) return f(std::string(prefix).append(name), value, grad);
+    char joined[kMaxParameterName];
+    prefix.copy(joined, prefix.size());
+    name.copy(joined + prefix.size(), name.size());
+    f(std::string_view(joined, prefix.size() + name.size()), value, grad);
   };
 }
 

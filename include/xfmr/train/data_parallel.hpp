@@ -178,9 +178,13 @@ class DataParallel {
     } else {
       if (n == 1) return call(shard(0), model_, be_);
       prepare(n);
-      const std::vector<DropoutState> dropout = dropout_state(model_);  // before shard 0 advances it
-      std::vector<std::exception_ptr> errors(std::size_t(n), nullptr);
-      std::vector<double> results(std::size_t(n), 0.0);
+      // The per-call lists live in members, so a step allocates nothing.
+      std::vector<DropoutState>& dropout = dropout_;
+      dropout_state(model_, dropout);  // before shard 0 advances it
+      std::vector<std::exception_ptr>& errors = errors_;
+      std::vector<double>& results = results_;
+      errors.assign(std::size_t(n), nullptr);
+      results.assign(std::size_t(n), 0.0);
       auto run = [&](int r) {
         try {
           if (r == 0) {
@@ -217,10 +221,9 @@ class DataParallel {
     std::vector<Tensor*> values, grads;
   };
 
-  static std::vector<DropoutState> dropout_state(Model& m) {
-    std::vector<DropoutState> state;
+  static void dropout_state(Model& m, std::vector<DropoutState>& state) {
+    state.clear();
     m.for_each_dropout([&](auto& d) { state.push_back({d.training(), d.calls()}); });
-    return state;
   }
 
   // Builds the replicas shards 1..n-1 need, and checks each lists the
@@ -250,8 +253,10 @@ class DataParallel {
       require(i == names_.size(), "DataParallel: the replica has ", i, " tensors, the model ", names_.size());
       const std::uint64_t stream = first_stream_ + replicas_.size();  // replica r draws stream first + r
       rep.model->for_each_dropout([&](auto& d) { d.set_stream(stream); });
-      require(dropout_state(*rep.model).size() == dropout_state(model_).size(),
-              "DataParallel: the replica's dropout layers do not match the model's");
+      std::vector<DropoutState> mine, theirs;
+      dropout_state(*rep.model, mine);
+      dropout_state(model_, theirs);
+      require(mine.size() == theirs.size(), "DataParallel: the replica's dropout layers do not match the model's");
     }
   }
 
@@ -300,6 +305,9 @@ class DataParallel {
   std::deque<Replica> replicas_;  // replica r is replicas_[r - 1]; they do not move
   std::vector<std::string> names_;
   std::vector<Tensor*> values_, grads_;
+  std::vector<DropoutState> dropout_;      // a call's: the model's dropout state,
+  std::vector<std::exception_ptr> errors_;  // each shard's failure,
+  std::vector<double> results_;             // and each shard's result
 };
 
 }  // namespace xfmr

@@ -94,7 +94,7 @@ class GradientExchange {
   // The global gradient norm, clipped to `clip` when positive (with
   // ZeRO-1, from every rank's parts).
   double clip_gradients(double clip) {
-    return zero() ? sharded_norm(clip) : xfmr::clip_gradients(be_, model_, clip);
+    return zero() ? sharded_norm(clip) : xfmr::clip_gradients(be_, model_, clip, norm_scratch_);
   }
 
   // After the optimizer's step (ZeRO-1: every rank's part of the
@@ -174,9 +174,7 @@ class GradientExchange {
       sums_.push_back(hi > lo ? be_.sum_squares(hi - lo, grad.data() + lo) : 0.0);
     });
     group_->all_reduce_sum(std::span<double>(sums_));
-    names_.clear();
-    model_.visit([&](std::string_view name, auto&, auto&) { names_.emplace_back(name); });
-    const double norm = norm_from_sums(names_, sums_);
+    const double norm = norm_from_sums(model_, sums_);
     if (const double factor = clip_factor(norm, clip); factor != 1.0)
       for_my_part([&](auto&, auto& grad, std::size_t, std::size_t lo, std::size_t hi) {
         if (hi > lo) be_.scale(hi - lo, S(factor), grad.data() + lo);
@@ -191,7 +189,7 @@ class GradientExchange {
   int zero_;
   std::vector<S> flat_;                   // every gradient (or parameter), on the host
   std::vector<double> sums_;              // sharded_norm's sums of squares, a tensor each
-  std::vector<std::string> names_;        // and the tensors' names
+  NormScratch<S> norm_scratch_;           // clip_gradients' lists
   std::vector<std::int64_t> calls_;       // take_root_dropout_calls' counters
   std::vector<std::span<S>> grad_spans_;  // every gradient, for a backend's own all-reduce
 };

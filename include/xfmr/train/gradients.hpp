@@ -20,12 +20,25 @@
 
 namespace xfmr {
 
-// The global norm from each gradient's sum of squares (names[t]'s is
-// sums[t]); throws naming the first whose sum is not finite.
-inline double norm_from_sums(std::span<const std::string> names, std::span<const double> sums) {
+// The name of model's t-th parameter in visit() order.
+template <class Model>
+std::string parameter_name(Model& model, std::size_t t) {
+  std::string found;
+  std::size_t i = 0;
+  model.visit([&](std::string_view name, auto&, auto&) {
+    if (i++ == t) found = name;
+  });
+  return found;
+}
+
+// The global norm from each gradient's sum of squares (model's t-th
+// parameter's is sums[t]); throws naming the first whose sum is not finite.
+template <class Model>
+double norm_from_sums(Model& model, std::span<const double> sums) {
   double total = 0.0;
   for (std::size_t t = 0; t < sums.size(); ++t) {
-    require(std::isfinite(sums[t]), "non-finite gradient in '", names[t], "' (sum of squares ", sums[t], ")");
+    if (!std::isfinite(sums[t]))
+      detail::fail("non-finite gradient in '", parameter_name(model, t), "' (sum of squares ", sums[t], ")");
     total += sums[t];
   }
   return std::sqrt(total);
@@ -36,31 +49,46 @@ inline double clip_factor(double norm, double max_norm) {
   return max_norm > 0.0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
-template <class Backend, class Model>
-double gradient_norm(Backend& be, Model& model) {
-  using S = typename Backend::Scalar;
-  std::vector<std::string> names;
+// gradient_norm's lists, kept by a caller that takes the norm every step
+// (GradientExchange) so that a step allocates nothing.
+template <class S>
+struct NormScratch {
   std::vector<SquaresTensor<S>> tensors;
-  model.visit([&](std::string_view name, auto&, auto& grad) {
-    names.emplace_back(name);
-    tensors.push_back({grad.data(), grad.size()});
-  });
-  std::vector<double> sums(tensors.size());
+  std::vector<double> sums;
+};
+
+template <class Backend, class Model>
+double gradient_norm(Backend& be, Model& model, NormScratch<typename Backend::Scalar>& scratch) {
+  using S = typename Backend::Scalar;
+  auto& [tensors, sums] = scratch;
+  tensors.clear();
+  model.visit([&](std::string_view, auto&, auto& grad) { tensors.push_back({grad.data(), grad.size()}); });
+  sums.assign(tensors.size(), 0.0);
   if constexpr (requires { be.sum_squares_each(std::span<const SquaresTensor<S>>(tensors), std::span<double>(sums)); })
     be.sum_squares_each(std::span<const SquaresTensor<S>>(tensors), std::span<double>(sums));  // one host read
   else
     for (std::size_t t = 0; t < tensors.size(); ++t) sums[t] = be.sum_squares(tensors[t].n, tensors[t].x);
-  return norm_from_sums(names, sums);
+  return norm_from_sums(model, sums);
+}
+template <class Backend, class Model>
+double gradient_norm(Backend& be, Model& model) {
+  NormScratch<typename Backend::Scalar> scratch;
+  return gradient_norm(be, model, scratch);
 }
 
 template <class Backend, class Model>
-double clip_gradients(Backend& be, Model& model, double max_norm) {
-  const double norm = gradient_norm(be, model);
+double clip_gradients(Backend& be, Model& model, double max_norm, NormScratch<typename Backend::Scalar>& scratch) {
+  const double norm = gradient_norm(be, model, scratch);
   if (const double factor = clip_factor(norm, max_norm); factor != 1.0) {
     using S = typename Backend::Scalar;
     model.visit([&](std::string_view, auto&, auto& grad) { be.scale(grad.size(), S(factor), grad.data()); });
   }
   return norm;
+}
+template <class Backend, class Model>
+double clip_gradients(Backend& be, Model& model, double max_norm) {
+  NormScratch<typename Backend::Scalar> scratch;
+  return clip_gradients(be, model, max_norm, scratch);
 }
 
 template <class Backend, class Model>
