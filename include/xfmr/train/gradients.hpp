@@ -60,7 +60,8 @@ struct NormScratch {
 template <class Backend, class Model>
 double gradient_norm(Backend& be, Model& model, NormScratch<typename Backend::Scalar>& scratch) {
   using S = typename Backend::Scalar;
-  auto& [tensors, sums] = scratch;
+  std::vector<SquaresTensor<S>>& tensors = scratch.tensors;
+  std::vector<double>& sums = scratch.sums;
   tensors.clear();
   model.visit([&](std::string_view, auto&, auto& grad) { tensors.push_back({grad.data(), grad.size()}); });
   sums.assign(tensors.size(), 0.0);
