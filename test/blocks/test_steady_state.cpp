@@ -13,6 +13,7 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/blocks/decoder_block.hpp"
 #include "xfmr/blocks/encoder_block.hpp"
+#include "xfmr/infer/generate.hpp"
 #include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/train/losses.hpp"
@@ -179,4 +180,22 @@ BOOST_AUTO_TEST_CASE(trainer_steps_allocate_nothing_after_the_first) {
       }
     }
   }
+}
+
+// Generation through the KV cache, sampling (top-k, temperature): in a
+// Generator's second call, the tokens after the second allocate nothing,
+// the context's shifts included (60 tokens of a 32-token model; the first
+// call sized the shift's buffers).
+BOOST_AUTO_TEST_CASE(generation_allocates_nothing_a_token) {
+  Be be;
+  Decoder<Cfg, Be> model(40, 3);
+  Generator<Decoder<Cfg, Be>, Be> generator(model, be);
+  Rng rng(5);
+  const GenerateOptions opts{.sampling = {.temperature = 0.8, .top_k = 10}, .max_tokens = 60};
+  generator({1, 2, 3}, opts, rng);
+  std::vector<long> at;
+  at.reserve(100);
+  generator({1, 2, 3}, opts, rng, [&](std::int32_t) { at.push_back(allocations.load()); });
+  BOOST_TEST_REQUIRE(at.size() == 60u);
+  BOOST_TEST(at.back() - at[1] == 0, at.back() - at[1] << " heap allocations in tokens 3 to 60");
 }

@@ -50,8 +50,10 @@ struct GenerateOptions {
 };
 
 // Generation for one model, keeping its cache and buffers from call to call
-// (a server's loop, a benchmark): nothing is allocated by a call whose
-// prompt and length fit what an earlier call needed.
+// (a server's loop, a benchmark). Past a call's start (its lists reserved,
+// the sampler's sized), a token's step allocates nothing, up to
+// kReservedTokens tokens a call (test_steady_state counts).
+inline constexpr int kReservedTokens = 1 << 16;
 template <class Model, class Backend>
 class Generator {
   static_assert(CausalModel<Model, Backend>, "generate: the model must provide forward, start_cache, "
@@ -71,6 +73,9 @@ class Generator {
     const WeightCopies weight_copies(be_, model_);
     const int V = model_.vocab(), max_t = model_.max_t();
     std::vector<std::int32_t>& context = prompt;
+    // Room for what the loop keeps (the context within 2 max_t + 1, the
+    // tokens out up to a bound), so that a token's step allocates nothing.
+    context.reserve(2 * std::size_t(max_t) + 1);
     std::span<const typename Backend::Scalar> last;  // logits of the newest position, on the host
     auto encode_window = [&](int keep) {
       const std::span<const std::int32_t> window(context.data() + context.size() - keep, keep);
@@ -81,6 +86,7 @@ class Generator {
     };
     encode_window(std::min<int>(static_cast<int>(context.size()), max_t));
     std::vector<std::int32_t> out;
+    out.reserve(std::size_t(std::min(opts.max_tokens, kReservedTokens)));
     for (int i = 0; i < opts.max_tokens; ++i) {
       const std::int32_t next = sampler(last, rng);
       const bool restart = opts.restart && next == *opts.restart;
