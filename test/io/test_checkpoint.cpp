@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "support/configs.hpp"
+#include "support/errors.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/core/int8.hpp"
 #include "xfmr/models/decoder.hpp"
@@ -298,14 +299,6 @@ void save_float(const fs::path& dir, M& model) {
   add_parameters(mw, model);
   mw.set_metadata("preset", "tiny");
   write_checkpoint(dir, mw, ow, TrainerState{5, 1, {}});
-}
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 }  // namespace
 

@@ -10,11 +10,13 @@
 #include <iterator>
 #include <thread>
 
+#include "support/errors.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
 
 using namespace xfmr;
+using xfmr::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -33,14 +35,6 @@ struct TempDir {
     return path / name;
   }
 };
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(reads_plain_and_gzip_files) {
