@@ -456,73 +456,79 @@ BOOST_AUTO_TEST_CASE(weights_move_between_backends) {
 // batches, dropout keys and learning rates at every step; once warm, every
 // segment of a step replays.
 BOOST_AUTO_TEST_CASE(graph_steps_train_bit_for_bit_like_eager) {
-  const int V = 40;
-  const Shape bt{4, Small::MAX_T};
-  Decoder<Small, Gpu> e(V, 7, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
-  Decoder<Small, Gpu> g(V, 7, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
-  Gpu be_e, be_g;
-  AdamW<Gpu> opt_e(e), opt_g(g);
-  CrossEntropyLoss<Gpu> ce_e, ce_g;
-  const std::size_t n = std::size_t(bt.rows()) * V;
-  Gpu::Buffer<float> dl_e_storage, dl_g_storage;
-  const std::span<float> dl_e(dl_e_storage.reserve(n), n), dl_g(dl_g_storage.reserve(n), n);
-  struct Read {
-    double loss = 0, norm = 0;
-  };
-  auto train = [&](Gpu& be, auto& model, AdamW<Gpu>& opt, CrossEntropyLoss<Gpu>& ce, std::span<float> dl,
-                   const std::vector<std::int32_t>& ids, const std::vector<std::int32_t>& targets, int step) {
-    zero_grad(model);
-    Read r;
-    r.loss = ce.forward(be, model.forward(be, ids, bt), targets, V);
-    ce.backward(be, dl);
-    model.backward(be, std::span<const float>(dl));
-    r.norm = clip_gradients(be, model, 1e6);  // reads every tensor's norm (many segments), never clips
-    opt.step(be, 1e-3 * (step + 1));
-    return r;
-  };
-  std::size_t warm_captures = 0;
-  for (int step = 0; step < 6; ++step) {
-    const auto ids = random_ids(bt.rows(), V, 200 + step), targets = random_ids(bt.rows(), V, 300 + step);
-    const Read eager = train(be_e, e, opt_e, ce_e, dl_e, ids, targets, step);
-    Read graphed;
-    be_g.graph_step("train", [&] { graphed = train(be_g, g, opt_g, ce_g, dl_g, ids, targets, step); });
-    BOOST_TEST(eager.loss == graphed.loss, "step " << step << " loss " << eager.loss << " vs " << graphed.loss);
-    BOOST_TEST(eager.norm == graphed.norm, "step " << step << " norm " << eager.norm << " vs " << graphed.norm);
-    expect_same_tensors(e, g, false, "after graph step " + std::to_string(step), 0, 0);
-    if (step == 2) warm_captures = be_g.graph_stats().captures;
-  }
-  const auto stats = be_g.graph_stats();
-  BOOST_TEST(stats.captures == warm_captures, "steps 3-5 captured " << stats.captures - warm_captures << " segments");
-  BOOST_TEST(stats.replays >= 3 * 2, "replays " << stats.replays);
-  std::cout << "graph steps: " << stats.captures << " segments captured, " << stats.replays << " replayed\n";
+  // Block recompute too: its one set of saved buffers changes hands between
+  // the blocks at the same points every step, so its steps replay as well.
+  for (Recompute mode : {Recompute::none, Recompute::block}) {
+    BOOST_TEST_CONTEXT("recompute " << recompute_name(mode)) {
+      const int V = 40;
+      const Shape bt{4, Small::MAX_T};
+      Decoder<Small, Gpu> e(V, 7, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true, .recompute = mode});
+      Decoder<Small, Gpu> g(V, 7, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true, .recompute = mode});
+      Gpu be_e, be_g;
+      AdamW<Gpu> opt_e(e), opt_g(g);
+      CrossEntropyLoss<Gpu> ce_e, ce_g;
+      const std::size_t n = std::size_t(bt.rows()) * V;
+      Gpu::Buffer<float> dl_e_storage, dl_g_storage;
+      const std::span<float> dl_e(dl_e_storage.reserve(n), n), dl_g(dl_g_storage.reserve(n), n);
+      struct Read {
+        double loss = 0, norm = 0;
+      };
+      auto train = [&](Gpu& be, auto& model, AdamW<Gpu>& opt, CrossEntropyLoss<Gpu>& ce, std::span<float> dl,
+                       const std::vector<std::int32_t>& ids, const std::vector<std::int32_t>& targets, int step) {
+        zero_grad(model);
+        Read r;
+        r.loss = ce.forward(be, model.forward(be, ids, bt), targets, V);
+        ce.backward(be, dl);
+        model.backward(be, std::span<const float>(dl));
+        r.norm = clip_gradients(be, model, 1e6);  // reads every tensor's norm (many segments), never clips
+        opt.step(be, 1e-3 * (step + 1));
+        return r;
+      };
+      std::size_t warm_captures = 0;
+      for (int step = 0; step < 6; ++step) {
+        const auto ids = random_ids(bt.rows(), V, 200 + step), targets = random_ids(bt.rows(), V, 300 + step);
+        const Read eager = train(be_e, e, opt_e, ce_e, dl_e, ids, targets, step);
+        Read graphed;
+        be_g.graph_step("train", [&] { graphed = train(be_g, g, opt_g, ce_g, dl_g, ids, targets, step); });
+        BOOST_TEST(eager.loss == graphed.loss, "step " << step << " loss " << eager.loss << " vs " << graphed.loss);
+        BOOST_TEST(eager.norm == graphed.norm, "step " << step << " norm " << eager.norm << " vs " << graphed.norm);
+        expect_same_tensors(e, g, false, "after graph step " + std::to_string(step), 0, 0);
+        if (step == 2) warm_captures = be_g.graph_stats().captures;
+      }
+      const auto stats = be_g.graph_stats();
+      BOOST_TEST(stats.captures == warm_captures, "steps 3-5 captured " << stats.captures - warm_captures << " segments");
+      BOOST_TEST(stats.replays >= 3 * 2, "replays " << stats.replays);
+      std::cout << "graph steps: " << stats.captures << " segments captured, " << stats.replays << " replayed\n";
 
-  // A bad token id inside a graph step: a clear error, nothing recorded is
-  // run, and the next step is again the eager one.
-  auto bad = random_ids(bt.rows(), V, 400);
-  bad[5] = V + 3;
-  BOOST_CHECK_EXCEPTION(be_g.graph_step("train", [&] { train(be_g, g, opt_g, ce_g, dl_g, bad, bad, 6); }), Error,
-                        [](const Error& err) { return std::string(err.what()).find("out of range") != std::string::npos; });
-  BOOST_CHECK_THROW(be_g.graph_step("outer", [&] { be_g.graph_step("inner", [] {}); }), Error);
-  const auto ids = random_ids(bt.rows(), V, 500), targets = random_ids(bt.rows(), V, 501);
-  const Read eager = train(be_e, e, opt_e, ce_e, dl_e, ids, targets, 6);
-  Read graphed;
-  be_g.graph_step("train", [&] { graphed = train(be_g, g, opt_g, ce_g, dl_g, ids, targets, 6); });
-  BOOST_TEST(eager.loss == graphed.loss);
-  expect_same_tensors(e, g, false, "after the failed graph step", 0, 0);
+      // A bad token id inside a graph step: a clear error, nothing recorded is
+      // run, and the next step is again the eager one.
+      auto bad = random_ids(bt.rows(), V, 400);
+      bad[5] = V + 3;
+      BOOST_CHECK_EXCEPTION(be_g.graph_step("train", [&] { train(be_g, g, opt_g, ce_g, dl_g, bad, bad, 6); }), Error,
+                            [](const Error& err) { return std::string(err.what()).find("out of range") != std::string::npos; });
+      BOOST_CHECK_THROW(be_g.graph_step("outer", [&] { be_g.graph_step("inner", [] {}); }), Error);
+      const auto ids = random_ids(bt.rows(), V, 500), targets = random_ids(bt.rows(), V, 501);
+      const Read eager = train(be_e, e, opt_e, ce_e, dl_e, ids, targets, 6);
+      Read graphed;
+      be_g.graph_step("train", [&] { graphed = train(be_g, g, opt_g, ce_g, dl_g, ids, targets, 6); });
+      BOOST_TEST(eager.loss == graphed.loss);
+      expect_same_tensors(e, g, false, "after the failed graph step", 0, 0);
 
-  // Forward passes of changing batch size: each new shape recaptures.
-  e.set_training(false);
-  g.set_training(false);
-  std::vector<float> staging;
-  for (int b : {4, 2, 4}) {
-    const Shape shape{b, Small::MAX_T};
-    const auto x = random_ids(shape.rows(), V, 600 + b);
-    const auto le = be_e.host_view(e.forward(be_e, x, shape), staging);
-    const F want(le.begin(), le.end());
-    std::span<const float> lg;
-    be_g.graph_step("forward", [&] { lg = g.forward(be_g, x, shape); });
-    const auto got = be_g.host_view(lg, staging);
-    expect_close(want, F(got.begin(), got.end()), "graph step forward, batch " + std::to_string(b), 0, 0);
+      // Forward passes of changing batch size: each new shape recaptures.
+      e.set_training(false);
+      g.set_training(false);
+      std::vector<float> staging;
+      for (int b : {4, 2, 4}) {
+        const Shape shape{b, Small::MAX_T};
+        const auto x = random_ids(shape.rows(), V, 600 + b);
+        const auto le = be_e.host_view(e.forward(be_e, x, shape), staging);
+        const F want(le.begin(), le.end());
+        std::span<const float> lg;
+        be_g.graph_step("forward", [&] { lg = g.forward(be_g, x, shape); });
+        const auto got = be_g.host_view(lg, staging);
+        expect_close(want, F(got.begin(), got.end()), "graph step forward, batch " + std::to_string(b), 0, 0);
+      }
+    }
   }
 }
 

@@ -42,6 +42,7 @@
 #include "xfmr/backend/cpu/rms_norm.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/tensor.hpp"
+#include "xfmr/core/workspace.hpp"
 
 namespace xfmr {
 
@@ -97,8 +98,12 @@ class CpuBackend : public detail::CpuLinear<S>,
   // Waits for queued work (a device's); the CPU's is done on return.
   void synchronize() {}
 
+  // Scratch memory the layers take for the length of a call (core/workspace.hpp).
+  Workspace<Buffer<S>>& workspace() { return workspace_; }
+
  private:
   CpuOptions opts_;
+  Workspace<Buffer<S>> workspace_;
 };
 
 template <class S>

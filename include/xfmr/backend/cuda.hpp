@@ -41,6 +41,7 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/mask.hpp"
 #include "xfmr/core/tensor.hpp"
+#include "xfmr/core/workspace.hpp"
 
 namespace xfmr::cuda {
 
@@ -280,6 +281,9 @@ class CudaBackend {
   // `staging` and returns it.
   std::span<const S> host_view(std::span<const S> x, std::vector<S>& staging);
 
+  // Scratch memory the layers take for the length of a call (core/workspace.hpp).
+  Workspace<Buffer<S>>& workspace() { return workspace_; }
+
   // ---- the operations, by family (backend/cpu/<family>.hpp; cuda/<family>.cu) ----
   void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
             int ldc);
@@ -362,6 +366,7 @@ class CudaBackend {
 
   CudaOptions opts_;
   std::unique_ptr<Context> ctx_;
+  Workspace<Buffer<S>> workspace_;  // after ctx_: freed before the context goes
 };
 
 static_assert(Backend<CudaBackend>);

@@ -12,17 +12,23 @@
 //          computes them again there just before its backward needs them
 //          (llm.c's -r 2): a norm and an elementwise function per block
 //          more, two of D and one of D_FF fewer a row per block;
-//   block  each block frees what it saved once its forward is done (the
-//          stack keeps every block's input, as it always does) and runs
-//          that forward again just before its backward, its dropout
-//          counters wound back so the masks repeat: the gradients are bit
-//          for bit those of none, in the memory of one block's activations
-//          instead of N (blocks keep their forward's arguments: replay()).
+//   block  each block hands what it saved to the next block once its
+//          forward is done (the stack keeps every block's input, as it
+//          always does) and runs that forward again just before its
+//          backward, its dropout counters wound back so the masks repeat:
+//          the gradients are bit for bit those of none, in the memory of
+//          one block's activations instead of N (blocks keep their
+//          forward's arguments: replay()). The one set of buffers goes up
+//          the stack in the forward and down it in the backward, so a step
+//          allocates nothing once the first is done.
+// Every block's backward takes its scratch from the backend's workspace
+// (core/workspace.hpp), which holds one block's at a time.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "xfmr/core/error.hpp"
@@ -106,18 +112,22 @@ class BlockStack {
     }
   }
   // forward_each for a training forward: under Recompute::block each block
-  // frees its activations after its forward, its dropout counters noted.
+  // hands what it saved to the next one after its forward, its dropout
+  // counters noted.
   template <class F>
   void train_each(ConstRows<S, D> x, Rows<S, D> y, F&& f) {
     if (recompute_ != Recompute::block) {
       forward_each(x, y, std::forward<F>(f));
       return;
     }
-    calls_.assign(blocks_.size(), {});
+    const int n = size();
+    calls_.resize(blocks_.size());
+    for (auto& c : calls_) c.clear();
+    hand_saved(blocks_[n - 1], blocks_[0]);  // where a forward without its backward left them
     forward_each(x, y, [&](Block& b, int i, ConstRows<S, D> in, Rows<S, D> out) {
       b.for_each_dropout([&](DropoutKeys& k) { calls_[i].push_back(k.calls()); });
       f(b, i, in, out);
-      b.release();
+      if (i + 1 < n) hand_saved(b, blocks_[i + 1]);
     });
   }
   template <class G>
@@ -134,7 +144,7 @@ class BlockStack {
         blocks_[i].replay(be);
       }
       g(blocks_[i], i, d, out);
-      if (recompute_ == Recompute::block) blocks_[i].release();
+      if (recompute_ == Recompute::block && i > 0) hand_saved(blocks_[i], blocks_[i - 1]);
       d = out;
     }
   }
@@ -151,6 +161,21 @@ class BlockStack {
   int size() const { return static_cast<int>(blocks_.size()); }
 
  private:
+  // Block recompute: `to` takes what `from` saved, buffer by buffer, where
+  // its own is smaller, and `from` frees the rest: one set of buffers
+  // changes hands, and a stack that kept N sets (before block recompute
+  // was set) comes down to one. Frees and allocates nothing in the steady
+  // state.
+  static void hand_saved(Block& from, Block& to) {
+    if (&from == &to) return;
+    from.for_each_saved(
+        [](auto& a, auto& b) {
+          if (b.capacity() < a.capacity()) std::swap(a, b);
+          a = {};
+        },
+        to);
+  }
+
   std::vector<Block> blocks_;
   Buffer<S> acts_, grads_;
   Recompute recompute_ = Recompute::none;

@@ -74,8 +74,9 @@ class DecoderBlock {
   SelfAttention<Cfg, Backend>& self_attention() { return self_attn_; }
 
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx, Rows<S, D> dmemory) {
-    const auto dh2 = dh2_.template rows<D>(dy.rows);  // (B*T_tgt, D)
-    const auto dh1 = dh1_.template rows<D>(dy.rows);  // (B*T_tgt, D)
+    auto scratch = be.workspace().frame();
+    const auto dh2 = scratch.template rows<D>(dy.rows);  // (B*T_tgt, D)
+    const auto dh1 = scratch.template rows<D>(dy.rows);  // (B*T_tgt, D)
     r3_.backward(be, dy, dh2, [&](ConstRows<S, D> dout, Rows<S, D> din) { ff_.backward(be, dout, din); });
     r2_.backward(be, dh2, dh1, [&](ConstRows<S, D> dout, Rows<S, D> din) {
       cross_attn_.backward(be, dout, din, dmemory);
@@ -83,7 +84,7 @@ class DecoderBlock {
     r1_.backward(be, dh1, dx, [&](ConstRows<S, D> dout, Rows<S, D> din) { self_attn_.backward(be, dout, din); });
   }
 
-  // Activation recompute: see SelfAttentionBlock::replay and release.
+  // Activation recompute: see SelfAttentionBlock::replay and for_each_saved.
   void replay(Backend& be) {
     forward(be, last_.x, last_.memory, last_.y, last_.tgt, last_.src, last_.tgt_padding, last_.src_padding);
   }
@@ -91,21 +92,24 @@ class DecoderBlock {
     for (auto* r : {&r1_, &r2_, &r3_}) r->share_norm_output(norm);
     ff_.share_activated(activated);
   }
-  void release() {
-    parts([](const char*, auto& part) { part.release(); });
-    for (auto* b : {&h1_, &h2_, &dh1_, &dh2_}) *b = {};
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    parts([&](const char*, auto& part, auto&... same) { part.for_each_saved(f, same...); }, others...);
+    f(h1_, others.h1_...);
+    f(h2_, others.h2_...);
   }
 
-  // The block's parts in order, each with the name its parameters take:
-  // visit, for_each_dropout and release walk this one list.
-  template <class F>
-  void parts(F&& f) {
-    f("ln1.", r1_);
-    f("self_attn.", self_attn_);
-    f("ln2.", r2_);
-    f("cross_attn.", cross_attn_);
-    f("ln3.", r3_);
-    f("ff.", ff_);
+  // The block's parts in order, each with the name its parameters take
+  // (and the same part of others, blocks of this type): visit,
+  // for_each_dropout and for_each_saved walk this one list.
+  template <class F, class... Same>
+  void parts(F&& f, Same&... others) {
+    f("ln1.", r1_, others.r1_...);
+    f("self_attn.", self_attn_, others.self_attn_...);
+    f("ln2.", r2_, others.r2_...);
+    f("cross_attn.", cross_attn_, others.cross_attn_...);
+    f("ln3.", r3_, others.r3_...);
+    f("ff.", ff_, others.ff_...);
   }
   template <class F>
   void visit(F&& f) {
@@ -125,7 +129,7 @@ class DecoderBlock {
   CrossAttention<Cfg, Backend> cross_attn_;
   FeedForward<Cfg, Backend> ff_;
   Residual<Norm, D, Backend, norm_layer_t<Cfg, D, Backend>> r1_, r2_, r3_;
-  Buffer<S> h1_, h2_, dh1_, dh2_;
+  Buffer<S> h1_, h2_;  // (B*T_tgt, D) after self- and after cross-attention
   struct {
     ConstRows<S, D> x, memory;
     Rows<S, D> y;

@@ -59,14 +59,16 @@ class SelfAttentionBlock {
   }
 
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
-    const auto dh = dmid_.template rows<D>(dy.rows);  // (B*T, D)
+    auto scratch = be.workspace().frame();
+    const auto dh = scratch.template rows<D>(dy.rows);  // (B*T, D)
     r2_.backward(be, dy, dh, [&](ConstRows<S, D> dout, Rows<S, D> din) { ff_.backward(be, dout, din); });
     r1_.backward(be, dh, dx, [&](ConstRows<S, D> dout, Rows<S, D> din) { attn_.backward(be, dout, din); });
   }
 
   // Activation recompute (block_stack.hpp): the last forward again, from the
-  // same input (which must still hold it) into the same output, and freeing
-  // everything forward and backward keep.
+  // same input (which must still hold it) into the same output; and what a
+  // forward saves, buffer by buffer, with the same buffer of other blocks
+  // of this type (to free or to trade it).
   void replay(Backend& be) { forward(be, last_.x, last_.y, last_.bt, last_.key_padding); }
   // Cheap recompute: the norms' outputs and the activation's in a stack's
   // shared buffers (Residual::share_norm_output, FeedForward::share_activated).
@@ -75,19 +77,21 @@ class SelfAttentionBlock {
     r2_.share_norm_output(norm);
     ff_.share_activated(activated);
   }
-  void release() {
-    parts([](const char*, auto& part) { part.release(); });
-    mid_ = {}, dmid_ = {};
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    parts([&](const char*, auto& part, auto&... same) { part.for_each_saved(f, same...); }, others...);
+    f(mid_, others.mid_...);
   }
 
-  // The block's parts in order, each with the name its parameters take:
-  // visit, for_each_dropout and release walk this one list.
-  template <class F>
-  void parts(F&& f) {
-    f("ln1.", r1_);
-    f("attn.", attn_);
-    f("ln2.", r2_);
-    f("ff.", ff_);
+  // The block's parts in order, each with the name its parameters take
+  // (and the same part of others, blocks of this type): visit,
+  // for_each_dropout and for_each_saved walk this one list.
+  template <class F, class... Same>
+  void parts(F&& f, Same&... others) {
+    f("ln1.", r1_, others.r1_...);
+    f("attn.", attn_, others.attn_...);
+    f("ln2.", r2_, others.r2_...);
+    f("ff.", ff_, others.ff_...);
   }
   template <class F>
   void visit(F&& f) {
@@ -106,7 +110,7 @@ class SelfAttentionBlock {
   SelfAttention<Cfg, Backend> attn_;
   FeedForward<Cfg, Backend> ff_;
   Residual<Norm, D, Backend, norm_layer_t<Cfg, D, Backend>> r1_, r2_;
-  Buffer<S> mid_, dmid_;
+  Buffer<S> mid_;  // (B*T, D) after the attention sublayer
   struct {
     ConstRows<S, D> x;
     Rows<S, D> y;

@@ -10,9 +10,11 @@
 //
 // Saves: the normalised input (PreNorm; under cheap recompute, in a buffer
 // shared by a stack's blocks, recomputed in backward) or the residual sum
-// (PostNorm), and what LN and dropout save. Backward: parameter gradients accumulate; dx is
-// assigned and must not alias dy. Parameters: the norm's ("weight", and
-// LayerNorm's "bias").
+// (PostNorm), and what LN and dropout save. f's output, before dropout and
+// the sum, and the backward's gradients are scratch from the backend's
+// workspace (core/workspace.hpp). Backward: parameter gradients
+// accumulate; dx is assigned and must not alias dy. Parameters: the norm's
+// ("weight", and LayerNorm's "bias").
 #pragma once
 
 #include <cstdint>
@@ -65,7 +67,8 @@ class Residual {
   template <class F>
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, F&& f) {
     require_rows(y, x.rows, "residual output");
-    const auto sub = sub_.template rows<D>(x.rows);  // (rows, D) f's output, dropped in place
+    auto scratch = be.workspace().frame();
+    const auto sub = scratch.template rows<D>(x.rows);  // (rows, D) f's output, dropped in place
     if constexpr (PRE) {
       const auto h = (shared_ ? *shared_ : inner_).template rows<D>(x.rows);  // LN(x)
       x_ = x;
@@ -85,16 +88,17 @@ class Residual {
   template <class G>
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx, G&& g) {
     require_rows(dx, dy.rows, "residual input gradient");
-    const auto dsub = dsub_.template rows<D>(dy.rows);  // (rows, D)
+    auto scratch = be.workspace().frame();
+    const auto dsub = scratch.template rows<D>(dy.rows);  // (rows, D)
     if constexpr (PRE) {
-      const auto dh = dinner_.template rows<D>(dy.rows);  // d LN(x)
+      const auto dh = scratch.template rows<D>(dy.rows);  // d LN(x)
       drop_.backward(be, dy, dsub);
       if (shared_) norm_.forward(be, x_, shared_->template rows<D>(dy.rows));  // LN(x) again, where f saved it
       g(ConstRows<S, D>(dsub), dh);
       norm_.backward(be, dh, dx);
       be.add_to(dy.size(), dy.data, dx.data);
     } else {
-      const auto dz = dinner_.template rows<D>(dy.rows);  // d (x + dropout(f(x)))
+      const auto dz = scratch.template rows<D>(dy.rows);  // d (x + dropout(f(x)))
       norm_.backward(be, dy, dz);
       drop_.backward(be, dz, dsub);
       g(ConstRows<S, D>(dsub), dx);
@@ -122,17 +126,20 @@ class Residual {
   void share_norm_output(Buffer<S>* shared) {
     if constexpr (PRE) shared_ = shared;
   }
-  // Frees what the last forward saved and the backward's scratch.
-  void release() {
-    norm_.release();
-    drop_.release();
-    for (auto* b : {&inner_, &sub_, &dinner_, &dsub_}) *b = {};
+  // f(buffer, the same buffer of others...) for what the last forward saved
+  // (block_stack.hpp's block recompute frees or trades it); others are
+  // residuals of this type.
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    norm_.for_each_saved(f, others.norm_...);
+    drop_.for_each_saved(f, others.drop_...);
+    f(inner_, others.inner_...);
   }
 
  private:
   NormLayer norm_;
   Dropout<D, Backend> drop_;
-  Buffer<S> inner_, sub_, dinner_, dsub_;
+  Buffer<S> inner_;              // LN(x) (PreNorm) or x + dropout(f(x)) (PostNorm)
   Buffer<S>* shared_ = nullptr;  // LN(x) under cheap recompute (PreNorm)
   ConstRows<S, D> x_;            // the input, for that recompute
 };

@@ -27,9 +27,11 @@
 // undropped, or where the path is tiled (attention_plan.hpp) each query row's
 // log-sum-exp (B, H, T_q) and the mask; and the inputs by pointer.
 // Backward: parameter gradients accumulate; input gradients (dx, or dx_q
-// and dx_kv) are assigned.
+// and dx_kv) are assigned; the gradients of the context and projections
+// are scratch from the backend's workspace (core/workspace.hpp).
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <type_traits>
 
@@ -111,11 +113,13 @@ struct SavedAttention {
     }
     be.attention_forward(d, q, ldq, k, ldk, v, ldv, y, ldy, saved.reserve(std::size_t(d.B) * d.H * d.Tq * d.Tk), m);
   }
-  // A decoding step's forward: always materialised.
+  // A decoding step's forward: always materialised, in room for every key
+  // the cache can hold (kv_rows), so that the steps after it allocate nothing.
   void forward_cached(Backend& be, const AttentionDims& d, const S* q, int ldq, const S* k, int ldk, const S* v,
                       int ldv, S* y, int ldy, const AttentionMask& m) {
     tiled = false;
-    be.attention_forward(d, q, ldq, k, ldk, v, ldv, y, ldy, saved.reserve(std::size_t(d.B) * d.H * d.Tq * d.Tk), m);
+    const std::size_t room = std::size_t(d.B) * d.H * d.Tq * std::max(d.Tk, d.kv_rows());
+    be.attention_forward(d, q, ldq, k, ldk, v, ldv, y, ldy, saved.reserve(room), m);
   }
   // y, ldy: the forward's output (the tiled backward reads it).
   void backward(Backend& be, const AttentionDims& d, const S* dy, int lddy, const S* y, int ldy, const S* q, int ldq,
@@ -134,7 +138,10 @@ struct SavedAttention {
     if (tiled) return {};
     return {saved.data(), std::size_t(d.B) * d.H * d.Tq * d.Tk};
   }
-  void release() { saved = {}; }
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    f(saved, others.saved...);
+  }
 };
 
 }  // namespace detail
@@ -173,8 +180,9 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
 
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
     require_rows(dy, bt_.rows(), "self-attention output gradient");
-    const auto dctx = dctx_.template rows<CTX>(dy.rows);  // (B*T, H*V)
-    const auto dqkv = dqkv_.template rows<QKV>(dy.rows);  // (B*T, QKV)
+    auto scratch = be.workspace().frame();
+    const auto dctx = scratch.template rows<CTX>(dy.rows);  // (B*T, H*V)
+    const auto dqkv = scratch.template rows<QKV>(dy.rows);  // (B*T, QKV)
     proj_.backward(be, dy, dctx);
     const S* q = qkv_out_.data();
     S* dq = dqkv.data;
@@ -231,11 +239,13 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     visit_if_dropping(drop_, f);
   }
 
-  // Frees what the last forward saved and the backward's scratch (the next
-  // forward allocates again): activation recompute's memory.
-  void release() {
-    for (auto* b : {&qkv_out_, &ctx_, &dctx_, &dqkv_}) *b = {};
-    attention_.release();
+  // f(buffer, the same buffer of others...) for what the last forward saved
+  // (activation recompute frees or trades it, block_stack.hpp).
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    f(qkv_out_, others.qkv_out_...);
+    f(ctx_, others.ctx_...);
+    attention_.for_each_saved(f, others.attention_...);
   }
 
  private:
@@ -246,7 +256,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
   Shape bt_;
   AttentionDims dims_;
   detail::SavedAttention<Backend> attention_;
-  Buffer<S> qkv_out_, ctx_, dctx_, dqkv_;
+  Buffer<S> qkv_out_, ctx_;  // (B*T, QKV), (B*T, CTX)
 };
 
 template <AttentionConfig Cfg, class Backend>
@@ -288,9 +298,10 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
 
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx_q, Rows<S, D> dx_kv) {
     require_rows(dy, q_shape_.rows(), "cross-attention output gradient");
-    const auto dctx = dctx_.template rows<CTX>(dy.rows);           // (B*Tq, H*V)
-    const auto dq = dq_.template rows<QW>(dy.rows);                // (B*Tq, H*QK)
-    const auto dkv = dkv_.template rows<KVW>(kv_shape_.rows());    // (B*Tk, KVW)
+    auto scratch = be.workspace().frame();
+    const auto dctx = scratch.template rows<CTX>(dy.rows);         // (B*Tq, H*V)
+    const auto dq = scratch.template rows<QW>(dy.rows);            // (B*Tq, H*QK)
+    const auto dkv = scratch.template rows<KVW>(kv_shape_.rows()); // (B*Tk, KVW)
     proj_.backward(be, dy, dctx);
     const S* kv = kv_out_.data();
     attention_.backward(be, dims_, dctx.data, CTX, ctx_.data(), CTX, q_out_.data(), QW, kv, KVW, kv + V_COL, KVW,
@@ -344,14 +355,17 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     visit_if_dropping(drop_, f);
   }
 
-  // Frees what the last forward saved and the backward's scratch.
-  void release() {
-    for (auto* b : {&q_out_, &kv_out_, &ctx_, &dctx_, &dq_, &dkv_}) *b = {};
-    attention_.release();
+  // f(buffer, the same buffer of others...) for what the last forward saved
+  // (activation recompute frees or trades it, block_stack.hpp).
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    f(q_out_, others.q_out_...);
+    f(kv_out_, others.kv_out_...);
+    f(ctx_, others.ctx_...);
+    attention_.for_each_saved(f, others.attention_...);
   }
 
  private:
-
   Linear<D, QW, Backend> q_;
   Linear<D, KVW, Backend> kv_;
   Linear<CTX, D, Backend> proj_;
@@ -359,7 +373,7 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
   Shape q_shape_, kv_shape_;
   AttentionDims dims_;
   detail::SavedAttention<Backend> attention_;
-  Buffer<S> q_out_, kv_out_, ctx_, dctx_, dq_, dkv_;
+  Buffer<S> q_out_, kv_out_, ctx_;  // (B*Tq, QW), (B*Tk, KVW), (B*Tq, CTX)
 };
 
 }  // namespace xfmr

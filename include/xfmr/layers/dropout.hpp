@@ -104,8 +104,12 @@ class Dropout : public DropoutKeys {
   Buffer<std::uint8_t> keep_;  // (rows, D)
 
  public:
-  // Frees the saved mask (activation recompute).
-  void release() { keep_ = {}; }
+  // f(buffer, the same buffer of others...) for what the last forward saved
+  // (activation recompute frees or trades it, block_stack.hpp).
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    f(keep_, others.keep_...);
+  }
 };
 
 }  // namespace xfmr

@@ -4,10 +4,11 @@
 // the activation halves them: y = fc2(silu(gate) * up).
 //
 // Saves: what fc1, the activation and fc2 save (x by pointer, the hidden
-// pre- and post-activation in owned buffers). Backward: parameter gradients
-// accumulate; dx assigned. Parameters: "fc1.weight" (D_FF, D), or (2 D_FF,
-// D) gated, "fc1.bias", "fc2.weight" (D, D_FF), "fc2.bias" (the biases
-// unless Cfg::BIAS is false).
+// pre- and post-activation in owned buffers); the backward's hidden
+// gradients are scratch from the backend's workspace (core/workspace.hpp).
+// Backward: parameter gradients accumulate; dx assigned. Parameters:
+// "fc1.weight" (D_FF, D), or (2 D_FF, D) gated, "fc1.bias", "fc2.weight"
+// (D, D_FF), "fc2.bias" (the biases unless Cfg::BIAS is false).
 #pragma once
 
 #include "xfmr/core/config.hpp"
@@ -45,7 +46,8 @@ class FeedForward {
   }
 
   void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
-    const auto da = dactivated_.template rows<FF>(dy.rows);  // (rows, D_FF), reused for dh when not gated
+    auto scratch = be.workspace().frame();
+    const auto da = scratch.template rows<FF>(dy.rows);  // (rows, D_FF), reused for dh when not gated
     if (shared_) {  // the activation again, where fc2 saved it
       const auto a = shared_->template rows<FF>(dy.rows);
       if constexpr (GATED)
@@ -55,7 +57,7 @@ class FeedForward {
     }
     fc2_.backward(be, dy, da);
     if constexpr (GATED) {
-      const auto dh = dhidden_.template rows<HIDDEN>(dy.rows);  // (rows, 2 D_FF)
+      const auto dh = scratch.template rows<HIDDEN>(dy.rows);  // (rows, 2 D_FF)
       Act::backward(be, dy.rows, FF, hidden_.data(), da.data, dh.data);
       fc1_.backward(be, dh, dx);
     } else {
@@ -69,9 +71,12 @@ class FeedForward {
   // computed there again from the saved pre-activation just before fc2's
   // backward; nullptr: its own buffer.
   void share_activated(Buffer<S>* shared) { shared_ = shared; }
-  // Frees what the last forward saved and the backward's scratch.
-  void release() {
-    for (auto* b : {&hidden_, &activated_, &dactivated_, &dhidden_}) *b = {};
+  // f(buffer, the same buffer of others...) for what the last forward saved
+  // (activation recompute frees or trades it, block_stack.hpp).
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    f(hidden_, others.hidden_...);
+    f(activated_, others.activated_...);
   }
 
   template <class F>
@@ -84,7 +89,7 @@ class FeedForward {
   Linear<D, HIDDEN, Backend> fc1_;
   Activation<Act, FF, Backend> act_;  // elementwise activations only (unused when gated)
   Linear<FF, D, Backend> fc2_;
-  Buffer<S> hidden_, activated_, dactivated_, dhidden_;
+  Buffer<S> hidden_, activated_;  // (rows, HIDDEN), (rows, D_FF)
   Buffer<S>* shared_ = nullptr;  // the activation's output under cheap recompute
 };
 

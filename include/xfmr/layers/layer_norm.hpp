@@ -50,8 +50,13 @@ class LayerNorm {
   Buffer<S> mean_, rstd_;  // (rows)
 
  public:
-  // Frees what the last forward saved (activation recompute).
-  void release() { mean_ = {}, rstd_ = {}; }
+  // f(buffer, the same buffer of others...) for what the last forward saved
+  // (activation recompute frees or trades it, block_stack.hpp).
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    f(mean_, others.mean_...);
+    f(rstd_, others.rstd_...);
+  }
 };
 
 }  // namespace xfmr

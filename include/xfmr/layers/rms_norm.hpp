@@ -48,8 +48,12 @@ class RmsNorm {
   Buffer<S> rstd_;  // (rows)
 
  public:
-  // Frees what the last forward saved (activation recompute).
-  void release() { rstd_ = {}; }
+  // f(buffer, the same buffer of others...) for what the last forward saved
+  // (activation recompute frees or trades it, block_stack.hpp).
+  template <class F, class... Same>
+  void for_each_saved(F&& f, Same&... others) {
+    f(rstd_, others.rstd_...);
+  }
 };
 
 }  // namespace xfmr

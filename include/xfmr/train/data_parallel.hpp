@@ -119,6 +119,12 @@ class DataParallel {
   }
 
   int shards() const { return shards_; }
+  // Scratch memory the shards' backends hold (core/workspace.hpp), in bytes.
+  std::size_t workspace_bytes() {
+    std::size_t n = be_.workspace().capacity();
+    for (auto& r : replicas_) n += r.be.workspace().capacity();
+    return n * sizeof(S);
+  }
 
   // Shard r draws dropout stream first + r (the model's layers are set to
   // `first`): a process that is one of several runs its shards on streams

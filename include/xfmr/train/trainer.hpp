@@ -181,8 +181,10 @@ class Trainer {
       opt_.step(be_, r.lr);
       exchange_.after_step();
     };
-    // Block recompute frees and allocates a block's buffers within the step:
-    // no graph can replay that, so such a step runs directly.
+    // Block recompute allocates nothing within a step now (its saved buffers
+    // change hands), but its graph replay has not yet run on a GPU
+    // (test_cuda_parity's graph_steps_train_bit_for_bit_like_eager): until
+    // it has, such a step runs directly.
     bool graphs = opts_.graph_steps && !exchange_.distributed();
     if constexpr (requires { model_.recompute(); }) graphs = graphs && model_.recompute() != Recompute::block;
     if (graphs) run_step(be_, "train", body);
