@@ -24,9 +24,10 @@ function(check_run name expected)
   if(NOT ceiling GREATER 0)
     message(FATAL_ERROR "${name}.json: no GEMM ceiling")
   endif()
-  # Which BLAS kernel ran ("OpenBLAS <core>" or "none"), for benchmark/compare.
+  # Which BLAS ran the large products ("oneDNN sgemm ...", "OpenBLAS <core>"
+  # or "none"), for benchmark/compare.
   string(JSON blas ERROR_VARIABLE json_err GET "${text}" blas)
-  if(json_err OR NOT blas MATCHES "^(OpenBLAS .+|none)$")
+  if(json_err OR NOT blas MATCHES "^(oneDNN sgemm.*|OpenBLAS .+|none)$")
     message(FATAL_ERROR "${name}.json: no BLAS kernel named (${json_err}): '${blas}'")
   endif()
 endfunction()

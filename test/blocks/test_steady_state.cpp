@@ -65,18 +65,24 @@ struct Longer : Cfg {
 BOOST_AUTO_TEST_CASE(decoder_block_step_allocates_nothing_after_the_first) {
   Rng rng(1);
   Be be;
-  DecoderBlock<Cfg, Be> block(rng, 0.1f);
+  DecoderBlock<Cfg, Be> warm(rng, 0.1f), block(rng, 0.1f);
   const Shape tgt{8, 32}, src{8, 24};
   std::vector<float> x(tgt.rows() * 64, 0.5f), mem(src.rows() * 64, -0.25f), y(x.size()), dy(x.size(), 1e-3f),
       dx(x.size()), dmem(mem.size());
   std::vector<std::uint8_t> src_pad(src.rows(), 0);
   src_pad[5] = 1;
-  auto step = [&](Shape t) {
-    block.forward(be, ConstRows<float, 64>(x.data(), t.rows()), ConstRows<float, 64>(mem.data(), src.rows()),
-                  Rows<float, 64>(y.data(), t.rows()), t, src, nullptr, src_pad.data());
-    block.backward(be, ConstRows<float, 64>(dy.data(), t.rows()), Rows<float, 64>(dx.data(), t.rows()),
-                   Rows<float, 64>(dmem.data(), src.rows()));
+  // The GEMM library makes its kernels for a kind of product once a process
+  // (oneDNN's JIT): a first block goes through both shapes before the
+  // counted one starts, so what is counted is the block's own memory.
+  auto step_of = [&](DecoderBlock<Cfg, Be>& b, Shape t) {
+    b.forward(be, ConstRows<float, 64>(x.data(), t.rows()), ConstRows<float, 64>(mem.data(), src.rows()),
+              Rows<float, 64>(y.data(), t.rows()), t, src, nullptr, src_pad.data());
+    b.backward(be, ConstRows<float, 64>(dy.data(), t.rows()), Rows<float, 64>(dx.data(), t.rows()),
+               Rows<float, 64>(dmem.data(), src.rows()));
   };
+  step_of(warm, tgt);
+  step_of(warm, Shape{8, 16});
+  auto step = [&](Shape t) { step_of(block, t); };
   step(tgt);  // sizes every buffer
   const long before = allocations.load();
   for (int i = 0; i < 3; ++i) step(tgt);

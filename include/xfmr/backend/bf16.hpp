@@ -19,7 +19,7 @@
 // (Debian's libdnnl-dev; CMake's XFMR_DNNL) on a processor with AVX512-BF16.
 // Without, gemm() throws xfmr::Error saying why (unavailable_reason()); the
 // programs then fall back to float32 with a notice. oneDNN is included by
-// src/bf16_gemm.cpp alone.
+// src/onednn.cpp alone.
 #pragma once
 
 #include <bit>

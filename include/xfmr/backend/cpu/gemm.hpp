@@ -12,6 +12,12 @@
 //   whole, with its own threads;
 // - other single rows against a large matrix: BLAS's threaded GEMV;
 // - everything smaller: Eigen, inline.
+// BLAS is oneDNN's sgemm for float where xfmr is built with oneDNN,
+// OpenBLAS otherwise (and for double). oneDNN picks its kernel from the
+// processor's instruction sets; Debian 12's OpenBLAS 0.3.21 picks by model
+// and runs its SSE3 kernel (Prescott) on processors newer than it knows:
+// 60 GFLOP/s against oneDNN's 300 on the 2-core Xeon (Emerald Rapids) of
+// BENCHMARKS.md, where oneDNN also beats OpenBLAS's AVX-512 kernel (265).
 #pragma once
 
 #include <Eigen/Core>
@@ -22,6 +28,7 @@
 #include <cblas.h>
 #endif
 
+#include "xfmr/backend/cpu/onednn_sgemm.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/backend/cpu/simd.hpp"
 #include "xfmr/backend/cpu/small_gemm.hpp"
@@ -71,8 +78,12 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
       const S* a = A + (ta ? m0 : long(m0) * lda);
       const S* b = B + (tb ? long(n0) * ldb : n0);
       S* c = C + long(m0) * ldc + n0;
-      if constexpr (std::is_same_v<S, float>) cblas_sgemm(CblasRowMajor, opa, opb, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, c, ldc);
-      else cblas_dgemm(CblasRowMajor, opa, opb, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, c, ldc);
+      if constexpr (std::is_same_v<S, float>) {
+        if (!onednn_sgemm(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, c, ldc))
+          cblas_sgemm(CblasRowMajor, opa, opb, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, c, ldc);
+      } else {
+        cblas_dgemm(CblasRowMajor, opa, opb, m1 - m0, n1 - n0, K, alpha, a, lda, b, ldb, beta, c, ldc);
+      }
     };
     // With libxsmm, each thread multiplies its own block of C's rows (or
     // columns) with a JIT kernel, without packing, whenever the (K, N)

@@ -1,7 +1,10 @@
-// bf16_gemm.cpp: bf16::gemm (backend/bf16.hpp) on oneDNN's matmul, when
-// xfmr is built with oneDNN (XFMR_WITH_DNNL, private to xfmr_core); the only
-// file that includes oneDNN.
+// onednn.cpp: what xfmr runs on oneDNN, when it is built with it
+// (XFMR_WITH_DNNL, private to xfmr_core); the only file that includes it:
+// bf16::gemm (backend/bf16.hpp) on oneDNN's matmul, and the float products
+// CpuBackend hands to a BLAS on its sgemm (detail::onednn_sgemm,
+// backend/cpu/gemm.hpp).
 #include "xfmr/backend/bf16.hpp"
+#include "xfmr/backend/cpu/onednn_sgemm.hpp"
 
 #include <compare>
 #include <cstddef>
@@ -11,8 +14,32 @@
 #include "xfmr/core/error.hpp"
 
 #ifdef XFMR_WITH_DNNL
+#include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
+
+namespace xfmr::detail {
+
+bool onednn_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                  int ldb, float beta, float* C, int ldc) {
+#ifdef XFMR_WITH_DNNL
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success;
+#else
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta,
+      (void)C, (void)ldc;
+  return false;
+#endif
+}
+
+bool onednn_sgemm_available() {
+#ifdef XFMR_WITH_DNNL
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace xfmr::detail
 
 namespace xfmr::bf16 {
 
