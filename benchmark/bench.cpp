@@ -142,13 +142,15 @@ json summarize(const std::vector<double>& secs, double tokens_per_call, double f
   return j;
 }
 
-// The BLAS behind the CPU backend's larger products and the kernel it runs
-// on this processor (OPENBLAS_CORETYPE, if set, overrides its own choice).
+// The BLAS behind the CPU backend's larger float products (cpu/gemm.hpp),
+// and OpenBLAS's kernel on this processor (OPENBLAS_CORETYPE, if set,
+// overrides its own choice), which runs them without oneDNN.
 std::string blas_kernel() {
 #ifdef XFMR_WITH_OPENBLAS
-  return std::string("OpenBLAS ") + openblas_get_corename();
+  const std::string openblas = std::string("OpenBLAS ") + openblas_get_corename();
+  return detail::onednn_sgemm_available() ? "oneDNN sgemm (" + openblas + " for GEMV)" : openblas;
 #else
-  return "none";
+  return detail::onednn_sgemm_available() ? "oneDNN sgemm" : "none";
 #endif
 }
 
@@ -192,8 +194,10 @@ double cached_step_flops(const PresetInfo& p, double t, double V) {
 // What a training step must hold, in bytes: parameters, gradients, AdamW's
 // two moments, and the activations a textbook backward needs (per block and
 // row: block input, both norm outputs and statistics, q/k/v, the attention
-// probabilities, the attention context, the feed-forward pre-activation and
-// activation; then the final norm, the logits and their softmax). B is
+// probabilities, the attention context, the residual stream between the
+// sublayers (the second norm's input), the feed-forward pre-activation and
+// activation, with dropout its two masks at a byte an element; then the
+// final norm, the logits and their softmax). B is
 // this process's rows; `moments` the share of AdamW's moments it keeps (1,
 // or 1 / N under ZeRO-1).
 // Attention saves its probabilities (H T a row) where it materialises them,
@@ -204,7 +208,8 @@ json analytical_memory(const PresetInfo& p, std::size_t params, double B, double
                        bool tiled = false, Recompute recompute = Recompute::none) {
   const double D = p.d_model, FF = p.d_ff, L = p.n_layers, H = p.n_heads;
   const double rows = B * T;
-  const double block = 2 * (D + 2) + 3 * D + (tiled ? H : H * T) + D + (ff_matrices(p) * FF);  // past its input
+  const double masks = p.dropout > 0 ? 2 * D / 4 : 0;  // bytes, in floats
+  const double block = 2 * (D + 2) + 3 * D + (tiled ? H : H * T) + D + D + (ff_matrices(p) * FF) + masks;  // past its input
   const bool pre = p.pre_norm;
   const double own = (pre ? 2 * D : 0) + FF, shared = (pre ? D : 0) + FF;  // cheap: each block's, the stack's
   const double blocks = recompute == Recompute::block   ? L * D + block
@@ -286,8 +291,8 @@ json run(const Args& a) {
   bool graphs = false;  // whether run_step replays graphs here
   if constexpr (requires { be.options().graph_steps; })
     graphs = be.options().graph_steps && !a.eager && a.recompute != "block";
-  // A timed step: through run_step (graphs on a GPU) unless --eager.
-  // (Block recompute allocates within a step: no graphs for it.)
+  // A timed step: through run_step (graphs on a GPU) unless --eager. Block
+  // recompute runs directly, as Trainer::step runs it (trainer.hpp says why).
   auto timed_step = [&](const char* key, auto& step) {
     a.eager || a.recompute == "block" ? step() : run_step(be, key, step);
   };
@@ -413,6 +418,7 @@ json run(const Args& a) {
                            be.attention_kernels()) == AttentionPath::tiled;
   out["memory"] = {{"peak_rss_mb", peak_rss_mb()},
                    {"rss_before_model_mb", rss_before},
+                   {"workspace_mb", double(trainer.data_parallel().workspace_bytes()) / 1e6},  // every shard's
                    {"attention", tiled ? "tiled" : "materialised"},
                    {"analytical", analytical_memory(p, model.parameter_count(), my_rows, T, V,
                                                     a.zero == 1 ? 1.0 / ranks : 1.0, tiled, recompute_mode)}};
@@ -675,8 +681,9 @@ void print(const json& r) {
   if (r.contains("recompute"))
     std::cout << "  recompute " << r["recompute"].get<std::string>() << ", attention "
               << mem.value("attention", std::string("materialised")) << "\n";
-  std::cout << "  peak RSS " << std::setprecision(1) << mem["peak_rss_mb"].get<double>()
-            << " MB; analytical params+grads+AdamW+activations"
+  std::cout << "  peak RSS " << std::setprecision(1) << mem["peak_rss_mb"].get<double>() << " MB ("
+            << mem["rss_before_model_mb"].get<double>() << " before the model), workspace "
+            << mem["workspace_mb"].get<double>() << " MB; analytical params+grads+AdamW+activations"
             << (mem["analytical"].contains("weight_copies_mb") ? "+weight copies " : " ")
             << mem["analytical"]["total_mb"].get<double>() << " MB\n";
 }
