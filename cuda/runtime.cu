@@ -191,7 +191,7 @@ namespace {
 struct Allocations {
   std::mutex lock;
   std::unordered_map<void*, std::size_t> sizes;
-  std::size_t live = 0, peak = 0;
+  std::size_t live = 0, peak = 0, made = 0;
 };
 Allocations& allocations() {
   static Allocations a;
@@ -202,7 +202,7 @@ Allocations& allocations() {
 MemoryUse memory_use() {
   Allocations& a = allocations();
   std::lock_guard guard(a.lock);
-  return {a.live, a.peak};
+  return {a.live, a.peak, a.made};
 }
 void reset_peak_memory() {
   Allocations& a = allocations();
@@ -222,6 +222,7 @@ void* allocate(std::size_t bytes) {
   std::lock_guard guard(a.lock);
   a.sizes[p] = bytes;
   a.live += bytes;
+  ++a.made;
   a.peak = std::max(a.peak, a.live);
   return p;
 }

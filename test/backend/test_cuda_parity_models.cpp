@@ -451,6 +451,47 @@ BOOST_AUTO_TEST_CASE(weights_move_between_backends) {
   expect_same_tensors(c, back, false, "copy_parameters GPU -> CPU", 0, 0);
 }
 
+// The steady state on the GPU (test_steady_state on the CPU): training
+// steps 3 to 10 under every recompute mode, and decoding steps after the
+// second, make no device allocation (cuda::memory_use().allocations): no
+// cudaMalloc or cudaFree inside a step, which graph replay needs.
+BOOST_AUTO_TEST_CASE(steps_allocate_no_device_memory_after_the_first) {
+  const int V = 40;
+  const Shape bt{4, Small::MAX_T};
+  for (Recompute mode : {Recompute::none, Recompute::cheap, Recompute::block}) {
+    BOOST_TEST_CONTEXT("recompute " << recompute_name(mode)) {
+      Decoder<Small, Gpu> g(V, 5, {.dropout = 0.1f, .attention_dropout = 0.1f, .recompute = mode});
+      Gpu be;
+      AdamW<Gpu> opt(g);
+      CrossEntropyLoss<Gpu> ce;
+      Gpu::Buffer<float> dl_storage;
+      const std::span<float> dl(dl_storage.reserve(std::size_t(bt.rows()) * V), std::size_t(bt.rows()) * V);
+      const auto ids = random_ids(bt.rows(), V, 80), targets = random_ids(bt.rows(), V, 81);
+      std::size_t before = 0;
+      for (int step = 1; step <= 10; ++step) {
+        if (step == 3) before = cuda::memory_use().allocations;
+        ce.forward(be, g.forward(be, ids, bt), targets, V);
+        ce.backward(be, dl);
+        g.backward(be, std::span<const float>(dl));
+        clip_gradients(be, g, 1.0);
+        opt.step(be, 1e-3);
+      }
+      be.synchronize();
+      BOOST_TEST(cuda::memory_use().allocations - before == 0u, "device allocations in training steps 3 to 10");
+      g.set_training(false);
+      DecodingCache<Gpu> cache;
+      g.start_cache(cache, 1);
+      for (int step = 1; step < Small::MAX_T; ++step) {
+        if (step == 3) before = cuda::memory_use().allocations;
+        const std::int32_t id = step % V;
+        g.forward_cached(be, std::span<const std::int32_t>(&id, 1), 1, cache);
+      }
+      be.synchronize();
+      BOOST_TEST(cuda::memory_use().allocations - before == 0u, "device allocations in decoding steps after the second");
+    }
+  }
+}
+
 // Graph steps (CudaBackend::graph_step) against queueing every kernel, both
 // on the GPU: the same losses, norms and weights bit for bit, with fresh
 // batches, dropout keys and learning rates at every step; once warm, every

@@ -63,9 +63,11 @@ void* allocate(std::size_t bytes);
 void release(void* p) noexcept;
 // Device memory held through allocate() (every DeviceArray, Tensor and
 // Buffer, cuBLAS's workspace), now and at its peak since the start or
-// reset_peak_memory(); not the CUDA context's own, nor cuBLAS's internals.
+// reset_peak_memory(), and how many allocations were made since the start
+// (a steady-state step makes none); not the CUDA context's own, nor
+// cuBLAS's internals.
 struct MemoryUse {
-  std::size_t bytes = 0, peak_bytes = 0;
+  std::size_t bytes = 0, peak_bytes = 0, allocations = 0;
 };
 MemoryUse memory_use();
 void reset_peak_memory();
