@@ -540,6 +540,99 @@ def gpt2_tiny(out_dir, vocab=61, n_pos=24, d=32, layers=2, heads=4, seed=11):
                                              "reference": f"torch {torch.__version__}, float64, plain GPT-2"})})
 
 
+# ---- llama2.c checkpoints ------------------------------------------------------
+# A Llama written out in plain torch over llama2.c's tensors (its model.py:
+# pre-norm RMSNorm with eps 1e-5, rotary pairs (2i, 2i+1) turned by
+# t / 10000^(2i/head), grouped key/value heads, SwiGLU w2(silu(w1 x) * w3 x),
+# no biases), and llama2.c's .bin layouts as its export.py writes them.
+
+def llama2c_params(dim, hidden, layers, heads, kv_heads, vocab, shared, gen):
+    def u(*shape, centre=0.0, spread=0.3):
+        return f32(centre + spread * (2 * torch.rand(shape, generator=gen) - 1))
+    kv = dim // heads * kv_heads
+    p = {"tok_embeddings": u(vocab, dim), "norm": u(dim, centre=1.0, spread=0.2)}
+    for i in range(layers):
+        p.update({f"{i}.attention_norm": u(dim, centre=1.0, spread=0.2), f"{i}.wq": u(dim, dim), f"{i}.wk": u(kv, dim),
+                  f"{i}.wv": u(kv, dim), f"{i}.wo": u(dim, dim), f"{i}.ffn_norm": u(dim, centre=1.0, spread=0.2),
+                  f"{i}.w1": u(hidden, dim), f"{i}.w2": u(dim, hidden), f"{i}.w3": u(hidden, dim)})
+    p["output"] = p["tok_embeddings"] if shared else u(vocab, dim)
+    return p
+
+
+def llama2c_forward(p, ids, layers, heads, kv_heads, eps=1e-5):
+    """Logits (T, vocab) in float64 for one sequence of ids."""
+    w = {k: v.double() for k, v in p.items()}
+    T, dim = len(ids), w["norm"].shape[0]
+    hd = dim // heads
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, hd, 2) / hd)[None, :]
+    cos, sin = torch.cos(angle), torch.sin(angle)
+
+    def rms(v, g):
+        return v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True) + eps) * g
+
+    def turn(t):  # (heads, T, hd)
+        even, odd = t[..., 0::2], t[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+    x = w["tok_embeddings"][torch.tensor(ids)]
+    for i in range(layers):
+        h = rms(x, w[f"{i}.attention_norm"])
+        q = turn((h @ w[f"{i}.wq"].T).reshape(T, heads, hd).transpose(0, 1))
+        k = turn((h @ w[f"{i}.wk"].T).reshape(T, kv_heads, hd).transpose(0, 1))
+        v = (h @ w[f"{i}.wv"].T).reshape(T, kv_heads, hd).transpose(0, 1)
+        k, v = k.repeat_interleave(heads // kv_heads, dim=0), v.repeat_interleave(heads // kv_heads, dim=0)
+        scores = (q @ k.transpose(-2, -1) / hd ** 0.5).masked_fill(causal_mask(T), float("-inf"))
+        x = x + (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(T, dim) @ w[f"{i}.wo"].T
+        h = rms(x, w[f"{i}.ffn_norm"])
+        x = x + (F.silu(h @ w[f"{i}.w1"].T) * (h @ w[f"{i}.w3"].T)) @ w[f"{i}.w2"].T
+    return rms(x, w["norm"]) @ w["output"].T
+
+
+def write_llama2c(path, p, version, dim, hidden, layers, heads, kv_heads, vocab, seq_len, shared):
+    def floats(t):
+        return struct.pack(f"<{t.numel()}f", *t.reshape(-1).tolist())
+
+    def each(name):
+        return b"".join(floats(p[f"{i}.{name}"]) for i in range(layers))
+
+    hd = dim // heads
+    angle = torch.arange(seq_len, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, hd, 2) / hd)[None, :]
+    if version == 0:
+        out = struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab if shared else -vocab, seq_len)
+        out += floats(p["tok_embeddings"]) + each("attention_norm") + each("wq") + each("wk") + each("wv")
+        out += each("wo") + each("ffn_norm") + each("w1") + each("w2") + each("w3") + floats(p["norm"])
+        out += floats(f32(torch.cos(angle))) + floats(f32(torch.sin(angle)))
+    else:
+        out = struct.pack("<Ii7iB", 0x616B3432, 1, dim, hidden, layers, heads, kv_heads, vocab, seq_len, int(shared))
+        out += b"\0" * (256 - len(out))
+        out += each("attention_norm") + each("ffn_norm") + floats(p["norm"]) + floats(p["tok_embeddings"])
+        for name in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"):
+            out += each(name)
+    if not shared:
+        out += floats(p["output"])
+    path.write_bytes(out)
+
+
+def llama2c_tiny(out_dir, dim=32, hidden=48, layers=2, heads=4, kv_heads=2, vocab=40, seq_len=16):
+    """fixtures/llama2c/: model_v0.bin (legacy layout, classifier shared with
+    the embedding) and model_v1.bin (version 1, a classifier of its own),
+    and expected.json: a sequence of ids and each model's logits for it."""
+    d = out_dir / "llama2c"
+    d.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(20)
+    ids = torch.randint(0, vocab, (12,), generator=gen).tolist()
+    expected = {"ids": ids, "dim": dim, "hidden_dim": hidden, "n_layers": layers, "n_heads": heads,
+                "n_kv_heads": kv_heads, "vocab_size": vocab, "seq_len": seq_len,
+                "reference": f"torch {torch.__version__}, float64, llama2.c's model written out", "models": {}}
+    for version, shared in ((0, True), (1, False)):
+        p = llama2c_params(dim, hidden, layers, heads, kv_heads, vocab, shared, gen)
+        name = f"model_v{version}.bin"
+        write_llama2c(d / name, p, version, dim, hidden, layers, heads, kv_heads, vocab, seq_len, shared)
+        logits = llama2c_forward(p, ids, layers, heads, kv_heads)
+        expected["models"][name] = {"shared_classifier": shared, "logits": logits.reshape(-1).tolist()}
+    (d / "expected.json").write_text(json.dumps(expected) + "\n")
+
+
 def gpt2_small(out_dir, prompt, n=16, seed=12):
     """A gpt2-small shaped checkpoint with random weights (about 500 MB), and
     expected.json: the prompt's ids and n greedy ids after it."""
@@ -571,6 +664,7 @@ def main():
     geglu_feed_forward(out_dir)
     llama_block(out_dir)
     gpt2_tiny(out_dir)
+    llama2c_tiny(out_dir)
     for p in sorted(out_dir.glob("**/*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 
