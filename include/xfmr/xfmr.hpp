@@ -59,6 +59,7 @@
 #include "xfmr/io/gpt2.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/text/bpe.hpp"
+#include "xfmr/text/llama2c_tokenizer.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/gpt2_bpe.hpp"
 #include "xfmr/text/text.hpp"

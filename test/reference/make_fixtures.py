@@ -633,6 +633,56 @@ def llama2c_tiny(out_dir, dim=32, hidden=48, layers=2, heads=4, kv_heads=2, voca
     (d / "expected.json").write_text(json.dumps(expected) + "\n")
 
 
+def llama2c_encode(pieces, scores, text, bos=True, eos=False):
+    """llama2.c's run.c encode(): BOS, the dummy prefix " ", each UTF-8 code
+    point as its piece or its bytes as <0xHH> (id byte + 3), then the
+    best-scoring adjacent merge (leftmost among equals) until none is left."""
+    ids_of = {}
+    for i, p in enumerate(pieces):
+        ids_of.setdefault(p, i)
+    ids = [1] if bos else []
+    if text:
+        ids.append(ids_of[b" "])
+    for ch in text:
+        b = ch.encode("utf-8")
+        ids.extend([ids_of[b]] if b in ids_of else [x + 3 for x in b])
+    while True:
+        best, best_id, best_at = -1e10, -1, -1
+        for i in range(len(ids) - 1):
+            j = ids_of.get(pieces[ids[i]] + pieces[ids[i + 1]], -1)
+            if j >= 0 and scores[j] > best:
+                best, best_id, best_at = scores[j], j, i
+        if best_id < 0:
+            break
+        ids[best_at:best_at + 2] = [best_id]
+    return ids + ([2] if eos else [])
+
+
+def llama2c_tokenizer(out_dir):
+    """fixtures/llama2c/tokenizer.bin (Llama's specials, the 256 byte pieces,
+    then " ", some letters, marks and merges, scored as SentencePiece does,
+    higher first) and tokenizer.json: texts with run.c's encodings."""
+    pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [b"<0x%02X>" % i for i in range(256)]
+    words = [" ", *"abcdefghijklmnopqrstuvwxyzOT", ",", ".", "!", "\u00e9",
+             "th", "he", "the", " t", " the", "ll", "lo", "llo", "el", "hel", "hello", " h", " hello", "on", "ce",
+             "nce", "Once", " Once", "up", "pon", "upon", " u", " upon", "ti", "me", "time", " time", " a", "or",
+             "wor", "ld", "world", " w", " world", "caf", "caf\u00e9"]
+    pieces += [w.encode("utf-8") for w in words]
+    scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-float(i) for i in range(len(words))]
+    max_len = max(len(p) for p in pieces)
+    out = struct.pack("<i", max_len)
+    for p, s in zip(pieces, scores):
+        out += struct.pack("<fi", s, len(p)) + p
+    d = out_dir / "llama2c"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "tokenizer.bin").write_bytes(out)
+    texts = ["Once upon a time", "hello, the world!", "caf\u00e9 \u00fcber alles", "a\nb", "", "the the  the"]
+    cases = [{"text": t, "bos": True, "eos": False, "ids": llama2c_encode(pieces, scores, t)} for t in texts]
+    cases.append({"text": "Once", "bos": False, "eos": True, "ids": llama2c_encode(pieces, scores, "Once", False, True)})
+    (d / "tokenizer.json").write_text(json.dumps({"vocab_size": len(pieces), "max_token_length": max_len,
+                                                  "cases": cases}, ensure_ascii=False) + "\n")
+
+
 def gpt2_small(out_dir, prompt, n=16, seed=12):
     """A gpt2-small shaped checkpoint with random weights (about 500 MB), and
     expected.json: the prompt's ids and n greedy ids after it."""
@@ -665,6 +715,7 @@ def main():
     llama_block(out_dir)
     gpt2_tiny(out_dir)
     llama2c_tiny(out_dir)
+    llama2c_tokenizer(out_dir)
     for p in sorted(out_dir.glob("**/*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 
