@@ -36,14 +36,7 @@ std::vector<S> transpose(const std::vector<S>& v, std::int64_t rows, std::int64_
 }  // namespace
 
 Gpt2Config Gpt2Config::from_json(std::string_view text, const std::string& source) {
-  detail::check_json_depth(text, source);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    detail::fail(source, ": not valid JSON (", e.what(), ")");
-  }
-  require(j.is_object(), source, ": a GPT-2 config must be a JSON object");
+  json j = detail::parse_json_object(text, source, "a GPT-2 config");
   Gpt2Config c;
   auto integer = [&](const char* key, int& field, std::int64_t hi) {
     if (j.contains(key)) field = int(detail::json_integer(j[key], 1, hi, source + ": " + key));

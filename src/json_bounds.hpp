@@ -5,10 +5,12 @@
 // - check_json_depth: nesting is bounded before parsing; nlohmann-json's
 //   dump() recurses, and a value nested 100,000 deep overflowed the stack
 //   while an error message was being built.
+// - parse_json_object: both, then the parse, for a file's top-level object.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 #include "xfmr/core/error.hpp"
@@ -44,6 +46,20 @@ inline void check_json_depth(std::string_view text, std::string_view what, int l
       --depth;
     }
   }
+}
+
+// A JSON object's text, depth-checked and parsed; `source` names the file
+// and `what` the object (a "GPT-2 config") in errors.
+inline nlohmann::json parse_json_object(std::string_view text, const std::string& source, std::string_view what) {
+  check_json_depth(text, source);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(source, ": not valid JSON (", e.what(), ")");
+  }
+  require(j.is_object(), source, ": ", what, " must be a JSON object");
+  return j;
 }
 
 }  // namespace xfmr::detail

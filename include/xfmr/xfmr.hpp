@@ -57,6 +57,7 @@
 #include "xfmr/infer/sampling.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/gpt2.hpp"
+#include "xfmr/io/hf_llama.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/text/bpe.hpp"
 #include "xfmr/text/llama2c_tokenizer.hpp"

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "support/errors.hpp"
+#include "support/llama_fixture.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/layers/kv_cache.hpp"
@@ -28,22 +29,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The fixture's shape: dim 32, hidden_dim 48, 2 layers, 4 heads sharing 2
-// key/value heads, vocabulary 40, seq_len 16.
-struct TinyLlama2c {
-  static constexpr int MAX_T = 16, D_MODEL = 32, N_HEADS = 4, N_KV_HEADS = 2, N_LAYERS = 2, D_FF = 48;
-  static constexpr bool BIAS = false;
-  using Norm = PreNorm;
-  template <int D, class Be>
-  using NormLayer = RmsNorm<D, Be>;
-  using Activation = SwiGlu;
-  using Positions = Rope;
-};
-struct WiderFeedForward : TinyLlama2c {
+struct WiderFeedForward : test::LlamaFixture {
   static constexpr int D_FF = 64;
 };
-using Lm = Decoder<TinyLlama2c, Cpu>;
-constexpr int kVocab = 40;
+using Lm = Decoder<test::LlamaFixture, Cpu>;
+constexpr int kVocab = test::LlamaFixture::VOCAB;
+using test::relative_gap;
 
 const fs::path kDir = fs::path(XFMR_FIXTURE_DIR) / "llama2c";
 
@@ -57,17 +48,6 @@ std::unique_ptr<Lm> load(const fs::path& file, bool tie) {
   auto m = std::make_unique<Lm>(kVocab, 1, DecoderOptions{.tie_weights = tie, .head_bias = false});
   load_llama2c(*m, ckpt);
   return m;
-}
-
-// Largest difference from the reference over the reference's largest magnitude.
-double relative_gap(std::span<const float> got, const std::vector<double>& want) {
-  BOOST_REQUIRE_EQUAL(got.size(), want.size());
-  double gap = 0, scale = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    gap = std::max(gap, std::abs(double(got[i]) - want[i]));
-    scale = std::max(scale, std::abs(want[i]));
-  }
-  return gap / scale;
 }
 
 std::vector<char> bytes_of(const fs::path& p) {
@@ -123,7 +103,7 @@ BOOST_AUTO_TEST_CASE(both_layouts_give_the_references_logits) {
         const auto row = m->forward_cached(be, std::span<const std::int32_t>(&id, 1), 1, cache);
         cached.insert(cached.end(), row.begin(), row.end());
       }
-      BOOST_TEST(relative_gap(cached, ref) < 1e-4);
+      BOOST_TEST(relative_gap(std::span<const float>(cached), ref) < 1e-4);
     }
   }
 }

@@ -683,6 +683,72 @@ def llama2c_tokenizer(out_dir):
                                                   "cases": cases}, ensure_ascii=False) + "\n")
 
 
+def hf_llama_tiny(out_dir, dim=32, hidden=48, layers=2, heads=4, kv_heads=2, vocab=40, n_pos=16):
+    """fixtures/hf_llama/: a LlamaForCausalLM in the Hugging Face layout
+    (model.safetensors, config.json; untied head, grouped key/value heads),
+    q_proj and k_proj in Hugging Face's rotate-half order (its conversion
+    script's permute of Meta's weights), and expected.safetensors: ids (12)
+    and their float64 logits from a plain-torch Llama that turns pairs
+    (i, i + head/2) as Hugging Face's rotate_half does; the same logits as
+    the interleaved model the weights came from (asserted here)."""
+    gen = torch.Generator().manual_seed(30)
+    p = llama2c_params(dim, hidden, layers, heads, kv_heads, vocab, False, gen)
+    hd = dim // heads
+
+    def to_rotate_half(w, n):  # Meta's pairs (2i, 2i+1) -> Hugging Face's (i, i + hd/2), per head
+        return w.reshape(n, hd // 2, 2, w.shape[1]).transpose(1, 2).reshape(w.shape[0], w.shape[1])
+
+    hf = {"model.embed_tokens.weight": p["tok_embeddings"], "model.norm.weight": p["norm"], "lm_head.weight": p["output"]}
+    for i in range(layers):
+        l = f"model.layers.{i}."
+        hf.update({l + "input_layernorm.weight": p[f"{i}.attention_norm"],
+                   l + "self_attn.q_proj.weight": to_rotate_half(p[f"{i}.wq"], heads),
+                   l + "self_attn.k_proj.weight": to_rotate_half(p[f"{i}.wk"], kv_heads),
+                   l + "self_attn.v_proj.weight": p[f"{i}.wv"], l + "self_attn.o_proj.weight": p[f"{i}.wo"],
+                   l + "post_attention_layernorm.weight": p[f"{i}.ffn_norm"],
+                   l + "mlp.gate_proj.weight": p[f"{i}.w1"], l + "mlp.up_proj.weight": p[f"{i}.w3"],
+                   l + "mlp.down_proj.weight": p[f"{i}.w2"]})
+    ids = torch.randint(0, vocab, (12,), generator=gen).tolist()
+    T = len(ids)
+    inv = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cat((angle.cos(), angle.cos()), -1), torch.cat((angle.sin(), angle.sin()), -1)
+
+    def rms(v, g):
+        return v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * g
+
+    def rotate_half(t):
+        return torch.cat((-t[..., hd // 2:], t[..., :hd // 2]), dim=-1)
+
+    x = hf["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(layers):
+        l = f"model.layers.{i}."
+        h = rms(x, hf[l + "input_layernorm.weight"])
+        q = (h @ hf[l + "self_attn.q_proj.weight"].T).reshape(T, heads, hd).transpose(0, 1)
+        k = (h @ hf[l + "self_attn.k_proj.weight"].T).reshape(T, kv_heads, hd).transpose(0, 1)
+        v = (h @ hf[l + "self_attn.v_proj.weight"].T).reshape(T, kv_heads, hd).transpose(0, 1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(heads // kv_heads, dim=0), v.repeat_interleave(heads // kv_heads, dim=0)
+        scores = (q @ k.transpose(-2, -1) / hd ** 0.5).masked_fill(causal_mask(T), float("-inf"))
+        x = x + (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(T, dim) @ hf[l + "self_attn.o_proj.weight"].T
+        h = rms(x, hf[l + "post_attention_layernorm.weight"])
+        x = x + (F.silu(h @ hf[l + "mlp.gate_proj.weight"].T) * (h @ hf[l + "mlp.up_proj.weight"].T)) @ \
+            hf[l + "mlp.down_proj.weight"].T
+    logits = rms(x, hf["model.norm.weight"]) @ hf["lm_head.weight"].T
+    assert torch.allclose(logits, llama2c_forward(p, ids, layers, heads, kv_heads), atol=1e-9), "rotate-half mismatch"
+    d = out_dir / "hf_llama"
+    d.mkdir(parents=True, exist_ok=True)
+    write_safetensors(d / "model.safetensors", hf, {"format": "pt"})
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim,
+              "intermediate_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+              "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": n_pos,
+              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+              "rope_scaling": None, "attention_bias": False}
+    (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_safetensors(d / "expected.safetensors", {"ids": torch.tensor(ids, dtype=torch.int64), "logits": logits},
+                      {"reference": f"torch {torch.__version__}, float64, rotate-half Llama"})
+
+
 def gpt2_small(out_dir, prompt, n=16, seed=12):
     """A gpt2-small shaped checkpoint with random weights (about 500 MB), and
     expected.json: the prompt's ids and n greedy ids after it."""
@@ -716,6 +782,7 @@ def main():
     gpt2_tiny(out_dir)
     llama2c_tiny(out_dir)
     llama2c_tokenizer(out_dir)
+    hf_llama_tiny(out_dir)
     for p in sorted(out_dir.glob("**/*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 

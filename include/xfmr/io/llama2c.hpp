@@ -45,6 +45,7 @@
 
 #include "xfmr/blocks/residual.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/io/hf_llama.hpp"
 #include "xfmr/layers/activation.hpp"
 #include "xfmr/layers/positional.hpp"
 #include "xfmr/layers/rms_norm.hpp"
@@ -79,12 +80,9 @@ void llama2c_check_config(const Llama2cConfig& c, const std::string& source, int
 
 template <class Cfg, class Backend>
 void load_llama2c(Decoder<Cfg, Backend>& model, const Llama2cCheckpoint& ckpt) {
-  static_assert(std::is_same_v<typename Cfg::Norm, PreNorm> && std::is_same_v<typename Cfg::Activation, SwiGlu> &&
-                    std::is_same_v<norm_layer_t<Cfg, Cfg::D_MODEL, Backend>, RmsNorm<Cfg::D_MODEL, Backend>> &&
-                    rotary_positions<Cfg>() && !linear_bias<Cfg>(),
-                "llama2.c checkpoints need a Llama-shaped Decoder: pre-norm RmsNorm, SwiGlu, Rope, BIAS = false");
-  static_assert(qk_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL && v_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL,
-                "llama2.c's heads are D_MODEL / N_HEADS wide");
+  static_assert(detail::kLlamaShaped<Cfg, Backend>,
+                "llama2.c checkpoints need a Llama-shaped Decoder: pre-norm RmsNorm, SwiGlu, Rope, BIAS = false, "
+                "heads D_MODEL / N_HEADS wide");
   const Llama2cConfig& c = ckpt.config;
   const std::string source = ckpt.file.string();
   detail::llama2c_check_config(c, source, model.vocab(), Cfg::D_MODEL, Cfg::N_LAYERS, Cfg::N_HEADS, kv_heads<Cfg>(),
