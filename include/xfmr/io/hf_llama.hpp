@@ -1,6 +1,6 @@
 // hf_llama.hpp: Hugging Face LlamaForCausalLM checkpoints (a directory of
-// model.safetensors and config.json, float32 or bfloat16 stored as F32),
-// into a Llama-shaped Decoder.
+// model.safetensors and config.json; F32, F16 or BF16 tensors, read as
+// float), into a Llama-shaped Decoder.
 //
 // Tensors, for each layer i under "model.layers.<i>.": input_layernorm,
 // self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj
