@@ -58,6 +58,7 @@
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/gpt2.hpp"
 #include "xfmr/io/hf_llama.hpp"
+#include "xfmr/io/llama.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/text/bpe.hpp"
 #include "xfmr/text/llama2c_tokenizer.hpp"

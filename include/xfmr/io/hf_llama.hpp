@@ -31,12 +31,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "xfmr/blocks/residual.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/io/llama.hpp"
 #include "xfmr/io/safetensors.hpp"
-#include "xfmr/layers/activation.hpp"
-#include "xfmr/layers/positional.hpp"
-#include "xfmr/layers/rms_norm.hpp"
 #include "xfmr/models/decoder.hpp"
 
 namespace xfmr {
@@ -57,14 +54,6 @@ struct HfLlamaCheckpoint {
 HfLlamaCheckpoint open_hf_llama(const std::filesystem::path& path);
 
 namespace detail {
-// Llama's block: pre-norm RMSNorm, SwiGLU, rotary positions, no biases, heads D_MODEL / N_HEADS wide.
-template <class Cfg, class Backend>
-inline constexpr bool kLlamaShaped =
-    std::is_same_v<typename Cfg::Norm, PreNorm> && std::is_same_v<typename Cfg::Activation, SwiGlu> &&
-    std::is_same_v<norm_layer_t<Cfg, Cfg::D_MODEL, Backend>, RmsNorm<Cfg::D_MODEL, Backend>> &&
-    rotary_positions<Cfg>() && !linear_bias<Cfg>() && qk_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL &&
-    v_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL;
-
 // The values of the Decoder parameter `xfmr_name` (shape `shape`) from the
 // checkpoint's tensors: fused, reordered and checked.
 std::vector<float> hf_llama_values(const HfLlamaCheckpoint& ck, std::string_view xfmr_name,

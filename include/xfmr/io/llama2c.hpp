@@ -43,12 +43,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "xfmr/blocks/residual.hpp"
 #include "xfmr/core/error.hpp"
-#include "xfmr/io/hf_llama.hpp"
-#include "xfmr/layers/activation.hpp"
-#include "xfmr/layers/positional.hpp"
-#include "xfmr/layers/rms_norm.hpp"
+#include "xfmr/io/llama.hpp"
 #include "xfmr/models/decoder.hpp"
 
 namespace xfmr {
