@@ -4,6 +4,7 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
 #include <climits>
 #include <limits>
 #include <memory>
@@ -47,20 +48,72 @@ const pcre2_code* pretokenizer() {
   return code.get();
 }
 
+// The entries of a JSON object of symbol -> id, ids checked to lie in [0, size).
+std::vector<std::pair<std::string, std::int64_t>> vocabulary_entries(const json& vocab, const std::string& source) {
+  require(vocab.is_object() && !vocab.empty(), source, ": expected an object of symbol -> id");
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    out.emplace_back(it.key(), detail::json_integer(it.value(), 0, std::int64_t(vocab.size()) - 1,
+                                                    source + ": id of '" + it.key() + "'"));
+  return out;
+}
+
 }  // namespace
 
-Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe) {
-  Gpt2Tokenizer t;
+Gpt2Tokenizer::Gpt2Tokenizer() {
   // Bytes to printable characters: the printable Latin-1 bytes stand for
   // themselves, the others for code points 256 and up, in byte order.
   std::uint32_t next = 256;
-  std::unordered_map<std::string, unsigned char> byte_of;
   for (int b = 0; b < 256; ++b) {
     const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
-    append_utf8(t.byte_symbol_[b], printable ? std::uint32_t(b) : next++);
-    byte_of[t.byte_symbol_[b]] = static_cast<unsigned char>(b);
+    append_utf8(byte_symbol_[b], printable ? std::uint32_t(b) : next++);
   }
+}
 
+void Gpt2Tokenizer::set_vocabulary(const std::vector<std::pair<std::string, std::int64_t>>& vocab,
+                                   const std::vector<std::string>& specials, const std::string& source) {
+  std::unordered_map<std::string, unsigned char> byte_of;
+  for (int b = 0; b < 256; ++b) byte_of[byte_symbol_[b]] = static_cast<unsigned char>(b);
+  bytes_.assign(vocab.size(), std::string());
+  std::vector<bool> seen(vocab.size(), false);
+  for (const auto& [symbol, id] : vocab) {
+    require(!seen[std::size_t(id)], source, ": id ", id, " is given twice");
+    seen[std::size_t(id)] = true;
+    ids_.emplace(symbol, std::int32_t(id));
+    if (std::find(specials.begin(), specials.end(), symbol) != specials.end()) {
+      bytes_[std::size_t(id)] = symbol;
+      continue;
+    }
+    // The symbol's characters back to bytes.
+    std::string& out = bytes_[std::size_t(id)];
+    const std::string& sym = symbol;
+    for (std::size_t i = 0; i < sym.size();) {
+      const unsigned char c = static_cast<unsigned char>(sym[i]);
+      const std::size_t len = c < 0x80 ? 1 : c < 0xe0 ? 2 : 3;
+      const auto b = byte_of.find(sym.substr(i, len));
+      require(b != byte_of.end(), source, ": symbol '", sym, "' holds a character that stands for no byte");
+      out += char(b->second);
+      i += len;
+    }
+  }
+  for (const std::string& sp : specials) {
+    const auto id = ids_.find(sp);
+    require(id != ids_.end(), source, ": the special token '", sp, "' is not in the vocabulary");
+    specials_.emplace_back(sp, id->second);
+    if (sp == kEndOfText) end_of_text_ = id->second;
+  }
+  // The longest first, where two start at the same place.
+  std::sort(specials_.begin(), specials_.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+}
+
+void Gpt2Tokenizer::add_merge(std::string_view a, std::string_view b, const std::string& where) {
+  require(!a.empty() && !b.empty() && a.find(' ') == std::string_view::npos && b.find(' ') == std::string_view::npos,
+          where, ": expected two symbols separated by one space");
+  ranks_.emplace(std::string(a) + " " + std::string(b), int(ranks_.size()));
+}
+
+Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe) {
+  Gpt2Tokenizer t;
   const std::string text = read_text_file(encoder_json);
   detail::check_json_depth(text, encoder_json.string());
   json j;
@@ -69,48 +122,98 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& encoder_json, con
   } catch (const json::exception& e) {
     detail::fail(encoder_json.string(), ": not valid JSON: ", e.what());
   }
-  require(j.is_object() && !j.empty(), encoder_json.string(), ": expected an object of symbol -> id");
-  t.bytes_.assign(j.size(), std::string());
-  std::vector<bool> seen(j.size(), false);
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const auto id = detail::json_integer(it.value(), 0, std::int64_t(j.size()) - 1, encoder_json.string() + ": id of '" + it.key() + "'");
-    require(!seen[std::size_t(id)], encoder_json.string(), ": id ", id, " is given twice");
-    seen[std::size_t(id)] = true;
-    t.ids_.emplace(it.key(), std::int32_t(id));
-    if (it.key() == kEndOfText) {
-      t.end_of_text_ = std::int32_t(id);
-      t.bytes_[std::size_t(id)] = std::string(kEndOfText);
-      continue;
-    }
-    // The symbol's characters back to bytes.
-    std::string& out = t.bytes_[std::size_t(id)];
-    const std::string& s = it.key();
-    for (std::size_t i = 0; i < s.size();) {
-      const unsigned char c = static_cast<unsigned char>(s[i]);
-      const std::size_t len = c < 0x80 ? 1 : c < 0xe0 ? 2 : 3;
-      const auto b = byte_of.find(s.substr(i, len));
-      require(b != byte_of.end(), encoder_json.string(), ": symbol '", s, "' holds a character that stands for no byte");
-      out += char(b->second);
-      i += len;
-    }
-  }
-  require(t.end_of_text_ >= 0, encoder_json.string(), ": no ", kEndOfText, " token");
+  t.set_vocabulary(vocabulary_entries(j, encoder_json.string()), {std::string(kEndOfText)}, encoder_json.string());
+  t.byte_tokens_required_ = true;
   for (int b = 0; b < 256; ++b)
     require(t.ids_.count(t.byte_symbol_[b]), encoder_json.string(), ": byte ", b, " has no token");
 
   std::istringstream merges(read_text_file(vocab_bpe));
   std::string line;
-  int rank = 0;
   long number = 0;
   while (std::getline(merges, line)) {
     ++number;
     if (line.empty() || line.starts_with("#version")) continue;
     const auto space = line.find(' ');
-    require(space != std::string::npos && line.find(' ', space + 1) == std::string::npos, vocab_bpe.string(), ":",
-            number, ": expected two symbols separated by one space");
-    t.ranks_.emplace(line, rank++);
+    require(space != std::string::npos, vocab_bpe.string(), ":", number, ": expected two symbols separated by one space");
+    t.add_merge(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1),
+                vocab_bpe.string() + ":" + std::to_string(number));
   }
-  require(rank > 0, vocab_bpe.string(), ": no merges");
+  require(!t.ranks_.empty(), vocab_bpe.string(), ": no merges");
+  return t;
+}
+
+Gpt2Tokenizer Gpt2Tokenizer::load_json(const std::filesystem::path& tokenizer_json) {
+  const std::string source = tokenizer_json.string();
+  const json j = detail::parse_json_object(read_text_file(tokenizer_json), source, "a tokenizer.json");
+  auto field = [&](const json& obj, const char* key, const std::string& where) -> const json& {
+    require(obj.is_object() && obj.contains(key), source, ": no ", where, key);
+    return obj[key];
+  };
+  // What this tokenizer computes: byte-level BPE, GPT-2's pre-tokenizer,
+  // perhaps after splitting digits apart; anything else is refused by name.
+  if (j.contains("normalizer"))
+    require(j["normalizer"].is_null(), source, ": normalizer ", j["normalizer"].dump(), " is not supported (null expected)");
+  Gpt2Tokenizer t;
+  const json& pre = field(j, "pre_tokenizer", "");
+  auto byte_level = [&](const json& p) {
+    require(p.is_object() && p.value("type", "") == "ByteLevel", source, ": pre_tokenizer ", p.dump(),
+            " is not supported (ByteLevel, or Digits then ByteLevel)");
+    require(!p.value("add_prefix_space", false), source, ": pre_tokenizer ByteLevel with add_prefix_space is not supported");
+    require(p.value("use_regex", true), source, ": pre_tokenizer ByteLevel without use_regex is not supported");
+  };
+  if (pre.is_object() && pre.value("type", "") == "Sequence") {
+    const json& steps = field(pre, "pretokenizers", "pre_tokenizer.");
+    require(steps.is_array() && !steps.empty(), source, ": pre_tokenizer.pretokenizers is not a list");
+    for (std::size_t i = 0; i + 1 < steps.size(); ++i) {
+      require(steps[i].is_object() && steps[i].value("type", "") == "Digits" && steps[i].value("individual_digits", false),
+              source, ": pre_tokenizer step ", steps[i].dump(),
+              " is not supported (Digits with individual_digits, then ByteLevel)");
+      t.split_digits_ = true;
+    }
+    byte_level(steps.back());
+  } else {
+    byte_level(pre);
+  }
+  const json& model = field(j, "model", "");
+  require(model.is_object() && model.value("type", json("BPE")) == "BPE", source, ": model ",
+          model.is_object() ? "type " + model["type"].dump() : model.dump(), " is not BPE");
+  for (const char* none : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(none))
+      require(model[none].is_null() || model[none] == "", source, ": model.", none, " ", model[none].dump(), " is not supported");
+  if (model.contains("byte_fallback"))
+    require(model["byte_fallback"] == false, source, ": model.byte_fallback is not supported by byte-level BPE");
+  std::vector<std::string> specials;
+  if (j.contains("added_tokens")) {
+    require(j["added_tokens"].is_array(), source, ": added_tokens is not a list");
+    for (const json& a : j["added_tokens"]) {
+      require(a.is_object() && a.contains("content") && a["content"].is_string() && !a["content"].get<std::string>().empty(),
+              source, ": added token ", a.dump(), " has no content");
+      specials.push_back(a["content"]);
+    }
+  }
+  t.set_vocabulary(vocabulary_entries(field(model, "vocab", "model."), source + ": model.vocab"), specials,
+                   source + ": model.vocab");
+  if (j.contains("added_tokens"))
+    for (const json& a : j["added_tokens"])
+      require(a.contains("id") && a["id"] == t.ids_.at(a["content"]), source, ": added token '",
+              a["content"].get<std::string>(), "' has id ", a.value("id", json()).dump(), " but the vocabulary gives ",
+              t.ids_.at(a["content"]));
+  const json& merges = field(model, "merges", "model.");
+  require(merges.is_array(), source, ": model.merges is not a list");
+  for (std::size_t i = 0; i < merges.size(); ++i) {
+    const json& m = merges[i];
+    const std::string where = source + ": model.merges[" + std::to_string(i) + "]";
+    if (m.is_string()) {  // "a b"
+      const std::string line = m;
+      const auto space = line.find(' ');
+      require(space != std::string::npos, where, ": expected two symbols separated by one space");
+      t.add_merge(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1), where);
+    } else {  // ["a", "b"] (newer files)
+      require(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), where, ": ", m.dump(),
+              " is not a pair of symbols");
+      t.add_merge(m[0].get<std::string>(), m[1].get<std::string>(), where);
+    }
+  }
   return t;
 }
 
@@ -140,12 +243,28 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<std::int32_
   }
   for (const auto& s : word) {
     const auto id = ids_.find(s);
+    const bool one_byte = s.size() == 1 || (s.size() == 2 && (static_cast<unsigned char>(s[0]) & 0xe0) == 0xc0);
+    if (id == ids_.end() && one_byte && !byte_tokens_required_) continue;  // a byte without a token: dropped, as Hugging Face does
     require(id != ids_.end(), "GPT-2 BPE: merged symbol '", s, "' is not in the vocabulary");
     out.push_back(id->second);
   }
 }
 
 void Gpt2Tokenizer::encode_text(std::string_view text, std::vector<std::int32_t>& out) const {
+  if (split_digits_) {  // each ASCII digit a piece of its own, the pre-tokenizer on the runs between
+    std::size_t run = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      if (text[i] < '0' || text[i] > '9') continue;
+      encode_run(text.substr(run, i - run), out);
+      encode_piece(text.substr(i, 1), out);
+      run = i + 1;
+    }
+    text.remove_prefix(run);
+  }
+  encode_run(text, out);
+}
+
+void Gpt2Tokenizer::encode_run(std::string_view text, std::vector<std::int32_t>& out) const {
   const pcre2_code* re = pretokenizer();
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
       pcre2_match_data_create_from_pattern(re, nullptr), &pcre2_match_data_free);
@@ -164,12 +283,18 @@ void Gpt2Tokenizer::encode_text(std::string_view text, std::vector<std::int32_t>
 
 std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
   std::vector<std::int32_t> out;
-  for (;;) {
-    const auto at = text.find(kEndOfText);
+  while (!text.empty()) {
+    // The first special token's place (the longest of those starting there).
+    std::size_t at = std::string_view::npos;
+    const std::pair<std::string, std::int32_t>* special = nullptr;
+    for (const auto& sp : specials_) {
+      const auto i = text.find(sp.first);
+      if (i < at) at = i, special = &sp;
+    }
     encode_text(text.substr(0, at), out);
-    if (at == std::string_view::npos) break;
-    out.push_back(end_of_text_);
-    text.remove_prefix(at + kEndOfText.size());
+    if (!special) break;
+    out.push_back(special->second);
+    text.remove_prefix(at + special->first.size());
   }
   return out;
 }

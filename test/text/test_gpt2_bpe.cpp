@@ -26,12 +26,8 @@ const Gpt2Tokenizer& tokenizer() {
 }
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(matches_the_reference_encodings) {
-  if (!fs::exists(kDir / "reference.jsonl")) {
-    BOOST_TEST_MESSAGE("no " << kDir << "; skipped");
-    return;
-  }
-  const Gpt2Tokenizer& t = tokenizer();
+// Every reference text encodes to its ids, and they decode back to it.
+void check_reference_encodings(const Gpt2Tokenizer& t) {
   BOOST_TEST(t.size() == 50257);
   BOOST_TEST(t.end_of_text() == 50256);
   std::ifstream in(kDir / "reference.jsonl");
@@ -50,6 +46,14 @@ BOOST_AUTO_TEST_CASE(matches_the_reference_encodings) {
   BOOST_TEST(n == 65);
 }
 
+BOOST_AUTO_TEST_CASE(matches_the_reference_encodings) {
+  if (!fs::exists(kDir / "reference.jsonl")) {
+    BOOST_TEST_MESSAGE("no " << kDir << "; skipped");
+    return;
+  }
+  check_reference_encodings(tokenizer());
+}
+
 BOOST_AUTO_TEST_CASE(round_trips_any_bytes) {
   if (!fs::exists(kDir / "encoder.json")) return;
   const Gpt2Tokenizer& t = tokenizer();
@@ -66,4 +70,131 @@ BOOST_AUTO_TEST_CASE(round_trips_any_bytes) {
   BOOST_TEST(t.decode(ids) == special);
   const std::vector<std::int32_t> bad = {50257};
   BOOST_CHECK_THROW((void)t.decode(bad), Error);
+}
+
+namespace {
+// A file of `text` in a fresh directory under the test's working directory.
+fs::path write_file(const std::string& name, const std::string& text) {
+  const fs::path dir = fs::current_path() / "gpt2_bpe_files";
+  fs::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary) << text;
+  return dir / name;
+}
+
+// GPT-2's own files as a Hugging Face tokenizer.json; `merges_as_pairs`
+// writes each merge as ["a", "b"] (newer files) rather than "a b".
+fs::path gpt2_tokenizer_json(bool merges_as_pairs) {
+  std::ifstream enc(kDir / "encoder.json");
+  nlohmann::json vocab = nlohmann::json::parse(enc), merges = nlohmann::json::array();
+  std::ifstream bpe(kDir / "vocab.bpe");
+  for (std::string line; std::getline(bpe, line);) {
+    if (line.empty() || line.starts_with("#version")) continue;
+    const auto space = line.find(' ');
+    if (merges_as_pairs) merges.push_back(nlohmann::json::array({line.substr(0, space), line.substr(space + 1)}));
+    else merges.push_back(line);
+  }
+  const nlohmann::json j = {
+      {"version", "1.0"},
+      {"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
+                 {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"vocab", vocab}, {"merges", merges}}}};
+  return write_file(merges_as_pairs ? "gpt2_pairs.json" : "gpt2.json", j.dump());
+}
+}  // namespace
+
+// tokenizer.json built from GPT-2's encoder.json and vocab.bpe encodes the
+// reference texts as GPT-2's files do, with either way of writing merges.
+BOOST_AUTO_TEST_CASE(tokenizer_json_matches_the_reference_encodings) {
+  if (!fs::exists(kDir / "reference.jsonl")) {
+    BOOST_TEST_MESSAGE("no " << kDir << "; skipped");
+    return;
+  }
+  for (const bool pairs : {false, true})
+    BOOST_TEST_CONTEXT("merges as pairs " << pairs) check_reference_encodings(Gpt2Tokenizer::load_json(gpt2_tokenizer_json(pairs)));
+}
+
+namespace {
+// A small SmolLM-style tokenizer.json: digits split apart before GPT-2's
+// pre-tokenizer, several special tokens, and no token for the byte 0x01.
+nlohmann::json small_tokenizer() {
+  nlohmann::json vocab = {{"<|endoftext|>", 0}, {"<|im_start|>", 1}, {"<|im_end|>", 2}};
+  // Every printable ASCII byte, and 'Ġ' (the space's stand-in); no 0x01 ('ā').
+  int id = 3;
+  for (char c = '!'; c <= '~'; ++c) vocab[std::string(1, c)] = id++;
+  vocab["\xc4\xa0"] = id++;  // Ġ
+  for (const char* merged : {"\xc4\xa0" "a", "\xc4\xa0" "ab", "12"}) vocab[merged] = id++;
+  return {{"added_tokens", {{{"id", 0}, {"content", "<|endoftext|>"}}, {{"id", 1}, {"content", "<|im_start|>"}},
+                            {{"id", 2}, {"content", "<|im_end|>"}}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "Sequence"},
+                             {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}},
+                                                {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}}},
+          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array({nlohmann::json::array({"\xc4\xa0", "a"}),
+                                                                       nlohmann::json::array({"\xc4\xa0" "a", "b"}),
+                                                                       nlohmann::json::array({"1", "2"})})}}}};
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(tokenizer_json_splits_digits_and_special_tokens) {
+  const Gpt2Tokenizer t = Gpt2Tokenizer::load_json(write_file("small.json", small_tokenizer().dump()));
+  BOOST_TEST(t.end_of_text() == 0);
+  const auto id = [&](const std::string& s) {
+    const auto ids = t.encode(s);
+    BOOST_REQUIRE(ids.size() == 1u);
+    return ids[0];
+  };
+  const std::int32_t ab = id(" ab"), one = id("1"), two = id("2"), x = id("x");
+  BOOST_TEST(ab == 3 + 94 + 1 + 1);  // the merge of " a" and "b"
+  // "12" is a token, but digits are pieces of their own first, so it never forms.
+  BOOST_TEST(t.encode("x12") == (std::vector<std::int32_t>{x, one, two}), boost::test_tools::per_element());
+  // Special tokens split the text wherever they are; the longest wins.
+  BOOST_TEST(t.encode("<|im_start|>x ab<|im_end|><|endoftext|>") == (std::vector<std::int32_t>{1, x, ab, 2, 0}),
+             boost::test_tools::per_element());
+  // A byte without a token is dropped, as Hugging Face's tokenizers do.
+  BOOST_TEST(t.encode("x\x01x") == (std::vector<std::int32_t>{x, x}), boost::test_tools::per_element());
+  BOOST_TEST(t.decode(t.encode("<|im_start|> ab12")) == "<|im_start|> ab12");
+}
+
+// Every tokenizer.json this class cannot honour is refused, naming what.
+BOOST_AUTO_TEST_CASE(tokenizer_json_refuses_what_it_does_not_compute) {
+  const auto refused = [](const nlohmann::json& j, const std::string& words) {
+    BOOST_TEST_CONTEXT(words) {
+      try {
+        (void)Gpt2Tokenizer::load_json(write_file("bad.json", j.dump()));
+        BOOST_ERROR("loaded");
+      } catch (const Error& e) {
+        BOOST_TEST(std::string(e.what()).find(words) != std::string::npos, e.what());
+      }
+    }
+  };
+  nlohmann::json j = small_tokenizer();
+  j["normalizer"] = {{"type", "NFC"}};
+  refused(j, "normalizer");
+  j = small_tokenizer();
+  j["pre_tokenizer"] = {{"type", "Metaspace"}};
+  refused(j, "pre_tokenizer");
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}};
+  refused(j, "add_prefix_space");
+  j = small_tokenizer();
+  j["model"]["type"] = "Unigram";
+  refused(j, "is not BPE");
+  j = small_tokenizer();
+  j["model"]["byte_fallback"] = true;
+  refused(j, "byte_fallback");
+  j = small_tokenizer();
+  j["model"]["merges"].push_back(nlohmann::json::array({"a"}));
+  refused(j, "model.merges[3]");
+  j = small_tokenizer();
+  j["added_tokens"][1]["id"] = 2;
+  refused(j, "<|im_start|>' has id 2");
+  j = small_tokenizer();
+  j["added_tokens"].push_back({{"id", 99}, {"content", "<pad>"}});
+  refused(j, "'<pad>' is not in the vocabulary");
+  j = small_tokenizer();
+  j["model"]["vocab"]["\xc4\xa0" "a"] = 1000;
+  refused(j, "id of");
+  refused(nlohmann::json::array(), "tokenizer.json");
 }

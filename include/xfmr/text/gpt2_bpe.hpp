@@ -1,7 +1,16 @@
-// gpt2_bpe.hpp: GPT-2's byte-level BPE tokenizer, read from its own files:
-// encoder.json (symbol -> id) and vocab.bpe (merges, highest priority first).
+// gpt2_bpe.hpp: GPT-2's byte-level BPE tokenizer, read from its own files,
+// encoder.json (symbol -> id) and vocab.bpe (merges, highest priority first),
+// or from a Hugging Face tokenizer.json of the same kind (GPT-2's,
+// SmolLM's): load_json reads model.vocab, model.merges ("a b" or ["a",
+// "b"]) and added_tokens (special tokens); its pre_tokenizer must be
+// ByteLevel (use_regex, no add_prefix_space), or a Sequence of Digits
+// (individual_digits) and ByteLevel, which first makes every ASCII digit a
+// piece of its own; a normalizer, byte fallback or word affixes are
+// refused by name. A byte a tokenizer.json has no token for is dropped from
+// the encoding, as Hugging Face's tokenizers do (GPT-2's files must have
+// all 256).
 //
-// encode(): the text is split at "<|endoftext|>" (the special token, id
+// encode(): the text is split at the special tokens ("<|endoftext|>", id
 // 50256 in GPT-2's files), each part by GPT-2's pre-tokenizer (contractions,
 // runs of letters, of digits, of other characters, each with one leading
 // space, and whitespace) through PCRE2 with Unicode properties; each piece's
@@ -13,6 +22,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,22 +36,33 @@ class Gpt2Tokenizer {
   static constexpr std::string_view kEndOfText = "<|endoftext|>";
 
   static Gpt2Tokenizer load(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe);
+  static Gpt2Tokenizer load_json(const std::filesystem::path& tokenizer_json);
 
   std::vector<std::int32_t> encode(std::string_view text) const;
   std::string decode(std::span<const std::int32_t> ids) const;
 
   int size() const { return static_cast<int>(bytes_.size()); }
+  // "<|endoftext|>"'s id, or -1 when the vocabulary has none.
   std::int32_t end_of_text() const { return end_of_text_; }
 
  private:
+  Gpt2Tokenizer();
+  // The vocabulary (symbol, id) and the special tokens among its symbols.
+  void set_vocabulary(const std::vector<std::pair<std::string, std::int64_t>>& vocab,
+                      const std::vector<std::string>& specials, const std::string& source);
+  void add_merge(std::string_view a, std::string_view b, const std::string& where);
   void encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
-  void encode_text(std::string_view text, std::vector<std::int32_t>& out) const;
+  void encode_text(std::string_view text, std::vector<std::int32_t>& out) const;  // between special tokens
+  void encode_run(std::string_view text, std::vector<std::int32_t>& out) const;   // the pre-tokenizer's pieces
 
   std::unordered_map<std::string, std::int32_t> ids_;   // mapped symbol -> id
   std::vector<std::string> bytes_;                      // id -> the bytes it stands for
   std::unordered_map<std::string, int> ranks_;          // "a b" (mapped symbols) -> merge rank
   std::string byte_symbol_[256];                        // a byte's printable stand-in (UTF-8)
   std::int32_t end_of_text_ = -1;
+  std::vector<std::pair<std::string, std::int32_t>> specials_;  // longest first
+  bool split_digits_ = false;
+  bool byte_tokens_required_ = false;
 };
 
 }  // namespace xfmr
