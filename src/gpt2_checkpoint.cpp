@@ -84,6 +84,17 @@ std::string Gpt2Config::to_json() const {
   return j.dump(2) + "\n";
 }
 
+Gpt2Config gpt2_config_of(const PresetInfo& p, int vocab) {
+  Gpt2Config c;
+  c.vocab_size = vocab;
+  c.n_positions = p.max_t;
+  c.n_embd = p.d_model;
+  c.n_layer = p.n_layers;
+  c.n_head = p.n_heads;
+  c.n_inner = p.d_ff == 4 * p.d_model ? 0 : p.d_ff;
+  return c;
+}
+
 Gpt2Config read_gpt2_config(const fs::path& model_file, const SafeTensors& st) {
   const auto& meta = st.metadata();
   if (const auto it = meta.find("config"); it != meta.end())
@@ -200,19 +211,9 @@ template void gpt2_add<double>(SafeTensorsWriter&, const std::string&, const std
                                const std::vector<double>&, bool);
 
 void gpt2_write(const fs::path& dir, const SafeTensorsWriter& written, const Gpt2Config& config, bool overwrite) {
-  const fs::path model = dir / "model.safetensors", cfg = dir / "config.json";
-  if (!overwrite)
-    for (const auto& p : {model, cfg})
-      require(!fs::exists(p), p.string(), " exists already; replacing it needs overwrite");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  require(!ec && fs::is_directory(dir), "cannot create the directory ", dir.string(), ": ", ec.message());
   SafeTensorsWriter w = written;
-  w.set_metadata("format", "pt");
   w.set_metadata("config", config.to_json());
-  w.write(model);
-  const std::string text = config.to_json();
-  write_file_atomic(cfg, std::as_bytes(std::span(text.data(), text.size())));
+  write_hf_directory(dir, w, config.to_json(), overwrite);
 }
 
 void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, int max_t, int d, int layers,
@@ -233,11 +234,14 @@ void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab
           " is not xfmr's LayerNorm's 1e-5");
 }
 
+bool gpt2_shaped(const PresetInfo& p) {
+  return p.pre_norm && !p.rms_norm && p.activation == "gelu" && p.positions == "learned" && p.bias &&
+         p.n_kv_heads == p.n_heads && !p.gated;
+}
+
 void gpt2_check_preset(const PresetInfo& p) {
-  require(p.pre_norm && !p.rms_norm && p.activation == "gelu" && p.positions == "learned" && p.bias &&
-              p.n_kv_heads == p.n_heads && !p.gated,
-          "GPT-2 needs a pre-norm LayerNorm decoder with GELU, learned positions and biases; the preset '", p.name,
-          "' is not one");
+  require(gpt2_shaped(p), "GPT-2 needs a pre-norm LayerNorm decoder with GELU, learned positions and biases; the preset '",
+          p.name, "' (", p.shape(), ") is not one");
 }
 
 void gpt2_check_options(const DecoderOptions& o) {

@@ -57,6 +57,27 @@ HfLlamaConfig HfLlamaConfig::from_json(std::string_view text, const std::string&
   return c;
 }
 
+std::string HfLlamaConfig::to_json() const {
+  const json j = {{"model_type", "llama"},
+                  {"architectures", {"LlamaForCausalLM"}},
+                  {"vocab_size", vocab_size},
+                  {"hidden_size", hidden_size},
+                  {"intermediate_size", intermediate_size},
+                  {"num_hidden_layers", num_hidden_layers},
+                  {"num_attention_heads", num_attention_heads},
+                  {"num_key_value_heads", num_key_value_heads},
+                  {"max_position_embeddings", max_position_embeddings},
+                  {"hidden_act", "silu"},
+                  {"rms_norm_eps", 1e-5},
+                  {"rope_theta", 10000.0},
+                  {"rope_scaling", nullptr},
+                  {"attention_bias", false},
+                  {"mlp_bias", false},
+                  {"tie_word_embeddings", tie_word_embeddings},
+                  {"torch_dtype", "float32"}};
+  return j.dump(2) + "\n";
+}
+
 HfLlamaCheckpoint open_hf_llama(const fs::path& path) {
   const fs::path file = fs::is_directory(path) ? path / "model.safetensors" : path;
   require(fs::exists(file), file.string(), ": no such file (a directory with model.safetensors and config.json, or the .safetensors file)");
@@ -112,14 +133,16 @@ std::vector<float> finite(const HfLlamaCheckpoint& ck, const std::string& name) 
           " at element ", bad - v.begin(), "; a checkpoint's values must be finite");
   return v;
 }
-// Each head's rows from Hugging Face's rotate-half order to pairs (2i, 2i+1).
-std::vector<float> interleave_heads(const std::vector<float>& w, int heads, int head, int cols) {
+// Each head's rows from Hugging Face's rotate-half order to pairs (2i, 2i+1)
+// (or back, `to_pairs` false).
+std::vector<float> interleave_heads(const std::vector<float>& w, int heads, int head, int cols, bool to_pairs = true) {
   std::vector<float> out(w.size());
   for (int h = 0; h < heads; ++h)
     for (int i = 0; i < head / 2; ++i)
-      for (int half = 0; half < 2; ++half)
-        std::copy_n(w.begin() + (std::ptrdiff_t(h) * head + half * head / 2 + i) * cols, cols,
-                    out.begin() + (std::ptrdiff_t(h) * head + 2 * i + half) * cols);
+      for (int half = 0; half < 2; ++half) {
+        const std::ptrdiff_t hf = std::ptrdiff_t(h) * head + half * head / 2 + i, ours = std::ptrdiff_t(h) * head + 2 * i + half;
+        std::copy_n(w.begin() + (to_pairs ? hf : ours) * cols, cols, out.begin() + (to_pairs ? ours : hf) * cols);
+      }
   return out;
 }
 }  // namespace
@@ -178,6 +201,65 @@ void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, int d, int lay
   require(tied == c.tie_word_embeddings, source, ": tie_word_embeddings is ", c.tie_word_embeddings ? "true" : "false",
           "; build the model with tie_weights = ", c.tie_word_embeddings ? "true" : "false");
   require(!head_bias, source, ": Llama's head has no bias; build the model with head_bias = false");
+}
+
+bool llama_shaped(const PresetInfo& p) {
+  return p.pre_norm && p.rms_norm && p.activation == "swiglu" && p.positions == "rope" && !p.bias;
+}
+
+void llama_check_preset(const PresetInfo& p) {
+  require(llama_shaped(p), "the preset '", p.name, "' (", p.shape(), ") is not Llama-shaped: Llama checkpoints need "
+          "pre-norm RMSNorm, SwiGLU, rotary positions and no biases");
+}
+
+HfLlamaConfig hf_llama_config_of(const PresetInfo& p, int vocab, bool tied) {
+  HfLlamaConfig c;
+  c.vocab_size = vocab;
+  c.hidden_size = p.d_model;
+  c.intermediate_size = p.d_ff;
+  c.num_hidden_layers = p.n_layers;
+  c.num_attention_heads = p.n_heads;
+  c.num_key_value_heads = p.n_kv_heads;
+  c.max_position_embeddings = p.max_t;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+void hf_llama_add(SafeTensorsWriter& w, std::string_view xfmr_name, const std::vector<float>& v,
+                  const HfLlamaConfig& c) {
+  const std::int64_t D = c.hidden_size, F = c.intermediate_size, head = D / c.num_attention_heads,
+                     kv = head * c.num_key_value_heads;
+  const std::string name(xfmr_name);
+  auto add = [&](const std::string& to, std::vector<std::int64_t> shape, std::size_t from, std::size_t n) {
+    w.add<float>(to, std::move(shape), std::span<const float>(v).subspan(from, n));
+  };
+  if (name == "tok_emb.weight") return add("model.embed_tokens.weight", {c.vocab_size, D}, 0, v.size());
+  if (name == "ln_f.weight") return add("model.norm.weight", {D}, 0, v.size());
+  if (name == "lm_head.weight") return add("lm_head.weight", {c.vocab_size, D}, 0, v.size());
+  require(name.starts_with("blocks."), "Llama checkpoint: no counterpart for the model's '", name, "'");
+  const std::size_t dot = name.find('.', 7);
+  const std::string l = "model.layers." + name.substr(7, dot - 7) + ".", part = name.substr(dot + 1);
+  if (part == "ln1.weight") return add(l + "input_layernorm.weight", {D}, 0, v.size());
+  if (part == "ln2.weight") return add(l + "post_attention_layernorm.weight", {D}, 0, v.size());
+  if (part == "attn.proj.weight") return add(l + "self_attn.o_proj.weight", {D, D}, 0, v.size());
+  if (part == "ff.fc2.weight") return add(l + "mlp.down_proj.weight", {D, F}, 0, v.size());
+  if (part == "ff.fc1.weight") {  // rows [gate | up]
+    add(l + "mlp.gate_proj.weight", {F, D}, 0, std::size_t(F * D));
+    return add(l + "mlp.up_proj.weight", {F, D}, std::size_t(F * D), std::size_t(F * D));
+  }
+  require(part == "attn.qkv.weight", "Llama checkpoint: no counterpart for the model's '", name, "'");
+  const auto rows = [&](std::int64_t first, std::int64_t n) {
+    return std::vector<float>(v.begin() + first * D, v.begin() + (first + n) * D);
+  };
+  const auto q = interleave_heads(rows(0, D), c.num_attention_heads, int(head), int(D), false);
+  const auto k = interleave_heads(rows(D, kv), c.num_key_value_heads, int(head), int(D), false);
+  w.add<float>(l + "self_attn.q_proj.weight", {D, D}, std::span<const float>(q));
+  w.add<float>(l + "self_attn.k_proj.weight", {kv, D}, std::span<const float>(k));
+  add(l + "self_attn.v_proj.weight", {kv, D}, std::size_t((D + kv) * D), std::size_t(kv * D));
+}
+
+void hf_llama_write(const fs::path& dir, const SafeTensorsWriter& w, const HfLlamaConfig& c, bool overwrite) {
+  write_hf_directory(dir, w, c.to_json(), overwrite);
 }
 
 }  // namespace detail

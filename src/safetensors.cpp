@@ -461,4 +461,19 @@ void write_file_atomic(const std::filesystem::path& target, std::span<const std:
   }
 }
 
+void write_hf_directory(const std::filesystem::path& dir, const SafeTensorsWriter& tensors,
+                        const std::string& config_json, bool overwrite) {
+  const std::filesystem::path model = dir / "model.safetensors", cfg = dir / "config.json";
+  if (!overwrite)
+    for (const auto& p : {model, cfg})
+      require(!std::filesystem::exists(p), p.string(), " exists already; replacing it needs overwrite");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  require(!ec && std::filesystem::is_directory(dir), "cannot create the directory ", dir.string(), ": ", ec.message());
+  SafeTensorsWriter w = tensors;
+  w.set_metadata("format", "pt");
+  w.write(model);
+  write_file_atomic(cfg, std::as_bytes(std::span(config_json.data(), config_json.size())));
+}
+
 }  // namespace xfmr

@@ -3,8 +3,10 @@
 //
 // A preset is a configuration (core/config.hpp) with a NAME and a DROPOUT.
 // The shipped ones form three closed lists, one a model family:
-//   LanguageModelPresets  (Decoder; xfmr-charlm, xfmr-bench)   tiny, shakespeare-small,
-//                         shakespeare-llama, names, shakespeare-mid, shakespeare-large, gpt2-small
+//   LanguageModelPresets  (Decoder; xfmr-charlm, xfmr-lm, xfmr-bench)   tiny, shakespeare-small,
+//                         shakespeare-llama, names, shakespeare-mid, shakespeare-large, and the
+//                         published shapes: distilgpt2, gpt2-small, gpt2-medium, stories15m,
+//                         stories42m, stories110m, smollm-135m
 //   ClassifierPresets     (Classifier; xfmr-classify)          tiny, sst2, imdb
 //   TranslatorPresets     (Seq2Seq; xfmr-translate)            tiny, multi30k
 // A list answers by name at run time: names() and list() for a --help text,
@@ -193,6 +195,62 @@ struct Gpt2Small {
   using Positions = Learned;
 };
 
+// Published models' shapes (io/gpt2.hpp, io/hf_llama.hpp, io/llama2c.hpp
+// load and save them; a checkpoint's config picks one by its sizes). No
+// dropout: they load for decoding and fine-tuning (--dropout adds it).
+
+// GPT-2 family: pre-norm LayerNorm, GELU (tanh), learned positions, biases, T1024.
+// Hugging Face's distilgpt2: gpt2's width, 6 layers (82M parameters).
+struct Distilgpt2 {
+  static constexpr const char* NAME = "distilgpt2";
+  static constexpr int MAX_T = 1024, D_MODEL = 768, N_HEADS = 12, N_LAYERS = 6, D_FF = 3072;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+
+// OpenAI's gpt2-medium: D1024 H16 L24 (355M parameters).
+struct Gpt2Medium {
+  static constexpr const char* NAME = "gpt2-medium";
+  static constexpr int MAX_T = 1024, D_MODEL = 1024, N_HEADS = 16, N_LAYERS = 24, D_FF = 4096;
+  static constexpr float DROPOUT = 0.0f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+
+// Llama family: pre-norm RMSNorm, SwiGLU, rotary positions, no biases.
+template <int T, int D, int H, int KV, int L, int FF>
+struct LlamaShape {
+  static constexpr int MAX_T = T, D_MODEL = D, N_HEADS = H, N_KV_HEADS = KV, N_LAYERS = L, D_FF = FF;
+  static constexpr float DROPOUT = 0.0f;
+  static constexpr bool BIAS = false;
+  using Norm = PreNorm;
+  template <int W, class Be>
+  using NormLayer = RmsNorm<W, Be>;
+  using Activation = SwiGlu;
+  using Positions = Rope;
+};
+
+// llama2.c's TinyStories models (its README's table; D_FF as its model.py
+// rounds 8/3 D up to a multiple of 32), vocabulary 32,000.
+struct Stories15M : LlamaShape<256, 288, 6, 6, 6, 768> {
+  static constexpr const char* NAME = "stories15m";
+};
+struct Stories42M : LlamaShape<1024, 512, 8, 8, 8, 1376> {
+  static constexpr const char* NAME = "stories42m";
+};
+struct Stories110M : LlamaShape<1024, 768, 12, 12, 12, 2048> {
+  static constexpr const char* NAME = "stories110m";
+};
+
+// Hugging Face's SmolLM-135M: 30 layers of D576, 9 query and 3 key/value
+// heads, tied embeddings, vocabulary 49,152, context 2048.
+struct SmolLM135M : LlamaShape<2048, 576, 9, 3, 30, 1536> {
+  static constexpr const char* NAME = "smollm-135m";
+};
+
 // Classifiers (Classifier) -------------------------------------------------
 
 struct ClassifierTiny {
@@ -251,7 +309,9 @@ struct Multi30k {
 
 using LanguageModelPresets =
     PresetList<presets::Tiny, presets::ShakespeareSmall, presets::ShakespeareLlama, presets::Names,
-               presets::ShakespeareMid, presets::ShakespeareLarge, presets::Gpt2Small>;
+               presets::ShakespeareMid, presets::ShakespeareLarge, presets::Distilgpt2, presets::Gpt2Small,
+               presets::Gpt2Medium, presets::Stories15M, presets::Stories42M, presets::Stories110M,
+               presets::SmolLM135M>;
 using ClassifierPresets = PresetList<presets::ClassifierTiny, presets::Sst2, presets::Imdb>;
 using TranslatorPresets = PresetList<presets::TranslatorTiny, presets::Multi30k>;
 

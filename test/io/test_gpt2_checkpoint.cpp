@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/parameters.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/io/gpt2.hpp"
 #include "xfmr/layers/kv_cache.hpp"
@@ -38,15 +39,6 @@ std::unique_ptr<Lm> load(const fs::path& file) {
   auto m = std::make_unique<Lm>(kVocab, 1, kGpt2Options);
   load_gpt2(*m, ckpt.tensors, ckpt.config);
   return m;
-}
-
-// Every parameter as host floats, by name.
-std::map<std::string, std::vector<float>> parameters(Lm& m) {
-  std::map<std::string, std::vector<float>> out;
-  m.visit([&](std::string_view name, auto& value, auto&) {
-    out[std::string(name)].assign(value.data(), value.data() + value.size());
-  });
-  return out;
 }
 
 fs::path temp_dir(const std::string& name) {
@@ -148,9 +140,9 @@ BOOST_AUTO_TEST_CASE(export_and_reimport_are_bitwise) {
   BOOST_TEST(compared == exported.names().size());
   // Reimported (config from config.json, then from the metadata alone): the same parameters.
   const auto again = load(dir / "model.safetensors");
-  BOOST_TEST((parameters(*again) == parameters(*model)));
+  BOOST_TEST((test::host_parameters(*again) == test::host_parameters(*model)));
   fs::remove(dir / "config.json");
-  BOOST_TEST((parameters(*load(dir / "model.safetensors")) == parameters(*model)));
+  BOOST_TEST((test::host_parameters(*load(dir / "model.safetensors")) == test::host_parameters(*model)));
   // An existing export is replaced only when asked.
   check_error([&] { save_gpt2(*model, dir); }, "model.safetensors exists already");
   save_gpt2(*model, dir, /*overwrite=*/true);
@@ -174,7 +166,7 @@ BOOST_AUTO_TEST_CASE(transformer_prefix_and_a_tied_lm_head_load) {
     w.add<float>("lm_head.weight", st.info("transformer.wte.weight").shape, std::span<const float>(wte));
     w.write(file);
   }
-  BOOST_TEST((parameters(*load(file)) == parameters(*load(kDir / "model.safetensors"))));
+  BOOST_TEST((test::host_parameters(*load(file)) == test::host_parameters(*load(kDir / "model.safetensors"))));
   fs::remove_all(file.parent_path());
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "support/errors.hpp"
+#include "support/parameters.hpp"
 #include "support/llama_fixture.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/io/hf_llama.hpp"
@@ -139,4 +140,58 @@ BOOST_AUTO_TEST_CASE(mismatches_are_refused_by_name) {
       }),
       "vocab_size is 40 but the model's vocabulary is 42");
   has(open_error(kDir / "missing"), "no such file");
+}
+
+namespace {
+fs::path fresh_dir(const std::string& tag) {
+  const fs::path d = fs::temp_directory_path() / ("xfmr_hf_llama_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d;
+}
+}  // namespace
+
+// The export of the loaded fixture is the fixture: every tensor bit for bit
+// under its name (q_proj and k_proj back in rotate-half order, gate and up
+// apart), and a config that loads it again.
+BOOST_AUTO_TEST_CASE(export_gives_back_the_files_tensors) {
+  Lm m(kVocab, 1, {.head_bias = false});
+  load_hf_llama(m, open_hf_llama(kDir));
+  const fs::path d = fresh_dir("export");
+  save_hf_llama(m, d);
+  const auto fixture = SafeTensors::load(kDir / "model.safetensors");
+  const auto exported = SafeTensors::load(d / "model.safetensors");
+  BOOST_TEST(exported.names().size() == fixture.names().size());
+  for (const auto& n : fixture.names()) {
+    BOOST_REQUIRE_MESSAGE(exported.contains(n), "export lacks " << n);
+    BOOST_TEST((exported.info(n).shape == fixture.info(n).shape), n);
+    BOOST_TEST((exported.values<float>(n) == fixture.values<float>(n)), n);
+  }
+  const auto again = open_hf_llama(d);
+  BOOST_TEST(again.config.num_key_value_heads == 2);
+  BOOST_TEST(again.config.max_position_embeddings == test::LlamaFixture::MAX_T);
+  Lm back(kVocab, 2, {.head_bias = false});
+  load_hf_llama(back, again);
+  BOOST_TEST((test::host_parameters(back) == test::host_parameters(m)));
+  BOOST_TEST(test::error_of([&] { save_hf_llama(m, d); }).find("exists already") != std::string::npos);
+  save_hf_llama(m, d, /*overwrite=*/true);
+  fs::remove_all(d);
+}
+
+// A tied model exports without lm_head and says so in its config; it comes
+// back bit for bit, and only into a tied model.
+BOOST_AUTO_TEST_CASE(a_tied_model_exports_and_reimports_bitwise) {
+  Lm m(kVocab, 7, {.tie_weights = true, .head_bias = false});
+  const fs::path d = fresh_dir("tied");
+  save_hf_llama(m, d);
+  const auto ck = open_hf_llama(d);
+  BOOST_TEST(ck.config.tie_word_embeddings);
+  BOOST_TEST(!ck.tensors.contains("lm_head.weight"));
+  Lm back(kVocab, 8, {.tie_weights = true, .head_bias = false});
+  load_hf_llama(back, ck);
+  BOOST_TEST((test::host_parameters(back) == test::host_parameters(m)));
+  Lm untied(kVocab, 8, {.head_bias = false});
+  BOOST_TEST(test::error_of([&] { load_hf_llama(untied, ck); }).find("tie_weights = true") != std::string::npos);
+  Lm with_bias(kVocab, 8, {.tie_weights = true});
+  BOOST_TEST(test::error_of([&] { save_hf_llama(with_bias, d, true); }).find("no bias") != std::string::npos);
+  fs::remove_all(d);
 }

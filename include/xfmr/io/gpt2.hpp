@@ -21,7 +21,8 @@
 //   1e-5, GELU with the tanh approximation, learned positions, biases);
 //   every mismatch is an xfmr::Error naming the tensor or field and the
 //   sizes on both sides.
-// save_gpt2(model, dir): writes dir/model.safetensors (F32, no prefix,
+// save_gpt2(model, dir): a Decoder or a LanguageModel of GPT-2's shape
+//   (any size: io/pretrained.hpp picks the preset back) writes dir/model.safetensors (F32, no prefix,
 //   metadata "format": "pt" and "config") and dir/config.json, each
 //   atomically; existing files there are replaced only with overwrite.
 #pragma once
@@ -111,7 +112,9 @@ inline constexpr bool kGpt2Shaped =
 void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, int max_t, int d, int layers,
                        int heads, int d_ff);
 void gpt2_check_options(const DecoderOptions& o);
-// kGpt2Shaped at run time, for a model whose preset is known at run time.
+// kGpt2Shaped at run time, for a model whose preset is known at run time
+// (the check: an xfmr::Error naming the preset when it is not).
+bool gpt2_shaped(const PresetInfo& p);
 void gpt2_check_preset(const PresetInfo& p);
 
 // Every parameter of `model` from `st`, by its GPT-2 name.
@@ -150,32 +153,36 @@ void load_gpt2(LanguageModel<Backend>& model, const SafeTensors& st, const Gpt2C
   detail::gpt2_fill<typename Backend::Scalar>(model, st);
 }
 
-template <class Cfg, class Backend>
-Gpt2Config gpt2_config_of(const Decoder<Cfg, Backend>& model) {
-  Gpt2Config c;
-  c.vocab_size = model.vocab();
-  c.n_positions = Cfg::MAX_T;
-  c.n_embd = Cfg::D_MODEL;
-  c.n_layer = Cfg::N_LAYERS;
-  c.n_head = Cfg::N_HEADS;
-  c.n_inner = Cfg::D_FF == 4 * Cfg::D_MODEL ? 0 : Cfg::D_FF;
-  return c;
+// The config of a GPT-2-shaped model of preset `p` and vocabulary `vocab`.
+Gpt2Config gpt2_config_of(const PresetInfo& p, int vocab);
+
+namespace detail {
+template <class Model>
+void gpt2_save(Model& model, const PresetInfo& p, const std::filesystem::path& dir, bool overwrite) {
+  using S = typename std::remove_cvref_t<decltype(model)>::S;
+  gpt2_check_preset(p);
+  gpt2_check_options(model.options());
+  SafeTensorsWriter w;
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    const auto t = gpt2_tensor(name);
+    std::vector<S> host(value.size());
+    value.copy_to_host(host.data());
+    gpt2_add(w, t.name, value.shape(), host, t.transposed);
+  });
+  gpt2_write(dir, w, gpt2_config_of(p, model.vocab()), overwrite);
 }
+}  // namespace detail
 
 template <class Cfg, class Backend>
 void save_gpt2(Decoder<Cfg, Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
   static_assert(detail::kGpt2Shaped<Cfg, Backend>,
                 "GPT-2 needs a pre-norm LayerNorm Decoder with Gelu, learned positions and biases");
-  using S = typename Backend::Scalar;
-  detail::gpt2_check_options(model.options());
-  SafeTensorsWriter w;
-  model.visit([&](std::string_view name, auto& value, auto&) {
-    const auto t = detail::gpt2_tensor(name);
-    std::vector<S> host(value.size());
-    value.copy_to_host(host.data());
-    detail::gpt2_add(w, t.name, value.shape(), host, t.transposed);
-  });
-  detail::gpt2_write(dir, w, gpt2_config_of(model), overwrite);
+  detail::gpt2_save(model, preset_info<Cfg>(), dir, overwrite);
+}
+
+template <class Backend>
+void save_gpt2(LanguageModel<Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
+  detail::gpt2_save(model, model.preset(), dir, overwrite);
 }
 
 }  // namespace xfmr

@@ -21,7 +21,13 @@
 //   config, the tensors' shapes checked against it before anything else.
 // load_hf_llama(model, checkpoint): fills a Decoder of Llama's
 //   configuration (pre-norm RmsNorm, SwiGlu, Rope, BIAS = false; its head
-//   tied as the config says, without bias) whose sizes are the config's.
+//   tied as the config says, without bias) whose sizes are the config's,
+//   or a LanguageModel of such a preset (io/pretrained.hpp picks it).
+// save_hf_llama(model, dir): the inverse: dir/model.safetensors (F32, q and
+//   k rows back in rotate-half order, gate and up split, no lm_head when
+//   tied) and dir/config.json, each written atomically; existing files
+//   there are replaced only with overwrite. Loading the result gives the
+//   model back bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +41,8 @@
 #include "xfmr/io/llama.hpp"
 #include "xfmr/io/safetensors.hpp"
 #include "xfmr/models/decoder.hpp"
+#include "xfmr/models/language_model.hpp"
+#include "xfmr/presets.hpp"
 
 namespace xfmr {
 
@@ -44,6 +52,8 @@ struct HfLlamaConfig {
   bool tie_word_embeddings = false;
   // config.json's text; `source` names it in errors.
   static HfLlamaConfig from_json(std::string_view text, const std::string& source);
+  // config.json as Hugging Face reads it (LlamaForCausalLM, float32).
+  std::string to_json() const;
 };
 
 struct HfLlamaCheckpoint {
@@ -60,6 +70,39 @@ std::vector<float> hf_llama_values(const HfLlamaCheckpoint& ck, std::string_view
                                    const std::vector<std::int64_t>& shape);
 void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, int d, int layers, int heads, int kv_heads, int d_ff,
                           bool tied, bool head_bias);
+// The config of a model of preset `p`.
+HfLlamaConfig hf_llama_config_of(const PresetInfo& p, int vocab, bool tied);
+// The Decoder parameter `xfmr_name`'s values (its layout) as the Hugging
+// Face tensors it stands for, added to `w`.
+void hf_llama_add(SafeTensorsWriter& w, std::string_view xfmr_name, const std::vector<float>& values,
+                  const HfLlamaConfig& c);
+void hf_llama_write(const std::filesystem::path& dir, const SafeTensorsWriter& w, const HfLlamaConfig& c,
+                    bool overwrite);
+
+template <class Model>
+void hf_llama_fill(Model& model, const HfLlamaCheckpoint& ck) {
+  using S = typename std::remove_cvref_t<decltype(model)>::S;
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    const auto v = hf_llama_values(ck, name, value.shape());
+    const std::vector<S> host(v.begin(), v.end());
+    value.copy_from_host(host.data());
+  });
+}
+
+template <class Model>
+void hf_llama_save(Model& model, const PresetInfo& p, const std::filesystem::path& dir, bool overwrite) {
+  using S = typename std::remove_cvref_t<decltype(model)>::S;
+  llama_check_preset(p);
+  require(!model.options().head_bias, "a Llama checkpoint's head has no bias; this model's has one");
+  const HfLlamaConfig c = hf_llama_config_of(p, model.vocab(), model.options().tie_weights);
+  SafeTensorsWriter w;
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    std::vector<S> host(value.size());
+    value.copy_to_host(host.data());
+    hf_llama_add(w, name, std::vector<float>(host.begin(), host.end()), c);
+  });
+  hf_llama_write(dir, w, c, overwrite);
+}
 }  // namespace detail
 
 template <class Cfg, class Backend>
@@ -69,12 +112,29 @@ void load_hf_llama(Decoder<Cfg, Backend>& model, const HfLlamaCheckpoint& ck) {
                 "heads D_MODEL / N_HEADS wide");
   detail::hf_llama_check_model(ck, model.vocab(), Cfg::D_MODEL, Cfg::N_LAYERS, Cfg::N_HEADS, kv_heads<Cfg>(), Cfg::D_FF,
                                model.options().tie_weights, model.options().head_bias);
-  using S = typename Backend::Scalar;
-  model.visit([&](std::string_view name, auto& value, auto&) {
-    const auto v = detail::hf_llama_values(ck, name, value.shape());
-    const std::vector<S> host(v.begin(), v.end());
-    value.copy_from_host(host.data());
-  });
+  detail::hf_llama_fill(model, ck);
+}
+
+template <class Backend>
+void load_hf_llama(LanguageModel<Backend>& model, const HfLlamaCheckpoint& ck) {
+  const PresetInfo& p = model.preset();
+  detail::llama_check_preset(p);
+  detail::hf_llama_check_model(ck, model.vocab(), p.d_model, p.n_layers, p.n_heads, p.n_kv_heads, p.d_ff,
+                               model.options().tie_weights, model.options().head_bias);
+  detail::hf_llama_fill(model, ck);
+}
+
+template <class Cfg, class Backend>
+void save_hf_llama(Decoder<Cfg, Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
+  static_assert(detail::kLlamaShaped<Cfg, Backend>,
+                "Llama checkpoints need a Llama-shaped Decoder: pre-norm RmsNorm, SwiGlu, Rope, BIAS = false, "
+                "heads D_MODEL / N_HEADS wide");
+  detail::hf_llama_save(model, preset_info<Cfg>(), dir, overwrite);
+}
+
+template <class Backend>
+void save_hf_llama(LanguageModel<Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
+  detail::hf_llama_save(model, model.preset(), dir, overwrite);
 }
 
 }  // namespace xfmr

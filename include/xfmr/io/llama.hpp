@@ -10,6 +10,7 @@
 #include "xfmr/layers/activation.hpp"
 #include "xfmr/layers/positional.hpp"
 #include "xfmr/layers/rms_norm.hpp"
+#include "xfmr/presets.hpp"
 
 namespace xfmr::detail {
 
@@ -19,5 +20,10 @@ inline constexpr bool kLlamaShaped =
     std::is_same_v<norm_layer_t<Cfg, Cfg::D_MODEL, Backend>, RmsNorm<Cfg::D_MODEL, Backend>> &&
     rotary_positions<Cfg>() && !linear_bias<Cfg>() && qk_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL &&
     v_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL;
+
+// kLlamaShaped at run time, for a model whose preset is known at run time:
+// an xfmr::Error naming the preset when it is not.
+bool llama_shaped(const PresetInfo& p);
+void llama_check_preset(const PresetInfo& p);
 
 }  // namespace xfmr::detail

@@ -46,6 +46,7 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/llama.hpp"
 #include "xfmr/models/decoder.hpp"
+#include "xfmr/models/language_model.hpp"
 
 namespace xfmr {
 
@@ -74,19 +75,15 @@ void llama2c_check_config(const Llama2cConfig& c, const std::string& source, int
                           int kv_heads, int d_ff);
 }  // namespace detail
 
-template <class Cfg, class Backend>
-void load_llama2c(Decoder<Cfg, Backend>& model, const Llama2cCheckpoint& ckpt) {
-  static_assert(detail::kLlamaShaped<Cfg, Backend>,
-                "llama2.c checkpoints need a Llama-shaped Decoder: pre-norm RmsNorm, SwiGlu, Rope, BIAS = false, "
-                "heads D_MODEL / N_HEADS wide");
+namespace detail {
+template <class Model>
+void llama2c_fill(Model& model, const Llama2cCheckpoint& ckpt) {
+  using S = typename std::remove_cvref_t<decltype(model)>::S;
   const Llama2cConfig& c = ckpt.config;
   const std::string source = ckpt.file.string();
-  detail::llama2c_check_config(c, source, model.vocab(), Cfg::D_MODEL, Cfg::N_LAYERS, Cfg::N_HEADS, kv_heads<Cfg>(),
-                               Cfg::D_FF);
   require(!model.options().head_bias, source, ": llama2.c's classifier has no bias; build the model with head_bias = false");
   require(c.shared_classifier || !model.options().tie_weights, source,
           ": the classifier is a matrix of its own; build the model with tie_weights = false");
-  using S = typename Backend::Scalar;
   std::vector<S> host;
   model.visit([&](std::string_view name, auto& value, auto&) {
     const std::string key = name == "lm_head.weight" && c.shared_classifier ? "tok_emb.weight" : std::string(name);
@@ -97,6 +94,27 @@ void load_llama2c(Decoder<Cfg, Backend>& model, const Llama2cCheckpoint& ckpt) {
     host.assign(it->second.values.begin(), it->second.values.end());
     value.copy_from_host(host.data());
   });
+}
+}  // namespace detail
+
+template <class Cfg, class Backend>
+void load_llama2c(Decoder<Cfg, Backend>& model, const Llama2cCheckpoint& ckpt) {
+  static_assert(detail::kLlamaShaped<Cfg, Backend>,
+                "llama2.c checkpoints need a Llama-shaped Decoder: pre-norm RmsNorm, SwiGlu, Rope, BIAS = false, "
+                "heads D_MODEL / N_HEADS wide");
+  detail::llama2c_check_config(ckpt.config, ckpt.file.string(), model.vocab(), Cfg::D_MODEL, Cfg::N_LAYERS,
+                               Cfg::N_HEADS, kv_heads<Cfg>(), Cfg::D_FF);
+  detail::llama2c_fill(model, ckpt);
+}
+
+// The same into a LanguageModel of a Llama-shaped preset (io/pretrained.hpp picks it).
+template <class Backend>
+void load_llama2c(LanguageModel<Backend>& model, const Llama2cCheckpoint& ckpt) {
+  const PresetInfo& p = model.preset();
+  detail::llama_check_preset(p);
+  detail::llama2c_check_config(ckpt.config, ckpt.file.string(), model.vocab(), p.d_model, p.n_layers, p.n_heads,
+                               p.n_kv_heads, p.d_ff);
+  detail::llama2c_fill(model, ckpt);
 }
 
 }  // namespace xfmr

@@ -122,6 +122,13 @@ class SafeTensorsWriter {
 // replaced file keep the old contents (the rename gives `path` a new inode).
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
 
+// A Hugging Face model directory: dir/model.safetensors (`tensors`, with
+// metadata "format": "pt") and dir/config.json (`config_json`), each
+// written atomically, dir made when missing; either file existing already
+// is an error naming it unless `overwrite`.
+void write_hf_directory(const std::filesystem::path& dir, const SafeTensorsWriter& tensors,
+                        const std::string& config_json, bool overwrite);
+
 namespace detail {
 template <class T>
 constexpr DType dtype_of() {

@@ -12,8 +12,11 @@
 // bit. The shipped presets' Decoders are compiled once, in the library
 // (src/language_models.cpp for CpuBackend<float>, cuda/language_models.cpp
 // for CudaBackend), so a program that picks its preset at run time compiles
-// none of them itself. A configuration of one's own goes in the same way:
-// std::make_unique<DecoderModel<MyCfg, Be>>(vocab, seed, opts).
+// none of them itself; the published models' shapes compile in a
+// translation unit of their own per family (src/gpt2_models.cpp,
+// src/llama_models.cpp), so that no one file is slow to build. A
+// configuration of one's own goes in the same way:
+// make_decoder_model<MyCfg, Be>(vocab, seed, opts).
 #pragma once
 
 #include <cstddef>
@@ -129,12 +132,16 @@ class DecoderModel final : public LanguageModel<Backend> {
 // name is an xfmr::Error listing the choices), vocabulary `vocab`,
 // initialised from `seed` as Decoder is. Compiled in the library for
 // CpuBackend<float> and, with CUDA, CudaBackend.
+template <BlockConfig Cfg, class Backend>
+std::unique_ptr<LanguageModel<Backend>> make_decoder_model(int vocab, std::uint64_t seed, const DecoderOptions& opts) {
+  return std::make_unique<DecoderModel<Cfg, Backend>>(vocab, seed, opts);
+}
+
 template <class Backend>
 std::unique_ptr<LanguageModel<Backend>> make_language_model(std::string_view preset, int vocab, std::uint64_t seed,
                                                            const DecoderOptions& opts = {}) {
-  return LanguageModelPresets::with(preset, [&]<class Cfg>() -> std::unique_ptr<LanguageModel<Backend>> {
-    return std::make_unique<DecoderModel<Cfg, Backend>>(vocab, seed, opts);
-  });
+  return LanguageModelPresets::with(
+      preset, [&]<class Cfg>() { return make_decoder_model<Cfg, Backend>(vocab, seed, opts); });
 }
 
 template <class S>

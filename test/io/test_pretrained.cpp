@@ -1,0 +1,183 @@
+// Published checkpoints by format and shape (io/pretrained.hpp): every
+// published preset is what a config of its shape picks; a shape no preset
+// has is refused with the family's list; a model saved in its family's
+// Hugging Face layout, or written as a llama2.c .bin, loads back as the same
+// preset, parameter for parameter.
+#define BOOST_TEST_MODULE pretrained
+#include <boost/test/unit_test.hpp>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/errors.hpp"
+#include "support/parameters.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/io/pretrained.hpp"
+
+using namespace xfmr;
+using Cpu = CpuBackend<float>;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& tag) {
+  const fs::path d = fs::temp_directory_path() / ("xfmr_pretrained_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::vector<float> logits(LanguageModel<Cpu>& m) {
+  Cpu be;
+  std::vector<std::int32_t> ids(6);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(i * 7 % m.vocab());
+  const auto l = m.forward(be, ids, Shape{1, 6});
+  return {l.begin(), l.end()};
+}
+
+void check_has(const std::string& error, const std::string& part) {
+  BOOST_TEST(error.find(part) != std::string::npos, "'" << error << "' does not say '" << part << "'");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_config_picks_the_preset_of_its_shape) {
+  int gpt2 = 0, llama = 0;
+  for (const std::string_view name : LanguageModelPresets::names()) {
+    const PresetInfo p = LanguageModelPresets::info(name);
+    BOOST_TEST_CONTEXT(name) {
+      if (detail::gpt2_shaped(p)) {
+        Gpt2Config c;
+        c.n_positions = p.max_t, c.n_embd = p.d_model, c.n_layer = p.n_layers, c.n_head = p.n_heads;
+        c.n_inner = p.d_ff;
+        BOOST_TEST(gpt2_preset(c, "config.json") == name);
+        ++gpt2;
+      } else if (detail::llama_shaped(p)) {
+        const HfLlamaConfig c = detail::hf_llama_config_of(p, 32000, true);
+        BOOST_TEST(hf_llama_preset(c, "config.json") == name);
+        Llama2cConfig l;
+        l.dim = p.d_model, l.hidden_dim = p.d_ff, l.n_layers = p.n_layers, l.n_heads = p.n_heads;
+        l.n_kv_heads = p.n_kv_heads, l.vocab_size = 32000, l.seq_len = p.max_t;
+        BOOST_TEST(llama2c_preset(l, "model.bin") == name);
+        ++llama;
+      }
+    }
+  }
+  BOOST_TEST(gpt2 == 5);   // tiny, names, distilgpt2, gpt2-small, gpt2-medium
+  BOOST_TEST(llama == 5);  // shakespeare-llama, stories15m, stories42m, stories110m, smollm-135m
+  // The published shapes as their configs give them.
+  const PresetInfo smol = LanguageModelPresets::info("smollm-135m");
+  BOOST_TEST(smol.shape() == "D576 H9 KV3 L30 T2048 FF1536");
+  BOOST_TEST(LanguageModelPresets::info("stories42m").shape() == "D512 H8 L8 T1024 FF1376");
+  BOOST_TEST(LanguageModelPresets::info("gpt2-medium").shape() == "D1024 H16 L24 T1024 FF4096");
+}
+
+BOOST_AUTO_TEST_CASE(a_shape_no_preset_has_is_refused_with_the_list) {
+  Gpt2Config c;
+  c.n_embd = 1280, c.n_layer = 36, c.n_head = 20;  // gpt2-large
+  const std::string e = test::error_of([&] { (void)gpt2_preset(c, "gpt2-large/config.json"); });
+  check_has(e, "gpt2-large/config.json: a GPT-2 of shape D1280 H20 L36 T1024 FF5120 matches no preset");
+  check_has(e, "gpt2-medium (D1024 H16 L24 T1024 FF4096)");
+  check_has(e, "distilgpt2 (D768 H12 L6 T1024 FF3072)");
+  HfLlamaConfig l = detail::hf_llama_config_of(LanguageModelPresets::info("smollm-135m"), 49152, true);
+  l.max_position_embeddings = 8192;  // SmolLM2-135M's context
+  const std::string e2 = test::error_of([&] { (void)hf_llama_preset(l, "config.json"); });
+  check_has(e2, "a Llama of shape D576 H9 KV3 L30 T8192 FF1536 matches no preset");
+  check_has(e2, "smollm-135m (D576 H9 KV3 L30 T2048 FF1536)");
+}
+
+// Saved in its family's Hugging Face layout, a model comes back as the same
+// preset with the same parameters and logits; tied or not, as it was.
+BOOST_AUTO_TEST_CASE(save_pretrained_then_load_pretrained_is_bitwise) {
+  struct Case {
+    const char* preset;
+    DecoderOptions opts;
+    CheckpointFormat format;
+  };
+  for (const Case& c : {Case{"tiny", kGpt2Options, CheckpointFormat::gpt2},
+                        Case{"shakespeare-llama", {.tie_weights = true, .head_bias = false}, CheckpointFormat::hf_llama},
+                        Case{"shakespeare-llama", {.head_bias = false}, CheckpointFormat::hf_llama}}) {
+    BOOST_TEST_CONTEXT(c.preset << ", tied " << c.opts.tie_weights) {
+      const auto model = make_language_model<Cpu>(c.preset, 71, 3, c.opts);
+      const fs::path d = fresh_dir("save");
+      save_pretrained(*model, d);
+      BOOST_TEST((checkpoint_format(d) == c.format));
+      const auto back = load_pretrained<Cpu>(d, {.dropout = 0.1f});
+      BOOST_TEST(back.model->preset().name == c.preset);
+      BOOST_TEST(back.model->options().tie_weights == c.opts.tie_weights);
+      BOOST_TEST(back.model->options().dropout == 0.1f);
+      BOOST_TEST((back.file == d / "model.safetensors"));
+      BOOST_TEST((test::host_parameters(*back.model) == test::host_parameters(*model)));
+      back.model->set_training(false);
+      BOOST_TEST((logits(*back.model) == logits(*model)));
+      fs::remove_all(d);
+    }
+  }
+  const auto relu = make_language_model<Cpu>("shakespeare-small", 11, 3, kGpt2Options);
+  check_has(test::error_of([&] { save_pretrained(*relu, fresh_dir("relu")); }), "'shakespeare-small' (D64 H4 L4 T32 FF256) is not Llama-shaped");
+}
+
+namespace {
+// A model of Llama's shape as llama2.c's version-1 .bin (export.py's
+// layout: header, norms, embedding, then each matrix kind for all layers).
+void write_llama2c_v1(LanguageModel<Cpu>& m, const fs::path& file) {
+  const PresetInfo& p = m.preset();
+  std::map<std::string, std::vector<float>> t;
+  m.visit([&](std::string_view name, auto& value, auto&) {
+    std::vector<float> host(value.size());
+    value.copy_to_host(host.data());
+    t[std::string(name)] = std::move(host);
+  });
+  const std::size_t D = std::size_t(p.d_model), F = std::size_t(p.d_ff), kv = D / std::size_t(p.n_heads) * std::size_t(p.n_kv_heads);
+  std::ofstream out(file, std::ios::binary);
+  const auto put = [&](const float* v, std::size_t n) { out.write(reinterpret_cast<const char*>(v), std::streamsize(n * 4)); };
+  const auto layer = [&](int i, const char* part) -> std::vector<float>& { return t["blocks." + std::to_string(i) + "." + part]; };
+  char header[256] = {};
+  const std::uint32_t magic = 0x616b3432;
+  const std::int32_t fields[8] = {1, p.d_model, p.d_ff, p.n_layers, p.n_heads, p.n_kv_heads, m.vocab(), p.max_t};
+  std::memcpy(header, &magic, 4);
+  std::memcpy(header + 4, fields, sizeof fields);
+  header[36] = m.options().tie_weights ? 1 : 0;
+  out.write(header, sizeof header);
+  for (const char* norm : {"ln1.weight", "ln2.weight"})
+    for (int i = 0; i < p.n_layers; ++i) put(layer(i, norm).data(), D);
+  put(t["ln_f.weight"].data(), D);
+  put(t["tok_emb.weight"].data(), t["tok_emb.weight"].size());
+  const std::pair<std::size_t, std::size_t> qkv[3] = {{0, D}, {D, kv}, {D + kv, kv}};  // (first row, rows)
+  for (const auto& [first, rows] : qkv)
+    for (int i = 0; i < p.n_layers; ++i) put(layer(i, "attn.qkv.weight").data() + first * D, rows * D);
+  for (int i = 0; i < p.n_layers; ++i) put(layer(i, "attn.proj.weight").data(), D * D);
+  for (int i = 0; i < p.n_layers; ++i) put(layer(i, "ff.fc1.weight").data(), F * D);  // w1: the gate
+  for (int i = 0; i < p.n_layers; ++i) put(layer(i, "ff.fc2.weight").data(), D * F);
+  for (int i = 0; i < p.n_layers; ++i) put(layer(i, "ff.fc1.weight").data() + F * D, F * D);  // w3: up
+  if (!m.options().tie_weights) put(t["lm_head.weight"].data(), t["lm_head.weight"].size());
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_llama2c_file_loads_as_its_preset) {
+  const auto model = make_language_model<Cpu>("shakespeare-llama", 37, 4, {.tie_weights = true, .head_bias = false});
+  const fs::path d = fresh_dir("llama2c");
+  write_llama2c_v1(*model, d / "model.bin");
+  BOOST_TEST((checkpoint_format(d / "model.bin") == CheckpointFormat::llama2c));
+  const auto back = load_pretrained<Cpu>(d / "model.bin");
+  BOOST_TEST(back.model->preset().name == "shakespeare-llama");
+  BOOST_TEST(back.model->options().tie_weights);
+  BOOST_TEST((test::host_parameters(*back.model) == test::host_parameters(*model)));
+  fs::remove_all(d);
+}
+
+BOOST_AUTO_TEST_CASE(what_is_not_a_checkpoint_is_refused_by_name) {
+  const fs::path d = fresh_dir("bad");
+  check_has(test::error_of([&] { (void)checkpoint_format(d / "none"); }), "none: no such file or directory");
+  std::ofstream(d / "config.json") << R"({"model_type": "bert"})";
+  check_has(test::error_of([&] { (void)checkpoint_format(d); }), "model_type \"bert\" is not one xfmr reads");
+  std::ofstream(d / "config.json") << R"({"vocab_size": 3})";
+  check_has(test::error_of([&] { (void)checkpoint_format(d); }), "config.json: no model_type");
+  std::ofstream(d / "notes.txt") << "hello, world, this is not a model file";
+  check_has(test::error_of([&] { (void)checkpoint_format(d / "notes.txt"); }), "not a llama2.c checkpoint");
+  fs::remove_all(d);
+}
