@@ -2,8 +2,8 @@
 //
 //   xfmr-charlm train --data FILE [--model shakespeare-small] [--steps N] ...
 //   xfmr-charlm sample --checkpoint DIR [--tokens N] [--prompt TEXT] ...
-//   xfmr-charlm sample --gpt2 DIR [--tokens N] [--prompt TEXT] ...
-//     (a GPT-2 checkpoint in the Hugging Face layout, with its tokenizer)
+//
+// Token-level models (GPT-2, Llama, llama2.c checkpoints) are xfmr-lm's.
 //
 // Run either command with --help for its options.
 #include <boost/program_options.hpp>
@@ -16,11 +16,9 @@
 #include "common.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/io/checkpoint.hpp"
-#include "xfmr/io/gpt2.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/text/datasets.hpp"
-#include "xfmr/text/gpt2_bpe.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
@@ -356,7 +354,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
 }
 
 struct SampleArgs {
-  std::string checkpoint, gpt2, tokenizer, prompt, backend = "cpu", precision = "fp32";
+  std::string checkpoint, prompt, backend = "cpu", precision = "fp32";
   bool no_cache = false;
   int tokens = 500;
   SamplingOptions sampling;
@@ -400,43 +398,6 @@ void sample(const SampleArgs& args, const Metadata& metadata) {
   if (mode == "names") restart = tok.find("\n");
   if (restart && context.front() != *restart) context.insert(context.begin(), *restart);  // a name starts after a separator
   stream(*model, be, args, context, restart, [&](std::int32_t id) { return tok.token(id); });
-}
-
-// The first of `names` in `dir`, or an error naming them all.
-fs::path find_file(const fs::path& dir, std::initializer_list<const char*> names, const char* what) {
-  std::string tried;
-  for (const char* n : names) {
-    if (fs::exists(dir / n)) return dir / n;
-    tried += (tried.empty() ? "" : " or ") + std::string(n);
-  }
-  fail("no ", what, " in ", dir.string(), " (looked for ", tried, ")");
-}
-
-// sample --gpt2: a Hugging Face GPT-2 checkpoint (model.safetensors and
-// config.json) with its tokenizer (vocab.json and merges.txt, or OpenAI's
-// encoder.json and vocab.bpe), in the gpt2-small shape.
-template <class Be>
-void sample_gpt2(const SampleArgs& args) {
-  const PresetInfo shape = LanguageModelPresets::info("gpt2-small");
-  const Gpt2Checkpoint ckpt = open_gpt2(args.gpt2, "--gpt2");
-  const fs::path& model_file = ckpt.file;
-  const Gpt2Config& config = ckpt.config;
-  require(config.n_embd == shape.d_model && config.n_layer == shape.n_layers && config.n_head == shape.n_heads &&
-              config.n_positions == shape.max_t && config.d_ff() == shape.d_ff,
-          model_file.string(), ": n_embd ", config.n_embd, ", n_layer ", config.n_layer, ", n_head ", config.n_head,
-          ", n_positions ", config.n_positions, "; xfmr-charlm runs GPT-2 checkpoints of gpt2-small's shape (768, 12, "
-          "12, 1024)");
-  const fs::path tok_dir = args.tokenizer.empty() ? model_file.parent_path() : fs::path(args.tokenizer);
-  const auto tok = Gpt2Tokenizer::load(find_file(tok_dir, {"vocab.json", "encoder.json"}, "GPT-2 vocabulary"),
-                                       find_file(tok_dir, {"merges.txt", "vocab.bpe"}, "GPT-2 merges"));
-  require(tok.size() == config.vocab_size, "the tokenizer in ", tok_dir.string(), " has ", tok.size(),
-          " tokens but the checkpoint's vocab_size is ", config.vocab_size);
-  Be be = make_backend<Be>(args.backend, args.precision);
-  const auto model = make_language_model<Be>("gpt2-small", config.vocab_size, 0, kGpt2Options);
-  load_gpt2(*model, ckpt.tensors, config);
-  std::vector<std::int32_t> context = tok.encode(args.prompt);
-  if (context.empty()) context.push_back(tok.end_of_text());  // GPT-2 starts a text after <|endoftext|>
-  stream(*model, be, args, context, std::nullopt, [&](std::int32_t id) { return tok.decode(std::span(&id, 1)); });
 }
 
 constexpr int kMaxSampleTokens = 1 << 24;
@@ -541,11 +502,8 @@ int run_sample(int argc, char** argv) {
   SampleArgs a;
   po::options_description opts("xfmr-charlm sample: generate text from a checkpoint");
   opts.add_options()("help", "show this help")
-      ("checkpoint", po::value(&a.checkpoint), "checkpoint directory written by train --out")
-      ("gpt2", po::value(&a.gpt2), "instead: a GPT-2 checkpoint in the Hugging Face layout (directory with "
-       "model.safetensors and config.json, or the .safetensors file)")
-      ("tokenizer", po::value(&a.tokenizer), "with --gpt2: directory of vocab.json + merges.txt or encoder.json + "
-       "vocab.bpe (default: the checkpoint's)")
+      ("checkpoint", po::value(&a.checkpoint), "checkpoint directory written by train --out (required; GPT-2 and "
+       "Llama checkpoints: xfmr-lm sample)")
       ("tokens", po::value(&a.tokens)->default_value(a.tokens), "tokens (characters) to generate")
       ("temperature", po::value(&a.sampling.temperature)->default_value(1.0), "0 = greedy")
       ("top-k", po::value(&a.sampling.top_k)->default_value(0), "sample among the k most likely (0 = all)")
@@ -557,16 +515,11 @@ int run_sample(int argc, char** argv) {
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
-  require(a.checkpoint.empty() != a.gpt2.empty(), "give one of --checkpoint DIR and --gpt2 DIR");
-  require(a.tokenizer.empty() || !a.gpt2.empty(), "--tokenizer goes with --gpt2");
+  require(!a.checkpoint.empty(), "--checkpoint DIR is required (GPT-2 and Llama checkpoints: xfmr-lm sample --model)");
   // Generation returns its tokens (4 bytes each) besides printing them.
   require(a.tokens <= kMaxSampleTokens, "--tokens ", a.tokens, " outside 0..", kMaxSampleTokens);
   check_precision_name(a.precision, "--precision");
   a.sampling.validate();
-  if (!a.gpt2.empty()) {
-    dispatch_backend(a.backend, [&]<class Be>() { sample_gpt2<Be>(a); });
-    return 0;
-  }
   const Metadata metadata = read_charlm_checkpoint(a.checkpoint);
   a.precision = decoding_precision(vm, a.precision, metadata);
   dispatch_backend(a.backend, [&]<class Be>() { sample<Be>(a, metadata); });

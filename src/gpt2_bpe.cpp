@@ -143,6 +143,14 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& encoder_json, con
 }
 
 Gpt2Tokenizer Gpt2Tokenizer::load_json(const std::filesystem::path& tokenizer_json) {
+  try {
+    return read_tokenizer_json(tokenizer_json);
+  } catch (const json::exception& e) {  // a field of another type than the format's
+    detail::fail(tokenizer_json.string(), ": not a tokenizer.json this library reads: ", e.what());
+  }
+}
+
+Gpt2Tokenizer Gpt2Tokenizer::read_tokenizer_json(const std::filesystem::path& tokenizer_json) {
   const std::string source = tokenizer_json.string();
   const json j = detail::parse_json_object(read_text_file(tokenizer_json), source, "a tokenizer.json");
   auto field = [&](const json& obj, const char* key, const std::string& where) -> const json& {
@@ -268,12 +276,24 @@ void Gpt2Tokenizer::encode_run(std::string_view text, std::vector<std::int32_t>&
   const pcre2_code* re = pretokenizer();
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
       pcre2_match_data_create_from_pattern(re, nullptr), &pcre2_match_data_free);
-  std::size_t pos = 0;
+  // PCRE2 looks at the subject from the start offset to its end on every
+  // call, so each match sees a window of the text: a piece ending within
+  // kMargin bytes of the window's end (the pattern reads at most "'ll" and
+  // one character past a piece, 16 bytes of UTF-8 at most) may be cut short
+  // by it, and is matched again in a window twice as long.
+  constexpr std::size_t kWindow = 4096, kMargin = 16;
+  std::size_t pos = 0, window = kWindow;
   while (pos < text.size()) {
-    const int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos, 0, md.get(), nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    require(rc > 0, "GPT-2 pre-tokenizer: PCRE2 match error ", rc);
+    const std::size_t end = std::min(text.size(), pos + window);
+    const int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(text.data()), end, pos, 0, md.get(), nullptr);
+    require(rc > 0 || rc == PCRE2_ERROR_NOMATCH, "GPT-2 pre-tokenizer: PCRE2 match error ", rc);
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+    if (end < text.size() && (rc == PCRE2_ERROR_NOMATCH || ov[1] + kMargin > end)) {
+      window *= 2;
+      continue;
+    }
+    window = kWindow;
+    if (rc == PCRE2_ERROR_NOMATCH) break;
     if (ov[0] > pos) encode_piece(text.substr(pos, ov[0] - pos), out);  // bytes no pattern matches (invalid UTF-8)
     encode_piece(text.substr(ov[0], ov[1] - ov[0]), out);
     pos = ov[1] > ov[0] ? ov[1] : ov[0] + 1;

@@ -4,7 +4,7 @@
 # Each case fails (non-zero) with a message saying what went wrong.
 set -uo pipefail
 case_name=$1 bin=$2 work=$3
-charlm="$bin/xfmr-charlm" classify="$bin/xfmr-classify" translate="$bin/xfmr-translate"
+charlm="$bin/xfmr-charlm" classify="$bin/xfmr-classify" translate="$bin/xfmr-translate" lm="$bin/xfmr-lm"
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 # Passive waiting: ctest runs cases side by side on few cores, where spinning
@@ -270,13 +270,7 @@ case "$case_name" in
     expect_error "unrecognised option '--％canonical_option％'" timeout 20 "$charlm" train --%canonical_option%
     expect_error "the argument ('％value％') for option '--steps' is invalid" timeout 20 "$charlm" train --steps %value%
     expect_error "--shards -1 is negative" "$charlm" train --data corpus.txt --shards -1
-    # sample --gpt2: one source of weights; a GPT-2 of another shape is named.
-    gpt2_tiny="$here/../reference/fixtures/gpt2_tiny"
-    expect_error "give one of --checkpoint DIR and --gpt2 DIR" "$charlm" sample --checkpoint a --gpt2 b
-    expect_error "--tokenizer goes with --gpt2" "$charlm" sample --checkpoint a --tokenizer b
-    expect_error "--gpt2 missing: no such file" "$charlm" sample --gpt2 missing
-    expect_error "n_embd 32, n_layer 2, n_head 4, n_positions 24; xfmr-charlm runs GPT-2 checkpoints of gpt2-small's shape" \
-      "$charlm" sample --gpt2 "$gpt2_tiny"
+    expect_error "--checkpoint DIR is required (GPT-2 and Llama checkpoints: xfmr-lm sample --model)" "$charlm" sample
     expect_error "--attention-dropout 1 outside [0, 1)" "$charlm" train --data corpus.txt --attention-dropout 1
     # Numbers that make no sense are refused before anything runs (NaN and
     # negative dropout were the preset's, a NaN clip was saved as null).
@@ -810,6 +804,62 @@ case "$case_name" in
       "$p" --help > /dev/null || fail "$p --help exited non-zero"
       "$p" train --help > /dev/null || fail "$p train --help exited non-zero"
     done
+    ;;
+  lm_pretrain_export_finetune)
+    # The whole loop of a token-level model: pretrain a GPT-2-shaped preset
+    # on one corpus (stopped and resumed bit for bit), export it in the
+    # Hugging Face layout, read the export back (the same loss, the same
+    # files when exported again), fine-tune from it on a second corpus and
+    # beat the starting loss there.
+    tok=$here/../reference/fixtures/lm/tokenizer.json
+    make_corpus
+    for i in $(seq 1 300); do echo "one two three $((i % 9)) four five, six seven $((i % 4)) eight."; done > corpus2.txt
+    pretrain() { "$lm" train --preset tiny --tokenizer "$tok" --data corpus.txt --steps 120 --batch 8 --lr 3e-3 \
+                   --eval-every 40 --eval-windows 8 --log-csv pre.csv --report pre.html "$@" > /dev/null; }
+    pretrain --out pre || fail "pretraining failed"
+    pretrain --out half --stop-after 40 || fail "pretraining to step 40 failed"
+    pretrain --resume half || fail "resuming the pretraining failed"
+    same pre half
+    expect_error "--seed differs from the checkpoint in half" pretrain --resume half --seed 5
+    "$lm" export --model pre --hf hf > /dev/null || fail "export failed"
+    [[ -f hf/config.json && -f hf/model.safetensors && -f hf/tokenizer.json ]] || fail "the export lacks a file"
+    grep -q '"model_type": "gpt2"' hf/config.json || fail "the export is not a GPT-2"
+    a=$("$lm" eval --model pre --data corpus2.txt --context 16 --windows 64 | cut -d' ' -f2)
+    b=$("$lm" eval --model hf --data corpus2.txt --context 16 --windows 64 | cut -d' ' -f2)
+    [[ -n $a && $a == "$b" ]] || fail "the export's loss $b differs from the checkpoint's $a"
+    "$lm" export --model hf --hf hf2 > /dev/null || fail "exporting the export failed"
+    cmp -s hf/model.safetensors hf2/model.safetensors || fail "export -> import -> export changed the tensors"
+    expect_error "exists already" "$lm" export --model pre --hf hf
+    "$lm" train --init hf --data corpus2.txt --steps 60 --batch 8 --lr 1e-3 --eval-every 30 --eval-windows 8 \
+      --out ft --metrics-json ft.json --log-csv ft.csv --report ft.html > ft.log || fail "fine-tuning failed: $(cat ft.log)"
+    start=$(json_value ft.json start_val_loss) end=$(json_value ft.json val_loss)
+    awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.1) }' || fail "fine-tuning went from $start to $end"
+    "$lm" sample --model ft --prompt "one two" --tokens 20 --temperature 0 > ft.txt 2> /dev/null || fail "sample failed"
+    grep -q "^one two" ft.txt || fail "sample lost its prompt: $(cat ft.txt)"
+    # Bad input is named.
+    expect_error "--preset needs --tokenizer" "$lm" train --preset tiny --data corpus.txt
+    expect_error "give one of --init PATH (fine-tune) and --preset NAME" "$lm" train --init hf --preset tiny --data corpus.txt
+    # A llama2.c file (legacy header, zero weights) of a shape no preset has.
+    { printf '\x08\0\0\0\x10\0\0\0\x01\0\0\0\x02\0\0\0\x02\0\0\0\x04\0\0\0\x04\0\0\0'; head -c 2848 /dev/zero; } > odd.bin
+    expect_error "odd.bin: a Llama of shape D8 H2 L1 T4 FF16 matches no preset; xfmr has shakespeare-llama" \
+      "$lm" eval --model odd.bin --data corpus.txt
+    expect_error "no tokenizer here" "$lm" eval --model pre --tokenizer . --data corpus.txt
+    expect_error "--prompt is" "$lm" sample --model ft --prompt "$(head -c 200 corpus.txt)"
+    ;;
+  lm_export_pytorch)
+    # A model xfmr-lm trained and exported, read by plain PyTorch
+    # (lm_loss.py, float64): the same loss on the same windows, to 1e-4.
+    python=${XFMR_PYTHON:-/usr/bin/python3}
+    "$python" -c "import torch" 2>/dev/null || { echo "skipped: no python3-torch"; exit 77; }
+    make_corpus
+    "$lm" train --preset tiny --tokenizer "$here/../reference/fixtures/lm/tokenizer.json" --data corpus.txt --steps 100 \
+      --batch 8 --lr 3e-3 --eval-every 50 --out pre --log-csv pre.csv --report pre.html > /dev/null || fail "training failed"
+    "$lm" export --model pre --hf hf > /dev/null || fail "export failed"
+    ours=$("$lm" eval --model hf --data corpus.txt --context 16 --windows 128 | cut -d' ' -f2)
+    theirs=$(cd "$here/../reference" && "$python" lm_loss.py "$work/hf" "$work/corpus.txt" 16 128) || fail "lm_loss.py failed"
+    awk -v a="$ours" -v b="$theirs" 'BEGIN { d = a - b; exit !(d < 1e-4 && d > -1e-4) }' ||
+      fail "xfmr's loss $ours, PyTorch's $theirs"
+    echo "xfmr $ours, PyTorch $theirs"
     ;;
   *) fail "unknown case $case_name" ;;
 esac

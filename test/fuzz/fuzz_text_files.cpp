@@ -1,6 +1,7 @@
-// Fuzz target: the readers of corpora and datasets. The input is written to
-// a file and read back as text (plain or gzip), as lines and as a labelled
-// TSV, the way the programs read --data, --train and the translation files.
+// Fuzz target: the readers of corpora, datasets and tokenizer files. The
+// input is written to a file and read back as text (plain or gzip), as
+// lines and as a labelled TSV, the way the programs read --data, --train
+// and the translation files, and as a Hugging Face tokenizer.json.
 #include <unistd.h>
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/datasets.hpp"
+#include "xfmr/text/gpt2_bpe.hpp"
 #include "xfmr/text/text.hpp"
 
 using namespace xfmr;
@@ -30,6 +32,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check_utf8(text, "input");
     const CharTokenizer tok = CharTokenizer::from_corpus(text);
     if (tok.decode(tok.encode(text)) != text) __builtin_trap();
+  } catch (const Error&) {
+  }
+  try {  // what loads encodes text and decodes ids back to bytes
+    const Gpt2Tokenizer tok = Gpt2Tokenizer::load_json(path);
+    (void)tok.decode(tok.encode("The cat sat on the mat, 42 times; l'\xc3\xa9t\xc3\xa9 <|endoftext|>\n"));
   } catch (const Error&) {
   }
   try {

@@ -749,6 +749,36 @@ def hf_llama_tiny(out_dir, dim=32, hidden=48, layers=2, heads=4, kv_heads=2, voc
                       {"reference": f"torch {torch.__version__}, float64, rotate-half Llama"})
 
 
+def byte_symbols():
+    """GPT-2's stand-ins for the 256 bytes: the printable Latin-1 bytes are
+    themselves, the others code points 256 and up in byte order."""
+    printable = [b for b in range(256) if ord("!") <= b <= ord("~") or 0xa1 <= b <= 0xac or 0xae <= b <= 0xff]
+    symbols, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            symbols[b] = chr(b)
+        else:
+            symbols[b] = chr(256 + n)
+            n += 1
+    return symbols
+
+
+def bytes_tokenizer(out_dir):
+    """fixtures/lm/tokenizer.json: byte-level BPE without merges, the id of
+    a byte its value and <|endoftext|> 256: a tokenizer.json that makes a
+    text's ids its bytes (the end-to-end test of xfmr-lm, lm_loss.py)."""
+    vocab = {s: b for b, s in byte_symbols().items()}
+    vocab["<|endoftext|>"] = 256
+    j = {"version": "1.0", "added_tokens": [{"id": 256, "content": "<|endoftext|>", "special": True}],
+         "normalizer": None,
+         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+         "decoder": {"type": "ByteLevel"},
+         "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+    d = out_dir / "lm"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "tokenizer.json").write_text(json.dumps(j, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
 def gpt2_small(out_dir, prompt, n=16, seed=12):
     """A gpt2-small shaped checkpoint with random weights (about 500 MB), and
     expected.json: the prompt's ids and n greedy ids after it."""
@@ -783,6 +813,7 @@ def main():
     llama2c_tiny(out_dir)
     llama2c_tokenizer(out_dir)
     hf_llama_tiny(out_dir)
+    bytes_tokenizer(out_dir)
     for p in sorted(out_dir.glob("**/*.safetensors")):
         print(f"{p}: {p.stat().st_size} bytes")
 

@@ -2,16 +2,16 @@
 # The gpt2-small check made on the fly: make_fixtures.py --gpt2-small writes
 # a GPT-2 of gpt2-small's shape with random weights in the Hugging Face layout
 # (about 500 MB) and the greedy continuation PyTorch decodes for a prompt
-# (float64, with its own past_key_values-style cache); xfmr-charlm sample
-# --gpt2 must print the same text, token for token.
+# (float64, with its own past_key_values-style cache); xfmr-lm sample
+# must print the same text, token for token.
 #
-#   test_gpt2_small.sh XFMR_CHARLM GPT2_DATA_DIR WORK_DIR
+#   test_gpt2_small.sh XFMR_LM GPT2_DATA_DIR WORK_DIR
 #
 # Exits 77 (skipped) without Debian's python3 and python3-torch, or without
 # the GPT-2 tokenizer files. XFMR_PYTHON names another python3 with torch;
 # XFMR_BACKEND=cuda decodes on the GPU.
 set -euo pipefail
-charlm=$1 data=$2 work=$3
+lm=$1 data=$2 work=$3
 script_dir=$(cd "$(dirname "$0")" && pwd)
 python=${XFMR_PYTHON:-/usr/bin/python3}
 if ! "$python" -c "import torch" 2>/dev/null; then echo "skipped: no python3-torch"; exit 77; fi
@@ -52,7 +52,7 @@ open(sys.argv[4], "wb").write(text)
 PY
 
 n=$("$python" -c "import json; print(len(json.load(open('$work/gpt2/expected.json'))['greedy']))")
-"$charlm" sample --gpt2 "$work/gpt2" --tokenizer "$data" --prompt "$(cat "$work/prompt.txt")" --tokens "$n" \
+"$lm" sample --model "$work/gpt2" --tokenizer "$data" --prompt "$(cat "$work/prompt.txt")" --tokens "$n" \
   --temperature 0 --backend "${XFMR_BACKEND:-cpu}" > "$work/got.txt" 2> "$work/speed.txt"
 if ! cmp -s "$work/got.txt" "$work/expected.txt"; then
   echo "FAIL: xfmr's greedy text differs from PyTorch's"

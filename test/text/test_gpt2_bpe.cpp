@@ -198,3 +198,44 @@ BOOST_AUTO_TEST_CASE(tokenizer_json_refuses_what_it_does_not_compute) {
   refused(j, "id of");
   refused(nlohmann::json::array(), "tokenizer.json");
 }
+
+// The pre-tokenizer matches in windows of the text (PCRE2 reads a subject
+// to its end on every call): pieces longer than a window, and pieces at
+// every place a window may end, come out whole. Merges of x^n + x^n and
+// of spaces make a piece of 2^k of them one token only when it is whole.
+BOOST_AUTO_TEST_CASE(pieces_longer_than_the_matching_window_stay_whole) {
+  nlohmann::json vocab = {{"<|endoftext|>", 0}, {"a", 1}, {"b", 2}}, merges = nlohmann::json::array();
+  const std::string space = "\xc4\xa0";  // Ġ
+  for (const std::string unit : {std::string("x"), space}) {
+    std::string s = unit;
+    for (int k = 0; k <= 13; ++k, s += s) {
+      vocab[s] = int(vocab.size());
+      if (k < 13) merges.push_back(nlohmann::json::array({s, s}));
+    }
+  }
+  const nlohmann::json j = {{"pre_tokenizer", {{"type", "ByteLevel"}}},
+                            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  const Gpt2Tokenizer t = Gpt2Tokenizer::load_json(write_file("runs.json", j.dump()));
+  const auto id = [&](const std::string& symbol) { return vocab.at(symbol).get<std::int32_t>(); };
+  std::string x8192(8192, 'x'), s8192;
+  for (int i = 0; i < 8192; ++i) s8192 += space;
+  BOOST_TEST(t.encode(x8192) == std::vector<std::int32_t>{id(x8192)}, boost::test_tools::per_element());
+  // "a", 8192 spaces (the last of 8193 starts " b"), " b".
+  BOOST_TEST(t.encode("a" + std::string(8193, ' ') + "b") ==
+                 (std::vector<std::int32_t>{id("a"), id(s8192), id(space), id("b")}),
+             boost::test_tools::per_element());
+  // "x x x ...": a piece ends at every other byte, wherever a window ends.
+  std::string text = "x";
+  std::vector<std::int32_t> want = {id("x")};
+  for (int i = 0; i < 5000; ++i) text += " x", want.insert(want.end(), {id(space), id("x")});
+  BOOST_TEST(t.encode(text) == want, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(tokenizer_json_fields_of_another_type_are_named_errors) {
+  nlohmann::json j = small_tokenizer();
+  j["pre_tokenizer"] = {{"type", 7}};
+  BOOST_CHECK_THROW((void)Gpt2Tokenizer::load_json(write_file("typed.json", j.dump())), Error);
+  j = small_tokenizer();
+  j["pre_tokenizer"]["pretokenizers"][0]["individual_digits"] = "yes";
+  BOOST_CHECK_THROW((void)Gpt2Tokenizer::load_json(write_file("typed.json", j.dump())), Error);
+}

@@ -47,6 +47,7 @@ class Gpt2Tokenizer {
 
  private:
   Gpt2Tokenizer();
+  static Gpt2Tokenizer read_tokenizer_json(const std::filesystem::path& tokenizer_json);
   // The vocabulary (symbol, id) and the special tokens among its symbols.
   void set_vocabulary(const std::vector<std::pair<std::string, std::int64_t>>& vocab,
                       const std::vector<std::string>& specials, const std::string& source);

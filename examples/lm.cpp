@@ -1,0 +1,555 @@
+// xfmr-lm: token-level language models: published checkpoints (GPT-2 and
+// Llama in the Hugging Face layout, llama2.c's .bin files) and models of
+// one's own, decoded, evaluated, trained or fine-tuned, and exported.
+//
+//   xfmr-lm sample --model PATH [--prompt TEXT] [--tokens N] ...
+//   xfmr-lm eval   --model PATH --data FILE [--context T] [--windows N]
+//   xfmr-lm train  --data FILE (--init PATH | --preset NAME --tokenizer PATH) --out DIR [--steps N] ...
+//   xfmr-lm export --model PATH --hf DIR
+//
+// --model (and --init) is a Hugging Face model directory, a llama2.c .bin
+// file, or a checkpoint `train --out` wrote; the preset comes from its
+// config (io/pretrained.hpp). The tokenizer is --tokenizer, else the one
+// beside the model (tokenizer.json, vocab.json + merges.txt, tokenizer.bin)
+// or the one a checkpoint names. Run each command with --help for the rest.
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "xfmr/infer/generate.hpp"
+#include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/io/checkpoint.hpp"
+#include "xfmr/io/pretrained.hpp"
+#include "xfmr/models/language_model.hpp"
+#include "xfmr/text/datasets.hpp"
+#include "xfmr/text/model_tokenizer.hpp"
+#include "xfmr/text/text.hpp"
+#include "xfmr/train/losses.hpp"
+#include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/trainer.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace xfmr;
+using namespace xfmr::examples;
+
+namespace {
+
+constexpr const char* kFormat = "xfmr-lm";
+constexpr int kMaxTokens = 1 << 24;
+
+// A model from --model or --init, with its tokenizer.
+template <class Be>
+struct Loaded {
+  std::unique_ptr<LanguageModel<Be>> model;
+  std::optional<ModelTokenizer> tok;
+  std::string tokenizer_path;  // what the tokenizer was read from
+  std::optional<SafeTensors> saved;  // a checkpoint's tensors (an int8 one's rows for WeightCopies)
+};
+
+// The tokenizer `given` (--tokenizer), else `beside` (the model's directory
+// or the path a checkpoint names); its vocabulary must fit the model's.
+ModelTokenizer load_tokenizer(const std::string& given, const fs::path& beside, int vocab, std::string& used) {
+  used = given.empty() ? beside.string() : given;
+  try {
+    ModelTokenizer tok = ModelTokenizer::load(used);
+    require(tok.size() <= vocab, "the tokenizer in ", used, " has ", tok.size(), " tokens, more than the model's ",
+            vocab);
+    used = fs::absolute(used).string();
+    return tok;
+  } catch (const Error& e) {
+    fail(e.what(), given.empty() ? " (name one with --tokenizer)" : "");
+  }
+}
+
+// `path`: a checkpoint of this program's or a published one (io/pretrained.hpp).
+template <class Be>
+Loaded<Be> load_model(const std::string& path, const std::string& tokenizer, DecoderOptions opts, bool need_tokenizer) {
+  Loaded<Be> l;
+  fs::path beside;
+  if (is_checkpoint(path)) {
+    const Metadata md = read_checkpoint_metadata(path);
+    require(md.count("format") && md.at("format") == kFormat, path, ": not an xfmr-lm checkpoint");
+    const int vocab = parse_integer<int>(metadata_value(md, "vocab", path), path + ": vocab");
+    opts.tie_weights = metadata_value(md, "tie_weights", path) == "1";
+    opts.head_bias = metadata_value(md, "head_bias", path) == "1";
+    l.model = make_language_model<Be>(metadata_value(md, "preset", path), vocab, 0, opts);
+    l.saved.emplace(SafeTensors::load(fs::path(path) / kModelFile));
+    load_parameters(*l.model, *l.saved);
+    beside = metadata_value(md, "tokenizer", path);
+  } else {
+    auto p = load_pretrained<Be>(path, opts);
+    l.model = std::move(p.model);
+    beside = p.file.parent_path();
+  }
+  if (need_tokenizer) l.tok.emplace(load_tokenizer(tokenizer, beside, l.model->vocab(), l.tokenizer_path));
+  return l;
+}
+
+// The tokens of the text file `path`, each checked against the vocabulary.
+std::vector<std::int32_t> corpus_tokens(const std::string& path, const ModelTokenizer& tok) {
+  require(!path.empty(), "--data FILE is required");
+  const std::string text = read_text_file(path);
+  std::vector<std::int32_t> ids = tok.encode_corpus(text);
+  require(ids.size() >= 2, "--data ", path, ": ", ids.size(), " tokens, too few to predict one");
+  return ids;
+}
+
+// Mean loss over consecutive windows of `tokens`: window i predicts tokens
+// [iT + 1, iT + T] from [iT, iT + T), `batch` windows a forward, at most
+// `windows` of them (0: all that fit), in evaluation mode (no dropout; the
+// model is left so). Deterministic, so that any other
+// implementation can compute the same number (test/reference/lm_loss.py).
+template <class Be>
+LossSum window_loss(LanguageModel<Be>& model, Be& be, std::span<const std::int32_t> tokens, int T, int batch,
+                    long windows) {
+  const long fit = long(tokens.size() - 1) / T;
+  const long n = windows > 0 ? std::min(windows, fit) : fit;
+  require(n > 0, "the text has ", tokens.size(), " tokens, too few for one window of ", T, " + 1");
+  model.set_training(false);
+  CrossEntropyLoss<Be> ce;
+  LossSum sum;
+  std::vector<std::int32_t> ids, targets;
+  for (long w = 0; w < n; w += batch) {
+    const int rows = int(std::min<long>(batch, n - w));
+    ids.assign(tokens.begin() + w * T, tokens.begin() + (w + rows) * T);
+    targets.assign(tokens.begin() + w * T + 1, tokens.begin() + (w + rows) * T + 1);
+    const auto logits = model.forward(be, ids, Shape{rows, T});
+    sum += LossSum{ce.forward(be, logits, targets, model.vocab()) * double(targets.size()), long(targets.size())};
+  }
+  return sum;
+}
+
+// sample --------------------------------------------------------------------
+
+struct SampleArgs {
+  std::string model, tokenizer, prompt, backend = "cpu", precision = "fp32";
+  int tokens = 256;
+  SamplingOptions sampling;
+  std::uint64_t seed = 1;
+  bool no_cache = false;
+};
+
+template <class Be>
+void sample(const SampleArgs& a) {
+  Loaded<Be> l = load_model<Be>(a.model, a.tokenizer, {}, true);
+  const ModelTokenizer& tok = *l.tok;
+  Be be = make_backend<Be>(a.backend, a.precision);
+  const auto copies = l.saved ? std::make_unique<WeightCopies<Be>>(be, *l.model, *l.saved)
+                              : std::make_unique<WeightCopies<Be>>(be, *l.model);
+  std::vector<std::int32_t> context = tok.encode(a.prompt);
+  if (context.empty()) {
+    require(tok.start() >= 0, "the tokenizer has no token a text starts after; give a --prompt");
+    context.push_back(tok.start());
+  }
+  require(int(context.size()) < l.model->max_t(), "--prompt is ", context.size(), " tokens; the model's context is ",
+          l.model->max_t());
+  Rng rng(a.seed);
+  std::cout << a.prompt;
+  std::int32_t prev = context.back();
+  const auto t0 = Clock::now();
+  generate(*l.model, be, context,
+                            {.sampling = a.sampling, .max_tokens = a.tokens, .use_cache = !a.no_cache}, rng,
+                            [&](std::int32_t id) {
+                              std::cout << tok.piece(prev, id) << std::flush;
+                              prev = id;
+                            });
+  const double s = seconds_since(t0);
+  std::cerr << "\n[" << a.tokens << " tokens in " << s << " s, " << a.tokens / s << " tokens/s, "
+            << l.model->preset().name << ", " << describe(be) << (a.no_cache ? ", no cache" : ", KV cache") << "]";
+  std::cout << "\n";
+}
+
+int run_sample(int argc, char** argv) {
+  SampleArgs a;
+  po::options_description opts("xfmr-lm sample: generate text from a model");
+  opts.add_options()("help", "show this help")
+      ("model", po::value(&a.model), "a Hugging Face directory (GPT-2 or Llama), a llama2.c .bin, or a train --out "
+       "checkpoint (required)")
+      ("tokenizer", po::value(&a.tokenizer), "tokenizer.json, tokenizer.bin or a directory of GPT-2's files "
+       "(default: the model's)")
+      ("prompt", po::value(&a.prompt)->default_value(""), "text to continue")
+      ("tokens", po::value(&a.tokens)->default_value(a.tokens), "tokens to generate (up to the model's context)")
+      ("temperature", po::value(&a.sampling.temperature)->default_value(1.0), "0 = greedy")
+      ("top-k", po::value(&a.sampling.top_k)->default_value(0), "sample among the k most likely (0 = all)")
+      ("top-p", po::value(&a.sampling.top_p)->default_value(1.0), "nucleus sampling threshold (1 = off)")
+      ("seed", po::value(&a.seed)->default_value(a.seed), "sampling seed")
+      ("no-cache", po::bool_switch(&a.no_cache), "recompute the whole context for every token (the reference path)")
+      ("precision", po::value(&a.precision)->default_value(a.precision), kDecodePrecisionHelp)
+      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(!a.model.empty(), "--model PATH is required");
+  require(a.tokens >= 0 && a.tokens <= kMaxTokens, "--tokens ", a.tokens, " outside 0..", kMaxTokens);
+  check_precision_name(a.precision, "--precision");
+  a.sampling.validate();
+  dispatch_backend(a.backend, [&]<class Be>() { sample<Be>(a); });
+  return 0;
+}
+
+// eval ----------------------------------------------------------------------
+
+struct EvalArgs {
+  std::string model, tokenizer, data, metrics_json, backend = "cpu", precision = "fp32";
+  int context = 0, batch = 8;
+  long windows = 0;
+};
+
+template <class Be>
+void eval(const EvalArgs& a) {
+  Loaded<Be> l = load_model<Be>(a.model, a.tokenizer, {}, true);
+  const std::vector<std::int32_t> tokens = corpus_tokens(a.data, *l.tok);
+  const int T = a.context > 0 ? a.context : std::min(l.model->max_t(), 256);
+  require(T <= l.model->max_t(), "--context ", T, " exceeds the model's ", l.model->max_t());
+  Be be = make_backend<Be>(a.backend, a.precision);
+  const auto copies = l.saved ? std::make_unique<WeightCopies<Be>>(be, *l.model, *l.saved)
+                              : std::make_unique<WeightCopies<Be>>(be, *l.model);
+  const auto t0 = Clock::now();
+  const LossSum sum = window_loss(*l.model, be, tokens, T, a.batch, a.windows);
+  const double s = seconds_since(t0), loss = sum.mean();
+  std::cout << "loss " << std::fixed << std::setprecision(6) << loss << ", perplexity " << std::setprecision(3)
+            << std::exp(loss) << " (" << sum.counted << " tokens in windows of " << T << ", "
+            << l.model->preset().name << ", " << describe(be) << ", " << std::setprecision(1) << s << " s)\n";
+  if (!a.metrics_json.empty())
+    write_text_atomic(a.metrics_json, json{{"loss", loss},
+                                           {"perplexity", std::exp(loss)},
+                                           {"tokens", sum.counted},
+                                           {"context", T},
+                                           {"preset", l.model->preset().name},
+                                           {"wall_s", s}}
+                                              .dump(2) + "\n");
+}
+
+int run_eval(int argc, char** argv) {
+  EvalArgs a;
+  po::options_description opts("xfmr-lm eval: loss and perplexity of a model on a text file");
+  opts.add_options()("help", "show this help")("model", po::value(&a.model), "the model, as sample's (required)")
+      ("tokenizer", po::value(&a.tokenizer), "as sample's")
+      ("data", po::value(&a.data), "text file, plain or .gz (required)")
+      ("context", po::value(&a.context)->default_value(a.context), "window length (0: the model's, at most 256)")
+      ("windows", po::value(&a.windows)->default_value(a.windows), "consecutive windows from the start (0: all)")
+      ("batch", po::value(&a.batch)->default_value(a.batch), "windows a forward")
+      ("metrics-json", po::value(&a.metrics_json), "write the loss here")
+      ("precision", po::value(&a.precision)->default_value(a.precision), kDecodePrecisionHelp)
+      ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(!a.model.empty(), "--model PATH is required");
+  require(a.context >= 0 && a.windows >= 0, "--context and --windows must not be negative");
+  check_batch(a.batch);
+  check_precision_name(a.precision, "--precision");
+  check_output_paths({{"--metrics-json", a.metrics_json}}, {{"--model", a.model}, {"--data", a.data}});
+  dispatch_backend(a.backend, [&]<class Be>() { eval<Be>(a); });
+  return 0;
+}
+
+// train ---------------------------------------------------------------------
+
+// Settings that define a run; on --resume they come from the checkpoint.
+struct RunSettings {
+  std::string preset, init, tokenizer, schedule = "constant";
+  int context = 0, batch = 8, grad_accum = 1;
+  double lr = 3e-4, clip = 1.0, weight_decay = 0.01, val_fraction = 0.1;
+  float dropout = -1.0f;  // < 0: the preset's (0 for the published ones)
+  std::uint64_t seed = 1337;
+
+  json to_json() const {
+    return {{"preset", preset}, {"init", init},   {"tokenizer", tokenizer}, {"schedule", schedule},
+            {"context", context}, {"batch", batch}, {"grad_accum", grad_accum}, {"lr", lr},
+            {"clip", clip}, {"weight_decay", weight_decay}, {"val_fraction", val_fraction},
+            {"dropout", dropout}, {"seed", seed}};
+  }
+  static RunSettings from_json(const json& j) {
+    RunSettings s;
+    s.preset = j.at("preset");
+    s.init = j.at("init");
+    s.tokenizer = j.at("tokenizer");
+    s.schedule = j.at("schedule");
+    s.context = json_integer<int>(j, "context");
+    s.batch = json_integer<int>(j, "batch");
+    s.grad_accum = json_integer<int>(j, "grad_accum");
+    s.lr = j.at("lr");
+    s.clip = j.at("clip");
+    s.weight_decay = j.at("weight_decay");
+    s.val_fraction = j.at("val_fraction");
+    s.dropout = j.at("dropout");
+    s.seed = json_integer<std::uint64_t>(j, "seed");
+    return s;
+  }
+};
+
+struct TrainArgs : RunOptions {
+  RunSettings run;
+  std::string data, resume;
+  long steps = 1000, stop_after = 0;
+  int eval_every = 200, eval_windows = 32;
+};
+
+template <class Be>
+void train(TrainArgs a, const std::optional<Metadata>& resumed) {
+  RunSettings& run = a.run;
+  const DecoderOptions base{.dropout = std::max(run.dropout, 0.0f), .recompute = parse_recompute(a.recompute)};
+  // The model: the preset's, freshly initialised, or --init's weights
+  // (fine-tuning); its vocabulary, tying and bias are the source's.
+  Loaded<Be> l;
+  if (!run.init.empty()) {
+    l = load_model<Be>(run.init, run.tokenizer, base, true);
+  } else {
+    l.tok.emplace(load_tokenizer(run.tokenizer, {}, 1 << 30, l.tokenizer_path));
+    // A GPT-2 or Llama shape gets its family's head (tied to the embedding,
+    // no bias), so that it exports; other presets keep Decoder's default.
+    const PresetInfo p = LanguageModelPresets::info(run.preset);
+    DecoderOptions opts = base;
+    if (run.dropout < 0) opts.dropout = p.dropout;
+    if (detail::gpt2_shaped(p) || detail::llama_shaped(p)) opts.tie_weights = true, opts.head_bias = false;
+    l.model = make_language_model<Be>(run.preset, l.tok->size(), run.seed, opts);
+  }
+  LanguageModel<Be>& model = *l.model;
+  const std::string preset(model.preset().name);
+  const int V = model.vocab(), T = run.context > 0 ? run.context : std::min(model.max_t(), 256);
+  require(T <= model.max_t(), "--context ", T, " exceeds the model's ", model.max_t());
+  const DecoderOptions opts = model.options();
+  check_batch_memory(model.preset(), model.preset().n_layers, run.batch, T, V, "--batch " + std::to_string(run.batch));
+
+  const std::string text = read_text_file(a.data);
+  const std::string data_hash = hex(fnv1a(text) ^ fnv1a(l.tokenizer_path));
+  if (resumed)
+    require(metadata_value(*resumed, "data_hash", a.resume) == data_hash, "--data ", a.data,
+            " (with its tokenizer) is not what the checkpoint trained on (", metadata_value(*resumed, "data", a.resume), ")");
+  const std::vector<std::int32_t> tokens = corpus_tokens(a.data, *l.tok);
+  const std::size_t n_train = std::size_t(double(tokens.size()) * (1.0 - run.val_fraction));
+  const std::span<const std::int32_t> train_ids(tokens.data(), n_train), val_ids(tokens.data() + n_train, tokens.size() - n_train);
+  require(train_ids.size() > std::size_t(T) && val_ids.size() > std::size_t(T), "--data ", a.data, ": ", tokens.size(),
+          " tokens, too few for windows of ", T, " + 1 in both the training and the validation part");
+  const LmBatcher batches(train_ids, run.batch, T);
+
+  ProcessGroup& group = ProcessGroup::world();
+  require(group.size() == 1, "xfmr-lm trains in one process");
+  Be be = make_backend<Be>(a.backend, a.precision);
+  AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = run.weight_decay});
+  Trainer<LanguageModel<Be>, Be> trainer(model, be, opt,
+                                         {.grad_accum = run.grad_accum,
+                                          .clip = run.clip,
+                                          .schedule = LrSchedule::parse(run.schedule, run.lr, a.steps),
+                                          .data_seed = seed_for(run.seed, 0xda7a),
+                                          .split = {.shards = a.shards}},
+                                         [&] { return make_language_model<Be>(preset, V, run.seed, opts); });
+  if (resumed) {
+    trainer.resume(a.resume);
+    require(trainer.steps() <= a.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", a.steps);
+  }
+  const long start = trainer.steps();
+  auto val_loss = [&] {
+    const double loss = window_loss(model, be, val_ids, T, run.batch, a.eval_windows).mean();
+    model.set_training(true);
+    return loss;
+  };
+  const Metadata metadata = {{"format", kFormat},
+                             {"preset", preset},
+                             {"vocab", std::to_string(V)},
+                             {"tie_weights", opts.tie_weights ? "1" : "0"},
+                             {"head_bias", opts.head_bias ? "1" : "0"},
+                             {"tokenizer", l.tokenizer_path},
+                             {"settings", run.to_json().dump()},
+                             {"steps", std::to_string(a.steps)},
+                             {"data", a.data},
+                             {"data_hash", data_hash}};
+  std::cout << "xfmr-lm: " << preset << (run.init.empty() ? "" : " from " + run.init) << " on " << describe(be)
+            << ", " << model.parameter_count() << " parameters, vocabulary " << V << ", " << train_ids.size()
+            << " train / " << val_ids.size() << " val tokens, batch " << run.batch << " x " << T
+            << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << std::endl;
+  const double start_val = start == 0 ? val_loss() : -1;
+  if (start == 0) std::cout << "step 0: val loss " << std::fixed << std::setprecision(4) << start_val << std::defaultfloat << std::endl;
+
+  std::vector<std::int32_t> ids(std::size_t(run.batch) * T), targets(ids.size());
+  auto forward = [&](const Shard& s, LanguageModel<Be>& m, Be& b) {
+    return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+                     Shape{s.size(), T});
+  };
+  StopSignals signals;
+  CsvLog csv(a.log_csv);
+  std::vector<std::pair<long, double>> batch_losses;
+  std::vector<LossPoint> evals;
+  Progress progress(start, a.steps, long(run.batch) * T * run.grad_accum);
+  double last_val = start_val;
+  long stop = a.stop_after > 0 ? std::min(a.stop_after, a.steps) : a.steps;
+  while (trainer.steps() < stop) {
+    const StepResult r = trainer.step(
+        [&](int) {
+          batches.sample(trainer.data_rng(), ids.data(), targets.data());
+          return BatchTargets{run.batch, targets};
+        },
+        forward);
+    const long step = r.step;
+    batch_losses.emplace_back(step, r.loss);
+    csv.batch(step, r.lr, r.loss);
+    progress.update(step - 1, r.loss);
+    warn_if_diverging(r, trainer.first_loss(), progress);
+    if (signals.requested(group)) stop = step;
+    if (step % a.eval_every == 0 || step == stop) {
+      last_val = val_loss();
+      progress.clear_line();
+      std::cout << "step " << step << ": train batch loss " << std::fixed << std::setprecision(4) << r.loss
+                << ", val loss " << last_val << std::defaultfloat << std::endl;
+      evals.push_back({step, r.loss, last_val});
+      csv.eval(step, r.lr, r.loss, last_val);
+      if (!a.out.empty()) trainer.save(a.out, metadata);
+    }
+  }
+  signals.release();
+  progress.clear_line();
+  csv.save();
+  write_html_report(a.report, "xfmr-lm: " + preset,
+                    {{"model", preset + " (" + model.preset().shape() + ")"},
+                     {"from", run.init.empty() ? "scratch" : run.init},
+                     {"parameters", std::to_string(model.parameter_count())},
+                     {"data", a.data},
+                     {"steps", std::to_string(a.steps)},
+                     {"batch", std::to_string(run.batch) + " x " + std::to_string(T)},
+                     {"final val loss", fixed(last_val, 4)},
+                     {"tokens/s", fixed(progress.tokens_per_second(), 0)}},
+                    batch_losses, evals);
+  if (!a.metrics_json.empty())
+    write_text_atomic(a.metrics_json, json{{"preset", preset},
+                                           {"parameters", model.parameter_count()},
+                                           {"steps", a.steps},
+                                           {"start_val_loss", start_val},
+                                           {"val_loss", last_val},
+                                           {"tokens_per_s", progress.tokens_per_second()},
+                                           {"wall_s", progress.elapsed()}}
+                                              .dump(2) + "\n");
+  signals.finish(trainer.steps(), a.out);
+}
+
+int run_train(int argc, char** argv) {
+  TrainArgs a;
+  po::options_description opts("xfmr-lm train: train a model from scratch (--preset) or fine-tune one (--init)");
+  opts.add_options()("help", "show this help")
+      ("data", po::value(&a.data), "training text, plain or .gz (required); its last --val-fraction validates")
+      ("init", po::value(&a.run.init), "start from this model's weights (as sample's --model): fine-tuning")
+      ("preset", po::value(&a.run.preset), ("or start from scratch: " + preset_help<LanguageModelPresets>()).c_str())
+      ("tokenizer", po::value(&a.run.tokenizer), "tokenizer (required with --preset; default with --init: the model's)")
+      ("steps", po::value(&a.steps)->default_value(a.steps), "total optimisation steps (the schedule spans them)")
+      ("stop-after", po::value(&a.stop_after), "stop at this step of the plan, with a checkpoint (resume later)")
+      ("context", po::value(&a.run.context)->default_value(a.run.context), "sequence length (0: the model's, at most 256)")
+      ("batch", po::value(&a.run.batch)->default_value(a.run.batch), "sequences per batch")
+      ("grad-accum", po::value(&a.run.grad_accum)->default_value(a.run.grad_accum), "micro-batches per step")
+      ("lr", po::value(&a.run.lr)->default_value(a.run.lr), "peak learning rate (AdamW, betas 0.9, 0.95)")
+      ("schedule", po::value(&a.run.schedule)->default_value(a.run.schedule), "constant, cosine or onecycle")
+      ("weight-decay", po::value(&a.run.weight_decay)->default_value(a.run.weight_decay), "AdamW weight decay")
+      ("clip", po::value(&a.run.clip)->default_value(a.run.clip), "global gradient-norm clip (0 = off)")
+      ("dropout", po::value(&a.run.dropout), "dropout rate (default: the preset's; 0 for a published model)")
+      ("val-fraction", po::value(&a.run.val_fraction)->default_value(a.run.val_fraction), "share of the tokens held out")
+      ("seed", po::value(&a.run.seed)->default_value(a.run.seed), "seed for initialisation, data order and dropout")
+      ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between evaluations (and checkpoints)")
+      ("eval-windows", po::value(&a.eval_windows)->default_value(a.eval_windows), "validation windows per loss")
+      ("resume", po::value(&a.resume), "continue from this checkpoint (its settings; --data must be the same)");
+  add_run_options(opts, a, "lm", "checkpoint directory, written at every evaluation", "the losses, tokens/s and wall time");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  std::optional<Metadata> resumed;
+  if (!a.resume.empty()) {
+    resumed = read_checkpoint_metadata(a.resume);
+    require(resumed->count("format") && resumed->at("format") == kFormat, a.resume, ": not an xfmr-lm checkpoint");
+    const RunSettings saved = RunSettings::from_json(json::parse(metadata_value(*resumed, "settings", a.resume)));
+    // A resumed run takes its settings from the checkpoint; those given must agree.
+    const RunSettings& given = a.run;
+    const auto agree = [&](const char* option, bool same) {
+      require(!vm.count(option) || vm[option].defaulted() || same, "--", option, " differs from the checkpoint in ",
+              a.resume, ", whose settings a resumed run takes");
+    };
+    agree("init", given.init == saved.init);
+    agree("preset", given.preset == saved.preset);
+    agree("tokenizer", fs::absolute(given.tokenizer) == fs::absolute(saved.tokenizer));
+    agree("context", given.context == saved.context);
+    agree("batch", given.batch == saved.batch);
+    agree("grad-accum", given.grad_accum == saved.grad_accum);
+    agree("lr", given.lr == saved.lr);
+    agree("schedule", given.schedule == saved.schedule);
+    agree("weight-decay", given.weight_decay == saved.weight_decay);
+    agree("clip", given.clip == saved.clip);
+    agree("dropout", given.dropout == saved.dropout);
+    agree("val-fraction", given.val_fraction == saved.val_fraction);
+    agree("seed", given.seed == saved.seed);
+    a.run = saved;
+    if (vm["steps"].defaulted())
+      a.steps = parse_integer<long>(metadata_value(*resumed, "steps", a.resume), a.resume + ": steps");
+    if (a.out.empty()) a.out = a.resume;
+  } else {  // saved as absolute paths: a resumed run may start elsewhere
+    if (!a.run.init.empty()) a.run.init = fs::absolute(a.run.init).string();
+    if (!a.run.tokenizer.empty()) a.run.tokenizer = fs::absolute(a.run.tokenizer).string();
+  }
+  require(a.run.init.empty() != a.run.preset.empty(), "give one of --init PATH (fine-tune) and --preset NAME (from scratch)");
+  if (!a.run.preset.empty()) {
+    (void)LanguageModelPresets::info(a.run.preset);
+    require(!a.run.tokenizer.empty(), "--preset needs --tokenizer (tokenizer.json, tokenizer.bin or GPT-2's files)");
+  }
+  require(a.steps > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_windows > 0 && a.run.context >= 0,
+          "--steps, --grad-accum, --eval-every and --eval-windows must be positive, --context not negative");
+  check_batch(a.run.batch);
+  check_stop_after(vm, a.stop_after);
+  check_optimizer_options(a.run.lr, a.run.clip, a.run.weight_decay);
+  check_dropout_options(vm, a.run.dropout, 0.0f);
+  require(a.run.val_fraction > 0 && a.run.val_fraction < 1, "--val-fraction ", a.run.val_fraction, " outside (0, 1)");
+  (void)LrSchedule::parse(a.run.schedule, a.run.lr, a.steps);
+  (void)parse_recompute(a.recompute);
+  require(!a.data.empty(), "--data FILE is required");
+  const auto lock = check_run_options(a, {{"--data", a.data}, {"--init", a.run.init}}, a.resume);
+  dispatch_backend(a.backend, [&]<class Be>() { train<Be>(a, resumed); });
+  return 0;
+}
+
+// export --------------------------------------------------------------------
+
+int run_export(int argc, char** argv) {
+  std::string model, tokenizer, hf;
+  bool overwrite = false;
+  po::options_description opts("xfmr-lm export: a model in the Hugging Face layout of its family (GPT-2 or Llama)");
+  opts.add_options()("help", "show this help")("model", po::value(&model), "the model, as sample's (required)")
+      ("tokenizer", po::value(&tokenizer), "as sample's; its files are copied beside the export")
+      ("hf", po::value(&hf), "directory to write model.safetensors, config.json and the tokenizer to (required)")
+      ("overwrite", po::bool_switch(&overwrite), "replace an export already there");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(!model.empty() && !hf.empty(), "--model PATH and --hf DIR are required");
+  require(!same_file(model, hf), "--hf ", hf, " is the --model input");
+  Loaded<CpuBackend<float>> l = load_model<CpuBackend<float>>(model, tokenizer, {}, true);
+  save_pretrained(*l.model, hf, overwrite);
+  for (const fs::path& f : l.tok->files()) {
+    const fs::path to = fs::path(hf) / f.filename();
+    if (!same_file(f, to)) fs::copy_file(f, to, fs::copy_options::overwrite_existing);
+  }
+  std::cout << "xfmr-lm: " << l.model->preset().name << " (" << l.model->parameter_count() << " parameters) to " << hf
+            << " as " << (detail::gpt2_shaped(l.model->preset()) ? "GPT2LMHeadModel" : "LlamaForCausalLM")
+            << ", with its tokenizer\n";
+  return 0;
+}
+
+int usage(const char* argv0) {
+  std::cerr << "usage: " << argv0 << " sample|eval|train|export [options]   (--help on each)\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(argv[0]);
+  const std::string command = argv[1];
+  return run_command("xfmr-lm", [&] {
+    if (command == "sample") return run_sample(argc - 1, argv + 1);
+    if (command == "eval") return run_eval(argc - 1, argv + 1);
+    if (command == "train") return run_train(argc - 1, argv + 1);
+    if (command == "export") return run_export(argc - 1, argv + 1);
+    if (command == "--help" || command == "-h") {
+      usage(argv[0]);
+      return 0;
+    }
+    std::cerr << "xfmr-lm: unknown command '" << command << "'\n";
+    return usage(argv[0]);
+  });
+}

@@ -1,0 +1,78 @@
+// model_tokenizer.cpp: ModelTokenizer (text/model_tokenizer.hpp).
+#include "xfmr/text/model_tokenizer.hpp"
+
+#include "xfmr/core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace xfmr {
+
+namespace {
+template <class... F>
+struct Overload : F... {
+  using F::operator()...;
+};
+}  // namespace
+
+ModelTokenizer ModelTokenizer::load(const fs::path& path) {
+  require(fs::exists(path), path.string(), ": no such tokenizer file or directory");
+  if (fs::is_directory(path)) {
+    if (fs::exists(path / "tokenizer.json")) return load(path / "tokenizer.json");
+    if (fs::exists(path / "tokenizer.bin")) return load(path / "tokenizer.bin");
+    for (const auto& [vocab, merges] : {std::pair{"vocab.json", "merges.txt"}, std::pair{"encoder.json", "vocab.bpe"}})
+      if (fs::exists(path / vocab) && fs::exists(path / merges))
+        return {Gpt2Tokenizer::load(path / vocab, path / merges), {path / vocab, path / merges}};
+    detail::fail(path.string(), ": no tokenizer here (looked for tokenizer.json, tokenizer.bin, vocab.json + "
+                 "merges.txt, encoder.json + vocab.bpe)");
+  }
+  if (path.extension() == ".json") return {Gpt2Tokenizer::load_json(path), {path}};
+  if (path.extension() == ".bin") return {Llama2cTokenizer::load(path), {path}};
+  detail::fail(path.string(), ": not a tokenizer file this library reads (tokenizer.json, tokenizer.bin, or a "
+               "directory of GPT-2's vocab.json and merges.txt)");
+}
+
+std::vector<std::int32_t> ModelTokenizer::encode(std::string_view text) const {
+  return std::visit(Overload{[&](const Gpt2Tokenizer& t) { return t.encode(text); },
+                             [&](const Llama2cTokenizer& t) { return t.encode(text, true, false); }},
+                    tok_);
+}
+
+std::vector<std::int32_t> ModelTokenizer::encode_corpus(std::string_view text) const {
+  if (const auto* bpe = std::get_if<Gpt2Tokenizer>(&tok_)) return bpe->encode(text);
+  const auto& t = std::get<Llama2cTokenizer>(tok_);
+  std::vector<std::int32_t> ids;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > at) {
+      const auto line = t.encode(text.substr(at, end - at), true, false);
+      ids.insert(ids.end(), line.begin(), line.end());
+    }
+    at = end + 1;
+  }
+  return ids;
+}
+
+std::string ModelTokenizer::decode(std::span<const std::int32_t> ids) const {
+  return std::visit([&](const auto& t) { return t.decode(ids); }, tok_);
+}
+
+std::string ModelTokenizer::piece(std::int32_t prev, std::int32_t id) const {
+  return std::visit(Overload{[&](const Gpt2Tokenizer& t) { return t.decode(std::span(&id, 1)); },
+                             [&](const Llama2cTokenizer& t) { return t.decode(prev, id); }},
+                    tok_);
+}
+
+int ModelTokenizer::size() const {
+  return std::visit(Overload{[](const Gpt2Tokenizer& t) { return t.size(); },
+                             [](const Llama2cTokenizer& t) { return t.vocab_size(); }},
+                    tok_);
+}
+
+std::int32_t ModelTokenizer::start() const {
+  return std::visit(Overload{[](const Gpt2Tokenizer& t) { return t.end_of_text(); },
+                             [](const Llama2cTokenizer& t) { return t.vocab_size() > Llama2cTokenizer::kBos ? Llama2cTokenizer::kBos : -1; }},
+                    tok_);
+}
+
+}  // namespace xfmr
