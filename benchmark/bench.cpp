@@ -5,7 +5,7 @@
 //   xfmr-bench --model shakespeare-small [--batch 16] [--modes train,forward,generate]
 //              [--min-time 2] [--json FILE] [--smoke]
 //   xfmr-bench --translator multi30k [--vocab 8000]   (translator decoding only)
-//   xfmr-bench --gpt2 DIR [--gpt2-tokens 128]          (GPT-2 checkpoint decoding only)
+//   xfmr-bench --pretrained PATH [--decode-tokens 128]  (a published checkpoint's decoding only)
 //
 // Modes (every time is the median of many repetitions after a warm-up):
 //   train     one full step: forward, cross-entropy, backward, AdamW; under
@@ -26,11 +26,12 @@
 // MAX_T / 2 tokens: with the caches (self-attention keys/values and the
 // memory's cross-attention keys/values, computed once), and by the seeds'
 // loop, which re-runs the whole decoder over the prefix for every token.
-// The GPT-2 measurement loads a Hugging Face GPT-2 checkpoint of gpt2-small's
-// shape (io/gpt2.hpp) and times greedy decoding after <|endoftext|> with the
-// KV cache, per token, with the weights' bytes a token streams against the
-// read bandwidth (as benchmark/pytorch_reference.py --gpt2 does in PyTorch);
-// it prints the greedy ids, which the two must share.
+// The pretrained measurement loads a published checkpoint (io/pretrained.hpp:
+// GPT-2 or Llama in the Hugging Face layout, a llama2.c .bin) and times
+// greedy decoding after its start token (<|endoftext|>, BOS) with the KV
+// cache, per token, with the weights' bytes a token streams against the
+// read bandwidth (as benchmark/pytorch_reference.py --gpt2 does in PyTorch
+// for GPT-2); it prints the greedy ids, which the two must share.
 // GFLOP/s count matrix products only (the exact count of the model's GEMMs
 // and attention products, full T x T scores as computed), divided by the
 // machine's single-precision GEMM ceiling, which the bench measures itself.
@@ -51,7 +52,7 @@
 #include "xfmr/backend/attention_plan.hpp"
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/infer/generate.hpp"
-#include "xfmr/io/gpt2.hpp"
+#include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/models/seq2seq.hpp"
 #include "xfmr/presets.hpp"
@@ -67,8 +68,8 @@ namespace {
 
 struct Args {
   std::string model = "shakespeare-small", modes = "train,forward,generate", json_path, translator, backend = "cpu";
-  std::string gpt2;     // a GPT-2 checkpoint to time decoding of
-  int gpt2_tokens = 128;
+  std::string pretrained;  // a published checkpoint to time decoding of
+  int decode_tokens = 128;
   int batch = 0;  // 0: the preset's benchmark batch
   int seq_len = 0;  // train and forward: positions per sequence (0: MAX_T)
   int recompute_tokens = 0;  // generate: tokens of the recompute loop (0: all MAX_T - 1 up to MAX_T 256, else 64)
@@ -187,8 +188,8 @@ double forward_flops(const PresetInfo& p, double B, double T, double V) {
 }
 // One cached decoding step at position t (t positions already cached).
 double cached_step_flops(const PresetInfo& p, double t, double V) {
-  const double D = p.d_model, FF = p.d_ff, L = p.n_layers;
-  return L * (2 * D * 3 * D + 2 * D * D + ff_matrices(p) * 2 * D * FF) + 2 * D * V + L * 4 * (t + 1) * D;
+  const double D = p.d_model, FF = p.d_ff, L = p.n_layers, kv = D / p.n_heads * p.n_kv_heads;
+  return L * (2 * D * (D + 2 * kv) + 2 * D * D + ff_matrices(p) * 2 * D * FF) + 2 * D * V + L * 4 * (t + 1) * D;
 }
 
 // What a training step must hold, in bytes: parameters, gradients, AdamW's
@@ -543,20 +544,22 @@ json run_attention(const Args& a) {
 }
 
 template <class Be>
-json run_gpt2(const Args& a) {
-  const PresetInfo p = LanguageModelPresets::info("gpt2-small");
-  const Gpt2Checkpoint ckpt = open_gpt2(a.gpt2, "--gpt2");
-  const Gpt2Config& config = ckpt.config;
+json run_pretrained(const Args& a) {
   Be be = make_backend<Be>(a.backend, a.precision);
-  const int V = config.vocab_size, n = a.gpt2_tokens;
-  const auto model = make_language_model<Be>("gpt2-small", V, 1, kGpt2Options);
-  load_gpt2(*model, ckpt.tensors, config);
+  const Pretrained<Be> loaded = load_pretrained<Be>(a.pretrained);
+  LanguageModel<Be>& model = *loaded.model;
+  const PresetInfo& p = model.preset();
+  const int V = model.vocab(), n = a.decode_tokens;
+  require(n < p.max_t, "--decode-tokens ", n, " must be below the model's context ", p.max_t);
   const double ceiling = gemm_ceiling(a, be);
-  const WeightCopies weight_copies(be, *model);
+  const WeightCopies weight_copies(be, model);
   double flops = 0;
   for (int i = 0; i < n; ++i) flops += cached_step_flops(p, i, V);
-  const std::int32_t start = V > 50256 ? 50256 : 0;  // <|endoftext|>
-  Generator<LanguageModel<Be>, Be> generator(*model, be);
+  // <|endoftext|> (GPT-2), BOS (llama2.c: 1; SmolLM: 0).
+  const std::int32_t start = loaded.format == CheckpointFormat::gpt2   ? (V > 50256 ? 50256 : 0)
+                             : loaded.format == CheckpointFormat::llama2c ? 1
+                                                                          : 0;
+  Generator<LanguageModel<Be>, Be> generator(model, be);
   Rng unused(0);
   std::vector<std::int32_t> greedy;
   const auto t = time_calls(a, be, [&] {
@@ -564,22 +567,22 @@ json run_gpt2(const Args& a) {
   });
   json out = {{"impl", "xfmr"},
               {"backend", describe(be)},
-              {"model", "gpt2 checkpoint"},
+              {"model", std::string(p.name) + " " + std::string(format_name(loaded.format)) + " checkpoint"},
               {"shape", {{"B", 1}, {"T", n}, {"D", p.d_model}, {"H", p.n_heads}, {"L", p.n_layers},
                          {"FF", p.d_ff}, {"V", V}, {"dropout", 0}}},
               {"threads", cpu_threads()},
               {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", ceiling},
-              {"parameters", model->parameter_count()},
+              {"parameters", model.parameter_count()},
               {"greedy", greedy},
-              {"results", {{"gpt2_generate_cached", summarize(t, n, flops, ceiling, n)}}},
+              {"results", {{"generate_cached", summarize(t, n, flops, ceiling, n)}}},
               {"memory", {{"peak_rss_mb", peak_rss_mb()}}}};
   if (std::string(Be::name) == "cpu") {
-    // A token reads every weight once but the position table, of which it reads one row.
-    const double bytes = (double(model->parameter_count()) - (p.max_t - 1) * p.d_model) *
-                         weight_element_bytes(be);  // bf16, int8: the weights' copies
+    // A token reads every weight once, but of a learned position table one row.
+    const double table = p.positions == "learned" ? double(p.max_t - 1) * p.d_model : 0.0;
+    const double bytes = (double(model.parameter_count()) - table) * weight_element_bytes(be);  // bf16, int8: the copies
     const double bw = read_bandwidth_gbs(a.smoke);
-    auto& m = out["results"]["gpt2_generate_cached"];
+    auto& m = out["results"]["generate_cached"];
     m["weight_gbs"] = bytes / (m["median_ms"].get<double>() * 1e-3) * 1e-9;
     m["bandwidth_fraction"] = m["weight_gbs"].get<double>() / bw;
     out["read_bandwidth_gbs"] = bw;
@@ -703,9 +706,10 @@ int main(int argc, char** argv) {
       ("vocab", po::value(&a.vocab)->default_value(a.vocab), "vocabulary size (65; 8000 with --translator)")
       ("translator", po::value(&a.translator), ("time translation decoding of this preset instead: " +
                                                 TranslatorPresets::list()).c_str())
-      ("gpt2", po::value(&a.gpt2), "time greedy decoding of this Hugging Face GPT-2 checkpoint (gpt2-small's shape) "
-       "instead")
-      ("gpt2-tokens", po::value(&a.gpt2_tokens)->default_value(a.gpt2_tokens), "with --gpt2: tokens per generation")
+      ("pretrained", po::value(&a.pretrained), "time greedy decoding of this checkpoint instead (a Hugging Face GPT-2 "
+       "or Llama directory, or a llama2.c .bin, of a shipped preset's shape)")
+      ("decode-tokens", po::value(&a.decode_tokens)->default_value(a.decode_tokens),
+       "with --pretrained: tokens per generation (below the model's context)")
       ("modes", po::value(&a.modes)->default_value(a.modes), "comma-separated: train, forward, generate; under mpirun: train, or allreduce (its cost by size)")
       ("min-time", po::value(&a.min_time)->default_value(a.min_time), "timed seconds per measurement (at least)")
       ("min-reps", po::value(&a.min_reps)->default_value(a.min_reps), "timed repetitions per measurement (at least)")
@@ -736,7 +740,7 @@ int main(int argc, char** argv) {
     (void)LanguageModelPresets::info(a.model);
     check_backend_name(a.backend, "--backend");
     check_precision_name(a.precision, "--precision");
-    require(a.precision != "int8" || a.modes == "generate" || !a.gpt2.empty() || !a.translator.empty(),
+    require(a.precision != "int8" || a.modes == "generate" || !a.pretrained.empty() || !a.translator.empty(),
             "--precision int8 times decoding: --modes generate, --gpt2 or --translator");
     (void)parse_recompute(a.recompute);
     require(a.batch >= 0, "--batch ", a.batch, " is negative");
@@ -754,9 +758,7 @@ int main(int argc, char** argv) {
                 "' (choose from train, forward, generate; allreduce under mpirun)");
     }
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
-    const int gpt2_max_t = LanguageModelPresets::info("gpt2-small").max_t;
-    require(a.gpt2_tokens >= 1 && a.gpt2_tokens < gpt2_max_t, "--gpt2-tokens ", a.gpt2_tokens, " outside 1..",
-            gpt2_max_t - 1);
+    require(a.decode_tokens >= 1 && a.decode_tokens < (1 << 20), "--decode-tokens ", a.decode_tokens, " is not positive");
     json result;
     if (a.modes == "allreduce") {
       result = run_allreduce(a);
@@ -783,8 +785,8 @@ int main(int argc, char** argv) {
                   << " MB, peak RSS after " << std::setprecision(1) << m["peak_rss_mb"].get<double>() << " MB\n";
       if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");
       return 0;
-    } else if (!a.gpt2.empty()) {
-      dispatch_backend(a.backend, [&]<class Be>() { result = run_gpt2<Be>(a); });
+    } else if (!a.pretrained.empty()) {
+      dispatch_backend(a.backend, [&]<class Be>() { result = run_pretrained<Be>(a); });
     } else if (a.translator.empty()) {
       dispatch_backend(a.backend, [&]<class Be>() { result = run<Be>(a); });
     } else {

@@ -10,7 +10,7 @@ matrices and embeddings, zero biases. AdamW(0.9, 0.999, eps 1e-8, decay
 0.01 on matrices only). Generation is the seeds' loop: recompute the whole
 context for every new token. Prints the same JSON as xfmr-bench --json.
 
-With --gpt2 DIR it times GPT-2 decoding instead, as xfmr-bench --gpt2 does:
+With --gpt2 DIR it times GPT-2 decoding instead, as xfmr-bench --pretrained does:
 the same model with GELU (tanh), loaded from a Hugging Face GPT-2 checkpoint
 of gpt2-small's shape (Conv1D weights transposed into nn.Linear, head tied
 to the token embedding), greedy tokens after <|endoftext|> decoded with a
@@ -269,6 +269,7 @@ def gemm_ceiling(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="shakespeare-small", choices=sorted(PRESETS))
+    p.add_argument("--seq-len", type=int, default=0, help="train and forward: positions per sequence (0: MAX_T)")
     p.add_argument("--batch", type=int, default=0)
     p.add_argument("--vocab", type=int, default=65)
     p.add_argument("--modes", default="train,forward,generate")
@@ -319,16 +320,19 @@ def main():
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
-    ids = torch.randint(0, v, (b, t_max), device=args.device)
-    targets = torch.randint(0, v, (b, t_max), device=args.device)
+    t = args.seq_len or t_max
+    if not 0 < t <= t_max:
+        p.error(f"--seq-len {t} outside 1..{t_max}")
+    ids = torch.randint(0, v, (b, t), device=args.device)
+    targets = torch.randint(0, v, (b, t), device=args.device)
     backend = "cpu" if args.device == "cpu" else torch.cuda.get_device_name() + (" tf32" if args.tf32 else "")
     out = {"impl": "pytorch", "backend": backend, "model": args.model, "torch": torch.__version__,
            "precision": args.precision,
            "attention": "scaled_dot_product_attention" if SDPA else "written out",
-           "shape": {"B": b, "T": t_max, "D": d, "H": h, "L": l, "FF": ff, "V": v, "dropout": dropout},
+           "shape": {"B": b, "T": t, "D": d, "H": h, "L": l, "FF": ff, "V": v, "dropout": dropout},
            "threads": torch.get_num_threads(), "blas": blas_kernel(), "gemm_ceiling_gflops": ceiling,
            "parameters": sum(p.numel() for p in model.parameters()), "results": {}}
-    fwd = forward_flops(cfg, b, t_max, v)
+    fwd = forward_flops(cfg, b, t, v)
 
     if "train" in modes:
         model.train()
@@ -340,11 +344,11 @@ def main():
             loss = F.cross_entropy(logits.float().view(-1, v), targets.view(-1))
             loss.backward()
             opt.step()
-        out["results"]["train_step"] = summarize(time_calls(step, args), b * t_max, 3 * fwd, ceiling)
+        out["results"]["train_step"] = summarize(time_calls(step, args), b * t, 3 * fwd, ceiling)
     model.eval()
     with torch.no_grad():
         if "forward" in modes:
-            out["results"]["forward"] = summarize(time_calls(lambda: model(ids), args), b * t_max, fwd, ceiling)
+            out["results"]["forward"] = summarize(time_calls(lambda: model(ids), args), b * t, fwd, ceiling)
         if "generate" in modes:
             n = t_max - 1
             flops = sum(forward_flops(cfg, 1, i + 1, v) for i in range(n))
@@ -362,7 +366,7 @@ def main():
     out["memory"] = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}
     if args.device == "cuda":
         out["memory"]["peak_device_mb"] = torch.cuda.max_memory_allocated() / 1e6
-    print(f"pytorch {args.model} (B{b} T{t_max} D{d} H{h} L{l}), {backend}, {out['threads']} threads, {out['blas']}; "
+    print(f"pytorch {args.model} (B{b} T{t} D{d} H{h} L{l}), {backend}, {out['threads']} threads, {out['blas']}; "
           f"GEMM ceiling {ceiling:.1f} GFLOP/s")
     for name, m in out["results"].items():
         print(f"  {name:24s}{m['median_ms']:10.3f} ms  [{m['p10_ms']:.3f}, {m['p90_ms']:.3f}]"

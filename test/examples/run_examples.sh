@@ -830,6 +830,9 @@ case "$case_name" in
     "$lm" export --model hf --hf hf2 > /dev/null || fail "exporting the export failed"
     cmp -s hf/model.safetensors hf2/model.safetensors || fail "export -> import -> export changed the tensors"
     expect_error "exists already" "$lm" export --model pre --hf hf
+    bench="$bin/../benchmark/xfmr-bench"
+    "$bench" --pretrained hf --decode-tokens 8 --smoke > bench.txt || fail "xfmr-bench --pretrained failed"
+    grep -q "tiny gpt2 checkpoint" bench.txt || fail "xfmr-bench --pretrained: $(cat bench.txt)"
     "$lm" train --init hf --data corpus2.txt --steps 60 --batch 8 --lr 1e-3 --eval-every 30 --eval-windows 8 \
       --out ft --metrics-json ft.json --log-csv ft.csv --report ft.html > ft.log || fail "fine-tuning failed: $(cat ft.log)"
     start=$(json_value ft.json start_val_loss) end=$(json_value ft.json val_loss)
