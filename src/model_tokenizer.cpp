@@ -12,6 +12,8 @@ template <class... F>
 struct Overload : F... {
   using F::operator()...;
 };
+template <class... F>
+Overload(F...) -> Overload<F...>;  // (Clang 14 deduces no aggregate's arguments)
 }  // namespace
 
 ModelTokenizer ModelTokenizer::load(const fs::path& path) {
