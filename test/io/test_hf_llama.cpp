@@ -1,7 +1,8 @@
 // Hugging Face Llama checkpoints (io/hf_llama.hpp) against make_fixtures.py's
 // plain-torch Llama with Hugging Face's rotate-half positions: fixtures/
 // hf_llama holds model.safetensors (q_proj and k_proj in that order),
-// config.json and expected.safetensors (ids and their float64 logits).
+// config.json and expected.safetensors (ids and their float64 logits, and
+// the greedy continuation of the first four ids).
 // Then mismatched configs, tensors and models are refused by name.
 #define BOOST_TEST_MODULE hf_llama
 #include <boost/test/unit_test.hpp>
@@ -89,6 +90,30 @@ BOOST_AUTO_TEST_CASE(logits_match_the_rotate_half_reference) {
     cached.insert(cached.end(), row.begin(), row.end());
   }
   BOOST_TEST(relative_gap(std::span<const float>(cached), want) < 1e-4);
+}
+
+// Greedy decoding through the KV cache picks PyTorch's tokens (the
+// reference recomputes the whole prefix for each; its top two logits are
+// far apart at every step).
+BOOST_AUTO_TEST_CASE(greedy_decoding_through_the_cache_matches_pytorch) {
+  Lm m(kVocab, 1, {.head_bias = false});
+  load_hf_llama(m, open_hf_llama(kDir));
+  m.set_training(false);
+  const auto expected = SafeTensors::load(kDir / "expected.safetensors");
+  const auto ids = expected.integers("ids"), want = expected.integers("greedy");
+  Cpu be;
+  DecodingCache<Cpu> cache;
+  m.start_cache(cache, 1);
+  std::vector<std::int32_t> prompt(ids.begin(), ids.begin() + 4);
+  auto logits = m.forward_cached(be, prompt, 1, cache);
+  std::vector<std::int64_t> got;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const auto last = logits.subspan(logits.size() - kVocab);
+    const std::int32_t next = std::int32_t(std::max_element(last.begin(), last.end()) - last.begin());
+    got.push_back(next);
+    logits = m.forward_cached(be, std::span<const std::int32_t>(&next, 1), 1, cache);
+  }
+  BOOST_TEST(got == want, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(mismatches_are_refused_by_name) {

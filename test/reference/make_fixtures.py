@@ -709,10 +709,6 @@ def hf_llama_tiny(out_dir, dim=32, hidden=48, layers=2, heads=4, kv_heads=2, voc
                    l + "mlp.gate_proj.weight": p[f"{i}.w1"], l + "mlp.up_proj.weight": p[f"{i}.w3"],
                    l + "mlp.down_proj.weight": p[f"{i}.w2"]})
     ids = torch.randint(0, vocab, (12,), generator=gen).tolist()
-    T = len(ids)
-    inv = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-    angle = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    cos, sin = torch.cat((angle.cos(), angle.cos()), -1), torch.cat((angle.sin(), angle.sin()), -1)
 
     def rms(v, g):
         return v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * g
@@ -720,6 +716,44 @@ def hf_llama_tiny(out_dir, dim=32, hidden=48, layers=2, heads=4, kv_heads=2, voc
     def rotate_half(t):
         return torch.cat((-t[..., hd // 2:], t[..., :hd // 2]), dim=-1)
 
+    def forward(ids):
+        T = len(ids)
+        inv = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+        angle = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+        cos, sin = torch.cat((angle.cos(), angle.cos()), -1), torch.cat((angle.sin(), angle.sin()), -1)
+        return llama_hf_layers(hf, ids, layers, heads, kv_heads, hd, dim, cos, sin, rms, rotate_half)
+
+    logits = forward(ids)
+    # Greedy continuation, the whole prefix recomputed for each token (no
+    # cache); the smallest gap between the two best logits on the way shows
+    # that float32 picks the same tokens.
+    greedy, gap, seq = [], float("inf"), list(ids[:4])
+    for _ in range(len(ids) - 4):
+        last = forward(seq)[-1]
+        top = last.topk(2).values
+        gap = min(gap, float(top[0] - top[1]))
+        seq.append(int(last.argmax()))
+        greedy.append(seq[-1])
+    assert gap > 1e-3, f"greedy gap {gap} too small for float32"
+    assert torch.allclose(logits, llama2c_forward(p, ids, layers, heads, kv_heads), atol=1e-9), "rotate-half mismatch"
+    d = out_dir / "hf_llama"
+    d.mkdir(parents=True, exist_ok=True)
+    write_safetensors(d / "model.safetensors", hf, {"format": "pt"})
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim,
+              "intermediate_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+              "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": n_pos,
+              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+              "rope_scaling": None, "attention_bias": False}
+    (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_safetensors(d / "expected.safetensors", {"ids": torch.tensor(ids, dtype=torch.int64), "logits": logits,
+                                                   "greedy": torch.tensor(greedy, dtype=torch.int64)},
+                      {"reference": f"torch {torch.__version__}, float64, rotate-half Llama; greedy: "
+                                    f"after ids[:4], gap {gap:.3g}"})
+
+
+def llama_hf_layers(hf, ids, layers, heads, kv_heads, hd, dim, cos, sin, rms, rotate_half):
+    """hf_llama_tiny's plain-torch LlamaForCausalLM forward: logits (T, vocab)."""
+    T = len(ids)
     x = hf["model.embed_tokens.weight"][torch.tensor(ids)]
     for i in range(layers):
         l = f"model.layers.{i}."
@@ -734,19 +768,7 @@ def hf_llama_tiny(out_dir, dim=32, hidden=48, layers=2, heads=4, kv_heads=2, voc
         h = rms(x, hf[l + "post_attention_layernorm.weight"])
         x = x + (F.silu(h @ hf[l + "mlp.gate_proj.weight"].T) * (h @ hf[l + "mlp.up_proj.weight"].T)) @ \
             hf[l + "mlp.down_proj.weight"].T
-    logits = rms(x, hf["model.norm.weight"]) @ hf["lm_head.weight"].T
-    assert torch.allclose(logits, llama2c_forward(p, ids, layers, heads, kv_heads), atol=1e-9), "rotate-half mismatch"
-    d = out_dir / "hf_llama"
-    d.mkdir(parents=True, exist_ok=True)
-    write_safetensors(d / "model.safetensors", hf, {"format": "pt"})
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim,
-              "intermediate_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
-              "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": n_pos,
-              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
-              "rope_scaling": None, "attention_bias": False}
-    (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    write_safetensors(d / "expected.safetensors", {"ids": torch.tensor(ids, dtype=torch.int64), "logits": logits},
-                      {"reference": f"torch {torch.__version__}, float64, rotate-half Llama"})
+    return rms(x, hf["model.norm.weight"]) @ hf["lm_head.weight"].T
 
 
 def byte_symbols():
