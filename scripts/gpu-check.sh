@@ -12,7 +12,9 @@
 #    shakespeare-small (CPU, CUDA with graph steps, CUDA queueing every
 #    kernel, PyTorch) and the GPT-2-small shaped model, in float32 and in
 #    bf16 (xfmr's --precision bf16 products, PyTorch's autocast); then the
-#    GPT-2-small step's time and peak device memory per --recompute mode.
+#    GPT-2-small step's time and peak device memory per --recompute mode;
+# 5. a random stories15m (llama2.c's layout, through load_pretrained):
+#    the GPU's greedy tokens against the CPU's.
 # Everything lands in OUT_DIR (default build/gpu-check). Every step runs even
 # when an earlier one fails; the exit status says whether all passed.
 #
@@ -114,6 +116,22 @@ for mode in none cheap block; do
     --backend cuda --modes train --batch 8 --recompute "$mode" --min-time 2 \
     --json "$out/gpt2_cuda_tiled_recompute_$mode.json"
 done
+
+# 5. A published model's shape (a random stories15m, llama2.c's layout,
+#    through load_pretrained and the Llama family's library file) decodes
+#    the CPU's greedy tokens on the GPU, in float32.
+step "stories15m checkpoint" python3 benchmark/random_checkpoint.py stories15m "$out/stories15m.bin"
+for be in cpu cuda; do
+  step "bench stories15m $be" "$bench" --pretrained "$out/stories15m.bin" --backend "$be" --decode-tokens 128 \
+    --min-time 1 --json "$out/stories15m_$be.json"
+done
+step "stories15m greedy cpu = cuda" python3 - "$out" <<'PY'
+import json, sys
+a, b = (json.load(open(f"{sys.argv[1]}/stories15m_{be}.json"))["greedy"] for be in ("cpu", "cuda"))
+same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+print(f"the first {same} of {len(a)} greedy tokens agree")
+sys.exit(0 if same >= 32 else 1)
+PY
 
 if ((${#failed[@]})); then
   printf 'gpu-check: FAILED: %s\n' "${failed[@]}"
