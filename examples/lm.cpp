@@ -301,12 +301,10 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
     l = load_model<Be>(run.init, run.tokenizer, base, true);
   } else {
     l.tok.emplace(load_tokenizer(run.tokenizer, {}, 1 << 30, l.tokenizer_path));
-    // A GPT-2 or Llama shape gets its family's head (tied to the embedding,
-    // no bias), so that it exports; other presets keep Decoder's default.
+    // A GPT-2 or Llama shape gets its family's head, so that it exports.
     const PresetInfo p = LanguageModelPresets::info(run.preset);
-    DecoderOptions opts = base;
+    DecoderOptions opts = published_head(p, base);
     if (run.dropout < 0) opts.dropout = p.dropout;
-    if (detail::gpt2_shaped(p) || detail::llama_shaped(p)) opts.tie_weights = true, opts.head_bias = false;
     l.model = make_language_model<Be>(run.preset, l.tok->size(), run.seed, opts);
   }
   LanguageModel<Be>& model = *l.model;
@@ -525,7 +523,7 @@ int run_export(int argc, char** argv) {
     if (!same_file(f, to)) fs::copy_file(f, to, fs::copy_options::overwrite_existing);
   }
   std::cout << "xfmr-lm: " << l.model->preset().name << " (" << l.model->parameter_count() << " parameters) to " << hf
-            << " as " << (detail::gpt2_shaped(l.model->preset()) ? "GPT2LMHeadModel" : "LlamaForCausalLM")
+            << " as " << (gpt2_shaped(l.model->preset()) ? "GPT2LMHeadModel" : "LlamaForCausalLM")
             << ", with its tokenizer\n";
   return 0;
 }

@@ -84,6 +84,11 @@ std::string Gpt2Config::to_json() const {
   return j.dump(2) + "\n";
 }
 
+bool gpt2_shaped(const PresetInfo& p) {
+  return p.pre_norm && !p.rms_norm && p.activation == "gelu" && p.positions == "learned" && p.bias &&
+         p.n_kv_heads == p.n_heads && !p.gated;
+}
+
 Gpt2Config gpt2_config_of(const PresetInfo& p, int vocab) {
   Gpt2Config c;
   c.vocab_size = vocab;
@@ -232,11 +237,6 @@ void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab
           "' is not GELU's tanh approximation (gelu_new or gelu_pytorch_tanh), which xfmr's Gelu computes");
   require(std::abs(c.layer_norm_epsilon - 1e-5) <= 1e-12, source, ": layer_norm_epsilon ", c.layer_norm_epsilon,
           " is not xfmr's LayerNorm's 1e-5");
-}
-
-bool gpt2_shaped(const PresetInfo& p) {
-  return p.pre_norm && !p.rms_norm && p.activation == "gelu" && p.positions == "learned" && p.bias &&
-         p.n_kv_heads == p.n_heads && !p.gated;
 }
 
 void gpt2_check_preset(const PresetInfo& p) {

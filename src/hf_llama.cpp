@@ -78,6 +78,10 @@ std::string HfLlamaConfig::to_json() const {
   return j.dump(2) + "\n";
 }
 
+bool llama_shaped(const PresetInfo& p) {
+  return p.pre_norm && p.rms_norm && p.activation == "swiglu" && p.positions == "rope" && !p.bias;
+}
+
 HfLlamaCheckpoint open_hf_llama(const fs::path& path) {
   const fs::path file = fs::is_directory(path) ? path / "model.safetensors" : path;
   require(fs::exists(file), file.string(), ": no such file (a directory with model.safetensors and config.json, or the .safetensors file)");
@@ -201,10 +205,6 @@ void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, int d, int lay
   require(tied == c.tie_word_embeddings, source, ": tie_word_embeddings is ", c.tie_word_embeddings ? "true" : "false",
           "; build the model with tie_weights = ", c.tie_word_embeddings ? "true" : "false");
   require(!head_bias, source, ": Llama's head has no bias; build the model with head_bias = false");
-}
-
-bool llama_shaped(const PresetInfo& p) {
-  return p.pre_norm && p.rms_norm && p.activation == "swiglu" && p.positions == "rope" && !p.bias;
 }
 
 void llama_check_preset(const PresetInfo& p) {

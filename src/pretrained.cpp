@@ -92,19 +92,19 @@ PresetInfo shape(int max_t, int d, int heads, int kv_heads, int layers, int d_ff
 }  // namespace
 
 std::string_view gpt2_preset(const Gpt2Config& c, const std::string& source) {
-  return find_preset(detail::gpt2_shaped, "GPT-2", shape(c.n_positions, c.n_embd, c.n_head, c.n_head, c.n_layer, c.d_ff()),
+  return find_preset(gpt2_shaped, "GPT-2", shape(c.n_positions, c.n_embd, c.n_head, c.n_head, c.n_layer, c.d_ff()),
                      source);
 }
 
 std::string_view hf_llama_preset(const HfLlamaConfig& c, const std::string& source) {
-  return find_preset(detail::llama_shaped, "Llama",
+  return find_preset(llama_shaped, "Llama",
                      shape(c.max_position_embeddings, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
                            c.num_hidden_layers, c.intermediate_size),
                      source);
 }
 
 std::string_view llama2c_preset(const Llama2cConfig& c, const std::string& source) {
-  return find_preset(detail::llama_shaped, "Llama",
+  return find_preset(llama_shaped, "Llama",
                      shape(c.seq_len, c.dim, c.n_heads, c.n_kv_heads, c.n_layers, c.hidden_dim), source);
 }
 

@@ -50,13 +50,13 @@ BOOST_AUTO_TEST_CASE(a_config_picks_the_preset_of_its_shape) {
   for (const std::string_view name : LanguageModelPresets::names()) {
     const PresetInfo p = LanguageModelPresets::info(name);
     BOOST_TEST_CONTEXT(name) {
-      if (detail::gpt2_shaped(p)) {
+      if (gpt2_shaped(p)) {
         Gpt2Config c;
         c.n_positions = p.max_t, c.n_embd = p.d_model, c.n_layer = p.n_layers, c.n_head = p.n_heads;
         c.n_inner = p.d_ff;
         BOOST_TEST(gpt2_preset(c, "config.json") == name);
         ++gpt2;
-      } else if (detail::llama_shaped(p)) {
+      } else if (llama_shaped(p)) {
         const HfLlamaConfig c = detail::hf_llama_config_of(p, 32000, true);
         BOOST_TEST(hf_llama_preset(c, "config.json") == name);
         Llama2cConfig l;
@@ -117,6 +117,11 @@ BOOST_AUTO_TEST_CASE(save_pretrained_then_load_pretrained_is_bitwise) {
       fs::remove_all(d);
     }
   }
+  // published_head: what a preset needs to export as its family.
+  const PresetInfo llama = LanguageModelPresets::info("shakespeare-llama"), small = LanguageModelPresets::info("shakespeare-small");
+  BOOST_TEST((published_head(llama, {.dropout = 0.1f}).tie_weights && !published_head(llama).head_bias));
+  BOOST_TEST(published_head(llama, {.dropout = 0.1f}).dropout == 0.1f);
+  BOOST_TEST((!published_head(small).tie_weights && published_head(small).head_bias));
   const auto relu = make_language_model<Cpu>("shakespeare-small", 11, 3, kGpt2Options);
   check_has(test::error_of([&] { save_pretrained(*relu, fresh_dir("relu")); }), "'shakespeare-small' (D64 H4 L4 T32 FF256) is not Llama-shaped");
 }

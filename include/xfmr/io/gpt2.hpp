@@ -46,6 +46,10 @@
 
 namespace xfmr {
 
+// kGpt2Shaped at run time: whether a preset is GPT-2's block (pre-norm
+// LayerNorm, GELU, learned positions, biases, one key/value head a head).
+bool gpt2_shaped(const PresetInfo& p);
+
 struct Gpt2Config {
   int vocab_size = 50257, n_positions = 1024, n_embd = 768, n_layer = 12, n_head = 12;
   int n_inner = 0;  // 0: 4 * n_embd, as config.json's null
@@ -112,9 +116,7 @@ inline constexpr bool kGpt2Shaped =
 void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, int max_t, int d, int layers,
                        int heads, int d_ff);
 void gpt2_check_options(const DecoderOptions& o);
-// kGpt2Shaped at run time, for a model whose preset is known at run time
-// (the check: an xfmr::Error naming the preset when it is not).
-bool gpt2_shaped(const PresetInfo& p);
+// gpt2_check_preset: gpt2_shaped, or an xfmr::Error naming the preset.
 void gpt2_check_preset(const PresetInfo& p);
 
 // Every parameter of `model` from `st`, by its GPT-2 name.

@@ -21,9 +21,13 @@ inline constexpr bool kLlamaShaped =
     rotary_positions<Cfg>() && !linear_bias<Cfg>() && qk_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL &&
     v_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL;
 
-// kLlamaShaped at run time, for a model whose preset is known at run time:
-// an xfmr::Error naming the preset when it is not.
-bool llama_shaped(const PresetInfo& p);
+// llama_check_preset: llama_shaped, or an xfmr::Error naming the preset.
 void llama_check_preset(const PresetInfo& p);
 
 }  // namespace xfmr::detail
+
+namespace xfmr {
+// kLlamaShaped at run time: whether a preset is Llama's block (pre-norm
+// RMSNorm, SwiGLU, rotary positions, no biases).
+bool llama_shaped(const PresetInfo& p);
+}  // namespace xfmr

@@ -23,7 +23,11 @@
 //   tying and bias are the checkpoint's, opts' dropout, attention dropout
 //   and recompute apply (fine-tuning).
 // save_pretrained(model, dir, overwrite): save_gpt2 or save_hf_llama, by
-//   the preset's family.
+//   the preset's family (gpt2_shaped, llama_shaped).
+// published_head(preset, opts): opts with the head the family publishes
+//   (tied to the embedding, no bias: what save_pretrained needs) for a
+//   GPT-2 or Llama preset; as given for the others. A model trained from
+//   scratch to be exported is built so.
 #pragma once
 
 #include <filesystem>
@@ -83,9 +87,14 @@ Pretrained<Backend> load_pretrained(const std::filesystem::path& path, DecoderOp
   detail::fail("unknown checkpoint format");
 }
 
+inline DecoderOptions published_head(const PresetInfo& p, DecoderOptions opts = {}) {
+  if (gpt2_shaped(p) || llama_shaped(p)) opts.tie_weights = true, opts.head_bias = false;
+  return opts;
+}
+
 template <class Backend>
 void save_pretrained(LanguageModel<Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
-  if (detail::gpt2_shaped(model.preset())) save_gpt2(model, dir, overwrite);
+  if (gpt2_shaped(model.preset())) save_gpt2(model, dir, overwrite);
   else save_hf_llama(model, dir, overwrite);  // or an error naming the preset
 }
 
