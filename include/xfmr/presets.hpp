@@ -139,20 +139,26 @@ struct ShakespeareSmall {
   using Positions = Learned;
 };
 
+// Llama's block at a given shape: pre-norm RMSNorm, SwiGLU, rotary
+// positions, no biases, no dropout.
+template <int T, int D, int H, int KV, int L, int FF>
+struct LlamaShape {
+  static constexpr int MAX_T = T, D_MODEL = D, N_HEADS = H, N_KV_HEADS = KV, N_LAYERS = L, D_FF = FF;
+  static constexpr float DROPOUT = 0.0f;
+  static constexpr bool BIAS = false;
+  using Norm = PreNorm;
+  template <int W, class Be>
+  using NormLayer = RmsNorm<W, Be>;
+  using Activation = SwiGlu;
+  using Positions = Rope;
+};
+
 // shakespeare-small's shape as Llama builds it: RMSNorm, rotary positions,
 // SwiGLU and no biases; D_FF 176 for three feed-forward matrices keeps the
 // parameter count within 0.4% of shakespeare-small's (209,665 against
 // 210,497 for 65 characters).
-struct ShakespeareLlama {
+struct ShakespeareLlama : LlamaShape<32, 64, 4, 4, 4, 176> {
   static constexpr const char* NAME = "shakespeare-llama";
-  static constexpr int MAX_T = 32, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 4, D_FF = 176;
-  static constexpr float DROPOUT = 0.0f;
-  static constexpr bool BIAS = false;
-  using Norm = PreNorm;
-  template <int D, class Be>
-  using NormLayer = RmsNorm<D, Be>;
-  using Activation = SwiGlu;
-  using Positions = Rope;
 };
 
 // Seed 000 (makemore-style names): a context long enough for any name.
@@ -220,19 +226,7 @@ struct Gpt2Medium {
   using Positions = Learned;
 };
 
-// Llama family: pre-norm RMSNorm, SwiGLU, rotary positions, no biases.
-template <int T, int D, int H, int KV, int L, int FF>
-struct LlamaShape {
-  static constexpr int MAX_T = T, D_MODEL = D, N_HEADS = H, N_KV_HEADS = KV, N_LAYERS = L, D_FF = FF;
-  static constexpr float DROPOUT = 0.0f;
-  static constexpr bool BIAS = false;
-  using Norm = PreNorm;
-  template <int W, class Be>
-  using NormLayer = RmsNorm<W, Be>;
-  using Activation = SwiGlu;
-  using Positions = Rope;
-};
-
+// Llama family (LlamaShape above).
 // llama2.c's TinyStories models (its README's table; D_FF as its model.py
 // rounds 8/3 D up to a multiple of 32), vocabulary 32,000.
 struct Stories15M : LlamaShape<256, 288, 6, 6, 6, 768> {

@@ -9,22 +9,12 @@
 #include <span>
 #include <vector>
 
-#include "xfmr/blocks/residual.hpp"
-#include "xfmr/layers/activation.hpp"
-#include "xfmr/layers/positional.hpp"
-#include "xfmr/layers/rms_norm.hpp"
+#include "xfmr/presets.hpp"
 
 namespace xfmr::test {
 
-struct LlamaFixture {
-  static constexpr int MAX_T = 16, D_MODEL = 32, N_HEADS = 4, N_KV_HEADS = 2, N_LAYERS = 2, D_FF = 48;
+struct LlamaFixture : presets::LlamaShape<16, 32, 4, 2, 2, 48> {
   static constexpr int VOCAB = 40;
-  static constexpr bool BIAS = false;
-  using Norm = PreNorm;
-  template <int D, class Be>
-  using NormLayer = RmsNorm<D, Be>;
-  using Activation = SwiGlu;
-  using Positions = Rope;
 };
 
 // The largest difference from the reference over its largest magnitude.
