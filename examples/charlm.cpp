@@ -402,10 +402,6 @@ void sample(const SampleArgs& args, const Metadata& metadata) {
 
 constexpr int kMaxSampleTokens = 1 << 24;
 
-int usage(const char* argv0) {
-  std::cerr << "usage: " << argv0 << " train|sample|eval|quantise [options]   (--help on each)\n";
-  return 2;
-}
 
 // A checkpoint of this program's: its metadata, checked before any work.
 Metadata read_charlm_checkpoint(const std::string& dir) {
@@ -601,18 +597,9 @@ int run_eval(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage(argv[0]);
-  const std::string command = argv[1];
-  return run_command("xfmr-charlm", [&] {
-    if (command == "train") return run_train(argc - 1, argv + 1);
-    if (command == "sample") return run_sample(argc - 1, argv + 1);
-    if (command == "eval") return run_eval(argc - 1, argv + 1);
-    if (command == "quantise") return run_quantise("xfmr-charlm", kFormat, argc - 1, argv + 1);
-    if (command == "--help" || command == "-h") {
-      usage(argv[0]);
-      return 0;
-    }
-    std::cerr << "xfmr-charlm: unknown command '" << command << "'\n";
-    return usage(argv[0]);
-  });
+  return run_commands("xfmr-charlm", argc, argv,
+                      {{"train", run_train},
+                       {"sample", run_sample},
+                       {"eval", run_eval},
+                       {"quantise", [](int n, char** a) { return run_quantise("xfmr-charlm", kFormat, n, a); }}});
 }

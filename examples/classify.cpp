@@ -443,10 +443,6 @@ Metadata read_classifier_checkpoint(const std::string& dir) {
   return md;
 }
 
-int usage(const char* argv0) {
-  std::cerr << "usage: " << argv0 << " train|eval|quantise [options]   (--help on each)\n";
-  return 2;
-}
 
 int run_train(int argc, char** argv) {
   TrainArgs a;
@@ -534,17 +530,8 @@ int run_eval(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage(argv[0]);
-  const std::string command = argv[1];
-  return run_command("xfmr-classify", [&] {
-    if (command == "train") return run_train(argc - 1, argv + 1);
-    if (command == "eval") return run_eval(argc - 1, argv + 1);
-    if (command == "quantise") return run_quantise("xfmr-classify", kFormat, argc - 1, argv + 1);
-    if (command == "--help" || command == "-h") {
-      usage(argv[0]);
-      return 0;
-    }
-    std::cerr << "xfmr-classify: unknown command '" << command << "' (train, eval or quantise)\n";
-    return 2;
-  });
+  return run_commands("xfmr-classify", argc, argv,
+                      {{"train", run_train},
+                       {"eval", run_eval},
+                       {"quantise", [](int n, char** a) { return run_quantise("xfmr-classify", kFormat, n, a); }}});
 }

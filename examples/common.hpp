@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -140,6 +141,28 @@ int run_command(const char* program, Run&& run) {
   const int status = attempt();
   if (status != 0 && ProcessGroup::distributed()) ProcessGroup::world().abort_on_error();
   return status;
+}
+
+// main() of a program of commands, `program COMMAND [options]`: the named
+// command runs (through run_command) with the arguments from the command
+// on; none, or --help, prints the usage line; an unknown one is named.
+struct Command {
+  std::string_view name;
+  std::function<int(int, char**)> run;
+};
+inline int run_commands(const char* program, int argc, char** argv, std::initializer_list<Command> commands) {
+  std::string names;
+  for (const Command& c : commands) (names += names.empty() ? "" : "|") += c.name;
+  const auto usage = [&] { std::cerr << "usage: " << argv[0] << " " << names << " [options]   (--help on each)\n"; };
+  if (argc < 2) return usage(), 2;
+  const std::string_view command = argv[1];
+  if (command == "--help" || command == "-h") return usage(), 0;
+  return run_command(program, [&] {
+    for (const Command& c : commands)
+      if (command == c.name) return c.run(argc - 1, argv + 1);
+    std::cerr << program << ": unknown command '" << command << "' (" << names << ")\n";
+    return 2;
+  });
 }
 
 // v with `digits` decimals ("-" when it is not a finite number, or

@@ -528,26 +528,10 @@ int run_export(int argc, char** argv) {
   return 0;
 }
 
-int usage(const char* argv0) {
-  std::cerr << "usage: " << argv0 << " sample|eval|train|export [options]   (--help on each)\n";
-  return 2;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage(argv[0]);
-  const std::string command = argv[1];
-  return run_command("xfmr-lm", [&] {
-    if (command == "sample") return run_sample(argc - 1, argv + 1);
-    if (command == "eval") return run_eval(argc - 1, argv + 1);
-    if (command == "train") return run_train(argc - 1, argv + 1);
-    if (command == "export") return run_export(argc - 1, argv + 1);
-    if (command == "--help" || command == "-h") {
-      usage(argv[0]);
-      return 0;
-    }
-    std::cerr << "xfmr-lm: unknown command '" << command << "'\n";
-    return usage(argv[0]);
-  });
+  return run_commands("xfmr-lm", argc, argv,
+                      {{"sample", run_sample}, {"eval", run_eval}, {"train", run_train}, {"export", run_export}});
 }

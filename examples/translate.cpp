@@ -738,24 +738,10 @@ int run_use(int argc, char** argv, bool evaluate) {
 
 }  // namespace
 
-int usage(const char* argv0) {
-  std::cerr << "usage: " << argv0 << " train|translate|eval|quantise [options]   (--help on each)\n";
-  return 2;
-}
-
 int main(int argc, char** argv) {
-  if (argc < 2) return usage(argv[0]);
-  const std::string command = argv[1];
-  return run_command("xfmr-translate", [&] {
-    if (command == "--help" || command == "-h") {
-      usage(argv[0]);
-      return 0;
-    }
-    if (command == "train") return run_train(argc - 1, argv + 1);
-    if (command == "translate") return run_use(argc - 1, argv + 1, false);
-    if (command == "eval") return run_use(argc - 1, argv + 1, true);
-    if (command == "quantise") return run_quantise("xfmr-translate", kFormat, argc - 1, argv + 1);
-    std::cerr << "xfmr-translate: unknown command '" << command << "' (train, translate, eval or quantise)\n";
-    return 2;
-  });
+  return run_commands("xfmr-translate", argc, argv,
+                      {{"train", run_train},
+                       {"translate", [](int n, char** a) { return run_use(n, a, false); }},
+                       {"eval", [](int n, char** a) { return run_use(n, a, true); }},
+                       {"quantise", [](int n, char** a) { return run_quantise("xfmr-translate", kFormat, n, a); }}});
 }
