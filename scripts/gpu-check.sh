@@ -18,44 +18,35 @@
 # Everything lands in OUT_DIR (default build/gpu-check). Every step runs even
 # when an earlier one fails; the exit status says whether all passed.
 #
-# XFMR_BUILD=DIR uses programs built elsewhere (for a GPU machine without the
-# build dependencies: build there with -DXFMR_NATIVE=OFF, ship DIR with the
-# shared libraries it needs in DIR/lib); then only the GPU tests run in step 1.
-# XFMR_DATA=DIR is where tinyshakespeare.txt is (default ../shared/data).
+# XFMR_BUILD uses programs built elsewhere, so that nothing is built on the
+# GPU machine: scripts/gpu-pack.sh's archive (lease/xfmr-lease.tar.xz), or a
+# folder laid out as a build tree with the libraries in lib/; then only the
+# GPU tests run in step 1. scripts/gpu-lease.sh is the part of this that
+# fits one 15-minute lease. XFMR_DATA=DIR is where tinyshakespeare.txt is
+# (default: the archive's data/, else ../shared/data).
 # XFMR_STEP_TIMEOUT=SECONDS bounds each step (default 900); XFMR_SANITIZERS
 # names the compute-sanitizer tools to run (default all four);
 # XFMR_BENCH_ROUNDS the alternating benchmark rounds (default 2).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit
+source scripts/gpu-env.sh
 out=${1:-build/gpu-check}
 mkdir -p "$out"
 nvidia-smi -L || { echo "gpu-check: no NVIDIA GPU here" >&2; exit 1; }
-failed=()
-step() {  # step NAME COMMAND...: run, remember a failure, go on
-  local name=$1; shift
-  echo "== $name"
-  local t0=$SECONDS
-  timeout "${XFMR_STEP_TIMEOUT:-900}" "$@"
-  local rc=$?
-  echo "-- $name: exit $rc in $((SECONDS - t0)) s"
-  if ((rc == 124)); then echo "gpu-check: $name TIMED OUT"; fi
-  ((rc == 0)) || { echo "gpu-check: $name FAILED (exit $rc)"; failed+=("$name"); }
-}
-
-if [[ -n ${XFMR_BUILD:-} ]]; then
-  bin=$XFMR_BUILD
-  export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  step "cuda runtime tests" "$bin/test/test_cuda_runtime"
-else
-  bin=build/release
+if [[ -z ${XFMR_BUILD:-} ]]; then
   cmake --preset release ${CMAKE_CUDA_ARCHITECTURES:+-DCMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES} \
     > "$out/configure.log" || exit 1
   cmake --build --preset release -j"$(nproc)" > "$out/build.log" || { tail -30 "$out/build.log"; exit 1; }
+fi
+gpu_programs "$out" || exit 1
+if [[ -n ${XFMR_BUILD:-} ]]; then
+  step "cuda runtime tests" "$xrun" "$bin/test/test_cuda_runtime"
+else
   step "ctest" ctest --test-dir "$bin" -j"$(nproc)" --output-on-failure
 fi
 
 # 1. The parity suite, verbosely (it skips with 77 only when no GPU is found).
-step "parity" bash -c "'$bin/test/test_cuda_parity' --report_level=short > '$out/parity.log' 2>&1; \
+step "parity" bash -c "'$xrun' '$bin/test/test_cuda_parity' --report_level=short > '$out/parity.log' 2>&1; \
   rc=\$?; grep -E 'error|failure|passed|skipped' '$out/parity.log' | tail -40; exit \$rc"
 
 # 2. compute-sanitizer on the parity suite: memory errors (out-of-bounds,
@@ -63,14 +54,14 @@ step "parity" bash -c "'$bin/test/test_cuda_parity' --report_level=short > '$out
 #    nothing wrote.
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in ${XFMR_SANITIZERS-memcheck racecheck synccheck initcheck}; do
-  step "$tool" bash -c "'$sanitizer' --tool $tool --error-exitcode 3 '$bin/test/test_cuda_parity' \
+  step "$tool" bash -c "'$xrun' '$sanitizer' --tool $tool --error-exitcode 3 '$bin/test/test_cuda_parity' \
     > '$out/$tool.log' 2>&1; rc=\$?; tail -3 '$out/$tool.log'; exit \$rc"
 done
 
 # 3. The same training on both backends.
-data=${XFMR_DATA:-../shared/data}/tinyshakespeare.txt
+data=${XFMR_DATA:-$([[ -d $bin/data ]] && echo "$bin/data" || echo ../shared/data)}/tinyshakespeare.txt
 for be in cpu cuda; do
-  step "charlm $be" bash -c "'$bin/examples/xfmr-charlm' train --data '$data' --model shakespeare-small \
+  step "charlm $be" bash -c "'$xrun' '$bin/examples/xfmr-charlm' train --data '$data' --model shakespeare-small \
     --steps 300 --eval-every 100 --eval-batches 20 --samples 200 --seed 1337 --backend $be \
     --log-csv '$out/charlm_$be.csv' --metrics-json '$out/charlm_$be.json' > '$out/charlm_$be.log' 2>&1; \
     rc=\$?; tail -4 '$out/charlm_$be.log'; exit \$rc"
@@ -90,19 +81,19 @@ sys.exit(0 if worst[0] < 0.05 else 1)
 PY
 
 # 4. Speed: xfmr and PyTorch eager on the same GPU, alternately, twice.
-bench=$bin/benchmark/xfmr-bench
+bench=("$xrun" "$bin/benchmark/xfmr-bench")
 ref="python3 benchmark/pytorch_reference.py --device cuda"
 for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
-  step "bench small cpu $round" "$bench" --model shakespeare-small --backend cpu --json "$out/small_cpu_$round.json"
-  step "bench small cuda $round" "$bench" --model shakespeare-small --backend cuda --json "$out/small_cuda_$round.json"
-  step "bench small cuda eager $round" "$bench" --model shakespeare-small --backend cuda --eager --modes train,forward \
+  step "bench small cpu $round" "${bench[@]}" --model shakespeare-small --backend cpu --json "$out/small_cpu_$round.json"
+  step "bench small cuda $round" "${bench[@]}" --model shakespeare-small --backend cuda --json "$out/small_cuda_$round.json"
+  step "bench small cuda eager $round" "${bench[@]}" --model shakespeare-small --backend cuda --eager --modes train,forward \
     --json "$out/small_cuda_eager_$round.json"
   step "torch small cuda $round" $ref --model shakespeare-small --json "$out/small_torch_$round.json"
-  step "bench gpt2 cuda $round" "$bench" --model gpt2-small --backend cuda --modes train,forward --batch 8 \
+  step "bench gpt2 cuda $round" "${bench[@]}" --model gpt2-small --backend cuda --modes train,forward --batch 8 \
     --min-time 2 --json "$out/gpt2_cuda_$round.json"
   step "torch gpt2 cuda $round" $ref --model gpt2-small --modes train,forward --batch 8 --min-time 2 \
     --json "$out/gpt2_torch_$round.json"
-  step "bench gpt2 cuda bf16 $round" "$bench" --model gpt2-small --backend cuda --precision bf16 --modes train,forward \
+  step "bench gpt2 cuda bf16 $round" "${bench[@]}" --model gpt2-small --backend cuda --precision bf16 --modes train,forward \
     --batch 8 --min-time 2 --json "$out/gpt2_cuda_bf16_$round.json"
   step "torch gpt2 cuda bf16 $round" $ref --model gpt2-small --precision bf16 --sdpa --modes train,forward --batch 8 \
     --min-time 2 --json "$out/gpt2_torch_bf16_$round.json"
@@ -110,9 +101,9 @@ done
 # Peak device memory of a GPT-2-small step per recompute mode (one process each),
 # with the tiled attention kernels (T 1024: past the fused kernels' 256 keys).
 for mode in none cheap block; do
-  step "bench gpt2 cuda recompute $mode" "$bench" --model gpt2-small --backend cuda --modes train --batch 8 \
+  step "bench gpt2 cuda recompute $mode" "${bench[@]}" --model gpt2-small --backend cuda --modes train --batch 8 \
     --recompute "$mode" --min-time 2 --json "$out/gpt2_cuda_recompute_$mode.json"
-  step "bench gpt2 cuda tiled recompute $mode" env XFMR_CUDA_FLASH_ATTENTION=1 "$bench" --model gpt2-small \
+  step "bench gpt2 cuda tiled recompute $mode" env XFMR_CUDA_FLASH_ATTENTION=1 "${bench[@]}" --model gpt2-small \
     --backend cuda --modes train --batch 8 --recompute "$mode" --min-time 2 \
     --json "$out/gpt2_cuda_tiled_recompute_$mode.json"
 done
@@ -122,7 +113,7 @@ done
 #    the CPU's greedy tokens on the GPU, in float32.
 step "stories15m checkpoint" python3 benchmark/random_checkpoint.py stories15m "$out/stories15m.bin"
 for be in cpu cuda; do
-  step "bench stories15m $be" "$bench" --pretrained "$out/stories15m.bin" --backend "$be" --decode-tokens 128 \
+  step "bench stories15m $be" "${bench[@]}" --pretrained "$out/stories15m.bin" --backend "$be" --decode-tokens 128 \
     --min-time 1 --json "$out/stories15m_$be.json"
 done
 step "stories15m greedy cpu = cuda" python3 - "$out" <<'PY'

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# What one lent GPU machine runs, from programs built here (nothing is
+# built there):
+#   here:    scripts/gpu-pack.sh                    (lease/xfmr-lease.tar.xz)
+#   there:   XFMR_BUILD=lease/xfmr-lease.tar.xz scripts/gpu-lease.sh "$OUT"
+#            (the device call carries lease/; docs/GUIDE.md, "On a GPU")
+# Within XFMR_LEASE_SECONDS (default 520), each step under its own limit:
+# 1. test_cuda_parity whole, then compute-sanitizer memcheck on the cases
+#    that have not run on a GPU yet (NEW below);
+# 2. shakespeare-large, the seeds' recipe (Karpathy's lecture: B64 T256,
+#    AdamW 3e-4 constant, dropout 0.2, 5000 steps, 200 validation batches
+#    every 500; target val loss 1.48), on CUDA with bf16 products when
+#    their two parity cases passed in step 1, else TF32;
+# 3. the GPT-2-small training step (vocabulary 50257, B8 T1024): xfmr in
+#    float32, TF32 and bf16 products, each with the materialised and the
+#    tiled attention kernels (XFMR_CUDA_FLASH_ATTENTION=1), and PyTorch
+#    (autocast bf16 and TF32, both through scaled_dot_product_attention),
+#    alternating, XFMR_BENCH_ROUNDS rounds (default 2): ms a step, tokens/s,
+#    peak device memory;
+# 4. a random stories15m (llama2.c's layout) decoded greedily on the CPU and
+#    on CUDA: the first 32 tokens must agree;
+# 5. with the time left, racecheck, synccheck and initcheck on NEW.
+# The table is printed last and saved as OUT/summary.txt; every log is in
+# OUT/logs.tar.gz, the large model's log, CSV and metrics beside them.
+# XFMR_LEASE_DRY=1 runs every step on the CPU at toy sizes, on a machine
+# without a GPU (the parity suite then skips): a check of the package, the
+# commands and the table before the lease.
+#
+# Estimates on an H100, from FLOP counts (pytorch_reference.py's) and the
+# rates the 2026-11-25 lease measured (GPT-2-small's step at 34 TFLOP/s in
+# FP32, 87 in TF32):
+#   1. parity: the CPU references dominate, about 1 minute; memcheck on NEW
+#      about 2 minutes (memcheck slows kernels 10-50x).
+#   2. shakespeare-large: 1.16 TFLOP a step; at 50 TFLOP/s (TF32 or bf16 at
+#      this model's smaller products) 23 ms, 5000 steps in 116 s, plus ten
+#      evaluations of 200 forwards (~15 s): about 2.2 minutes (FP32 would be
+#      about 4). Its limit is 240 s: a timeout keeps the last evaluation's
+#      checkpoint and the CSV says how far it got.
+#   3. 7.0 TFLOP a step (the 50257-wide head is a quarter): FP32 ~205 ms,
+#      TF32 ~80 ms, bf16 ~70 ms; eight processes a round of 4-10 s each.
+#   4. about 20 s.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+source scripts/gpu-env.sh
+out=${1:-build/gpu-lease}
+mkdir -p "$out"
+work=$(mktemp -d)
+deadline=$((SECONDS + ${XFMR_LEASE_SECONDS:-520}))
+py=${PYTHON:-python3}
+if [[ ${XFMR_LEASE_DRY:-0} == 1 ]]; then
+  echo "dry run on the CPU" > "$work/gpu.txt"
+  cuda() { echo cpu; }
+  step_skips=1 device=cpu sdpa='' large=(4 4 2 2) gpt2_size=(--batch 1 --seq-len 32)
+  timing=(--min-time 0 --min-reps 1 --warmup 0)
+else
+  nvidia-smi -L || { echo "gpu-lease: no NVIDIA GPU here" >&2; exit 1; }
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$work/gpu.txt"
+  cuda() { echo "$1"; }
+  device=cuda sdpa=--sdpa large=(5000 64 500 200) gpt2_size=(--batch 8)
+  timing=(--min-time 1 --min-reps 5 --warmup 2)
+fi
+gpu_programs "$work" || exit 1
+within() {  # within SECONDS: the next step's limit, never past the deadline
+  local left=$((deadline - SECONDS))
+  step_limit=$(($1 < left ? $1 : left))
+  ((step_limit > 0)) || step_limit=1
+}
+
+# The parity cases written since the last GPU run (2026-11-25 at d870a34):
+# GeGLU (activations), the attention planner, the tiled kernels, NCCL, the
+# device-memory count, bf16 products, recompute, graph steps under it, and
+# the workspace's no-allocation step.
+new="operations/activations,attention_forward_backward,tiled_attention_matches_the_cpu"
+new+=",nccl_sum_over_one_rank_is_the_identity,device_memory_is_counted,bf16_gemm_within_its_bound"
+new+=":layers_blocks_models/recompute_and_tiled_attention_on_the_gpu,decoder_in_bf16_products"
+new+=",steps_allocate_no_device_memory_after_the_first,graph_steps_train_bit_for_bit_like_eager"
+parity=$bin/test/test_cuda_parity
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+sanitize() {  # sanitize TOOL SECONDS: compute-sanitizer TOOL on the NEW cases
+  if [[ ! -x $sanitizer && ${step_skips:-0} == 1 ]]; then echo "gpu-lease: no compute-sanitizer here: $1 skipped"; return; fi
+  within "$2"
+  step "$1 (new cases)" bash -c "'$xrun' '$sanitizer' --tool $1 --error-exitcode 3 '$parity' --run_test='$new' \
+    --color_output=no > '$work/$1.log' 2>&1; rc=\$?; grep -E 'ERROR SUMMARY|not supported' '$work/$1.log' | tail -2; exit \$rc"
+}
+
+# 1. The parity suite whole, then memcheck on what is new.
+within 150
+step "parity (whole suite)" bash -c "'$xrun' '$parity' --color_output=no --log_level=test_suite --report_level=short \
+  > '$work/parity.log' 2>&1; rc=\$?; grep -E 'error|passed|failed|skipped' '$work/parity.log' | tail -8; exit \$rc"
+sanitize memcheck 150
+
+# 2. The seeds' large model, in bf16 products only where they passed.
+bf16_ok() {
+  grep -q 'Leaving test case "bf16_gemm_within_its_bound"' "$work/parity.log" &&
+    grep -q 'Leaving test case "decoder_in_bf16_products"' "$work/parity.log" &&
+    ! grep -qE 'in "(operations/bf16_gemm_within_its_bound|layers_blocks_models/decoder_in_bf16_products)"' \
+      "$work/parity.log"
+}
+if bf16_ok; then how=(--backend "$(cuda cuda)" --precision bf16) large_name=bf16
+else how=(--backend "$(cuda cuda-tf32)") large_name=tf32; fi
+data=${XFMR_DATA:-$bin/data}/tinyshakespeare.txt
+within 240
+step "shakespeare-large ${large[0]} steps ($large_name)" bash -c "'$xrun' '$bin/examples/xfmr-charlm' train \
+  --data '$data' --model shakespeare-large --steps ${large[0]} --batch ${large[1]} --lr 3e-4 --eval-every ${large[2]} \
+  --eval-batches ${large[3]} --samples 500 ${how[*]} --out '$work/large' --log-csv '$work/large.csv' --report '$work/large.html' \
+  --metrics-json '$work/large.json' > '$work/large.log' 2>&1; rc=\$?; tail -3 '$work/large.log'; exit \$rc"
+
+# 3. GPT-2-small's step: xfmr's six ways and PyTorch's two, alternating.
+gpt2=(--model gpt2-small --vocab 50257 "${gpt2_size[@]}" --modes train "${timing[@]}")
+for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
+  for attention in materialised tiled; do
+    flash=$([[ $attention == tiled ]] && echo 1 || echo 0)
+    for precision in fp32 tf32 bf16; do
+      case $precision in
+        fp32) how=(--backend "$(cuda cuda)") ;;
+        tf32) how=(--backend "$(cuda cuda-tf32)") ;;
+        bf16) how=(--backend "$(cuda cuda)" --precision bf16) ;;
+      esac
+      within 60
+      name=gpt2_xfmr_${precision}_${attention}_$round
+      step_log=$work/$name.log step "gpt2 xfmr $precision $attention $round" env XFMR_CUDA_FLASH_ATTENTION=$flash \
+        "$xrun" "$bin/benchmark/xfmr-bench" "${gpt2[@]}" "${how[@]}" --json "$work/$name.json"
+    done
+  done
+  for precision in bf16 tf32; do
+    if [[ $precision == bf16 ]]; then how=(--precision bf16); else how=(--tf32); fi
+    within 60
+    name=gpt2_torch_${precision}_$round
+    step_log=$work/$name.log step "gpt2 torch $precision sdpa $round" $py benchmark/pytorch_reference.py --device $device \
+      "${gpt2[@]}" "${how[@]}" $sdpa --json "$work/$name.json"
+  done
+done
+
+# 4. A published model's shape through load_pretrained, on both backends.
+within 90
+step "stories15m greedy cpu = cuda" bash -c "$py benchmark/random_checkpoint.py stories15m '$work/stories15m.bin' &&
+  for be in cpu $(cuda cuda); do '$xrun' '$bin/benchmark/xfmr-bench' --pretrained '$work/stories15m.bin' --backend \$be \
+    --decode-tokens 128 --min-time 1 --json '$work/stories15m_'\$be.json > '$work/stories15m_'\$be.log 2>&1 || exit; done &&
+  $py - '$work' $(cuda cuda) <<'PY'
+import json, sys
+a, b = (json.load(open(f'{sys.argv[1]}/stories15m_{be}.json'))['greedy'] for be in ('cpu', sys.argv[2]))
+same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+print(f'the first {same} of {len(a)} greedy tokens agree')
+sys.exit(0 if same >= 32 else 1)
+PY"
+
+# 5. The other sanitizers, while time is left.
+for tool in racecheck synccheck initcheck; do
+  if ((deadline - SECONDS >= 60)); then sanitize "$tool" 120; else echo "gpu-lease: $tool skipped: no time left"; fi
+done
+
+# The table: each step, then the numbers that matter.
+{
+  echo "xfmr lease: $(cat "$bin/COMMIT" 2>/dev/null | paste -sd' ') on $(tail -1 "$work/gpu.txt")"
+  step_table
+  $py - "$work" <<'PY'
+import csv, glob, json, os, re, sys
+work = sys.argv[1]
+def load(path):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):
+        return None
+log = open(f"{work}/parity.log", errors="replace").read() if os.path.exists(f"{work}/parity.log") else ""
+m = re.search(r"(\d+) test cases? out of (\d+) passed", log)
+print(f"parity: {m.group(1)} of {m.group(2)} cases passed" if m else "parity: no report")
+large = load(f"{work}/large.json")
+if large:
+    print(f"shakespeare-large: val loss {large['val_loss']:.4f} (train {large['train_loss']:.4f}; target 1.48), "
+          f"{large['wall_s']:.0f} s, {large['tokens_per_s']:.0f} tokens/s")
+elif os.path.exists(f"{work}/large.csv"):
+    rows = [r for r in csv.DictReader(open(f"{work}/large.csv")) if r.get("val_loss")]
+    print(f"shakespeare-large: unfinished; last val loss {rows[-1]['val_loss']} at step {rows[-1]['step']}"
+          if rows else "shakespeare-large: unfinished, no evaluation")
+print("GPT-2-small step, B8 T1024 V50257     ms a step (per round)   tokens/s   peak device MB")
+for name in sorted({re.sub(r"_\d+\.json$", "", os.path.basename(p)) for p in glob.glob(f"{work}/gpt2_*.json")}):
+    runs = [j for j in (load(p) for p in sorted(glob.glob(f"{work}/{name}_*.json"))) if j]
+    ms = [j["results"]["train_step"]["median_ms"] for j in runs]
+    if ms:
+        peak = max(j["memory"].get("peak_device_mb", 0) for j in runs)
+        tps = max(j["results"]["train_step"]["tokens_per_s"] for j in runs)
+        print(f"  {name[5:]:<36} {' / '.join(f'{x:.1f}' for x in ms):<23} {tps:>8.0f}   {peak:>8.0f}")
+PY
+  ((${#failed[@]})) && printf 'FAILED: %s\n' "${failed[@]}" || echo "all steps passed"
+} > "$work/summary.txt"
+cp "$work/summary.txt" "$work"/large.{json,csv,log} "$out/" 2>/dev/null
+tar -C "$work" --exclude=large --exclude='*.bin' -czf "$out/logs.tar.gz" .
+cat "$work/summary.txt"
+((${#failed[@]} == 0))
