@@ -198,7 +198,8 @@ double cached_step_flops(const PresetInfo& p, double t, double V) {
 // probabilities, the attention context, the residual stream between the
 // sublayers (the second norm's input), the feed-forward pre-activation and
 // activation, with dropout its two masks at a byte an element; then the
-// final norm, the logits and their softmax). B is
+// final norm, the logits and their gradient: the fused loss keeps no
+// softmax). B is
 // this process's rows; `moments` the share of AdamW's moments it keeps (1,
 // or 1 / N under ZeRO-1).
 // Attention saves its probabilities (H T a row) where it materialises them,

@@ -1,7 +1,9 @@
-// losses.cu: fused softmax cross-entropy with label smoothing, one block per
-// row. Targets are host memory: checked there, counted there, uploaded. The
-// per-row losses come back to the host and are summed in row order in
-// double, as on the CPU.
+// losses.cu: softmax cross-entropy with label smoothing, one block per row:
+// forward (probabilities kept) and backward, and the two fused (the output
+// head's classifier in training: two reads of each row and one write of its
+// gradient, no probabilities). Targets are host memory: checked there,
+// counted there, uploaded. The per-row losses come back to the host and are
+// summed in row order in double, as on the CPU.
 #include <cmath>
 
 #include "common.cuh"
@@ -58,6 +60,70 @@ __global__ void cross_entropy_backward_kernel(int rows, int V, const float* prob
   }
 }
 
+// A running (max, sum of exp(x - max)) pair, and two of them merged.
+struct SoftmaxSum {
+  float max, sum;
+};
+__device__ inline SoftmaxSum merge(SoftmaxSum a, SoftmaxSum b) {
+  const float m = fmaxf(a.max, b.max);
+  if (m == -INFINITY) return {m, 0.0f};
+  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+}
+__device__ inline SoftmaxSum block_softmax_sum(SoftmaxSum v, SoftmaxSum* shared) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = merge(v, {__shfl_xor_sync(0xffffffffu, v.max, o), __shfl_xor_sync(0xffffffffu, v.sum, o)});
+  __syncthreads();
+  if (lane() == 0) shared[threadIdx.x / 32] = v;
+  __syncthreads();
+  SoftmaxSum total = shared[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w) total = merge(total, shared[w]);
+  return total;
+}
+
+// One pass for the row's max and sum of exponentials (online: a larger
+// value rescales the sum so far) and the sum of its logits; then each
+// gradient written where its logit was read. z[t] is read before the
+// reductions' barriers, so dlogits may be logits.
+__global__ void cross_entropy_forward_backward_kernel(int rows, int V, const float* logits,
+                                                      const std::int32_t* targets, int ignore_index, float smoothing,
+                                                      float scale, float* dlogits, double* row_loss) {
+  __shared__ SoftmaxSum pairs[32];
+  __shared__ float sums[32];
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* z = logits + std::size_t(r) * V;
+    float* d = dlogits + std::size_t(r) * V;
+    const int t = targets[r];
+    if (t == ignore_index) {
+      for (int j = threadIdx.x; j < V; j += blockDim.x) d[j] = 0.0f;
+      if (threadIdx.x == 0) row_loss[r] = 0.0;
+      continue;
+    }
+    const float zt = z[t];
+    SoftmaxSum mine{-INFINITY, 0.0f};
+    float zsum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+      const float x = z[j];
+      zsum += x;
+      if (x > mine.max) {
+        mine.sum = mine.sum * expf(mine.max - x) + 1.0f;
+        mine.max = x;
+      } else if (x != -INFINITY) {  // (a -inf logit adds nothing, even to an all -inf start)
+        mine.sum += expf(x - mine.max);
+      }
+    }
+    const SoftmaxSum all = block_softmax_sum(mine, pairs);
+    zsum = block_sum(zsum, sums);
+    const float inv = 1.0f / all.sum, off = smoothing / float(V);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+      const float g = (expf(z[j] - all.max) * inv - off) * scale;
+      d[j] = j == t ? g - (1.0f - smoothing) * scale : g;
+    }
+    if (threadIdx.x == 0)
+      row_loss[r] = double(logf(all.sum)) + double(all.max) - (1.0 - double(smoothing)) * double(zt) -
+                    double(smoothing) * double(zsum) / double(V);
+  }
+}
+
 }  // namespace
 
 double CudaBackend::cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets,
@@ -90,6 +156,27 @@ void CudaBackend::cross_entropy_backward(int rows, int V, const S* probs, const 
   const std::int32_t* d_targets = upload_ids(targets, std::size_t(rows));
   launch("cross_entropy_backward", cuda::elementwise_launch(std::size_t(rows) * V), cross_entropy_backward_kernel,
          rows, V, probs, d_targets, ignore_index, float(scale), float(smoothing), dlogits);
+}
+
+double CudaBackend::cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets,
+                                                   int ignore_index, S dloss, S* dlogits, S smoothing) {
+  xfmr::detail::check_targets(rows, V, targets, ignore_index);
+  xfmr::detail::check_label_smoothing(smoothing);
+  if (rows == 0) return 0.0;
+  int counted = 0;
+  for (int r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
+  const S scale = counted ? dloss / S(counted) : S(0);
+  const std::int32_t* d_targets = upload_ids(targets, std::size_t(rows));
+  double* row_loss = ctx_->partial.reserve(std::size_t(rows));
+  const unsigned blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+  launch("cross_entropy_forward_backward", cuda::Launch{blocks, kThreads}, cross_entropy_forward_backward_kernel, rows,
+         V, logits, d_targets, ignore_index, float(smoothing), float(scale), dlogits, row_loss);
+  auto& host = ctx_->host_partial;
+  host.resize(std::size_t(rows));
+  cuda::download(host.data(), row_loss, host.size() * sizeof(double));
+  double total = 0.0;
+  for (int r = 0; r < rows; ++r) total += host[r];
+  return counted ? total / counted : 0.0;
 }
 
 }  // namespace xfmr

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "support/gradcheck.hpp"
+#include "xfmr/train/losses.hpp"
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -231,6 +232,48 @@ BOOST_AUTO_TEST_CASE(cross_entropy_with_label_smoothing) {
       want -= ((v == targets[r] ? 1 - eps : 0) + eps / V) * (c.x[0][r * V + v] - lse);
   }
   BOOST_TEST(c.y[0] == want / 3, tt::tolerance(1e-12));
+}
+
+// The fused loss (the Trainer's) is forward then backward, bit for bit, in
+// float and double, on one thread's rows and on rows split over threads,
+// into its own buffer and in place over the logits. (Bit for bit between
+// buffers of one alignment, as the backend's all are: Eigen's sums of a
+// row start at its first aligned element.)
+template <class S>
+void fused_cross_entropy_case(int rows, int V, S smoothing, Rng& rng) {
+  CpuBackend<S> be;
+  AlignedVector<S> logits(std::size_t(rows) * V);
+  for (auto& z : logits) z = S(rng.normal() * 3);
+  std::vector<std::int32_t> targets(rows);
+  for (int r = 0; r < rows; ++r) targets[r] = r % 5 == 2 ? kIgnoreIndex : std::int32_t(rng.next_u64() % std::uint64_t(V));
+  AlignedVector<S> probs(logits.size()), want(logits.size()), got(logits.size(), S(NAN));
+  const S dloss = S(0.7);
+  const double loss = be.cross_entropy_forward(rows, V, logits.data(), targets.data(), kIgnoreIndex, probs.data(),
+                                               smoothing);
+  be.cross_entropy_backward(rows, V, probs.data(), targets.data(), kIgnoreIndex, dloss, want.data(), smoothing);
+  BOOST_TEST(be.cross_entropy_forward_backward(rows, V, logits.data(), targets.data(), kIgnoreIndex, dloss, got.data(),
+                                               smoothing) == loss);
+  BOOST_TEST(std::memcmp(got.data(), want.data(), want.size() * sizeof(S)) == 0);
+  AlignedVector<S> in_place = logits;
+  BOOST_TEST(be.cross_entropy_forward_backward(rows, V, in_place.data(), targets.data(), kIgnoreIndex, dloss,
+                                               in_place.data(), smoothing) == loss);
+  BOOST_TEST(std::memcmp(in_place.data(), want.data(), want.size() * sizeof(S)) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(fused_cross_entropy_is_forward_then_backward_bit_for_bit) {
+  Rng rng(12);
+  for (auto [rows, V] : {std::pair{5, 7}, {64, 5003}})
+    for (double smoothing : {0.0, 0.1}) {
+      BOOST_TEST_CONTEXT("rows " << rows << ", V " << V << ", smoothing " << smoothing) {
+        fused_cross_entropy_case<float>(rows, V, float(smoothing), rng);
+        fused_cross_entropy_case<double>(rows, V, smoothing, rng);
+      }
+    }
+  Be be;
+  const Vec logits(2 * 3, 0.0);
+  Vec d(6);
+  const std::vector<std::int32_t> targets = {1, 3};
+  BOOST_CHECK_THROW(be.cross_entropy_forward_backward(2, 3, logits.data(), targets.data(), -100, 1.0, d.data()), Error);
 }
 
 BOOST_AUTO_TEST_CASE(mean_pool_over_unpadded_positions) {

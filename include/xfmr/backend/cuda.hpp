@@ -321,6 +321,8 @@ class CudaBackend {
                                S* probs, S smoothing = S(0));
   void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index, S dloss,
                               S* dlogits, S smoothing = S(0));
+  double cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets,
+                                        int ignore_index, S dloss, S* dlogits, S smoothing = S(0));
   double sum_squares(std::size_t n, const S* x);
   void sum_squares_each(std::span<const SquaresTensor<S>> tensors, std::span<double> sums);
   void scale(std::size_t n, S alpha, S* x);

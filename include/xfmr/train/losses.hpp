@@ -4,7 +4,10 @@
 // ignore_index, optional label smoothing (torch's definition). forward()
 // saves the probabilities; backward(dlogits, scale) assigns
 // scale * d(mean loss)/d(logits), so gradient accumulation over k
-// micro-batches passes scale = 1/k.
+// micro-batches passes scale = 1/k. forward_backward(.., dlogits, scale)
+// is the two in one pass over the logits with no probabilities kept (the
+// backend's fused cross_entropy_forward_backward; what Trainer uses): the
+// same loss and gradient, and dlogits may be the logits' own memory.
 // accuracy(): fraction of counted rows whose arg-max is the target.
 #pragma once
 
@@ -42,6 +45,16 @@ class CrossEntropyLoss {
             " values, expected ", std::size_t(rows_) * classes_);
     be.cross_entropy_backward(rows_, classes_, probs_.data(), targets_.data(), ignore_, S(scale), dlogits.data(),
                               S(smoothing_));
+  }
+
+  double forward_backward(Backend& be, std::span<const S> logits, std::span<const std::int32_t> targets, int classes,
+                          std::span<S> dlogits, double scale = 1.0) {
+    require(classes > 0 && logits.size() == targets.size() * std::size_t(classes), "logits hold ", logits.size(),
+            " values, expected ", targets.size(), " rows x ", classes, " classes");
+    require(dlogits.size() == logits.size(), "logit gradient holds ", dlogits.size(), " values, expected ",
+            logits.size());
+    return be.cross_entropy_forward_backward(static_cast<int>(targets.size()), classes, logits.data(), targets.data(),
+                                             ignore_, S(scale), dlogits.data(), S(smoothing_));
   }
 
   int ignore_index() const { return ignore_; }

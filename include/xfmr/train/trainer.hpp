@@ -295,7 +295,10 @@ class Trainer {
         if (c == 0) return 0.0;
         const std::span<const S> logits = forward(s, m, b);
         auto& ce = eval_loss_.empty() ? shard_loss_[std::size_t(s.index)] : eval_loss_[std::size_t(s.index)];
-        return ce.forward(b, logits, targets, classes(logits, targets)) * double(c);
+        // The loss alone: the fused loss at scale 0 into the training's
+        // gradient buffer, so that no probabilities are kept anywhere.
+        const std::span<S> scratch(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
+        return ce.forward_backward(b, logits, targets, classes(logits, targets), scratch, 0.0) * double(c);
       });
     } catch (...) {
       model_.set_training(true);
@@ -330,13 +333,13 @@ class Trainer {
       const double share = double(c) / double(counted);
       auto& ce = shard_loss_[std::size_t(s.index)];
       const std::span<const S> logits = forward(s, m, b);
-      const double shard_loss = ce.forward(b, logits, targets, classes(logits, targets));
+      const std::span<S> dlogits(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
+      const double shard_loss =
+          ce.forward_backward(b, logits, targets, classes(logits, targets), dlogits, share / opts_.grad_accum);
       if (!std::isfinite(shard_loss)) {  // reported below
         logits_overflowed_[std::size_t(s.index)] = !std::isfinite(b.sum_squares(logits.size(), logits.data()));
         return shard_loss;
       }
-      const std::span<S> dlogits(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
-      ce.backward(b, dlogits, share / opts_.grad_accum);
       m.backward(b, std::span<const S>(dlogits));
       return shard_loss * share;
     });

@@ -7,6 +7,11 @@
 //      ignored); saves probs (rows, V) for the backward.
 //  cross_entropy_backward(rows, V, probs, targets, ignore_index, dloss, dlogits, smoothing)
 //      dlogits assigned: dloss * (probs - target distribution) / (number of counted rows)
+//  cross_entropy_forward_backward(rows, V, logits, targets, ignore_index, dloss, dlogits, smoothing)
+//      -> mean loss: the two above fused, row by row, with no probabilities kept (the output
+//      head's classifier in training); the same loss and dlogits bit for bit (with buffers of
+//      one alignment, as the backend's are: a row's sums start at its first aligned element).
+//      dlogits may be logits (in place).
 #pragma once
 
 #include <Eigen/Core>
@@ -27,8 +32,11 @@ class CpuLosses {
                                S* probs, S smoothing = S(0));
   void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index,
                               S dloss, S* dlogits, S smoothing = S(0));
+  double cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets,
+                                        int ignore_index, S dloss, S* dlogits, S smoothing = S(0));
 
  private:
+  double mean_of_rows(int rows, const std::int32_t* targets, int ignore_index) const;
   using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   std::vector<double> row_loss_;  // per-row loss before the ordered sum; grows only
 };
@@ -57,6 +65,12 @@ double CpuLosses<S>::cross_entropy_forward(int rows, int V, const S* logits, con
       row_loss[r] = lse - (1.0 - double(smoothing)) * double(z[t]) - double(smoothing) * double(z.mean());
     }
   });
+  return mean_of_rows(rows, targets, ignore_index);
+}
+
+// The per-row losses summed in row order, over the counted rows.
+template <class S>
+double CpuLosses<S>::mean_of_rows(int rows, const std::int32_t* targets, int ignore_index) const {
   double total = 0.0;
   int counted = 0;
   for (int r = 0; r < rows; ++r) {
@@ -83,6 +97,42 @@ void CpuLosses<S>::cross_entropy_backward(int rows, int V, const S* probs, const
       d[targets[r]] -= (S(1) - smoothing) * scale;
     }
   });
+}
+
+// Each row as forward then backward compute it, with the row's
+// probabilities held in its dlogits row between the two (so in place works:
+// the loss's terms are read from the logits before they are overwritten).
+template <class S>
+double CpuLosses<S>::cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets,
+                                                    int ignore_index, S dloss, S* dlogits, S smoothing) {
+  check_targets(rows, V, targets, ignore_index);
+  check_label_smoothing(smoothing);
+  int counted = 0;
+  for (int r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
+  const S scale = counted ? dloss / S(counted) : S(0);
+  row_loss_.resize(static_cast<std::size_t>(rows));
+  double* row_loss = row_loss_.data();
+  parallel_ranges(long(rows), long(rows) * V > kParallelWork, [=](long lo, long hi) {
+    for (int r = int(lo); r < int(hi); ++r) {
+      const Eigen::Map<const Vec> z(logits + long(r) * V, V);
+      Eigen::Map<Vec> d(dlogits + long(r) * V, V);
+      const int t = targets[r];
+      if (t == ignore_index) {
+        row_loss[r] = 0.0;
+        d.setZero();
+        continue;
+      }
+      const S zmax = z.maxCoeff(), zt = z[t], zmean = z.mean();
+      d = (z.array() - zmax).exp().matrix();
+      const S sum = d.sum();
+      d /= sum;
+      row_loss[r] = double(std::log(sum)) + double(zmax) - (1.0 - double(smoothing)) * double(zt) -
+                    double(smoothing) * double(zmean);
+      d = (d.array() - smoothing / S(V)).matrix() * scale;
+      d[t] -= (S(1) - smoothing) * scale;
+    }
+  });
+  return mean_of_rows(rows, targets, ignore_index);
 }
 
 XFMR_CPU_FAMILY(CpuLosses);
