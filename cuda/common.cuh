@@ -332,6 +332,7 @@ struct CudaBackend::Context {
   cuda::DeviceArray<float> scratch;        // attention backward's dS
   cuda::DeviceArray<float> dropped;        // attention dropout's dropped probabilities
   cuda::DeviceArray<float> column_partial; // add_column_sums' chunk sums
+  cuda::DeviceArray<float> loss_probs;     // the unfused loss's probabilities (CudaOptions::fused_loss off)
   std::vector<double> host_partial;
   std::vector<std::int32_t> host_ids;      // embedding_backward's plan
   void* nccl = nullptr;                    // the ranks' ncclComm_t (cuda/nccl.cu), made on first use

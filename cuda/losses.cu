@@ -160,6 +160,12 @@ void CudaBackend::cross_entropy_backward(int rows, int V, const S* probs, const 
 
 double CudaBackend::cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets,
                                                    int ignore_index, S dloss, S* dlogits, S smoothing) {
+  if (!opts_.fused_loss) {  // until the fused kernel has run on a GPU
+    float* probs = ctx_->loss_probs.reserve(std::size_t(rows) * V);
+    const double loss = cross_entropy_forward(rows, V, logits, targets, ignore_index, probs, smoothing);
+    cross_entropy_backward(rows, V, probs, targets, ignore_index, dloss, dlogits, smoothing);
+    return loss;
+  }
   xfmr::detail::check_targets(rows, V, targets, ignore_index);
   xfmr::detail::check_label_smoothing(smoothing);
   if (rows == 0) return 0.0;

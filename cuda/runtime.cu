@@ -286,6 +286,8 @@ CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<
   if (const char* env = std::getenv("XFMR_CUDA_GRAPHS"); env && std::string_view(env) == "0") opts_.graph_steps = false;
   if (const char* env = std::getenv("XFMR_CUDA_FLASH_ATTENTION"); env && std::string_view(env) == "1")
     opts_.flash_attention = true;
+  if (const char* env = std::getenv("XFMR_CUDA_FUSED_LOSS"); env && std::string_view(env) == "1")
+    opts_.fused_loss = true;
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {

@@ -13,7 +13,8 @@
 #    their two parity cases passed in step 1, else TF32;
 # 3. the GPT-2-small training step (vocabulary 50257, B8 T1024): xfmr in
 #    float32, TF32 and bf16 products, each with the materialised and the
-#    tiled attention kernels (XFMR_CUDA_FLASH_ATTENTION=1), and PyTorch
+#    tiled attention kernels (XFMR_CUDA_FLASH_ATTENTION=1), bf16 and tiled
+#    with the fused loss (XFMR_CUDA_FUSED_LOSS=1), and PyTorch
 #    (autocast bf16 and TF32, both through scaled_dot_product_attention),
 #    alternating, XFMR_BENCH_ROUNDS rounds (default 2): ms a step, tokens/s,
 #    peak device memory;
@@ -123,6 +124,11 @@ for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
         "$xrun" "$bin/benchmark/xfmr-bench" "${gpt2[@]}" "${how[@]}" --json "$work/$name.json"
     done
   done
+  within 60  # and with the fused loss (CudaOptions::fused_loss, off by default until it has run)
+  name=gpt2_xfmr_bf16_tiled_fused-loss_$round
+  step_log=$work/$name.log step "gpt2 xfmr bf16 tiled fused loss $round" env XFMR_CUDA_FLASH_ATTENTION=1 \
+    XFMR_CUDA_FUSED_LOSS=1 "$xrun" "$bin/benchmark/xfmr-bench" "${gpt2[@]}" --backend "$(cuda cuda)" --precision bf16 \
+    --json "$work/$name.json"
   for precision in bf16 tf32; do
     if [[ $precision == bf16 ]]; then how=(--precision bf16); else how=(--tf32); fi
     within 60
@@ -175,7 +181,7 @@ elif os.path.exists(f"{work}/large.csv"):
           if rows else "shakespeare-large: unfinished, no evaluation")
 print("GPT-2-small step, B8 T1024 V50257     ms a step (per round)   tokens/s   peak device MB")
 for name in sorted({re.sub(r"_\d+\.json$", "", os.path.basename(p)) for p in glob.glob(f"{work}/gpt2_*.json")}):
-    runs = [j for j in (load(p) for p in sorted(glob.glob(f"{work}/{name}_*.json"))) if j]
+    runs = [j for j in (load(p) for p in sorted(glob.glob(f"{work}/{name}_[0-9]*.json"))) if j]
     ms = [j["results"]["train_step"]["median_ms"] for j in runs]
     if ms:
         peak = max(j["memory"].get("peak_device_mb", 0) for j in runs)

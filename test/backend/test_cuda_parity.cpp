@@ -288,26 +288,31 @@ BOOST_AUTO_TEST_CASE(cross_entropy_with_ignore_and_smoothing) {
 
 // The output head's fused loss: one pass for the row's max and sum of
 // exponentials (online), one writing the gradient; into a poisoned buffer
-// and in place, GPT-2's vocabulary too.
+// and in place, GPT-2's vocabulary too. Both ways: the fused kernel
+// (CudaOptions::fused_loss) and, while it is off by default, the forward
+// and backward kernels through a buffer of probabilities.
 BOOST_AUTO_TEST_CASE(fused_cross_entropy_matches_the_cpu) {
-  for (auto [rows, V] : {std::pair{37, 7}, {37, 65}, {37, 5000}, {9, 50257}}) {
-    const F logits = randn(std::size_t(rows) * V, 33, 3.0);
-    auto targets = random_ids(rows, V, 34);
-    targets[3] = kIgnoreIndex;
-    F dlogits(logits.size());
-    for (float smoothing : {0.0f, 0.1f}) {
-      BOOST_TEST_CONTEXT("rows " << rows << ", V " << V << ", smoothing " << smoothing) {
-        const double lc = cpu.cross_entropy_forward_backward(rows, V, logits.data(), targets.data(), kIgnoreIndex, 0.5f,
-                                                             dlogits.data(), smoothing);
-        DevF d_logits(logits), d_dlogits(F(logits.size(), NAN));
-        const double lg = gpu.cross_entropy_forward_backward(rows, V, d_logits.p(), targets.data(), kIgnoreIndex, 0.5f,
-                                                             d_dlogits.p(), smoothing);
-        BOOST_TEST(std::abs(lc - lg) <= 1e-5 * std::abs(lc), "loss: cpu " << lc << ", gpu " << lg);
-        expect_close(dlogits, d_dlogits.host(), "fused cross_entropy", 1e-4, 1e-7);
-        const double in_place = gpu.cross_entropy_forward_backward(rows, V, d_logits.p(), targets.data(), kIgnoreIndex,
-                                                                   0.5f, d_logits.p(), smoothing);
-        BOOST_TEST(in_place == lg);
-        expect_close(dlogits, d_logits.host(), "fused cross_entropy in place", 1e-4, 1e-7);
+  for (bool fused : {true, false}) {
+    CudaBackend loss_gpu({.fused_loss = fused});
+    for (auto [rows, V] : {std::pair{37, 7}, {37, 65}, {37, 5000}, {9, 50257}}) {
+      const F logits = randn(std::size_t(rows) * V, 33, 3.0);
+      auto targets = random_ids(rows, V, 34);
+      targets[3] = kIgnoreIndex;
+      F dlogits(logits.size());
+      for (float smoothing : {0.0f, 0.1f}) {
+        BOOST_TEST_CONTEXT("fused " << fused << ", rows " << rows << ", V " << V << ", smoothing " << smoothing) {
+          const double lc = cpu.cross_entropy_forward_backward(rows, V, logits.data(), targets.data(), kIgnoreIndex,
+                                                               0.5f, dlogits.data(), smoothing);
+          DevF d_logits(logits), d_dlogits(F(logits.size(), NAN));
+          const double lg = loss_gpu.cross_entropy_forward_backward(rows, V, d_logits.p(), targets.data(),
+                                                                    kIgnoreIndex, 0.5f, d_dlogits.p(), smoothing);
+          BOOST_TEST(std::abs(lc - lg) <= 1e-5 * std::abs(lc), "loss: cpu " << lc << ", gpu " << lg);
+          expect_close(dlogits, d_dlogits.host(), "fused cross_entropy", 1e-4, 1e-7);
+          const double in_place = loss_gpu.cross_entropy_forward_backward(rows, V, d_logits.p(), targets.data(),
+                                                                          kIgnoreIndex, 0.5f, d_logits.p(), smoothing);
+          BOOST_TEST(in_place == lg);
+          expect_close(dlogits, d_logits.host(), "fused cross_entropy in place", 1e-4, 1e-7);
+        }
       }
     }
   }

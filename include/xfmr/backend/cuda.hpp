@@ -227,6 +227,12 @@ struct CudaOptions {
   // (test_cuda_parity's tiled_attention_matches_the_cpu); the environment's
   // XFMR_CUDA_FLASH_ATTENTION=1 turns it on in every program.
   bool flash_attention = false;
+  // cross_entropy_forward_backward's fused kernel (losses.cu): loss and
+  // gradient in one pass, no probabilities. Off until its parity test has
+  // run on a GPU (fused_cross_entropy_matches_the_cpu): the forward and
+  // backward kernels run instead, through a buffer of probabilities. The
+  // environment's XFMR_CUDA_FUSED_LOSS=1 turns it on in every program.
+  bool fused_loss = false;
 };
 
 class CudaBackend {
