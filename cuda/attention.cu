@@ -13,8 +13,7 @@
 //   the saved ones, and the backward replays the mask from the key.
 #include <cmath>
 
-#include "common.cuh"
-#include "xfmr/core/rng.hpp"
+#include "attention.cuh"
 
 namespace xfmr {
 
@@ -96,16 +95,6 @@ __global__ void dropped_softmax_backward_kernel(int rows, int n, float p, float 
 // ---- fused attention for short rows ----------------------------------------
 constexpr int kFusedKeys = kCudaRowKeys, kFusedHeadDim = kCudaHeadDim;  // attention_plan.hpp
 
-// The sizes the fused kernels read: AttentionDims without its dropout fields
-// (the fused kernels never drop), KV_ROWS and KV_H resolved; ints only, so
-// it goes into graph signatures as bytes.
-struct KernelDims {
-  int B, H, Tq, Tk, QK_DIM, V_DIM, KV_ROWS, KV_H;
-  __device__ int kv_head(int h) const { return h / (H / KV_H); }
-};
-KernelDims kernel_dims(const AttentionDims& a) {
-  return {a.B, a.H, a.Tq, a.Tk, a.QK_DIM, a.V_DIM, a.kv_rows(), a.kv_heads()};
-}
 constexpr int kKeysPerLane = kFusedKeys / 32, kColsPerLane = kFusedHeadDim / 32;
 
 struct RowIndex {
@@ -281,17 +270,6 @@ bool fused_attention(const AttentionDims& a) {
 // materialised path, from the key in device memory (graph replay).
 // Memory: (B, H, Tq) saved, nothing of (Tq, Tk). Heads up to kFusedHeadDim.
 
-// p * keep / (1 - rate) for probabilities element e (p itself without dropout).
-__device__ inline float dropped(float p, float rate, float keep_scale, std::uint64_t key, long e) {
-  if (rate <= 0.0f) return p;
-  return dropout_keeps(key, std::uint64_t(e), rate) ? p * keep_scale : 0.0f;
-}
-
-// Keys [0, end) can be visible to query row i.
-__device__ inline int visible_end(const KernelDims& a, const DeviceMask& mask, int i) {
-  return mask.causal ? min(a.Tk, i + a.Tk - a.Tq + 1) : a.Tk;
-}
-
 __global__ void flash_rows_forward_kernel(KernelDims a, float scale, const float* q, int ldq, const float* k, int ldk,
                                           const float* v, int ldv, float* y, int ldy, float* lse, DeviceMask mask,
                                           float rate, float keep_scale, const std::uint64_t* key_in) {
@@ -447,9 +425,13 @@ void CudaBackend::flash_attention_forward(const AttentionDims& a, const S* q, in
           a.V_DIM, " exceed ", kFusedHeadDim);
   const bool drop = a.dropout > 0.0f;
   const DeviceMask m{upload_mask(mask.key_padding, std::size_t(a.B) * a.Tk), mask.causal};
+  const float scale = 1.0f / std::sqrt(float(a.QK_DIM)), keep_scale = drop ? 1.0f / (1.0f - a.dropout) : 1.0f;
+  const std::uint64_t* key = drop ? dropout_key(a.dropout_key) : nullptr;
+  if (opts_.bf16 && bf16_tiles_fit(a))  // bf16 products: the tensor cores (attention_bf16.cu)
+    return bf16_tiled_attention_forward(kernel_dims(a), scale, q, ldq, k, ldk, v, ldv, y, ldy, lse, m, a.dropout,
+                                        keep_scale, key);
   launch("flash_attention_forward", warp_per_row(long(a.B) * a.H * a.Tq), flash_rows_forward_kernel, kernel_dims(a),
-         1.0f / std::sqrt(float(a.QK_DIM)), q, ldq, k, ldk, v, ldv, y, ldy, lse, m, a.dropout,
-         drop ? 1.0f / (1.0f - a.dropout) : 1.0f, drop ? dropout_key(a.dropout_key) : nullptr);
+         scale, q, ldq, k, ldk, v, ldv, y, ldy, lse, m, a.dropout, keep_scale, key);
 }
 
 void CudaBackend::flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo,

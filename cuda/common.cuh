@@ -89,20 +89,28 @@ void enqueue(Sign&& sign, Op op) {
 // issues what a graph step has recorded so far (no-op outside one).
 void flush_recorded();
 
-// Launches kernel<<<grid, block>>>(args...) on stream() and checks the
-// launch (the configuration and any earlier asynchronous error).
+// Launches kernel<<<grid, block, shared>>>(args...) on stream() and checks
+// the launch (the configuration and any earlier asynchronous error).
+// `shared`: bytes of dynamic shared memory (past 48 KiB the kernel's limit
+// must have been raised: cudaFuncSetAttribute).
 template <class... Params, class... Args>
-void launch(const char* what, dim3 grid, dim3 block, void (*kernel)(Params...), Args... args) {
+void launch(const char* what, dim3 grid, dim3 block, unsigned shared, void (*kernel)(Params...), Args... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
   // Every operation's signature starts with a tag byte (0: a kernel), and the
   // rest has a length the tag (with the kernel) fixes: no two sequences of
   // operations sign alike.
   enqueue(
-      [&](Signature& s) { s.add_all(std::uint8_t(0), reinterpret_cast<const void*>(kernel), grid, block, args...); },
+      [&](Signature& s) {
+        s.add_all(std::uint8_t(0), reinterpret_cast<const void*>(kernel), grid, block, shared, args...);
+      },
       [=] {
-        kernel<<<grid, block, 0, stream()>>>(args...);
+        kernel<<<grid, block, shared, stream()>>>(args...);
         check(cudaGetLastError(), what);
       });
+}
+template <class... Params, class... Args>
+void launch(const char* what, dim3 grid, dim3 block, void (*kernel)(Params...), Args... args) {
+  launch(what, grid, block, 0u, kernel, args...);
 }
 template <class... Params, class... Args>
 void launch(const char* what, Launch shape, void (*kernel)(Params...), Args... args) {

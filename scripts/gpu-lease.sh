@@ -69,11 +69,12 @@ within() {  # within SECONDS: the next step's limit, never past the deadline
 
 # The parity cases written since the last GPU run (2026-11-25 at d870a34):
 # GeGLU (activations), the attention planner, the tiled kernels, NCCL, the
-# device-memory count, bf16 products, the fused loss, recompute, graph steps
+# device-memory count, bf16 products, the fused loss, the tensor cores'
+# tiled attention, recompute, graph steps
 # under it, and the workspace's no-allocation step.
 new="operations/activations,attention_forward_backward,tiled_attention_matches_the_cpu"
 new+=",nccl_sum_over_one_rank_is_the_identity,device_memory_is_counted,bf16_gemm_within_its_bound"
-new+=",fused_cross_entropy_matches_the_cpu"
+new+=",fused_cross_entropy_matches_the_cpu,bf16_tiled_attention_on_tensor_cores"
 new+=":layers_blocks_models/recompute_and_tiled_attention_on_the_gpu,decoder_in_bf16_products"
 new+=",steps_allocate_no_device_memory_after_the_first,graph_steps_train_bit_for_bit_like_eager"
 parity=$bin/test/test_cuda_parity

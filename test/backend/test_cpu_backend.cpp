@@ -245,7 +245,8 @@ void fused_cross_entropy_case(int rows, int V, S smoothing, Rng& rng) {
   AlignedVector<S> logits(std::size_t(rows) * V);
   for (auto& z : logits) z = S(rng.normal() * 3);
   std::vector<std::int32_t> targets(rows);
-  for (int r = 0; r < rows; ++r) targets[r] = r % 5 == 2 ? kIgnoreIndex : std::int32_t(rng.next_u64() % std::uint64_t(V));
+  for (int r = 0; r < rows; ++r)
+    targets[r] = r % 5 == 2 ? kIgnoreIndex : std::int32_t(rng.next_u64() % std::uint64_t(V));
   AlignedVector<S> probs(logits.size()), want(logits.size()), got(logits.size(), S(NAN));
   const S dloss = S(0.7);
   const double loss = be.cross_entropy_forward(rows, V, logits.data(), targets.data(), kIgnoreIndex, probs.data(),

@@ -15,6 +15,7 @@
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <iostream>
@@ -448,6 +449,32 @@ BOOST_AUTO_TEST_CASE(attention_forward_backward) {
     }
 }
 
+// A tiled attention case: sizes, causal or not, dropout; sequence 0's last
+// five keys padded and sequence 1 (where there is one) with no key at all.
+struct TiledCase {
+  int B, H, KVH, Tq, Tk, hd;
+  bool causal;
+  float rate;
+  AttentionDims dims(std::uint64_t key) const { return {B, H, Tq, Tk, hd, hd, 0, KVH, rate, key + Tq}; }
+  std::vector<std::uint8_t> padding() const {
+    std::vector<std::uint8_t> pad(std::size_t(B) * Tk, 0);
+    for (int j = Tk - 5; j < Tk; ++j) pad[j] = 1;
+    if (B > 1) std::fill(pad.begin() + Tk, pad.begin() + 2 * Tk, std::uint8_t(1));
+    return pad;
+  }
+  std::string name() const {
+    return " Tq " + std::to_string(Tq) + " Tk " + std::to_string(Tk) + " hd " + std::to_string(hd) +
+           (causal ? " causal" : "") + " dropout " + std::to_string(rate);
+  }
+  int ldq() const { return H * hd; }
+  int ldk() const { return KVH * hd; }
+  // Queries, keys, values and the output's gradient, from seeds s to s + 3.
+  std::array<F, 4> inputs(std::uint64_t s) const {
+    const std::size_t nq = std::size_t(B) * Tq * ldq(), nk = std::size_t(B) * Tk * ldk();
+    return {randn(nq, s), randn(nk, s + 1), randn(nk, s + 2), randn(nq, s + 3)};
+  }
+};
+
 // Tiled attention (CudaBackend::flash_attention_*) against the CPU's tiled
 // attention and the CPU's materialised one: masks (causal, padded, a
 // sequence with no visible key), dropout, grouped heads, cross lengths, T up
@@ -455,24 +482,16 @@ BOOST_AUTO_TEST_CASE(attention_forward_backward) {
 // choice: with CudaOptions::flash_attention a training forward past 256 keys
 // goes tiled.
 BOOST_AUTO_TEST_CASE(tiled_attention_matches_the_cpu) {
-  struct Case {
-    int B, H, KVH, Tq, Tk, hd;
-    bool causal;
-    float rate;
-  };
-  for (const Case c : {Case{3, 2, 2, 300, 300, 32, true, 0.0f}, Case{3, 2, 2, 300, 300, 32, false, 0.2f},
-                       Case{2, 4, 2, 257, 257, 64, true, 0.1f}, Case{2, 2, 1, 70, 400, 128, false, 0.0f},
-                       Case{1, 2, 2, 1024, 1024, 64, true, 0.1f}, Case{2, 2, 2, 33, 20, 64, false, 0.3f}}) {
-    const int ldq = c.H * c.hd, ldk = c.KVH * c.hd;
-    const AttentionDims dims{c.B, c.H, c.Tq, c.Tk, c.hd, c.hd, 0, c.KVH, c.rate, 0xf1a5b0ULL + c.Tq};
-    std::vector<std::uint8_t> pad(std::size_t(c.B) * c.Tk, 0);
-    for (int j = c.Tk - 5; j < c.Tk; ++j) pad[j] = 1;                                  // sequence 0: padded tail
-    if (c.B > 1) std::fill(pad.begin() + c.Tk, pad.begin() + 2 * c.Tk, std::uint8_t(1));  // sequence 1: no key
+  for (const TiledCase c : {TiledCase{3, 2, 2, 300, 300, 32, true, 0.0f}, TiledCase{3, 2, 2, 300, 300, 32, false, 0.2f},
+                            TiledCase{2, 4, 2, 257, 257, 64, true, 0.1f}, TiledCase{2, 2, 1, 70, 400, 128, false, 0.0f},
+                            TiledCase{1, 2, 2, 1024, 1024, 64, true, 0.1f},
+                            TiledCase{2, 2, 2, 33, 20, 64, false, 0.3f}}) {
+    const int ldq = c.ldq(), ldk = c.ldk();
+    const AttentionDims dims = c.dims(0xf1a5b0ULL);
+    const std::vector<std::uint8_t> pad = c.padding();
     const AttentionMask mask{c.causal, pad.data()};
-    const std::string what = " Tq " + std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + " hd " +
-                             std::to_string(c.hd) + (c.causal ? " causal" : "") + " dropout " + std::to_string(c.rate);
-    F q = randn(std::size_t(c.B) * c.Tq * ldq, 60), k = randn(std::size_t(c.B) * c.Tk * ldk, 61);
-    F v = randn(k.size(), 62), up = randn(q.size(), 63);
+    const std::string what = c.name();
+    const auto [q, k, v, up] = c.inputs(60);
     F y(q.size()), lse(std::size_t(c.B) * c.H * c.Tq), ym(q.size()), probs(std::size_t(c.B) * c.H * c.Tq * c.Tk);
     F dq(q.size()), dk(k.size()), dv(v.size()), dqm(q.size()), dkm(k.size()), dvm(v.size());
     DevF d_q(q), d_k(k), d_v(v), d_up(up), d_y(y.size()), d_lse(lse.size()), d_dq(q.size()), d_dk(k.size()),
@@ -509,6 +528,64 @@ BOOST_AUTO_TEST_CASE(tiled_attention_matches_the_cpu) {
   BOOST_TEST((path(flash, AttentionDims{2, 12, 1024, 1024, 64, 64}) == AttentionPath::tiled));
   BOOST_TEST((path(flash, AttentionDims{2, 12, 100, 100, 64, 64}) == AttentionPath::rows));  // the fused kernels' length
   BOOST_TEST((path(gpu, AttentionDims{2, 12, 1024, 1024, 64, 64}) == AttentionPath::heads));  // off by default
+}
+
+// ||gpu - cpu|| / ||cpu||, every GPU element finite (NaN never passes).
+double relative_error(const F& cpu_values, const F& gpu_values, const std::string& what) {
+  BOOST_REQUIRE_EQUAL(cpu_values.size(), gpu_values.size());
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < cpu_values.size(); ++i) {
+    BOOST_REQUIRE_MESSAGE(std::isfinite(gpu_values[i]), what << ": element " << i << " is " << gpu_values[i]);
+    diff += (double(gpu_values[i]) - cpu_values[i]) * (double(gpu_values[i]) - cpu_values[i]);
+    norm += double(cpu_values[i]) * cpu_values[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// With bf16 products the tiled forward runs on the tensor cores
+// (attention_bf16.cu; heads of 64 and 128): against the CPU's float tiled
+// attention within bf16's error (rounded Q, K, V and probabilities: 1e-2
+// of the norm), the log-sum-exps within 0.05, into poisoned outputs; masks,
+// a sequence with no visible key, dropout, grouped heads, cross lengths,
+// partial tiles. Its backward (the CUDA cores', from the forward's
+// log-sum-exps) within 2e-2.
+BOOST_AUTO_TEST_CASE(bf16_tiled_attention_on_tensor_cores) {
+  CudaBackend tc({.bf16 = true, .flash_attention = true});
+  for (const TiledCase c : {TiledCase{2, 4, 2, 257, 257, 64, true, 0.1f}, TiledCase{2, 2, 1, 70, 400, 128, false, 0.0f},
+                            TiledCase{1, 2, 2, 1024, 1024, 64, true, 0.0f}, TiledCase{2, 2, 2, 33, 20, 64, false, 0.3f},
+                            TiledCase{3, 2, 2, 130, 130, 128, true, 0.0f}}) {
+    const int ldq = c.ldq(), ldk = c.ldk();
+    const AttentionDims dims = c.dims(0xb16ULL);
+    const std::vector<std::uint8_t> pad = c.padding();
+    const AttentionMask mask{c.causal, pad.data()};
+    const std::string what = c.name();
+    const auto [q, k, v, up] = c.inputs(70);
+    F y(q.size()), lse(std::size_t(c.B) * c.H * c.Tq), dq(q.size()), dk(k.size()), dv(v.size());
+    DevF d_q(q), d_k(k), d_v(v), d_up(up), d_y(F(y.size(), NAN)), d_lse(F(lse.size(), NAN)), d_dq(q.size()),
+        d_dk(k.size()), d_dv(v.size());
+    cpu.flash_attention_forward(dims, q.data(), ldq, k.data(), ldk, v.data(), ldk, y.data(), ldq, lse.data(), mask);
+    cpu.flash_attention_backward(dims, up.data(), ldq, y.data(), ldq, q.data(), ldq, k.data(), ldk, v.data(), ldk,
+                                 lse.data(), mask, dq.data(), dk.data(), dv.data());
+    tc.flash_attention_forward(dims, d_q.p(), ldq, d_k.p(), ldk, d_v.p(), ldk, d_y.p(), ldq, d_lse.p(), mask);
+    tc.flash_attention_backward(dims, d_up.p(), ldq, d_y.p(), ldq, d_q.p(), ldq, d_k.p(), ldk, d_v.p(), ldk,
+                                d_lse.p(), mask, d_dq.p(), d_dk.p(), d_dv.p());
+    const F glse = d_lse.host();
+    double worst = 0.0;
+    for (std::size_t r = 0; r < lse.size(); ++r) {
+      BOOST_TEST((std::isinf(lse[r]) == std::isinf(glse[r])), "lse row " << r << " cpu " << lse[r] << " gpu "
+                                                                          << glse[r] << what);
+      if (!std::isinf(lse[r])) worst = std::max(worst, double(std::abs(lse[r] - glse[r])));  // NaN fails below
+      BOOST_TEST(!std::isnan(glse[r]), "lse row " << r << what);
+    }
+    BOOST_TEST(worst <= 0.05, "lse off by " << worst << what);
+    const double ey = relative_error(y, d_y.host(), "bf16 tiled y" + what);
+    BOOST_TEST(ey <= 1e-2, "y relative error " << ey << what);
+    for (const auto& [cpu_g, gpu_g, name] :
+         {std::tuple{&dq, &d_dq, "dq"}, std::tuple{&dk, &d_dk, "dk"}, std::tuple{&dv, &d_dv, "dv"}}) {
+      const double e = relative_error(*cpu_g, gpu_g->host(), std::string("bf16 tiled ") + name + what);
+      BOOST_TEST(e <= 2e-2, name << " relative error " << e << what);
+    }
+  }
 }
 
 // GPU ranks sum their gradients through NCCL (CudaBackend::all_reduce_sum).

@@ -1,0 +1,44 @@
+// attention.cuh: what the attention kernels of attention.cu (CUDA cores)
+// and attention_bf16.cu (tensor cores) share: the sizes they read, the
+// dropout of a probability, the keys a query row can see; and the tensor
+// cores' forward, which attention.cu's flash_attention_forward launches
+// where it fits.
+#pragma once
+
+#include "common.cuh"
+#include "xfmr/core/rng.hpp"
+
+namespace xfmr::cuda::detail {
+
+// The sizes the kernels read: AttentionDims without its dropout fields
+// (passed on their own), KV_ROWS and KV_H resolved; ints only, so it goes
+// into graph signatures as bytes.
+struct KernelDims {
+  int B, H, Tq, Tk, QK_DIM, V_DIM, KV_ROWS, KV_H;
+  __device__ int kv_head(int h) const { return h / (H / KV_H); }
+};
+inline KernelDims kernel_dims(const AttentionDims& a) {
+  return {a.B, a.H, a.Tq, a.Tk, a.QK_DIM, a.V_DIM, a.kv_rows(), a.kv_heads()};
+}
+
+// p * keep / (1 - rate) for probabilities element e (p itself without dropout).
+__device__ inline float dropped(float p, float rate, float keep_scale, std::uint64_t key, long e) {
+  if (rate <= 0.0f) return p;
+  return dropout_keeps(key, std::uint64_t(e), rate) ? p * keep_scale : 0.0f;
+}
+
+// Keys [0, end) can be visible to query row i.
+__device__ inline int visible_end(const KernelDims& a, const DeviceMask& mask, int i) {
+  return mask.causal ? min(a.Tk, i + a.Tk - a.Tq + 1) : a.Tk;
+}
+
+// The tiled forward on bf16 tensor cores (attention_bf16.cu): heads of 64
+// or 128, as wide for values as for keys.
+inline bool bf16_tiles_fit(const AttentionDims& a) {
+  return a.QK_DIM == a.V_DIM && (a.QK_DIM == 64 || a.QK_DIM == 128);
+}
+void bf16_tiled_attention_forward(const KernelDims& a, float scale, const float* q, int ldq, const float* k, int ldk,
+                                  const float* v, int ldv, float* y, int ldy, float* lse, DeviceMask mask, float rate,
+                                  float keep_scale, const std::uint64_t* key);
+
+}  // namespace xfmr::cuda::detail
