@@ -312,12 +312,6 @@ __global__ void flash_rows_forward_kernel(KernelDims a, float scale, const float
   }
 }
 
-// The probability of query row r (lse_r) and key j from its score s; 0
-// where masked or where the row saw no key.
-__device__ inline float recomputed(float s, float lse_r) {
-  return s == -INFINITY || lse_r == -INFINITY ? 0.0f : expf(s - lse_r);
-}
-
 // Backward, one warp per query row: D_r = <dY_i, Y_i> (saved for the key
 // rows), then over the visible keys dS = P (dP - D) and dQ_i = scale sum_j
 // dS_ij K_j.
@@ -448,6 +442,9 @@ void CudaBackend::flash_attention_backward(const AttentionDims& a, const S* dy, 
   const DeviceMask m{upload_mask(mask.key_padding, std::size_t(a.B) * a.Tk), mask.causal};
   S* dsum = ctx_->scratch.reserve(std::size_t(a.B) * a.H * a.Tq);  // D per query row
   const KernelDims kd = kernel_dims(a);
+  if (opts_.bf16 && bf16_tiles_fit(a))  // bf16 products: the tensor cores (attention_bf16.cu)
+    return bf16_tiled_attention_backward(kd, scale, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, dsum, dq, dk, dv, m,
+                                         a.dropout, keep_scale, key);
   launch("flash_attention_backward (queries)", warp_per_row(long(a.B) * a.H * a.Tq), flash_rows_backward_q_kernel, kd,
          scale, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, dsum, dq, m, a.dropout, keep_scale, key);
   launch("flash_attention_backward (keys)", warp_per_row(long(a.B) * a.kv_heads() * a.Tk),

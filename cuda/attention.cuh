@@ -1,8 +1,8 @@
 // attention.cuh: what the attention kernels of attention.cu (CUDA cores)
 // and attention_bf16.cu (tensor cores) share: the sizes they read, the
-// dropout of a probability, the keys a query row can see; and the tensor
-// cores' forward, which attention.cu's flash_attention_forward launches
-// where it fits.
+// dropout of a probability, the keys a query row can see, a probability
+// from its log-sum-exp; and the tensor cores' tiled forward and backward,
+// which attention.cu's flash_attention_* launch where they fit.
 #pragma once
 
 #include "common.cuh"
@@ -32,13 +32,24 @@ __device__ inline int visible_end(const KernelDims& a, const DeviceMask& mask, i
   return mask.causal ? min(a.Tk, i + a.Tk - a.Tq + 1) : a.Tk;
 }
 
-// The tiled forward on bf16 tensor cores (attention_bf16.cu): heads of 64
-// or 128, as wide for values as for keys.
+// The probability of query row r (lse_r) and key j from its score s; 0
+// where masked or where the row saw no key.
+__device__ inline float recomputed(float s, float lse_r) {
+  return s == -INFINITY || lse_r == -INFINITY ? 0.0f : expf(s - lse_r);
+}
+
+// The tiled attention on bf16 tensor cores (attention_bf16.cu): heads of 64
+// or 128, as wide for values as for keys. The backward writes D = <dY, Y>
+// per query row into dsum (B H Tq floats of scratch).
 inline bool bf16_tiles_fit(const AttentionDims& a) {
   return a.QK_DIM == a.V_DIM && (a.QK_DIM == 64 || a.QK_DIM == 128);
 }
 void bf16_tiled_attention_forward(const KernelDims& a, float scale, const float* q, int ldq, const float* k, int ldk,
                                   const float* v, int ldv, float* y, int ldy, float* lse, DeviceMask mask, float rate,
                                   float keep_scale, const std::uint64_t* key);
+void bf16_tiled_attention_backward(const KernelDims& a, float scale, const float* dy, int ldy, const float* y, int ldo,
+                                   const float* q, int ldq, const float* k, int ldk, const float* v, int ldv,
+                                   const float* lse, float* dsum, float* dq, float* dk, float* dv, DeviceMask mask,
+                                   float rate, float keep_scale, const std::uint64_t* key);
 
 }  // namespace xfmr::cuda::detail

@@ -542,13 +542,12 @@ double relative_error(const F& cpu_values, const F& gpu_values, const std::strin
   return std::sqrt(diff / norm);
 }
 
-// With bf16 products the tiled forward runs on the tensor cores
+// With bf16 products the tiled attention runs on the tensor cores
 // (attention_bf16.cu; heads of 64 and 128): against the CPU's float tiled
-// attention within bf16's error (rounded Q, K, V and probabilities: 1e-2
-// of the norm), the log-sum-exps within 0.05, into poisoned outputs; masks,
-// a sequence with no visible key, dropout, grouped heads, cross lengths,
-// partial tiles. Its backward (the CUDA cores', from the forward's
-// log-sum-exps) within 2e-2.
+// attention within bf16's error (rounded operands: 1e-2 of the norm for
+// the output, 2e-2 for the gradients), the log-sum-exps within 0.05, into
+// poisoned outputs; masks, a sequence with no visible key, dropout, grouped
+// heads, cross lengths, partial tiles.
 BOOST_AUTO_TEST_CASE(bf16_tiled_attention_on_tensor_cores) {
   CudaBackend tc({.bf16 = true, .flash_attention = true});
   for (const TiledCase c : {TiledCase{2, 4, 2, 257, 257, 64, true, 0.1f}, TiledCase{2, 2, 1, 70, 400, 128, false, 0.0f},
@@ -561,8 +560,8 @@ BOOST_AUTO_TEST_CASE(bf16_tiled_attention_on_tensor_cores) {
     const std::string what = c.name();
     const auto [q, k, v, up] = c.inputs(70);
     F y(q.size()), lse(std::size_t(c.B) * c.H * c.Tq), dq(q.size()), dk(k.size()), dv(v.size());
-    DevF d_q(q), d_k(k), d_v(v), d_up(up), d_y(F(y.size(), NAN)), d_lse(F(lse.size(), NAN)), d_dq(q.size()),
-        d_dk(k.size()), d_dv(v.size());
+    DevF d_q(q), d_k(k), d_v(v), d_up(up), d_y(F(y.size(), NAN)), d_lse(F(lse.size(), NAN)),
+        d_dq(F(q.size(), NAN)), d_dk(F(k.size(), NAN)), d_dv(F(v.size(), NAN));
     cpu.flash_attention_forward(dims, q.data(), ldq, k.data(), ldk, v.data(), ldk, y.data(), ldq, lse.data(), mask);
     cpu.flash_attention_backward(dims, up.data(), ldq, y.data(), ldq, q.data(), ldq, k.data(), ldk, v.data(), ldk,
                                  lse.data(), mask, dq.data(), dk.data(), dv.data());

@@ -19,7 +19,7 @@
 //          run on a GPU), heads of up to kCudaHeadDim.
 // bf16 precision changes the arithmetic of heads and tiled (each product in
 // bf16 on the CPU: attention_heads.hpp, attention_tiled.hpp; on CUDA the
-// tiled forward on the tensor cores for heads of 64 and 128:
+// tiled path on the tensor cores for heads of 64 and 128:
 // cuda/attention_bf16.cu), not the path.
 // The layers ask plan_attention which of tiled and materialised to run
 // (attention.hpp's SavedAttention); the backends' materialised entry points

@@ -226,8 +226,8 @@ struct CudaOptions {
   // Tk) probabilities. Off until its parity tests have run on a GPU
   // (test_cuda_parity's tiled_attention_matches_the_cpu); the environment's
   // XFMR_CUDA_FLASH_ATTENTION=1 turns it on in every program. With bf16
-  // its forward runs on the tensor cores for heads of 64 and 128
-  // (attention_bf16.cu; bf16_tiled_attention_on_tensor_cores).
+  // it runs on the tensor cores for heads of 64 and 128 (attention_bf16.cu;
+  // bf16_tiled_attention_on_tensor_cores).
   bool flash_attention = false;
   // cross_entropy_forward_backward's fused kernel (losses.cu): loss and
   // gradient in one pass, no probabilities. Off until its parity test has
