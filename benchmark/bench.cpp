@@ -486,13 +486,14 @@ json run_allreduce(const Args& a) {
 // Attention alone, forward and backward, at T positions: GPT-2's heads (12
 // of 64), causal, batch --batch (0: 1), random inputs; tiled first, then
 // materialised (peak RSS only grows). Per path: the time of a forward and
-// backward, and the bytes it keeps from one to the other (probabilities or
-// log-sum-exps) and asks of the backend as per-thread scratch.
+// backward, its rate (FlashAttention's count: the causal forward's two
+// products, 2 B H T^2 hd, and the backward 2.5 times that), and the bytes it
+// keeps from one to the other (probabilities or log-sum-exps) and, on the
+// CPU, asks of the backend as per-thread scratch. On CUDA the tiled path is
+// the one `--precision` picks (bf16: the tensor cores), whether or not
+// CudaOptions::flash_attention is on.
 template <class Be>
 json run_attention(const Args& a) {
-  if constexpr (!std::is_same_v<Be, CpuBackend<float>>) {
-    fail("--attention times the CPU's attention (not ", Be::name, ")");
-  } else {
   const int B = a.batch > 0 ? a.batch : 1, H = 12, hd = 64, T = a.attention, ld = 3 * H * hd, K = H * hd;
   // The materialised path keeps B x H x T x T probabilities and their gradient.
   const double bytes = 2.0 * 4.0 * B * H * double(T) * T;
@@ -502,46 +503,47 @@ json run_attention(const Args& a) {
           " GB");
   const AttentionDims dims{B, H, T, T, hd, hd};
   const AttentionMask mask{true, nullptr};
-  Rng rng(3);
-  std::vector<float> qkv(std::size_t(B) * T * ld), dy(std::size_t(B) * T * K), y(dy.size()), grads(qkv.size());
-  for (auto& x : qkv) x = float(rng.normal());
-  for (auto& x : dy) x = float(rng.normal());
-  const float* q = qkv.data();
-  float* g = grads.data();
-  const double bh = double(B) * H;
-  json out = {{"impl", "xfmr"}, {"backend", describe(make_backend<Be>(a.backend, a.precision))},
+  json out = {{"impl", "xfmr"}, {"backend", describe(make_backend<Be>(a.backend, a.precision))},  // (no GPU: stops)
               {"attention", {{"B", B}, {"H", H}, {"T", T}, {"head", hd}}}, {"threads", cpu_threads()},
               {"results", json::object()}};
-  std::vector<float> saved;
+  using Tensor = typename Be::Tensor;
+  Rng rng(3);
+  Tensor qkv({std::int64_t(B) * T * ld}), dy({std::int64_t(B) * T * K}), y({std::int64_t(B) * T * K});
+  Tensor grads({std::int64_t(B) * T * ld});
+  qkv.generate([&] { return float(rng.normal()); });
+  dy.generate([&] { return float(rng.normal()); });
+  const float* q = qkv.data();
+  float* g = grads.data();
+  const double bh = double(B) * H, flops = 3.5 * 2.0 * bh * double(T) * T * hd;
+  const auto record = [&](const char* path, Be& be, const std::vector<double>& secs, double saved_floats) {
+    auto r = summarize(secs, double(B) * T, 0, 0);
+    r["tflops"] = flops / (r["median_ms"].template get<double>() * 1e-3) * 1e-12;
+    r["saved_mb"] = saved_floats * 4 / 1e6;
+    if constexpr (requires { be.attention_scratch_bytes(); })
+      r["scratch_mb"] = double(be.attention_scratch_bytes()) / 1e6;
+    r["peak_rss_mb"] = peak_rss_mb();
+    out["results"][path] = r;
+  };
   {
     Be be = make_backend<Be>(a.backend, a.precision);  // a backend of its own: its scratch is this path's
-    saved.assign(std::size_t(bh * T), 0.0f);
+    Tensor saved({std::int64_t(bh * T)});
     const auto secs = time_calls(a, be, [&] {
       be.flash_attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y.data(), K, saved.data(), mask);
       be.flash_attention_backward(dims, dy.data(), K, y.data(), K, q, ld, q + K, ld, q + 2 * K, ld, saved.data(), mask,
                                   g, g + K, g + 2 * K);
     });
-    auto r = summarize(secs, double(B) * T, 0, 0);
-    r["saved_mb"] = bh * T * 4 / 1e6;
-    r["scratch_mb"] = double(be.attention_scratch_bytes()) / 1e6;
-    r["peak_rss_mb"] = peak_rss_mb();
-    out["results"]["tiled"] = r;
+    record("tiled", be, secs, bh * T);
   }
   {
     Be be = make_backend<Be>(a.backend, a.precision);
-    saved.assign(std::size_t(bh * T * T), 0.0f);
+    Tensor saved({std::int64_t(bh * T * T)});
     const auto secs = time_calls(a, be, [&] {
       be.attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y.data(), K, saved.data(), mask);
       be.attention_backward(dims, dy.data(), K, q, ld, q + K, ld, q + 2 * K, ld, saved.data(), g, g + K, g + 2 * K);
     });
-    auto r = summarize(secs, double(B) * T, 0, 0);
-    r["saved_mb"] = bh * T * T * 4 / 1e6;
-    r["scratch_mb"] = double(be.attention_scratch_bytes()) / 1e6;
-    r["peak_rss_mb"] = peak_rss_mb();
-    out["results"]["materialised"] = r;
+    record("materialised", be, secs, bh * T * T);
   }
   return out;
-  }
 }
 
 template <class Be>
@@ -734,7 +736,7 @@ int main(int argc, char** argv) {
        "the model's attention layers keep their probabilities instead of tiling (the path before tiled attention)")
       ("attention", po::value(&a.attention)->default_value(a.attention),
        "time attention alone instead, forward and backward at this many positions (12 heads of 64, causal, batch "
-       "--batch or 1): tiled against materialised, with what each saves and the peak RSS after each")
+       "--batch or 1): tiled against materialised, with their TFLOP/s, what each saves and the peak RSS after each")
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;
@@ -781,9 +783,10 @@ int main(int argc, char** argv) {
                 << " threads\n";
       for (const auto& [name, m] : result["results"].items())
         std::cout << "  " << std::left << std::setw(13) << name << std::right << std::fixed << std::setprecision(2)
-                  << std::setw(10) << m["median_ms"].get<double>() << " ms  saved " << std::setprecision(2)
-                  << m["saved_mb"].get<double>() << " MB, scratch " << m["scratch_mb"].get<double>()
-                  << " MB, peak RSS after " << std::setprecision(1) << m["peak_rss_mb"].get<double>() << " MB\n";
+                  << std::setw(10) << m["median_ms"].get<double>() << " ms, " << m["tflops"].get<double>()
+                  << " TFLOP/s  saved " << m["saved_mb"].get<double>() << " MB, scratch "
+                  << m.value("scratch_mb", 0.0) << " MB, peak RSS after " << std::setprecision(1)
+                  << m["peak_rss_mb"].get<double>() << " MB\n";
       if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");
       return 0;
     } else if (!a.pretrained.empty()) {

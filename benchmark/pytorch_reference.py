@@ -216,6 +216,31 @@ def time_calls(f, args):
     return t
 
 
+def attention_benchmark(args):
+    """xfmr-bench --attention's measurement through PyTorch: causal SDPA, forward and backward, with the same
+    FLOP count (the causal forward's two products, 2 B H T^2 hd, and the backward 2.5 times that)."""
+    if not hasattr(F, "scaled_dot_product_attention"):
+        raise SystemExit(f"--attention: PyTorch {torch.__version__} has no scaled_dot_product_attention (2.0 on)")
+    b, h, t, hd = args.batch or 1, 12, args.attention, 64
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    gen = torch.Generator(device="cpu").manual_seed(3)
+    q, k, v, dy = (torch.randn(b, h, t, hd, generator=gen).to(args.device, dtype) for _ in range(4))
+    for x in (q, k, v):
+        x.requires_grad_(True)
+
+    def step():
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y.backward(dy)
+    r = summarize(time_calls(step, args), b * t, 0, 0)
+    r["tflops"] = 3.5 * 2.0 * b * h * t * t * hd / (r["median_ms"] * 1e-3) * 1e-12
+    backend = "cpu" if args.device == "cpu" else torch.cuda.get_device_name()
+    print(f"pytorch sdpa forward+backward (B{b} H{h} T{t} head {hd}, causal, {dtype}), {backend}: "
+          f"{r['median_ms']:.3f} ms, {r['tflops']:.1f} TFLOP/s")
+    return {"impl": "pytorch", "backend": backend, "torch": torch.__version__, "precision": args.precision,
+            "attention": {"B": b, "H": h, "T": t, "head": hd}, "results": {"sdpa": r}}
+
+
 def quantile(v, q):
     v = sorted(v)
     pos = q * (len(v) - 1)
@@ -287,6 +312,10 @@ def main():
     p.add_argument("--json")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--gpt2", help="time GPT-2 decoding from this Hugging Face checkpoint directory instead")
+    p.add_argument("--attention", type=int, default=0,
+                   help="time scaled_dot_product_attention alone instead, forward and backward at this many positions "
+                        "(12 heads of 64, causal, --batch or 1; bf16 tensors with --precision bf16), as xfmr-bench "
+                        "--attention")
     p.add_argument("--gpt2-tokens", type=int, default=128, help="with --gpt2: greedy tokens per generation")
     args = p.parse_args()
     if args.smoke:
@@ -298,8 +327,8 @@ def main():
             p.error(f"--sdpa: PyTorch {torch.__version__} has no scaled_dot_product_attention (2.0 on)")
         global SDPA
         SDPA = True
-    if args.gpt2:
-        out = gpt2_benchmark(args)
+    if args.gpt2 or args.attention:
+        out = gpt2_benchmark(args) if args.gpt2 else attention_benchmark(args)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1)

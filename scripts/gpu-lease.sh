@@ -18,6 +18,8 @@
 #    (autocast bf16 and TF32, both through scaled_dot_product_attention),
 #    alternating, XFMR_BENCH_ROUNDS rounds (default 2): ms a step, tokens/s,
 #    peak device memory;
+#    Then attention alone at the same size, forward and backward: xfmr's
+#    tiled kernels in FP32 and bf16 (tensor cores) against PyTorch's SDPA;
 # 4. a random stories15m (llama2.c's layout) decoded greedily on the CPU and
 #    on CUDA: the first 32 tokens must agree;
 # 5. with the time left, racecheck, synccheck and initcheck on NEW.
@@ -39,6 +41,7 @@
 #      checkpoint and the CSV says how far it got.
 #   3. 7.0 TFLOP a step (the 50257-wide head is a quarter): FP32 ~205 ms,
 #      TF32 ~80 ms, bf16 ~70 ms; eight processes a round of 4-10 s each.
+#      Attention alone: about 10 s a process.
 #   4. about 20 s.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
@@ -51,13 +54,13 @@ py=${PYTHON:-python3}
 if [[ ${XFMR_LEASE_DRY:-0} == 1 ]]; then
   echo "dry run on the CPU" > "$work/gpu.txt"
   cuda() { echo cpu; }
-  step_skips=1 device=cpu sdpa='' large=(4 4 2 2) gpt2_size=(--batch 1 --seq-len 32)
+  step_skips=1 device=cpu sdpa='' large=(4 4 2 2) gpt2_size=(--batch 1 --seq-len 32) attention_size=(64 1)
   timing=(--min-time 0 --min-reps 1 --warmup 0)
 else
   nvidia-smi -L || { echo "gpu-lease: no NVIDIA GPU here" >&2; exit 1; }
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$work/gpu.txt"
   cuda() { echo "$1"; }
-  device=cuda sdpa=--sdpa large=(5000 64 500 200) gpt2_size=(--batch 8)
+  device=cuda sdpa=--sdpa large=(5000 64 500 200) gpt2_size=(--batch 8) attention_size=(1024 8)
   timing=(--min-time 1 --min-reps 5 --warmup 2)
 fi
 gpu_programs "$work" || exit 1
@@ -139,6 +142,22 @@ for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
   done
 done
 
+# 3b. Attention alone (GPT-2's 12 heads of 64, causal, B8 T1024), forward and
+#     backward: xfmr's tiled kernels in float32 (CUDA cores) and bf16 (tensor
+#     cores), each beside the materialised path, and PyTorch's SDPA in bf16.
+for precision in fp32 bf16; do
+  within 60
+  step_log=$work/attention_xfmr_$precision.log step "attention xfmr $precision" "$xrun" "$bin/benchmark/xfmr-bench" \
+    --attention "${attention_size[0]}" --batch "${attention_size[1]}" --backend "$(cuda cuda)" --precision $precision \
+    "${timing[@]}" --json "$work/attention_xfmr_$precision.json"
+done
+if [[ -n $sdpa ]]; then
+  within 60
+  step_log=$work/attention_torch_bf16.log step "attention torch bf16 sdpa" $py benchmark/pytorch_reference.py \
+    --device $device --attention "${attention_size[0]}" --batch "${attention_size[1]}" --precision bf16 \
+    "${timing[@]}" --json "$work/attention_torch_bf16.json"
+fi
+
 # 4. A published model's shape through load_pretrained, on both backends.
 within 90
 step "stories15m greedy cpu = cuda" bash -c "$py benchmark/random_checkpoint.py stories15m '$work/stories15m.bin' &&
@@ -188,6 +207,18 @@ for name in sorted({re.sub(r"_\d+\.json$", "", os.path.basename(p)) for p in glo
         peak = max(j["memory"].get("peak_device_mb", 0) for j in runs)
         tps = max(j["results"]["train_step"]["tokens_per_s"] for j in runs)
         print(f"  {name[5:]:<36} {' / '.join(f'{x:.1f}' for x in ms):<23} {tps:>8.0f}   {peak:>8.0f}")
+PY
+  $py - "$work" <<'PY'
+import glob, json, os, sys
+rows = []
+for path in sorted(glob.glob(f"{sys.argv[1]}/attention_*.json")):
+    j = json.load(open(path))
+    for name, r in j["results"].items():
+        rows.append(f"  {os.path.basename(path)[10:-5] + ' ' + name:<36} {r['median_ms']:>10.2f} ms {r['tflops']:>8.1f}")
+if rows:
+    a = j["attention"]
+    print(f"attention alone, B{a['B']} H{a['H']} T{a['T']} head {a['head']} causal, fwd+bwd     ms   TFLOP/s")
+    print("\n".join(rows))
 PY
   ((${#failed[@]})) && printf 'FAILED: %s\n' "${failed[@]}" || echo "all steps passed"
 } > "$work/summary.txt"
