@@ -33,7 +33,7 @@
 # rates the 2026-11-25 lease measured (GPT-2-small's step at 34 TFLOP/s in
 # FP32, 87 in TF32):
 #   1. parity: the CPU references dominate, about 1 minute; memcheck on NEW
-#      about 2 minutes (memcheck slows kernels 10-50x).
+#      about 2 minutes (memcheck slows kernels 10-50x). Limits 120 s each.
 #   2. shakespeare-large: 1.16 TFLOP a step; at 50 TFLOP/s (TF32 or bf16 at
 #      this model's smaller products) 23 ms, 5000 steps in 116 s, plus ten
 #      evaluations of 200 forwards (~15 s): about 2.2 minutes (FP32 would be
@@ -90,10 +90,10 @@ sanitize() {  # sanitize TOOL SECONDS: compute-sanitizer TOOL on the NEW cases
 }
 
 # 1. The parity suite whole, then memcheck on what is new.
-within 150
+within 120
 step "parity (whole suite)" bash -c "'$xrun' '$parity' --color_output=no --log_level=test_suite --report_level=short \
   > '$work/parity.log' 2>&1; rc=\$?; grep -E 'error|passed|failed|skipped' '$work/parity.log' | tail -8; exit \$rc"
-sanitize memcheck 150
+sanitize memcheck 120
 
 # 2. The seeds' large model, in bf16 products only where they passed.
 bf16_ok() {
