@@ -16,7 +16,10 @@ gpu_programs() {  # gpu_programs OUT_DIR
     bin=build/release
   elif [[ $XFMR_BUILD == *.tar.xz ]]; then
     local dir=${TMPDIR:-/tmp}/xfmr-lease-$$
-    mkdir -p "$dir" && tar -xJf "$XFMR_BUILD" -C "$dir" || { echo "gpu: cannot unpack $XFMR_BUILD" >&2; return 1; }
+    mkdir -p "$dir" || return 1
+    # (Python's tarfile reads xz where tar finds no xz program.)
+    tar -xJf "$XFMR_BUILD" -C "$dir" 2> /dev/null || python3 -m tarfile -e "$XFMR_BUILD" "$dir" ||
+      { echo "gpu: cannot unpack $XFMR_BUILD" >&2; return 1; }
     bin=$dir/xfmr-lease
   else
     bin=$XFMR_BUILD
