@@ -10,7 +10,7 @@
 #    side by side (per-step CSVs and the largest gap);
 # 4. xfmr-bench and benchmark/pytorch_reference.py --device cuda, alternately:
 #    shakespeare-small (CPU, CUDA with graph steps, CUDA queueing every
-#    kernel, PyTorch) and the GPT-2-small shaped model, in float32 and in
+#    kernel, PyTorch) and GPT-2-small (vocabulary 50257), in float32 and in
 #    bf16 (xfmr's --precision bf16 products, PyTorch's autocast); then the
 #    GPT-2-small step's time and peak device memory per --recompute mode;
 # 5. a random stories15m (llama2.c's layout, through load_pretrained):
@@ -83,29 +83,30 @@ PY
 # 4. Speed: xfmr and PyTorch eager on the same GPU, alternately, twice.
 bench=("$xrun" "$bin/benchmark/xfmr-bench")
 ref="python3 benchmark/pytorch_reference.py --device cuda"
+gpt2=(--model gpt2-small --vocab 50257 --batch 8 --min-time 2)
 for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
-  step "bench small cpu $round" "${bench[@]}" --model shakespeare-small --backend cpu --json "$out/small_cpu_$round.json"
-  step "bench small cuda $round" "${bench[@]}" --model shakespeare-small --backend cuda --json "$out/small_cuda_$round.json"
-  step "bench small cuda eager $round" "${bench[@]}" --model shakespeare-small --backend cuda --eager --modes train,forward \
-    --json "$out/small_cuda_eager_$round.json"
+  for be in cpu cuda; do
+    step "bench small $be $round" "${bench[@]}" --model shakespeare-small --backend $be \
+      --json "$out/small_${be}_$round.json"
+  done
+  step "bench small cuda eager $round" "${bench[@]}" --model shakespeare-small --backend cuda --eager \
+    --modes train,forward --json "$out/small_cuda_eager_$round.json"
   step "torch small cuda $round" $ref --model shakespeare-small --json "$out/small_torch_$round.json"
-  step "bench gpt2 cuda $round" "${bench[@]}" --model gpt2-small --backend cuda --modes train,forward --batch 8 \
-    --min-time 2 --json "$out/gpt2_cuda_$round.json"
-  step "torch gpt2 cuda $round" $ref --model gpt2-small --modes train,forward --batch 8 --min-time 2 \
-    --json "$out/gpt2_torch_$round.json"
-  step "bench gpt2 cuda bf16 $round" "${bench[@]}" --model gpt2-small --backend cuda --precision bf16 --modes train,forward \
-    --batch 8 --min-time 2 --json "$out/gpt2_cuda_bf16_$round.json"
-  step "torch gpt2 cuda bf16 $round" $ref --model gpt2-small --precision bf16 --sdpa --modes train,forward --batch 8 \
-    --min-time 2 --json "$out/gpt2_torch_bf16_$round.json"
+  step "bench gpt2 cuda $round" "${bench[@]}" "${gpt2[@]}" --backend cuda --modes train,forward \
+    --json "$out/gpt2_cuda_$round.json"
+  step "torch gpt2 cuda $round" $ref "${gpt2[@]}" --modes train,forward --json "$out/gpt2_torch_$round.json"
+  step "bench gpt2 cuda bf16 $round" "${bench[@]}" "${gpt2[@]}" --backend cuda --precision bf16 --modes train,forward \
+    --json "$out/gpt2_cuda_bf16_$round.json"
+  step "torch gpt2 cuda bf16 $round" $ref "${gpt2[@]}" --precision bf16 --sdpa --modes train,forward \
+    --json "$out/gpt2_torch_bf16_$round.json"
 done
 # Peak device memory of a GPT-2-small step per recompute mode (one process each),
 # with the tiled attention kernels (T 1024: past the fused kernels' 256 keys).
 for mode in none cheap block; do
-  step "bench gpt2 cuda recompute $mode" "${bench[@]}" --model gpt2-small --backend cuda --modes train --batch 8 \
-    --recompute "$mode" --min-time 2 --json "$out/gpt2_cuda_recompute_$mode.json"
-  step "bench gpt2 cuda tiled recompute $mode" env XFMR_CUDA_FLASH_ATTENTION=1 "${bench[@]}" --model gpt2-small \
-    --backend cuda --modes train --batch 8 --recompute "$mode" --min-time 2 \
-    --json "$out/gpt2_cuda_tiled_recompute_$mode.json"
+  step "bench gpt2 cuda recompute $mode" "${bench[@]}" "${gpt2[@]}" --backend cuda --modes train --recompute "$mode" \
+    --json "$out/gpt2_cuda_recompute_$mode.json"
+  step "bench gpt2 cuda tiled recompute $mode" env XFMR_CUDA_FLASH_ATTENTION=1 "${bench[@]}" "${gpt2[@]}" \
+    --backend cuda --modes train --recompute "$mode" --json "$out/gpt2_cuda_tiled_recompute_$mode.json"
 done
 
 # 5. A published model's shape (a random stories15m, llama2.c's layout,
