@@ -397,6 +397,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // Raises a kernel's shared-memory limit (past 48 KiB) once, then launches
 // it on `blocks` blocks of 4 warps.
+constexpr unsigned kSharedLimit = 227 * 1024;  // a Hopper block's dynamic shared memory, at most
+static_assert(Tiles<128>::bytes <= kSharedLimit && BackwardQTiles<128>::bytes <= kSharedLimit &&
+              BackwardKvTiles<128>::bytes <= kSharedLimit);
+
 template <auto kernel, class... Args>
 void launch_tiles(const char* what, unsigned bytes, long blocks, Args... args) {
   static const bool raised = [&] {  // once per kernel: one instantiation each
