@@ -199,14 +199,17 @@ elif os.path.exists(f"{work}/large.csv"):
     rows = [r for r in csv.DictReader(open(f"{work}/large.csv")) if r.get("val_loss")]
     print(f"shakespeare-large: unfinished; last val loss {rows[-1]['val_loss']} at step {rows[-1]['step']}"
           if rows else "shakespeare-large: unfinished, no evaluation")
-print("GPT-2-small step, B8 T1024 V50257     ms a step (per round)   tokens/s   peak device MB")
+print("GPT-2-small step, B8 T1024 V50257     ms a step (per round)   tokens/s   peak device MB (counted)")
 for name in sorted({re.sub(r"_\d+\.json$", "", os.path.basename(p)) for p in glob.glob(f"{work}/gpt2_*.json")}):
     runs = [j for j in (load(p) for p in sorted(glob.glob(f"{work}/{name}_[0-9]*.json"))) if j]
     ms = [j["results"]["train_step"]["median_ms"] for j in runs]
     if ms:
         peak = max(j["memory"].get("peak_device_mb", 0) for j in runs)
         tps = max(j["results"]["train_step"]["tokens_per_s"] for j in runs)
-        print(f"  {name[5:]:<36} {' / '.join(f'{x:.1f}' for x in ms):<23} {tps:>8.0f}   {peak:>8.0f}")
+        counted = runs[0]["memory"].get("analytical", {}).get("total_mb", 0)
+        path = runs[0]["memory"].get("attention", "")
+        print(f"  {name[5:]:<36} {' / '.join(f'{x:.1f}' for x in ms):<23} {tps:>8.0f}   {peak:>8.0f} ({counted:.0f}) "
+              f"{path}")
 PY
   $py - "$work" <<'PY'
 import glob, json, os, sys
