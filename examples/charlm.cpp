@@ -35,34 +35,21 @@ constexpr const char* kFormat = "xfmr-charlm";
 constexpr std::uint64_t kEvalSeed = 0x5eed;
 
 // Settings that define a run; on --resume they come from the checkpoint.
-struct RunSettings {
-  std::string model = "shakespeare-small", mode = "text", schedule = "constant";
-  int batch = 16, grad_accum = 1;
-  double lr = 1e-3, clip = 0.0, weight_decay = 0.01, val_fraction = 0.1;
-  float dropout = -1.0f;            // < 0: the preset's
-  float attention_dropout = 0.0f;   // on the attention probabilities
-  std::uint64_t seed = 1337;
+struct RunSettings : LmTrainingSettings {
+  std::string model = "shakespeare-small", mode = "text";
+  float attention_dropout = 0.0f;  // on the attention probabilities
 
   json to_json() const {
-    return {{"model", model},   {"mode", mode},       {"schedule", schedule}, {"batch", batch},
-            {"grad_accum", grad_accum}, {"lr", lr},   {"clip", clip},         {"weight_decay", weight_decay},
-            {"val_fraction", val_fraction}, {"dropout", dropout}, {"attention_dropout", attention_dropout},
-            {"seed", seed}};
+    json j = {{"model", model}, {"mode", mode}, {"attention_dropout", attention_dropout}};
+    write(j);
+    return j;
   }
   static RunSettings from_json(const json& j) {
     RunSettings s;
+    s.read(j);
     s.model = j.at("model");
     s.mode = j.at("mode");
-    s.schedule = j.at("schedule");
-    s.batch = json_integer<int>(j, "batch");
-    s.grad_accum = json_integer<int>(j, "grad_accum");
-    s.lr = j.at("lr");
-    s.clip = j.at("clip");
-    s.weight_decay = j.at("weight_decay");
-    s.val_fraction = j.at("val_fraction");
-    s.dropout = j.at("dropout");
     s.attention_dropout = j.value("attention_dropout", 0.0f);  // absent before attention dropout existed
-    s.seed = json_integer<std::uint64_t>(j, "seed");
     return s;
   }
 };
@@ -420,21 +407,14 @@ int run_train(int argc, char** argv) {
       ("mode", po::value(&a.run.mode)->default_value(a.run.mode), "text (one stream, 90/10 split) or names (one name per line)")
       ("steps", po::value(&a.steps)->default_value(a.steps), "total optimisation steps (the schedule spans them)")
       ("stop-after", po::value(&a.stop_after), "stop at this step of the plan, with a checkpoint (resume later)")
-      ("batch", po::value(&a.run.batch)->default_value(a.run.batch), "sequences per batch")
-      ("grad-accum", po::value(&a.run.grad_accum)->default_value(a.run.grad_accum), "micro-batches per step")
-      ("lr", po::value(&a.run.lr)->default_value(a.run.lr), "peak learning rate (AdamW)")
-      ("schedule", po::value(&a.run.schedule)->default_value(a.run.schedule), "constant, cosine (warmup + cosine) or onecycle")
-      ("weight-decay", po::value(&a.run.weight_decay)->default_value(a.run.weight_decay), "AdamW weight decay (matrices only)")
-      ("clip", po::value(&a.run.clip)->default_value(a.run.clip), "global gradient-norm clip (0 = off)")
-      ("dropout", po::value(&a.run.dropout), "dropout rate (default: the preset's)")
       ("attention-dropout", po::value(&a.run.attention_dropout)->default_value(a.run.attention_dropout),
        "dropout on the attention probabilities")
-      ("val-fraction", po::value(&a.run.val_fraction)->default_value(a.run.val_fraction), "share of the data held out")
-      ("seed", po::value(&a.run.seed)->default_value(a.run.seed), "seed for initialisation, data order and dropout")
       ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between evaluations (and checkpoints)")
       ("eval-batches", po::value(&a.eval_batches)->default_value(a.eval_batches), "batches per loss estimate")
       ("resume", po::value(&a.resume), "continue from this checkpoint (settings come from it)")
       ("samples", po::value(&a.samples)->default_value(a.samples), "characters to sample at the end");
+  add_lm_training_options(opts, a.run, "peak learning rate (AdamW, betas 0.9, 0.999)",
+                          "dropout rate (default: the preset's)");
   add_run_options(opts, a, "charlm", "checkpoint directory, written at every evaluation",
                   "final losses, tokens/s and wall time");
   po::variables_map vm;
@@ -467,16 +447,8 @@ int run_train(int argc, char** argv) {
     };
     agree("model", a.run.model == saved.model);
     agree("mode", a.run.mode == saved.mode);
-    agree("batch", a.run.batch == saved.batch);
-    agree("grad-accum", a.run.grad_accum == saved.grad_accum);
-    agree("lr", a.run.lr == saved.lr);
-    agree("schedule", a.run.schedule == saved.schedule);
-    agree("weight-decay", a.run.weight_decay == saved.weight_decay);
-    agree("clip", a.run.clip == saved.clip);
-    agree("dropout", a.run.dropout == saved.dropout);
     agree("attention-dropout", a.run.attention_dropout == saved.attention_dropout);
-    agree("seed", a.run.seed == saved.seed);
-    agree("val-fraction", a.run.val_fraction == saved.val_fraction);
+    a.run.agree_with(saved, agree);
     // The schedule spans --steps: a cosine or one-cycle run resumes with
     // the plan it started with (a constant rate may train on past it).
     const long planned = parse_integer<long>(metadata_value(resumed->metadata, "steps", a.resume), a.resume + ": steps");

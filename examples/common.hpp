@@ -716,6 +716,65 @@ inline void check_dropout_options(const boost::program_options::variables_map& v
           " outside [0, 1)");
 }
 
+// The settings of a language-model run that xfmr-charlm and xfmr-lm share
+// (the optimizer, the batches, the split, the seed): each program's
+// RunSettings derives from it with its own defaults, writes these keys into
+// the checkpoint's settings and reads them back, and on --resume asks
+// agree(option, same) of each, so that an option given explicitly must
+// match the checkpoint's.
+struct LmTrainingSettings {
+  std::string schedule = "constant";
+  int batch = 16, grad_accum = 1;
+  double lr = 1e-3, clip = 0.0, weight_decay = 0.01, val_fraction = 0.1;
+  float dropout = -1.0f;  // < 0: the preset's
+  std::uint64_t seed = 1337;
+
+  void write(nlohmann::json& j) const {
+    j.update({{"schedule", schedule}, {"batch", batch}, {"grad_accum", grad_accum}, {"lr", lr}, {"clip", clip},
+              {"weight_decay", weight_decay}, {"val_fraction", val_fraction}, {"dropout", dropout}, {"seed", seed}});
+  }
+  void read(const nlohmann::json& j) {
+    schedule = j.at("schedule");
+    batch = json_integer<int>(j, "batch");
+    grad_accum = json_integer<int>(j, "grad_accum");
+    lr = j.at("lr");
+    clip = j.at("clip");
+    weight_decay = j.at("weight_decay");
+    val_fraction = j.at("val_fraction");
+    dropout = j.at("dropout");
+    seed = json_integer<std::uint64_t>(j, "seed");
+  }
+  template <class Agree>
+  void agree_with(const LmTrainingSettings& saved, Agree&& agree) const {
+    agree("batch", batch == saved.batch);
+    agree("grad-accum", grad_accum == saved.grad_accum);
+    agree("lr", lr == saved.lr);
+    agree("schedule", schedule == saved.schedule);
+    agree("weight-decay", weight_decay == saved.weight_decay);
+    agree("clip", clip == saved.clip);
+    agree("dropout", dropout == saved.dropout);
+    agree("val-fraction", val_fraction == saved.val_fraction);
+    agree("seed", seed == saved.seed);
+  }
+};
+
+// Their options, with each program's help for --lr (its AdamW) and
+// --dropout (its default).
+inline void add_lm_training_options(boost::program_options::options_description& opts, LmTrainingSettings& s,
+                                    const char* lr_help, const char* dropout_help) {
+  namespace po = boost::program_options;
+  opts.add_options()
+      ("batch", po::value(&s.batch)->default_value(s.batch), "sequences per batch")
+      ("grad-accum", po::value(&s.grad_accum)->default_value(s.grad_accum), "micro-batches per step")
+      ("lr", po::value(&s.lr)->default_value(s.lr), lr_help)
+      ("schedule", po::value(&s.schedule)->default_value(s.schedule), "constant, cosine (warmup + cosine) or onecycle")
+      ("weight-decay", po::value(&s.weight_decay)->default_value(s.weight_decay), "AdamW weight decay (matrices only)")
+      ("clip", po::value(&s.clip)->default_value(s.clip), "global gradient-norm clip (0 = off)")
+      ("dropout", po::value(&s.dropout), dropout_help)
+      ("val-fraction", po::value(&s.val_fraction)->default_value(s.val_fraction), "share of the data held out")
+      ("seed", po::value(&s.seed)->default_value(s.seed), "seed for initialisation, data order and dropout");
+}
+
 // --backend: xfmr::with_backend (backend/factory.hpp) under the option's
 // name. A program built to fuzz its command line (test/fuzz: XFMR_FUZZ_CLI)
 // stops here: everything up to here (options, checkpoint state, output

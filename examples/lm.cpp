@@ -251,34 +251,27 @@ int run_eval(int argc, char** argv) {
 // train ---------------------------------------------------------------------
 
 // Settings that define a run; on --resume they come from the checkpoint.
-struct RunSettings {
-  std::string preset, init, tokenizer, schedule = "constant";
-  int context = 0, batch = 8, grad_accum = 1;
-  double lr = 3e-4, clip = 1.0, weight_decay = 0.01, val_fraction = 0.1;
-  float dropout = -1.0f;  // < 0: the preset's (0 for the published ones)
-  std::uint64_t seed = 1337;
+struct RunSettings : LmTrainingSettings {
+  std::string preset, init, tokenizer;
+  int context = 0;
 
+  RunSettings() {  // fine-tuning's defaults
+    batch = 8;
+    lr = 3e-4;
+    clip = 1.0;
+  }
   json to_json() const {
-    return {{"preset", preset}, {"init", init},   {"tokenizer", tokenizer}, {"schedule", schedule},
-            {"context", context}, {"batch", batch}, {"grad_accum", grad_accum}, {"lr", lr},
-            {"clip", clip}, {"weight_decay", weight_decay}, {"val_fraction", val_fraction},
-            {"dropout", dropout}, {"seed", seed}};
+    json j = {{"preset", preset}, {"init", init}, {"tokenizer", tokenizer}, {"context", context}};
+    write(j);
+    return j;
   }
   static RunSettings from_json(const json& j) {
     RunSettings s;
+    s.read(j);
     s.preset = j.at("preset");
     s.init = j.at("init");
     s.tokenizer = j.at("tokenizer");
-    s.schedule = j.at("schedule");
     s.context = json_integer<int>(j, "context");
-    s.batch = json_integer<int>(j, "batch");
-    s.grad_accum = json_integer<int>(j, "grad_accum");
-    s.lr = j.at("lr");
-    s.clip = j.at("clip");
-    s.weight_decay = j.at("weight_decay");
-    s.val_fraction = j.at("val_fraction");
-    s.dropout = j.at("dropout");
-    s.seed = json_integer<std::uint64_t>(j, "seed");
     return s;
   }
 };
@@ -435,18 +428,11 @@ int run_train(int argc, char** argv) {
       ("steps", po::value(&a.steps)->default_value(a.steps), "total optimisation steps (the schedule spans them)")
       ("stop-after", po::value(&a.stop_after), "stop at this step of the plan, with a checkpoint (resume later)")
       ("context", po::value(&a.run.context)->default_value(a.run.context), "sequence length (0: the model's, at most 256)")
-      ("batch", po::value(&a.run.batch)->default_value(a.run.batch), "sequences per batch")
-      ("grad-accum", po::value(&a.run.grad_accum)->default_value(a.run.grad_accum), "micro-batches per step")
-      ("lr", po::value(&a.run.lr)->default_value(a.run.lr), "peak learning rate (AdamW, betas 0.9, 0.95)")
-      ("schedule", po::value(&a.run.schedule)->default_value(a.run.schedule), "constant, cosine or onecycle")
-      ("weight-decay", po::value(&a.run.weight_decay)->default_value(a.run.weight_decay), "AdamW weight decay")
-      ("clip", po::value(&a.run.clip)->default_value(a.run.clip), "global gradient-norm clip (0 = off)")
-      ("dropout", po::value(&a.run.dropout), "dropout rate (default: the preset's; 0 for a published model)")
-      ("val-fraction", po::value(&a.run.val_fraction)->default_value(a.run.val_fraction), "share of the tokens held out")
-      ("seed", po::value(&a.run.seed)->default_value(a.run.seed), "seed for initialisation, data order and dropout")
       ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between evaluations (and checkpoints)")
       ("eval-windows", po::value(&a.eval_windows)->default_value(a.eval_windows), "validation windows per loss")
       ("resume", po::value(&a.resume), "continue from this checkpoint (its settings; --data must be the same)");
+  add_lm_training_options(opts, a.run, "peak learning rate (AdamW, betas 0.9, 0.95)",
+                          "dropout rate (default: the preset's; 0 for a published model)");
   add_run_options(opts, a, "lm", "checkpoint directory, written at every evaluation", "the losses, tokens/s and wall time");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
@@ -465,15 +451,7 @@ int run_train(int argc, char** argv) {
     agree("preset", given.preset == saved.preset);
     agree("tokenizer", fs::absolute(given.tokenizer) == fs::absolute(saved.tokenizer));
     agree("context", given.context == saved.context);
-    agree("batch", given.batch == saved.batch);
-    agree("grad-accum", given.grad_accum == saved.grad_accum);
-    agree("lr", given.lr == saved.lr);
-    agree("schedule", given.schedule == saved.schedule);
-    agree("weight-decay", given.weight_decay == saved.weight_decay);
-    agree("clip", given.clip == saved.clip);
-    agree("dropout", given.dropout == saved.dropout);
-    agree("val-fraction", given.val_fraction == saved.val_fraction);
-    agree("seed", given.seed == saved.seed);
+    given.agree_with(saved, agree);
     a.run = saved;
     if (vm["steps"].defaulted())
       a.steps = parse_integer<long>(metadata_value(*resumed, "steps", a.resume), a.resume + ": steps");
