@@ -449,14 +449,7 @@ int run_train(int argc, char** argv) {
     agree("mode", a.run.mode == saved.mode);
     agree("attention-dropout", a.run.attention_dropout == saved.attention_dropout);
     a.run.agree_with(saved, agree);
-    // The schedule spans --steps: a cosine or one-cycle run resumes with
-    // the plan it started with (a constant rate may train on past it).
-    const long planned = parse_integer<long>(metadata_value(resumed->metadata, "steps", a.resume), a.resume + ": steps");
-    require(planned >= 1, a.resume, ": steps ", planned, " is not positive");
-    if (vm["steps"].defaulted()) a.steps = planned;
-    require(a.steps == planned || saved.schedule == "constant", "--steps ", a.steps, " differs from the ", planned,
-            " that the checkpoint's ", saved.schedule, " schedule spans; resume with --steps ", planned,
-            " (only a constant schedule may change it)");
+    a.steps = resumed_steps(vm, a.steps, resumed->metadata, a.resume, saved.schedule);
     a.run = saved;
     if (a.out.empty()) a.out = a.resume;
     check_settings();

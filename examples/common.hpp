@@ -758,6 +758,21 @@ struct LmTrainingSettings {
   }
 };
 
+// The steps a resumed run plans: the checkpoint's unless --steps is given.
+// A schedule other than constant spans the checkpoint's steps, so another
+// --steps is refused (it would bend the schedule under the resumed run); a
+// constant rate may train on past them.
+inline long resumed_steps(const boost::program_options::variables_map& vm, long given, const Metadata& checkpoint,
+                          const std::string& dir, const std::string& schedule) {
+  const long planned = parse_integer<long>(metadata_value(checkpoint, "steps", dir), dir + ": steps");
+  require(planned >= 1, dir, ": steps ", planned, " is not positive");
+  if (vm["steps"].defaulted()) return planned;
+  require(given == planned || schedule == "constant", "--steps ", given, " differs from the ", planned,
+          " that the checkpoint's ", schedule, " schedule spans; resume with --steps ", planned,
+          " (only a constant schedule may change it)");
+  return given;
+}
+
 // Their options, with each program's help for --lr (its AdamW) and
 // --dropout (its default).
 inline void add_lm_training_options(boost::program_options::options_description& opts, LmTrainingSettings& s,

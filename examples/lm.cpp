@@ -449,12 +449,12 @@ int run_train(int argc, char** argv) {
     };
     agree("init", given.init == saved.init);
     agree("preset", given.preset == saved.preset);
-    agree("tokenizer", fs::absolute(given.tokenizer) == fs::absolute(saved.tokenizer));
+    const auto absolute = [](const std::string& p) { return p.empty() ? p : fs::absolute(p).string(); };
+    agree("tokenizer", absolute(given.tokenizer) == absolute(saved.tokenizer));  // (not given: "")
     agree("context", given.context == saved.context);
     given.agree_with(saved, agree);
     a.run = saved;
-    if (vm["steps"].defaulted())
-      a.steps = parse_integer<long>(metadata_value(*resumed, "steps", a.resume), a.resume + ": steps");
+    a.steps = resumed_steps(vm, a.steps, *resumed, a.resume, saved.schedule);
     if (a.out.empty()) a.out = a.resume;
   } else {  // saved as absolute paths: a resumed run may start elsewhere
     if (!a.run.init.empty()) a.run.init = fs::absolute(a.run.init).string();

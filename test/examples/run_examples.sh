@@ -821,6 +821,13 @@ case "$case_name" in
     pretrain --resume half || fail "resuming the pretraining failed"
     same pre half
     expect_error "--seed differs from the checkpoint in half" pretrain --resume half --seed 5
+    "$lm" train --preset tiny --tokenizer "$tok" --data corpus.txt --steps 60 --batch 8 --schedule cosine \
+      --stop-after 20 --eval-every 20 --eval-windows 8 --log-csv cos.csv --report cos.html --out cos > /dev/null ||
+      fail "the cosine run failed"
+    expect_error "--steps 90 differs from the 60 that the checkpoint's cosine schedule spans" "$lm" train \
+      --data corpus.txt --resume cos --steps 90
+    "$lm" train --data corpus.txt --resume cos --log-csv cos.csv --report cos.html > /dev/null ||
+      fail "resuming with the checkpoint's settings alone failed"
     "$lm" export --model pre --hf hf > /dev/null || fail "export failed"
     [[ -f hf/config.json && -f hf/model.safetensors && -f hf/tokenizer.json ]] || fail "the export lacks a file"
     grep -q '"model_type": "gpt2"' hf/config.json || fail "the export is not a GPT-2"
