@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-# name: (MAX_T, D, H, L, FF, dropout, default batch); as examples/presets.hpp
+# name: (MAX_T, D, H, L, FF, dropout, default batch); as include/xfmr/presets.hpp
 PRESETS = {
     "tiny": (16, 32, 2, 2, 64, 0.1, 16),
     "shakespeare-small": (32, 64, 4, 4, 256, 0.0, 16),
