@@ -3,13 +3,16 @@
 // Internal to xfmr_cuda (not installed).
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -328,6 +331,13 @@ namespace xfmr {
 struct CudaBackend::Context {
   cublasHandle_t blas = nullptr;
   cuda::DeviceArray<std::byte> blas_workspace;  // set explicitly, so that capture never allocates
+  // cuBLASLt (CudaOptions::lt_epilogues): its handle, the algorithm its
+  // heuristic chose for each kind of fused product (linear.cu's key; none:
+  // it has none), and the count of each way they ran. Its products share
+  // blas_workspace: they and cuBLAS's run one after another on one stream.
+  cublasLtHandle_t lt = nullptr;
+  std::map<std::array<long long, 14>, std::optional<cublasLtMatmulAlgo_t>> lt_algos;
+  CudaBackend::EpilogueStats epilogues;
   cuda::detail::StepRecorder recorder;
   std::map<std::string, cuda::detail::StepGraphs, std::less<>> graphs;  // by step key
   cuda::detail::UploadStaging staging;     // ids, targets and masks on their way in

@@ -288,6 +288,8 @@ CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<
     opts_.flash_attention = true;
   if (const char* env = std::getenv("XFMR_CUDA_FUSED_LOSS"); env && std::string_view(env) == "1")
     opts_.fused_loss = true;
+  if (const char* env = std::getenv("XFMR_CUDA_LT_EPILOGUES"); env && std::string_view(env) == "1")
+    opts_.lt_epilogues = true;
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
@@ -308,6 +310,7 @@ CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<
   constexpr std::size_t kWorkspace = std::size_t(32) << 20;
   cuda::detail::check_cublas(cublasSetWorkspace(ctx_->blas, ctx_->blas_workspace.reserve(kWorkspace), kWorkspace),
                              "cublasSetWorkspace");
+  if (opts_.lt_epilogues) cuda::detail::check_cublas(cublasLtCreate(&ctx_->lt), "cublasLtCreate");
 }
 
 void CudaBackend::begin_graph_step(std::string_view key) {
@@ -331,6 +334,7 @@ CudaBackend::GraphStats CudaBackend::graph_stats() const {
 
 CudaBackend::~CudaBackend() {
   if (ctx_ && ctx_->nccl) cuda::detail::destroy_nccl(ctx_->nccl);
+  if (ctx_ && ctx_->lt) cublasLtDestroy(ctx_->lt);
   if (ctx_ && ctx_->blas) cublasDestroy(ctx_->blas);
 }
 

@@ -92,6 +92,43 @@ BOOST_AUTO_TEST_CASE(bias_add_and_bias_grad) {
   BOOST_TEST(db == (Vec{26, 48, 70}), tt::per_element());
 }
 
+// The fused products (cpu/linear.hpp's contract) against the formulas
+// written out in double: y = x w^T + b, GELU's tanh form and its
+// derivative, dh = gelu'(h) (dy w); without a bias too.
+BOOST_AUTO_TEST_CASE(fused_products_match_their_formulas) {
+  Be be;
+  const int rows = 3, in = 4, out = 5;
+  Rng rng(9);
+  const Vec x = random_vector(rows * in, rng), w = random_vector(out * in, rng), bias = random_vector(out, rng),
+            dy = random_vector(rows * out, rng), h_in = random_vector(rows * in, rng, 3.0);
+  auto gelu = [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); };
+  auto gelu_grad = [](double v) {
+    const double t = std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
+    return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * v * v);
+  };
+  for (bool with_bias : {true, false}) {
+    Vec y(rows * out), h(rows * out), a(rows * out), dh(rows * in);
+    const double* b = with_bias ? bias.data() : nullptr;
+    be.linear_forward(rows, in, out, x.data(), w.data(), b, y.data());
+    be.linear_gelu_forward(rows, in, out, x.data(), w.data(), b, h.data(), a.data());
+    be.linear_dgelu_input_grad(rows, in, out, dy.data(), w.data(), h_in.data(), dh.data());
+    for (int r = 0; r < rows; ++r) {
+      for (int o = 0; o < out; ++o) {
+        double want = with_bias ? bias[o] : 0;
+        for (int i = 0; i < in; ++i) want += x[r * in + i] * w[o * in + i];
+        BOOST_TEST(y[r * out + o] == want, tt::tolerance(1e-12));
+        BOOST_TEST(h[r * out + o] == want, tt::tolerance(1e-12));
+        BOOST_TEST(a[r * out + o] == gelu(want), tt::tolerance(1e-12));
+      }
+      for (int i = 0; i < in; ++i) {
+        double product = 0;
+        for (int o = 0; o < out; ++o) product += dy[r * out + o] * w[o * in + i];
+        BOOST_TEST(dh[r * in + i] == gelu_grad(h_in[r * in + i]) * product, tt::tolerance(1e-12));
+      }
+    }
+  }
+}
+
 // One AdamW call over many tensors, laid end to end past the fork threshold
 // so the threads' ranges cut across tensors (and one tensor is empty):
 // every value as the scalar formula, with each tensor's own decay.

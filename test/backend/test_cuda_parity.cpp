@@ -319,6 +319,48 @@ BOOST_AUTO_TEST_CASE(fused_cross_entropy_matches_the_cpu) {
   }
 }
 
+// The fused products (CudaOptions::lt_epilogues: one cuBLASLt call with the
+// bias and GELU, or GELU's gradient, in its epilogue) against the CPU's
+// operations in turn, with a bias and without, into poisoned outputs: at
+// widths cuBLASLt's GELU takes (multiples of 8), where they must have run
+// fused, and at odd ones, where GELU's fall back to the product and kernels.
+BOOST_AUTO_TEST_CASE(lt_epilogues_match_the_cpu) {
+  for (bool lt : {true, false}) {
+    Gpu fused({.device = 0, .lt_epilogues = lt});
+    for (auto [rows, in, out] : {std::tuple{64, 96, 128}, {37, 48, 64}, {37, 50, 65}, {5, 40, 24}}) {
+      const F x = randn(std::size_t(rows) * in, 81), w = randn(std::size_t(out) * in, 82, 0.2),
+              bias = randn(out, 83), dy = randn(std::size_t(rows) * out, 84);
+      const F h_in = randn(std::size_t(rows) * in, 85, 2.0);  // GELU's input, for the gradient
+      DevF d_x(x), d_w(w), d_bias(bias), d_dy(dy), d_h_in(h_in);
+      for (bool with_bias : {true, false}) {
+        BOOST_TEST_CONTEXT("lt " << lt << ", rows " << rows << ", in " << in << ", out " << out << ", bias "
+                                 << with_bias) {
+          const auto before = fused.epilogue_stats();
+          const float* b_cpu = with_bias ? bias.data() : nullptr;
+          const float* b_gpu = with_bias ? d_bias.p() : nullptr;
+          F y(std::size_t(rows) * out), h(y.size()), a(y.size()), dh(x.size());
+          DevF d_y(F(y.size(), NAN)), d_h(F(y.size(), NAN)), d_a(F(y.size(), NAN)), d_dh(F(x.size(), NAN));
+          cpu.linear_forward(rows, in, out, x.data(), w.data(), b_cpu, y.data());
+          fused.linear_forward(rows, in, out, d_x.p(), d_w.p(), b_gpu, d_y.p());
+          expect_close(y, d_y.host(), "linear_forward", 1e-4, 1e-5);
+          cpu.linear_gelu_forward(rows, in, out, x.data(), w.data(), b_cpu, h.data(), a.data());
+          fused.linear_gelu_forward(rows, in, out, d_x.p(), d_w.p(), b_gpu, d_h.p(), d_a.p());
+          expect_close(h, d_h.host(), "linear_gelu_forward's pre-activation", 1e-4, 1e-5);
+          expect_close(a, d_a.host(), "linear_gelu_forward", 1e-4, 1e-5);
+          cpu.linear_dgelu_input_grad(rows, in, out, dy.data(), w.data(), h_in.data(), dh.data());
+          fused.linear_dgelu_input_grad(rows, in, out, d_dy.p(), d_w.p(), d_h_in.p(), d_dh.p());
+          expect_close(dh, d_dh.host(), "linear_dgelu_input_grad", 1e-4, 1e-5);
+          const auto after = fused.epilogue_stats();
+          const std::size_t ran = (after.fused - before.fused) + (after.unfused - before.unfused);
+          BOOST_TEST(ran == (with_bias ? 3u : 2u));  // linear_forward has nothing to fuse without a bias
+          if (!lt) BOOST_TEST(after.fused == 0u);
+          if (lt && out % 8 == 0 && in % 8 == 0) BOOST_TEST(after.fused - before.fused == ran);
+        }
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(optimizer_updates) {
   // 40 tensors (two launches of up to 32), sizes from 0 to past a block's
   // 1024 values, each with its own decay; then one large tensor.

@@ -184,14 +184,13 @@ BOOST_AUTO_TEST_CASE(decoder_block_with_cross_attention) {
   expect_same_tensors(c, g, true, "DecoderBlock", kLayerRtol, kLayerAtol);
 }
 
-BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
-  const int V = 40;
-  const Shape bt{4, Small::MAX_T};
-  Decoder<Small, Cpu> c(V, 99, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
-  Decoder<Small, Gpu> g(V, 99, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
-  expect_same_tensors(c, g, false, "Decoder init", 0, 0);
-  Cpu cpu;
-  Gpu gpu;
+// `steps` training steps of a Decoder built on each backend from one seed
+// (fresh ids and targets from `seed` on): logits, loss, gradients, their
+// norm and the weights after AdamW agree at the models' tolerance.
+template <class Cfg>
+void train_alike(Decoder<Cfg, Cpu>& c, Decoder<Cfg, Gpu>& g, Cpu& cpu, Gpu& gpu, int V, int steps, int seed,
+                 const std::string& what) {
+  const Shape bt{4, Cfg::MAX_T};
   AdamW<Cpu> oc(c);
   AdamW<Gpu> og(g);
   CrossEntropyLoss<Cpu> cec;
@@ -199,26 +198,38 @@ BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
   std::vector<float> dl(std::size_t(bt.rows()) * V);
   Gpu::Buffer<float> d_dl;
   float* dlg = d_dl.reserve(dl.size());
-  for (int step = 0; step < 3; ++step) {  // dropout on (branches, attention): the masks must agree too
-    const auto ids = random_ids(bt.rows(), V, 60 + step), targets = random_ids(bt.rows(), V, 70 + step);
+  for (int step = 0; step < steps; ++step) {
+    const auto ids = random_ids(bt.rows(), V, seed + step), targets = random_ids(bt.rows(), V, seed + 10 + step);
     zero_grads(c);
     zero_grads(g);
     const auto lc = c.forward(cpu, ids, bt), lg = g.forward(gpu, ids, bt);
     std::vector<float> staging;
     const auto lg_host = gpu.host_view(lg, staging);
-    expect_close(F(lc.begin(), lc.end()), F(lg_host.begin(), lg_host.end()), "Decoder logits", kModelRtol, kModelAtol);
+    expect_close(F(lc.begin(), lc.end()), F(lg_host.begin(), lg_host.end()), what + " logits", kModelRtol, kModelAtol);
     const double loss_c = cec.forward(cpu, lc, targets, V), loss_g = ceg.forward(gpu, lg, targets, V);
-    BOOST_TEST(std::abs(loss_c - loss_g) <= 1e-4 * loss_c, "step " << step << " loss cpu " << loss_c << " gpu " << loss_g);
+    BOOST_TEST(std::abs(loss_c - loss_g) <= 1e-4 * loss_c, what << " step " << step << " loss cpu " << loss_c
+                                                                 << " gpu " << loss_g);
     cec.backward(cpu, dl);
     ceg.backward(gpu, std::span<float>(dlg, dl.size()));
     c.backward(cpu, dl);
     g.backward(gpu, std::span<const float>(dlg, dl.size()));
-    expect_same_tensors(c, g, true, "Decoder step " + std::to_string(step), kModelRtol, kModelAtol);
+    expect_same_tensors(c, g, true, what + " step " + std::to_string(step), kModelRtol, kModelAtol);
     BOOST_TEST(std::abs(gradient_norm(cpu, c) - gradient_norm(gpu, g)) <= 1e-4 * gradient_norm(cpu, c));
     oc.step(cpu, 1e-3);
     og.step(gpu, 1e-3);
-    expect_same_tensors(c, g, false, "Decoder after AdamW step " + std::to_string(step), kModelRtol, kModelAtol);
+    expect_same_tensors(c, g, false, what + " after AdamW step " + std::to_string(step), kModelRtol, kModelAtol);
   }
+}
+
+BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
+  const int V = 40;
+  Decoder<Small, Cpu> c(V, 99, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
+  Decoder<Small, Gpu> g(V, 99, {.dropout = 0.1f, .attention_dropout = 0.1f, .tie_weights = true});
+  expect_same_tensors(c, g, false, "Decoder init", 0, 0);
+  Cpu cpu;
+  Gpu gpu;
+  // dropout on (branches, attention): the masks must agree too
+  train_alike(c, g, cpu, gpu, V, 3, 60, "Decoder");
   // Greedy decoding with the KV cache: the same tokens on both.
   c.set_training(false);
   g.set_training(false);
@@ -236,6 +247,21 @@ BOOST_AUTO_TEST_CASE(decoder_lm_training_steps_and_cached_generation) {
     tg.push_back(std::int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin()));
   }
   BOOST_TEST(tc == tg);
+}
+
+// The fused products through cuBLASLt (CudaOptions::lt_epilogues): a
+// Decoder's training steps (GELU feed-forwards, biases, a tied head) and
+// their AdamW updates agree with the CPU's as the unfused path's do, and the
+// products did run fused.
+BOOST_AUTO_TEST_CASE(decoder_with_lt_epilogues) {
+  const int V = 40;
+  Decoder<Small, Cpu> c(V, 97, {.tie_weights = true});
+  Decoder<Small, Gpu> g(V, 97, {.tie_weights = true});
+  Cpu cpu;
+  Gpu gpu({.device = 0, .lt_epilogues = true});
+  train_alike(c, g, cpu, gpu, V, 2, 90, "Decoder (cuBLASLt)");
+  BOOST_TEST(gpu.epilogue_stats().fused > 0u);
+  BOOST_TEST(gpu.epilogue_stats().unfused == 0u);  // Small's widths are multiples of 8
 }
 
 // Activation recompute on the GPU: cheap and block give the gradients of

@@ -93,6 +93,20 @@ class CpuBackend : public detail::CpuLinear<S>,
     for (int i = 0; i < n; ++i) f(i);
   }
 
+  // The fused products (contract: cpu/linear.hpp), as their parts in turn.
+  void linear_forward(int rows, int in, int out, const S* x, const S* w, const S* bias, S* y) {
+    this->gemm(false, true, rows, out, in, S(1), x, in, w, in, S(0), y, out);
+    if (bias) this->bias_add(rows, out, bias, y);
+  }
+  void linear_gelu_forward(int rows, int in, int out, const S* x, const S* w, const S* bias, S* h, S* y) {
+    linear_forward(rows, in, out, x, w, bias, h);
+    this->gelu_forward(std::size_t(rows) * out, h, y);
+  }
+  void linear_dgelu_input_grad(int rows, int in, int out, const S* dy, const S* w, const S* h, S* dh) {
+    this->gemm(false, false, rows, in, out, S(1), dy, out, w, in, S(0), dh, in);
+    this->gelu_backward(std::size_t(rows) * in, h, dh, dh);
+  }
+
   // Results for host code (sampling, accuracy): already host memory here.
   std::span<const S> host_view(std::span<const S> x, std::vector<S>&) { return x; }
   // Waits for queued work (a device's); the CPU's is done on return.

@@ -235,6 +235,15 @@ struct CudaOptions {
   // backward kernels run instead, through a buffer of probabilities. The
   // environment's XFMR_CUDA_FUSED_LOSS=1 turns it on in every program.
   bool fused_loss = false;
+  // The fused products (linear_forward, linear_gelu_forward,
+  // linear_dgelu_input_grad; linear.cu) as single cuBLASLt calls, the bias
+  // and GELU (or GELU's gradient) applied in the product's epilogue, where
+  // cuBLASLt has an algorithm for the shape (GELU's needs a width that is a
+  // multiple of 8); otherwise, and when false, the product and then the
+  // kernels. Off until its parity test has run on a GPU
+  // (lt_epilogues_match_the_cpu); the environment's
+  // XFMR_CUDA_LT_EPILOGUES=1 turns it on in every program.
+  bool lt_epilogues = false;
 };
 
 class CudaBackend {
@@ -299,6 +308,16 @@ class CudaBackend {
             int ldc);
   void bias_add(int rows, int n, const S* bias, S* y);
   void bias_grad(int rows, int n, const S* dy, S* dbias);
+  void linear_forward(int rows, int in, int out, const S* x, const S* w, const S* bias, S* y);
+  void linear_gelu_forward(int rows, int in, int out, const S* x, const S* w, const S* bias, S* h, S* y);
+  void linear_dgelu_input_grad(int rows, int in, int out, const S* dy, const S* w, const S* h, S* dh);
+  // The fused products served by one cuBLASLt call each, and by the product
+  // and kernels (CudaOptions::lt_epilogues off, or no algorithm for the
+  // shape), since the start.
+  struct EpilogueStats {
+    std::size_t fused = 0, unfused = 0;
+  };
+  EpilogueStats epilogue_stats() const;
   void add(std::size_t n, const S* a, const S* b, S* y);
   void add_to(std::size_t n, const S* x, S* y);
   void copy(std::size_t n, const S* x, S* y);
@@ -362,7 +381,8 @@ class CudaBackend {
   // one rank it is a copy. Throws xfmr::Error without NCCL (nccl_available).
   void all_reduce_sum(ProcessGroup& group, std::span<const std::span<S>> tensors);
 
-  struct Context;  // cuBLAS handle and upload staging (cuda/runtime.cu)
+  struct Context;     // cuBLAS handle and upload staging (cuda/runtime.cu)
+  struct LtProduct;   // one cuBLASLt product with its epilogue (cuda/linear.cu)
 
  private:
   void begin_graph_step(std::string_view key);
@@ -375,6 +395,10 @@ class CudaBackend {
   // The heads path's masked softmax over (B, H, Tq, Tk) and its backward.
   void softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs, const AttentionMask& mask);
   void softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores);
+  // One fused product through cuBLASLt (linear.cu); false, having queued
+  // nothing, where CudaOptions::lt_epilogues is off or cuBLASLt has no
+  // algorithm for it.
+  bool lt_product(const LtProduct& p);
 
   CudaOptions opts_;
   std::unique_ptr<Context> ctx_;

@@ -11,6 +11,8 @@
 // (D, D_FF), "fc2.bias" (the biases unless Cfg::BIAS is false).
 #pragma once
 
+#include <type_traits>
+
 #include "xfmr/core/config.hpp"
 #include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
@@ -28,6 +30,9 @@ class FeedForward {
   static constexpr int D = Cfg::D_MODEL, FF = Cfg::D_FF;
   static constexpr bool GATED = Act::GATED;
   static constexpr int HIDDEN = GATED ? 2 * FF : FF;  // fc1's outputs
+  // GELU goes through fc1's and fc2's fused products (Linear::forward_gelu,
+  // backward_gelu); the other activations through their own operations.
+  static constexpr bool FUSED_GELU = std::is_same_v<Act, Gelu>;
   using S = typename Backend::Scalar;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -37,11 +42,15 @@ class FeedForward {
   void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
     const auto h = hidden_.template rows<HIDDEN>(x.rows);  // (rows, HIDDEN) pre-activation
     const auto a = (shared_ ? *shared_ : activated_).template rows<FF>(x.rows);  // (rows, D_FF)
-    fc1_.forward(be, x, h);
-    if constexpr (GATED)
-      Act::forward(be, x.rows, FF, h.data, a.data);
-    else
-      act_.forward(be, h, a);
+    if constexpr (FUSED_GELU) {
+      fc1_.forward_gelu(be, x, h, a);
+    } else {
+      fc1_.forward(be, x, h);
+      if constexpr (GATED)
+        Act::forward(be, x.rows, FF, h.data, a.data);
+      else
+        act_.forward(be, h, a);
+    }
     fc2_.forward(be, a, y);
   }
 
@@ -54,6 +63,11 @@ class FeedForward {
         Act::forward(be, dy.rows, FF, hidden_.data(), a.data);
       else
         act_.forward(be, ConstRows<S, HIDDEN>(hidden_.data(), dy.rows), a);
+    }
+    if constexpr (FUSED_GELU) {
+      fc2_.backward_gelu(be, dy, ConstRows<S, FF>(hidden_.data(), dy.rows), da);  // da holds dh
+      fc1_.backward(be, da, dx);
+      return;
     }
     fc2_.backward(be, dy, da);
     if constexpr (GATED) {

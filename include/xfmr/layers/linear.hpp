@@ -2,7 +2,9 @@
 //
 // Saves: a pointer to x (the caller keeps x alive and unchanged until
 // backward). Backward: dW, db accumulate (+=); dx is assigned, and skipped
-// when dx has no data (an input that needs no gradient).
+// when dx has no data (an input that needs no gradient). forward_gelu and
+// backward_gelu put GELU after it and before it (FeedForward), through the
+// backend's fused products (backend/cpu/linear.hpp).
 // Parameters: "weight" (OUT, IN), "bias" (OUT) when enabled.
 #pragma once
 
@@ -38,18 +40,34 @@ class Linear {
   void forward(Backend& be, ConstRows<S, IN> x, Rows<S, OUT> y) {
     require_rows(y, x.rows, "Linear output");
     x_ = x;
-    be.gemm(false, true, x.rows, OUT, IN, S(1), x.data, IN, weight_.data(), IN, S(0), y.data, OUT);  // (rows, OUT)
-    if (has_bias_) be.bias_add(x.rows, OUT, bias_.data(), y.data);
+    be.linear_forward(x.rows, IN, OUT, x.data, weight_.data(), bias(), y.data);
+  }
+
+  // Linear then GELU (FeedForward): h = x W^T + b, the pre-activation, and
+  // y = gelu(h), in one pass where the backend fuses them.
+  void forward_gelu(Backend& be, ConstRows<S, IN> x, Rows<S, OUT> h, Rows<S, OUT> y) {
+    require_rows(h, x.rows, "Linear pre-activation");
+    require_rows(y, x.rows, "Linear output");
+    x_ = x;
+    be.linear_gelu_forward(x.rows, IN, OUT, x.data, weight_.data(), bias(), h.data, y.data);
   }
 
   void backward(Backend& be, ConstRows<S, OUT> dy, Rows<S, IN> dx) {
-    require_rows(dy, x_.rows, "Linear output gradient");
-    be.gemm(true, false, OUT, IN, dy.rows, S(1), dy.data, OUT, x_.data, IN, S(1), dweight_.data(), IN);  // (OUT, IN)
-    if (has_bias_) be.bias_grad(dy.rows, OUT, dy.data, dbias_.data());
+    parameter_gradients(be, dy);
     if (dx.data) {
       require_rows(dx, x_.rows, "Linear input gradient");
       be.gemm(false, false, dy.rows, IN, OUT, S(1), dy.data, OUT, weight_.data(), IN, S(0), dx.data, IN);  // (rows, IN)
     }
+  }
+
+  // backward() where the saved input was gelu(h): the gradient goes through
+  // GELU on its way out, dh = gelu'(h) * (dy W), with the product where the
+  // backend fuses them.
+  void backward_gelu(Backend& be, ConstRows<S, OUT> dy, ConstRows<S, IN> h, Rows<S, IN> dh) {
+    parameter_gradients(be, dy);
+    require_rows(h, x_.rows, "Linear input pre-activation");
+    require_rows(dh, x_.rows, "Linear input pre-activation gradient");
+    be.linear_dgelu_input_grad(dy.rows, IN, OUT, dy.data, weight_.data(), h.data, dh.data);
   }
 
   template <class F>
@@ -67,6 +85,13 @@ class Linear {
   Tensor bias_, dbias_;      // (OUT)
   bool has_bias_;
   ConstRows<S, IN> x_;       // saved input, (rows, IN)
+
+  const S* bias() const { return has_bias_ ? bias_.data() : nullptr; }
+  void parameter_gradients(Backend& be, ConstRows<S, OUT> dy) {
+    require_rows(dy, x_.rows, "Linear output gradient");
+    be.gemm(true, false, OUT, IN, dy.rows, S(1), dy.data, OUT, x_.data, IN, S(1), dweight_.data(), IN);  // (OUT, IN)
+    if (has_bias_) be.bias_grad(dy.rows, OUT, dy.data, dbias_.data());
+  }
 };
 
 }  // namespace xfmr

@@ -48,8 +48,7 @@ class OutputProjection {
 
   void forward(Backend& be, ConstRows<S, IN> x, S* y) {
     x_ = x;
-    be.gemm(false, true, x.rows, out_, IN, S(1), x.data, IN, weight_->data(), IN, S(0), y, out_);  // (rows, out)
-    if (has_bias_) be.bias_add(x.rows, out_, bias_.data(), y);
+    be.linear_forward(x.rows, IN, out_, x.data, weight_->data(), has_bias_ ? bias_.data() : nullptr, y);  // (rows, out)
   }
 
   void backward(Backend& be, const S* dy, Rows<S, IN> dx) {

@@ -8,6 +8,16 @@
 //      int8 precision int8_products.hpp (kept weights read as int8).
 //  bias_add(rows, n, bias, y)        y[r,:] += bias                  (accumulate)
 //  bias_grad(rows, n, dy, dbias)     dbias += sum_r dy[r,:]          (accumulate; columns split, rows in order)
+//
+// A layer's products with what follows them (Linear, FeedForward), for a
+// backend to fuse (CUDA: cuBLASLt's epilogues); w is (out, in) as
+// torch.nn.Linear's, bias (out) or null for none:
+//  linear_forward(rows, in, out, x, w, bias, y)          y = x w^T + bias                (assign)
+//  linear_gelu_forward(rows, in, out, x, w, bias, h, y)  h = x w^T + bias, y = gelu(h)  (assign both)
+//  linear_dgelu_input_grad(rows, in, out, dy, w, h, dh)  dh = gelu'(h) * (dy w)          (assign; the input
+//      gradient of a Linear whose input was gelu(h); dh and h do not overlap)
+// On the CPU they are those operations in turn (gemm, bias_add,
+// gelu_forward / gelu_backward; CpuBackend, cpu.hpp), bit for bit.
 //  keep_weight_copy(w, rows, cols)   in bf16 (int8) precision, products whose B is w read its bfloat16
 //  drop_weight_copies()              (int8, a scale a row) copy until drop_weight_copies(); w must not
 //  weight_copy_bytes()               change meanwhile (WeightCopies, infer/weight_copies.hpp). In float32
