@@ -4,7 +4,7 @@
 #   here:    scripts/gpu-pack.sh                    (lease/xfmr-lease.tar.xz)
 #   there:   XFMR_BUILD=lease/xfmr-lease.tar.xz scripts/gpu-lease.sh "$OUT"
 #            (the device call carries lease/; docs/GUIDE.md, "On a GPU")
-# Within XFMR_LEASE_SECONDS (default 520), each step under its own limit:
+# Within XFMR_LEASE_SECONDS (default 570), each step under its own limit:
 # 1. test_cuda_parity whole, then compute-sanitizer memcheck on the cases
 #    that have not run on a GPU yet (NEW below);
 # 2. shakespeare-large, the seeds' recipe (Karpathy's lecture: B64 T256,
@@ -13,15 +13,21 @@
 #    their two parity cases passed in step 1, else TF32;
 # 3. the GPT-2-small training step (vocabulary 50257, B8 T1024): xfmr in
 #    float32, TF32 and bf16 products, each with the materialised and the
-#    tiled attention kernels (XFMR_CUDA_FLASH_ATTENTION=1), bf16 and tiled
-#    with the fused loss (XFMR_CUDA_FUSED_LOSS=1), and PyTorch
+#    tiled attention kernels (XFMR_CUDA_FLASH_ATTENTION=1), bf16 in the
+#    fast path (tiled, the fused loss, XFMR_CUDA_FUSED_LOSS=1, and
+#    cuBLASLt's epilogues, XFMR_CUDA_LT_EPILOGUES=1), and PyTorch
 #    (autocast bf16 and TF32, both through scaled_dot_product_attention),
-#    alternating, XFMR_BENCH_ROUNDS rounds (default 2): ms a step, tokens/s,
+#    alternating, XFMR_BENCH_ROUNDS rounds (default 1): ms a step, tokens/s,
 #    peak device memory;
 #    Then attention alone at the same size, forward and backward: xfmr's
 #    tiled kernels in FP32 and bf16 (tensor cores) against PyTorch's SDPA;
+#    and GPT-2-small's loss over 300 steps (B16 T256, tiny Shakespeare in
+#    GPT-2's tokens, no dropout) in strict FP32 and in the fast path (bf16,
+#    tiled attention, fused loss, cuBLASLt epilogues): within 1% of each
+#    other;
 # 4. a random stories15m (llama2.c's layout) decoded greedily on the CPU and
-#    on CUDA: the first 32 tokens must agree;
+#    on CUDA: the first 32 tokens must agree; then Nsight Compute's time of
+#    each kernel of one fast-path GPT-2-small step (where ncu is);
 # 5. with the time left, racecheck, synccheck and initcheck on NEW.
 # The table is printed last and saved as OUT/summary.txt; every log is in
 # OUT/logs.tar.gz, the large model's log, CSV and metrics beside them.
@@ -40,30 +46,36 @@
 #      about 4). Its limit is 240 s: a timeout keeps the last evaluation's
 #      checkpoint and the CSV says how far it got.
 #   3. 7.0 TFLOP a step (the 50257-wide head is a quarter): FP32 ~205 ms,
-#      TF32 ~80 ms, bf16 ~70 ms; eight processes a round of 4-10 s each.
+#      TF32 ~80 ms, bf16 ~70 ms; nine processes a round of 4-10 s each.
 #      Attention alone: about 10 s a process.
-#   4. about 20 s.
+#      The loss curves: 3.1 TFLOP a step, FP32 ~30 s, bf16 ~15 s, plus
+#      start-up and tokenising, about 1 minute.
+#   4. about 20 s; the profile (one step, each kernel timed alone) ~60 s.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 source scripts/gpu-env.sh
 out=${1:-build/gpu-lease}
 mkdir -p "$out"
 work=$(mktemp -d)
-deadline=$((SECONDS + ${XFMR_LEASE_SECONDS:-520}))
+deadline=$((SECONDS + ${XFMR_LEASE_SECONDS:-570}))
 py=${PYTHON:-python3}
 if [[ ${XFMR_LEASE_DRY:-0} == 1 ]]; then
   echo "dry run on the CPU" > "$work/gpu.txt"
   cuda() { echo cpu; }
   step_skips=1 device=cpu sdpa='' large=(4 4 2 2) gpt2_size=(--batch 1 --seq-len 32) attention_size=(64 1)
+  curve_size=(--steps 4 --batch 1 --context 32 --eval-every 2 --eval-windows 2)
   timing=(--min-time 0 --min-reps 1 --warmup 0)
 else
   nvidia-smi -L || { echo "gpu-lease: no NVIDIA GPU here" >&2; exit 1; }
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$work/gpu.txt"
   cuda() { echo "$1"; }
   device=cuda sdpa=--sdpa large=(5000 64 500 200) gpt2_size=(--batch 8) attention_size=(1024 8)
+  curve_size=(--steps 300 --batch 16 --context 256 --eval-every 100 --eval-windows 32)
   timing=(--min-time 1 --min-reps 5 --warmup 2)
 fi
 gpu_programs "$work" || exit 1
+# The fast path: the CUDA options off by default until they have run on a GPU.
+fast_path=(XFMR_CUDA_FLASH_ATTENTION=1 XFMR_CUDA_FUSED_LOSS=1 XFMR_CUDA_LT_EPILOGUES=1)
 within() {  # within SECONDS: the next step's limit, never past the deadline
   local left=$((deadline - SECONDS))
   step_limit=$(($1 < left ? $1 : left))
@@ -72,13 +84,14 @@ within() {  # within SECONDS: the next step's limit, never past the deadline
 
 # The parity cases written since the last GPU run (2026-11-25 at d870a34):
 # GeGLU (activations), the attention planner, the tiled kernels, NCCL, the
-# device-memory count, bf16 products, the fused loss, the tensor cores'
+# device-memory count, bf16 products, the fused loss, cuBLASLt's epilogues,
+# the tensor cores'
 # tiled attention, recompute, graph steps
 # under it, and the workspace's no-allocation step.
 new="operations/activations,attention_forward_backward,tiled_attention_matches_the_cpu"
 new+=",nccl_sum_over_one_rank_is_the_identity,device_memory_is_counted,bf16_gemm_within_its_bound"
-new+=",fused_cross_entropy_matches_the_cpu,bf16_tiled_attention_on_tensor_cores"
-new+=":layers_blocks_models/recompute_and_tiled_attention_on_the_gpu,decoder_in_bf16_products"
+new+=",fused_cross_entropy_matches_the_cpu,bf16_tiled_attention_on_tensor_cores,lt_epilogues_match_the_cpu"
+new+=":layers_blocks_models/recompute_and_tiled_attention_on_the_gpu,decoder_in_bf16_products,decoder_with_lt_epilogues"
 new+=",steps_allocate_no_device_memory_after_the_first,graph_steps_train_bit_for_bit_like_eager"
 parity=$bin/test/test_cuda_parity
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -113,7 +126,7 @@ step "shakespeare-large ${large[0]} steps ($large_name)" bash -c "'$xrun' '$bin/
 
 # 3. GPT-2-small's step: xfmr's six ways and PyTorch's two, alternating.
 gpt2=(--model gpt2-small --vocab 50257 "${gpt2_size[@]}" --modes train "${timing[@]}")
-for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
+for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-1}; ++round)); do
   for attention in materialised tiled; do
     flash=$([[ $attention == tiled ]] && echo 1 || echo 0)
     for precision in fp32 tf32 bf16; do
@@ -128,10 +141,10 @@ for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-2}; ++round)); do
         "$xrun" "$bin/benchmark/xfmr-bench" "${gpt2[@]}" "${how[@]}" --json "$work/$name.json"
     done
   done
-  within 60  # and with the fused loss (CudaOptions::fused_loss, off by default until it has run)
-  name=gpt2_xfmr_bf16_tiled_fused-loss_$round
-  step_log=$work/$name.log step "gpt2 xfmr bf16 tiled fused loss $round" env XFMR_CUDA_FLASH_ATTENTION=1 \
-    XFMR_CUDA_FUSED_LOSS=1 "$xrun" "$bin/benchmark/xfmr-bench" "${gpt2[@]}" --backend "$(cuda cuda)" --precision bf16 \
+  within 60  # the fast path: what is off by default until it has run on a GPU
+  name=gpt2_xfmr_bf16_fast-path_$round
+  step_log=$work/$name.log step "gpt2 xfmr bf16 fast path $round" env "${fast_path[@]}" \
+    "$xrun" "$bin/benchmark/xfmr-bench" "${gpt2[@]}" --backend "$(cuda cuda)" --precision bf16 \
     --json "$work/$name.json"
   for precision in bf16 tf32; do
     if [[ $precision == bf16 ]]; then how=(--precision bf16); else how=(--tf32); fi
@@ -158,6 +171,34 @@ if [[ -n $sdpa ]]; then
     "${timing[@]}" --json "$work/attention_torch_bf16.json"
 fi
 
+# 3c. GPT-2-small's loss in the fast path against strict float32: the same
+#     seed, no dropout, 300 steps of B16 T256 on tiny Shakespeare (GPT-2's
+#     tokenizer); bf16 in the fast path must stay
+#     within 1% of FP32's (its evaluations, and its last 50 batches' mean).
+curve=(--preset gpt2-small --tokenizer "${XFMR_DATA:-$bin/data}/gpt2" --data "$data" --dropout 0 "${curve_size[@]}")
+for precision in fp32 bf16; do
+  if [[ $precision == bf16 ]]; then how=(--precision bf16) fast=("${fast_path[@]}"); else how=() fast=(); fi
+  within 90
+  step_log=$work/curve_$precision.log step "gpt2 loss curve $precision" env "${fast[@]}" \
+    "$xrun" "$bin/examples/xfmr-lm" train "${curve[@]}" --backend "$(cuda cuda)" "${how[@]}" \
+    --log-csv "$work/curve_$precision.csv" --report "$work/curve_$precision.html" \
+    --metrics-json "$work/curve_$precision.json"
+done
+within 10
+step_log=$work/curve.log step "gpt2 loss curve bf16 within 1% of fp32" $py - "$work" <<'PY'
+import csv, sys
+def curve(name):
+    rows = list(csv.DictReader(open(f"{sys.argv[1]}/curve_{name}.csv")))
+    evals = {int(r["step"]): float(r["eval_val"]) for r in rows if r["eval_val"]}
+    batches = [float(r["batch_loss"]) for r in rows if r["batch_loss"]]
+    return evals, sum(batches[-50:]) / len(batches[-50:])
+(ref, ref_tail), (fast, fast_tail) = curve("fp32"), curve("bf16")
+pairs = [(f"val@{s}", ref[s], fast[s]) for s in sorted(ref) if s in fast] + [("last 50", ref_tail, fast_tail)]
+worst = max(abs(b - a) / a for _, a, b in pairs)
+print("; ".join(f"{n} {a:.4f}/{b:.4f}" for n, a, b in pairs) + f"; worst {100 * worst:.2f}%")
+sys.exit(0 if worst <= 0.01 and len(pairs) > 1 else 1)
+PY
+
 # 4. A published model's shape through load_pretrained, on both backends.
 within 90
 step "stories15m greedy cpu = cuda" bash -c "$py benchmark/random_checkpoint.py stories15m '$work/stories15m.bin' &&
@@ -170,6 +211,22 @@ same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
 print(f'the first {same} of {len(a)} greedy tokens agree')
 sys.exit(0 if same >= 32 else 1)
 PY"
+
+# 4b. Where the fast path's step goes: Nsight Compute's duration of each
+#     kernel of one eager GPT-2-small step (bf16 in the fast path), summed
+#     by kernel in the table.
+ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+if [[ -z $ncu || ${XFMR_LEASE_DRY:-0} == 1 ]]; then
+  echo "gpu-lease: no ncu here (or a dry run): the profile skipped"
+elif ((deadline - SECONDS >= 90)); then
+  within 90
+  step_log=$work/profile.log step "profile gpt2 bf16 step (ncu)" env "${fast_path[@]}" \
+    "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$work/profile.csv" \
+    "$xrun" "$bin/benchmark/xfmr-bench" --model gpt2-small --vocab 50257 --batch 8 --modes train --eager \
+    --backend cuda --precision bf16 --warmup 0 --min-reps 1 --min-time 0
+else
+  echo "gpu-lease: the profile skipped: no time left"
+fi
 
 # 5. The other sanitizers, while time is left.
 for tool in racecheck synccheck initcheck; do
@@ -222,6 +279,24 @@ if rows:
     a = j["attention"]
     print(f"attention alone, B{a['B']} H{a['H']} T{a['T']} head {a['head']} causal, fwd+bwd     ms   TFLOP/s")
     print("\n".join(rows))
+PY
+  [[ -f $work/curve.log ]] && echo "GPT-2-small loss, FP32 / bf16 fast path: $(tail -1 "$work/curve.log")"
+  $py - "$work" <<'PY'
+import collections, csv, os, sys
+path = f"{sys.argv[1]}/profile.csv"
+if os.path.exists(path):
+    lines = [l for l in open(path, errors="replace") if l.startswith('"')]
+    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+    ms, count = collections.Counter(), collections.Counter()
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") == "gpu__time_duration.sum":
+            name = r["Kernel Name"].split("(")[0][:56]
+            ms[name] += float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], 1e-6)
+            count[name] += 1
+    total = sum(ms.values())
+    print(f"one eager GPT-2-small bf16 step on the GPU: {total:.1f} ms in {sum(count.values())} kernels (ncu)")
+    for name, t in ms.most_common(14):
+        print(f"  {name:<56} {count[name]:>4} x {t:>8.2f} ms {100 * t / max(total, 1e-9):5.1f}%")
 PY
   ((${#failed[@]})) && printf 'FAILED: %s\n' "${failed[@]}" || echo "all steps passed"
 } > "$work/summary.txt"

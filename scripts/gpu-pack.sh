@@ -5,12 +5,13 @@
 # builds the lease preset (-DXFMR_NATIVE=OFF: no instruction the GPU
 # machine's processor may lack; CUDA for sm_90) and writes one archive of
 #   test/test_cuda_parity, test/test_cuda_runtime, examples/xfmr-charlm,
-#   benchmark/xfmr-bench   stripped, where a build tree has them
+#   examples/xfmr-lm, benchmark/xfmr-bench   stripped, where a build tree
+#          has them
 #   lib/   the shared libraries they load, except the C library's and the
 #          C++ runtime's (the machine's own, newer) and CUDA's (cuBLAS, NCCL:
 #          the machine's toolkit and PyTorch's wheels have them; gpu-env.sh
 #          finds them there)
-#   data/  tinyshakespeare.txt
+#   data/  tinyshakespeare.txt, and gpt2/ (GPT-2's tokenizer)
 #   COMMIT the commit it was built from, and whether the tree had changes
 # compressed, since oneDNN and OpenBLAS alone are larger than the 64 MiB
 # the device tool carries. lease/ is ignored by git: the device call names
@@ -18,14 +19,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 archive=${1:-lease/xfmr-lease.tar.xz}
-targets=(test/test_cuda_parity test/test_cuda_runtime examples/xfmr-charlm benchmark/xfmr-bench)
+targets=(test/test_cuda_parity test/test_cuda_runtime examples/xfmr-charlm examples/xfmr-lm benchmark/xfmr-bench)
 
 cmake --preset lease > /dev/null
 cmake --build --preset lease --parallel "$(( $(nproc) + 1 ))" --target "${targets[@]##*/}"
 
 stage=build/lease-pack/xfmr-lease
 rm -rf "$stage"
-mkdir -p "$stage"/{lib,data}
+mkdir -p "$stage"/{lib,data/gpt2}
 for t in "${targets[@]}"; do
   mkdir -p "$stage/${t%/*}"
   strip -o "$stage/$t" "build/lease/$t"
@@ -37,7 +38,9 @@ ldd "${targets[@]/#/$stage/}" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | 
   while read -r name path; do
     [[ $name =~ $system ]] || cp -L "$path" "$stage/lib/$name"
   done
-cp "${XFMR_DATA:-../shared/data}/tinyshakespeare.txt" "$stage/data/"
+data=${XFMR_DATA:-../shared/data}
+cp "$data/tinyshakespeare.txt" "$stage/data/"
+cp "$data"/gpt2/{encoder.json,vocab.bpe} "$stage/data/gpt2/"
 { git rev-parse HEAD; if git status --porcelain --untracked-files=no | grep -q .; then echo "with uncommitted changes"; fi; } \
   > "$stage/COMMIT"
 mkdir -p "$(dirname "$archive")"
