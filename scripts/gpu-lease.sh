@@ -213,17 +213,18 @@ sys.exit(0 if same >= 32 else 1)
 PY"
 
 # 4b. Where the fast path's step goes: Nsight Compute's duration of each
-#     kernel of one eager GPT-2-small step (bf16 in the fast path), summed
-#     by kernel in the table.
+#     kernel of one eager GPT-2-small step (bf16 in the fast path; --smoke:
+#     one step, after the bench's one 128 x 128 product), summed by kernel
+#     in the table.
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
 if [[ -z $ncu || ${XFMR_LEASE_DRY:-0} == 1 ]]; then
   echo "gpu-lease: no ncu here (or a dry run): the profile skipped"
 elif ((deadline - SECONDS >= 90)); then
   within 90
   step_log=$work/profile.log step "profile gpt2 bf16 step (ncu)" env "${fast_path[@]}" \
-    "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$work/profile.csv" \
-    "$xrun" "$bin/benchmark/xfmr-bench" --model gpt2-small --vocab 50257 --batch 8 --modes train --eager \
-    --backend cuda --precision bf16 --warmup 0 --min-reps 1 --min-time 0
+    "$ncu" --clock-control none --metrics gpu__time_duration.sum --print-kernel-base function --csv \
+    --log-file "$work/profile.csv" "$xrun" "$bin/benchmark/xfmr-bench" --model gpt2-small --vocab 50257 --batch 8 \
+    --modes train --eager --backend cuda --precision bf16 --smoke
 else
   echo "gpu-lease: the profile skipped: no time left"
 fi
