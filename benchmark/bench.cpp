@@ -143,6 +143,24 @@ json summarize(const std::vector<double>& secs, double tokens_per_call, double f
   return j;
 }
 
+// MFU as llm.c counts it (gpt2_estimate_mfu): 6 N + 6 L D T FLOPs a token
+// (N every parameter, the tied embedding once; the second term attention's
+// products), against the dense peak of the GPU in the run's precision, in
+// TFLOP/s: NVIDIA's figures for the H100 SXM (which the H200 shares), the
+// H100 PCIe and the A100; 0 for any other device, which gets no MFU.
+double promised_tflops(const std::string& device, const std::string& precision) {
+  struct Peak {
+    const char* name;
+    double bf16, tf32, fp32;
+  };
+  static constexpr Peak kPeaks[] = {{"H100 PCIe", 756, 378, 51}, {"H100", 989.4, 494.7, 66.9},
+                                    {"H200", 989.4, 494.7, 66.9}, {"A100", 312, 156, 19.5}};
+  for (const Peak& p : kPeaks)
+    if (device.find(p.name) != std::string::npos)
+      return precision == "bf16" ? p.bf16 : precision == "tf32" ? p.tf32 : p.fp32;
+  return 0;
+}
+
 // The BLAS behind the CPU backend's larger float products (cpu/gemm.hpp),
 // and OpenBLAS's kernel on this processor (OPENBLAS_CORETYPE, if set,
 // overrides its own choice), which runs them without oneDNN.
@@ -366,6 +384,17 @@ json run(const Args& a) {
                    my_forward);
     });
     out["results"]["train_step"] = summarize(t, tokens, 3 * fwd, ceiling);
+#ifdef XFMR_WITH_CUDA
+    if constexpr (std::is_same_v<Be, CudaBackend>) {
+      const std::string precision = be.options().bf16 ? "bf16" : be.options().tf32 ? "tf32" : "fp32";
+      const double per_token = 6.0 * double(model.parameter_count()) + 6.0 * p.n_layers * p.d_model * T;
+      auto& r = out["results"]["train_step"];
+      if (const double peak = promised_tflops(be.device_name(), precision); peak > 0) {
+        r["mfu"] = per_token * r["tokens_per_s"].get<double>() / (peak * 1e12);
+        r["mfu_peak_tflops"] = peak;
+      }
+    }
+#endif
   }
   if (has("forward")) {
     model.set_training(false);
@@ -671,6 +700,9 @@ void print(const json& r) {
     if (m.contains("gflops"))
       std::cout << std::setprecision(1) << std::setw(8) << m["gflops"].get<double>() << " GFLOP/s ("
                 << std::setprecision(0) << 100 * m["ceiling_fraction"].get<double>() << "% of ceiling)";
+    if (m.contains("mfu"))
+      std::cout << std::setprecision(1) << "  MFU " << 100 * m["mfu"].get<double>() << "% (of "
+                << m["mfu_peak_tflops"].get<double>() << " TFLOP/s)";
     if (m.contains("bandwidth_fraction"))
       std::cout << std::setprecision(1) << "  weights " << m["weight_gbs"].get<double>() << " GB/s ("
                 << std::setprecision(0) << 100 * m["bandwidth_fraction"].get<double>() << "% of the read bandwidth)";

@@ -257,17 +257,27 @@ elif os.path.exists(f"{work}/large.csv"):
     rows = [r for r in csv.DictReader(open(f"{work}/large.csv")) if r.get("val_loss")]
     print(f"shakespeare-large: unfinished; last val loss {rows[-1]['val_loss']} at step {rows[-1]['step']}"
           if rows else "shakespeare-large: unfinished, no evaluation")
-print("GPT-2-small step, B8 T1024 V50257     ms a step (per round)   tokens/s   peak device MB (counted)")
+# MFU as llm.c counts it: xfmr's runs carry it; PyTorch's take the FLOPs a
+# token and the peak of xfmr's run in the same precision.
+rows, per_token_over_peak = [], {}
 for name in sorted({re.sub(r"_\d+\.json$", "", os.path.basename(p)) for p in glob.glob(f"{work}/gpt2_*.json")}):
     runs = [j for j in (load(p) for p in sorted(glob.glob(f"{work}/{name}_[0-9]*.json"))) if j]
-    ms = [j["results"]["train_step"]["median_ms"] for j in runs]
-    if ms:
-        peak = max(j["memory"].get("peak_device_mb", 0) for j in runs)
-        tps = max(j["results"]["train_step"]["tokens_per_s"] for j in runs)
-        counted = runs[0]["memory"].get("analytical", {}).get("total_mb", 0)
-        path = runs[0]["memory"].get("attention", "")
-        print(f"  {name[5:]:<36} {' / '.join(f'{x:.1f}' for x in ms):<23} {tps:>8.0f}   {peak:>8.0f} ({counted:.0f}) "
-              f"{path}")
+    steps = [j["results"]["train_step"] for j in runs]
+    if steps:
+        precision = next((p for p in ("bf16", "tf32", "fp32") if p in name), "fp32")
+        best = max(steps, key=lambda r: r["tokens_per_s"])
+        if "mfu" in best:
+            per_token_over_peak[precision] = best["mfu"] / best["tokens_per_s"]
+        rows.append((name, precision, runs, steps, best))
+print("GPT-2-small step, B8 T1024 V50257     ms a step (per round)   tokens/s   MFU   peak device MB (counted)")
+for name, precision, runs, steps, best in rows:
+    mfu = best.get("mfu", best["tokens_per_s"] * per_token_over_peak.get(precision, float("nan")))
+    peak = max(j["memory"].get("peak_device_mb", 0) for j in runs)
+    counted = runs[0]["memory"].get("analytical", {}).get("total_mb", 0)
+    path = runs[0]["memory"].get("attention", "")
+    ms = " / ".join("%.1f" % r["median_ms"] for r in steps)
+    print(f"  {name[5:]:<36} {ms:<23} {best['tokens_per_s']:>8.0f} {100 * mfu:>5.1f}%  {peak:>8.0f} ({counted:.0f}) "
+          f"{path}")
 PY
   $py - "$work" <<'PY'
 import glob, json, os, sys
