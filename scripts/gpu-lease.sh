@@ -52,7 +52,8 @@
 #      Attention alone: about 10 s a process.
 #      The loss curves: 3.1 TFLOP a step, FP32 ~30 s, bf16 ~15 s, plus
 #      start-up and tokenising, about 1 minute.
-#   4. about 20 s; the profile (one step, each kernel timed alone) ~60 s.
+#   4. about 20 s; the profile (one step, each of its ~600 kernels timed
+#      alone) ~30 s.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 source scripts/gpu-env.sh
@@ -221,8 +222,8 @@ PY"
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
 if [[ -z $ncu || ${XFMR_LEASE_DRY:-0} == 1 ]]; then
   echo "gpu-lease: no ncu here (or a dry run): the profile skipped"
-elif ((deadline - SECONDS >= 90)); then
-  within 90
+elif ((deadline - SECONDS >= 60)); then
+  within 60
   step_log=$work/profile.log step "profile gpt2 bf16 step (ncu)" env "${fast_path[@]}" \
     "$ncu" --clock-control none --metrics gpu__time_duration.sum --print-kernel-base function --csv \
     --log-file "$work/profile.csv" "$xrun" "$bin/benchmark/xfmr-bench" --model gpt2-small --vocab 50257 --batch 16 \
