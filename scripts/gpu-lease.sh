@@ -272,7 +272,9 @@ for name in sorted({re.sub(r"_\d+\.json$", "", os.path.basename(p)) for p in glo
         if "mfu" in best:
             per_token_over_peak[precision] = best["mfu"] / best["tokens_per_s"]
         rows.append((name, precision, runs, steps, best))
-print("GPT-2-small step, B16 T1024 V50257    ms a step (per round)   tokens/s   MFU   peak device MB (counted)")
+shape = rows[0][2][0]["shape"] if rows else {"B": "?", "T": "?", "V": "?"}
+print(f"{'GPT-2-small step, B%s T%s V%s' % (shape['B'], shape['T'], shape['V']):<37} ms a step (per round)   tokens/s"
+      "   MFU   peak device MB (counted)")
 for name, precision, runs, steps, best in rows:
     mfu = best.get("mfu", best["tokens_per_s"] * per_token_over_peak.get(precision, float("nan")))
     peak = max(j["memory"].get("peak_device_mb", 0) for j in runs)
