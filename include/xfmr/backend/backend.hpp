@@ -18,6 +18,16 @@
 // besides, checked by the Backend concept below:
 //
 //  Scalar, Tensor (parameters, gradients), Buffer<T> (activations, saved state)
+//  Activation          the element type of activations and their gradients
+//      (Buffer<Activation>, Rows<Activation, N>, the workspace's scratch,
+//      logits); Scalar is that of parameters, their gradients, saved
+//      statistics (norms' means and reciprocal deviations, log-sum-exps,
+//      attention probabilities) and scalar arguments. Every backend has the
+//      two the same today; the layers keep them apart, so that a backend may
+//      store activations narrower (bfloat16) than its float32 parameters,
+//      whose Tensor's product_data() then holds the weights in the
+//      activations' type for products (test/backend/activation_types.cpp
+//      compiles a Decoder so, and fails on a mix-up).
 //  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)   (cpu/linear.hpp)
 //  host_view(x, staging) -> span               x readable on the host (copied
 //      into staging when x is device memory): logits for sampling, accuracy
@@ -91,14 +101,15 @@ struct AttentionDims {
 };
 
 template <class Be>
-concept Backend = requires(Be& be, typename Be::Scalar* p, const typename Be::Scalar* cp, int i,
+concept Backend = requires(Be& be, typename Be::Activation* p, const typename Be::Activation* cp, int i,
                            typename Be::Scalar s) {
   typename Be::Scalar;
+  typename Be::Activation;
   typename Be::Tensor;
   typename Be::template Buffer<std::uint8_t>;
   be.gemm(true, false, i, i, i, s, cp, i, cp, i, s, p, i);
   be.synchronize();
-  { be.host_view(std::span<const typename Be::Scalar>(), std::declval<std::vector<typename Be::Scalar>&>()) }
+  { be.host_view(std::span<const typename Be::Activation>(), std::declval<std::vector<typename Be::Scalar>&>()) }
       -> std::convertible_to<std::span<const typename Be::Scalar>>;
 };
 

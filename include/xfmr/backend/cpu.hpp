@@ -64,6 +64,7 @@ class CpuBackend : public detail::CpuLinear<S>,
 
  public:
   using Scalar = S;
+  using Activation = S;            // backend.hpp
   using Tensor = xfmr::Tensor<S>;  // parameters and gradients
   template <class T>
   using Buffer = xfmr::Buffer<T>;   // activations and saved state
@@ -113,11 +114,11 @@ class CpuBackend : public detail::CpuLinear<S>,
   void synchronize() {}
 
   // Scratch memory the layers take for the length of a call (core/workspace.hpp).
-  Workspace<Buffer<S>>& workspace() { return workspace_; }
+  Workspace<Buffer<Activation>>& workspace() { return workspace_; }
 
  private:
   CpuOptions opts_;
-  Workspace<Buffer<S>> workspace_;
+  Workspace<Buffer<Activation>> workspace_;
 };
 
 template <class S>

@@ -136,6 +136,8 @@ class Tensor : public ShapedStorage<Tensor<S>, S> {
 
   S* data() { return storage_.data(); }
   const S* data() const { return storage_.data(); }
+  // The values products read in the activations' type (backend.hpp): these.
+  const S* product_data() const { return data(); }
 
   void zero() {
     if (size()) fill_zero(data(), size() * sizeof(S));
@@ -250,6 +252,7 @@ class CudaBackend {
  public:
   using Scalar = float;
   using S = float;
+  using Activation = float;  // backend.hpp
   using Tensor = cuda::Tensor<float>;
   template <class T>
   using Buffer = cuda::Buffer<T>;
@@ -301,7 +304,7 @@ class CudaBackend {
   std::span<const S> host_view(std::span<const S> x, std::vector<S>& staging);
 
   // Scratch memory the layers take for the length of a call (core/workspace.hpp).
-  Workspace<Buffer<S>>& workspace() { return workspace_; }
+  Workspace<Buffer<Activation>>& workspace() { return workspace_; }
 
   // ---- the operations, by family (backend/cpu/<family>.hpp; cuda/<family>.cu) ----
   void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
@@ -402,7 +405,7 @@ class CudaBackend {
 
   CudaOptions opts_;
   std::unique_ptr<Context> ctx_;
-  Workspace<Buffer<S>> workspace_;  // after ctx_: freed before the context goes
+  Workspace<Buffer<Activation>> workspace_;  // after ctx_: freed before the context goes
 };
 
 static_assert(Backend<CudaBackend>);

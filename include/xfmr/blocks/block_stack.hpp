@@ -55,7 +55,7 @@ template <class Block, class Backend>
 class BlockStack {
  public:
   static constexpr int D = Block::D;
-  using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
@@ -70,13 +70,13 @@ class BlockStack {
 
   // x (B*T, D) -> y (B*T, D). Each block's input is kept for its backward.
   template <class... Extra>
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, Extra... extra) {
-    train_each(x, y, [&](Block& b, int, ConstRows<S, D> in, Rows<S, D> out) { b.forward(be, in, out, bt, extra...); });
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, Extra... extra) {
+    train_each(x, y, [&](Block& b, int, ConstRows<A, D> in, Rows<A, D> out) { b.forward(be, in, out, bt, extra...); });
   }
 
   // dy (B*T, D) -> dx (B*T, D), assigned; dx must not alias dy.
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
-    backward_each(be, dy, dx, [&](Block& b, int, ConstRows<S, D> dout, Rows<S, D> din) { b.backward(be, dout, din); });
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
+    backward_each(be, dy, dx, [&](Block& b, int, ConstRows<A, D> dout, Rows<A, D> din) { b.backward(be, dout, din); });
   }
 
   void set_recompute(Recompute r) {
@@ -88,8 +88,8 @@ class BlockStack {
 
   // Incremental decoding through every block, layer i using cache[i].
   template <class Cache>
-  void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, Cache& cache) {
-    forward_each(x, y, [&](Block& b, int i, ConstRows<S, D> in, Rows<S, D> out) {
+  void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, int B, Cache& cache) {
+    forward_each(x, y, [&](Block& b, int i, ConstRows<A, D> in, Rows<A, D> out) {
       b.forward_cached(be, in, out, B, cache[i]);
     });
   }
@@ -101,12 +101,12 @@ class BlockStack {
   // i, dout, din) runs the blocks' backward passes in reverse (after
   // replaying block i's forward under Recompute::block).
   template <class F>
-  void forward_each(ConstRows<S, D> x, Rows<S, D> y, F&& f) {
+  void forward_each(ConstRows<A, D> x, Rows<A, D> y, F&& f) {
     const int n = size();
-    S* acts = acts_.reserve(std::size_t(n - 1) * x.size());  // (N-1, rows, D) between blocks
-    ConstRows<S, D> in = x;
+    A* acts = acts_.reserve(std::size_t(n - 1) * x.size());  // (N-1, rows, D) between blocks
+    ConstRows<A, D> in = x;
     for (int i = 0; i < n; ++i) {
-      const Rows<S, D> out = i + 1 < n ? Rows<S, D>(acts + std::size_t(i) * x.size(), x.rows) : y;
+      const Rows<A, D> out = i + 1 < n ? Rows<A, D>(acts + std::size_t(i) * x.size(), x.rows) : y;
       f(blocks_[i], i, in, out);
       in = out;
     }
@@ -115,7 +115,7 @@ class BlockStack {
   // hands what it saved to the next one after its forward, its dropout
   // counters noted.
   template <class F>
-  void train_each(ConstRows<S, D> x, Rows<S, D> y, F&& f) {
+  void train_each(ConstRows<A, D> x, Rows<A, D> y, F&& f) {
     if (recompute_ != Recompute::block) {
       forward_each(x, y, std::forward<F>(f));
       return;
@@ -124,19 +124,19 @@ class BlockStack {
     calls_.resize(blocks_.size());
     for (auto& c : calls_) c.clear();
     hand_saved(blocks_[n - 1], blocks_[0]);  // where a forward without its backward left them
-    forward_each(x, y, [&](Block& b, int i, ConstRows<S, D> in, Rows<S, D> out) {
+    forward_each(x, y, [&](Block& b, int i, ConstRows<A, D> in, Rows<A, D> out) {
       b.for_each_dropout([&](DropoutKeys& k) { calls_[i].push_back(k.calls()); });
       f(b, i, in, out);
       if (i + 1 < n) hand_saved(b, blocks_[i + 1]);
     });
   }
   template <class G>
-  void backward_each(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx, G&& g) {
+  void backward_each(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx, G&& g) {
     const int n = size();
-    S* scratch = grads_.reserve(2 * dy.size());  // ping-pong between blocks
-    ConstRows<S, D> d = dy;
+    A* scratch = grads_.reserve(2 * dy.size());  // ping-pong between blocks
+    ConstRows<A, D> d = dy;
     for (int i = n - 1; i >= 0; --i) {
-      const Rows<S, D> out = i == 0 ? dx : Rows<S, D>(scratch + std::size_t(i % 2) * dy.size(), dy.rows);
+      const Rows<A, D> out = i == 0 ? dx : Rows<A, D>(scratch + std::size_t(i % 2) * dy.size(), dy.rows);
       if (recompute_ == Recompute::block) {
         require(calls_.size() == blocks_.size(), "recompute: a backward without its training forward");
         std::size_t k = 0;
@@ -177,9 +177,9 @@ class BlockStack {
   }
 
   std::vector<Block> blocks_;
-  Buffer<S> acts_, grads_;
+  Buffer<A> acts_, grads_;
   Recompute recompute_ = Recompute::none;
-  Buffer<S> shared_norm_, shared_activated_;  // cheap recompute's, for every block
+  Buffer<A> shared_norm_, shared_activated_;  // cheap recompute's, for every block
   std::vector<std::vector<std::uint64_t>> calls_;  // block i's dropout counters before its forward (block)
 };
 

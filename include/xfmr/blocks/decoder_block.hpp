@@ -26,7 +26,7 @@ template <BlockConfig Cfg, class Backend>
 class DecoderBlock {
  public:
   static constexpr int D = Cfg::D_MODEL;
-  using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Norm = typename Cfg::Norm;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -43,52 +43,52 @@ class DecoderBlock {
     cross_attn_.set_dropout(attention_dropout, detail::mix64(~r2_.dropout().seed()));
   }
 
-  void forward(Backend& be, ConstRows<S, D> x, ConstRows<S, D> memory, Rows<S, D> y, Shape tgt, Shape src,
+  void forward(Backend& be, ConstRows<A, D> x, ConstRows<A, D> memory, Rows<A, D> y, Shape tgt, Shape src,
                const std::uint8_t* tgt_padding = nullptr, const std::uint8_t* src_padding = nullptr) {
     last_ = {x, memory, y, tgt, src, tgt_padding, src_padding};
     const AttentionMask self_mask{true, tgt_padding};
     const AttentionMask cross_mask{false, src_padding};
     const auto h1 = h1_.template rows<D>(x.rows);  // (B*T_tgt, D) after self-attention
     const auto h2 = h2_.template rows<D>(x.rows);  // (B*T_tgt, D) after cross-attention
-    r1_.forward(be, x, h1, [&](ConstRows<S, D> in, Rows<S, D> out) { self_attn_.forward(be, in, out, tgt, self_mask); });
-    r2_.forward(be, h1, h2, [&](ConstRows<S, D> in, Rows<S, D> out) {
+    r1_.forward(be, x, h1, [&](ConstRows<A, D> in, Rows<A, D> out) { self_attn_.forward(be, in, out, tgt, self_mask); });
+    r2_.forward(be, h1, h2, [&](ConstRows<A, D> in, Rows<A, D> out) {
       cross_attn_.forward(be, in, memory, out, tgt, src, cross_mask);
     });
-    r3_.forward(be, h2, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
+    r3_.forward(be, h2, y, [&](ConstRows<A, D> in, Rows<A, D> out) { ff_.forward(be, in, out); });
   }
 
   // Incremental decoding: n new target positions per sequence (rows B*n)
   // against the self-attention cache and the precomputed memory keys/values
   // (see CrossAttention::project_memory). Forward only.
-  void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, KvCache<Backend>& self_cache,
-                      const S* memory_kv, int src_len, const std::uint8_t* src_padding) {
+  void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, int B, KvCache<Backend>& self_cache,
+                      const A* memory_kv, int src_len, const std::uint8_t* src_padding) {
     const auto h1 = h1_.template rows<D>(x.rows);
     const auto h2 = h2_.template rows<D>(x.rows);
     r1_.forward(be, x, h1,
-                [&](ConstRows<S, D> in, Rows<S, D> out) { self_attn_.forward_cached(be, in, out, B, self_cache); });
-    r2_.forward(be, h1, h2, [&](ConstRows<S, D> in, Rows<S, D> out) {
+                [&](ConstRows<A, D> in, Rows<A, D> out) { self_attn_.forward_cached(be, in, out, B, self_cache); });
+    r2_.forward(be, h1, h2, [&](ConstRows<A, D> in, Rows<A, D> out) {
       cross_attn_.forward_cached(be, in, out, B, memory_kv, src_len, src_padding);
     });
-    r3_.forward(be, h2, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
+    r3_.forward(be, h2, y, [&](ConstRows<A, D> in, Rows<A, D> out) { ff_.forward(be, in, out); });
   }
   SelfAttention<Cfg, Backend>& self_attention() { return self_attn_; }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx, Rows<S, D> dmemory) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx, Rows<A, D> dmemory) {
     auto scratch = be.workspace().frame();
     const auto dh2 = scratch.template rows<D>(dy.rows);  // (B*T_tgt, D)
     const auto dh1 = scratch.template rows<D>(dy.rows);  // (B*T_tgt, D)
-    r3_.backward(be, dy, dh2, [&](ConstRows<S, D> dout, Rows<S, D> din) { ff_.backward(be, dout, din); });
-    r2_.backward(be, dh2, dh1, [&](ConstRows<S, D> dout, Rows<S, D> din) {
+    r3_.backward(be, dy, dh2, [&](ConstRows<A, D> dout, Rows<A, D> din) { ff_.backward(be, dout, din); });
+    r2_.backward(be, dh2, dh1, [&](ConstRows<A, D> dout, Rows<A, D> din) {
       cross_attn_.backward(be, dout, din, dmemory);
     });
-    r1_.backward(be, dh1, dx, [&](ConstRows<S, D> dout, Rows<S, D> din) { self_attn_.backward(be, dout, din); });
+    r1_.backward(be, dh1, dx, [&](ConstRows<A, D> dout, Rows<A, D> din) { self_attn_.backward(be, dout, din); });
   }
 
   // Activation recompute: see SelfAttentionBlock::replay and for_each_saved.
   void replay(Backend& be) {
     forward(be, last_.x, last_.memory, last_.y, last_.tgt, last_.src, last_.tgt_padding, last_.src_padding);
   }
-  void share_recomputed(Buffer<S>* norm, Buffer<S>* activated) {
+  void share_recomputed(Buffer<A>* norm, Buffer<A>* activated) {
     for (auto* r : {&r1_, &r2_, &r3_}) r->share_norm_output(norm);
     ff_.share_activated(activated);
   }
@@ -129,10 +129,10 @@ class DecoderBlock {
   CrossAttention<Cfg, Backend> cross_attn_;
   FeedForward<Cfg, Backend> ff_;
   Residual<Norm, D, Backend, norm_layer_t<Cfg, D, Backend>> r1_, r2_, r3_;
-  Buffer<S> h1_, h2_;  // (B*T_tgt, D) after self- and after cross-attention
+  Buffer<A> h1_, h2_;  // (B*T_tgt, D) after self- and after cross-attention
   struct {
-    ConstRows<S, D> x, memory;
-    Rows<S, D> y;
+    ConstRows<A, D> x, memory;
+    Rows<A, D> y;
     Shape tgt, src;
     const std::uint8_t *tgt_padding, *src_padding;
   } last_{};

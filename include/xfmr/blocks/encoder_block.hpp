@@ -31,7 +31,7 @@ template <BlockConfig Cfg, class Backend, bool CAUSAL>
 class SelfAttentionBlock {
  public:
   static constexpr int D = Cfg::D_MODEL;
-  using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Norm = typename Cfg::Norm;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -41,28 +41,28 @@ class SelfAttentionBlock {
     attn_.set_dropout(attention_dropout, detail::mix64(~r1_.dropout().seed()));
   }
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, const std::uint8_t* key_padding = nullptr) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, const std::uint8_t* key_padding = nullptr) {
     last_ = {x, y, bt, key_padding};
     const AttentionMask mask{CAUSAL, key_padding};
     const auto h = mid_.template rows<D>(x.rows);  // (B*T, D) after the attention sublayer
-    r1_.forward(be, x, h, [&](ConstRows<S, D> in, Rows<S, D> out) { attn_.forward(be, in, out, bt, mask); });
-    r2_.forward(be, h, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
+    r1_.forward(be, x, h, [&](ConstRows<A, D> in, Rows<A, D> out) { attn_.forward(be, in, out, bt, mask); });
+    r2_.forward(be, h, y, [&](ConstRows<A, D> in, Rows<A, D> out) { ff_.forward(be, in, out); });
   }
 
   // Incremental decoding (causal blocks): see SelfAttention::forward_cached.
-  void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, KvCache<Backend>& cache)
+  void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, int B, KvCache<Backend>& cache)
     requires CAUSAL
   {
     const auto h = mid_.template rows<D>(x.rows);
-    r1_.forward(be, x, h, [&](ConstRows<S, D> in, Rows<S, D> out) { attn_.forward_cached(be, in, out, B, cache); });
-    r2_.forward(be, h, y, [&](ConstRows<S, D> in, Rows<S, D> out) { ff_.forward(be, in, out); });
+    r1_.forward(be, x, h, [&](ConstRows<A, D> in, Rows<A, D> out) { attn_.forward_cached(be, in, out, B, cache); });
+    r2_.forward(be, h, y, [&](ConstRows<A, D> in, Rows<A, D> out) { ff_.forward(be, in, out); });
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     auto scratch = be.workspace().frame();
     const auto dh = scratch.template rows<D>(dy.rows);  // (B*T, D)
-    r2_.backward(be, dy, dh, [&](ConstRows<S, D> dout, Rows<S, D> din) { ff_.backward(be, dout, din); });
-    r1_.backward(be, dh, dx, [&](ConstRows<S, D> dout, Rows<S, D> din) { attn_.backward(be, dout, din); });
+    r2_.backward(be, dy, dh, [&](ConstRows<A, D> dout, Rows<A, D> din) { ff_.backward(be, dout, din); });
+    r1_.backward(be, dh, dx, [&](ConstRows<A, D> dout, Rows<A, D> din) { attn_.backward(be, dout, din); });
   }
 
   // Activation recompute (block_stack.hpp): the last forward again, from the
@@ -72,7 +72,7 @@ class SelfAttentionBlock {
   void replay(Backend& be) { forward(be, last_.x, last_.y, last_.bt, last_.key_padding); }
   // Cheap recompute: the norms' outputs and the activation's in a stack's
   // shared buffers (Residual::share_norm_output, FeedForward::share_activated).
-  void share_recomputed(Buffer<S>* norm, Buffer<S>* activated) {
+  void share_recomputed(Buffer<A>* norm, Buffer<A>* activated) {
     r1_.share_norm_output(norm);
     r2_.share_norm_output(norm);
     ff_.share_activated(activated);
@@ -110,10 +110,10 @@ class SelfAttentionBlock {
   SelfAttention<Cfg, Backend> attn_;
   FeedForward<Cfg, Backend> ff_;
   Residual<Norm, D, Backend, norm_layer_t<Cfg, D, Backend>> r1_, r2_;
-  Buffer<S> mid_;  // (B*T, D) after the attention sublayer
+  Buffer<A> mid_;  // (B*T, D) after the attention sublayer
   struct {
-    ConstRows<S, D> x;
-    Rows<S, D> y;
+    ConstRows<A, D> x;
+    Rows<A, D> y;
     Shape bt;
     const std::uint8_t* key_padding;
   } last_{};

@@ -58,14 +58,14 @@ class Residual {
   static constexpr bool PRE = std::is_same_v<Norm, PreNorm>;
 
  public:
-  using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
   Residual(float dropout, std::uint64_t seed) : drop_(dropout, seed) {}
 
   template <class F>
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, F&& f) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, F&& f) {
     require_rows(y, x.rows, "residual output");
     auto scratch = be.workspace().frame();
     const auto sub = scratch.template rows<D>(x.rows);  // (rows, D) f's output, dropped in place
@@ -73,7 +73,7 @@ class Residual {
       const auto h = (shared_ ? *shared_ : inner_).template rows<D>(x.rows);  // LN(x)
       x_ = x;
       norm_.forward(be, x, h);
-      f(ConstRows<S, D>(h), sub);
+      f(ConstRows<A, D>(h), sub);
       drop_.forward(be, sub, sub);
       be.add(x.size(), x.data, sub.data, y.data);
     } else {
@@ -86,7 +86,7 @@ class Residual {
   }
 
   template <class G>
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx, G&& g) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx, G&& g) {
     require_rows(dx, dy.rows, "residual input gradient");
     auto scratch = be.workspace().frame();
     const auto dsub = scratch.template rows<D>(dy.rows);  // (rows, D)
@@ -94,14 +94,14 @@ class Residual {
       const auto dh = scratch.template rows<D>(dy.rows);  // d LN(x)
       drop_.backward(be, dy, dsub);
       if (shared_) norm_.forward(be, x_, shared_->template rows<D>(dy.rows));  // LN(x) again, where f saved it
-      g(ConstRows<S, D>(dsub), dh);
+      g(ConstRows<A, D>(dsub), dh);
       norm_.backward(be, dh, dx);
       be.add_to(dy.size(), dy.data, dx.data);
     } else {
       const auto dz = scratch.template rows<D>(dy.rows);  // d (x + dropout(f(x)))
       norm_.backward(be, dy, dz);
       drop_.backward(be, dz, dsub);
-      g(ConstRows<S, D>(dsub), dx);
+      g(ConstRows<A, D>(dsub), dx);
       be.add_to(dz.size(), dz.data, dx.data);
     }
   }
@@ -123,7 +123,7 @@ class Residual {
   // computes it there again just before its sublayer's backward; nullptr:
   // its own buffer. PostNorm keeps its own (its norm's input is the
   // sublayer's output: not cheap to recompute).
-  void share_norm_output(Buffer<S>* shared) {
+  void share_norm_output(Buffer<A>* shared) {
     if constexpr (PRE) shared_ = shared;
   }
   // f(buffer, the same buffer of others...) for what the last forward saved
@@ -139,9 +139,9 @@ class Residual {
  private:
   NormLayer norm_;
   Dropout<D, Backend> drop_;
-  Buffer<S> inner_;              // LN(x) (PreNorm) or x + dropout(f(x)) (PostNorm)
-  Buffer<S>* shared_ = nullptr;  // LN(x) under cheap recompute (PreNorm)
-  ConstRows<S, D> x_;            // the input, for that recompute
+  Buffer<A> inner_;              // LN(x) (PreNorm) or x + dropout(f(x)) (PostNorm)
+  Buffer<A>* shared_ = nullptr;  // LN(x) under cheap recompute (PreNorm)
+  ConstRows<A, D> x_;            // the input, for that recompute
 };
 
 }  // namespace xfmr

@@ -145,6 +145,9 @@ class Tensor : public ShapedStorage<Tensor<S>, S> {
 
   S* data() { return storage_.data(); }
   const S* data() const { return storage_.data(); }
+  // The values a backend's products read in its activations' type
+  // (backend.hpp): these, where that type is S.
+  const S* product_data() const { return data(); }
 
   S& operator[](std::size_t i) { return storage_[i]; }
   const S& operator[](std::size_t i) const { return storage_[i]; }

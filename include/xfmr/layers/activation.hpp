@@ -62,15 +62,15 @@ struct GeGlu {
 template <class Kind, int D, class Backend>
 class Activation {
  public:
-  using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y) {
     require_rows(y, x.rows, "activation output");
     x_ = x;
     Kind::forward(be, x.size(), x.data, y.data);
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     require_rows(dy, x_.rows, "activation output gradient");
     require_rows(dx, x_.rows, "activation input gradient");
     Kind::backward(be, x_.size(), x_.data, dy.data, dx.data);
@@ -80,7 +80,7 @@ class Activation {
   void visit(F&&) {}
 
  private:
-  ConstRows<S, D> x_;
+  ConstRows<A, D> x_;
 };
 
 }  // namespace xfmr

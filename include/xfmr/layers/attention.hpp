@@ -97,12 +97,13 @@ bool tiles_attention(const Backend& be, const AttentionDims& d) {
 template <class Backend>
 struct SavedAttention {
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   typename Backend::template Buffer<S> saved;
   AttentionMask mask;
   bool tiled = false, keep_probabilities = false;
 
-  void forward(Backend& be, const AttentionDims& d, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
-               S* y, int ldy, const AttentionMask& m) {
+  void forward(Backend& be, const AttentionDims& d, const A* q, int ldq, const A* k, int ldk, const A* v, int ldv,
+               A* y, int ldy, const AttentionMask& m) {
     tiled = !keep_probabilities && tiles_attention(be, d);
     mask = m;
     if constexpr (requires { be.attention_kernels(); }) {
@@ -115,15 +116,15 @@ struct SavedAttention {
   }
   // A decoding step's forward: always materialised, in room for every key
   // the cache can hold (kv_rows), so that the steps after it allocate nothing.
-  void forward_cached(Backend& be, const AttentionDims& d, const S* q, int ldq, const S* k, int ldk, const S* v,
-                      int ldv, S* y, int ldy, const AttentionMask& m) {
+  void forward_cached(Backend& be, const AttentionDims& d, const A* q, int ldq, const A* k, int ldk, const A* v,
+                      int ldv, A* y, int ldy, const AttentionMask& m) {
     tiled = false;
     const std::size_t room = std::size_t(d.B) * d.H * d.Tq * std::max(d.Tk, d.kv_rows());
     be.attention_forward(d, q, ldq, k, ldk, v, ldv, y, ldy, saved.reserve(room), m);
   }
   // y, ldy: the forward's output (the tiled backward reads it).
-  void backward(Backend& be, const AttentionDims& d, const S* dy, int lddy, const S* y, int ldy, const S* q, int ldq,
-                const S* k, int ldk, const S* v, int ldv, S* dq, S* dk, S* dv) {
+  void backward(Backend& be, const AttentionDims& d, const A* dy, int lddy, const A* y, int ldy, const A* q, int ldq,
+                const A* k, int ldk, const A* v, int ldv, A* dq, A* dk, A* dv) {
     if constexpr (requires { be.attention_kernels(); }) {
       if (tiled) {
         be.flash_attention_backward(d, dy, lddy, y, ldy, q, ldq, k, ldk, v, ldv, saved.data(), mask, dq, dk, dv);
@@ -159,12 +160,13 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
   static constexpr int K_COL = H * QK_HEAD_DIM, V_COL = K_COL + KV_HEADS * QK_HEAD_DIM;
   static constexpr int QKV = V_COL + KV_HEADS * V_HEAD_DIM, CTX = H * V_HEAD_DIM;
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
   explicit SelfAttention(Rng& rng) : qkv_(rng, linear_bias<Cfg>()), proj_(rng, linear_bias<Cfg>()) {}
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, const AttentionMask& mask) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, const AttentionMask& mask) {
     detail::check_attention_shape(bt, x.rows, Sz::MAX_T, "self-attention input");
     require_rows(y, x.rows, "self-attention output");
     bt_ = bt;
@@ -173,19 +175,19 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     const auto ctx = ctx_.template rows<CTX>(x.rows);      // (B*T, H*V)
     qkv_.forward(be, x, qkv);
     if constexpr (ROPE) rope_.forward(be, bt.B, bt.T, 0, H + KV_HEADS, qkv.data, QKV);  // q and k heads, adjacent
-    const S* q = qkv.data;
+    const A* q = qkv.data;
     attention_.forward(be, dims_, q, QKV, q + K_COL, QKV, q + V_COL, QKV, ctx.data, CTX, mask);
     proj_.forward(be, ctx, y);
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     require_rows(dy, bt_.rows(), "self-attention output gradient");
     auto scratch = be.workspace().frame();
     const auto dctx = scratch.template rows<CTX>(dy.rows);  // (B*T, H*V)
     const auto dqkv = scratch.template rows<QKV>(dy.rows);  // (B*T, QKV)
     proj_.backward(be, dy, dctx);
-    const S* q = qkv_out_.data();
-    S* dq = dqkv.data;
+    const A* q = qkv_out_.data();
+    A* dq = dqkv.data;
     attention_.backward(be, dims_, dctx.data, CTX, ctx_.data(), CTX, q, QKV, q + K_COL, QKV, q + V_COL, QKV, dq,
                         dq + K_COL, dq + V_COL);
     if constexpr (ROPE) rope_.backward(be, bt_.B, bt_.T, 0, H + KV_HEADS, dq, QKV);
@@ -196,7 +198,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
   // (rows B*n), which follow the cache.length() positions already in the
   // cache; their keys and values are appended and they attend causally to
   // everything cached. Forward only (no backward).
-  void forward_cached(Backend& be, ConstRows<S, D> x, Rows<S, D> y, int B, KvCache<Backend>& cache) {
+  void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, int B, KvCache<Backend>& cache) {
     require(B > 0 && x.rows % B == 0 && x.rows > 0, "cached attention: ", x.rows, " rows for ", B, " sequences");
     require(cache.batch() == B && cache.k_width() == KV_HEADS * QK_HEAD_DIM && cache.v_width() == KV_HEADS * V_HEAD_DIM,
             "cached attention: the cache was not started for this layer and batch");
@@ -256,7 +258,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
   Shape bt_;
   AttentionDims dims_;
   detail::SavedAttention<Backend> attention_;
-  Buffer<S> qkv_out_, ctx_;  // (B*T, QKV), (B*T, CTX)
+  Buffer<A> qkv_out_, ctx_;  // (B*T, QKV), (B*T, CTX)
 };
 
 template <AttentionConfig Cfg, class Backend>
@@ -270,6 +272,7 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
   static constexpr int QW = H * QK_HEAD_DIM, V_COL = KV_HEADS * QK_HEAD_DIM;
   static constexpr int KVW = V_COL + KV_HEADS * V_HEAD_DIM, CTX = H * V_HEAD_DIM;
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
@@ -278,7 +281,7 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
 
   // x_q: (B*T_q, D) queries; x_kv: (B*T_kv, D) keys/values; mask.key_padding
   // is (B, T_kv). A causal mask is allowed but unusual here.
-  void forward(Backend& be, ConstRows<S, D> x_q, ConstRows<S, D> x_kv, Rows<S, D> y, Shape q_shape, Shape kv_shape,
+  void forward(Backend& be, ConstRows<A, D> x_q, ConstRows<A, D> x_kv, Rows<A, D> y, Shape q_shape, Shape kv_shape,
                const AttentionMask& mask) {
     detail::check_attention_shape(q_shape, x_q.rows, Sz::MAX_T, "cross-attention query input");
     detail::check_attention_shape(kv_shape, x_kv.rows, Sz::MAX_T, "cross-attention key/value input");
@@ -296,14 +299,14 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
     proj_.forward(be, ctx, y);
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx_q, Rows<S, D> dx_kv) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx_q, Rows<A, D> dx_kv) {
     require_rows(dy, q_shape_.rows(), "cross-attention output gradient");
     auto scratch = be.workspace().frame();
     const auto dctx = scratch.template rows<CTX>(dy.rows);         // (B*Tq, H*V)
     const auto dq = scratch.template rows<QW>(dy.rows);            // (B*Tq, H*QK)
     const auto dkv = scratch.template rows<KVW>(kv_shape_.rows()); // (B*Tk, KVW)
     proj_.backward(be, dy, dctx);
-    const S* kv = kv_out_.data();
+    const A* kv = kv_out_.data();
     attention_.backward(be, dims_, dctx.data, CTX, ctx_.data(), CTX, q_out_.data(), QW, kv, KVW, kv + V_COL, KVW,
                         dq.data, dkv.data, dkv.data + V_COL);
     q_.backward(be, dq, dx_q);
@@ -313,10 +316,10 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
   // Decoding: the memory's keys and values are computed once per source
   // (memory_kv: (B*S, H*(QK+V)), the fused kv projection of memory), then
   // every step attends to them. Forward only.
-  void project_memory(Backend& be, ConstRows<S, D> memory, Rows<S, KVW> memory_kv) {
+  void project_memory(Backend& be, ConstRows<A, D> memory, Rows<A, KVW> memory_kv) {
     kv_.forward(be, memory, memory_kv);
   }
-  void forward_cached(Backend& be, ConstRows<S, D> x_q, Rows<S, D> y, int B, const S* memory_kv, int src_len,
+  void forward_cached(Backend& be, ConstRows<A, D> x_q, Rows<A, D> y, int B, const A* memory_kv, int src_len,
                       const std::uint8_t* src_padding) {
     require(B > 0 && x_q.rows % B == 0, "cached cross-attention: ", x_q.rows, " rows for ", B, " sequences");
     require_rows(y, x_q.rows, "cross-attention output");
@@ -373,7 +376,7 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
   Shape q_shape_, kv_shape_;
   AttentionDims dims_;
   detail::SavedAttention<Backend> attention_;
-  Buffer<S> q_out_, kv_out_, ctx_;  // (B*Tq, QW), (B*Tk, KVW), (B*Tq, CTX)
+  Buffer<A> q_out_, kv_out_, ctx_;  // (B*Tq, QW), (B*Tk, KVW), (B*Tq, CTX)
 };
 
 }  // namespace xfmr

@@ -68,13 +68,13 @@ void visit_if_dropping(DropoutKeys& keys, F&& f) {
 template <int D, class Backend>
 class Dropout : public DropoutKeys {
  public:
-  using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
   Dropout(float p, std::uint64_t seed) : DropoutKeys(p, seed) {}
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y) {
     require_rows(y, x.rows, "Dropout output");
     rows_ = x.rows;
     active_ = active();
@@ -85,7 +85,7 @@ class Dropout : public DropoutKeys {
     be.dropout_forward(x.size(), p(), next_key(), x.data, y.data, keep_.reserve(x.size()));
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     require_rows(dy, rows_, "Dropout output gradient");
     require_rows(dx, rows_, "Dropout input gradient");
     if (!active_) {

@@ -21,6 +21,7 @@ template <int D, class Backend>
 class Embedding {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
   // torch.nn.Embedding's default initialisation: N(0, 1).
@@ -35,13 +36,13 @@ class Embedding {
     weight_.generate([&] { return S(rng.normal()); });
   }
 
-  void forward(Backend& be, std::span<const std::int32_t> ids, Rows<S, D> y) {
+  void forward(Backend& be, std::span<const std::int32_t> ids, Rows<A, D> y) {
     require_rows(y, static_cast<int>(ids.size()), "Embedding output");
     ids_ = ids;
     be.embedding_forward(static_cast<int>(ids.size()), vocab_, D, ids.data(), weight().data(), y.data);  // (n, D)
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy) {
+  void backward(Backend& be, ConstRows<A, D> dy) {
     require_rows(dy, static_cast<int>(ids_.size()), "Embedding output gradient");
     be.embedding_backward(dy.rows, D, ids_.data(), dy.data, grad().data());
   }

@@ -34,12 +34,13 @@ class FeedForward {
   // backward_gelu); the other activations through their own operations.
   static constexpr bool FUSED_GELU = std::is_same_v<Act, Gelu>;
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
   explicit FeedForward(Rng& rng) : fc1_(rng, linear_bias<Cfg>()), fc2_(rng, linear_bias<Cfg>()) {}
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y) {
     const auto h = hidden_.template rows<HIDDEN>(x.rows);  // (rows, HIDDEN) pre-activation
     const auto a = (shared_ ? *shared_ : activated_).template rows<FF>(x.rows);  // (rows, D_FF)
     if constexpr (FUSED_GELU) {
@@ -54,7 +55,7 @@ class FeedForward {
     fc2_.forward(be, a, y);
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     auto scratch = be.workspace().frame();
     const auto da = scratch.template rows<FF>(dy.rows);  // (rows, D_FF), reused for dh when not gated
     if (shared_) {  // the activation again, where fc2 saved it
@@ -62,10 +63,10 @@ class FeedForward {
       if constexpr (GATED)
         Act::forward(be, dy.rows, FF, hidden_.data(), a.data);
       else
-        act_.forward(be, ConstRows<S, HIDDEN>(hidden_.data(), dy.rows), a);
+        act_.forward(be, ConstRows<A, HIDDEN>(hidden_.data(), dy.rows), a);
     }
     if constexpr (FUSED_GELU) {
-      fc2_.backward_gelu(be, dy, ConstRows<S, FF>(hidden_.data(), dy.rows), da);  // da holds dh
+      fc2_.backward_gelu(be, dy, ConstRows<A, FF>(hidden_.data(), dy.rows), da);  // da holds dh
       fc1_.backward(be, da, dx);
       return;
     }
@@ -84,7 +85,7 @@ class FeedForward {
   // goes into `shared` (one buffer for every block of a stack) and is
   // computed there again from the saved pre-activation just before fc2's
   // backward; nullptr: its own buffer.
-  void share_activated(Buffer<S>* shared) { shared_ = shared; }
+  void share_activated(Buffer<A>* shared) { shared_ = shared; }
   // f(buffer, the same buffer of others...) for what the last forward saved
   // (activation recompute frees or trades it, block_stack.hpp).
   template <class F, class... Same>
@@ -103,8 +104,8 @@ class FeedForward {
   Linear<D, HIDDEN, Backend> fc1_;
   Activation<Act, FF, Backend> act_;  // elementwise activations only (unused when gated)
   Linear<FF, D, Backend> fc2_;
-  Buffer<S> hidden_, activated_;  // (rows, HIDDEN), (rows, D_FF)
-  Buffer<S>* shared_ = nullptr;  // the activation's output under cheap recompute
+  Buffer<A> hidden_, activated_;  // (rows, HIDDEN), (rows, D_FF)
+  Buffer<A>* shared_ = nullptr;  // the activation's output under cheap recompute
 };
 
 }  // namespace xfmr

@@ -20,7 +20,7 @@ namespace xfmr {
 template <class Backend>
 class KvCache {
  public:
-  using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
 
   void reset(int batch, int capacity, int k_width, int v_width) {
     require(batch > 0 && capacity > 0, "cache for ", batch, " sequences of ", capacity, " positions");
@@ -31,11 +31,11 @@ class KvCache {
 
   // Copies position rows [length, length + n) of every sequence from src
   // (B*n rows, row stride ld, keys at column k_col, values at v_col).
-  void append(Backend& be, const S* src, int ld, int k_col, int v_col, int n) {
+  void append(Backend& be, const A* src, int ld, int k_col, int v_col, int n) {
     require(length_ + n <= capacity_, "decoding past the cache: ", length_, " + ", n, " positions exceed ", capacity_);
     for (int b = 0; b < B_; ++b)
       for (int t = 0; t < n; ++t) {
-        const S* row = src + (std::size_t(b) * n + t) * ld;
+        const A* row = src + (std::size_t(b) * n + t) * ld;
         be.copy(k_width_, row + k_col, k_row(b, length_ + t));
         be.copy(v_width_, row + v_col, v_row(b, length_ + t));
       }
@@ -59,8 +59,8 @@ class KvCache {
   void reorder(Backend& be, std::span<const int> order) {
     require(order.size() == std::size_t(B_), "reorder of ", order.size(), " sequences, the cache holds ", B_);
     const std::size_t kn = std::size_t(length_) * k_width_, vn = std::size_t(length_) * v_width_;
-    S* kt = scratch_k_.reserve(std::size_t(B_) * kn);
-    S* vt = scratch_v_.reserve(std::size_t(B_) * vn);
+    A* kt = scratch_k_.reserve(std::size_t(B_) * kn);
+    A* vt = scratch_v_.reserve(std::size_t(B_) * vn);
     for (int b = 0; b < B_; ++b) {
       require(order[b] >= 0 && order[b] < B_, "reorder index ", order[b], " out of range [0, ", B_, ")");
       be.copy(kn, k_row(order[b], 0), kt + b * kn);
@@ -72,10 +72,10 @@ class KvCache {
     }
   }
 
-  S* k_row(int b, int t) { return k_.data() + (std::size_t(b) * capacity_ + t) * k_width_; }
-  S* v_row(int b, int t) { return v_.data() + (std::size_t(b) * capacity_ + t) * v_width_; }
-  const S* keys() const { return k_.data(); }
-  const S* values() const { return v_.data(); }
+  A* k_row(int b, int t) { return k_.data() + (std::size_t(b) * capacity_ + t) * k_width_; }
+  A* v_row(int b, int t) { return v_.data() + (std::size_t(b) * capacity_ + t) * v_width_; }
+  const A* keys() const { return k_.data(); }
+  const A* values() const { return v_.data(); }
   int batch() const { return B_; }
   int capacity() const { return capacity_; }
   int length() const { return length_; }
@@ -84,7 +84,7 @@ class KvCache {
 
  private:
   int B_ = 0, capacity_ = 0, k_width_ = 0, v_width_ = 0, length_ = 0;
-  typename Backend::template Buffer<S> k_, v_, scratch_k_, scratch_v_;
+  typename Backend::template Buffer<A> k_, v_, scratch_k_, scratch_v_;
 };
 
 // One cache per layer, all at the same length.

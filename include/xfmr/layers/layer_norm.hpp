@@ -14,6 +14,7 @@ template <int D, class Backend>
 class LayerNorm {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -22,7 +23,7 @@ class LayerNorm {
     weight_.fill(S(1));
   }
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y) {
     require_rows(y, x.rows, "LayerNorm output");
     x_ = x;
     S* mean = mean_.reserve(x.rows);  // (rows)
@@ -30,7 +31,7 @@ class LayerNorm {
     be.layer_norm_forward(x.rows, D, x.data, weight_.data(), bias_.data(), eps_, y.data, mean, rstd);
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     require_rows(dy, x_.rows, "LayerNorm output gradient");
     require_rows(dx, x_.rows, "LayerNorm input gradient");
     be.layer_norm_backward(x_.rows, D, dy.data, x_.data, weight_.data(), mean_.data(), rstd_.data(), dx.data,
@@ -46,7 +47,7 @@ class LayerNorm {
  private:
   Tensor weight_, dweight_, bias_, dbias_;  // (D)
   S eps_;
-  ConstRows<S, D> x_;
+  ConstRows<A, D> x_;
   Buffer<S> mean_, rstd_;  // (rows)
 
  public:

@@ -22,6 +22,7 @@ class Linear {
 
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
   static constexpr int IN_FEATURES = IN, OUT_FEATURES = OUT;
 
@@ -37,37 +38,37 @@ class Linear {
     }
   }
 
-  void forward(Backend& be, ConstRows<S, IN> x, Rows<S, OUT> y) {
+  void forward(Backend& be, ConstRows<A, IN> x, Rows<A, OUT> y) {
     require_rows(y, x.rows, "Linear output");
     x_ = x;
-    be.linear_forward(x.rows, IN, OUT, x.data, weight_.data(), bias(), y.data);
+    be.linear_forward(x.rows, IN, OUT, x.data, weight_.product_data(), bias(), y.data);
   }
 
   // Linear then GELU (FeedForward): h = x W^T + b, the pre-activation, and
   // y = gelu(h), in one pass where the backend fuses them.
-  void forward_gelu(Backend& be, ConstRows<S, IN> x, Rows<S, OUT> h, Rows<S, OUT> y) {
+  void forward_gelu(Backend& be, ConstRows<A, IN> x, Rows<A, OUT> h, Rows<A, OUT> y) {
     require_rows(h, x.rows, "Linear pre-activation");
     require_rows(y, x.rows, "Linear output");
     x_ = x;
-    be.linear_gelu_forward(x.rows, IN, OUT, x.data, weight_.data(), bias(), h.data, y.data);
+    be.linear_gelu_forward(x.rows, IN, OUT, x.data, weight_.product_data(), bias(), h.data, y.data);
   }
 
-  void backward(Backend& be, ConstRows<S, OUT> dy, Rows<S, IN> dx) {
+  void backward(Backend& be, ConstRows<A, OUT> dy, Rows<A, IN> dx) {
     parameter_gradients(be, dy);
     if (dx.data) {
       require_rows(dx, x_.rows, "Linear input gradient");
-      be.gemm(false, false, dy.rows, IN, OUT, S(1), dy.data, OUT, weight_.data(), IN, S(0), dx.data, IN);  // (rows, IN)
+      be.gemm(false, false, dy.rows, IN, OUT, S(1), dy.data, OUT, weight_.product_data(), IN, S(0), dx.data, IN);  // (rows, IN)
     }
   }
 
   // backward() where the saved input was gelu(h): the gradient goes through
   // GELU on its way out, dh = gelu'(h) * (dy W), with the product where the
   // backend fuses them.
-  void backward_gelu(Backend& be, ConstRows<S, OUT> dy, ConstRows<S, IN> h, Rows<S, IN> dh) {
+  void backward_gelu(Backend& be, ConstRows<A, OUT> dy, ConstRows<A, IN> h, Rows<A, IN> dh) {
     parameter_gradients(be, dy);
     require_rows(h, x_.rows, "Linear input pre-activation");
     require_rows(dh, x_.rows, "Linear input pre-activation gradient");
-    be.linear_dgelu_input_grad(dy.rows, IN, OUT, dy.data, weight_.data(), h.data, dh.data);
+    be.linear_dgelu_input_grad(dy.rows, IN, OUT, dy.data, weight_.product_data(), h.data, dh.data);
   }
 
   template <class F>
@@ -84,10 +85,10 @@ class Linear {
   Tensor weight_, dweight_;  // (OUT, IN)
   Tensor bias_, dbias_;      // (OUT)
   bool has_bias_;
-  ConstRows<S, IN> x_;       // saved input, (rows, IN)
+  ConstRows<A, IN> x_;       // saved input, (rows, IN)
 
   const S* bias() const { return has_bias_ ? bias_.data() : nullptr; }
-  void parameter_gradients(Backend& be, ConstRows<S, OUT> dy) {
+  void parameter_gradients(Backend& be, ConstRows<A, OUT> dy) {
     require_rows(dy, x_.rows, "Linear output gradient");
     be.gemm(true, false, OUT, IN, dy.rows, S(1), dy.data, OUT, x_.data, IN, S(1), dweight_.data(), IN);  // (OUT, IN)
     if (has_bias_) be.bias_grad(dy.rows, OUT, dy.data, dbias_.data());

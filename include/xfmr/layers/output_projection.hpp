@@ -21,6 +21,7 @@ template <int IN, class Backend>
 class OutputProjection {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
   // Owned weight, torch.nn.Linear's default initialisation.
@@ -46,17 +47,17 @@ class OutputProjection {
   OutputProjection(const OutputProjection&) = delete;
   OutputProjection& operator=(const OutputProjection&) = delete;
 
-  void forward(Backend& be, ConstRows<S, IN> x, S* y) {
+  void forward(Backend& be, ConstRows<A, IN> x, A* y) {
     x_ = x;
-    be.linear_forward(x.rows, IN, out_, x.data, weight_->data(), has_bias_ ? bias_.data() : nullptr, y);  // (rows, out)
+    be.linear_forward(x.rows, IN, out_, x.data, weight_->product_data(), has_bias_ ? bias_.data() : nullptr, y);  // (rows, out)
   }
 
-  void backward(Backend& be, const S* dy, Rows<S, IN> dx) {
+  void backward(Backend& be, const A* dy, Rows<A, IN> dx) {
     be.gemm(true, false, out_, IN, x_.rows, S(1), dy, out_, x_.data, IN, S(1), dweight_->data(), IN);  // (out, IN)
     if (has_bias_) be.bias_grad(x_.rows, out_, dy, dbias_.data());
     if (dx.data) {
       require_rows(dx, x_.rows, "output projection input gradient");
-      be.gemm(false, false, x_.rows, IN, out_, S(1), dy, out_, weight_->data(), IN, S(0), dx.data, IN);  // (rows, IN)
+      be.gemm(false, false, x_.rows, IN, out_, S(1), dy, out_, weight_->product_data(), IN, S(0), dx.data, IN);  // (rows, IN)
     }
   }
 
@@ -83,7 +84,7 @@ class OutputProjection {
   Tensor bias_, dbias_;  // (out)
   int out_;
   bool has_bias_;
-  ConstRows<S, IN> x_;
+  ConstRows<A, IN> x_;
 };
 
 }  // namespace xfmr

@@ -80,6 +80,7 @@ template <int MAX_T, int D, class Backend>
 class LearnedPositions {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
   explicit LearnedPositions(Rng& rng) : weight_{MAX_T, D}, dweight_{MAX_T, D} {
@@ -88,14 +89,14 @@ class LearnedPositions {
 
   // offset: the position of the first row of each sequence (incremental
   // decoding); backward supports offset 0 only.
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, int offset = 0) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, int offset = 0) {
     detail::require_length<MAX_T>(bt, x.rows, offset);
     require_rows(y, x.rows, "LearnedPositions output");
     bt_ = bt;
     be.add_positions_forward(bt.B, bt.T, D, x.data, weight_.data() + std::size_t(offset) * D, y.data);
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     require_rows(dy, bt_.rows(), "LearnedPositions output gradient");
     be.add_positions_backward(bt_.B, bt_.T, D, dy.data, dweight_.data());
     if (dx.data) {
@@ -120,20 +121,21 @@ class SinusoidalPositions {
 
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
   explicit SinusoidalPositions(Rng& = detail::unused_rng()) : table_{MAX_T, D} {
     table_.copy_from_host(detail::angle_pairs<S>(MAX_T, D, false).data());
   }
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, int offset = 0) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, int offset = 0) {
     detail::require_length<MAX_T>(bt, x.rows, offset);
     require_rows(y, x.rows, "SinusoidalPositions output");
     bt_ = bt;
     be.add_positions_forward(bt.B, bt.T, D, x.data, table_.data() + std::size_t(offset) * D, y.data);
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     require_rows(dy, bt_.rows(), "SinusoidalPositions output gradient");
     require_rows(dx, bt_.rows(), "SinusoidalPositions input gradient");
     be.copy(dy.size(), dy.data, dx.data);
@@ -155,17 +157,18 @@ template <int MAX_T, int D, class Backend>
 class NoPositions {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
 
   explicit NoPositions(Rng& = detail::unused_rng()) {}
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y, Shape bt, int offset = 0) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, int offset = 0) {
     detail::require_length<MAX_T>(bt, x.rows, offset);
     require_rows(y, x.rows, "positions output");
     rows_ = x.rows;
     if (y.data != x.data) be.copy(x.size(), x.data, y.data);
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     require_rows(dy, rows_, "positions output gradient");
     if (dx.data && dx.data != dy.data) be.copy(dy.size(), dy.data, dx.data);
   }
@@ -185,17 +188,18 @@ class RotaryPositions {
 
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
   RotaryPositions() : table_{MAX_T, HD} { table_.copy_from_host(detail::angle_pairs<S>(MAX_T, HD, true).data()); }
 
   // Rows b*T + t of x (row stride ld), positions offset + t, `heads` heads of
   // HD columns from x's first column: turned forward, or back (backward).
-  void forward(Backend& be, int B, int T, int offset, int heads, S* x, int ld) const {
+  void forward(Backend& be, int B, int T, int offset, int heads, A* x, int ld) const {
     check(T, offset);
     be.rope_forward(B, T, offset, heads, HD, table_.data(), x, ld);
   }
-  void backward(Backend& be, int B, int T, int offset, int heads, S* dx, int ld) const {
+  void backward(Backend& be, int B, int T, int offset, int heads, A* dx, int ld) const {
     check(T, offset);
     be.rope_backward(B, T, offset, heads, HD, table_.data(), dx, ld);
   }

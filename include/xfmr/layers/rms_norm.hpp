@@ -18,19 +18,20 @@ template <int D, class Backend>
 class RmsNorm {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
   explicit RmsNorm(S eps = S(1e-5)) : weight_{D}, dweight_{D}, eps_(eps) { weight_.fill(S(1)); }
 
-  void forward(Backend& be, ConstRows<S, D> x, Rows<S, D> y) {
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y) {
     require_rows(y, x.rows, "RmsNorm output");
     x_ = x;
     be.rms_norm_forward(x.rows, D, x.data, weight_.data(), eps_, y.data, rstd_.reserve(x.rows));
   }
 
-  void backward(Backend& be, ConstRows<S, D> dy, Rows<S, D> dx) {
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     require_rows(dy, x_.rows, "RmsNorm output gradient");
     require_rows(dx, x_.rows, "RmsNorm input gradient");
     be.rms_norm_backward(x_.rows, D, dy.data, x_.data, weight_.data(), rstd_.data(), dx.data, dweight_.data());
@@ -44,7 +45,7 @@ class RmsNorm {
  private:
   Tensor weight_, dweight_;  // (D)
   S eps_;
-  ConstRows<S, D> x_;
+  ConstRows<A, D> x_;
   Buffer<S> rstd_;  // (rows)
 
  public:

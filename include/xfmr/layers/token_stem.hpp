@@ -38,13 +38,13 @@ template <class Cfg, class Backend>
 class TokenStem {
  public:
   static constexpr int D = Cfg::D_MODEL;
-  using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
 
   // share: another stem's token embedding to use instead of an own one.
   TokenStem(int vocab, Rng& rng, Embedding<D, Backend>* share = nullptr) : tok_emb_(vocab, rng, share), pos_(rng) {}
 
   // offset: position of each sequence's first id (incremental decoding).
-  void forward(Backend& be, std::span<const std::int32_t> ids, Rows<S, D> x, Shape bt, int offset = 0) {
+  void forward(Backend& be, std::span<const std::int32_t> ids, Rows<A, D> x, Shape bt, int offset = 0) {
     require(static_cast<long>(ids.size()) == long(bt.B) * bt.T, "got ", ids.size(), " token ids, expected B*T = ",
             long(bt.B) * bt.T);
     if (offset == 0) require(bt.T <= Cfg::MAX_T, "sequence length ", bt.T, " exceeds MAX_T ", Cfg::MAX_T);
@@ -53,7 +53,7 @@ class TokenStem {
   }
 
   // dx is consumed (overwritten) on the way to the embedding gradient.
-  void backward(Backend& be, Rows<S, D> dx) {
+  void backward(Backend& be, Rows<A, D> dx) {
     pos_.backward(be, dx, dx);
     tok_emb_.backward(be, dx);
   }

@@ -17,6 +17,7 @@ template <class Backend>
 class Bigram {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
   // torch.nn.Embedding's default initialisation, N(0, 1), as in the seeds.
@@ -28,16 +29,16 @@ class Bigram {
     table_.generate([&] { return S(rng.normal()); });
   }
 
-  std::span<const S> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) {
+  std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) {
     require(static_cast<long>(ids.size()) == long(bt.B) * bt.T, "got ", ids.size(), " token ids, expected B*T = ",
             long(bt.B) * bt.T);
     ids_ = ids;
-    S* logits = logits_.reserve(ids.size() * vocab_);  // (B*T, vocab)
+    A* logits = logits_.reserve(ids.size() * vocab_);  // (B*T, vocab)
     be.embedding_forward(static_cast<int>(ids.size()), vocab_, vocab_, ids.data(), table_.data(), logits);
     return {logits, ids.size() * vocab_};
   }
 
-  void backward(Backend& be, std::span<const S> dlogits) {
+  void backward(Backend& be, std::span<const A> dlogits) {
     require(dlogits.size() == ids_.size() * vocab_, "logit gradient has ", dlogits.size(), " elements, expected ",
             ids_.size() * vocab_);
     be.embedding_backward(static_cast<int>(ids_.size()), vocab_, ids_.data(), dlogits.data(), dtable_.data());
@@ -56,7 +57,7 @@ class Bigram {
   int vocab_;
   Tensor table_, dtable_;  // (vocab, vocab)
   std::span<const std::int32_t> ids_;
-  typename Backend::template Buffer<S> logits_;
+  typename Backend::template Buffer<A> logits_;
 };
 
 }  // namespace xfmr

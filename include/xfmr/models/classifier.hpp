@@ -32,6 +32,7 @@ class Classifier {
  public:
   static constexpr int D = Cfg::D_MODEL;
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Config = Cfg;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -44,19 +45,19 @@ class Classifier {
   }
 
   // Returns logits (B, classes).
-  std::span<const S> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt,
+  std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt,
                              const std::uint8_t* key_padding = nullptr) {
     bt_ = bt;
     const auto h = encoder_.forward(be, ids, bt, key_padding);  // (B*T, D)
     const std::uint8_t* exclude = pool_mask(bt, key_padding);
     const auto pooled = pooled_.template rows<D>(bt.B);          // (B, D)
     be.mean_pool_forward(bt.B, bt.T, D, h.data, exclude, pooled.data);
-    S* logits = logits_.reserve(std::size_t(bt.B) * classes());  // (B, classes)
+    A* logits = logits_.reserve(std::size_t(bt.B) * classes());  // (B, classes)
     head_.forward(be, pooled, logits);
     return {logits, std::size_t(bt.B) * classes()};
   }
 
-  void backward(Backend& be, std::span<const S> dlogits) {  // parameter gradients accumulate
+  void backward(Backend& be, std::span<const A> dlogits) {  // parameter gradients accumulate
     require(dlogits.size() == std::size_t(bt_.B) * classes(), "logit gradient has ", dlogits.size(),
             " elements, expected ", std::size_t(bt_.B) * classes());
     const auto dpooled = dpooled_.template rows<D>(bt_.B);
@@ -101,7 +102,7 @@ class Classifier {
   ClassifierOptions opts_;
   Shape bt_;
   const std::uint8_t* exclude_ = nullptr;
-  Buffer<S> pooled_, logits_, dpooled_, dh_;
+  Buffer<A> pooled_, logits_, dpooled_, dh_;
   std::vector<std::uint8_t> cls_mask_;
 };
 

@@ -35,6 +35,7 @@ class Decoder {
  public:
   static constexpr int D = Cfg::D_MODEL, MAX_T = Cfg::MAX_T, N_LAYERS = Cfg::N_LAYERS;
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Config = Cfg;
   using Trunk = Transformer<Cfg, Backend, true>;
   template <class T>
@@ -55,10 +56,10 @@ class Decoder {
   Decoder& operator=(const Decoder&) = delete;
 
   // ids: B*T token ids in [0, vocab). Returns logits (B*T, vocab).
-  std::span<const S> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) {
+  std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) {
     const auto h = trunk_.forward(be, ids, bt);  // (B*T, D)
     rows_ = bt.rows();
-    S* logits = logits_.reserve(std::size_t(rows_) * vocab());  // (B*T, vocab)
+    A* logits = logits_.reserve(std::size_t(rows_) * vocab());  // (B*T, vocab)
     head_->forward(be, h, logits);
     return {logits, std::size_t(rows_) * vocab()};
   }
@@ -68,16 +69,16 @@ class Decoder {
   // same numbers as forward() over the whole prefix, at one row of work per
   // new position. Inference only; up to MAX_T positions.
   void start_cache(DecodingCache<Backend>& cache, int B) { trunk_.start_cache(cache, B); }
-  std::span<const S> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
+  std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
                                     DecodingCache<Backend>& cache) {
     const auto h = trunk_.forward_cached(be, ids, B, cache);
-    S* logits = logits_.reserve(std::size_t(h.rows) * vocab());
+    A* logits = logits_.reserve(std::size_t(h.rows) * vocab());
     head_->forward(be, h, logits);
     return {logits, std::size_t(h.rows) * vocab()};
   }
 
   // dlogits (B*T, vocab) for the last forward.
-  void backward(Backend& be, std::span<const S> dlogits) {
+  void backward(Backend& be, std::span<const A> dlogits) {
     require(dlogits.size() == std::size_t(rows_) * vocab(), "logit gradient has ", dlogits.size(),
             " elements, expected ", std::size_t(rows_) * vocab());
     const auto dh = dh_.template rows<D>(rows_);
@@ -110,7 +111,7 @@ class Decoder {
   std::optional<OutputProjection<D, Backend>> head_;
   DecoderOptions opts_;
   int rows_ = 0;
-  Buffer<S> logits_, dh_;
+  Buffer<A> logits_, dh_;
 };
 
 }  // namespace xfmr

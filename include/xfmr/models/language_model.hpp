@@ -36,6 +36,7 @@ template <class Backend>
 class LanguageModel {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
   virtual ~LanguageModel() = default;
@@ -51,10 +52,10 @@ class LanguageModel {
   // Decoder's, in order: logits (B*T, vocab) of ids (B*T), valid until the
   // next forward; backward(dlogits) accumulates every parameter gradient;
   // decoding through a cache.
-  virtual std::span<const S> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) = 0;
-  virtual void backward(Backend& be, std::span<const S> dlogits) = 0;
+  virtual std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) = 0;
+  virtual void backward(Backend& be, std::span<const A> dlogits) = 0;
   virtual void start_cache(DecodingCache<Backend>& cache, int B) = 0;
-  virtual std::span<const S> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
+  virtual std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
                                             DecodingCache<Backend>& cache) = 0;
 
   virtual void set_training(bool on) = 0;
@@ -85,6 +86,7 @@ template <BlockConfig Cfg, class Backend>
 class DecoderModel final : public LanguageModel<Backend> {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
   DecoderModel(int vocab, std::uint64_t seed, const DecoderOptions& opts = {})
@@ -95,12 +97,12 @@ class DecoderModel final : public LanguageModel<Backend> {
   const DecoderOptions& options() const override { return model_.options(); }
   std::size_t parameter_count() const override { return count_; }
 
-  std::span<const S> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
+  std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
     return model_.forward(be, ids, bt);
   }
-  void backward(Backend& be, std::span<const S> dlogits) override { model_.backward(be, dlogits); }
+  void backward(Backend& be, std::span<const A> dlogits) override { model_.backward(be, dlogits); }
   void start_cache(DecodingCache<Backend>& cache, int B) override { model_.start_cache(cache, B); }
-  std::span<const S> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
+  std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
                                     DecodingCache<Backend>& cache) override {
     return model_.forward_cached(be, ids, B, cache);
   }

@@ -40,9 +40,9 @@ concept TrainableModel = Parameterized<M> && requires(M& m, bool on) {
 template <class M, class Backend>
 concept CausalModel = TrainableModel<M> && requires(M& m, Backend& be, std::span<const std::int32_t> ids,
                                            DecodingCache<Backend>& cache) {
-  { m.forward(be, ids, Shape{1, 1}) } -> std::convertible_to<std::span<const typename Backend::Scalar>>;
+  { m.forward(be, ids, Shape{1, 1}) } -> std::convertible_to<std::span<const typename Backend::Activation>>;
   m.start_cache(cache, 1);
-  { m.forward_cached(be, ids, 1, cache) } -> std::convertible_to<std::span<const typename Backend::Scalar>>;
+  { m.forward_cached(be, ids, 1, cache) } -> std::convertible_to<std::span<const typename Backend::Activation>>;
   { m.vocab() } -> std::convertible_to<int>;
   { m.max_t() } -> std::convertible_to<int>;
 };

@@ -44,6 +44,7 @@ class Seq2Seq {
   static constexpr int D = DecCfg::D_MODEL, N_DEC = DecCfg::N_LAYERS;
   static constexpr bool FINAL_NORM = detail::pre_norm<DecCfg>();
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Block = DecoderBlock<DecCfg, Backend>;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -67,7 +68,7 @@ class Seq2Seq {
   Seq2Seq& operator=(const Seq2Seq&) = delete;
 
   // Encodes the source; the memory stays valid until the next encode/forward.
-  ConstRows<S, D> encode(Backend& be, std::span<const std::int32_t> src, Shape src_shape,
+  ConstRows<A, D> encode(Backend& be, std::span<const std::int32_t> src, Shape src_shape,
                          const std::uint8_t* src_padding = nullptr) {
     src_shape_ = src_shape;
     src_padding_ = src_padding;
@@ -76,7 +77,7 @@ class Seq2Seq {
   }
 
   // Teacher-forced decoding of tgt (B, T) against the encoded source.
-  std::span<const S> forward(Backend& be, std::span<const std::int32_t> src, Shape src_shape,
+  std::span<const A> forward(Backend& be, std::span<const std::int32_t> src, Shape src_shape,
                              const std::uint8_t* src_padding, std::span<const std::int32_t> tgt, Shape tgt_shape,
                              const std::uint8_t* tgt_padding = nullptr) {
     require(src_shape.B == tgt_shape.B, "source batch ", src_shape.B, " and target batch ", tgt_shape.B, " differ");
@@ -86,7 +87,7 @@ class Seq2Seq {
     const auto x = x_.template rows<D>(rows);  // (B*T, D) target embeddings
     const auto h = h_.template rows<D>(rows);  // (B*T, D) after the blocks
     stem_.forward(be, tgt, x, tgt_shape);
-    blocks_.train_each(x, h, [&](Block& b, int, ConstRows<S, D> in, Rows<S, D> out) {
+    blocks_.train_each(x, h, [&](Block& b, int, ConstRows<A, D> in, Rows<A, D> out) {
       b.forward(be, in, memory_, out, tgt_shape, src_shape, tgt_padding, src_padding);
     });
     return project(be, h);
@@ -98,7 +99,7 @@ class Seq2Seq {
   // self-attention caches and each layer's memory keys/values.
   struct DecodeState {
     DecodingCache<Backend> self;
-    Buffer<S> memory_kv;  // (N_DEC, B*S, H*(QK+V))
+    Buffer<A> memory_kv;  // (N_DEC, B*S, H*(QK+V))
     std::vector<std::uint8_t> src_padding;
     int B = 0, src_len = 0;
   };
@@ -120,16 +121,16 @@ class Seq2Seq {
           std::copy_n(src_padding_ + std::size_t(b) * S_len, S_len, st.src_padding.data() + std::size_t(b * beams + k) * S_len);
       }
     constexpr int KVW = CrossAttention<DecCfg, Backend>::KVW;
-    S* kv = st.memory_kv.reserve(std::size_t(N_DEC) * B * S_len * KVW);
+    A* kv = st.memory_kv.reserve(std::size_t(N_DEC) * B * S_len * KVW);
     st.self.layers().resize(N_DEC);
     for (int i = 0; i < N_DEC; ++i) {
-      blocks_[i].cross_attention().project_memory(be, memory, Rows<S, KVW>(kv + std::size_t(i) * B * S_len * KVW, B * S_len));
+      blocks_[i].cross_attention().project_memory(be, memory, Rows<A, KVW>(kv + std::size_t(i) * B * S_len * KVW, B * S_len));
       blocks_[i].self_attention().start_cache(st.self[i], B);
     }
   }
 
   // Logits (B*n, vocab) of the next n target ids of each sequence (ids B*n).
-  std::span<const S> decode(Backend& be, std::span<const std::int32_t> ids, DecodeState& st) {
+  std::span<const A> decode(Backend& be, std::span<const std::int32_t> ids, DecodeState& st) {
     require(st.B > 0 && !ids.empty() && ids.size() % st.B == 0, ids.size(), " ids for ", st.B, " sequences");
     const Shape bt{st.B, static_cast<int>(ids.size()) / st.B};
     require(st.self.length() + bt.T <= DecCfg::MAX_T, "decoding past MAX_T ", DecCfg::MAX_T, ": ", st.self.length(),
@@ -139,14 +140,14 @@ class Seq2Seq {
     const auto x = x_.template rows<D>(rows);
     const auto h = h_.template rows<D>(rows);
     stem_.forward(be, ids, x, bt, st.self.length());
-    blocks_.forward_each(x, h, [&](Block& b, int i, ConstRows<S, D> in, Rows<S, D> out) {
+    blocks_.forward_each(x, h, [&](Block& b, int i, ConstRows<A, D> in, Rows<A, D> out) {
       b.forward_cached(be, in, out, st.B, st.self[i], st.memory_kv.data() + std::size_t(i) * st.B * st.src_len * KVW,
                        st.src_len, st.src_padding.data());
     });
     return project(be, h);
   }
 
-  void backward(Backend& be, std::span<const S> dlogits) {
+  void backward(Backend& be, std::span<const A> dlogits) {
     const int rows = tgt_shape_.rows(), src_rows = src_shape_.rows();
     require(dlogits.size() == std::size_t(rows) * vocab(), "logit gradient has ", dlogits.size(),
             " elements, expected ", std::size_t(rows) * vocab());
@@ -158,7 +159,7 @@ class Seq2Seq {
     head_->backward(be, dlogits.data(), dtop);
     if constexpr (FINAL_NORM) ln_f_.backward(be, dtop, dh);
     else be.copy(dtop.size(), dtop.data, dh.data);
-    blocks_.backward_each(be, dh, dx, [&](Block& b, int i, ConstRows<S, D> dout, Rows<S, D> din) {
+    blocks_.backward_each(be, dh, dx, [&](Block& b, int i, ConstRows<A, D> dout, Rows<A, D> din) {
       b.backward(be, dout, din, dmem);
       if (i == N_DEC - 1) be.copy(dmem.size(), dmem.data, dmem_sum.data);
       else be.add_to(dmem.size(), dmem.data, dmem_sum.data);
@@ -197,14 +198,14 @@ class Seq2Seq {
 
  private:
   // The last block's output -> ln_f (PreNorm) -> lm_head -> logits.
-  std::span<const S> project(Backend& be, ConstRows<S, D> top) {
+  std::span<const A> project(Backend& be, ConstRows<A, D> top) {
     const int rows = top.rows;
     if constexpr (FINAL_NORM) {
       const auto hn = hn_.template rows<D>(rows);
       ln_f_.forward(be, top, hn);
       top = hn;
     }
-    S* logits = logits_.reserve(std::size_t(rows) * vocab());
+    A* logits = logits_.reserve(std::size_t(rows) * vocab());
     head_->forward(be, top, logits);
     return {logits, std::size_t(rows) * vocab()};
   }
@@ -218,8 +219,8 @@ class Seq2Seq {
   Seq2SeqOptions opts_;
   Shape src_shape_, tgt_shape_;
   const std::uint8_t* src_padding_ = nullptr;
-  ConstRows<S, D> memory_;
-  Buffer<S> x_, h_, hn_, logits_, dh_, dx_, dmem_, dmem_sum_, dtop_, expanded_;
+  ConstRows<A, D> memory_;
+  Buffer<A> x_, h_, hn_, logits_, dh_, dx_, dmem_, dmem_sum_, dtop_, expanded_;
 };
 
 }  // namespace xfmr

@@ -39,6 +39,7 @@ class Transformer {
   static constexpr int D = Cfg::D_MODEL, MAX_T = Cfg::MAX_T, N_LAYERS = Cfg::N_LAYERS;
   static constexpr bool FINAL_NORM = detail::pre_norm<Cfg>();
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Config = Cfg;
   using Block = SelfAttentionBlock<Cfg, Backend, CAUSAL>;
   template <class T>
@@ -48,7 +49,7 @@ class Transformer {
       : stem_(vocab, rng), blocks_(N_LAYERS, rng, dropout, attention_dropout) {}
 
   // key_padding: (B, T) bytes, nonzero = pad, or nullptr. Returns (B*T, D).
-  ConstRows<S, D> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt,
+  ConstRows<A, D> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt,
                           const std::uint8_t* key_padding = nullptr) {
     require(bt.B > 0 && bt.T > 0, "batch ", bt.B, " x length ", bt.T, " must be positive");
     bt_ = bt;
@@ -70,7 +71,7 @@ class Transformer {
 
   // The hidden states of n new positions of each of B sequences (ids B*n),
   // continuing the cached ones. Inference only.
-  ConstRows<S, D> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B, DecodingCache<Backend>& cache)
+  ConstRows<A, D> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B, DecodingCache<Backend>& cache)
     requires CAUSAL
   {
     require(B > 0 && !ids.empty() && ids.size() % B == 0, ids.size(), " ids for ", B, " sequences");
@@ -86,7 +87,7 @@ class Transformer {
     return finish(be, h);
   }
 
-  void backward(Backend& be, ConstRows<S, D> dhidden) {
+  void backward(Backend& be, ConstRows<A, D> dhidden) {
     require_rows(dhidden, bt_.rows(), "transformer output gradient");
     const auto dx = dx_.template rows<D>(bt_.rows());
     if constexpr (FINAL_NORM) {
@@ -122,7 +123,7 @@ class Transformer {
 
  private:
   // The last block's output, normalised by ln_f in PreNorm configurations.
-  ConstRows<S, D> finish(Backend& be, ConstRows<S, D> h) {
+  ConstRows<A, D> finish(Backend& be, ConstRows<A, D> h) {
     if constexpr (FINAL_NORM) {
       const auto hn = hn_.template rows<D>(h.rows);
       ln_f_.forward(be, h, hn);
@@ -136,7 +137,7 @@ class Transformer {
   BlockStack<Block, Backend> blocks_;
   norm_layer_t<Cfg, D, Backend> ln_f_;
   Shape bt_;
-  Buffer<S> x_, h_, hn_, dh_, dx_;
+  Buffer<A> x_, h_, hn_, dh_, dx_;
 };
 
 }  // namespace xfmr

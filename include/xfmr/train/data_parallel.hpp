@@ -123,7 +123,7 @@ class DataParallel {
   std::size_t workspace_bytes() {
     std::size_t n = be_.workspace().capacity();
     for (auto& r : replicas_) n += r.be.workspace().capacity();
-    return n * sizeof(S);
+    return n * sizeof(typename Backend::Activation);
   }
 
   // Shard r draws dropout stream first + r (the model's layers are set to

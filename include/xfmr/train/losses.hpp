@@ -24,13 +24,14 @@ template <class Backend>
 class CrossEntropyLoss {
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
 
   explicit CrossEntropyLoss(double label_smoothing = 0.0, int ignore_index = kIgnoreIndex)
       : smoothing_(label_smoothing), ignore_(ignore_index) {
     require(label_smoothing >= 0.0 && label_smoothing < 1.0, "label smoothing ", label_smoothing, " outside [0, 1)");
   }
 
-  double forward(Backend& be, std::span<const S> logits, std::span<const std::int32_t> targets, int classes) {
+  double forward(Backend& be, std::span<const A> logits, std::span<const std::int32_t> targets, int classes) {
     require(classes > 0 && logits.size() == targets.size() * std::size_t(classes), "logits hold ", logits.size(),
             " values, expected ", targets.size(), " rows x ", classes, " classes");
     rows_ = static_cast<int>(targets.size());
@@ -40,15 +41,15 @@ class CrossEntropyLoss {
     return be.cross_entropy_forward(rows_, classes, logits.data(), targets.data(), ignore_, probs, S(smoothing_));
   }
 
-  void backward(Backend& be, std::span<S> dlogits, double scale = 1.0) {
+  void backward(Backend& be, std::span<A> dlogits, double scale = 1.0) {
     require(dlogits.size() == std::size_t(rows_) * classes_, "logit gradient holds ", dlogits.size(),
             " values, expected ", std::size_t(rows_) * classes_);
     be.cross_entropy_backward(rows_, classes_, probs_.data(), targets_.data(), ignore_, S(scale), dlogits.data(),
                               S(smoothing_));
   }
 
-  double forward_backward(Backend& be, std::span<const S> logits, std::span<const std::int32_t> targets, int classes,
-                          std::span<S> dlogits, double scale = 1.0) {
+  double forward_backward(Backend& be, std::span<const A> logits, std::span<const std::int32_t> targets, int classes,
+                          std::span<A> dlogits, double scale = 1.0) {
     require(classes > 0 && logits.size() == targets.size() * std::size_t(classes), "logits hold ", logits.size(),
             " values, expected ", targets.size(), " rows x ", classes, " classes");
     require(dlogits.size() == logits.size(), "logit gradient holds ", dlogits.size(), " values, expected ",

@@ -143,6 +143,7 @@ class Trainer {
 
  public:
   using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
   using Factory = typename DataParallel<Model, Backend>::Factory;
 
   // make_replica builds a model of model's type and shapes for the CPU's
@@ -276,7 +277,7 @@ class Trainer {
             " targets; need a positive multiple of the sequences");
     return batch.targets.size() / std::size_t(batch.sequences);
   }
-  static int classes(std::span<const S> logits, std::span<const std::int32_t> targets) {
+  static int classes(std::span<const A> logits, std::span<const std::int32_t> targets) {
     require(!logits.empty() && logits.size() % targets.size() == 0, "Trainer: ", logits.size(), " logits for ",
             targets.size(), " targets; need one row of logits per target");
     return int(logits.size() / targets.size());
@@ -293,11 +294,11 @@ class Trainer {
         const auto targets = batch.targets.subspan(std::size_t(s.begin) * per, std::size_t(s.size()) * per);
         const long c = counted_targets(targets);
         if (c == 0) return 0.0;
-        const std::span<const S> logits = forward(s, m, b);
+        const std::span<const A> logits = forward(s, m, b);
         auto& ce = eval_loss_.empty() ? shard_loss_[std::size_t(s.index)] : eval_loss_[std::size_t(s.index)];
         // The loss alone: the fused loss at scale 0 into the training's
         // gradient buffer, so that no probabilities are kept anywhere.
-        const std::span<S> scratch(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
+        const std::span<A> scratch(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
         return ce.forward_backward(b, logits, targets, classes(logits, targets), scratch, 0.0) * double(c);
       });
     } catch (...) {
@@ -332,15 +333,15 @@ class Trainer {
       if (c == 0) return 0.0;
       const double share = double(c) / double(counted);
       auto& ce = shard_loss_[std::size_t(s.index)];
-      const std::span<const S> logits = forward(s, m, b);
-      const std::span<S> dlogits(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
+      const std::span<const A> logits = forward(s, m, b);
+      const std::span<A> dlogits(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
       const double shard_loss =
           ce.forward_backward(b, logits, targets, classes(logits, targets), dlogits, share / opts_.grad_accum);
       if (!std::isfinite(shard_loss)) {  // reported below
         logits_overflowed_[std::size_t(s.index)] = !std::isfinite(b.sum_squares(logits.size(), logits.data()));
         return shard_loss;
       }
-      m.backward(b, std::span<const S>(dlogits));
+      m.backward(b, std::span<const A>(dlogits));
       return shard_loss * share;
     });
     return loss;
@@ -383,7 +384,7 @@ class Trainer {
   std::vector<char> logits_overflowed_ = std::vector<char>(std::size_t(dp_.shards()), 0);  // a shard's, at a non-finite loss
   std::deque<CrossEntropyLoss<Backend>> shard_loss_;  // one a shard (they do not move)
   std::deque<CrossEntropyLoss<Backend>> eval_loss_;   // without smoothing, when training smooths
-  std::deque<typename Backend::template Buffer<S>> shard_dlogits_;  // (rows, classes), backend memory
+  std::deque<typename Backend::template Buffer<A>> shard_dlogits_;  // (rows, classes), backend memory
 };
 
 }  // namespace xfmr
