@@ -320,41 +320,71 @@ BOOST_AUTO_TEST_CASE(fused_cross_entropy_matches_the_cpu) {
 }
 
 // The fused products (CudaOptions::lt_epilogues: one cuBLASLt call with the
-// bias and GELU, or GELU's gradient, in its epilogue) against the CPU's
-// operations in turn, with a bias and without, into poisoned outputs: at
-// widths cuBLASLt's GELU takes (multiples of 8), where they must have run
-// fused, and at odd ones, where GELU's fall back to the product and kernels.
+// bias and GELU, or GELU's gradient, in its epilogue): in strict FP32
+// against the CPU's operations in turn; in each precision (FP32, TF32, bf16
+// products) against the same backend without the epilogues, which rounds
+// the same operands and differs only in the order of its float32 sums.
+// With a bias and without, into poisoned outputs, at widths cuBLASLt's GELU
+// takes (multiples of 8), and at odd ones, where GELU's fall back to the
+// product and the kernels. With bf16 operands (llm.c's case) the aligned
+// shapes must have run fused; in FP32 and TF32 the log says whether they did.
+struct FusedProducts {
+  F y, h, a, dh;
+  CudaBackend::EpilogueStats ran;
+};
+FusedProducts fused_products(Gpu& g, int rows, int in, int out, bool with_bias) {
+  const F x = randn(std::size_t(rows) * in, 81), w = randn(std::size_t(out) * in, 82, 0.2), bias = randn(out, 83),
+          dy = randn(std::size_t(rows) * out, 84), h_in = randn(std::size_t(rows) * in, 85, 2.0);
+  DevF d_x(x), d_w(w), d_bias(bias), d_dy(dy), d_h_in(h_in);
+  DevF d_y(F(std::size_t(rows) * out, NAN)), d_h(F(std::size_t(rows) * out, NAN)), d_a(F(std::size_t(rows) * out, NAN)),
+      d_dh(F(x.size(), NAN));
+  const auto before = g.epilogue_stats();
+  const float* b = with_bias ? d_bias.p() : nullptr;
+  g.linear_forward(rows, in, out, d_x.p(), d_w.p(), b, d_y.p());
+  g.linear_gelu_forward(rows, in, out, d_x.p(), d_w.p(), b, d_h.p(), d_a.p());
+  g.linear_dgelu_input_grad(rows, in, out, d_dy.p(), d_w.p(), d_h_in.p(), d_dh.p());
+  const auto after = g.epilogue_stats();
+  return {d_y.host(), d_h.host(), d_a.host(), d_dh.host(),
+          {after.fused - before.fused, after.unfused - before.unfused}};
+}
+
 BOOST_AUTO_TEST_CASE(lt_epilogues_match_the_cpu) {
-  for (bool lt : {true, false}) {
-    Gpu fused({.device = 0, .lt_epilogues = lt});
+  const CudaOptions fp32{}, tf32{.tf32 = true}, bf16{.bf16 = true};
+  for (auto [precision, opts] : {std::pair{"fp32", fp32}, {"tf32", tf32}, {"bf16", bf16}}) {
+    CudaOptions with_lt = opts, without = opts;
+    with_lt.lt_epilogues = true;
+    Gpu lt(with_lt), plain(without);
     for (auto [rows, in, out] : {std::tuple{64, 96, 128}, {37, 48, 64}, {37, 50, 65}, {5, 40, 24}}) {
-      const F x = randn(std::size_t(rows) * in, 81), w = randn(std::size_t(out) * in, 82, 0.2),
-              bias = randn(out, 83), dy = randn(std::size_t(rows) * out, 84);
-      const F h_in = randn(std::size_t(rows) * in, 85, 2.0);  // GELU's input, for the gradient
-      DevF d_x(x), d_w(w), d_bias(bias), d_dy(dy), d_h_in(h_in);
       for (bool with_bias : {true, false}) {
-        BOOST_TEST_CONTEXT("lt " << lt << ", rows " << rows << ", in " << in << ", out " << out << ", bias "
-                                 << with_bias) {
-          const auto before = fused.epilogue_stats();
-          const float* b_cpu = with_bias ? bias.data() : nullptr;
-          const float* b_gpu = with_bias ? d_bias.p() : nullptr;
-          F y(std::size_t(rows) * out), h(y.size()), a(y.size()), dh(x.size());
-          DevF d_y(F(y.size(), NAN)), d_h(F(y.size(), NAN)), d_a(F(y.size(), NAN)), d_dh(F(x.size(), NAN));
-          cpu.linear_forward(rows, in, out, x.data(), w.data(), b_cpu, y.data());
-          fused.linear_forward(rows, in, out, d_x.p(), d_w.p(), b_gpu, d_y.p());
-          expect_close(y, d_y.host(), "linear_forward", 1e-4, 1e-5);
-          cpu.linear_gelu_forward(rows, in, out, x.data(), w.data(), b_cpu, h.data(), a.data());
-          fused.linear_gelu_forward(rows, in, out, d_x.p(), d_w.p(), b_gpu, d_h.p(), d_a.p());
-          expect_close(h, d_h.host(), "linear_gelu_forward's pre-activation", 1e-4, 1e-5);
-          expect_close(a, d_a.host(), "linear_gelu_forward", 1e-4, 1e-5);
+        BOOST_TEST_CONTEXT(precision << ", rows " << rows << ", in " << in << ", out " << out << ", bias "
+                                     << with_bias) {
+          const FusedProducts f = fused_products(lt, rows, in, out, with_bias);
+          const FusedProducts u = fused_products(plain, rows, in, out, with_bias);
+          expect_close(u.y, f.y, "linear_forward, fused against not", 1e-4, 1e-4);
+          expect_close(u.h, f.h, "linear_gelu_forward's pre-activation, fused against not", 1e-4, 1e-4);
+          expect_close(u.a, f.a, "linear_gelu_forward, fused against not", 1e-4, 1e-4);
+          expect_close(u.dh, f.dh, "linear_dgelu_input_grad, fused against not", 1e-4, 1e-4);
+          const std::size_t calls = with_bias ? 3 : 2;  // linear_forward has nothing to fuse without a bias
+          BOOST_TEST(f.ran.fused + f.ran.unfused == calls);
+          BOOST_TEST(u.ran.fused == 0u);
+          BOOST_TEST(u.ran.unfused == calls);
+          const bool aligned = out % 8 == 0 && in % 8 == 0;
+          if (std::string(precision) == "bf16" && aligned) BOOST_TEST(f.ran.fused == calls);
+          BOOST_TEST_MESSAGE(precision << " " << rows << "x" << in << "->" << out << (with_bias ? " bias" : "")
+                                       << ": " << f.ran.fused << " of " << calls << " fused");
+          if (std::string(precision) != "fp32") continue;
+          const F x = randn(std::size_t(rows) * in, 81), w = randn(std::size_t(out) * in, 82, 0.2),
+                  bias = randn(out, 83), dy = randn(std::size_t(rows) * out, 84),
+                  h_in = randn(std::size_t(rows) * in, 85, 2.0);
+          const float* b = with_bias ? bias.data() : nullptr;
+          F y(f.y.size()), h(y.size()), a(y.size()), dh(x.size());
+          cpu.linear_forward(rows, in, out, x.data(), w.data(), b, y.data());
+          cpu.linear_gelu_forward(rows, in, out, x.data(), w.data(), b, h.data(), a.data());
           cpu.linear_dgelu_input_grad(rows, in, out, dy.data(), w.data(), h_in.data(), dh.data());
-          fused.linear_dgelu_input_grad(rows, in, out, d_dy.p(), d_w.p(), d_h_in.p(), d_dh.p());
-          expect_close(dh, d_dh.host(), "linear_dgelu_input_grad", 1e-4, 1e-5);
-          const auto after = fused.epilogue_stats();
-          const std::size_t ran = (after.fused - before.fused) + (after.unfused - before.unfused);
-          BOOST_TEST(ran == (with_bias ? 3u : 2u));  // linear_forward has nothing to fuse without a bias
-          if (!lt) BOOST_TEST(after.fused == 0u);
-          if (lt && out % 8 == 0 && in % 8 == 0) BOOST_TEST(after.fused - before.fused == ran);
+          expect_close(y, f.y, "linear_forward", 1e-4, 1e-5);
+          expect_close(h, f.h, "linear_gelu_forward's pre-activation", 1e-4, 1e-5);
+          expect_close(a, f.a, "linear_gelu_forward", 1e-4, 1e-5);
+          expect_close(dh, f.dh, "linear_dgelu_input_grad", 1e-4, 1e-5);
         }
       }
     }
