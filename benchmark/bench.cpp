@@ -181,12 +181,13 @@ double gemm_ceiling(const Args& a, Be& be) {
   for (int n : a.smoke ? std::vector<int>{128} : std::vector<int>{256, 512, 1024, 4096}) {
     if (n == 4096 && std::string(Be::name) == "cpu") continue;  // a GPU needs a larger product to peak
     // Random operands: a GPU can multiply zeros faster than real data.
-    typename Be::Tensor A({n, n}), B({n, n}), C({n, n});
+    typename Be::Tensor A({n, n}), B({n, n});
+    typename Be::template Buffer<typename Be::Activation> C;
     Rng rng(n);
     A.generate([&] { return float(rng.uniform()); });
     B.generate([&] { return float(rng.uniform()); });
-    const float *pa = A.data(), *pb = B.data();
-    float* pc = C.data();
+    const auto *pa = A.product_data(), *pb = B.product_data();  // in the activations' type
+    auto* pc = C.reserve(std::size_t(n) * n);
     Args timing = a;
     timing.min_time = a.smoke ? 0 : 0.5;
     const auto t = time_calls(timing, be, [&] { be.gemm(false, false, n, n, n, 1.0f, pa, n, pb, n, 0.0f, pc, n); });
@@ -536,13 +537,18 @@ json run_attention(const Args& a) {
               {"attention", {{"B", B}, {"H", H}, {"T", T}, {"head", hd}}}, {"threads", cpu_threads()},
               {"results", json::object()}};
   using Tensor = typename Be::Tensor;
+  using A = typename Be::Activation;
   Rng rng(3);
-  Tensor qkv({std::int64_t(B) * T * ld}), dy({std::int64_t(B) * T * K}), y({std::int64_t(B) * T * K});
-  Tensor grads({std::int64_t(B) * T * ld});
+  // Random inputs as tensors, read in the activations' type (product_data());
+  // outputs and gradients in activation buffers.
+  Tensor qkv({std::int64_t(B) * T * ld}), up({std::int64_t(B) * T * K});
   qkv.generate([&] { return float(rng.normal()); });
-  dy.generate([&] { return float(rng.normal()); });
-  const float* q = qkv.data();
-  float* g = grads.data();
+  up.generate([&] { return float(rng.normal()); });
+  typename Be::template Buffer<A> outputs, gradients;
+  const A* q = qkv.product_data();
+  const A* dy = up.product_data();
+  A* y = outputs.reserve(std::size_t(B) * T * K);
+  A* g = gradients.reserve(std::size_t(B) * T * ld);
   const double bh = double(B) * H, flops = 3.5 * 2.0 * bh * double(T) * T * hd;
   const auto record = [&](const char* path, Be& be, const std::vector<double>& secs, double saved_floats) {
     auto r = summarize(secs, double(B) * T, 0, 0);
@@ -557,9 +563,9 @@ json run_attention(const Args& a) {
     Be be = make_backend<Be>(a.backend, a.precision);  // a backend of its own: its scratch is this path's
     Tensor saved({std::int64_t(bh * T)});
     const auto secs = time_calls(a, be, [&] {
-      be.flash_attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y.data(), K, saved.data(), mask);
-      be.flash_attention_backward(dims, dy.data(), K, y.data(), K, q, ld, q + K, ld, q + 2 * K, ld, saved.data(), mask,
-                                  g, g + K, g + 2 * K);
+      be.flash_attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y, K, saved.data(), mask);
+      be.flash_attention_backward(dims, dy, K, y, K, q, ld, q + K, ld, q + 2 * K, ld, saved.data(), mask, g, g + K,
+                                  g + 2 * K);
     });
     record("tiled", be, secs, bh * T);
   }
@@ -567,8 +573,8 @@ json run_attention(const Args& a) {
     Be be = make_backend<Be>(a.backend, a.precision);
     Tensor saved({std::int64_t(bh * T * T)});
     const auto secs = time_calls(a, be, [&] {
-      be.attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y.data(), K, saved.data(), mask);
-      be.attention_backward(dims, dy.data(), K, q, ld, q + K, ld, q + 2 * K, ld, saved.data(), g, g + K, g + 2 * K);
+      be.attention_forward(dims, q, ld, q + K, ld, q + 2 * K, ld, y, K, saved.data(), mask);
+      be.attention_backward(dims, dy, K, q, ld, q + K, ld, q + 2 * K, ld, saved.data(), g, g + K, g + 2 * K);
     });
     record("materialised", be, secs, bh * T * T);
   }

@@ -106,8 +106,8 @@ __device__ inline RowIndex split_row(long r, const KernelDims& a) {
 
 // out[c] = sum over keys j < Tk of w_j * rows[j * ld + c] for the lanes'
 // columns c = lane + 32 u, where lane j % 32 holds w_j in w[j / 32].
-template <int KEYS>
-__device__ inline void weighted_rows(const float (&w)[KEYS], int Tk, const float* rows, long ld, int cols, float* out,
+template <int KEYS, class A>
+__device__ inline void weighted_rows(const float (&w)[KEYS], int Tk, const A* rows, long ld, int cols, A* out,
                                      float scale) {
   float acc[kColsPerLane] = {};
 #pragma unroll
@@ -117,19 +117,20 @@ __device__ inline void weighted_rows(const float (&w)[KEYS], int Tk, const float
       if (j >= Tk) break;  // uniform across the warp
       const float wj = __shfl_sync(0xffffffffu, w[t], src);
       if (wj == 0.0f) continue;
-      const float* row = rows + j * ld;
+      const A* row = rows + j * ld;
 #pragma unroll
       for (int u = 0; u < kColsPerLane; ++u)
-        if (lane() + 32 * u < cols) acc[u] += wj * row[lane() + 32 * u];
+        if (lane() + 32 * u < cols) acc[u] += wj * to_float(row[lane() + 32 * u]);
     }
 #pragma unroll
   for (int u = 0; u < kColsPerLane; ++u)
-    if (lane() + 32 * u < cols) out[lane() + 32 * u] = scale * acc[u];
+    if (lane() + 32 * u < cols) out[lane() + 32 * u] = from_float<A>(scale * acc[u]);
 }
 
-__device__ inline float dot(const float* x, const float* y, int n) {
+template <class A>
+__device__ inline float dot(const A* x, const A* y, int n) {
   float s = 0.0f;
-  for (int c = 0; c < n; ++c) s += x[c] * y[c];
+  for (int c = 0; c < n; ++c) s += to_float(x[c]) * to_float(y[c]);
   return s;
 }
 
@@ -137,16 +138,15 @@ __device__ inline float dot(const float* x, const float* y, int n) {
 // key j), the masked softmax in registers, the probabilities row, and the
 // output row (lanes over its columns). A row with every key masked gets zero
 // probabilities and a zero output, as on the CPU.
-template <int KEYS>
-__global__ void attention_rows_forward_kernel(KernelDims a, float scale, const float* q, int ldq, const float* k,
-                                              int ldk, const float* v, int ldv, float* y, int ldy, float* probs,
-                                              DeviceMask mask) {
+template <int KEYS, class A>
+__global__ void attention_rows_forward_kernel(KernelDims a, float scale, const A* q, int ldq, const A* k, int ldk,
+                                              const A* v, int ldv, A* y, int ldy, float* probs, DeviceMask mask) {
   const long rows = long(a.B) * a.H * a.Tq, kv = a.KV_ROWS;
   for (long r = first_warp(); r < rows; r += warp_stride()) {
     const auto [b, h, i] = split_row(r, a);
     const int g = a.kv_head(h);
-    const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
-    const float* kb = k + long(b) * kv * ldk + long(g) * a.QK_DIM;
+    const A* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
+    const A* kb = k + long(b) * kv * ldk + long(g) * a.QK_DIM;
     float p[KEYS];
     float mx = -INFINITY;
 #pragma unroll
@@ -180,15 +180,14 @@ __global__ void attention_rows_forward_kernel(KernelDims a, float scale, const f
 
 // Backward, one warp per query row: dP_ij = dY_i . V_j, dS = P (dP - <dP, P>)
 // (kept in ds for the key rows), dQ_i = scale sum_j dS_ij K_j.
-template <int KEYS>
-__global__ void attention_rows_backward_q_kernel(KernelDims a, float scale, const float* dy, int ldy,
-                                                 const float* k, int ldk, const float* v, int ldv, const float* probs,
-                                                 float* ds, float* dq, int ldq) {
+template <int KEYS, class A>
+__global__ void attention_rows_backward_q_kernel(KernelDims a, float scale, const A* dy, int ldy, const A* k, int ldk,
+                                                 const A* v, int ldv, const float* probs, float* ds, A* dq, int ldq) {
   const long rows = long(a.B) * a.H * a.Tq;
   for (long r = first_warp(); r < rows; r += warp_stride()) {
     const auto [b, h, i] = split_row(r, a);
-    const float* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
-    const float* vb = v + long(b) * a.Tk * ldv + long(a.kv_head(h)) * a.V_DIM;
+    const A* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
+    const A* vb = v + long(b) * a.Tk * ldv + long(a.kv_head(h)) * a.V_DIM;
     const float* pr = probs + r * a.Tk;
     float p[KEYS], d[KEYS];
     float pd = 0.0f;
@@ -213,25 +212,27 @@ __global__ void attention_rows_backward_q_kernel(KernelDims a, float scale, cons
 
 // The end of a key row's backward: dK_j = scale kacc and dV_j = vacc (the
 // lanes' columns of key row j of key/value head g of sequence b), assigned.
+template <class A>
 __device__ inline void store_key_row(const KernelDims& a, int b, int g, int j, float scale,
-                                     const float (&kacc)[kColsPerLane], const float (&vacc)[kColsPerLane], float* dk,
-                                     int ldk, float* dv, int ldv) {
-  float* dkj = dk + (long(b) * a.Tk + j) * ldk + long(g) * a.QK_DIM;
-  float* dvj = dv + (long(b) * a.Tk + j) * ldv + long(g) * a.V_DIM;
+                                     const float (&kacc)[kColsPerLane], const float (&vacc)[kColsPerLane], A* dk,
+                                     int ldk, A* dv, int ldv) {
+  A* dkj = dk + (long(b) * a.Tk + j) * ldk + long(g) * a.QK_DIM;
+  A* dvj = dv + (long(b) * a.Tk + j) * ldv + long(g) * a.V_DIM;
 #pragma unroll
   for (int u = 0; u < kColsPerLane; ++u) {
     const int c = lane() + 32 * u;
-    if (c < a.QK_DIM) dkj[c] = scale * kacc[u];
-    if (c < a.V_DIM) dvj[c] = vacc[u];
+    if (c < a.QK_DIM) dkj[c] = from_float<A>(scale * kacc[u]);
+    if (c < a.V_DIM) dvj[c] = from_float<A>(vacc[u]);
   }
 }
 
 // Backward, one warp per key row j of key/value head g: dV_j = sum P_ij dY_i
 // and dK_j = scale sum dS_ij Q_i over the query heads h sharing g, in order,
 // and their query rows i in order; lanes over columns.
-__global__ void attention_rows_backward_kv_kernel(KernelDims a, float scale, const float* dy, int ldy,
-                                                  const float* q, int ldq, const float* probs, const float* ds,
-                                                  float* dk, int ldk, float* dv, int ldv) {
+template <class A>
+__global__ void attention_rows_backward_kv_kernel(KernelDims a, float scale, const A* dy, int ldy, const A* q, int ldq,
+                                                  const float* probs, const float* ds, A* dk, int ldk, A* dv,
+                                                  int ldv) {
   const long rows = long(a.B) * a.KV_H * a.Tk;
   const int group = a.H / a.KV_H;
   for (long r = first_warp(); r < rows; r += warp_stride()) {
@@ -242,13 +243,13 @@ __global__ void attention_rows_backward_kv_kernel(KernelDims a, float scale, con
       for (int i = 0; i < a.Tq; ++i) {
         const float pij = probs[tile + long(i) * a.Tk + j], dsij = ds[tile + long(i) * a.Tk + j];
         if (pij == 0.0f && dsij == 0.0f) continue;
-        const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
-        const float* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
+        const A* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
+        const A* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
 #pragma unroll
         for (int u = 0; u < kColsPerLane; ++u) {
           const int c = lane() + 32 * u;
-          if (c < a.QK_DIM) kacc[u] += dsij * qi[c];
-          if (c < a.V_DIM) vacc[u] += pij * dyi[c];
+          if (c < a.QK_DIM) kacc[u] += dsij * to_float(qi[c]);
+          if (c < a.V_DIM) vacc[u] += pij * to_float(dyi[c]);
         }
       }
     }
@@ -270,17 +271,18 @@ bool fused_attention(const AttentionDims& a) {
 // materialised path, from the key in device memory (graph replay).
 // Memory: (B, H, Tq) saved, nothing of (Tq, Tk). Heads up to kFusedHeadDim.
 
-__global__ void flash_rows_forward_kernel(KernelDims a, float scale, const float* q, int ldq, const float* k, int ldk,
-                                          const float* v, int ldv, float* y, int ldy, float* lse, DeviceMask mask,
-                                          float rate, float keep_scale, const std::uint64_t* key_in) {
+template <class A>
+__global__ void flash_rows_forward_kernel(KernelDims a, float scale, const A* q, int ldq, const A* k, int ldk,
+                                          const A* v, int ldv, A* y, int ldy, float* lse, DeviceMask mask, float rate,
+                                          float keep_scale, const std::uint64_t* key_in) {
   const long rows = long(a.B) * a.H * a.Tq, kv = a.KV_ROWS;
   const std::uint64_t key = rate > 0.0f ? *key_in : 0;
   for (long r = first_warp(); r < rows; r += warp_stride()) {  // r = (b H + h) Tq + i
     const auto [b, h, i] = split_row(r, a);
     const int g = a.kv_head(h), end = visible_end(a, mask, i);
-    const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
-    const float* kb = k + long(b) * kv * ldk + long(g) * a.QK_DIM;
-    const float* vb = v + long(b) * kv * ldv + long(g) * a.V_DIM;
+    const A* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
+    const A* kb = k + long(b) * kv * ldk + long(g) * a.QK_DIM;
+    const A* vb = v + long(b) * kv * ldv + long(g) * a.V_DIM;
     float m = -INFINITY, l = 0.0f, acc[kColsPerLane] = {};
     for (int j0 = 0; j0 < end; j0 += 32) {
       const int j = j0 + lane();
@@ -297,17 +299,17 @@ __global__ void flash_rows_forward_kernel(KernelDims a, float scale, const float
       for (int src = 0; src < 32 && j0 + src < end; ++src) {
         const float wj = __shfl_sync(0xffffffffu, w, src);
         if (wj == 0.0f) continue;
-        const float* row = vb + long(j0 + src) * ldv;
+        const A* row = vb + long(j0 + src) * ldv;
 #pragma unroll
         for (int u = 0; u < kColsPerLane; ++u)
-          if (lane() + 32 * u < a.V_DIM) acc[u] += wj * row[lane() + 32 * u];
+          if (lane() + 32 * u < a.V_DIM) acc[u] += wj * to_float(row[lane() + 32 * u]);
       }
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    float* yi = y + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
+    A* yi = y + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
 #pragma unroll
     for (int u = 0; u < kColsPerLane; ++u)
-      if (lane() + 32 * u < a.V_DIM) yi[lane() + 32 * u] = acc[u] * inv;
+      if (lane() + 32 * u < a.V_DIM) yi[lane() + 32 * u] = from_float<A>(acc[u] * inv);
     if (lane() == 0) lse[r] = l > 0.0f ? m + logf(l) : -INFINITY;
   }
 }
@@ -315,22 +317,23 @@ __global__ void flash_rows_forward_kernel(KernelDims a, float scale, const float
 // Backward, one warp per query row: D_r = <dY_i, Y_i> (saved for the key
 // rows), then over the visible keys dS = P (dP - D) and dQ_i = scale sum_j
 // dS_ij K_j.
-__global__ void flash_rows_backward_q_kernel(KernelDims a, float scale, const float* dy, int ldy, const float* y,
-                                             int ldo, const float* q, int ldq, const float* k, int ldk, const float* v,
-                                             int ldv, const float* lse, float* dsum, float* dq, DeviceMask mask,
-                                             float rate, float keep_scale, const std::uint64_t* key_in) {
+template <class A>
+__global__ void flash_rows_backward_q_kernel(KernelDims a, float scale, const A* dy, int ldy, const A* y, int ldo,
+                                             const A* q, int ldq, const A* k, int ldk, const A* v, int ldv,
+                                             const float* lse, float* dsum, A* dq, DeviceMask mask, float rate,
+                                             float keep_scale, const std::uint64_t* key_in) {
   const long rows = long(a.B) * a.H * a.Tq;
   const std::uint64_t key = rate > 0.0f ? *key_in : 0;
   for (long r = first_warp(); r < rows; r += warp_stride()) {
     const auto [b, h, i] = split_row(r, a);
     const int g = a.kv_head(h), end = visible_end(a, mask, i);
-    const float* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
-    const float* yi = y + (long(b) * a.Tq + i) * ldo + long(h) * a.V_DIM;
-    const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
-    const float* kb = k + long(b) * a.Tk * ldk + long(g) * a.QK_DIM;
-    const float* vb = v + long(b) * a.Tk * ldv + long(g) * a.V_DIM;
+    const A* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
+    const A* yi = y + (long(b) * a.Tq + i) * ldo + long(h) * a.V_DIM;
+    const A* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
+    const A* kb = k + long(b) * a.Tk * ldk + long(g) * a.QK_DIM;
+    const A* vb = v + long(b) * a.Tk * ldv + long(g) * a.V_DIM;
     float d = 0.0f;
-    for (int c = lane(); c < a.V_DIM; c += 32) d += dyi[c] * yi[c];
+    for (int c = lane(); c < a.V_DIM; c += 32) d += to_float(dyi[c]) * to_float(yi[c]);
     d = warp_sum(d);
     if (lane() == 0) dsum[r] = d;
     const float lse_r = lse[r];
@@ -346,34 +349,34 @@ __global__ void flash_rows_backward_q_kernel(KernelDims a, float scale, const fl
       for (int src = 0; src < 32 && j0 + src < end; ++src) {
         const float dsj = __shfl_sync(0xffffffffu, ds, src);
         if (dsj == 0.0f) continue;
-        const float* row = kb + long(j0 + src) * ldk;
+        const A* row = kb + long(j0 + src) * ldk;
 #pragma unroll
         for (int u = 0; u < kColsPerLane; ++u)
-          if (lane() + 32 * u < a.QK_DIM) acc[u] += dsj * row[lane() + 32 * u];
+          if (lane() + 32 * u < a.QK_DIM) acc[u] += dsj * to_float(row[lane() + 32 * u]);
       }
     }
-    float* dqi = dq + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
+    A* dqi = dq + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
 #pragma unroll
     for (int u = 0; u < kColsPerLane; ++u)
-      if (lane() + 32 * u < a.QK_DIM) dqi[lane() + 32 * u] = scale * acc[u];
+      if (lane() + 32 * u < a.QK_DIM) dqi[lane() + 32 * u] = from_float<A>(scale * acc[u]);
   }
 }
 
 // Backward, one warp per key row j of key/value head g: over the query heads
 // sharing g and the query rows that see j (32 at a time, lane i % 32),
 // dV_j = sum dropped(P_ij) dY_i and dK_j = scale sum dS_ij Q_i, assigned.
-__global__ void flash_rows_backward_kv_kernel(KernelDims a, float scale, const float* dy, int ldy, const float* q,
-                                              int ldq, const float* k, int ldk, const float* v, int ldv,
-                                              const float* lse, const float* dsum, float* dk, float* dv,
-                                              DeviceMask mask, float rate, float keep_scale,
-                                              const std::uint64_t* key_in) {
+template <class A>
+__global__ void flash_rows_backward_kv_kernel(KernelDims a, float scale, const A* dy, int ldy, const A* q, int ldq,
+                                              const A* k, int ldk, const A* v, int ldv, const float* lse,
+                                              const float* dsum, A* dk, A* dv, DeviceMask mask, float rate,
+                                              float keep_scale, const std::uint64_t* key_in) {
   const long rows = long(a.B) * a.KV_H * a.Tk;
   const int group = a.H / a.KV_H;
   const std::uint64_t key = rate > 0.0f ? *key_in : 0;
   for (long r = first_warp(); r < rows; r += warp_stride()) {
     const int b = int(r / (long(a.KV_H) * a.Tk)), g = int(r / a.Tk % a.KV_H), j = int(r % a.Tk);
-    const float* kj = k + (long(b) * a.Tk + j) * ldk + long(g) * a.QK_DIM;
-    const float* vj = v + (long(b) * a.Tk + j) * ldv + long(g) * a.V_DIM;
+    const A* kj = k + (long(b) * a.Tk + j) * ldk + long(g) * a.QK_DIM;
+    const A* vj = v + (long(b) * a.Tk + j) * ldv + long(g) * a.V_DIM;
     const int first = mask.causal ? max(0, j - (a.Tk - a.Tq)) : 0;  // the first query row that sees j
     const bool padded = mask.key_padding && mask.key_padding[long(b) * a.Tk + j];
     float kacc[kColsPerLane] = {}, vacc[kColsPerLane] = {};
@@ -383,8 +386,8 @@ __global__ void flash_rows_backward_kv_kernel(KernelDims a, float scale, const f
         const int i = i0 + lane();
         float pd = 0.0f, ds = 0.0f;
         if (i < a.Tq) {
-          const float* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
-          const float* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
+          const A* qi = q + (long(b) * a.Tq + i) * ldq + long(h) * a.QK_DIM;
+          const A* dyi = dy + (long(b) * a.Tq + i) * ldy + long(h) * a.V_DIM;
           const float p = recomputed(scale * dot(qi, kj, a.QK_DIM), lse[row0 + i]);
           if (p != 0.0f) {
             const long e = (row0 + i) * a.Tk + j;
@@ -395,13 +398,13 @@ __global__ void flash_rows_backward_kv_kernel(KernelDims a, float scale, const f
         for (int src = 0; src < 32 && i0 + src < a.Tq; ++src) {
           const float pds = __shfl_sync(0xffffffffu, pd, src), dss = __shfl_sync(0xffffffffu, ds, src);
           if (pds == 0.0f && dss == 0.0f) continue;
-          const float* qs = q + (long(b) * a.Tq + i0 + src) * ldq + long(h) * a.QK_DIM;
-          const float* dys = dy + (long(b) * a.Tq + i0 + src) * ldy + long(h) * a.V_DIM;
+          const A* qs = q + (long(b) * a.Tq + i0 + src) * ldq + long(h) * a.QK_DIM;
+          const A* dys = dy + (long(b) * a.Tq + i0 + src) * ldy + long(h) * a.V_DIM;
 #pragma unroll
           for (int u = 0; u < kColsPerLane; ++u) {
             const int c = lane() + 32 * u;
-            if (c < a.QK_DIM) kacc[u] += dss * qs[c];
-            if (c < a.V_DIM) vacc[u] += pds * dys[c];
+            if (c < a.QK_DIM) kacc[u] += dss * to_float(qs[c]);
+            if (c < a.V_DIM) vacc[u] += pds * to_float(dys[c]);
           }
         }
       }
@@ -409,10 +412,24 @@ __global__ void flash_rows_backward_kv_kernel(KernelDims a, float scale, const f
     store_key_row(a, b, g, j, scale, kacc, vacc, dk, ldk, dv, ldv);
   }
 }
+// Attention's float32 probabilities (or dS) as operands of a product with
+// activations: themselves, or rounded to bfloat16 into the context's scratch.
+template <class A>
+const A* as_operand(cuda::Context& ctx, const float* x, std::size_t n) {
+  if constexpr (std::is_same_v<A, float>) {
+    return x;
+  } else {
+    A* rounded = ctx.narrow.reserve(n);
+    cuda::round_to_bf16(n, x, rounded);
+    return rounded;
+  }
+}
 }  // namespace
 
-void CudaBackend::flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk,
-                                          const S* v, int ldv, S* y, int ldy, S* lse, const AttentionMask& mask) {
+template <class A>
+void BasicCudaBackend<A>::flash_attention_forward(const AttentionDims& a, const A* q, int ldq, const A* k, int ldk,
+                                                  const A* v, int ldv, A* y, int ldy, S* lse,
+                                                  const AttentionMask& mask) {
   xfmr::detail::check_dropout_rate(a.dropout);
   xfmr::detail::check_kv_heads(a);
   require(a.QK_DIM <= kFusedHeadDim && a.V_DIM <= kFusedHeadDim, "tiled attention: heads of ", a.QK_DIM, " and ",
@@ -424,13 +441,14 @@ void CudaBackend::flash_attention_forward(const AttentionDims& a, const S* q, in
   if (opts_.bf16 && bf16_tiles_fit(a))  // bf16 products: the tensor cores (attention_bf16.cu)
     return bf16_tiled_attention_forward(kernel_dims(a), scale, q, ldq, k, ldk, v, ldv, y, ldy, lse, m, a.dropout,
                                         keep_scale, key);
-  launch("flash_attention_forward", warp_per_row(long(a.B) * a.H * a.Tq), flash_rows_forward_kernel, kernel_dims(a),
-         scale, q, ldq, k, ldk, v, ldv, y, ldy, lse, m, a.dropout, keep_scale, key);
+  launch("flash_attention_forward", warp_per_row(long(a.B) * a.H * a.Tq), flash_rows_forward_kernel<A>,
+         kernel_dims(a), scale, q, ldq, k, ldk, v, ldv, y, ldy, lse, m, a.dropout, keep_scale, key);
 }
 
-void CudaBackend::flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo,
-                                           const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
-                                           const S* lse, const AttentionMask& mask, S* dq, S* dk, S* dv) {
+template <class A>
+void BasicCudaBackend<A>::flash_attention_backward(const AttentionDims& a, const A* dy, int ldy, const A* y, int ldo,
+                                                   const A* q, int ldq, const A* k, int ldk, const A* v, int ldv,
+                                                   const S* lse, const AttentionMask& mask, A* dq, A* dk, A* dv) {
   xfmr::detail::check_unstrided_keys(a);
   xfmr::detail::check_dropout_rate(a.dropout);
   xfmr::detail::check_kv_heads(a);
@@ -445,31 +463,38 @@ void CudaBackend::flash_attention_backward(const AttentionDims& a, const S* dy, 
   if (opts_.bf16 && bf16_tiles_fit(a))  // bf16 products: the tensor cores (attention_bf16.cu)
     return bf16_tiled_attention_backward(kd, scale, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, dsum, dq, dk, dv, m,
                                          a.dropout, keep_scale, key);
-  launch("flash_attention_backward (queries)", warp_per_row(long(a.B) * a.H * a.Tq), flash_rows_backward_q_kernel, kd,
-         scale, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, dsum, dq, m, a.dropout, keep_scale, key);
+  launch("flash_attention_backward (queries)", warp_per_row(long(a.B) * a.H * a.Tq), flash_rows_backward_q_kernel<A>,
+         kd, scale, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, dsum, dq, m, a.dropout, keep_scale, key);
   launch("flash_attention_backward (keys)", warp_per_row(long(a.B) * a.kv_heads() * a.Tk),
-         flash_rows_backward_kv_kernel, kd, scale, dy, ldy, q, ldq, k, ldk, v, ldv, lse,
+         flash_rows_backward_kv_kernel<A>, kd, scale, dy, ldy, q, ldq, k, ldk, v, ldv, lse,
          static_cast<const S*>(dsum), dk, dv, m, a.dropout, keep_scale, key);
 }
 
-void CudaBackend::softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs,
-                                  const AttentionMask& mask) {
+template <class A>
+void BasicCudaBackend<A>::softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs,
+                                          const AttentionMask& mask) {
   const DeviceMask m{upload_mask(mask.key_padding, std::size_t(B) * Tk), mask.causal};
   launch("softmax_forward", warp_per_row(long(B) * H * Tq), masked_softmax_kernel, B, H, Tq, Tk, scores, probs, m);
 }
 
-void CudaBackend::softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores) {
+template <class A>
+void BasicCudaBackend<A>::softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores) {
   launch("softmax_backward", warp_per_row(rows), softmax_backward_kernel, rows, n, probs, dprobs, dscores);
 }
 
-void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v,
-                                    int ldv, S* y, int ldy, S* probs, const AttentionMask& mask) {
+// The heads path: the scores and the probabilities in float32; with
+// bfloat16 activations the probabilities are rounded for P V (as the tiled
+// kernels round them).
+template <class A>
+void BasicCudaBackend<A>::attention_forward(const AttentionDims& a, const A* q, int ldq, const A* k, int ldk,
+                                            const A* v, int ldv, A* y, int ldy, S* probs, const AttentionMask& mask) {
   xfmr::detail::check_dropout_rate(a.dropout);
   xfmr::detail::check_kv_heads(a);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   if (fused_attention(a)) {
     const DeviceMask m{upload_mask(mask.key_padding, std::size_t(a.B) * a.Tk), mask.causal};
-    auto* kernel = a.Tk <= 32 ? attention_rows_forward_kernel<1> : attention_rows_forward_kernel<kKeysPerLane>;
+    auto* kernel =
+        a.Tk <= 32 ? attention_rows_forward_kernel<1, A> : attention_rows_forward_kernel<kKeysPerLane, A>;
     launch("attention_forward", warp_per_row(long(a.B) * a.H * a.Tq), kernel, kernel_dims(a), scale, q, ldq, k, ldk,
            v, ldv, y, ldy, probs, m);
     return;
@@ -480,15 +505,18 @@ void CudaBackend::attention_forward(const AttentionDims& a, const S* q, int ldq,
                          k + long(a.kv_head(h)) * a.QK_DIM, ldk, kv * ldk, S(0), probs + h * tile, a.Tk,
                          long(a.H) * tile, a.B);
   softmax_forward(a.B, a.H, a.Tq, a.Tk, probs, probs, mask);
-  const S* weights = a.dropout > 0.0f ? drop_probabilities(a, probs) : probs;
+  const A* weights = as_operand<A>(*ctx_, a.dropout > 0.0f ? drop_probabilities(a, probs) : probs,
+                                   std::size_t(a.B) * a.H * tile);
   for (int h = 0; h < a.H; ++h)  // Y (Tq, V_DIM) = P V
     gemm_strided_batched(false, false, a.Tq, a.V_DIM, a.Tk, S(1), weights + h * tile, a.Tk, long(a.H) * tile,
                          v + long(a.kv_head(h)) * a.V_DIM, ldv, kv * ldv, S(0), y + long(h) * a.V_DIM, ldy,
                          long(a.Tq) * ldy, a.B);
 }
 
-void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k,
-                                     int ldk, const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
+template <class A>
+void BasicCudaBackend<A>::attention_backward(const AttentionDims& a, const A* dy, int ldy, const A* q, int ldq,
+                                             const A* k, int ldk, const A* v, int ldv, const S* probs, A* dq, A* dk,
+                                             A* dv) {
   xfmr::detail::check_unstrided_keys(a);
   xfmr::detail::check_dropout_rate(a.dropout);
   xfmr::detail::check_kv_heads(a);
@@ -498,22 +526,24 @@ void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ld
   S* ds = ctx_->scratch.reserve(std::size_t(a.B) * bh);
   if (fused_attention(a)) {
     auto* q_kernel =
-        a.Tk <= 32 ? attention_rows_backward_q_kernel<1> : attention_rows_backward_q_kernel<kKeysPerLane>;
+        a.Tk <= 32 ? attention_rows_backward_q_kernel<1, A> : attention_rows_backward_q_kernel<kKeysPerLane, A>;
     const KernelDims kd = kernel_dims(a);
     launch("attention_backward (queries)", warp_per_row(long(a.B) * a.H * a.Tq), q_kernel, kd, scale, dy, ldy, k,
            ldk, v, ldv, probs, ds, dq, ldq);
     launch("attention_backward (keys)", warp_per_row(long(a.B) * a.kv_heads() * a.Tk),
-           attention_rows_backward_kv_kernel, kd, scale, dy, ldy, q, ldq, probs, static_cast<const S*>(ds), dk, ldk,
-           dv, ldv);
+           attention_rows_backward_kv_kernel<A>, kd, scale, dy, ldy, q, ldq, probs, static_cast<const S*>(ds), dk,
+           ldk, dv, ldv);
     return;
   }
   const bool drop = a.dropout > 0.0f;
-  const S* weights = drop ? drop_probabilities(a, probs) : probs;  // the forward's mask, replayed
+  const std::size_t n = std::size_t(a.B) * bh;
+  // The forward's weights, the mask replayed (with bfloat16 activations: rounded).
+  const A* weights = as_operand<A>(*ctx_, drop ? drop_probabilities(a, probs) : probs, n);
   // A key/value head's dK and dV: assigned by the first query head of its
   // group, added to by the others in order (queued, so in stream order).
   for (int h = 0; h < a.H; ++h) {
-    const S* dy_h = dy + long(h) * a.V_DIM;
-    const S* v_h = v + long(a.kv_head(h)) * a.V_DIM;
+    const A* dy_h = dy + long(h) * a.V_DIM;
+    const A* v_h = v + long(a.kv_head(h)) * a.V_DIM;
     const S into = h % group == 0 ? S(0) : S(1);
     // dV (Tk, V_DIM) (+)= P^T dY
     gemm_strided_batched(true, false, a.Tk, a.V_DIM, a.Tq, S(1), weights + h * tile, a.Tk, bh, dy_h, ldy,
@@ -528,26 +558,45 @@ void CudaBackend::attention_backward(const AttentionDims& a, const S* dy, int ld
            static_cast<const S*>(ds), ds);
   else
     softmax_backward(a.B * a.H * a.Tq, a.Tk, probs, ds, ds);  // dS, in place
+  const A* ds_operand = as_operand<A>(*ctx_, ds, n);
   for (int h = 0; h < a.H; ++h) {
-    const S* q_h = q + long(h) * a.QK_DIM;
-    const S* k_h = k + long(a.kv_head(h)) * a.QK_DIM;
+    const A* q_h = q + long(h) * a.QK_DIM;
+    const A* k_h = k + long(a.kv_head(h)) * a.QK_DIM;
     const S into = h % group == 0 ? S(0) : S(1);
     // dQ (Tq, QK_DIM) = scale dS K
-    gemm_strided_batched(false, false, a.Tq, a.QK_DIM, a.Tk, scale, ds + h * tile, a.Tk, bh, k_h, ldk,
+    gemm_strided_batched(false, false, a.Tq, a.QK_DIM, a.Tk, scale, ds_operand + h * tile, a.Tk, bh, k_h, ldk,
                          long(a.Tk) * ldk, S(0), dq + long(h) * a.QK_DIM, ldq, long(a.Tq) * ldq, a.B);
     // dK (Tk, QK_DIM) (+)= scale dS^T Q
-    gemm_strided_batched(true, false, a.Tk, a.QK_DIM, a.Tq, scale, ds + h * tile, a.Tk, bh, q_h, ldq,
+    gemm_strided_batched(true, false, a.Tk, a.QK_DIM, a.Tq, scale, ds_operand + h * tile, a.Tk, bh, q_h, ldq,
                          long(a.Tq) * ldq, into, dk + long(a.kv_head(h)) * a.QK_DIM, ldk, long(a.Tk) * ldk, a.B);
   }
 }
 
 // Attention dropout's weights: probs * keep / (1 - p), in a buffer of their own.
-const CudaBackend::S* CudaBackend::drop_probabilities(const AttentionDims& a, const S* probs) {
+template <class A>
+auto BasicCudaBackend<A>::drop_probabilities(const AttentionDims& a, const S* probs) -> const S* {
   const std::size_t n = std::size_t(a.B) * a.H * a.Tq * a.Tk;
   S* dropped = ctx_->dropped.reserve(n);
   launch("attention dropout", cuda::elementwise_launch(n), drop_probabilities_kernel, n, a.dropout,
          1.0f / (1.0f - a.dropout), dropout_key(a.dropout_key), probs, dropped);
   return dropped;
 }
+
+#define XFMR_INSTANTIATE(A)                                                                                           \
+  template void BasicCudaBackend<A>::flash_attention_forward(const AttentionDims&, const A*, int, const A*, int,     \
+                                                             const A*, int, A*, int, float*, const AttentionMask&);  \
+  template void BasicCudaBackend<A>::flash_attention_backward(const AttentionDims&, const A*, int, const A*, int,    \
+                                                              const A*, int, const A*, int, const A*, int,           \
+                                                              const float*, const AttentionMask&, A*, A*, A*);       \
+  template void BasicCudaBackend<A>::softmax_forward(int, int, int, int, const float*, float*,                       \
+                                                     const AttentionMask&);                                          \
+  template void BasicCudaBackend<A>::softmax_backward(int, int, const float*, const float*, float*);                 \
+  template void BasicCudaBackend<A>::attention_forward(const AttentionDims&, const A*, int, const A*, int, const A*, \
+                                                       int, A*, int, float*, const AttentionMask&);                  \
+  template void BasicCudaBackend<A>::attention_backward(const AttentionDims&, const A*, int, const A*, int,          \
+                                                        const A*, int, const A*, int, const float*, A*, A*, A*);     \
+  template const float* BasicCudaBackend<A>::drop_probabilities(const AttentionDims&, const float*);
+XFMR_CUDA_FOR_EACH_ACTIVATION(XFMR_INSTANTIATE)
+#undef XFMR_INSTANTIATE
 
 }  // namespace xfmr

@@ -40,16 +40,20 @@ __device__ inline float recomputed(float s, float lse_r) {
 
 // The tiled attention on bf16 tensor cores (attention_bf16.cu): heads of 64
 // or 128, as wide for values as for keys. The backward writes D = <dY, Y>
-// per query row into dsum (B H Tq floats of scratch).
+// per query row into dsum (B H Tq floats of scratch). Q, K, V, dY and Y are
+// read as A (float32, rounded to bf16 on the way into shared memory, or
+// bf16 already), and the outputs written as A.
 inline bool bf16_tiles_fit(const AttentionDims& a) {
   return a.QK_DIM == a.V_DIM && (a.QK_DIM == 64 || a.QK_DIM == 128);
 }
-void bf16_tiled_attention_forward(const KernelDims& a, float scale, const float* q, int ldq, const float* k, int ldk,
-                                  const float* v, int ldv, float* y, int ldy, float* lse, DeviceMask mask, float rate,
+template <class A>
+void bf16_tiled_attention_forward(const KernelDims& a, float scale, const A* q, int ldq, const A* k, int ldk,
+                                  const A* v, int ldv, A* y, int ldy, float* lse, DeviceMask mask, float rate,
                                   float keep_scale, const std::uint64_t* key);
-void bf16_tiled_attention_backward(const KernelDims& a, float scale, const float* dy, int ldy, const float* y, int ldo,
-                                   const float* q, int ldq, const float* k, int ldk, const float* v, int ldv,
-                                   const float* lse, float* dsum, float* dq, float* dk, float* dv, DeviceMask mask,
-                                   float rate, float keep_scale, const std::uint64_t* key);
+template <class A>
+void bf16_tiled_attention_backward(const KernelDims& a, float scale, const A* dy, int ldy, const A* y, int ldo,
+                                   const A* q, int ldq, const A* k, int ldk, const A* v, int ldv, const float* lse,
+                                   float* dsum, A* dq, A* dk, A* dv, DeviceMask mask, float rate, float keep_scale,
+                                   const std::uint64_t* key);
 
 }  // namespace xfmr::cuda::detail

@@ -115,18 +115,18 @@ __device__ inline T* shared_at(unsigned at) {
 // 64 rows of HD floats from src (ld apart; rows from `valid` on as zeros)
 // into bf16 shared memory (LDH apart), the block's threads over the
 // elements.
-template <int HD, int LDH>
-__device__ inline void load_bf16_rows(__nv_bfloat16* dst, const float* src, long ld, int valid) {
+template <int HD, int LDH, class A>
+__device__ inline void load_bf16_rows(__nv_bfloat16* dst, const A* src, long ld, int valid) {
   for (int e = threadIdx.x; e < 64 * HD; e += kThreads) {
     const int r = e / HD, c = e % HD;
-    dst[r * LDH + c] = __float2bfloat16(r < valid ? src[long(r) * ld + c] : 0.0f);
+    dst[r * LDH + c] = __float2bfloat16(r < valid ? to_float(src[long(r) * ld + c]) : 0.0f);
   }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kThreads) bf16_tiled_forward_kernel(KernelDims a, float scale, const float* q,
-                                                                      int ldq, const float* k, int ldk,
-                                                                      const float* v, int ldv, float* y, int ldy,
+template <int HD, class A>
+__global__ void __launch_bounds__(kThreads) bf16_tiled_forward_kernel(KernelDims a, float scale, const A* q,
+                                                                      int ldq, const A* k, int ldk,
+                                                                      const A* v, int ldv, A* y, int ldy,
                                                                       float* lse, DeviceMask mask, float rate,
                                                                       float keep_scale, const std::uint64_t* key_in) {
   using L = Tiles<HD>;
@@ -137,9 +137,9 @@ __global__ void __launch_bounds__(kThreads) bf16_tiled_forward_kernel(KernelDims
   const auto [b, h, g, i0] = query_tile(a);
   const int warp = threadIdx.x / 32;
   const std::uint64_t key = rate > 0.0f ? *key_in : 0;
-  const float* qb = q + long(b) * a.Tq * ldq + long(h) * HD;
-  const float* kb = k + long(b) * a.KV_ROWS * ldk + long(g) * HD;
-  const float* vb = v + long(b) * a.KV_ROWS * ldv + long(g) * HD;
+  const A* qb = q + long(b) * a.Tq * ldq + long(h) * HD;
+  const A* kb = k + long(b) * a.KV_ROWS * ldk + long(g) * HD;
+  const A* vb = v + long(b) * a.KV_ROWS * ldv + long(g) * HD;
 
   load_bf16_rows<HD, L::LDH>(Qs, qb + long(i0) * ldq, ldq, a.Tq - i0);
   for (int e = threadIdx.x; e < kRows * HD; e += kThreads) Os[e / HD * L::LDO + e % HD] = 0.0f;
@@ -194,22 +194,22 @@ __global__ void __launch_bounds__(kThreads) bf16_tiled_forward_kernel(KernelDims
 
   if (i >= a.Tq) return;
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  float* yi = y + (long(b) * a.Tq + i) * ldy + long(h) * HD + half * (HD / 2);
-  for (int c = 0; c < HD / 2; ++c) yi[c] = orow[c] * inv;
+  A* yi = y + (long(b) * a.Tq + i) * ldy + long(h) * HD + half * (HD / 2);
+  for (int c = 0; c < HD / 2; ++c) yi[c] = from_float<A>(orow[c] * inv);
   if (half == 0) lse[r] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
 // A warp's 16 rows of accumulators out: through its rows of shared memory
 // (at warp_rows; this lane's row at lane_row), then this lane's half of its
 // row, times f, to out where `valid`.
-template <int HD, int LDO>
+template <int HD, int LDO, class A>
 __device__ inline void store_rows(const Acc (&acc)[HD / 16], float* warp_rows, const float* lane_row, int half,
-                                  bool valid, float* out, float f) {
+                                  bool valid, A* out, float f) {
 #pragma unroll
   for (int n = 0; n < HD / 16; ++n) wmma::store_matrix_sync(warp_rows + n * 16, acc[n], LDO, wmma::mem_row_major);
   __syncwarp();
   if (valid)
-    for (int c = half * (HD / 2); c < (half + 1) * (HD / 2); ++c) out[c] = f * lane_row[c];
+    for (int c = half * (HD / 2); c < (half + 1) * (HD / 2); ++c) out[c] = from_float<A>(f * lane_row[c]);
   __syncwarp();  // the rows are read before the next store overwrites them
 }
 
@@ -237,11 +237,11 @@ struct BackwardQTiles {
   static constexpr unsigned bytes = o + round_up(kRows * LDO * 4);
 };
 
-template <int HD>
+template <int HD, class A>
 __global__ void __launch_bounds__(kThreads)
-    bf16_tiled_backward_q_kernel(KernelDims a, float scale, const float* dy, int ldy, const float* y, int ldo,
-                                 const float* q, int ldq, const float* k, int ldk, const float* v, int ldv,
-                                 const float* lse, float* dsum, float* dq, DeviceMask mask, float rate,
+    bf16_tiled_backward_q_kernel(KernelDims a, float scale, const A* dy, int ldy, const A* y, int ldo,
+                                 const A* q, int ldq, const A* k, int ldk, const A* v, int ldv,
+                                 const float* lse, float* dsum, A* dq, DeviceMask mask, float rate,
                                  float keep_scale, const std::uint64_t* key_in) {
   using L = BackwardQTiles<HD>;
   using bf16 = __nv_bfloat16;
@@ -252,8 +252,8 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32;
   const std::uint64_t key = rate > 0.0f ? *key_in : 0;
   const long row0 = long(b) * a.Tq + i0;  // the tile's first row of Q, dY, Y
-  const float* kb = k + long(b) * a.Tk * ldk + long(g) * HD;
-  const float* vb = v + long(b) * a.Tk * ldv + long(g) * HD;
+  const A* kb = k + long(b) * a.Tk * ldk + long(g) * HD;
+  const A* vb = v + long(b) * a.Tk * ldv + long(g) * HD;
   load_bf16_rows<HD, L::LDH>(Qs, q + row0 * ldq + long(h) * HD, ldq, a.Tq - i0);
   load_bf16_rows<HD, L::LDH>(dYs, dy + row0 * ldy + long(h) * HD, ldy, a.Tq - i0);
 
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kThreads)
   float d = 0.0f;  // D = <dY_i, Y_i>, in float32
   if (i < a.Tq)
     for (int c = half * (HD / 2); c < (half + 1) * (HD / 2); ++c)
-      d += dy[(row0 + row) * ldy + long(h) * HD + c] * y[(row0 + row) * ldo + long(h) * HD + c];
+      d += to_float(dy[(row0 + row) * ldy + long(h) * HD + c]) * to_float(y[(row0 + row) * ldo + long(h) * HD + c]);
   d += __shfl_xor_sync(0xffffffffu, d, 1);
   if (i < a.Tq && half == 0) dsum[r] = d;
   const float lse_r = i < a.Tq ? lse[r] : -INFINITY;
@@ -322,11 +322,11 @@ struct BackwardKvTiles {
   static constexpr unsigned bytes = o + round_up(kKeys * LDO * 4);
 };
 
-template <int HD>
+template <int HD, class A>
 __global__ void __launch_bounds__(kThreads)
-    bf16_tiled_backward_kv_kernel(KernelDims a, float scale, const float* dy, int ldy, const float* q, int ldq,
-                                  const float* k, int ldk, const float* v, int ldv, const float* lse,
-                                  const float* dsum, float* dk, float* dv, DeviceMask mask, float rate,
+    bf16_tiled_backward_kv_kernel(KernelDims a, float scale, const A* dy, int ldy, const A* q, int ldq,
+                                  const A* k, int ldk, const A* v, int ldv, const float* lse,
+                                  const float* dsum, A* dk, A* dv, DeviceMask mask, float rate,
                                   float keep_scale, const std::uint64_t* key_in) {
   using L = BackwardKvTiles<HD>;
   using bf16 = __nv_bfloat16;
@@ -411,26 +411,26 @@ void launch_tiles(const char* what, unsigned bytes, long blocks, Args... args) {
   launch(what, dim3(unsigned(blocks)), dim3(kThreads), bytes, kernel, args...);
 }
 
-template <int HD>
-void forward_tiles(const KernelDims& a, float scale, const float* q, int ldq, const float* k, int ldk, const float* v,
-                   int ldv, float* y, int ldy, float* lse, DeviceMask mask, float rate, float keep_scale,
+template <int HD, class A>
+void forward_tiles(const KernelDims& a, float scale, const A* q, int ldq, const A* k, int ldk, const A* v,
+                   int ldv, A* y, int ldy, float* lse, DeviceMask mask, float rate, float keep_scale,
                    const std::uint64_t* key) {
-  launch_tiles<bf16_tiled_forward_kernel<HD>>("bf16 tiled attention forward", Tiles<HD>::bytes,
+  launch_tiles<bf16_tiled_forward_kernel<HD, A>>("bf16 tiled attention forward", Tiles<HD>::bytes,
                                               long(a.B) * a.H * ((a.Tq + kRows - 1) / kRows), a, scale, q, ldq, k,
                                               ldk, v, ldv, y, ldy, lse, mask, rate, keep_scale, key);
 }
 
-template <int HD>
-void backward_tiles(const KernelDims& a, float scale, const float* dy, int ldy, const float* y, int ldo,
-                    const float* q, int ldq, const float* k, int ldk, const float* v, int ldv, const float* lse,
-                    float* dsum, float* dq, float* dk, float* dv, DeviceMask mask, float rate, float keep_scale,
+template <int HD, class A>
+void backward_tiles(const KernelDims& a, float scale, const A* dy, int ldy, const A* y, int ldo,
+                    const A* q, int ldq, const A* k, int ldk, const A* v, int ldv, const float* lse,
+                    float* dsum, A* dq, A* dk, A* dv, DeviceMask mask, float rate, float keep_scale,
                     const std::uint64_t* key) {
   const long query_tiles = long(a.B) * a.H * ((a.Tq + kRows - 1) / kRows);
   const long key_tiles = long(a.B) * a.KV_H * ((a.Tk + kKeys - 1) / kKeys);
-  launch_tiles<bf16_tiled_backward_q_kernel<HD>>("bf16 tiled attention backward (queries)",
+  launch_tiles<bf16_tiled_backward_q_kernel<HD, A>>("bf16 tiled attention backward (queries)",
                                                  BackwardQTiles<HD>::bytes, query_tiles, a, scale, dy, ldy, y, ldo, q,
                                                  ldq, k, ldk, v, ldv, lse, dsum, dq, mask, rate, keep_scale, key);
-  launch_tiles<bf16_tiled_backward_kv_kernel<HD>>("bf16 tiled attention backward (keys)", BackwardKvTiles<HD>::bytes,
+  launch_tiles<bf16_tiled_backward_kv_kernel<HD, A>>("bf16 tiled attention backward (keys)", BackwardKvTiles<HD>::bytes,
                                                   key_tiles, a, scale, dy, ldy, q, ldq, k, ldk, v, ldv, lse,
                                                   static_cast<const float*>(dsum), dk, dv, mask, rate, keep_scale,
                                                   key);
@@ -438,8 +438,9 @@ void backward_tiles(const KernelDims& a, float scale, const float* dy, int ldy, 
 
 }  // namespace
 
-void bf16_tiled_attention_forward(const KernelDims& a, float scale, const float* q, int ldq, const float* k, int ldk,
-                                  const float* v, int ldv, float* y, int ldy, float* lse, DeviceMask mask, float rate,
+template <class A>
+void bf16_tiled_attention_forward(const KernelDims& a, float scale, const A* q, int ldq, const A* k, int ldk,
+                                  const A* v, int ldv, A* y, int ldy, float* lse, DeviceMask mask, float rate,
                                   float keep_scale, const std::uint64_t* key) {
   if (a.QK_DIM == 64)
     forward_tiles<64>(a, scale, q, ldq, k, ldk, v, ldv, y, ldy, lse, mask, rate, keep_scale, key);
@@ -447,9 +448,10 @@ void bf16_tiled_attention_forward(const KernelDims& a, float scale, const float*
     forward_tiles<128>(a, scale, q, ldq, k, ldk, v, ldv, y, ldy, lse, mask, rate, keep_scale, key);
 }
 
-void bf16_tiled_attention_backward(const KernelDims& a, float scale, const float* dy, int ldy, const float* y, int ldo,
-                                   const float* q, int ldq, const float* k, int ldk, const float* v, int ldv,
-                                   const float* lse, float* dsum, float* dq, float* dk, float* dv, DeviceMask mask,
+template <class A>
+void bf16_tiled_attention_backward(const KernelDims& a, float scale, const A* dy, int ldy, const A* y, int ldo,
+                                   const A* q, int ldq, const A* k, int ldk, const A* v, int ldv,
+                                   const float* lse, float* dsum, A* dq, A* dk, A* dv, DeviceMask mask,
                                    float rate, float keep_scale, const std::uint64_t* key) {
   if (a.QK_DIM == 64)
     backward_tiles<64>(a, scale, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, dsum, dq, dk, dv, mask, rate,
@@ -458,5 +460,14 @@ void bf16_tiled_attention_backward(const KernelDims& a, float scale, const float
     backward_tiles<128>(a, scale, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, dsum, dq, dk, dv, mask, rate,
                         keep_scale, key);
 }
+
+#define XFMR_INSTANTIATE(A)                                                                                     \
+  template void bf16_tiled_attention_forward(const KernelDims&, float, const A*, int, const A*, int, const A*, int, \
+                                             A*, int, float*, DeviceMask, float, float, const std::uint64_t*);     \
+  template void bf16_tiled_attention_backward(const KernelDims&, float, const A*, int, const A*, int, const A*,    \
+                                              int, const A*, int, const A*, int, const float*, float*, A*, A*, A*, \
+                                              DeviceMask, float, float, const std::uint64_t*);
+XFMR_CUDA_FOR_EACH_ACTIVATION(XFMR_INSTANTIATE)
+#undef XFMR_INSTANTIATE
 
 }  // namespace xfmr::cuda::detail

@@ -5,6 +5,7 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <array>
@@ -125,6 +126,23 @@ inline Launch warp_per_row(long rows) {
   const long blocks = (rows + 7) / 8;
   return {static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256};
 }
+
+// Activations in kernels (BasicCudaBackend<A>): read as float32 with
+// to_float, written with from_float<A>, which rounds to bfloat16 (to nearest,
+// ties to even) for A = Bf16 and is the identity for float.
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(Bf16 x) { return __bfloat162float(__ushort_as_bfloat16(x.bits)); }
+template <class A>
+__device__ __forceinline__ A from_float(float v) {
+  if constexpr (std::is_same_v<A, Bf16>)
+    return Bf16{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
+  else
+    return v;
+}
+
+// Explicit instantiation of each file's members, once for each activation
+// type: XFMR_CUDA_FOR_EACH_ACTIVATION(F) expands F(float) F(xfmr::Bf16).
+#define XFMR_CUDA_FOR_EACH_ACTIVATION(F) F(float) F(::xfmr::Bf16)
 
 // Grid-stride index range: for (auto i = first(); i < n; i += stride()).
 __device__ inline std::size_t first_index() { return std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; }
@@ -326,9 +344,9 @@ class StepRecorder {
 
 }  // namespace xfmr::cuda::detail
 
-namespace xfmr {
+namespace xfmr::cuda {
 
-struct CudaBackend::Context {
+struct Context {
   cublasHandle_t blas = nullptr;
   cuda::DeviceArray<std::byte> blas_workspace;  // set explicitly, so that capture never allocates
   // cuBLASLt (CudaOptions::lt_epilogues): its handle, the algorithm its
@@ -337,7 +355,7 @@ struct CudaBackend::Context {
   // blas_workspace: they and cuBLAS's run one after another on one stream.
   cublasLtHandle_t lt = nullptr;
   std::map<std::array<long long, 14>, std::optional<cublasLtMatmulAlgo_t>> lt_algos;
-  CudaBackend::EpilogueStats epilogues;
+  EpilogueStats epilogues;
   cuda::detail::StepRecorder recorder;
   std::map<std::string, cuda::detail::StepGraphs, std::less<>> graphs;  // by step key
   cuda::detail::UploadStaging staging;     // ids, targets and masks on their way in
@@ -351,9 +369,12 @@ struct CudaBackend::Context {
   cuda::DeviceArray<float> dropped;        // attention dropout's dropped probabilities
   cuda::DeviceArray<float> column_partial; // add_column_sums' chunk sums
   cuda::DeviceArray<float> loss_probs;     // the unfused loss's probabilities (CudaOptions::fused_loss off)
+  cuda::DeviceArray<Bf16> narrow;          // attention's probabilities (or dS) rounded, for bf16 products
+  cuda::DeviceArray<Bf16> narrow_bias;     // a fused product's bias rounded (cuBLASLt reads it in D's type)
+  std::vector<Bf16> host_narrow;           // host_view's download of bfloat16 values
   std::vector<double> host_partial;
   std::vector<std::int32_t> host_ids;      // embedding_backward's plan
   void* nccl = nullptr;                    // the ranks' ncclComm_t (cuda/nccl.cu), made on first use
 };
 
-}  // namespace xfmr
+}  // namespace xfmr::cuda

@@ -8,13 +8,13 @@
 namespace xfmr {
 
 namespace {
-using cuda::detail::first_index;
-using cuda::detail::grid_stride;
+using namespace cuda::detail;
 
-__global__ void embedding_forward_kernel(int n, int D, const std::int32_t* ids, const float* table, float* y) {
+template <class A>
+__global__ void embedding_forward_kernel(int n, int D, const std::int32_t* ids, const float* table, A* y) {
   const std::size_t total = std::size_t(n) * D;
   for (std::size_t i = first_index(); i < total; i += grid_stride())
-    y[i] = table[std::size_t(ids[i / D]) * D + i % D];
+    y[i] = from_float<A>(table[std::size_t(ids[i / D]) * D + i % D]);
 }
 // One block per distinct id (blockIdx.y), threads over the columns: each
 // table entry adds its rows' gradients in input order, exactly as the CPU
@@ -23,7 +23,8 @@ __global__ void embedding_forward_kernel(int n, int D, const std::int32_t* ids, 
 // replays with new ids): the number of distinct ids, positions sorted by id
 // (stable), then for every distinct id its value, then the offsets of its
 // run of positions.
-__global__ void embedding_backward_kernel(int n, int D, const std::int32_t* groups, const float* dy, float* dtable) {
+template <class A>
+__global__ void embedding_backward_kernel(int n, int D, const std::int32_t* groups, const A* dy, float* dtable) {
   const int n_ids = groups[0];
   const std::int32_t* positions = groups + 1;
   const std::int32_t* id = positions + n;
@@ -32,21 +33,23 @@ __global__ void embedding_backward_kernel(int n, int D, const std::int32_t* grou
     float* row = dtable + std::size_t(id[g]) * D;
     for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) {
       float s = row[d];
-      for (int k = offset[g]; k < offset[g + 1]; ++k) s += dy[std::size_t(positions[k]) * D + d];
+      for (int k = offset[g]; k < offset[g + 1]; ++k) s += to_float(dy[std::size_t(positions[k]) * D + d]);
       row[d] = s;
     }
   }
 }
 }  // namespace
 
-void CudaBackend::embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, S* y) {
+template <class A>
+void BasicCudaBackend<A>::embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, A* y) {
   xfmr::detail::check_token_ids(n, V, ids);
   const std::int32_t* d_ids = upload_ids(ids, std::size_t(n));
-  cuda::detail::launch("embedding_forward", cuda::elementwise_launch(std::size_t(n) * D), embedding_forward_kernel, n,
-                       D, d_ids, table, y);
+  launch("embedding_forward", cuda::elementwise_launch(std::size_t(n) * D), embedding_forward_kernel<A>, n, D, d_ids,
+         table, y);
 }
 
-void CudaBackend::embedding_backward(int n, int D, const std::int32_t* ids, const S* dy, S* dtable) {
+template <class A>
+void BasicCudaBackend<A>::embedding_backward(int n, int D, const std::int32_t* ids, const A* dy, S* dtable) {
   if (n == 0) return;
   // Counting sort of the positions by id.
   auto& plan = ctx_->host_ids;
@@ -74,7 +77,13 @@ void CudaBackend::embedding_backward(int n, int D, const std::int32_t* ids, cons
   const std::int32_t* groups = upload_ids(plan.data(), plan.size());
   const unsigned threads = 128;
   const dim3 grid((D + threads - 1) / threads, std::min(n, 65535));
-  cuda::detail::launch("embedding_backward", grid, dim3(threads), embedding_backward_kernel, n, D, groups, dy, dtable);
+  launch("embedding_backward", grid, dim3(threads), embedding_backward_kernel<A>, n, D, groups, dy, dtable);
 }
+
+#define XFMR_INSTANTIATE(A)                                                                                      \
+  template void BasicCudaBackend<A>::embedding_forward(int, int, int, const std::int32_t*, const float*, A*); \
+  template void BasicCudaBackend<A>::embedding_backward(int, int, const std::int32_t*, const A*, float*);
+XFMR_CUDA_FOR_EACH_ACTIVATION(XFMR_INSTANTIATE)
+#undef XFMR_INSTANTIATE
 
 }  // namespace xfmr

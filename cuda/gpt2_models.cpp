@@ -1,8 +1,11 @@
-// gpt2_models.cpp: the GPT-2 family's Decoders on CUDA (src/published_models.hpp).
+// gpt2_models.cpp: the GPT-2 family's Decoders on CUDA, float32 and bfloat16 activations (src/published_models.hpp).
 #include "xfmr/backend/cuda.hpp"
 #include "../src/published_models.hpp"
 
 namespace xfmr {
 #define XFMR_INSTANTIATE(P) XFMR_DECODER_MODEL(template, P, CudaBackend)
+XFMR_GPT2_PRESETS(XFMR_INSTANTIATE)
+#undef XFMR_INSTANTIATE
+#define XFMR_INSTANTIATE(P) XFMR_DECODER_MODEL(template, P, CudaBf16Backend)
 XFMR_GPT2_PRESETS(XFMR_INSTANTIATE)
 }  // namespace xfmr

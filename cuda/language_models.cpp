@@ -10,6 +10,12 @@ namespace xfmr {
 XFMR_GPT2_PRESETS(XFMR_EXTERN)
 XFMR_LLAMA_PRESETS(XFMR_EXTERN)
 #undef XFMR_EXTERN
+#define XFMR_EXTERN(P) XFMR_DECODER_MODEL(extern template, P, CudaBf16Backend)
+XFMR_GPT2_PRESETS(XFMR_EXTERN)
+XFMR_LLAMA_PRESETS(XFMR_EXTERN)
+#undef XFMR_EXTERN
 template std::unique_ptr<LanguageModel<CudaBackend>> make_language_model(std::string_view, int, std::uint64_t,
                                                                          const DecoderOptions&);
+template std::unique_ptr<LanguageModel<CudaBf16Backend>> make_language_model(std::string_view, int, std::uint64_t,
+                                                                             const DecoderOptions&);
 }  // namespace xfmr

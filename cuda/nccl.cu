@@ -40,7 +40,8 @@ void check_nccl(ncclResult_t r, const char* what, const ProcessGroup& group) {
 }  // namespace
 #endif
 
-void CudaBackend::all_reduce_sum(ProcessGroup& group, std::span<const std::span<S>> tensors) {
+template <class A>
+void BasicCudaBackend<A>::all_reduce_sum(ProcessGroup& group, std::span<const std::span<S>> tensors) {
 #ifndef XFMR_WITH_NCCL
   (void)group, (void)tensors;
   detail::fail("GPU ranks sum their gradients through NCCL, and this xfmr was built without it (CMake found no nccl.h "
@@ -65,5 +66,10 @@ void CudaBackend::all_reduce_sum(ProcessGroup& group, std::span<const std::span<
   check_nccl(ncclGroupEnd(), "ncclGroupEnd", group);
 #endif
 }
+
+#define XFMR_INSTANTIATE(A) \
+  template void BasicCudaBackend<A>::all_reduce_sum(ProcessGroup&, std::span<const std::span<float>>);
+XFMR_CUDA_FOR_EACH_ACTIVATION(XFMR_INSTANTIATE)
+#undef XFMR_INSTANTIATE
 
 }  // namespace xfmr

@@ -80,13 +80,17 @@ __global__ void scale_kernel(std::size_t n, float alpha, float* x) {
 // Block b of kSumBlocks adds the squares of elements b * threads + thread,
 // striding by kSumBlocks * threads; partial[b] is its sum. The same for every
 // tensor, so that sum_squares_each gives sum_squares's sums bit for bit.
-__device__ double sum_squares_block(std::size_t n, const float* x, unsigned block, double* shared) {
+template <class T>
+__device__ double sum_squares_block(std::size_t n, const T* x, unsigned block, double* shared) {
   double s = 0.0;
-  for (std::size_t i = std::size_t(block) * blockDim.x + threadIdx.x; i < n; i += std::size_t(kSumBlocks) * blockDim.x)
-    s += double(x[i]) * double(x[i]);
+  for (std::size_t i = std::size_t(block) * blockDim.x + threadIdx.x; i < n; i += std::size_t(kSumBlocks) * blockDim.x) {
+    const double v = to_float(x[i]);
+    s += v * v;
+  }
   return block_sum(s, shared);
 }
-__global__ void sum_squares_kernel(std::size_t n, const float* x, double* partial) {
+template <class T>
+__global__ void sum_squares_kernel(std::size_t n, const T* x, double* partial) {
   __shared__ double shared[32];
   const double s = sum_squares_block(n, x, blockIdx.x, shared);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
@@ -103,10 +107,26 @@ __global__ void sum_squares_each_kernel(SquaresBatch batch, double* partial) {
   const double s = sum_squares_block(batch.n[t], batch.x[t], b, shared);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
+
+// The sum of squares of n values of x (float32 or bfloat16), summed as
+// sum_squares_each sums each of its tensors.
+template <class T>
+double sum_squares_of(cuda::Context& ctx, std::size_t n, const T* x) {
+  if (n == 0) return 0.0;
+  double* partial = ctx.partial.reserve(kSumBlocks);
+  launch("sum_squares", cuda::Launch{kSumBlocks, kSumThreads}, sum_squares_kernel<T>, n, x, partial);
+  auto& host = ctx.host_partial;
+  host.resize(kSumBlocks);
+  cuda::download(host.data(), partial, kSumBlocks * sizeof(double));
+  double total = 0.0;
+  for (double s : host) total += s;
+  return total;
+}
 }  // namespace
 
-void CudaBackend::adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps,
-                             S bias_correction1, S bias_correction2) {
+template <class A>
+void BasicCudaBackend<A>::adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps,
+                                     S bias_correction1, S bias_correction2) {
   if (tensors.empty()) return;
   const AdamWScalars scalars{lr, beta1, beta2, eps, lr / bias_correction1, 1.0f / std::sqrt(bias_correction2)};
   float* d_scalars = ctx_->step_scalars.reserve(sizeof scalars / sizeof(float));
@@ -129,15 +149,18 @@ void CudaBackend::adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S be
   }
 }
 
-void CudaBackend::sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay) {
+template <class A>
+void BasicCudaBackend<A>::sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay) {
   launch("sgd_step", cuda::elementwise_launch(n), sgd_kernel, n, p, g, buf, lr, momentum, weight_decay);
 }
 
-void CudaBackend::scale(std::size_t n, S alpha, S* x) {
+template <class A>
+void BasicCudaBackend<A>::scale(std::size_t n, S alpha, S* x) {
   launch("scale", cuda::elementwise_launch(n), scale_kernel, n, alpha, x);
 }
 
-void CudaBackend::sum_squares_each(std::span<const SquaresTensor<S>> tensors, std::span<double> sums) {
+template <class A>
+void BasicCudaBackend<A>::sum_squares_each(std::span<const SquaresTensor<S>> tensors, std::span<double> sums) {
   require(sums.size() == tensors.size(), "sum_squares_each: ", sums.size(), " sums for ", tensors.size(), " tensors");
   if (tensors.empty()) return;
   double* partial = ctx_->partial.reserve(tensors.size() * kSumBlocks);
@@ -158,16 +181,24 @@ void CudaBackend::sum_squares_each(std::span<const SquaresTensor<S>> tensors, st
   }
 }
 
-double CudaBackend::sum_squares(std::size_t n, const S* x) {
-  if (n == 0) return 0.0;
-  double* partial = ctx_->partial.reserve(kSumBlocks);
-  launch("sum_squares", cuda::Launch{kSumBlocks, kSumThreads}, sum_squares_kernel, n, x, partial);
-  auto& host = ctx_->host_partial;
-  host.resize(kSumBlocks);
-  cuda::download(host.data(), partial, kSumBlocks * sizeof(double));
-  double total = 0.0;
-  for (double s : host) total += s;
-  return total;
+template <class A>
+double BasicCudaBackend<A>::sum_squares(std::size_t n, const S* x) {
+  return sum_squares_of(*ctx_, n, x);
 }
+template <class A>
+double BasicCudaBackend<A>::sum_squares(std::size_t n, const NarrowA* x) {
+  return sum_squares_of(*ctx_, n, x);
+}
+
+#define XFMR_INSTANTIATE(A)                                                                                        \
+  template void BasicCudaBackend<A>::adamw_step(std::span<const AdamWTensor<float>>, float, float, float, float,  \
+                                                float, float);                                                     \
+  template void BasicCudaBackend<A>::sgd_step(std::size_t, float*, const float*, float*, float, float, float);    \
+  template void BasicCudaBackend<A>::scale(std::size_t, float, float*);                                            \
+  template void BasicCudaBackend<A>::sum_squares_each(std::span<const SquaresTensor<float>>, std::span<double>);   \
+  template double BasicCudaBackend<A>::sum_squares(std::size_t, const float*);
+XFMR_CUDA_FOR_EACH_ACTIVATION(XFMR_INSTANTIATE)
+#undef XFMR_INSTANTIATE
+template double BasicCudaBackend<Bf16>::sum_squares(std::size_t, const Bf16*);
 
 }  // namespace xfmr

@@ -4,23 +4,36 @@
 namespace xfmr {
 
 namespace {
-using cuda::detail::first_index;
-using cuda::detail::grid_stride;
+using namespace cuda::detail;
 
-__global__ void add_kernel(std::size_t n, const float* a, const float* b, float* y) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = a[i] + b[i];
+template <class A>
+__global__ void add_kernel(std::size_t n, const A* a, const A* b, A* y) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = from_float<A>(to_float(a[i]) + to_float(b[i]));
 }
-__global__ void add_to_kernel(std::size_t n, const float* x, float* y) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] += x[i];
+template <class A>
+__global__ void add_to_kernel(std::size_t n, const A* x, A* y) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = from_float<A>(to_float(y[i]) + to_float(x[i]));
 }
 }  // namespace
 
-void CudaBackend::add(std::size_t n, const S* a, const S* b, S* y) {
-  cuda::detail::launch("add", cuda::elementwise_launch(n), add_kernel, n, a, b, y);
+template <class A>
+void BasicCudaBackend<A>::add(std::size_t n, const A* a, const A* b, A* y) {
+  launch("add", cuda::elementwise_launch(n), add_kernel<A>, n, a, b, y);
 }
-void CudaBackend::add_to(std::size_t n, const S* x, S* y) {
-  cuda::detail::launch("add_to", cuda::elementwise_launch(n), add_to_kernel, n, x, y);
+template <class A>
+void BasicCudaBackend<A>::add_to(std::size_t n, const A* x, A* y) {
+  launch("add_to", cuda::elementwise_launch(n), add_to_kernel<A>, n, x, y);
 }
-void CudaBackend::copy(std::size_t n, const S* x, S* y) { cuda::copy_on_device(y, x, n * sizeof(S)); }
+template <class A>
+void BasicCudaBackend<A>::copy(std::size_t n, const A* x, A* y) {
+  cuda::copy_on_device(y, x, n * sizeof(A));
+}
+
+#define XFMR_INSTANTIATE(A)                                                      \
+  template void BasicCudaBackend<A>::add(std::size_t, const A*, const A*, A*); \
+  template void BasicCudaBackend<A>::add_to(std::size_t, const A*, A*);        \
+  template void BasicCudaBackend<A>::copy(std::size_t, const A*, A*);
+XFMR_CUDA_FOR_EACH_ACTIVATION(XFMR_INSTANTIATE)
+#undef XFMR_INSTANTIATE
 
 }  // namespace xfmr

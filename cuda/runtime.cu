@@ -278,11 +278,22 @@ void synchronize() {
   detail::check(cudaStreamSynchronize(detail::stream()), "cudaStreamSynchronize");
 }
 
+// y[i] = x[i] rounded to bfloat16: a Tensor's product copy.
+namespace {
+__global__ void round_to_bf16_kernel(std::size_t n, const float* x, Bf16* y) {
+  for (std::size_t i = detail::first_index(); i < n; i += detail::grid_stride()) y[i] = detail::from_float<Bf16>(x[i]);
+}
+}  // namespace
+void round_to_bf16(std::size_t n, const float* x, Bf16* y) {
+  detail::launch("round_to_bf16", elementwise_launch(n), round_to_bf16_kernel, n, x, y);
+}
+
 }  // namespace xfmr::cuda
 
 namespace xfmr {
 
-CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<Context>()) {
+template <class A>
+BasicCudaBackend<A>::BasicCudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<cuda::Context>()) {
   if (const char* env = std::getenv("XFMR_CUDA_GRAPHS"); env && std::string_view(env) == "0") opts_.graph_steps = false;
   if (const char* env = std::getenv("XFMR_CUDA_FLASH_ATTENTION"); env && std::string_view(env) == "1")
     opts_.flash_attention = true;
@@ -290,6 +301,10 @@ CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<
     opts_.fused_loss = true;
   if (const char* env = std::getenv("XFMR_CUDA_LT_EPILOGUES"); env && std::string_view(env) == "1")
     opts_.lt_epilogues = true;
+  if constexpr (kNarrow) {  // bfloat16 activations: every product has bf16 operands
+    require(!opts.tf32, "CUDA backend: bf16 storage multiplies in bf16, not TF32");
+    opts_.bf16 = true;
+  }
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
@@ -303,8 +318,8 @@ CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<
   // bf16's products name their compute type on each call (linear.cu); the
   // pedantic mode would hold them to it too, but keep FP32's strict.
   cuda::detail::check_cublas(
-      cublasSetMathMode(ctx_->blas, opts.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                              : opts.bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
+      cublasSetMathMode(ctx_->blas, opts_.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                               : opts_.bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
       "cublasSetMathMode");
   cuda::detail::check_cublas(cublasSetStream(ctx_->blas, cuda::detail::stream()), "cublasSetStream");
   constexpr std::size_t kWorkspace = std::size_t(32) << 20;
@@ -313,13 +328,15 @@ CudaBackend::CudaBackend(CudaOptions opts) : opts_(opts), ctx_(std::make_unique<
   if (opts_.lt_epilogues) cuda::detail::check_cublas(cublasLtCreate(&ctx_->lt), "cublasLtCreate");
 }
 
-void CudaBackend::begin_graph_step(std::string_view key) {
+template <class A>
+void BasicCudaBackend<A>::begin_graph_step(std::string_view key) {
   auto it = ctx_->graphs.find(key);
   if (it == ctx_->graphs.end()) it = ctx_->graphs.try_emplace(std::string(key)).first;
   ctx_->staging.restart_step_slots();
   ctx_->recorder.begin(it->second);
 }
-void CudaBackend::end_graph_step() {
+template <class A>
+void BasicCudaBackend<A>::end_graph_step() {
   try {
     ctx_->recorder.end();
   } catch (...) {
@@ -327,36 +344,75 @@ void CudaBackend::end_graph_step() {
     throw;
   }
 }
-void CudaBackend::abort_graph_step() noexcept { ctx_->recorder.abort(); }
-CudaBackend::GraphStats CudaBackend::graph_stats() const {
+template <class A>
+void BasicCudaBackend<A>::abort_graph_step() noexcept {
+  ctx_->recorder.abort();
+}
+template <class A>
+auto BasicCudaBackend<A>::graph_stats() const -> GraphStats {
   return {ctx_->recorder.captures(), ctx_->recorder.replays()};
 }
 
-CudaBackend::~CudaBackend() {
+template <class A>
+BasicCudaBackend<A>::~BasicCudaBackend() {
   if (ctx_ && ctx_->nccl) cuda::detail::destroy_nccl(ctx_->nccl);
   if (ctx_ && ctx_->lt) cublasLtDestroy(ctx_->lt);
   if (ctx_ && ctx_->blas) cublasDestroy(ctx_->blas);
 }
 
-std::string CudaBackend::device_name() const { return cuda::device_name(opts_.device); }
-void CudaBackend::synchronize() { cuda::synchronize(); }
+template <class A>
+std::string BasicCudaBackend<A>::device_name() const {
+  return cuda::device_name(opts_.device);
+}
+template <class A>
+void BasicCudaBackend<A>::synchronize() {
+  cuda::synchronize();
+}
 
-std::span<const float> CudaBackend::host_view(std::span<const float> x, std::vector<float>& staging) {
+template <class A>
+std::span<const float> BasicCudaBackend<A>::host_view(std::span<const S> x, std::vector<float>& staging) {
   staging.resize(x.size());
   cuda::download(staging.data(), x.data(), x.size() * sizeof(float));
   return staging;
 }
+template <class A>
+std::span<const float> BasicCudaBackend<A>::host_view(std::span<const NarrowA> x, std::vector<float>& staging) {
+  auto& bits = ctx_->host_narrow;
+  bits.resize(x.size());
+  cuda::download(bits.data(), x.data(), x.size() * sizeof(Bf16));
+  staging.resize(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) staging[i] = bf16::to_float(bits[i].bits);
+  return staging;
+}
 
-const std::uint8_t* CudaBackend::upload_mask(const std::uint8_t* host, std::size_t n) {
+template <class A>
+const std::uint8_t* BasicCudaBackend<A>::upload_mask(const std::uint8_t* host, std::size_t n) {
   if (!host) return nullptr;
   std::uint8_t* d = ctx_->mask.reserve(n);
   ctx_->staging.upload(d, host, n);
   return d;
 }
-const std::int32_t* CudaBackend::upload_ids(const std::int32_t* host, std::size_t n) {
+template <class A>
+const std::int32_t* BasicCudaBackend<A>::upload_ids(const std::int32_t* host, std::size_t n) {
   std::int32_t* d = ctx_->ids.reserve(n);
   ctx_->staging.upload(d, host, n * sizeof(std::int32_t));
   return d;
 }
+
+#define XFMR_INSTANTIATE(A)                                                                                 \
+  template BasicCudaBackend<A>::BasicCudaBackend(CudaOptions);                                              \
+  template BasicCudaBackend<A>::~BasicCudaBackend();                                                        \
+  template void BasicCudaBackend<A>::begin_graph_step(std::string_view);                                    \
+  template void BasicCudaBackend<A>::end_graph_step();                                                      \
+  template void BasicCudaBackend<A>::abort_graph_step() noexcept;                                           \
+  template BasicCudaBackend<A>::GraphStats BasicCudaBackend<A>::graph_stats() const;                        \
+  template std::string BasicCudaBackend<A>::device_name() const;                                            \
+  template void BasicCudaBackend<A>::synchronize();                                                         \
+  template std::span<const float> BasicCudaBackend<A>::host_view(std::span<const float>, std::vector<float>&); \
+  template const std::uint8_t* BasicCudaBackend<A>::upload_mask(const std::uint8_t*, std::size_t);          \
+  template const std::int32_t* BasicCudaBackend<A>::upload_ids(const std::int32_t*, std::size_t);
+XFMR_CUDA_FOR_EACH_ACTIVATION(XFMR_INSTANTIATE)
+#undef XFMR_INSTANTIATE
+template std::span<const float> BasicCudaBackend<Bf16>::host_view(std::span<const Bf16>, std::vector<float>&);
 
 }  // namespace xfmr

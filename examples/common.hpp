@@ -357,7 +357,8 @@ struct RunOptions {
 };
 
 inline constexpr const char* kBackendHelp =
-    "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA) or cuda-tf32 (the same with TF32 tensor-core GEMMs)";
+    "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA), cuda-tf32 (the same with TF32 tensor-core GEMMs) or "
+    "cuda-bf16 (activations stored in bfloat16, bf16 products, float32 weights)";
 // --recompute (every training program and the bench): block_stack.hpp's modes.
 inline constexpr const char* kRecomputeHelp =
     "activation recompute: none; cheap (the norms' and the activation's outputs computed again in the backward, "

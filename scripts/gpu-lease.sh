@@ -6,7 +6,8 @@
 #            (the device call carries lease/; docs/GUIDE.md, "On a GPU")
 # Within XFMR_LEASE_SECONDS (default 570), each step under its own limit:
 # 1. test_cuda_parity whole, then compute-sanitizer memcheck on the cases
-#    that have not run on a GPU yet (NEW below);
+#    that have not run on a GPU yet (NEW below); test_cuda_bf16 (bf16
+#    storage: CudaBf16Backend) whole, and under memcheck;
 # 2. shakespeare-large, the seeds' recipe (Karpathy's lecture: B64 T256,
 #    AdamW 3e-4 constant, dropout 0.2, 5000 steps, 200 validation batches
 #    every 500; target val loss 1.48), on CUDA with bf16 products when
@@ -17,16 +18,17 @@
 #    float32, TF32 and bf16 products, each with the materialised and the
 #    tiled attention kernels (XFMR_CUDA_FLASH_ATTENTION=1), bf16 in the
 #    fast path (tiled, the fused loss, XFMR_CUDA_FUSED_LOSS=1, and
-#    cuBLASLt's epilogues, XFMR_CUDA_LT_EPILOGUES=1), and PyTorch
+#    cuBLASLt's epilogues, XFMR_CUDA_LT_EPILOGUES=1), bf16 storage
+#    (--backend cuda-bf16) in the fast path, and PyTorch
 #    (autocast bf16 and TF32, both through scaled_dot_product_attention),
 #    alternating, XFMR_BENCH_ROUNDS rounds (default 1): ms a step, tokens/s,
 #    peak device memory;
 #    Then attention alone at the same size, forward and backward: xfmr's
 #    tiled kernels in FP32 and bf16 (tensor cores) against PyTorch's SDPA;
 #    and GPT-2-small's loss over 300 steps (B16 T256, tiny Shakespeare in
-#    GPT-2's tokens, no dropout) in strict FP32 and in the fast path (bf16,
-#    tiled attention, fused loss, cuBLASLt epilogues): within 1% of each
-#    other;
+#    GPT-2's tokens, no dropout) in strict FP32 and in bf16 storage in the
+#    fast path (cuda-bf16, tiled attention, fused loss, cuBLASLt
+#    epilogues): within 1% of each other;
 # 4. a random stories15m (llama2.c's layout) decoded greedily on the CPU and
 #    on CUDA: the first 32 tokens must agree; then Nsight Compute's time of
 #    each kernel of one fast-path GPT-2-small step (where ncu is);
@@ -110,6 +112,14 @@ within 120
 step "parity (whole suite)" bash -c "'$xrun' '$parity' --color_output=no --log_level=test_suite --report_level=short \
   > '$work/parity.log' 2>&1; rc=\$?; grep -E 'error|passed|failed|skipped' '$work/parity.log' | tail -8; exit \$rc"
 sanitize memcheck 120
+within 60  # bf16 storage
+step "bf16 storage (test_cuda_bf16)" bash -c "'$xrun' '$bin/test/test_cuda_bf16' --color_output=no \
+  --log_level=test_suite --report_level=short > '$work/bf16.log' 2>&1; rc=\$?; grep -E 'error|passed|failed' \
+  '$work/bf16.log' | tail -8; exit \$rc"
+within 90
+step "memcheck (bf16 storage)" bash -c "'$xrun' '$sanitizer' --tool memcheck --error-exitcode 3 \
+  '$bin/test/test_cuda_bf16' --color_output=no > '$work/memcheck_bf16.log' 2>&1; rc=\$?; \
+  grep -E 'ERROR SUMMARY|not supported' '$work/memcheck_bf16.log' | tail -2; exit \$rc"
 
 # 2. The seeds' large model, in bf16 products only where they passed.
 bf16_ok() {
@@ -149,6 +159,11 @@ for ((round = 1; round <= ${XFMR_BENCH_ROUNDS:-1}; ++round)); do
   step_log=$work/$name.log step "gpt2 xfmr bf16 fast path $round" env "${fast_path[@]}" \
     "$xrun" "$bin/benchmark/xfmr-bench" "${gpt2[@]}" --backend "$(cuda cuda)" --precision bf16 \
     --json "$work/$name.json"
+  within 60  # bf16 storage (CudaBf16Backend), in the fast path
+  name=gpt2_xfmr_bf16-storage_fast-path_$round
+  step_log=$work/$name.log step "gpt2 xfmr bf16 storage $round" env "${fast_path[@]}" \
+    "$xrun" "$bin/benchmark/xfmr-bench" "${gpt2[@]}" --backend "$(cuda cuda-bf16)" --precision bf16 \
+    --json "$work/$name.json"
   for precision in bf16 tf32; do
     if [[ $precision == bf16 ]]; then how=(--precision bf16); else how=(--tf32); fi
     within 60
@@ -174,16 +189,18 @@ if [[ -n $sdpa ]]; then
     "${timing[@]}" --json "$work/attention_torch_bf16.json"
 fi
 
-# 3c. GPT-2-small's loss in the fast path against strict float32: the same
+# 3c. GPT-2-small's loss in bf16 storage against strict float32: the same
 #     seed, no dropout, 300 steps of B16 T256 on tiny Shakespeare (GPT-2's
-#     tokenizer); bf16 in the fast path must stay
-#     within 1% of FP32's (its evaluations, and its last 50 batches' mean).
+#     tokenizer); cuda-bf16 in the fast path must stay within 1% of FP32's
+#     (its evaluations, and its last 50 batches' mean).
 curve=(--preset gpt2-small --tokenizer "${XFMR_DATA:-$bin/data}/gpt2" --data "$data" --dropout 0 "${curve_size[@]}")
 for precision in fp32 bf16; do
-  if [[ $precision == bf16 ]]; then how=(--precision bf16) fast=("${fast_path[@]}"); else how=() fast=(); fi
+  if [[ $precision == bf16 ]]; then
+    how=(--backend "$(cuda cuda-bf16)" --precision bf16) fast=("${fast_path[@]}")
+  else how=(--backend "$(cuda cuda)") fast=(); fi
   within 90
   step_log=$work/curve_$precision.log step "gpt2 loss curve $precision" env "${fast[@]}" \
-    "$xrun" "$bin/examples/xfmr-lm" train "${curve[@]}" --backend "$(cuda cuda)" "${how[@]}" \
+    "$xrun" "$bin/examples/xfmr-lm" train "${curve[@]}" "${how[@]}" \
     --log-csv "$work/curve_$precision.csv" --report "$work/curve_$precision.html" \
     --metrics-json "$work/curve_$precision.json"
 done
@@ -252,6 +269,9 @@ def load(path):
 log = open(f"{work}/parity.log", errors="replace").read() if os.path.exists(f"{work}/parity.log") else ""
 m = re.search(r"(\d+) test cases? out of (\d+) passed", log)
 print(f"parity: {m.group(1)} of {m.group(2)} cases passed" if m else "parity: no report")
+log = open(f"{work}/bf16.log", errors="replace").read() if os.path.exists(f"{work}/bf16.log") else ""
+m = re.search(r"(\d+) test cases? out of (\d+) passed", log)
+print(f"bf16 storage: {m.group(1)} of {m.group(2)} cases passed" if m else "bf16 storage: no report")
 large = load(f"{work}/large.json")
 if large:
     print(f"shakespeare-large: val loss {large['val_loss']:.4f} (train {large['train_loss']:.4f}; target 1.48), "
@@ -296,7 +316,7 @@ if rows:
     print(f"attention alone, B{a['B']} H{a['H']} T{a['T']} head {a['head']} causal, fwd+bwd     ms   TFLOP/s")
     print("\n".join(rows))
 PY
-  [[ -f $work/curve.log ]] && echo "GPT-2-small loss, FP32 / bf16 fast path: $(tail -1 "$work/curve.log")"
+  [[ -f $work/curve.log ]] && echo "GPT-2-small loss, FP32 / bf16 storage: $(tail -1 "$work/curve.log")"
   $py - "$work" <<'PY'
 import collections, csv, os, sys
 path = f"{sys.argv[1]}/profile.csv"

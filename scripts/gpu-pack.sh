@@ -4,7 +4,7 @@
 #   scripts/gpu-pack.sh [ARCHIVE]      (default lease/xfmr-lease.tar.xz)
 # builds the lease preset (-DXFMR_NATIVE=OFF: no instruction the GPU
 # machine's processor may lack; CUDA for sm_90) and writes one archive of
-#   test/test_cuda_parity, test/test_cuda_runtime, examples/xfmr-charlm,
+#   test/test_cuda_parity, test/test_cuda_bf16, test/test_cuda_runtime, examples/xfmr-charlm,
 #   examples/xfmr-lm, benchmark/xfmr-bench   stripped, where a build tree
 #          has them
 #   lib/   the shared libraries they load, except the C library's and the
@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 archive=${1:-lease/xfmr-lease.tar.xz}
-targets=(test/test_cuda_parity test/test_cuda_runtime examples/xfmr-charlm examples/xfmr-lm benchmark/xfmr-bench)
+targets=(test/test_cuda_parity test/test_cuda_bf16 test/test_cuda_runtime examples/xfmr-charlm examples/xfmr-lm benchmark/xfmr-bench)
 
 cmake --preset lease > /dev/null
 cmake --build --preset lease --parallel "$(( $(nproc) + 1 ))" --target "${targets[@]##*/}"

@@ -88,6 +88,7 @@ struct SplitBackend {
 
   void synchronize();
   std::span<const S> host_view(std::span<const A> x, std::vector<S>& staging);
+  std::span<const S> host_view(std::span<const S> x, std::vector<S>& staging);  // attention's probabilities
   Workspace<Buffer<A>>& workspace();
 
   // linear

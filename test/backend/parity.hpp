@@ -62,6 +62,18 @@ inline void expect_close(const F& cpu, const F& gpu, const std::string& what, do
                                 << gpu[at] << " (rtol " << rtol << ", atol " << atol << ")");
 }
 
+// ||gpu - cpu|| / ||cpu||, every GPU element finite (NaN never passes).
+inline double relative_error(const F& cpu_values, const F& gpu_values, const std::string& what) {
+  BOOST_REQUIRE_EQUAL(cpu_values.size(), gpu_values.size());
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < cpu_values.size(); ++i) {
+    BOOST_REQUIRE_MESSAGE(std::isfinite(gpu_values[i]), what << ": element " << i << " is " << gpu_values[i]);
+    diff += (double(gpu_values[i]) - cpu_values[i]) * (double(gpu_values[i]) - cpu_values[i]);
+    norm += double(cpu_values[i]) * cpu_values[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
 // name -> host copy of every parameter value (or gradient) of a model.
 template <class Model>
 std::map<std::string, F> tensors_of(Model& m, bool grads) {

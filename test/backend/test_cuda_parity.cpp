@@ -602,18 +602,6 @@ BOOST_AUTO_TEST_CASE(tiled_attention_matches_the_cpu) {
   BOOST_TEST((path(gpu, AttentionDims{2, 12, 1024, 1024, 64, 64}) == AttentionPath::heads));  // off by default
 }
 
-// ||gpu - cpu|| / ||cpu||, every GPU element finite (NaN never passes).
-double relative_error(const F& cpu_values, const F& gpu_values, const std::string& what) {
-  BOOST_REQUIRE_EQUAL(cpu_values.size(), gpu_values.size());
-  double diff = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < cpu_values.size(); ++i) {
-    BOOST_REQUIRE_MESSAGE(std::isfinite(gpu_values[i]), what << ": element " << i << " is " << gpu_values[i]);
-    diff += (double(gpu_values[i]) - cpu_values[i]) * (double(gpu_values[i]) - cpu_values[i]);
-    norm += double(cpu_values[i]) * cpu_values[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 // With bf16 products the tiled attention runs on the tensor cores
 // (attention_bf16.cu; heads of 64 and 128): against the CPU's float tiled
 // attention within bf16's error (rounded operands: 1e-2 of the norm for

@@ -354,15 +354,17 @@ case "$case_name" in
     out=$("$charlm" train --data corpus.txt --model tiny --steps 30 --lr 10 --eval-every 30 --eval-batches 1 \
       --samples 0 --log-csv "" --report "" 2>&1)
     grep -q "warning: the loss has grown from .* training is diverging" <<<"$out" || fail "no divergence warning: $out"
-    expect_error "unknown --backend 'tpu' (expected cpu, cuda or cuda-tf32)" "$charlm" train --data corpus.txt \
+    expect_error "unknown --backend 'tpu' (expected cpu, cuda, cuda-tf32 or cuda-bf16)" "$charlm" train --data corpus.txt \
       --model tiny --backend tpu
-    # --backend cuda and cuda-tf32: a clear error without a GPU (or without
-    # CUDA in the build); with one, a short run that says where it ran.
-    for be in cuda cuda-tf32; do
+    # --backend cuda, cuda-tf32 and cuda-bf16: a clear error without a GPU
+    # (or without CUDA in the build); with one, a short run that says where
+    # it ran.
+    for be in cuda cuda-tf32 cuda-bf16; do
       if "$charlm" train --data corpus.txt --model tiny --steps 4 --eval-every 2 --eval-batches 1 --samples 20 \
            --log-csv $be.csv --report $be.html --backend $be > $be.log 2>&1; then
         grep -q " on cuda (" $be.log || { cat $be.log; fail "--backend $be ran but did not say so"; }
-        [[ $be == cuda ]] || grep -q "TF32)" $be.log || { cat $be.log; fail "--backend $be did not say TF32"; }
+        [[ $be != cuda-tf32 ]] || grep -q "TF32)" $be.log || { cat $be.log; fail "--backend $be did not say TF32"; }
+        [[ $be != cuda-bf16 ]] || grep -q "bf16 activations" $be.log || { cat $be.log; fail "--backend $be: no bf16"; }
       else
         grep -qE "CUDA backend: no usable CUDA device|built without CUDA" $be.log \
           || { cat $be.log; fail "--backend $be failed without a clear reason"; }

@@ -30,7 +30,8 @@
 //      compiles a Decoder so, and fails on a mix-up).
 //  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)   (cpu/linear.hpp)
 //  host_view(x, staging) -> span               x readable on the host (copied
-//      into staging when x is device memory): logits for sampling, accuracy
+//      into staging when x is device memory, widened to Scalar): logits for
+//      sampling, accuracy (x of Activation); attention maps (x of Scalar)
 //  synchronize()                             waits for queued work (timing)
 //
 // Optional (callers test for them with a requires-expression):

@@ -26,6 +26,17 @@
 #include <cstdint>
 #include <string>
 
+namespace xfmr {
+
+// One bfloat16 value as its 16 bits (bf16::from_float's): the activations'
+// type of a backend that stores them in bfloat16 (CudaBf16Backend). It has
+// no arithmetic: kernels widen it to float32 and round results back.
+struct Bf16 {
+  std::uint16_t bits;
+};
+
+}  // namespace xfmr
+
 namespace xfmr::bf16 {
 
 // The bfloat16 nearest x (ties to even), as its 16 bits; NaN stays NaN, and

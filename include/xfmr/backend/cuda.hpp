@@ -33,11 +33,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "xfmr/backend/attention_plan.hpp"
 #include "xfmr/backend/backend.hpp"
+#include "xfmr/backend/bf16.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/mask.hpp"
 #include "xfmr/core/tensor.hpp"
@@ -119,14 +121,26 @@ class DeviceArray {
   std::size_t n_ = 0;
 };
 
+// y[i] = x[i] rounded to bfloat16 (to nearest, ties to even), queued on
+// the backend's stream: a Tensor's product copy (cuda/runtime.cu).
+void round_to_bf16(std::size_t n, const float* x, Bf16* y);
+
 // A parameter-like tensor in device memory, with the host Tensor's interface
 // minus element access: values come and go through generate(),
 // copy_from_host() and copy_to_host() (initialisation, checkpoints, moving
 // weights between backends).
-template <class S>
-class Tensor : public ShapedStorage<Tensor<S>, S> {
+//
+// P is the type products read the values in (product_data(); backend.hpp).
+// With P = S these are the values themselves. With P = Bf16 they are a copy
+// rounded to bfloat16, made again on the first product_data() after any
+// data() that could write the values (the non-const one: the optimizers,
+// checkpoints, copy_from_host), so that a product never reads a stale copy;
+// a pointer from data() must not be kept and written through after a later
+// product_data().
+template <class S, class P = S>
+class Tensor : public ShapedStorage<Tensor<S, P>, S> {
  public:
-  using ShapedStorage<Tensor<S>, S>::size;
+  using ShapedStorage<Tensor<S, P>, S>::size;
 
   Tensor() = default;
   explicit Tensor(std::vector<std::int64_t> shape) { resize(std::move(shape)); }
@@ -134,10 +148,22 @@ class Tensor : public ShapedStorage<Tensor<S>, S> {
 
   void resize(std::vector<std::int64_t> shape) { storage_.reserve(this->set_shape(std::move(shape))); }
 
-  S* data() { return storage_.data(); }
+  S* data() {
+    copy_current_ = false;
+    return storage_.data();
+  }
   const S* data() const { return storage_.data(); }
-  // The values products read in the activations' type (backend.hpp): these.
-  const S* product_data() const { return data(); }
+  const P* product_data() const {
+    if constexpr (std::is_same_v<P, S>) {
+      return data();
+    } else {
+      if (!copy_current_ && size()) {
+        round_to_bf16(size(), data(), copy_.reserve(size()));
+        copy_current_ = true;
+      }
+      return copy_.data();
+    }
+  }
 
   void zero() {
     if (size()) fill_zero(data(), size() * sizeof(S));
@@ -162,6 +188,9 @@ class Tensor : public ShapedStorage<Tensor<S>, S> {
 
  private:
   DeviceArray<S> storage_;
+  struct NoCopy {};
+  [[no_unique_address]] mutable std::conditional_t<std::is_same_v<P, S>, NoCopy, DeviceArray<P>> copy_;
+  mutable bool copy_current_ = false;
 };
 
 // Activations and saved state in device memory (host Buffer's interface).
@@ -248,22 +277,44 @@ struct CudaOptions {
   bool lt_epilogues = false;
 };
 
-class CudaBackend {
+// The backend's device context (cuBLAS handles, staging, scratch, graphs;
+// cuda/common.cuh) and one fused product's description (cuda/linear.cu).
+namespace cuda {
+struct Context;
+struct LtProduct;
+struct NotNarrow {};
+struct EpilogueStats {
+  std::size_t fused = 0, unfused = 0;
+};
+}  // namespace cuda
+
+// CudaBackend and CudaBf16Backend: the operations on one GPU, with
+// activations stored as A (float, or bfloat16 as xfmr::Bf16) and everything
+// else (parameters, their gradients, optimizer state, saved statistics,
+// every sum) float32. Each member is defined in cuda/<family>.cu for both.
+template <class A>
+class BasicCudaBackend {
  public:
   using Scalar = float;
   using S = float;
-  using Activation = float;  // backend.hpp
-  using Tensor = cuda::Tensor<float>;
+  using Activation = A;  // backend.hpp
+  using Tensor = cuda::Tensor<float, A>;
   template <class T>
   using Buffer = cuda::Buffer<T>;
-  static constexpr const char* name = "cuda";
+  static constexpr bool kNarrow = !std::is_same_v<A, S>;  // activations stored narrower than float32
+  static constexpr const char* name = kNarrow ? "cuda-bf16" : "cuda";
+  // The type of the overloads only a narrow backend has (a product into
+  // float32 parameter gradients, the sum of squares of activations): A
+  // there; with float32 activations they would repeat the float32 ones, and
+  // take a type nothing passes.
+  using NarrowA = std::conditional_t<kNarrow, A, cuda::NotNarrow>;
 
   // Selects the device and creates the cuBLAS handle. Throws xfmr::Error
   // naming the device and the CUDA message when there is none.
-  explicit CudaBackend(CudaOptions opts = {});
-  ~CudaBackend();
-  CudaBackend(const CudaBackend&) = delete;
-  CudaBackend& operator=(const CudaBackend&) = delete;
+  explicit BasicCudaBackend(CudaOptions opts = {});
+  ~BasicCudaBackend();
+  BasicCudaBackend(const BasicCudaBackend&) = delete;
+  BasicCudaBackend& operator=(const BasicCudaBackend&) = delete;
 
   const CudaOptions& options() const { return opts_; }
   std::string device_name() const;
@@ -299,82 +350,84 @@ class CudaBackend {
   };
   GraphStats graph_stats() const;
 
-  // Logits and other results for host code (sampling, accuracy): copies x to
-  // `staging` and returns it.
+  // Logits and other results for host code (sampling, accuracy; attention's
+  // probabilities): copies x to `staging` (widened to float32) and returns it.
   std::span<const S> host_view(std::span<const S> x, std::vector<S>& staging);
+  std::span<const S> host_view(std::span<const NarrowA> x, std::vector<S>& staging);
 
   // Scratch memory the layers take for the length of a call (core/workspace.hpp).
   Workspace<Buffer<Activation>>& workspace() { return workspace_; }
 
   // ---- the operations, by family (backend/cpu/<family>.hpp; cuda/<family>.cu) ----
-  void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
+  // Activations are A, parameters and statistics S (backend.hpp). With
+  // bfloat16 activations, a product reads bfloat16 operands (activations,
+  // and the weights' Tensor::product_data()), sums in float32 and rounds
+  // its result once; the second gemm writes float32 parameter gradients.
+  void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const A* a, int lda, const A* b, int ldb, S beta, A* c,
             int ldc);
-  void bias_add(int rows, int n, const S* bias, S* y);
-  void bias_grad(int rows, int n, const S* dy, S* dbias);
-  void linear_forward(int rows, int in, int out, const S* x, const S* w, const S* bias, S* y);
-  void linear_gelu_forward(int rows, int in, int out, const S* x, const S* w, const S* bias, S* h, S* y);
-  void linear_dgelu_input_grad(int rows, int in, int out, const S* dy, const S* w, const S* h, S* dh);
+  void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const NarrowA* a, int lda, const NarrowA* b, int ldb,
+            S beta, S* c, int ldc);
+  void bias_add(int rows, int n, const S* bias, A* y);
+  void bias_grad(int rows, int n, const A* dy, S* dbias);
+  void linear_forward(int rows, int in, int out, const A* x, const A* w, const S* bias, A* y);
+  void linear_gelu_forward(int rows, int in, int out, const A* x, const A* w, const S* bias, A* h, A* y);
+  void linear_dgelu_input_grad(int rows, int in, int out, const A* dy, const A* w, const A* h, A* dh);
   // The fused products served by one cuBLASLt call each, and by the product
   // and kernels (CudaOptions::lt_epilogues off, or no algorithm for the
   // shape), since the start.
-  struct EpilogueStats {
-    std::size_t fused = 0, unfused = 0;
-  };
+  using EpilogueStats = cuda::EpilogueStats;
   EpilogueStats epilogue_stats() const;
-  void add(std::size_t n, const S* a, const S* b, S* y);
-  void add_to(std::size_t n, const S* x, S* y);
-  void copy(std::size_t n, const S* x, S* y);
-  void add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y);
-  void add_positions_backward(int B, int T, int D, const S* dy, S* dtable);
-  void rope_forward(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld);
-  void rope_backward(int B, int T, int offset, int H, int hd, const S* table, S* dx, int ld);
-  void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y, S* mean, S* rstd);
-  void layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean, const S* rstd,
-                           S* dx, S* dgamma, S* dbeta);
-  void rms_norm_forward(int rows, int n, const S* x, const S* gamma, S eps, S* y, S* rstd);
-  void rms_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* rstd, S* dx, S* dgamma);
-  void relu_forward(std::size_t n, const S* x, S* y);
-  void relu_backward(std::size_t n, const S* x, const S* dy, S* dx);
-  void gelu_forward(std::size_t n, const S* x, S* y);
-  void gelu_backward(std::size_t n, const S* x, const S* dy, S* dx);
-  void swiglu_forward(int rows, int n, const S* h, S* y);
-  void swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh);
-  void geglu_forward(int rows, int n, const S* h, S* y);
-  void geglu_backward(int rows, int n, const S* h, const S* dy, S* dh);
-  void dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep);
-  void dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx);
-  void embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, S* y);
-  void embedding_backward(int n, int D, const std::int32_t* ids, const S* dy, S* dtable);
-  void mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y);
-  void mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx);
-  double cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets, int ignore_index,
+  void add(std::size_t n, const A* a, const A* b, A* y);
+  void add_to(std::size_t n, const A* x, A* y);
+  void copy(std::size_t n, const A* x, A* y);
+  void add_positions_forward(int B, int T, int D, const A* x, const S* table, A* y);
+  void add_positions_backward(int B, int T, int D, const A* dy, S* dtable);
+  void rope_forward(int B, int T, int offset, int H, int hd, const S* table, A* x, int ld);
+  void rope_backward(int B, int T, int offset, int H, int hd, const S* table, A* dx, int ld);
+  void layer_norm_forward(int rows, int n, const A* x, const S* gamma, const S* beta, S eps, A* y, S* mean, S* rstd);
+  void layer_norm_backward(int rows, int n, const A* dy, const A* x, const S* gamma, const S* mean, const S* rstd,
+                           A* dx, S* dgamma, S* dbeta);
+  void rms_norm_forward(int rows, int n, const A* x, const S* gamma, S eps, A* y, S* rstd);
+  void rms_norm_backward(int rows, int n, const A* dy, const A* x, const S* gamma, const S* rstd, A* dx, S* dgamma);
+  void relu_forward(std::size_t n, const A* x, A* y);
+  void relu_backward(std::size_t n, const A* x, const A* dy, A* dx);
+  void gelu_forward(std::size_t n, const A* x, A* y);
+  void gelu_backward(std::size_t n, const A* x, const A* dy, A* dx);
+  void swiglu_forward(int rows, int n, const A* h, A* y);
+  void swiglu_backward(int rows, int n, const A* h, const A* dy, A* dh);
+  void geglu_forward(int rows, int n, const A* h, A* y);
+  void geglu_backward(int rows, int n, const A* h, const A* dy, A* dh);
+  void dropout_forward(std::size_t n, float p, std::uint64_t key, const A* x, A* y, std::uint8_t* keep);
+  void dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const A* dy, A* dx);
+  void embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, A* y);
+  void embedding_backward(int n, int D, const std::int32_t* ids, const A* dy, S* dtable);
+  void mean_pool_forward(int B, int T, int D, const A* x, const std::uint8_t* exclude, A* y);
+  void mean_pool_backward(int B, int T, int D, const A* dy, const std::uint8_t* exclude, A* dx);
+  double cross_entropy_forward(int rows, int V, const A* logits, const std::int32_t* targets, int ignore_index,
                                S* probs, S smoothing = S(0));
   void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index, S dloss,
-                              S* dlogits, S smoothing = S(0));
-  double cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets,
-                                        int ignore_index, S dloss, S* dlogits, S smoothing = S(0));
+                              A* dlogits, S smoothing = S(0));
+  double cross_entropy_forward_backward(int rows, int V, const A* logits, const std::int32_t* targets,
+                                        int ignore_index, S dloss, A* dlogits, S smoothing = S(0));
   double sum_squares(std::size_t n, const S* x);
+  double sum_squares(std::size_t n, const NarrowA* x);
   void sum_squares_each(std::span<const SquaresTensor<S>> tensors, std::span<double> sums);
   void scale(std::size_t n, S alpha, S* x);
   void adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps, S bias_correction1,
                   S bias_correction2);
   void sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay);
-  void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv, S* y,
+  void attention_forward(const AttentionDims& a, const A* q, int ldq, const A* k, int ldk, const A* v, int ldv, A* y,
                          int ldy, S* probs, const AttentionMask& mask);
-  void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
-                          const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv);
+  void attention_backward(const AttentionDims& a, const A* dy, int ldy, const A* q, int ldq, const A* k, int ldk,
+                          const A* v, int ldv, const S* probs, A* dq, A* dk, A* dv);
   // The reach of the attention kernels (attention_plan.hpp): the tiled
   // path where CudaOptions::flash_attention asks.
   AttentionKernels attention_kernels() const { return cuda_attention_kernels(opts_.flash_attention); }
-  void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
-                               S* y, int ldy, S* lse, const AttentionMask& mask);
-  void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo, const S* q, int ldq,
-                                const S* k, int ldk, const S* v, int ldv, const S* lse, const AttentionMask& mask,
-                                S* dq, S* dk, S* dv);
-
-  // Strided-batched row-major GEMM (attention scores and their gradients).
-  void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, long stride_a,
-                            const S* B, int ldb, long stride_b, S beta, S* C, int ldc, long stride_c, int batch);
+  void flash_attention_forward(const AttentionDims& a, const A* q, int ldq, const A* k, int ldk, const A* v, int ldv,
+                               A* y, int ldy, S* lse, const AttentionMask& mask);
+  void flash_attention_backward(const AttentionDims& a, const A* dy, int ldy, const A* y, int ldo, const A* q, int ldq,
+                                const A* k, int ldk, const A* v, int ldv, const S* lse, const AttentionMask& mask,
+                                A* dq, A* dk, A* dv);
 
   // Training across processes, one GPU a rank (train/distributed.hpp): every
   // tensor (device memory) summed over the ranks of `group`, in place,
@@ -384,9 +437,6 @@ class CudaBackend {
   // one rank it is a copy. Throws xfmr::Error without NCCL (nccl_available).
   void all_reduce_sum(ProcessGroup& group, std::span<const std::span<S>> tensors);
 
-  struct Context;     // cuBLAS handle and upload staging (cuda/runtime.cu)
-  struct LtProduct;   // one cuBLASLt product with its epilogue (cuda/linear.cu)
-
  private:
   void begin_graph_step(std::string_view key);
   void end_graph_step();
@@ -395,18 +445,26 @@ class CudaBackend {
   const std::int32_t* upload_ids(const std::int32_t* host, std::size_t n);
   const std::uint64_t* dropout_key(std::uint64_t key);  // in device memory, for the next launch
   const S* drop_probabilities(const AttentionDims& a, const S* probs);  // attention dropout's weights
+  // Strided-batched row-major GEMM of activations into C (S: attention's
+  // scores and their gradients; A: its outputs and input gradients).
+  template <class C>
+  void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, S alpha, const A* a, int lda, long stride_a,
+                            const A* b, int ldb, long stride_b, S beta, C* c, int ldc, long stride_c, int batch);
   // The heads path's masked softmax over (B, H, Tq, Tk) and its backward.
   void softmax_forward(int B, int H, int Tq, int Tk, const S* scores, S* probs, const AttentionMask& mask);
   void softmax_backward(int rows, int n, const S* probs, const S* dprobs, S* dscores);
   // One fused product through cuBLASLt (linear.cu); false, having queued
   // nothing, where CudaOptions::lt_epilogues is off or cuBLASLt has no
   // algorithm for it.
-  bool lt_product(const LtProduct& p);
+  bool lt_product(const cuda::LtProduct& p);
 
   CudaOptions opts_;
-  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<cuda::Context> ctx_;
   Workspace<Buffer<Activation>> workspace_;  // after ctx_: freed before the context goes
 };
+
+using CudaBackend = BasicCudaBackend<float>;
+using CudaBf16Backend = BasicCudaBackend<Bf16>;
 
 static_assert(Backend<CudaBackend>);
 

@@ -7,9 +7,11 @@
 //     ...
 //   });
 //
-// Names: cpu; cuda (an NVIDIA GPU, strict FP32 products) and cuda-tf32 (TF32
-// tensor-core products), which need an xfmr built with CUDA and, when run,
-// a GPU. Precisions: fp32, bf16 (bf16 products: CpuOptions::bf16,
+// Names: cpu; cuda (an NVIDIA GPU, strict FP32 products), cuda-tf32 (TF32
+// tensor-core products) and cuda-bf16 (CudaBf16Backend: activations stored
+// in bfloat16, bf16 products, float32 master weights; its precision is
+// bf16), which need an xfmr built with CUDA and, when run, a GPU.
+// Precisions: fp32, bf16 (bf16 products: CpuOptions::bf16,
 // CudaOptions::bf16), or int8 on the CPU (int8 weights when decoding:
 // CpuOptions::int8). Under mpirun the ranks of a machine take its GPUs in
 // turn. Unknown names are xfmr::Error listing the choices.
@@ -29,13 +31,13 @@
 
 namespace xfmr {
 
-inline constexpr const char* kBackendNames = "cpu, cuda or cuda-tf32";
+inline constexpr const char* kBackendNames = "cpu, cuda, cuda-tf32 or cuda-bf16";
 inline constexpr const char* kPrecisionNames = "fp32, bf16 or int8";
 
 // An unknown name is an xfmr::Error naming `what` (a program's option, say).
 inline void check_backend_name(std::string_view name, std::string_view what = "backend") {
-  require(name == "cpu" || name == "cuda" || name == "cuda-tf32", "unknown ", what, " '", name, "' (expected ",
-          kBackendNames, ")");
+  require(name == "cpu" || name == "cuda" || name == "cuda-tf32" || name == "cuda-bf16", "unknown ", what, " '", name,
+          "' (expected ", kBackendNames, ")");
 }
 inline void check_precision_name(std::string_view precision, std::string_view what = "precision") {
   require(precision == "fp32" || precision == "bf16" || precision == "int8", "unknown ", what, " '", precision,
@@ -54,6 +56,7 @@ decltype(auto) with_backend(std::string_view name, F&& f) {
   check_backend_name(name);
   if (name != "cpu") {
 #ifdef XFMR_WITH_CUDA
+    if (name == "cuda-bf16") return f.template operator()<CudaBf16Backend>();
     return f.template operator()<CudaBackend>();
 #else
     detail::fail("backend ", name, ": this xfmr was built without CUDA (CMake found no CUDA compiler)");
@@ -83,6 +86,11 @@ Be make_backend([[maybe_unused]] std::string_view name, std::string_view precisi
     const int device = ProcessGroup::world().local_rank() % std::max(1, cuda::device_count());
     return CudaBackend({.device = device, .tf32 = name == "cuda-tf32", .bf16 = precision == "bf16"});
   }
+  if constexpr (std::is_same_v<Be, CudaBf16Backend>) {  // bf16 storage: bf16 whatever the precision asked
+    require(precision != "int8", "int8 precision runs on the CPU backend (not ", name, ")");
+    const int device = ProcessGroup::world().local_rank() % std::max(1, cuda::device_count());
+    return CudaBf16Backend({.device = device});
+  }
 #endif
   require(precision == "fp32", precision, " precision runs on the CPU", precision == "bf16" ? " and CUDA" : "",
           " backend", precision == "bf16" ? "s" : "", " (not ", Be::name, ")");
@@ -109,6 +117,8 @@ std::string describe(const Be& be) {
   if constexpr (std::is_same_v<Be, CudaBackend>)
     return std::string("cuda (") + be.device_name() +
            (be.options().tf32 ? ", TF32)" : be.options().bf16 ? ", bf16 products)" : ")");
+  if constexpr (std::is_same_v<Be, CudaBf16Backend>)
+    return std::string("cuda (") + be.device_name() + ", bf16 activations and products)";
 #endif
   if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
     if (be.options().bf16) return "cpu (bf16 products)";

@@ -152,9 +152,16 @@ extern template std::unique_ptr<LanguageModel<CpuBackend<float>>> make_language_
                                                                                       std::uint64_t,
                                                                                       const DecoderOptions&);
 #ifdef XFMR_WITH_CUDA
-class CudaBackend;
+template <class A>
+class BasicCudaBackend;
+struct Bf16;
+using CudaBackend = BasicCudaBackend<float>;
+using CudaBf16Backend = BasicCudaBackend<Bf16>;
 extern template std::unique_ptr<LanguageModel<CudaBackend>> make_language_model(std::string_view, int, std::uint64_t,
                                                                                const DecoderOptions&);
+extern template std::unique_ptr<LanguageModel<CudaBf16Backend>> make_language_model(std::string_view, int,
+                                                                                   std::uint64_t,
+                                                                                   const DecoderOptions&);
 #endif
 
 }  // namespace xfmr
