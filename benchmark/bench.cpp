@@ -225,24 +225,32 @@ double cached_step_flops(const PresetInfo& p, double t, double V) {
 // a log-sum-exp (H) where it tiles; under cheap recompute the blocks share
 // one copy of the norm outputs (pre-norm) and the activation; under block
 // recompute the blocks keep their inputs and one block at a time the rest.
+// Activations take `activation_bytes` each (2 with bfloat16 storage, whose
+// weight matrices' bfloat16 copies, `weight_copy_bytes` a value of
+// `matrices`, count too); statistics (the norms', log-sum-exps, materialised
+// probabilities) stay float32.
 json analytical_memory(const PresetInfo& p, std::size_t params, double B, double T, double V, double moments = 1.0,
-                       bool tiled = false, Recompute recompute = Recompute::none) {
-  const double D = p.d_model, FF = p.d_ff, L = p.n_layers, H = p.n_heads;
+                       bool tiled = false, Recompute recompute = Recompute::none, double activation_bytes = 4,
+                       double matrices = 0, double weight_copy_bytes = 0) {
+  const double D = p.d_model, FF = p.d_ff, L = p.n_layers, H = p.n_heads, A = activation_bytes;
   const double rows = B * T;
-  const double masks = p.dropout > 0 ? 2 * D / 4 : 0;  // bytes, in floats
-  const double block = 2 * (D + 2) + 3 * D + (tiled ? H : H * T) + D + D + (ff_matrices(p) * FF) + masks;  // past its input
+  const double masks = p.dropout > 0 ? 2 * D : 0;  // bytes
+  // Bytes a row of a block keeps past its input: activations, statistics, masks.
+  const double block = A * (2 * D + 3 * D + D + D + ff_matrices(p) * FF) + 4 * (2 * 2 + (tiled ? H : H * T)) + masks;
   const bool pre = p.pre_norm;
-  const double own = (pre ? 2 * D : 0) + FF, shared = (pre ? D : 0) + FF;  // cheap: each block's, the stack's
-  const double blocks = recompute == Recompute::block   ? L * D + block
-                        : recompute == Recompute::cheap ? L * (D + block - own) + shared
-                                                        : L * (D + block);
-  const double act = rows * (blocks + (D + 2) + 2 * V);
-  const double bytes = double(params) * 4;
-  return {{"parameters_mb", bytes / 1e6},
-          {"gradients_mb", bytes / 1e6},
-          {"optimizer_mb", 2 * bytes * moments / 1e6},
-          {"activations_mb", act * 4 / 1e6},
-          {"total_mb", ((2 + 2 * moments) * bytes + act * 4) / 1e6}};
+  const double own = A * ((pre ? 2 * D : 0) + FF), shared = A * ((pre ? D : 0) + FF);  // cheap: each block's, the stack's
+  const double blocks = recompute == Recompute::block   ? L * A * D + block
+                        : recompute == Recompute::cheap ? L * (A * D + block - own) + shared
+                                                        : L * (A * D + block);
+  const double act = rows * (blocks + A * D + 4 * 2 + A * 2 * V);  // bytes, with the final norm and the logits
+  const double bytes = double(params) * 4, copies = matrices * weight_copy_bytes;
+  json count = {{"parameters_mb", bytes / 1e6},
+                {"gradients_mb", bytes / 1e6},
+                {"optimizer_mb", 2 * bytes * moments / 1e6},
+                {"activations_mb", act / 1e6},
+                {"total_mb", ((2 + 2 * moments) * bytes + act + copies) / 1e6}};
+  if (copies > 0) count["weight_copies_mb"] = copies / 1e6;
+  return count;
 }
 
 // The machine's streaming read bandwidth, in GB/s: each thread sums its
@@ -386,7 +394,7 @@ json run(const Args& a) {
     });
     out["results"]["train_step"] = summarize(t, tokens, 3 * fwd, ceiling);
 #ifdef XFMR_WITH_CUDA
-    if constexpr (std::is_same_v<Be, CudaBackend>) {
+    if constexpr (std::is_same_v<Be, CudaBackend> || std::is_same_v<Be, CudaBf16Backend>) {
       const std::string precision = be.options().bf16 ? "bf16" : be.options().tf32 ? "tf32" : "fp32";
       const double per_token = 6.0 * double(model.parameter_count()) + 6.0 * p.n_layers * p.d_model * T;
       auto& r = out["results"]["train_step"];
@@ -448,18 +456,27 @@ json run(const Args& a) {
     tiled = !a.materialise_attention &&
             plan_attention(AttentionDims{my_rows, p.n_heads, T, T, hd, hd}, AttentionUse::training,
                            be.attention_kernels()) == AttentionPath::tiled;
+  // bfloat16 activations keep bfloat16 copies of the weight matrices too.
+  constexpr double activation_bytes = sizeof(typename Be::Activation);
+  double matrices = 0;
+  model.visit([&](std::string_view, auto& value, auto&) {
+    if (value.shape().size() == 2) matrices += double(value.size());
+  });
   out["memory"] = {{"peak_rss_mb", peak_rss_mb()},
                    {"rss_before_model_mb", rss_before},
                    {"workspace_mb", double(trainer.data_parallel().workspace_bytes()) / 1e6},  // every shard's
                    {"attention", tiled ? "tiled" : "materialised"},
                    {"analytical", analytical_memory(p, model.parameter_count(), my_rows, T, V,
-                                                    a.zero == 1 ? 1.0 / ranks : 1.0, tiled, recompute_mode)}};
+                                                    a.zero == 1 ? 1.0 / ranks : 1.0, tiled, recompute_mode,
+                                                    activation_bytes, matrices,
+                                                    activation_bytes < 4 ? activation_bytes : 0)}};
   // Bandwidth, after the memory figures (its buffer would top them): a
   // cached token reads every weight once, from memory when the weights
   // outgrow the caches (64 MiB and more here; smaller models decode from
   // cache, faster than memory streams).
 #ifdef XFMR_WITH_CUDA
-  if constexpr (std::is_same_v<Be, CudaBackend>) out["memory"]["peak_device_mb"] = double(cuda::memory_use().peak_bytes) / 1e6;
+  if constexpr (std::is_same_v<Be, CudaBackend> || std::is_same_v<Be, CudaBf16Backend>)
+    out["memory"]["peak_device_mb"] = double(cuda::memory_use().peak_bytes) / 1e6;
 #endif
   // In bf16 or int8 precision the CPU decodes from copies of the weight
   // matrices (WeightCopies), which the count adds.
