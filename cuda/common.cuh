@@ -140,6 +140,40 @@ __device__ __forceinline__ A from_float(float v) {
     return v;
 }
 
+// W consecutive activations from p (W = 1, or kPack<A> of them: 16 bytes,
+// one 128-bit access, p then 16-byte aligned) widened to float32, and back.
+template <class A>
+inline constexpr int kPack = 16 / int(sizeof(A));
+template <class A, int W>
+struct alignas(W * sizeof(A)) Packed {
+  A v[W];
+};
+template <int W, class A>
+__device__ __forceinline__ void load(const A* p, float (&out)[W]) {
+  const Packed<A, W> in = *reinterpret_cast<const Packed<A, W>*>(p);
+#pragma unroll
+  for (int k = 0; k < W; ++k) out[k] = to_float(in.v[k]);
+}
+template <int W, class A>
+__device__ __forceinline__ void store(A* p, const float (&values)[W]) {
+  Packed<A, W> out;
+#pragma unroll
+  for (int k = 0; k < W; ++k) out.v[k] = from_float<A>(values[k]);
+  *reinterpret_cast<Packed<A, W>*>(p) = out;
+}
+// Calls go(std::integral_constant<int, W>{}) with the width W an element-wise
+// kernel takes over n activations at the pointers p...: kPack<A> with
+// bfloat16 activations where n is a whole number of packs and every pointer
+// is 16-byte aligned; 1 otherwise (CudaBackend's float kernels keep their
+// one-element loop).
+template <class A, class Go, class... P>
+void with_pack_width(std::size_t n, Go&& go, const P*... p) {
+  if constexpr (std::is_same_v<A, Bf16>)
+    if (n % kPack<A> == 0 && ((reinterpret_cast<std::uintptr_t>(p) % 16 == 0) && ...))
+      return go(std::integral_constant<int, kPack<A>>{});
+  go(std::integral_constant<int, 1>{});
+}
+
 // Explicit instantiation of each file's members, once for each activation
 // type: XFMR_CUDA_FOR_EACH_ACTIVATION(F) expands F(float) F(xfmr::Bf16).
 #define XFMR_CUDA_FOR_EACH_ACTIVATION(F) F(float) F(::xfmr::Bf16)

@@ -11,20 +11,32 @@ using namespace cuda::detail;
 
 // The key is read from device memory, so that a graph step replays with the
 // step's fresh keys.
-template <class A>
+// W elements a thread at a time (common.cuh's with_pack_width).
+template <class A, int W>
 __global__ void dropout_forward_kernel(std::size_t n, float p, float scale, const std::uint64_t* key_in, const A* x,
                                        A* y, std::uint8_t* keep) {
   const std::uint64_t key = *key_in;
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
-    const bool k = dropout_keeps(key, static_cast<std::uint64_t>(i), p);
-    keep[i] = k ? 1 : 0;
-    y[i] = from_float<A>(k ? to_float(x[i]) * scale : 0.0f);
+  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
+    float v[W];
+    load<W>(x + i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const bool kept = dropout_keeps(key, static_cast<std::uint64_t>(i + k), p);
+      keep[i + k] = kept ? 1 : 0;
+      v[k] = kept ? v[k] * scale : 0.0f;
+    }
+    store<W>(y + i, v);
   }
 }
-template <class A>
+template <class A, int W>
 __global__ void dropout_backward_kernel(std::size_t n, float scale, const std::uint8_t* keep, const A* dy, A* dx) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride())
-    dx[i] = from_float<A>(keep[i] ? to_float(dy[i]) * scale : 0.0f);
+  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
+    float d[W];
+    load<W>(dy + i, d);
+#pragma unroll
+    for (int k = 0; k < W; ++k) d[k] = keep[i + k] ? d[k] * scale : 0.0f;
+    store<W>(dx + i, d);
+  }
 }
 }  // namespace
 
@@ -33,8 +45,14 @@ void BasicCudaBackend<A>::dropout_forward(std::size_t n, float p, std::uint64_t 
                                           std::uint8_t* keep) {
   xfmr::detail::check_dropout_rate(p);
   if (n == 0) return;
-  launch("dropout_forward", cuda::elementwise_launch(n), dropout_forward_kernel<A>, n, p, 1.0f / (1.0f - p),
-         dropout_key(key), x, y, keep);
+  const std::uint64_t* d_key = dropout_key(key);
+  with_pack_width<A>(
+      n,
+      [&](auto w) {
+        launch("dropout_forward", cuda::elementwise_launch(n / w), dropout_forward_kernel<A, w()>, n, p,
+               1.0f / (1.0f - p), d_key, x, y, keep);
+      },
+      x, y);
 }
 
 // The key in device memory for the launch queued next (uploads and launches
@@ -47,8 +65,13 @@ const std::uint64_t* BasicCudaBackend<A>::dropout_key(std::uint64_t key) {
 }
 template <class A>
 void BasicCudaBackend<A>::dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const A* dy, A* dx) {
-  launch("dropout_backward", cuda::elementwise_launch(n), dropout_backward_kernel<A>, n, 1.0f / (1.0f - p), keep, dy,
-         dx);
+  with_pack_width<A>(
+      n,
+      [&](auto w) {
+        launch("dropout_backward", cuda::elementwise_launch(n / w), dropout_backward_kernel<A, w()>, n,
+               1.0f / (1.0f - p), keep, dy, dx);
+      },
+      dy, dx);
 }
 
 #define XFMR_INSTANTIATE(A)                                                                                         \

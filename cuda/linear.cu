@@ -22,11 +22,18 @@ constexpr cudaDataType_t data_type() {
   return std::is_same_v<T, Bf16> ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-template <class A>
+// W elements a thread at a time (common.cuh's with_pack_width; n a multiple
+// of W, so a pack never wraps a row).
+template <class A, int W>
 __global__ void bias_add_kernel(int rows, int n, const float* bias, A* y) {
   const std::size_t total = std::size_t(rows) * n;
-  for (std::size_t i = first_index(); i < total; i += grid_stride())
-    y[i] = from_float<A>(to_float(y[i]) + bias[i % n]);
+  for (std::size_t i = first_index() * W; i < total; i += grid_stride() * W) {
+    float v[W];
+    load<W>(y + i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] += bias[(i + k) % n];
+    store<W>(y + i, v);
+  }
 }
 
 // One matmul descriptor and its three layouts, destroyed with it.
@@ -203,7 +210,13 @@ void BasicCudaBackend<A>::gemm_strided_batched(bool ta, bool tb, int M, int N, i
 
 template <class A>
 void BasicCudaBackend<A>::bias_add(int rows, int n, const S* bias, A* y) {
-  launch("bias_add", cuda::elementwise_launch(std::size_t(rows) * n), bias_add_kernel<A>, rows, n, bias, y);
+  const std::size_t total = std::size_t(rows) * n;
+  with_pack_width<A>(
+      std::size_t(n),
+      [&](auto w) {
+        launch("bias_add", cuda::elementwise_launch(total / w), bias_add_kernel<A, w()>, rows, n, bias, y);
+      },
+      y);
 }
 
 template <class A>

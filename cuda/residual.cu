@@ -6,23 +6,40 @@ namespace xfmr {
 namespace {
 using namespace cuda::detail;
 
-template <class A>
+// W elements a thread at a time (common.cuh's with_pack_width).
+template <class A, int W>
 __global__ void add_kernel(std::size_t n, const A* a, const A* b, A* y) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = from_float<A>(to_float(a[i]) + to_float(b[i]));
+  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
+    float x[W], z[W];
+    load<W>(a + i, x);
+    load<W>(b + i, z);
+#pragma unroll
+    for (int k = 0; k < W; ++k) x[k] += z[k];
+    store<W>(y + i, x);
+  }
 }
-template <class A>
+template <class A, int W>
 __global__ void add_to_kernel(std::size_t n, const A* x, A* y) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = from_float<A>(to_float(y[i]) + to_float(x[i]));
+  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
+    float s[W], z[W];
+    load<W>(y + i, s);
+    load<W>(x + i, z);
+#pragma unroll
+    for (int k = 0; k < W; ++k) s[k] += z[k];
+    store<W>(y + i, s);
+  }
 }
 }  // namespace
 
 template <class A>
 void BasicCudaBackend<A>::add(std::size_t n, const A* a, const A* b, A* y) {
-  launch("add", cuda::elementwise_launch(n), add_kernel<A>, n, a, b, y);
+  with_pack_width<A>(
+      n, [&](auto w) { launch("add", cuda::elementwise_launch(n / w), add_kernel<A, w()>, n, a, b, y); }, a, b, y);
 }
 template <class A>
 void BasicCudaBackend<A>::add_to(std::size_t n, const A* x, A* y) {
-  launch("add_to", cuda::elementwise_launch(n), add_to_kernel<A>, n, x, y);
+  with_pack_width<A>(
+      n, [&](auto w) { launch("add_to", cuda::elementwise_launch(n / w), add_to_kernel<A, w()>, n, x, y); }, x, y);
 }
 template <class A>
 void BasicCudaBackend<A>::copy(std::size_t n, const A* x, A* y) {

@@ -120,35 +120,41 @@ BOOST_AUTO_TEST_CASE(gemm_into_activations_and_gradients) {
     }
 }
 
+// Sizes that go as 128-bit packs of eight (a multiple of 8, aligned) and
+// sizes that go one element at a time.
 BOOST_AUTO_TEST_CASE(elementwise_and_sums) {
-  const std::size_t n = 100003;
-  auto [a, da] = activation(n, 7);
-  auto [b, db] = activation(n, 8);
-  F y(n);
-  DevA dy(n);
-  cpu.add(n, a.data(), b.data(), y.data());
-  gpu.add(n, da.p(), db.p(), dy.p());
-  expect_close(y, dy.host(), "add", kRtol, kAtol);
-  y = rounded(y);
-  cpu.add_to(n, a.data(), y.data());
-  gpu.add_to(n, da.p(), dy.p());
-  expect_close(y, dy.host(), "add_to", kRtol, kAtol);
-  cpu.copy(n, b.data(), y.data());
-  gpu.copy(n, db.p(), dy.p());
-  expect_close(y, dy.host(), "copy", 0, 0);
-  const double want = cpu.sum_squares(n, a.data());
-  BOOST_TEST(std::abs(gpu.sum_squares(n, static_cast<const Bf16*>(da.p())) - want) <= 1e-9 * want);
-  const int rows = 1500, cols = 70;
-  auto [z, dz] = activation(std::size_t(rows) * cols, 9);
-  F bias = randn(cols, 10), dbias = randn(cols, 11);
-  DevF d_bias(bias), d_dbias(dbias);
-  cpu.bias_add(rows, cols, bias.data(), z.data());
-  gpu.bias_add(rows, cols, d_bias.p(), dz.p());
-  expect_close(z, dz.host(), "bias_add", kRtol, kAtol);
-  z = rounded(z);
-  cpu.bias_grad(rows, cols, z.data(), dbias.data());
-  gpu.bias_grad(rows, cols, dz.p(), d_dbias.p());
-  expect_close(dbias, d_dbias.host(), "bias_grad", 1e-4, 1e-4);
+  for (const std::size_t n : {std::size_t(100003), std::size_t(100000)}) {
+    const std::string what = " n " + std::to_string(n);
+    auto [a, da] = activation(n, 7);
+    auto [b, db] = activation(n, 8);
+    F y(n);
+    DevA dy(n);
+    cpu.add(n, a.data(), b.data(), y.data());
+    gpu.add(n, da.p(), db.p(), dy.p());
+    expect_close(y, dy.host(), "add" + what, kRtol, kAtol);
+    y = rounded(y);
+    cpu.add_to(n, a.data(), y.data());
+    gpu.add_to(n, da.p(), dy.p());
+    expect_close(y, dy.host(), "add_to" + what, kRtol, kAtol);
+    cpu.copy(n, b.data(), y.data());
+    gpu.copy(n, db.p(), dy.p());
+    expect_close(y, dy.host(), "copy" + what, 0, 0);
+    const double want = cpu.sum_squares(n, a.data());
+    BOOST_TEST(std::abs(gpu.sum_squares(n, static_cast<const Bf16*>(da.p())) - want) <= 1e-9 * want);
+  }
+  for (const int cols : {70, 64}) {
+    const int rows = 1500;
+    auto [z, dz] = activation(std::size_t(rows) * cols, 9);
+    F bias = randn(cols, 10), dbias = randn(cols, 11);
+    DevF d_bias(bias), d_dbias(dbias);
+    cpu.bias_add(rows, cols, bias.data(), z.data());
+    gpu.bias_add(rows, cols, d_bias.p(), dz.p());
+    expect_close(z, dz.host(), "bias_add cols " + std::to_string(cols), kRtol, kAtol);
+    z = rounded(z);
+    cpu.bias_grad(rows, cols, z.data(), dbias.data());
+    gpu.bias_grad(rows, cols, dz.p(), d_dbias.p());
+    expect_close(dbias, d_dbias.host(), "bias_grad cols " + std::to_string(cols), 1e-4, 1e-4);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(positions_and_rope) {
@@ -210,8 +216,8 @@ BOOST_AUTO_TEST_CASE(norms_forward_backward) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(activations_dropout_embedding_pooling) {
-  const int rows = 37, n = 50;
+// ReLU, GELU, SwiGLU, GeGLU and dropout over rows x n (2 n for the gated).
+void activations_and_dropout(Cpu& cpu, Narrow& gpu, int rows, int n) {
   const std::size_t total = std::size_t(rows) * n;
   auto [x, dx] = activation(2 * total, 25, 2.0);
   auto [up, dup] = activation(2 * total, 26);
@@ -228,6 +234,9 @@ BOOST_AUTO_TEST_CASE(activations_dropout_embedding_pooling) {
   cpu.relu_backward(total, x.data(), up.data(), gin.data());
   gpu.relu_backward(total, dx.p(), dup.p(), dgin.p());
   expect_close(head(gin, total), head(dgin.host(), total), "relu_backward", 0, 0);
+  cpu.relu_forward(total, x.data(), y.data());
+  gpu.relu_forward(total, dx.p(), dy.p());
+  expect_close(head(y, total), head(dy.host(), total), "relu_forward", 0, 0);
   cpu.swiglu_forward(rows, n, x.data(), y.data());
   gpu.swiglu_forward(rows, n, dx.p(), dy.p());
   expect_close(head(y, total), head(dy.host(), total), "swiglu_forward", kRtol, 1e-4);
@@ -237,6 +246,9 @@ BOOST_AUTO_TEST_CASE(activations_dropout_embedding_pooling) {
   cpu.geglu_backward(rows, n, x.data(), up.data(), gin.data());
   gpu.geglu_backward(rows, n, dx.p(), dup.p(), dgin.p());
   expect_close(gin, dgin.host(), "geglu_backward", kRtol, 1e-4);
+  cpu.geglu_forward(rows, n, x.data(), y.data());
+  gpu.geglu_forward(rows, n, dx.p(), dy.p());
+  expect_close(head(y, total), head(dy.host(), total), "geglu_forward", kRtol, 1e-4);
   // dropout: the CPU's masks, the kept values scaled and rounded
   std::vector<std::uint8_t> keep(total);
   Dev<std::uint8_t> d_keep(total);
@@ -244,6 +256,11 @@ BOOST_AUTO_TEST_CASE(activations_dropout_embedding_pooling) {
   gpu.dropout_forward(total, 0.3f, 1234, dx.p(), dy.p(), d_keep.p());
   BOOST_TEST((keep == d_keep.host()));
   expect_close(head(y, total), head(dy.host(), total), "dropout_forward", kRtol, kAtol);
+}
+
+BOOST_AUTO_TEST_CASE(activations_dropout_embedding_pooling) {
+  for (const auto& [rows, n] : {std::pair{37, 50}, std::pair{32, 64}})  // one element at a time; packs of eight
+    activations_and_dropout(cpu, gpu, rows, n);
   // embedding: gathered rows rounded, their gradients summed in float32
   const int V = 17, D = 24, m = 60;
   const auto ids = random_ids(m, V, 27);
