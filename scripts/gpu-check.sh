@@ -45,17 +45,22 @@ else
   step "ctest" ctest --test-dir "$bin" -j"$(nproc)" --output-on-failure
 fi
 
-# 1. The parity suite, verbosely (it skips with 77 only when no GPU is found).
-step "parity" bash -c "'$xrun' '$bin/test/test_cuda_parity' --report_level=short > '$out/parity.log' 2>&1; \
-  rc=\$?; grep -E 'error|failure|passed|skipped' '$out/parity.log' | tail -40; exit \$rc"
+# 1. The parity suites, verbosely (they skip with 77 only when no GPU is
+#    found): float32 activations, and bfloat16 ones (CudaBf16Backend).
+for suite in test_cuda_parity test_cuda_bf16; do
+  step "$suite" bash -c "'$xrun' '$bin/test/$suite' --report_level=short > '$out/$suite.log' 2>&1; \
+    rc=\$?; grep -E 'error|failure|passed|skipped' '$out/$suite.log' | tail -40; exit \$rc"
+done
 
-# 2. compute-sanitizer on the parity suite: memory errors (out-of-bounds,
+# 2. compute-sanitizer on the parity suites: memory errors (out-of-bounds,
 #    misaligned), shared-memory races, barrier misuse, reads of memory
 #    nothing wrote.
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in ${XFMR_SANITIZERS-memcheck racecheck synccheck initcheck}; do
-  step "$tool" bash -c "'$xrun' '$sanitizer' --tool $tool --error-exitcode 3 '$bin/test/test_cuda_parity' \
-    > '$out/$tool.log' 2>&1; rc=\$?; tail -3 '$out/$tool.log'; exit \$rc"
+  for suite in test_cuda_parity test_cuda_bf16; do
+    step "$tool $suite" bash -c "'$xrun' '$sanitizer' --tool $tool --error-exitcode 3 '$bin/test/$suite' \
+      > '$out/${tool}_$suite.log' 2>&1; rc=\$?; tail -3 '$out/${tool}_$suite.log'; exit \$rc"
+  done
 done
 
 # 3. The same training on both backends.
