@@ -105,22 +105,38 @@ __global__ void geglu_backward_kernel(std::size_t total, int n, const A* h, cons
 template <class A>
 void BasicCudaBackend<A>::relu_forward(std::size_t n, const A* x, A* y) {
   with_pack_width<A>(
-      n, [&](auto w) { launch("relu_forward", cuda::elementwise_launch(n / w), relu_forward_kernel<A, w()>, n, x, y); }, x, y);
+      n,
+      [&](auto w) {
+        launch("relu_forward", cuda::elementwise_launch(n / w), relu_forward_kernel<A, w()>, n, x, y);
+      },
+      x, y);
 }
 template <class A>
 void BasicCudaBackend<A>::relu_backward(std::size_t n, const A* x, const A* dy, A* dx) {
   with_pack_width<A>(
-      n, [&](auto w) { launch("relu_backward", cuda::elementwise_launch(n / w), relu_backward_kernel<A, w()>, n, x, dy, dx); }, x, dy, dx);
+      n,
+      [&](auto w) {
+        launch("relu_backward", cuda::elementwise_launch(n / w), relu_backward_kernel<A, w()>, n, x, dy, dx);
+      },
+      x, dy, dx);
 }
 template <class A>
 void BasicCudaBackend<A>::gelu_forward(std::size_t n, const A* x, A* y) {
   with_pack_width<A>(
-      n, [&](auto w) { launch("gelu_forward", cuda::elementwise_launch(n / w), gelu_forward_kernel<A, w()>, n, x, y); }, x, y);
+      n,
+      [&](auto w) {
+        launch("gelu_forward", cuda::elementwise_launch(n / w), gelu_forward_kernel<A, w()>, n, x, y);
+      },
+      x, y);
 }
 template <class A>
 void BasicCudaBackend<A>::gelu_backward(std::size_t n, const A* x, const A* dy, A* dx) {
   with_pack_width<A>(
-      n, [&](auto w) { launch("gelu_backward", cuda::elementwise_launch(n / w), gelu_backward_kernel<A, w()>, n, x, dy, dx); }, x, dy, dx);
+      n,
+      [&](auto w) {
+        launch("gelu_backward", cuda::elementwise_launch(n / w), gelu_backward_kernel<A, w()>, n, x, dy, dx);
+      },
+      x, dy, dx);
 }
 
 template <class A>

@@ -41,9 +41,10 @@ __global__ void cross_entropy_forward_kernel(int rows, int V, const A* logits, c
     for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv;
     if (threadIdx.x == 0) {
       const int t = targets[r];
-      row_loss[r] = t == ignore_index ? 0.0
-                                      : double(logf(s)) + double(mx) - (1.0 - double(smoothing)) * double(to_float(z[t])) -
-                                            double(smoothing) * double(zsum) / double(V);
+      row_loss[r] = t == ignore_index
+                        ? 0.0
+                        : double(logf(s)) + double(mx) - (1.0 - double(smoothing)) * double(to_float(z[t])) -
+                              double(smoothing) * double(zsum) / double(V);
     }
   }
 }

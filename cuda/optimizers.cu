@@ -83,7 +83,8 @@ __global__ void scale_kernel(std::size_t n, float alpha, float* x) {
 template <class T>
 __device__ double sum_squares_block(std::size_t n, const T* x, unsigned block, double* shared) {
   double s = 0.0;
-  for (std::size_t i = std::size_t(block) * blockDim.x + threadIdx.x; i < n; i += std::size_t(kSumBlocks) * blockDim.x) {
+  for (std::size_t i = std::size_t(block) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(kSumBlocks) * blockDim.x) {
     const double v = to_float(x[i]);
     s += v * v;
   }
