@@ -467,11 +467,16 @@ struct Small {
 }  // namespace
 
 // A GPT-2-like Decoder (learned positions, pre-norm, GELU, tied head) from
-// the same initial weights, trained 5 AdamW steps on both backends with the
-// same batches: each step's loss within 1e-2 of the CPU's, the logits within
-// 3e-2 of the norm; after the steps the float32 master weights within 2e-2
-// of the norm of the CPU's. Graph steps replay on the bf16 backend as on
-// float32: bit for bit the step run directly.
+// the same initial weights, trained 5 AdamW steps (3e-4) on both backends
+// with the same batches: each step's loss within 1e-2 of the CPU's, the
+// logits within 3e-2 of the norm. The float32 masters' updates over the
+// steps, the whole model as one vector, point the CPU's way (cosine at
+// least 0.9): not closer, as AdamW's first steps move a parameter by about
+// the learning rate whatever its gradient's size, so the few gradients near
+// zero whose sign bfloat16's rounding flips move the other way (the
+// optimizer itself is held to the CPU in master_weights_and_their_copy).
+// Graph steps replay on the bf16 backend as on float32: bit for bit the
+// step run directly.
 BOOST_AUTO_TEST_CASE(decoder_trains_as_on_the_cpu) {
   const int V = 64, steps = 5;
   const Shape bt{4, Small::MAX_T};
@@ -479,6 +484,8 @@ BOOST_AUTO_TEST_CASE(decoder_trains_as_on_the_cpu) {
   for (const bool graphs : {false, true}) {
     Decoder<Small, Cpu> c(V, 7, {.tie_weights = true});
     Decoder<Small, Narrow> g(V, 7, {.tie_weights = true});
+    expect_same_tensors(c, g, false, "Decoder init", 0, 0);
+    const auto initial = tensors_of(c, false);
     Cpu cpu;
     Narrow gpu({.graph_steps = graphs, .fused_loss = true});
     AdamW<Cpu> oc(c);
@@ -496,7 +503,7 @@ BOOST_AUTO_TEST_CASE(decoder_trains_as_on_the_cpu) {
       const double loss_c = cec.forward(cpu, lc, targets, V);
       cec.backward(cpu, dl);
       c.backward(cpu, dl);
-      oc.step(cpu, 3e-3);
+      oc.step(cpu, 3e-4);
       double loss_g = 0.0;
       F logits;
       run_step(gpu, "bf16 step", [&] {
@@ -508,7 +515,7 @@ BOOST_AUTO_TEST_CASE(decoder_trains_as_on_the_cpu) {
         loss_g = ceg.forward(gpu, lg, targets, V);
         ceg.backward(gpu, std::span<Bf16>(dlg, dl.size()));
         g.backward(gpu, std::span<const Bf16>(dlg, dl.size()));
-        og.step(gpu, 3e-3);
+        og.step(gpu, 3e-4);
       });
       const std::string what = std::string(graphs ? "graphs" : "direct") + " step " + std::to_string(step);
       BOOST_TEST(std::abs(loss_g - loss_c) <= 1e-2 * loss_c, what << ": loss " << loss_g << " against " << loss_c);
@@ -517,10 +524,17 @@ BOOST_AUTO_TEST_CASE(decoder_trains_as_on_the_cpu) {
       losses.push_back(loss_g);
     }
     const auto a = tensors_of(c, false), b = tensors_of(g, false);
-    for (const auto& [name, values] : a) {
-      const double e = relative_error(values, b.at(name), name);
-      BOOST_TEST(e <= 2e-2, name << ": relative error " << e << (graphs ? " (graphs)" : ""));
-    }
+    double dot = 0.0, cpu_norm = 0.0, gpu_norm = 0.0;
+    for (const auto& [name, start] : initial)
+      for (std::size_t i = 0; i < start.size(); ++i) {
+        const double uc = double(a.at(name)[i]) - start[i], ug = double(b.at(name)[i]) - start[i];
+        BOOST_REQUIRE_MESSAGE(std::isfinite(ug), name << ": element " << i << " is " << b.at(name)[i]);
+        dot += uc * ug, cpu_norm += uc * uc, gpu_norm += ug * ug;
+      }
+    const double cosine = dot / std::sqrt(cpu_norm * gpu_norm);
+    BOOST_TEST(cosine >= 0.9, "the updates' cosine " << cosine << (graphs ? " (graphs)" : ""));
+    BOOST_TEST(std::abs(std::sqrt(gpu_norm / cpu_norm) - 1.0) <= 0.1, "the updates' norms, GPU over CPU, "
+                                                                          << std::sqrt(gpu_norm / cpu_norm));
     if (!graphs)
       direct = losses;
     else
