@@ -1,5 +1,6 @@
-// attention.cuh: what the attention kernels of attention.cu (CUDA cores)
-// and attention_bf16.cu (tensor cores) share: the sizes they read, the
+// attention.cuh: what the attention kernels of attention.cu and
+// attention_tiled.cu (CUDA cores) and attention_bf16.cu (tensor cores)
+// share: the warp-per-row kernels' row helpers, the sizes they read, the
 // dropout of a probability, the keys a query row can see, a probability
 // from its log-sum-exp; and the tensor cores' tiled forward and backward,
 // which attention.cu's flash_attention_* launch where they fit.
@@ -19,6 +20,41 @@ struct KernelDims {
 };
 inline KernelDims kernel_dims(const AttentionDims& a) {
   return {a.B, a.H, a.Tq, a.Tk, a.QK_DIM, a.V_DIM, a.kv_rows(), a.kv_heads()};
+}
+
+// The warp-per-row kernels' reach (attention_plan.hpp): heads up to
+// kFusedHeadDim, lane l holding columns l, l + 32, ... (kColsPerLane).
+constexpr int kFusedHeadDim = kCudaHeadDim, kColsPerLane = kFusedHeadDim / 32;
+
+struct RowIndex {
+  int b, h, i;  // sequence, head, query row of warp row r of (B, H, Tq)
+};
+__device__ inline RowIndex split_row(long r, const KernelDims& a) {
+  return {int(r / (long(a.H) * a.Tq)), int(r / a.Tq % a.H), int(r % a.Tq)};
+}
+
+// <x, y> over n activations, in float32.
+template <class A>
+__device__ inline float dot(const A* x, const A* y, int n) {
+  float s = 0.0f;
+  for (int c = 0; c < n; ++c) s += to_float(x[c]) * to_float(y[c]);
+  return s;
+}
+
+// The end of a key row's backward: dK_j = scale kacc and dV_j = vacc (the
+// lanes' columns of key row j of key/value head g of sequence b), assigned.
+template <class A>
+__device__ inline void store_key_row(const KernelDims& a, int b, int g, int j, float scale,
+                                     const float (&kacc)[kColsPerLane], const float (&vacc)[kColsPerLane], A* dk,
+                                     int ldk, A* dv, int ldv) {
+  A* dkj = dk + (long(b) * a.Tk + j) * ldk + long(g) * a.QK_DIM;
+  A* dvj = dv + (long(b) * a.Tk + j) * ldv + long(g) * a.V_DIM;
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u) {
+    const int c = lane() + 32 * u;
+    if (c < a.QK_DIM) dkj[c] = from_float<A>(scale * kacc[u]);
+    if (c < a.V_DIM) dvj[c] = from_float<A>(vacc[u]);
+  }
 }
 
 // p * keep / (1 - rate) for probabilities element e (p itself without dropout).

@@ -1,6 +1,6 @@
 // attention_bf16.cu: the tiled attention on the tensor cores, forward and
 // backward, for bf16 products (CudaOptions::bf16 with flash_attention;
-// attention.cu's flash_attention_* launch them where bf16_tiles_fit). The
+// attention_tiled.cu's flash_attention_* launch them where bf16_tiles_fit). The
 // same functions as flash_rows_*_kernel (the online softmax over key tiles,
 // the log-sum-exp saved, the same masks and dropout elements), with every
 // product in bf16 summed in float32 (wmma, 16 x 16 x 16). The forward:

@@ -6,7 +6,8 @@ namespace xfmr {
 namespace {
 using namespace cuda::detail;
 
-// W elements a thread at a time (common.cuh's with_pack_width).
+// W elements a thread at a time (common.cuh's with_pack_width); y may be
+// a or b (each element is read before it is written).
 template <class A, int W>
 __global__ void add_kernel(std::size_t n, const A* a, const A* b, A* y) {
   for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
@@ -18,17 +19,6 @@ __global__ void add_kernel(std::size_t n, const A* a, const A* b, A* y) {
     store<W>(y + i, x);
   }
 }
-template <class A, int W>
-__global__ void add_to_kernel(std::size_t n, const A* x, A* y) {
-  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
-    float s[W], z[W];
-    load<W>(y + i, s);
-    load<W>(x + i, z);
-#pragma unroll
-    for (int k = 0; k < W; ++k) s[k] += z[k];
-    store<W>(y + i, s);
-  }
-}
 }  // namespace
 
 template <class A>
@@ -38,8 +28,7 @@ void BasicCudaBackend<A>::add(std::size_t n, const A* a, const A* b, A* y) {
 }
 template <class A>
 void BasicCudaBackend<A>::add_to(std::size_t n, const A* x, A* y) {
-  with_pack_width<A>(
-      n, [&](auto w) { launch("add_to", cuda::elementwise_launch(n / w), add_to_kernel<A, w()>, n, x, y); }, x, y);
+  add(n, y, x, y);  // y + x, in place
 }
 template <class A>
 void BasicCudaBackend<A>::copy(std::size_t n, const A* x, A* y) {

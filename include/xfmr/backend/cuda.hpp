@@ -252,7 +252,7 @@ struct CudaOptions {
   // graph_step() replays CUDA graphs; when false (or when the environment
   // sets XFMR_CUDA_GRAPHS=0) it runs the step directly, queueing every kernel.
   bool graph_steps = true;
-  // Tiled attention (flash_attention_*, attention.cu): training forwards past
+  // Tiled attention (flash_attention_*, attention_tiled.cu): training forwards past
   // the fused kernels' 256 keys save log-sum-exps instead of the (B, H, Tq,
   // Tk) probabilities. Off until its parity tests have run on a GPU
   // (test_cuda_parity's tiled_attention_matches_the_cpu); the environment's
