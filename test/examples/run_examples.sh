@@ -477,10 +477,11 @@ case "$case_name" in
     mpi="mpiexec -n 2 --oversubscribe"
     # against_one PROGRAM NAME ARGS...: one process with two shards, then two
     # ranks plain and with ZeRO-1; the same checkpoint and printed results
-    # (the progress lines and the banner aside).
+    # (the progress lines, the banner and the durations that end a line aside:
+    # those are the clock's, not the results').
     against_one() {
       local program=$1 name=$2; shift 2
-      results() { grep -v "^xfmr-\|/.* tok/s\|/.* ETA" "$1"; }
+      results() { grep -v "^xfmr-\|/.* tok/s\|/.* ETA" "$1" | sed 's/, [0-9]*:[0-9:]*$//'; }
       "$program" "$@" --shards 2 --out "$name"1 > "$name"1.log 2>&1 || { cat "$name"1.log; fail "$name, one process"; }
       for z in 0 1; do
         $mpi "$program" "$@" --shards 1 --zero $z --out "$name"2z$z > "$name"2z$z.log 2>&1 \
