@@ -206,7 +206,7 @@ BOOST_AUTO_TEST_CASE(tokenizer_json_refuses_what_it_does_not_compute) {
 BOOST_AUTO_TEST_CASE(pieces_longer_than_the_matching_window_stay_whole) {
   nlohmann::json vocab = {{"<|endoftext|>", 0}, {"a", 1}, {"b", 2}}, merges = nlohmann::json::array();
   const std::string space = "\xc4\xa0";  // Ġ
-  for (const std::string unit : {std::string("x"), space}) {
+  for (const std::string& unit : {std::string("x"), space}) {
     std::string s = unit;
     for (int k = 0; k <= 13; ++k, s += s) {
       vocab[s] = int(vocab.size());
