@@ -456,7 +456,8 @@ json run(const Args& a) {
     tiled = !a.materialise_attention &&
             plan_attention(AttentionDims{my_rows, p.n_heads, T, T, hd, hd}, AttentionUse::training,
                            be.attention_kernels()) == AttentionPath::tiled;
-  // bfloat16 activations keep bfloat16 copies of the weight matrices too.
+  // The weight matrices' elements: bfloat16 activations keep bfloat16 copies
+  // of them, and so does the CPU's decoding in bf16 or int8 (below).
   constexpr double activation_bytes = sizeof(typename Be::Activation);
   double matrices = 0;
   model.visit([&](std::string_view, auto& value, auto&) {
@@ -482,13 +483,9 @@ json run(const Args& a) {
   // matrices (WeightCopies), which the count adds.
   const double copy_element_bytes = weight_element_bytes(be);
   if (copy_element_bytes < sizeof(float) && has("generate")) {
-    std::size_t matrices = 0;
-    model.visit([&](std::string_view, auto& value, auto&) {
-      if (value.shape().size() == 2) matrices += value.size();
-    });
     auto& count = out["memory"]["analytical"];
-    count["weight_copies_mb"] = double(matrices) * copy_element_bytes / 1e6;
-    count["total_mb"] = count["total_mb"].get<double>() + double(matrices) * copy_element_bytes / 1e6;
+    count["weight_copies_mb"] = matrices * copy_element_bytes / 1e6;
+    count["total_mb"] = count["total_mb"].get<double>() + matrices * copy_element_bytes / 1e6;
   }
   const double weight_bytes = double(model.parameter_count()) * copy_element_bytes;
   if (has("generate") && std::string(Be::name) == "cpu" && weight_bytes >= double(64 << 20)) {
