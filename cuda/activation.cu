@@ -8,28 +8,13 @@ using namespace cuda::detail;
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 
-// ReLU and GELU: W elements a thread at a time (common.cuh's with_pack_width).
-template <class A, int W>
-__global__ void relu_forward_kernel(std::size_t n, const A* x, A* y) {
-  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
-    float v[W];
-    load<W>(x + i, v);
-#pragma unroll
-    for (int k = 0; k < W; ++k) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-    store<W>(y + i, v);
-  }
-}
-template <class A, int W>
-__global__ void relu_backward_kernel(std::size_t n, const A* x, const A* dy, A* dx) {
-  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
-    float v[W], d[W];
-    load<W>(x + i, v);
-    load<W>(dy + i, d);
-#pragma unroll
-    for (int k = 0; k < W; ++k) d[k] = v[k] > 0.0f ? d[k] : 0.0f;
-    store<W>(dx + i, d);
-  }
-}
+// ReLU and GELU, element by element (common.cuh's map_elements).
+struct Relu {
+  __device__ float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
+};
+struct ReluGrad {
+  __device__ float operator()(float x, float dy) const { return x > 0.0f ? dy : 0.0f; }
+};
 __device__ inline float gelu_of(float v) { return 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v))); }
 // 1 - tanh(u)^2 as 4 e / (1 + e)^2 with e = exp(-2|u|), as on the CPU: from
 // t itself it cancels as t nears +-1 (x < -4), where the derivative is 1e-5
@@ -40,27 +25,12 @@ __device__ inline float gelu_slope(float v) {
   const float sech2 = 4.0f * e / ((1.0f + e) * (1.0f + e));
   return 0.5f * (1.0f + t) + 0.5f * v * sech2 * (kGeluC * (1.0f + 3.0f * 0.044715f * v * v));
 }
-template <class A, int W>
-__global__ void gelu_forward_kernel(std::size_t n, const A* x, A* y) {
-  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
-    float v[W];
-    load<W>(x + i, v);
-#pragma unroll
-    for (int k = 0; k < W; ++k) v[k] = gelu_of(v[k]);
-    store<W>(y + i, v);
-  }
-}
-template <class A, int W>
-__global__ void gelu_backward_kernel(std::size_t n, const A* x, const A* dy, A* dx) {
-  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
-    float v[W], d[W];
-    load<W>(x + i, v);
-    load<W>(dy + i, d);
-#pragma unroll
-    for (int k = 0; k < W; ++k) d[k] *= gelu_slope(v[k]);
-    store<W>(dx + i, d);
-  }
-}
+struct Gelu {
+  __device__ float operator()(float x) const { return gelu_of(x); }
+};
+struct GeluGrad {
+  __device__ float operator()(float x, float dy) const { return dy * gelu_slope(x); }
+};
 // SwiGLU over rows of [gate | up] (h: rows x 2n), one thread per output.
 template <class A>
 __global__ void swiglu_forward_kernel(std::size_t total, int n, const A* h, A* y) {
@@ -82,7 +52,7 @@ __global__ void swiglu_backward_kernel(std::size_t total, int n, const A* h, con
   }
 }
 // GeGLU over rows of [gate | up]: gelu(g) u, GELU's tanh form; backward as
-// gelu_backward_kernel's derivative (1 - tanh^2 through exp(-2|u|)).
+// GeluGrad's derivative (1 - tanh^2 through exp(-2|u|)).
 template <class A>
 __global__ void geglu_forward_kernel(std::size_t total, int n, const A* h, A* y) {
   for (std::size_t i = first_index(); i < total; i += grid_stride()) {
@@ -104,39 +74,19 @@ __global__ void geglu_backward_kernel(std::size_t total, int n, const A* h, cons
 
 template <class A>
 void BasicCudaBackend<A>::relu_forward(std::size_t n, const A* x, A* y) {
-  with_pack_width<A>(
-      n,
-      [&](auto w) {
-        launch("relu_forward", cuda::elementwise_launch(n / w), relu_forward_kernel<A, w()>, n, x, y);
-      },
-      x, y);
+  map_elements<Relu>("relu_forward", n, x, y);
 }
 template <class A>
 void BasicCudaBackend<A>::relu_backward(std::size_t n, const A* x, const A* dy, A* dx) {
-  with_pack_width<A>(
-      n,
-      [&](auto w) {
-        launch("relu_backward", cuda::elementwise_launch(n / w), relu_backward_kernel<A, w()>, n, x, dy, dx);
-      },
-      x, dy, dx);
+  map_elements<ReluGrad>("relu_backward", n, x, dy, dx);
 }
 template <class A>
 void BasicCudaBackend<A>::gelu_forward(std::size_t n, const A* x, A* y) {
-  with_pack_width<A>(
-      n,
-      [&](auto w) {
-        launch("gelu_forward", cuda::elementwise_launch(n / w), gelu_forward_kernel<A, w()>, n, x, y);
-      },
-      x, y);
+  map_elements<Gelu>("gelu_forward", n, x, y);
 }
 template <class A>
 void BasicCudaBackend<A>::gelu_backward(std::size_t n, const A* x, const A* dy, A* dx) {
-  with_pack_width<A>(
-      n,
-      [&](auto w) {
-        launch("gelu_backward", cuda::elementwise_launch(n / w), gelu_backward_kernel<A, w()>, n, x, dy, dx);
-      },
-      x, dy, dx);
+  map_elements<GeluGrad>("gelu_backward", n, x, dy, dx);
 }
 
 template <class A>

@@ -185,6 +185,45 @@ __device__ inline long first_warp() { return long(blockIdx.x) * (blockDim.x / 32
 __device__ inline long warp_stride() { return long(gridDim.x) * (blockDim.x / 32); }
 __device__ inline int lane() { return threadIdx.x % 32; }
 
+// Element-wise maps over n activations, W at a time (with_pack_width):
+// y = F{}(x), or y = F{}(a, b), each value read as float32 and written once
+// with from_float. F is an empty functor with a __device__ call operator on
+// floats; it is a template argument, not a kernel argument, so a graph
+// signature holds only the count and the pointers. y may be an input (each
+// element is read before it is written).
+template <class F, class A, int W>
+__global__ void map_unary_kernel(std::size_t n, const A* x, A* y) {
+  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
+    float v[W];
+    load<W>(x + i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = F{}(v[k]);
+    store<W>(y + i, v);
+  }
+}
+template <class F, class A, int W>
+__global__ void map_binary_kernel(std::size_t n, const A* a, const A* b, A* y) {
+  for (std::size_t i = first_index() * W; i < n; i += grid_stride() * W) {
+    float u[W], v[W];
+    load<W>(a + i, u);
+    load<W>(b + i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) u[k] = F{}(u[k], v[k]);
+    store<W>(y + i, u);
+  }
+}
+template <class F, class A>
+void map_elements(const char* what, std::size_t n, const A* x, A* y) {
+  with_pack_width<A>(
+      n, [&](auto w) { launch(what, elementwise_launch(n / w), map_unary_kernel<F, A, w()>, n, x, y); }, x, y);
+}
+template <class F, class A>
+void map_elements(const char* what, std::size_t n, const A* a, const A* b, A* y) {
+  with_pack_width<A>(
+      n, [&](auto w) { launch(what, elementwise_launch(n / w), map_binary_kernel<F, A, w()>, n, a, b, y); }, a, b,
+      y);
+}
+
 template <class T>
 __device__ inline T warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
