@@ -1,11 +1,9 @@
-// llama_models.cpp: the Llama family's Decoders on CUDA, float32 and bfloat16 activations (src/published_models.hpp).
+// llama_models.cpp: the Llama family's Decoder on CUDA, float32 and
+// bfloat16 activations, every size Dynamic (models/language_model.hpp).
 #include "xfmr/backend/cuda.hpp"
-#include "../src/published_models.hpp"
+#include "xfmr/models/language_model.hpp"
 
 namespace xfmr {
-#define XFMR_INSTANTIATE(P) XFMR_DECODER_MODEL(template, P, CudaBackend)
-XFMR_LLAMA_PRESETS(XFMR_INSTANTIATE)
-#undef XFMR_INSTANTIATE
-#define XFMR_INSTANTIATE(P) XFMR_DECODER_MODEL(template, P, CudaBf16Backend)
-XFMR_LLAMA_PRESETS(XFMR_INSTANTIATE)
+XFMR_LANGUAGE_MODEL_FAMILY(template, Llama, CudaBackend)
+XFMR_LANGUAGE_MODEL_FAMILY(template, Llama, CudaBf16Backend)
 }  // namespace xfmr

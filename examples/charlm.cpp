@@ -17,6 +17,7 @@
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/language_model.hpp"
+#include "xfmr/io/architecture.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
@@ -176,6 +177,7 @@ class Batches {
 Metadata run_metadata(const TrainArgs& args, const CharTokenizer& tok, std::uint64_t corpus_hash) {
   return {{"format", kFormat},
           {"preset", args.run.model},
+          {"architecture", architecture_json(LanguageModelPresets::info(args.run.model))},
           {"tokenizer", tok.to_json()},
           {"settings", args.run.to_json().dump()},
           {"steps", std::to_string(args.steps)},
@@ -226,8 +228,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
                               .clip = run.clip,
                               .schedule = LrSchedule::parse(run.schedule, run.lr, args.steps),
                               .data_seed = seed_for(run.seed, 0xda7a),
-                              .split = {.shards = args.shards, .group = &group, .zero = args.zero}},
-                             [&] { return make_language_model<Be>(run.model, V, run.seed, model_opts); });
+                              .split = {.shards = args.shards, .group = &group, .zero = args.zero}});
   if (resumed) {
     trainer.resume(args.resume);
     require(trainer.steps() <= args.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", args.steps);
@@ -370,7 +371,7 @@ void sample(const SampleArgs& args, const Metadata& metadata) {
   const auto tok = CharTokenizer::from_json(metadata_value(metadata, "tokenizer", args.checkpoint));
   const std::string mode = json::parse(metadata_value(metadata, "settings", args.checkpoint)).at("mode");
   Be be = make_backend<Be>(args.backend, args.precision);
-  const auto model = make_language_model<Be>(metadata_value(metadata, "preset", args.checkpoint), tok.size(), 0);
+  const auto model = make_language_model<Be>(architecture_of(metadata, args.checkpoint), tok.size(), 0);
   const SafeTensors saved = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
   load_parameters(*model, saved);
   const WeightCopies copies(be, *model, saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
@@ -394,7 +395,7 @@ constexpr int kMaxSampleTokens = 1 << 24;
 Metadata read_charlm_checkpoint(const std::string& dir) {
   Metadata md = read_checkpoint_metadata(dir);
   require(md.count("format") && md.at("format") == kFormat, dir, ": not an xfmr-charlm checkpoint");
-  (void)LanguageModelPresets::info(metadata_value(md, "preset", dir));
+  (void)architecture_of(md, dir);
   return md;
 }
 

@@ -69,24 +69,17 @@ ModelTokenizer load_tokenizer(const std::string& given, const fs::path& beside, 
 
 // `path`: a checkpoint of this program's or a published one (io/pretrained.hpp).
 template <class Be>
-Loaded<Be> load_model(const std::string& path, const std::string& tokenizer, DecoderOptions opts, bool need_tokenizer) {
-  Loaded<Be> l;
-  fs::path beside;
+Loaded<Be> load_lm(const std::string& path, const std::string& tokenizer, DecoderOptions opts, bool need_tokenizer) {
   if (is_checkpoint(path)) {
     const Metadata md = read_checkpoint_metadata(path);
     require(md.count("format") && md.at("format") == kFormat, path, ": not an xfmr-lm checkpoint");
-    const int vocab = parse_integer<int>(metadata_value(md, "vocab", path), path + ": vocab");
-    opts.tie_weights = metadata_value(md, "tie_weights", path) == "1";
-    opts.head_bias = metadata_value(md, "head_bias", path) == "1";
-    l.model = make_language_model<Be>(metadata_value(md, "preset", path), vocab, 0, opts);
-    l.saved.emplace(SafeTensors::load(fs::path(path) / kModelFile));
-    load_parameters(*l.model, *l.saved);
-    beside = metadata_value(md, "tokenizer", path);
-  } else {
-    auto p = load_pretrained<Be>(path, opts);
-    l.model = std::move(p.model);
-    beside = p.file.parent_path();
   }
+  Pretrained<Be> p = load_model<Be>(path, opts);
+  Loaded<Be> l;
+  l.model = std::move(p.model);
+  l.saved = std::move(p.saved);
+  const fs::path beside = p.format == CheckpointFormat::xfmr ? fs::path(metadata_value(p.metadata, "tokenizer", path))
+                                                             : fs::absolute(p.file).parent_path();
   if (need_tokenizer) l.tok.emplace(load_tokenizer(tokenizer, beside, l.model->vocab(), l.tokenizer_path));
   return l;
 }
@@ -137,7 +130,7 @@ struct SampleArgs {
 
 template <class Be>
 void sample(const SampleArgs& a) {
-  Loaded<Be> l = load_model<Be>(a.model, a.tokenizer, {}, true);
+  Loaded<Be> l = load_lm<Be>(a.model, a.tokenizer, {}, true);
   const ModelTokenizer& tok = *l.tok;
   Be be = make_backend<Be>(a.backend, a.precision);
   const auto copies = l.saved ? std::make_unique<WeightCopies<Be>>(be, *l.model, *l.saved)
@@ -202,7 +195,7 @@ struct EvalArgs {
 
 template <class Be>
 void eval(const EvalArgs& a) {
-  Loaded<Be> l = load_model<Be>(a.model, a.tokenizer, {}, true);
+  Loaded<Be> l = load_lm<Be>(a.model, a.tokenizer, {}, true);
   const std::vector<std::int32_t> tokens = corpus_tokens(a.data, *l.tok);
   const int T = a.context > 0 ? a.context : std::min(l.model->max_t(), 256);
   require(T <= l.model->max_t(), "--context ", T, " exceeds the model's ", l.model->max_t());
@@ -291,7 +284,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   // (fine-tuning); its vocabulary, tying and bias are the source's.
   Loaded<Be> l;
   if (!run.init.empty()) {
-    l = load_model<Be>(run.init, run.tokenizer, base, true);
+    l = load_lm<Be>(run.init, run.tokenizer, base, true);
   } else {
     l.tok.emplace(load_tokenizer(run.tokenizer, {}, 1 << 30, l.tokenizer_path));
     // A GPT-2 or Llama shape gets its family's head, so that it exports.
@@ -302,6 +295,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   }
   LanguageModel<Be>& model = *l.model;
   const std::string preset(model.preset().name);
+  const PresetInfo arch = model.preset();
   const int V = model.vocab(), T = run.context > 0 ? run.context : std::min(model.max_t(), 256);
   require(T <= model.max_t(), "--context ", T, " exceeds the model's ", model.max_t());
   const DecoderOptions opts = model.options();
@@ -328,8 +322,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                                           .clip = run.clip,
                                           .schedule = LrSchedule::parse(run.schedule, run.lr, a.steps),
                                           .data_seed = seed_for(run.seed, 0xda7a),
-                                          .split = {.shards = a.shards}},
-                                         [&] { return make_language_model<Be>(preset, V, run.seed, opts); });
+                                          .split = {.shards = a.shards}});
   if (resumed) {
     trainer.resume(a.resume);
     require(trainer.steps() <= a.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", a.steps);
@@ -342,6 +335,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   };
   const Metadata metadata = {{"format", kFormat},
                              {"preset", preset},
+                             {"architecture", architecture_json(arch)},
                              {"vocab", std::to_string(V)},
                              {"tie_weights", opts.tie_weights ? "1" : "0"},
                              {"head_bias", opts.head_bias ? "1" : "0"},
@@ -494,7 +488,7 @@ int run_export(int argc, char** argv) {
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!model.empty() && !hf.empty(), "--model PATH and --hf DIR are required");
   require(!same_file(model, hf), "--hf ", hf, " is the --model input");
-  Loaded<CpuBackend<float>> l = load_model<CpuBackend<float>>(model, tokenizer, {}, true);
+  Loaded<CpuBackend<float>> l = load_lm<CpuBackend<float>>(model, tokenizer, {}, true);
   save_pretrained(*l.model, hf, overwrite);
   for (const fs::path& f : l.tok->files()) {
     const fs::path to = fs::path(hf) / f.filename();

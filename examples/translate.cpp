@@ -269,7 +269,7 @@ void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::strin
   std::vector<std::int32_t> tgt_in = {v.bos()};
   tgt_in.insert(tgt_in.end(), tgt.begin(), tgt.end());
   const int S = static_cast<int>(src.size()), T = static_cast<int>(tgt_in.size());
-  auto& cross = model.block(Model::N_DEC - 1).cross_attention();
+  auto& cross = model.block(model.decoder_dims().n_layers - 1).cross_attention();
   cross.keep_probabilities(true);  // not tiled: the map reads them
   model.forward(be, src, Shape{1, S}, nullptr, tgt_in, Shape{1, T});
   cross.keep_probabilities(false);

@@ -51,6 +51,8 @@ Gpt2Config Gpt2Config::from_json(std::string_view text, const std::string& sourc
     require(j["layer_norm_epsilon"].is_number(), source, ": layer_norm_epsilon ", j["layer_norm_epsilon"].dump(),
             " is not a number");
     c.layer_norm_epsilon = j["layer_norm_epsilon"].get<double>();
+    require(c.layer_norm_epsilon > 0 && c.layer_norm_epsilon < 1, source, ": layer_norm_epsilon ",
+            c.layer_norm_epsilon, " is not in (0, 1)");
   }
   if (j.contains("activation_function")) {
     require(j["activation_function"].is_string(), source, ": activation_function ", j["activation_function"].dump(),
@@ -86,7 +88,8 @@ std::string Gpt2Config::to_json() const {
 
 bool gpt2_shaped(const PresetInfo& p) {
   return p.pre_norm && !p.rms_norm && p.activation == "gelu" && p.positions == "learned" && p.bias &&
-         p.n_kv_heads == p.n_heads && !p.gated;
+         p.n_kv_heads == p.n_heads && !p.gated && p.dims().qk_head() * p.n_heads == p.d_model &&
+         p.dims().v_head() * p.n_heads == p.d_model;
 }
 
 Gpt2Config gpt2_config_of(const PresetInfo& p, int vocab) {
@@ -97,7 +100,22 @@ Gpt2Config gpt2_config_of(const PresetInfo& p, int vocab) {
   c.n_layer = p.n_layers;
   c.n_head = p.n_heads;
   c.n_inner = p.d_ff == 4 * p.d_model ? 0 : p.d_ff;
+  c.layer_norm_epsilon = p.norm_eps;
   return c;
+}
+
+PresetInfo gpt2_architecture(const Gpt2Config& c) {
+  PresetInfo p = preset_info<families::Gpt>();
+  p.name = "gpt2";
+  p.max_t = c.n_positions, p.d_model = c.n_embd, p.n_heads = p.n_kv_heads = c.n_head, p.n_layers = c.n_layer;
+  p.d_ff = c.d_ff(), p.norm_eps = c.layer_norm_epsilon;
+  // A published shape keeps its preset's name (--help lists them).
+  for (const std::string_view name : LanguageModelPresets::names()) {
+    const PresetInfo known = LanguageModelPresets::info(name);
+    if (gpt2_shaped(known) && known.shape() == p.shape() && known.norm_eps == p.norm_eps)
+      p.name = known.name;
+  }
+  return p;
 }
 
 Gpt2Config read_gpt2_config(const fs::path& model_file, const SafeTensors& st) {
@@ -221,8 +239,8 @@ void gpt2_write(const fs::path& dir, const SafeTensorsWriter& written, const Gpt
   write_hf_directory(dir, w, config.to_json(), overwrite);
 }
 
-void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, int max_t, int d, int layers,
-                       int heads, int d_ff) {
+void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, const PresetInfo& p) {
+  const int max_t = p.max_t, d = p.d_model, layers = p.n_layers, heads = p.n_heads, d_ff = p.d_ff;
   auto same = [&](const char* field, int file, const char* ours, int model) {
     require(file == model, source, ": ", field, " is ", file, " but the model's ", ours, " is ", model);
   };
@@ -235,8 +253,8 @@ void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab
   require(c.activation_function == "gelu_new" || c.activation_function == "gelu_pytorch_tanh", source,
           ": activation_function '", c.activation_function,
           "' is not GELU's tanh approximation (gelu_new or gelu_pytorch_tanh), which xfmr's Gelu computes");
-  require(std::abs(c.layer_norm_epsilon - 1e-5) <= 1e-12, source, ": layer_norm_epsilon ", c.layer_norm_epsilon,
-          " is not xfmr's LayerNorm's 1e-5");
+  require(std::abs(c.layer_norm_epsilon - p.norm_eps) <= 1e-12 * p.norm_eps, source, ": layer_norm_epsilon ",
+          c.layer_norm_epsilon, " but the model's norms' epsilon is ", p.norm_eps);
 }
 
 void gpt2_check_preset(const PresetInfo& p) {

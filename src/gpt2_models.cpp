@@ -1,8 +1,9 @@
-// gpt2_models.cpp: the GPT-2 family's Decoders on the CPU (published_models.hpp).
+// gpt2_models.cpp: the GPT family's Decoder on the CPU (pre-norm LayerNorm,
+// GELU, learned positions: GPT-2 of any size, tiny, names), every size
+// Dynamic (models/language_model.hpp).
 #include "xfmr/backend/cpu.hpp"
-#include "published_models.hpp"
+#include "xfmr/models/language_model.hpp"
 
 namespace xfmr {
-#define XFMR_INSTANTIATE(P) XFMR_DECODER_MODEL(template, P, CpuBackend<float>)
-XFMR_GPT2_PRESETS(XFMR_INSTANTIATE)
+XFMR_LANGUAGE_MODEL_FAMILY(template, Gpt, CpuBackend<float>)
 }  // namespace xfmr

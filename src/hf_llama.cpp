@@ -15,9 +15,13 @@ namespace xfmr {
 
 HfLlamaConfig HfLlamaConfig::from_json(std::string_view text, const std::string& source) {
   json j = detail::parse_json_object(text, source, "a Llama config");
-  if (j.contains("model_type"))
-    require(j["model_type"] == "llama", source, ": model_type ", j["model_type"].dump(), " (\"llama\" expected)");
   HfLlamaConfig c;
+  if (j.contains("model_type")) {
+    const json& t = j["model_type"];
+    require(t == "llama" || t == "qwen2" || t == "mistral", source, ": model_type ", t.dump(),
+            " (\"llama\", \"qwen2\" or \"mistral\" expected)");
+    c.model_type = t.get<std::string>();
+  }
   auto integer = [&](const char* key, int& field, std::int64_t hi) {
     require(j.contains(key), source, ": no ", key);
     field = int(detail::json_integer(j[key], 1, hi, source + ": " + key));
@@ -31,55 +35,121 @@ HfLlamaConfig HfLlamaConfig::from_json(std::string_view text, const std::string&
   if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null())
     integer("num_key_value_heads", c.num_key_value_heads, 1 << 10);
   integer("max_position_embeddings", c.max_position_embeddings, 1 << 24);
-  if (j.contains("tie_word_embeddings")) {
-    require(j["tie_word_embeddings"].is_boolean(), source, ": tie_word_embeddings ", j["tie_word_embeddings"].dump(),
-            " is not true or false");
-    c.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
-  }
-  // What xfmr's Llama block computes; anything else would load and compute another function.
-  auto number_is = [&](const char* key, double want) {
-    if (!j.contains(key)) return;
-    require(j[key].is_number() && std::abs(j[key].get<double>() - want) <= 1e-9 * want, source, ": ", key, " ",
-            j[key].dump(), " (xfmr's Llama computes with ", want, ")");
+  auto boolean = [&](const char* key, bool& field) {
+    if (!j.contains(key) || j[key].is_null()) return;
+    require(j[key].is_boolean(), source, ": ", key, " ", j[key].dump(), " is not true or false");
+    field = j[key].get<bool>();
   };
-  number_is("rms_norm_eps", 1e-5);
-  number_is("rope_theta", 10000.0);
+  boolean("tie_word_embeddings", c.tie_word_embeddings);
+  auto number = [&](const json& v, const std::string& key, double lo, double hi) {
+    require(v.is_number() && v.get<double>() > lo && v.get<double>() < hi, source, ": ", key, " ", v.dump(),
+            " is not a number in (", lo, ", ", hi, ")");
+    return v.get<double>();
+  };
+  if (j.contains("rms_norm_eps")) c.rms_norm_eps = number(j["rms_norm_eps"], "rms_norm_eps", 0, 1);
+  if (j.contains("rope_theta")) c.rope_theta = number(j["rope_theta"], "rope_theta", 1, 1e12);
   if (j.contains("hidden_act"))
     require(j["hidden_act"] == "silu", source, ": hidden_act ", j["hidden_act"].dump(), " (\"silu\" expected)");
-  if (j.contains("rope_scaling"))
-    require(j["rope_scaling"].is_null(), source, ": rope_scaling ", j["rope_scaling"].dump(), " is not supported");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const json& r = j["rope_scaling"];
+    require(r.is_object(), source, ": rope_scaling ", r.dump(), " is not an object");
+    const std::string kind = r.contains("rope_type") ? r["rope_type"].dump() : r.contains("type") ? r["type"].dump() : "";
+    RopeScaling& rs = c.rope_scaling;
+    if (kind == "\"linear\"") rs.kind = RopeScaling::linear;
+    else if (kind == "\"llama3\"") rs.kind = RopeScaling::llama3;
+    else if (kind == "\"default\"") rs.kind = RopeScaling::none;
+    else detail::fail(source, ": rope_scaling ", r.dump(), " is not built (\"linear\" and \"llama3\" are)");
+    if (rs.kind != RopeScaling::none) {
+      require(r.contains("factor"), source, ": rope_scaling has no factor");
+      rs.factor = number(r["factor"], "rope_scaling.factor", 0.999, 1e6);
+    }
+    if (rs.kind == RopeScaling::llama3) {
+      for (const char* key : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+        require(r.contains(key), source, ": llama3 rope_scaling has no ", key);
+      rs.low_freq_factor = number(r["low_freq_factor"], "rope_scaling.low_freq_factor", 0, 1e6);
+      rs.high_freq_factor = number(r["high_freq_factor"], "rope_scaling.high_freq_factor", rs.low_freq_factor, 1e6);
+      rs.original_max_t =
+          int(detail::json_integer(r["original_max_position_embeddings"], 1, 1 << 24,
+                                   source + ": rope_scaling.original_max_position_embeddings"));
+    }
+  }
+  // What the block computes: Qwen2's q/k/v biases; no other bias, no used window.
+  c.qkv_bias = c.model_type == "qwen2";
   for (const char* bias : {"attention_bias", "mlp_bias"})
-    if (j.contains(bias)) require(j[bias] == false, source, ": ", bias, " ", j[bias].dump(), " is not supported");
+    if (j.contains(bias))
+      require(j[bias] == false, source, ": ", bias, " ", j[bias].dump(), " is not built (biases on q, k and v only, "
+              "as Qwen2's)");
+  bool window = c.model_type == "mistral";
+  boolean("use_sliding_window", window);
+  if (window && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    const auto w = detail::json_integer(j["sliding_window"], 1, std::int64_t(1) << 40, source + ": sliding_window");
+    require(w >= c.max_position_embeddings, source, ": sliding_window ", w, " is shorter than the context ",
+            c.max_position_embeddings, ": sliding-window attention is not built");
+  }
   require(c.hidden_size % c.num_attention_heads == 0 && (c.hidden_size / c.num_attention_heads) % 2 == 0, source,
           ": hidden_size ", c.hidden_size, " is not num_attention_heads ", c.num_attention_heads, " heads of an even width");
+  if (j.contains("head_dim") && !j["head_dim"].is_null())
+    require(j["head_dim"] == c.hidden_size / c.num_attention_heads, source, ": head_dim ", j["head_dim"].dump(),
+            " is not hidden_size / num_attention_heads = ", c.hidden_size / c.num_attention_heads,
+            " (heads of another width are not built)");
+  if (j.contains("partial_rotary_factor"))
+    require(j["partial_rotary_factor"] == 1 || j["partial_rotary_factor"] == 1.0, source, ": partial_rotary_factor ",
+            j["partial_rotary_factor"].dump(), " (partial rotary positions are not built)");
   require(c.num_attention_heads % c.num_key_value_heads == 0, source, ": num_attention_heads ", c.num_attention_heads,
           " is not a multiple of num_key_value_heads ", c.num_key_value_heads);
   return c;
 }
 
 std::string HfLlamaConfig::to_json() const {
-  const json j = {{"model_type", "llama"},
-                  {"architectures", {"LlamaForCausalLM"}},
-                  {"vocab_size", vocab_size},
-                  {"hidden_size", hidden_size},
-                  {"intermediate_size", intermediate_size},
-                  {"num_hidden_layers", num_hidden_layers},
-                  {"num_attention_heads", num_attention_heads},
-                  {"num_key_value_heads", num_key_value_heads},
-                  {"max_position_embeddings", max_position_embeddings},
-                  {"hidden_act", "silu"},
-                  {"rms_norm_eps", 1e-5},
-                  {"rope_theta", 10000.0},
-                  {"rope_scaling", nullptr},
-                  {"attention_bias", false},
-                  {"mlp_bias", false},
-                  {"tie_word_embeddings", tie_word_embeddings},
-                  {"torch_dtype", "float32"}};
+  json scaling = nullptr;
+  if (rope_scaling.kind == RopeScaling::linear) scaling = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
+  if (rope_scaling.kind == RopeScaling::llama3)
+    scaling = {{"rope_type", "llama3"},
+               {"factor", rope_scaling.factor},
+               {"low_freq_factor", rope_scaling.low_freq_factor},
+               {"high_freq_factor", rope_scaling.high_freq_factor},
+               {"original_max_position_embeddings", rope_scaling.original_max_t}};
+  const bool qwen = model_type == "qwen2";
+  json j = {{"model_type", model_type},
+            {"architectures", {qwen ? "Qwen2ForCausalLM" : model_type == "mistral" ? "MistralForCausalLM"
+                                                                                    : "LlamaForCausalLM"}},
+            {"vocab_size", vocab_size},
+            {"hidden_size", hidden_size},
+            {"intermediate_size", intermediate_size},
+            {"num_hidden_layers", num_hidden_layers},
+            {"num_attention_heads", num_attention_heads},
+            {"num_key_value_heads", num_key_value_heads},
+            {"max_position_embeddings", max_position_embeddings},
+            {"hidden_act", "silu"},
+            {"rms_norm_eps", rms_norm_eps},
+            {"rope_theta", rope_theta},
+            {"rope_scaling", scaling},
+            {"tie_word_embeddings", tie_word_embeddings},
+            {"torch_dtype", "float32"}};
+  if (qwen) j["use_sliding_window"] = false;
+  else j["attention_bias"] = false, j["mlp_bias"] = false;
+  if (model_type == "mistral") j["sliding_window"] = nullptr;
   return j.dump(2) + "\n";
 }
 
 bool llama_shaped(const PresetInfo& p) {
-  return p.pre_norm && p.rms_norm && p.activation == "swiglu" && p.positions == "rope" && !p.bias;
+  return p.pre_norm && p.rms_norm && p.activation == "swiglu" && p.positions == "rope" && !p.bias &&
+         p.dims().qk_head() * p.n_heads == p.d_model && p.dims().v_head() * p.n_heads == p.d_model;
+}
+
+PresetInfo hf_llama_architecture(const HfLlamaConfig& c) {
+  PresetInfo p = preset_info<families::Llama>();
+  p.name = c.model_type;
+  p.max_t = c.max_position_embeddings, p.d_model = c.hidden_size, p.n_heads = c.num_attention_heads;
+  p.n_kv_heads = c.num_key_value_heads, p.n_layers = c.num_hidden_layers, p.d_ff = c.intermediate_size;
+  p.bias = false, p.qkv_bias = c.qkv_bias;
+  p.norm_eps = c.rms_norm_eps, p.rope_theta = c.rope_theta, p.rope_scaling = c.rope_scaling;
+  // A published shape keeps its preset's name (--help lists them).
+  for (const std::string_view name : LanguageModelPresets::names()) {
+    const PresetInfo known = LanguageModelPresets::info(name);
+    if (llama_shaped(known) && known.shape() == p.shape() && known.dims() == p.dims()) p.name = known.name;
+  }
+  return p;
 }
 
 HfLlamaCheckpoint open_hf_llama(const fs::path& path) {
@@ -103,6 +173,11 @@ HfLlamaCheckpoint open_hf_llama(const fs::path& path) {
     expect(l + "self_attn.q_proj.weight", {D, D});
     expect(l + "self_attn.k_proj.weight", {kv, D});
     expect(l + "self_attn.v_proj.weight", {kv, D});
+    if (c.qkv_bias) {
+      expect(l + "self_attn.q_proj.bias", {D});
+      expect(l + "self_attn.k_proj.bias", {kv});
+      expect(l + "self_attn.v_proj.bias", {kv});
+    }
     expect(l + "self_attn.o_proj.weight", {D, D});
     expect(l + "post_attention_layernorm.weight", {D});
     expect(l + "mlp.gate_proj.weight", {F, D});
@@ -113,8 +188,11 @@ HfLlamaCheckpoint open_hf_llama(const fs::path& path) {
   for (const auto& n : ck.tensors.names()) {
     const bool known = n == "model.embed_tokens.weight" || n == "model.norm.weight" || n == "lm_head.weight" ||
                        (n.starts_with("model.layers.") &&
-                        (n.ends_with("_layernorm.weight") || n.ends_with("_proj.weight") || n.ends_with("rotary_emb.inv_freq")));
-    require(known, file.string(), ": tensor '", n, "' is not part of a LlamaForCausalLM");
+                        (n.ends_with("_layernorm.weight") || n.ends_with("_proj.weight") ||
+                         n.ends_with("rotary_emb.inv_freq") ||
+                         (c.qkv_bias && (n.ends_with("q_proj.bias") || n.ends_with("k_proj.bias") ||
+                                         n.ends_with("v_proj.bias")))));
+    require(known, file.string(), ": tensor '", n, "' is not part of a ", c.model_type, " model of this config");
     if (n.starts_with("model.layers.")) {
       const int layer = std::atoi(n.c_str() + std::string_view("model.layers.").size());
       require(layer < c.num_hidden_layers, file.string(), ": tensor '", n, "' is past the config's ",
@@ -176,6 +254,10 @@ std::vector<float> hf_llama_values(const HfLlamaCheckpoint& ck, std::string_view
       append(interleave_heads(finite(ck, l + "self_attn.q_proj.weight"), c.num_attention_heads, head, D));
       append(interleave_heads(finite(ck, l + "self_attn.k_proj.weight"), c.num_key_value_heads, head, D));
       append(finite(ck, l + "self_attn.v_proj.weight"));
+    } else if (part == "attn.qkv.bias" && c.qkv_bias) {  // a bias is a column: its rows reorder as the weight's
+      append(interleave_heads(finite(ck, l + "self_attn.q_proj.bias"), c.num_attention_heads, head, 1));
+      append(interleave_heads(finite(ck, l + "self_attn.k_proj.bias"), c.num_key_value_heads, head, 1));
+      append(finite(ck, l + "self_attn.v_proj.bias"));
     } else if (part == "ff.fc1.weight") {
       append(finite(ck, l + "mlp.gate_proj.weight"));
       append(finite(ck, l + "mlp.up_proj.weight"));
@@ -189,19 +271,27 @@ std::vector<float> hf_llama_values(const HfLlamaCheckpoint& ck, std::string_view
   return v;
 }
 
-void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, int d, int layers, int heads, int kv_heads, int d_ff,
-                          bool tied, bool head_bias) {
+void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, const PresetInfo& p, bool tied, bool head_bias) {
   const HfLlamaConfig& c = ck.config;
   const std::string source = ck.file.string();
   auto same = [&](const char* field, int file, const char* ours, int model) {
     require(file == model, source, ": ", field, " is ", file, " but the model's ", ours, " is ", model);
   };
   same("vocab_size", c.vocab_size, "vocabulary", vocab);
-  same("hidden_size", c.hidden_size, "D_MODEL", d);
-  same("num_hidden_layers", c.num_hidden_layers, "N_LAYERS", layers);
-  same("num_attention_heads", c.num_attention_heads, "N_HEADS", heads);
-  same("num_key_value_heads", c.num_key_value_heads, "N_KV_HEADS", kv_heads);
-  same("intermediate_size", c.intermediate_size, "D_FF", d_ff);
+  same("hidden_size", c.hidden_size, "D_MODEL", p.d_model);
+  same("num_hidden_layers", c.num_hidden_layers, "N_LAYERS", p.n_layers);
+  same("num_attention_heads", c.num_attention_heads, "N_HEADS", p.n_heads);
+  same("num_key_value_heads", c.num_key_value_heads, "N_KV_HEADS", p.n_kv_heads);
+  same("intermediate_size", c.intermediate_size, "D_FF", p.d_ff);
+  auto knob = [&](const char* field, double file, const char* ours, double model) {
+    require(std::abs(file - model) <= 1e-12 * std::abs(model), source, ": ", field, " is ", file, " but the model's ",
+            ours, " is ", model);
+  };
+  knob("rms_norm_eps", c.rms_norm_eps, "norm epsilon", p.norm_eps);
+  knob("rope_theta", c.rope_theta, "rotary theta", p.rope_theta);
+  require(c.rope_scaling == p.rope_scaling, source, ": rope_scaling differs from the model's");
+  require(c.qkv_bias == p.qkv_bias, source, c.qkv_bias ? ": q, k and v have biases; the model's have none"
+                                                      : ": q, k and v have no biases; the model's have");
   require(tied == c.tie_word_embeddings, source, ": tie_word_embeddings is ", c.tie_word_embeddings ? "true" : "false",
           "; build the model with tie_weights = ", c.tie_word_embeddings ? "true" : "false");
   require(!head_bias, source, ": Llama's head has no bias; build the model with head_bias = false");
@@ -214,6 +304,11 @@ void llama_check_preset(const PresetInfo& p) {
 
 HfLlamaConfig hf_llama_config_of(const PresetInfo& p, int vocab, bool tied) {
   HfLlamaConfig c;
+  c.model_type = p.qkv_bias ? "qwen2" : "llama";
+  c.rms_norm_eps = p.norm_eps;
+  c.rope_theta = p.rope_theta;
+  c.rope_scaling = p.rope_scaling;
+  c.qkv_bias = p.qkv_bias;
   c.vocab_size = vocab;
   c.hidden_size = p.d_model;
   c.intermediate_size = p.d_ff;
@@ -246,6 +341,13 @@ void hf_llama_add(SafeTensorsWriter& w, std::string_view xfmr_name, const std::v
   if (part == "ff.fc1.weight") {  // rows [gate | up]
     add(l + "mlp.gate_proj.weight", {F, D}, 0, std::size_t(F * D));
     return add(l + "mlp.up_proj.weight", {F, D}, std::size_t(F * D), std::size_t(F * D));
+  }
+  if (part == "attn.qkv.bias" && c.qkv_bias) {  // [q heads | k heads | v heads], each head's pairs as the rows'
+    const auto q = interleave_heads({v.begin(), v.begin() + D}, c.num_attention_heads, int(head), 1, false);
+    const auto k = interleave_heads({v.begin() + D, v.begin() + D + kv}, c.num_key_value_heads, int(head), 1, false);
+    w.add<float>(l + "self_attn.q_proj.bias", {D}, std::span<const float>(q));
+    w.add<float>(l + "self_attn.k_proj.bias", {kv}, std::span<const float>(k));
+    return add(l + "self_attn.v_proj.bias", {kv}, std::size_t(D + kv), std::size_t(kv));
   }
   require(part == "attn.qkv.weight", "Llama checkpoint: no counterpart for the model's '", name, "'");
   const auto rows = [&](std::int64_t first, std::int64_t n) {

@@ -1,8 +1,9 @@
-// llama_models.cpp: the Llama family's Decoders on the CPU (published_models.hpp).
+// llama_models.cpp: the Llama family's Decoder on the CPU (pre-norm RMSNorm,
+// SwiGLU, rotary positions: Llama, Qwen2, Mistral, llama2.c), every size
+// Dynamic (models/language_model.hpp).
 #include "xfmr/backend/cpu.hpp"
-#include "published_models.hpp"
+#include "xfmr/models/language_model.hpp"
 
 namespace xfmr {
-#define XFMR_INSTANTIATE(P) XFMR_DECODER_MODEL(template, P, CpuBackend<float>)
-XFMR_LLAMA_PRESETS(XFMR_INSTANTIATE)
+XFMR_LANGUAGE_MODEL_FAMILY(template, Llama, CpuBackend<float>)
 }  // namespace xfmr

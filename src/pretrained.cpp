@@ -19,6 +19,7 @@ std::string_view format_name(CheckpointFormat f) {
     case CheckpointFormat::gpt2: return "gpt2";
     case CheckpointFormat::hf_llama: return "llama";
     case CheckpointFormat::llama2c: return "llama2.c";
+    case CheckpointFormat::xfmr: return "xfmr";
   }
   return "?";
 }
@@ -50,8 +51,11 @@ CheckpointFormat checkpoint_format(const fs::path& path) {
   std::string type;
   if (fs::exists(config)) {
     const auto j = nlohmann::json::parse(read_text_file(config), nullptr, false);
-    require(j.is_object() && j.contains("model_type") && j["model_type"].is_string(), config.string(),
-            ": no model_type (\"gpt2\" or \"llama\")");
+    require(j.is_object(), config.string(), ": not a JSON object (", j.is_discarded() ? "unreadable or truncated JSON"
+                                                                                     : "a JSON value of another kind",
+            ")");
+    require(j.contains("model_type") && j["model_type"].is_string(), config.string(),
+            ": no model_type (\"gpt2\", \"llama\", \"qwen2\" or \"mistral\")");
     type = j["model_type"];
   } else {
     require(fs::exists(file), file.string(), ": no such file, and no config.json beside it");
@@ -61,51 +65,18 @@ CheckpointFormat checkpoint_format(const fs::path& path) {
     type = "gpt2";
   }
   if (type == "gpt2") return CheckpointFormat::gpt2;
-  if (type == "llama") return CheckpointFormat::hf_llama;
-  detail::fail(config.string(), ": model_type \"", type, "\" is not one xfmr reads (\"gpt2\" or \"llama\")");
+  if (type == "llama" || type == "qwen2" || type == "mistral") return CheckpointFormat::hf_llama;
+  detail::fail(config.string(), ": model_type \"", type,
+               "\" is not one xfmr reads (\"gpt2\", \"llama\", \"qwen2\" or \"mistral\")");
 }
 
-namespace {
-
-// The preset of `family` whose info has the config's sizes, or the error.
-std::string_view find_preset(bool (*family)(const PresetInfo&), const char* family_name, const PresetInfo& want,
-                             const std::string& source) {
-  std::string have;
-  for (const std::string_view name : LanguageModelPresets::names()) {
-    const PresetInfo p = LanguageModelPresets::info(name);
-    if (!family(p)) continue;
-    if (p.d_model == want.d_model && p.n_heads == want.n_heads && p.n_kv_heads == want.n_kv_heads &&
-        p.n_layers == want.n_layers && p.d_ff == want.d_ff && p.max_t == want.max_t)
-      return name;
-    have += (have.empty() ? "" : ", ") + std::string(name) + " (" + p.shape() + ")";
-  }
-  detail::fail(source, ": a ", family_name, " of shape ", want.shape(), " matches no preset; xfmr has ", have,
-               " (a shape of one's own is a preset of one's own: presets.hpp)");
-}
-
-PresetInfo shape(int max_t, int d, int heads, int kv_heads, int layers, int d_ff) {
-  PresetInfo p;
-  p.max_t = max_t, p.d_model = d, p.n_heads = heads, p.n_kv_heads = kv_heads, p.n_layers = layers, p.d_ff = d_ff;
+PresetInfo llama2c_architecture(const Llama2cConfig& c) {
+  HfLlamaConfig h;
+  h.max_position_embeddings = c.seq_len, h.hidden_size = c.dim, h.num_attention_heads = c.n_heads;
+  h.num_key_value_heads = c.n_kv_heads, h.num_hidden_layers = c.n_layers, h.intermediate_size = c.hidden_dim;
+  PresetInfo p = hf_llama_architecture(h);
+  if (p.name == "llama") p.name = "llama2.c";
   return p;
-}
-
-}  // namespace
-
-std::string_view gpt2_preset(const Gpt2Config& c, const std::string& source) {
-  return find_preset(gpt2_shaped, "GPT-2", shape(c.n_positions, c.n_embd, c.n_head, c.n_head, c.n_layer, c.d_ff()),
-                     source);
-}
-
-std::string_view hf_llama_preset(const HfLlamaConfig& c, const std::string& source) {
-  return find_preset(llama_shaped, "Llama",
-                     shape(c.max_position_embeddings, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
-                           c.num_hidden_layers, c.intermediate_size),
-                     source);
-}
-
-std::string_view llama2c_preset(const Llama2cConfig& c, const std::string& source) {
-  return find_preset(llama_shaped, "Llama",
-                     shape(c.seq_len, c.dim, c.n_heads, c.n_kv_heads, c.n_layers, c.hidden_dim), source);
 }
 
 }  // namespace xfmr

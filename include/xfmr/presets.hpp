@@ -30,17 +30,26 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/layers/activation.hpp"
 #include "xfmr/layers/positional.hpp"
+#include "xfmr/layers/rms_norm.hpp"
 
 namespace xfmr {
 
-// A configuration's shape and parts, at run time (a configuration without
-// a NAME is "custom", without a DROPOUT 0).
+// A configuration's shape, parts and knobs at run time: a model's
+// architecture (a configuration without a NAME is "custom", without a
+// DROPOUT 0). make_language_model builds a LanguageModel of any
+// architecture whose parts a compiled family has (LanguageModelFamilies).
 struct PresetInfo {
-  std::string_view name;
+  std::string name = "custom";
   int max_t = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, n_layers = 0, d_ff = 0;
   float dropout = 0.0f;
   bool pre_norm = true, rms_norm = false, gated = false, bias = true;
-  std::string_view activation, positions;
+  std::string_view activation = "gelu", positions = "learned";
+  // Knobs (ModelDims's): head widths (0: d_model / n_heads), the norms'
+  // epsilon, rotary theta and scaling, biases on q/k/v without `bias`.
+  int qk_head_dim = 0, v_head_dim = 0;
+  double norm_eps = 1e-5, rope_theta = 10000.0;
+  RopeScaling rope_scaling{};
+  bool qkv_bias = false;
 
   // "D64 H4 L4 T32 FF256" (and "KV2" for grouped-query attention).
   std::string shape() const {
@@ -48,37 +57,70 @@ struct PresetInfo {
     if (n_kv_heads != n_heads) s += " KV" + std::to_string(n_kv_heads);
     return s + " L" + std::to_string(n_layers) + " T" + std::to_string(max_t) + " FF" + std::to_string(d_ff);
   }
+  // "pre-norm layer-norm gelu learned": the parts, as a family names them.
+  std::string parts() const {
+    return std::string(pre_norm ? "pre-norm " : "post-norm ") + (rms_norm ? "rms-norm " : "layer-norm ") +
+           std::string(activation) + " " + std::string(positions);
+  }
+  ModelDims dims() const {
+    ModelDims d;
+    d.max_t = max_t, d.d_model = d_model, d.n_heads = n_heads, d.n_kv_heads = n_kv_heads, d.n_layers = n_layers;
+    d.d_ff = d_ff, d.qk_head_dim = qk_head_dim, d.v_head_dim = v_head_dim, d.norm_eps = norm_eps;
+    d.rope_theta = rope_theta, d.rope_scaling = rope_scaling, d.bias = bias, d.qkv_bias = qkv_bias;
+    return d;
+  }
+  // The sizes and knobs of d, the parts and name kept.
+  PresetInfo with_dims(const ModelDims& d) const {
+    PresetInfo p = *this;
+    p.max_t = d.max_t, p.d_model = d.d_model, p.n_heads = d.n_heads, p.n_kv_heads = d.kv_heads();
+    p.n_layers = d.n_layers, p.d_ff = d.d_ff, p.qk_head_dim = d.qk_head_dim, p.v_head_dim = d.v_head_dim;
+    p.norm_eps = d.norm_eps, p.rope_theta = d.rope_theta, p.rope_scaling = d.rope_scaling, p.bias = d.bias;
+    p.qkv_bias = d.qkv_bias;
+    return p;
+  }
 };
 
 namespace detail {
 struct AnyBackend;  // names a norm layer's type without building one
+template <class Cfg>
+constexpr bool rms_norm() {
+  return !std::is_same_v<norm_layer_t<Cfg, Dynamic, AnyBackend>, LayerNorm<Dynamic, AnyBackend>>;
+}
+}  // namespace detail
+
+// A configuration's architecture; dims (default: the configuration's own)
+// for a Dynamic one's sizes.
+template <BlockConfig Cfg>
+PresetInfo preset_info(const ModelDims& dims = model_dims<Cfg>()) {
+  PresetInfo p;
+  if constexpr (requires { Cfg::NAME; }) p.name = Cfg::NAME;
+  if constexpr (requires { Cfg::DROPOUT; }) p.dropout = float(Cfg::DROPOUT);
+  p.pre_norm = std::is_same_v<typename Cfg::Norm, PreNorm>;
+  p.rms_norm = detail::rms_norm<Cfg>();
+  p.gated = Cfg::Activation::GATED;
+  p.activation = Cfg::Activation::name;
+  p.positions = detail::positions_tag<Cfg>::type::name;
+  return p.with_dims(dims);
 }
 
+// DynamicParts<Norm, RMS, Activation, Positions>: a configuration of those
+// parts (RMS: RmsNorm, else LayerNorm) with every size Dynamic, the sizes
+// and knobs given at construction (ModelDims): one compiled model for every
+// shape of a family. dynamic_of_t<Cfg> is the one with Cfg's parts.
+template <class Norm_, bool RMS, class Activation_, class Positions_>
+struct DynamicParts {
+  static constexpr int MAX_T = Dynamic, D_MODEL = Dynamic, N_HEADS = Dynamic, N_KV_HEADS = Dynamic;
+  static constexpr int N_LAYERS = Dynamic, D_FF = Dynamic;
+  using Norm = Norm_;
+  template <int W, class Be>
+  using NormLayer = std::conditional_t<RMS, RmsNorm<W, Be>, LayerNorm<W, Be>>;
+  using Activation = Activation_;
+  using Positions = Positions_;
+};
+
 template <BlockConfig Cfg>
-constexpr PresetInfo preset_info() {
-  constexpr std::string_view name = [] {
-    if constexpr (requires { Cfg::NAME; }) return std::string_view(Cfg::NAME);
-    else return std::string_view("custom");
-  }();
-  constexpr float dropout = [] {
-    if constexpr (requires { Cfg::DROPOUT; }) return float(Cfg::DROPOUT);
-    else return 0.0f;
-  }();
-  return {name,
-          Cfg::MAX_T,
-          Cfg::D_MODEL,
-          Cfg::N_HEADS,
-          kv_heads<Cfg>(),
-          Cfg::N_LAYERS,
-          Cfg::D_FF,
-          dropout,
-          std::is_same_v<typename Cfg::Norm, PreNorm>,
-          !std::is_same_v<norm_layer_t<Cfg, Cfg::D_MODEL, detail::AnyBackend>, LayerNorm<Cfg::D_MODEL, detail::AnyBackend>>,
-          Cfg::Activation::GATED,
-          linear_bias<Cfg>(),
-          Cfg::Activation::name,
-          detail::positions_tag<Cfg>::type::name};
-}
+using dynamic_of_t = DynamicParts<typename Cfg::Norm, detail::rms_norm<Cfg>(), typename Cfg::Activation,
+                                  typename detail::positions_tag<Cfg>::type>;
 
 template <class... Presets>
 struct PresetList {
@@ -306,6 +348,14 @@ using LanguageModelPresets =
                presets::ShakespeareMid, presets::ShakespeareLarge, presets::Distilgpt2, presets::Gpt2Small,
                presets::Gpt2Medium, presets::Stories15M, presets::Stories42M, presets::Stories110M,
                presets::SmolLM135M>;
+// The families make_language_model compiles (models/language_model.hpp):
+// between them, the parts of every LanguageModelPresets preset.
+namespace families {
+using Gpt = DynamicParts<PreNorm, false, Gelu, Learned>;       // GPT-2, tiny, names
+using GptRelu = DynamicParts<PreNorm, false, Relu, Learned>;   // the Shakespeare models
+using Llama = DynamicParts<PreNorm, true, SwiGlu, Rope>;       // Llama, Qwen2, Mistral, llama2.c
+}  // namespace families
+
 using ClassifierPresets = PresetList<presets::ClassifierTiny, presets::Sst2, presets::Imdb>;
 using TranslatorPresets = PresetList<presets::TranslatorTiny, presets::Multi30k>;
 

@@ -50,6 +50,10 @@ class Buffer {
   Rows<T, COLS> rows(int r) {
     return {reserve(static_cast<std::size_t>(r) * COLS), r};
   }
+  template <int COLS>
+  Rows<T, COLS> rows(int r, Dim<COLS> cols) {
+    return {reserve(static_cast<std::size_t>(r) * cols), r, cols};
+  }
   T* data();
   const T* data() const;
   std::size_t capacity() const;

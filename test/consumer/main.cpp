@@ -11,8 +11,7 @@ using Model = xfmr::LanguageModel<Be>;
 struct Run {  // a model of the "tiny" preset, its optimizer, and the Trainer that steps both
   Run(int vocab, Be& be)
       : model(xfmr::make_language_model<Be>("tiny", vocab, 1337)), opt(*model),
-        trainer(*model, be, opt, {.schedule = xfmr::LrSchedule::parse("cosine", 3e-3, 40), .data_seed = 7},
-                [=] { return xfmr::make_language_model<Be>("tiny", vocab, 1337); }) {}
+        trainer(*model, be, opt, {.schedule = xfmr::LrSchedule::parse("cosine", 3e-3, 40), .data_seed = 7}) {}
   std::unique_ptr<Model> model;
   xfmr::AdamW<Be> opt;
   xfmr::Trainer<Model, Be> trainer;

@@ -187,7 +187,10 @@ BOOST_AUTO_TEST_CASE(mismatches_are_named) {
   expect("vocab", tiny_config(",\"vocab_size\": 16000000"), keep,
          "tensor 'wte.weight' has shape (61, 32) but its config (vocab_size, n_embd) gives (16000000, 32)");
   expect("act", tiny_config(",\"activation_function\": \"relu\""), keep, "activation_function 'relu' is not GELU's tanh");
-  expect("eps", tiny_config(",\"layer_norm_epsilon\": 1e-6"), keep, "layer_norm_epsilon 1e-06 is not xfmr's");
+  // A static model's epsilon is its configuration's; a Dynamic one takes the file's (load_pretrained).
+  expect("eps", tiny_config(",\"layer_norm_epsilon\": 1e-6"), keep,
+         "layer_norm_epsilon 1e-06 but the model's norms' epsilon is 1e-05");
+  expect("eps0", tiny_config(",\"layer_norm_epsilon\": 0"), keep, "layer_norm_epsilon 0 is not in (0, 1)");
   expect("type", tiny_config(",\"model_type\": \"llama\""), keep, "model_type 'llama' is not gpt2");
   expect("heads", tiny_config(",\"n_head\": 5"), keep, "n_embd 32 is not a multiple of n_head 5");
   expect(

@@ -121,15 +121,26 @@ BOOST_AUTO_TEST_CASE(mismatches_are_refused_by_name) {
     BOOST_TEST(error.find(part) != std::string::npos, "'" << error << "' does not say '" << part << "'");
   };
   auto open_error = [](const fs::path& d) { return test::error_of([&] { open_hf_llama(d); }); };
-  has(open_error(edited([](std::string& c) { replace(c, "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 1e-06"); },
+  // Knobs a file may set (a Dynamic model takes them, load_pretrained), but
+  // a model built with others refuses them by name.
+  auto load_error = [](const fs::path& d) {
+    return test::error_of([&] {
+      Lm m(kVocab, 1, {.head_bias = false});
+      load_hf_llama(m, open_hf_llama(d));
+    });
+  };
+  has(load_error(edited([](std::string& c) { replace(c, "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 1e-06"); },
                         same_tensors)),
-      "rms_norm_eps 1e-06");
-  has(open_error(edited([](std::string& c) { replace(c, "\"rope_theta\": 10000.0", "\"rope_theta\": 500000.0"); },
+      "rms_norm_eps is 1e-06 but the model's norm epsilon is 1e-05");
+  has(load_error(edited([](std::string& c) { replace(c, "\"rope_theta\": 10000.0", "\"rope_theta\": 500000.0"); },
                         same_tensors)),
-      "rope_theta 500000.0");
+      "rope_theta is 500000 but the model's rotary theta is 10000");
   has(open_error(edited([](std::string& c) { replace(c, "\"rope_scaling\": null", "\"rope_scaling\": {\"factor\": 2}"); },
                         same_tensors)),
-      "rope_scaling {\"factor\":2} is not supported");
+      "rope_scaling {\"factor\":2} is not built");
+  has(open_error(edited([](std::string& c) { replace(c, "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1"); },
+                        same_tensors)),
+      "rms_norm_eps -1 is not a number in (0, 1)");
   has(open_error(edited([](std::string& c) { replace(c, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\""); },
                         same_tensors)),
       "hidden_act \"gelu\"");

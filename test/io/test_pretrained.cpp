@@ -45,7 +45,7 @@ void check_has(const std::string& error, const std::string& part) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(a_config_picks_the_preset_of_its_shape) {
+BOOST_AUTO_TEST_CASE(a_config_of_a_preset_shape_takes_its_name) {
   int gpt2 = 0, llama = 0;
   for (const std::string_view name : LanguageModelPresets::names()) {
     const PresetInfo p = LanguageModelPresets::info(name);
@@ -54,15 +54,17 @@ BOOST_AUTO_TEST_CASE(a_config_picks_the_preset_of_its_shape) {
         Gpt2Config c;
         c.n_positions = p.max_t, c.n_embd = p.d_model, c.n_layer = p.n_layers, c.n_head = p.n_heads;
         c.n_inner = p.d_ff;
-        BOOST_TEST(gpt2_preset(c, "config.json") == name);
+        BOOST_TEST(gpt2_architecture(c).name == name);
+        BOOST_TEST(gpt2_architecture(c).shape() == p.shape());
         ++gpt2;
       } else if (llama_shaped(p)) {
         const HfLlamaConfig c = detail::hf_llama_config_of(p, 32000, true);
-        BOOST_TEST(hf_llama_preset(c, "config.json") == name);
+        BOOST_TEST(hf_llama_architecture(c).name == name);
         Llama2cConfig l;
         l.dim = p.d_model, l.hidden_dim = p.d_ff, l.n_layers = p.n_layers, l.n_heads = p.n_heads;
         l.n_kv_heads = p.n_kv_heads, l.vocab_size = 32000, l.seq_len = p.max_t;
-        BOOST_TEST(llama2c_preset(l, "model.bin") == name);
+        BOOST_TEST(llama2c_architecture(l).name == name);
+        BOOST_TEST(llama2c_architecture(l).shape() == p.shape());
         ++llama;
       }
     }
@@ -76,18 +78,31 @@ BOOST_AUTO_TEST_CASE(a_config_picks_the_preset_of_its_shape) {
   BOOST_TEST(LanguageModelPresets::info("gpt2-medium").shape() == "D1024 H16 L24 T1024 FF4096");
 }
 
-BOOST_AUTO_TEST_CASE(a_shape_no_preset_has_is_refused_with_the_list) {
+// A shape no preset has is the family's architecture at that shape, with
+// the config's knobs: no preset needs to be compiled in for it.
+BOOST_AUTO_TEST_CASE(a_shape_no_preset_has_is_its_family_at_that_shape) {
   Gpt2Config c;
-  c.n_embd = 1280, c.n_layer = 36, c.n_head = 20;  // gpt2-large
-  const std::string e = test::error_of([&] { (void)gpt2_preset(c, "gpt2-large/config.json"); });
-  check_has(e, "gpt2-large/config.json: a GPT-2 of shape D1280 H20 L36 T1024 FF5120 matches no preset");
-  check_has(e, "gpt2-medium (D1024 H16 L24 T1024 FF4096)");
-  check_has(e, "distilgpt2 (D768 H12 L6 T1024 FF3072)");
+  c.n_embd = 1280, c.n_layer = 36, c.n_head = 20, c.n_positions = 2048, c.layer_norm_epsilon = 1e-6;
+  const PresetInfo g = gpt2_architecture(c);
+  BOOST_TEST(g.name == "gpt2");
+  BOOST_TEST(g.shape() == "D1280 H20 L36 T2048 FF5120");
+  BOOST_TEST(g.norm_eps == 1e-6);
+  BOOST_TEST(gpt2_shaped(g));
   HfLlamaConfig l = detail::hf_llama_config_of(LanguageModelPresets::info("smollm-135m"), 49152, true);
-  l.max_position_embeddings = 8192;  // SmolLM2-135M's context
-  const std::string e2 = test::error_of([&] { (void)hf_llama_preset(l, "config.json"); });
-  check_has(e2, "a Llama of shape D576 H9 KV3 L30 T8192 FF1536 matches no preset");
-  check_has(e2, "smollm-135m (D576 H9 KV3 L30 T2048 FF1536)");
+  l.max_position_embeddings = 8192, l.rope_theta = 1e5;  // SmolLM2-135M's context and theta
+  const PresetInfo s = hf_llama_architecture(l);
+  BOOST_TEST(s.name == "llama");
+  BOOST_TEST(s.shape() == "D576 H9 KV3 L30 T8192 FF1536");
+  BOOST_TEST(s.rope_theta == 1e5);
+  BOOST_TEST(llama_shaped(s));
+  // The model builds, and its name and knobs are what it reports.
+  auto m = make_language_model<Cpu>(s.with_dims([&] {
+    ModelDims d = s.dims();
+    d.n_layers = 1, d.max_t = 64;  // small enough to build here
+    return d;
+  }()), 100, 1);
+  BOOST_TEST(m->preset().rope_theta == 1e5);
+  BOOST_TEST(m->preset().name == "llama");
 }
 
 // Saved in its family's Hugging Face layout, a model comes back as the same

@@ -460,7 +460,7 @@ def gpt2_params(vocab, n_pos, d, layers, gen, scale):
     return p
 
 
-def gpt2_forward(p, ids, heads, layers, past=None):
+def gpt2_forward(p, ids, heads, layers, past=None, eps=1e-5):
     """ids (B, T) -> logits (B, T, vocab), and the new past [(k, v)] per layer."""
     b, t = ids.shape
     t0 = 0 if past is None else past[0][0].shape[2]
@@ -470,7 +470,7 @@ def gpt2_forward(p, ids, heads, layers, past=None):
     present = []
     for i in range(layers):
         h = f"h.{i}."
-        a = F.layer_norm(x, (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
+        a = F.layer_norm(x, (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps)
         q, k, v = (a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]).split(d, dim=2)
         q, k, v = (z.view(b, t, heads, hd).transpose(1, 2) for z in (q, k, v))
         if past is not None:
@@ -481,10 +481,10 @@ def gpt2_forward(p, ids, heads, layers, past=None):
         s = s.masked_fill(~allowed, float("-inf"))
         y = (s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
         x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
-        m = F.layer_norm(x, (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
+        m = F.layer_norm(x, (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps)
         m = gelu_tanh(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"])
         x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
-    x = F.layer_norm(x, (d,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+    x = F.layer_norm(x, (d,), p["ln_f.weight"], p["ln_f.bias"], eps)
     return x @ p["wte.weight"].T, present
 
 
@@ -752,15 +752,21 @@ def hf_llama_tiny(out_dir, dim=32, hidden=48, layers=2, heads=4, kv_heads=2, voc
 
 
 def llama_hf_layers(hf, ids, layers, heads, kv_heads, hd, dim, cos, sin, rms, rotate_half):
-    """hf_llama_tiny's plain-torch LlamaForCausalLM forward: logits (T, vocab)."""
+    """hf_llama_tiny's plain-torch LlamaForCausalLM forward: logits (T, vocab);
+    q, k and v with their biases where hf has them (Qwen2)."""
     T = len(ids)
+
+    def proj(h, name):
+        y = h @ hf[name + ".weight"].T
+        return y + hf[name + ".bias"] if name + ".bias" in hf else y
+
     x = hf["model.embed_tokens.weight"][torch.tensor(ids)]
     for i in range(layers):
         l = f"model.layers.{i}."
         h = rms(x, hf[l + "input_layernorm.weight"])
-        q = (h @ hf[l + "self_attn.q_proj.weight"].T).reshape(T, heads, hd).transpose(0, 1)
-        k = (h @ hf[l + "self_attn.k_proj.weight"].T).reshape(T, kv_heads, hd).transpose(0, 1)
-        v = (h @ hf[l + "self_attn.v_proj.weight"].T).reshape(T, kv_heads, hd).transpose(0, 1)
+        q = proj(h, l + "self_attn.q_proj").reshape(T, heads, hd).transpose(0, 1)
+        k = proj(h, l + "self_attn.k_proj").reshape(T, kv_heads, hd).transpose(0, 1)
+        v = proj(h, l + "self_attn.v_proj").reshape(T, kv_heads, hd).transpose(0, 1)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.repeat_interleave(heads // kv_heads, dim=0), v.repeat_interleave(heads // kv_heads, dim=0)
         scores = (q @ k.transpose(-2, -1) / hd ** 0.5).masked_fill(causal_mask(T), float("-inf"))

@@ -202,6 +202,10 @@ class Buffer {
   Rows<T, COLS> rows(int r) {
     return {reserve(static_cast<std::size_t>(r) * COLS), r};
   }
+  template <int COLS>
+  Rows<T, COLS> rows(int r, Dim<COLS> cols) {
+    return {reserve(static_cast<std::size_t>(r) * cols), r, cols};
+  }
   T* data() { return storage_.data(); }
   const T* data() const { return storage_.data(); }
   std::size_t capacity() const { return storage_.capacity(); }

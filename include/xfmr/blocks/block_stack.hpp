@@ -54,7 +54,7 @@ inline Recompute parse_recompute(std::string_view name) {
 template <class Block, class Backend>
 class BlockStack {
  public:
-  static constexpr int D = Block::D;
+  static constexpr int D = Block::D;  // the width, or Dynamic
   using A = typename Backend::Activation;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
@@ -63,6 +63,12 @@ class BlockStack {
     require(n > 0, "a model needs at least one block, got ", n);
     blocks_.reserve(n);
     for (int i = 0; i < n; ++i) blocks_.emplace_back(rng, dropout, attention_dropout);
+  }
+  // d.n_layers blocks of d's sizes.
+  BlockStack(const ModelDims& d, Rng& rng, float dropout, float attention_dropout = 0.0f) {
+    require(d.n_layers > 0, "a model needs at least one block, got ", d.n_layers);
+    blocks_.reserve(d.n_layers);
+    for (int i = 0; i < d.n_layers; ++i) blocks_.emplace_back(d, rng, dropout, attention_dropout);
   }
   // The blocks may point into this object (cheap recompute's shared buffers).
   BlockStack(const BlockStack&) = delete;
@@ -106,7 +112,7 @@ class BlockStack {
     A* acts = acts_.reserve(std::size_t(n - 1) * x.size());  // (N-1, rows, D) between blocks
     ConstRows<A, D> in = x;
     for (int i = 0; i < n; ++i) {
-      const Rows<A, D> out = i + 1 < n ? Rows<A, D>(acts + std::size_t(i) * x.size(), x.rows) : y;
+      const Rows<A, D> out = i + 1 < n ? Rows<A, D>(acts + std::size_t(i) * x.size(), x.rows, x.cols) : y;
       f(blocks_[i], i, in, out);
       in = out;
     }
@@ -136,7 +142,7 @@ class BlockStack {
     A* scratch = grads_.reserve(2 * dy.size());  // ping-pong between blocks
     ConstRows<A, D> d = dy;
     for (int i = n - 1; i >= 0; --i) {
-      const Rows<A, D> out = i == 0 ? dx : Rows<A, D>(scratch + std::size_t(i % 2) * dy.size(), dy.rows);
+      const Rows<A, D> out = i == 0 ? dx : Rows<A, D>(scratch + std::size_t(i % 2) * dy.size(), dy.rows, dy.cols);
       if (recompute_ == Recompute::block) {
         require(calls_.size() == blocks_.size(), "recompute: a backward without its training forward");
         std::size_t k = 0;

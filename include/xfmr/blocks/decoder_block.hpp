@@ -25,19 +25,23 @@ namespace xfmr {
 template <BlockConfig Cfg, class Backend>
 class DecoderBlock {
  public:
-  static constexpr int D = Cfg::D_MODEL;
+  static constexpr int D = Cfg::D_MODEL;  // or Dynamic
   using A = typename Backend::Activation;
   using Norm = typename Cfg::Norm;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
   explicit DecoderBlock(Rng& rng, float dropout = 0.0f, float attention_dropout = 0.0f)
-      : self_attn_(rng),
-        cross_attn_(rng),
-        ff_(rng),
-        r1_(dropout, rng.next_u64()),
-        r2_(dropout, rng.next_u64()),
-        r3_(dropout, rng.next_u64()) {
+    requires(is_static_config<Cfg>())
+      : DecoderBlock(model_dims<Cfg>(), rng, dropout, attention_dropout) {}
+  DecoderBlock(const ModelDims& d, Rng& rng, float dropout = 0.0f, float attention_dropout = 0.0f)
+      : width_(d.d_model, "block width"),
+        self_attn_(d, rng),
+        cross_attn_(d, rng),
+        ff_(d, rng),
+        r1_(d.d_model, d.norm_eps, dropout, rng.next_u64()),
+        r2_(d.d_model, d.norm_eps, dropout, rng.next_u64()),
+        r3_(d.d_model, d.norm_eps, dropout, rng.next_u64()) {
     // Seeded from the branches' seeds (see encoder_block.hpp).
     self_attn_.set_dropout(attention_dropout, detail::mix64(~r1_.dropout().seed()));
     cross_attn_.set_dropout(attention_dropout, detail::mix64(~r2_.dropout().seed()));
@@ -48,8 +52,8 @@ class DecoderBlock {
     last_ = {x, memory, y, tgt, src, tgt_padding, src_padding};
     const AttentionMask self_mask{true, tgt_padding};
     const AttentionMask cross_mask{false, src_padding};
-    const auto h1 = h1_.template rows<D>(x.rows);  // (B*T_tgt, D) after self-attention
-    const auto h2 = h2_.template rows<D>(x.rows);  // (B*T_tgt, D) after cross-attention
+    const auto h1 = h1_.rows(x.rows, width_);  // (B*T_tgt, D) after self-attention
+    const auto h2 = h2_.rows(x.rows, width_);  // (B*T_tgt, D) after cross-attention
     r1_.forward(be, x, h1, [&](ConstRows<A, D> in, Rows<A, D> out) { self_attn_.forward(be, in, out, tgt, self_mask); });
     r2_.forward(be, h1, h2, [&](ConstRows<A, D> in, Rows<A, D> out) {
       cross_attn_.forward(be, in, memory, out, tgt, src, cross_mask);
@@ -62,8 +66,8 @@ class DecoderBlock {
   // (see CrossAttention::project_memory). Forward only.
   void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, int B, KvCache<Backend>& self_cache,
                       const A* memory_kv, int src_len, const std::uint8_t* src_padding) {
-    const auto h1 = h1_.template rows<D>(x.rows);
-    const auto h2 = h2_.template rows<D>(x.rows);
+    const auto h1 = h1_.rows(x.rows, width_);
+    const auto h2 = h2_.rows(x.rows, width_);
     r1_.forward(be, x, h1,
                 [&](ConstRows<A, D> in, Rows<A, D> out) { self_attn_.forward_cached(be, in, out, B, self_cache); });
     r2_.forward(be, h1, h2, [&](ConstRows<A, D> in, Rows<A, D> out) {
@@ -75,8 +79,8 @@ class DecoderBlock {
 
   void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx, Rows<A, D> dmemory) {
     auto scratch = be.workspace().frame();
-    const auto dh2 = scratch.template rows<D>(dy.rows);  // (B*T_tgt, D)
-    const auto dh1 = scratch.template rows<D>(dy.rows);  // (B*T_tgt, D)
+    const auto dh2 = scratch.rows(dy.rows, width_);  // (B*T_tgt, D)
+    const auto dh1 = scratch.rows(dy.rows, width_);  // (B*T_tgt, D)
     r3_.backward(be, dy, dh2, [&](ConstRows<A, D> dout, Rows<A, D> din) { ff_.backward(be, dout, din); });
     r2_.backward(be, dh2, dh1, [&](ConstRows<A, D> dout, Rows<A, D> din) {
       cross_attn_.backward(be, dout, din, dmemory);
@@ -125,6 +129,7 @@ class DecoderBlock {
   CrossAttention<Cfg, Backend>& cross_attention() { return cross_attn_; }
 
  private:
+  [[no_unique_address]] Dim<D> width_;
   SelfAttention<Cfg, Backend> self_attn_;
   CrossAttention<Cfg, Backend> cross_attn_;
   FeedForward<Cfg, Backend> ff_;

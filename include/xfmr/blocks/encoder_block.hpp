@@ -30,21 +30,28 @@ namespace xfmr {
 template <BlockConfig Cfg, class Backend, bool CAUSAL>
 class SelfAttentionBlock {
  public:
-  static constexpr int D = Cfg::D_MODEL;
+  static constexpr int D = Cfg::D_MODEL;  // or Dynamic
   using A = typename Backend::Activation;
   using Norm = typename Cfg::Norm;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
   explicit SelfAttentionBlock(Rng& rng, float dropout = 0.0f, float attention_dropout = 0.0f)
-      : attn_(rng), ff_(rng), r1_(dropout, rng.next_u64()), r2_(dropout, rng.next_u64()) {
+    requires(is_static_config<Cfg>())
+      : SelfAttentionBlock(model_dims<Cfg>(), rng, dropout, attention_dropout) {}
+  SelfAttentionBlock(const ModelDims& d, Rng& rng, float dropout = 0.0f, float attention_dropout = 0.0f)
+      : width_(d.d_model, "block width"),
+        attn_(d, rng),
+        ff_(d, rng),
+        r1_(d.d_model, d.norm_eps, dropout, rng.next_u64()),
+        r2_(d.d_model, d.norm_eps, dropout, rng.next_u64()) {
     attn_.set_dropout(attention_dropout, detail::mix64(~r1_.dropout().seed()));
   }
 
   void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, const std::uint8_t* key_padding = nullptr) {
     last_ = {x, y, bt, key_padding};
     const AttentionMask mask{CAUSAL, key_padding};
-    const auto h = mid_.template rows<D>(x.rows);  // (B*T, D) after the attention sublayer
+    const auto h = mid_.rows(x.rows, width_);  // (B*T, D) after the attention sublayer
     r1_.forward(be, x, h, [&](ConstRows<A, D> in, Rows<A, D> out) { attn_.forward(be, in, out, bt, mask); });
     r2_.forward(be, h, y, [&](ConstRows<A, D> in, Rows<A, D> out) { ff_.forward(be, in, out); });
   }
@@ -53,14 +60,14 @@ class SelfAttentionBlock {
   void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, int B, KvCache<Backend>& cache)
     requires CAUSAL
   {
-    const auto h = mid_.template rows<D>(x.rows);
+    const auto h = mid_.rows(x.rows, width_);
     r1_.forward(be, x, h, [&](ConstRows<A, D> in, Rows<A, D> out) { attn_.forward_cached(be, in, out, B, cache); });
     r2_.forward(be, h, y, [&](ConstRows<A, D> in, Rows<A, D> out) { ff_.forward(be, in, out); });
   }
 
   void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
     auto scratch = be.workspace().frame();
-    const auto dh = scratch.template rows<D>(dy.rows);  // (B*T, D)
+    const auto dh = scratch.rows(dy.rows, width_);  // (B*T, D)
     r2_.backward(be, dy, dh, [&](ConstRows<A, D> dout, Rows<A, D> din) { ff_.backward(be, dout, din); });
     r1_.backward(be, dh, dx, [&](ConstRows<A, D> dout, Rows<A, D> din) { attn_.backward(be, dout, din); });
   }
@@ -107,6 +114,7 @@ class SelfAttentionBlock {
   SelfAttention<Cfg, Backend>& attention() { return attn_; }
 
  private:
+  [[no_unique_address]] Dim<D> width_;
   SelfAttention<Cfg, Backend> attn_;
   FeedForward<Cfg, Backend> ff_;
   Residual<Norm, D, Backend, norm_layer_t<Cfg, D, Backend>> r1_, r2_;

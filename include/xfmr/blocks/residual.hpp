@@ -51,7 +51,7 @@ struct NormLayerOf<Cfg, D, Backend> {
 template <class Cfg, int D, class Backend>
 using norm_layer_t = typename detail::NormLayerOf<Cfg, D, Backend>::type;
 
-template <class Norm, int D, class Backend, class NormLayer = LayerNorm<D, Backend>>
+template <class Norm, int D_, class Backend, class NormLayer = LayerNorm<D_, Backend>>
 class Residual {
   static_assert(std::is_same_v<Norm, PreNorm> || std::is_same_v<Norm, PostNorm>,
                 "Norm must be xfmr::PreNorm or xfmr::PostNorm");
@@ -62,22 +62,27 @@ class Residual {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  Residual(float dropout, std::uint64_t seed) : drop_(dropout, seed) {}
+  Residual(float dropout, std::uint64_t seed)
+    requires(D_ != Dynamic)
+      : Residual(D_, 1e-5, dropout, seed) {}
+  // width and eps: the norm's.
+  Residual(int width, double eps, float dropout, std::uint64_t seed)
+      : D(width, "residual width"), norm_(width, typename Backend::Scalar(eps)), drop_(dropout, seed) {}
 
   template <class F>
-  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, F&& f) {
+  void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y, F&& f) {
     require_rows(y, x.rows, "residual output");
     auto scratch = be.workspace().frame();
-    const auto sub = scratch.template rows<D>(x.rows);  // (rows, D) f's output, dropped in place
+    const auto sub = scratch.rows(x.rows, D);  // (rows, D) f's output, dropped in place
     if constexpr (PRE) {
-      const auto h = (shared_ ? *shared_ : inner_).template rows<D>(x.rows);  // LN(x)
+      const auto h = (shared_ ? *shared_ : inner_).rows(x.rows, D);  // LN(x)
       x_ = x;
       norm_.forward(be, x, h);
-      f(ConstRows<A, D>(h), sub);
+      f(ConstRows<A, D_>(h), sub);
       drop_.forward(be, sub, sub);
       be.add(x.size(), x.data, sub.data, y.data);
     } else {
-      const auto z = inner_.template rows<D>(x.rows);  // x + dropout(f(x))
+      const auto z = inner_.rows(x.rows, D);  // x + dropout(f(x))
       f(x, sub);
       drop_.forward(be, sub, sub);
       be.add(x.size(), x.data, sub.data, z.data);
@@ -86,22 +91,22 @@ class Residual {
   }
 
   template <class G>
-  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx, G&& g) {
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx, G&& g) {
     require_rows(dx, dy.rows, "residual input gradient");
     auto scratch = be.workspace().frame();
-    const auto dsub = scratch.template rows<D>(dy.rows);  // (rows, D)
+    const auto dsub = scratch.rows(dy.rows, D);  // (rows, D)
     if constexpr (PRE) {
-      const auto dh = scratch.template rows<D>(dy.rows);  // d LN(x)
+      const auto dh = scratch.rows(dy.rows, D);  // d LN(x)
       drop_.backward(be, dy, dsub);
-      if (shared_) norm_.forward(be, x_, shared_->template rows<D>(dy.rows));  // LN(x) again, where f saved it
-      g(ConstRows<A, D>(dsub), dh);
+      if (shared_) norm_.forward(be, x_, shared_->rows(dy.rows, D));  // LN(x) again, where f saved it
+      g(ConstRows<A, D_>(dsub), dh);
       norm_.backward(be, dh, dx);
       be.add_to(dy.size(), dy.data, dx.data);
     } else {
-      const auto dz = scratch.template rows<D>(dy.rows);  // d (x + dropout(f(x)))
+      const auto dz = scratch.rows(dy.rows, D);  // d (x + dropout(f(x)))
       norm_.backward(be, dy, dz);
       drop_.backward(be, dz, dsub);
-      g(ConstRows<A, D>(dsub), dx);
+      g(ConstRows<A, D_>(dsub), dx);
       be.add_to(dz.size(), dz.data, dx.data);
     }
   }
@@ -137,11 +142,12 @@ class Residual {
   }
 
  private:
+  [[no_unique_address]] Dim<D_> D;
   NormLayer norm_;
-  Dropout<D, Backend> drop_;
+  Dropout<D_, Backend> drop_;
   Buffer<A> inner_;              // LN(x) (PreNorm) or x + dropout(f(x)) (PostNorm)
   Buffer<A>* shared_ = nullptr;  // LN(x) under cheap recompute (PreNorm)
-  ConstRows<A, D> x_;            // the input, for that recompute
+  ConstRows<A, D_> x_;           // the input, for that recompute
 };
 
 }  // namespace xfmr

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "xfmr/core/config.hpp"
 #include "xfmr/core/error.hpp"
 
 namespace xfmr {
@@ -52,23 +53,52 @@ inline std::string shape_string(const std::vector<std::int64_t>& shape) {
   return s + ")";
 }
 
-template <class S, int COLS>
-struct Rows {
-  static_assert(COLS > 0, "a row view needs a positive static width");
+namespace detail {
+// A row view's width: static (no storage) or held at run time.
+template <int COLS>
+struct RowsWidth {
   static constexpr int cols = COLS;
+};
+template <>
+struct RowsWidth<Dynamic> {
+  int cols = 0;
+};
+}  // namespace detail
+
+// Rows<S, COLS>: COLS may be Dynamic (core/config.hpp), the width then held
+// at run time. A static view converts to a Dynamic one of the same element
+// type, and a Dynamic one to a static one after a check of its width.
+template <class S, int COLS>
+struct Rows : detail::RowsWidth<COLS> {
+  static_assert(COLS > 0 || COLS == Dynamic, "a row view needs a positive static width (or xfmr::Dynamic)");
 
   S* data = nullptr;
   int rows = 0;
 
   Rows() = default;
-  Rows(S* d, int r) : data(d), rows(r) { require(r >= 0, "negative row count ", r); }
-  // A mutable view converts to a read-only one.
-  template <class U>
-    requires(std::is_same_v<const U, S> && !std::is_same_v<U, S>)
-  Rows(Rows<U, COLS> other) : data(other.data), rows(other.rows) {}
+  Rows(S* d, int r)
+    requires(COLS != Dynamic)
+      : data(d), rows(r) {
+    require(r >= 0, "negative row count ", r);
+  }
+  Rows(S* d, int r, int c) : data(d), rows(r) {
+    require(r >= 0, "negative row count ", r);
+    if constexpr (COLS == Dynamic) {
+      require(c > 0, "a row view of width ", c);
+      this->cols = c;
+    } else {
+      require(c == COLS, "a view of width ", c, " where width ", COLS, " is expected");
+    }
+  }
+  // A mutable view converts to a read-only one, and a view's static width
+  // to a Dynamic one or back (checked).
+  template <class U, int C>
+    requires(std::is_same_v<const U, S> || std::is_same_v<U, S>) &&
+            (C == COLS || C == Dynamic || COLS == Dynamic) && (!std::is_same_v<U, S> || C != COLS)
+  Rows(Rows<U, C> other) : Rows(other.data, other.rows, other.cols) {}
 
-  std::size_t size() const { return static_cast<std::size_t>(rows) * COLS; }
-  S* row(int i) const { return data + static_cast<std::size_t>(i) * COLS; }
+  std::size_t size() const { return static_cast<std::size_t>(rows) * this->cols; }
+  S* row(int i) const { return data + static_cast<std::size_t>(i) * this->cols; }
 };
 
 template <class S, int COLS>
@@ -78,6 +108,14 @@ using ConstRows = Rows<const S, COLS>;
 template <class S, int COLS>
 void require_rows(const Rows<S, COLS>& v, int expected, const char* what) {
   require(v.rows == expected, what, " has ", v.rows, " rows, expected ", expected);
+}
+
+// Throws unless the view is `width` wide (a Dynamic layer's input, checked
+// where a static one is checked by its type).
+template <class S, int COLS>
+void require_width(const Rows<S, COLS>& v, int width, const char* what) {
+  if constexpr (COLS == Dynamic) require(v.cols == width, what, " is ", v.cols, " wide, expected ", width);
+  else require(COLS == width, what, " is ", COLS, " wide, expected ", width);
 }
 
 // Shape bookkeeping and row views shared by the host Tensor and the device
@@ -91,7 +129,8 @@ class ShapedStorage {
   const std::vector<std::int64_t>& shape() const { return shape_; }
   std::int64_t dim(std::size_t i) const { return shape_.at(i); }
 
-  // View as rows of static width COLS (the last dimension must equal COLS).
+  // View as rows of static width COLS (the last dimension must equal COLS),
+  // or of the width cols holds (a Dim, static or Dynamic).
   template <int COLS>
   Rows<S, COLS> rows() {
     check_width(COLS);
@@ -101,6 +140,16 @@ class ShapedStorage {
   ConstRows<S, COLS> rows() const {
     check_width(COLS);
     return {static_cast<const Derived&>(*this).data(), static_cast<int>(size_ / COLS)};
+  }
+  template <int COLS>
+  Rows<S, COLS> rows(Dim<COLS> cols) {
+    check_width(cols);
+    return {static_cast<Derived&>(*this).data(), static_cast<int>(size_ / cols), cols};
+  }
+  template <int COLS>
+  ConstRows<S, COLS> rows(Dim<COLS> cols) const {
+    check_width(cols);
+    return {static_cast<const Derived&>(*this).data(), static_cast<int>(size_ / cols), cols};
   }
 
  protected:
@@ -189,6 +238,11 @@ class Buffer {
   template <int COLS>
   Rows<T, COLS> rows(int r) {
     return {reserve(static_cast<std::size_t>(r) * COLS), r};
+  }
+  // r rows of the width cols holds (static or Dynamic).
+  template <int COLS>
+  Rows<T, COLS> rows(int r, Dim<COLS> cols) {
+    return {reserve(static_cast<std::size_t>(r) * cols), r, cols};
   }
   T* data() { return storage_.data(); }
   const T* data() const { return storage_.data(); }

@@ -51,6 +51,10 @@ class Workspace {
     Rows<T, COLS> rows(int r) {
       return {take(static_cast<std::size_t>(r) * COLS), r};
     }
+    template <int COLS>
+    Rows<T, COLS> rows(int r, Dim<COLS> cols) {
+      return {take(static_cast<std::size_t>(r) * cols), r, cols};
+    }
 
    private:
     Workspace& ws_;

@@ -64,6 +64,11 @@ struct Gpt2Config {
   std::string to_json() const;
 };
 
+// The architecture of a GPT-2 checkpoint of config c: the GPT family
+// (families::Gpt) at the config's sizes and epsilon, named after the
+// preset of its shape if one has it, else "gpt2".
+PresetInfo gpt2_architecture(const Gpt2Config& c);
+
 // The config of the GPT-2 checkpoint `model_file`, already read as `st`.
 Gpt2Config read_gpt2_config(const std::filesystem::path& model_file, const SafeTensors& st);
 
@@ -105,16 +110,18 @@ void gpt2_add(SafeTensorsWriter& w, const std::string& name, const std::vector<s
 void gpt2_write(const std::filesystem::path& dir, const SafeTensorsWriter& w, const Gpt2Config& config, bool overwrite);
 
 // GPT-2's block: pre-norm LayerNorm, GELU (tanh), learned positions, biases.
+// (A Dynamic configuration's sizes and biases are checked at run time, gpt2_check_preset.)
 template <class Cfg, class Backend>
 inline constexpr bool kGpt2Shaped =
     std::is_same_v<typename Cfg::Norm, PreNorm> && std::is_same_v<typename Cfg::Activation, Gelu> &&
     std::is_same_v<norm_layer_t<Cfg, Cfg::D_MODEL, Backend>, LayerNorm<Cfg::D_MODEL, Backend>> &&
-    std::is_same_v<typename positions_tag<Cfg>::type, Learned> && linear_bias<Cfg>() &&
-    qk_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL && v_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL &&
-    kv_heads<Cfg>() == Cfg::N_HEADS;
+    std::is_same_v<typename positions_tag<Cfg>::type, Learned> &&
+    (!is_static_config<Cfg>() ||
+     (linear_bias<Cfg>() && qk_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL &&
+      v_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL && kv_heads<Cfg>() == Cfg::N_HEADS));
 
-void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, int max_t, int d, int layers,
-                       int heads, int d_ff);
+// The config against a model's vocabulary and architecture (sizes and epsilon).
+void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, const PresetInfo& p);
 void gpt2_check_options(const DecoderOptions& o);
 // gpt2_check_preset: gpt2_shaped, or an xfmr::Error naming the preset.
 void gpt2_check_preset(const PresetInfo& p);
@@ -138,9 +145,10 @@ template <class Cfg, class Backend>
 void load_gpt2(Decoder<Cfg, Backend>& model, const SafeTensors& st, const Gpt2Config& config) {
   static_assert(detail::kGpt2Shaped<Cfg, Backend>,
                 "GPT-2 needs a pre-norm LayerNorm Decoder with Gelu, learned positions and biases");
+  const PresetInfo p = preset_info<Cfg>(model.dims());
+  detail::gpt2_check_preset(p);
   detail::gpt2_check_options(model.options());
-  detail::gpt2_check_config(config, st.source(), model.vocab(), Cfg::MAX_T, Cfg::D_MODEL, Cfg::N_LAYERS, Cfg::N_HEADS,
-                            Cfg::D_FF);
+  detail::gpt2_check_config(config, st.source(), model.vocab(), p);
   detail::gpt2_fill<typename Backend::Scalar>(model, st);
 }
 
@@ -151,7 +159,7 @@ void load_gpt2(LanguageModel<Backend>& model, const SafeTensors& st, const Gpt2C
   const PresetInfo& p = model.preset();
   detail::gpt2_check_preset(p);
   detail::gpt2_check_options(model.options());
-  detail::gpt2_check_config(config, st.source(), model.vocab(), p.max_t, p.d_model, p.n_layers, p.n_heads, p.d_ff);
+  detail::gpt2_check_config(config, st.source(), model.vocab(), p);
   detail::gpt2_fill<typename Backend::Scalar>(model, st);
 }
 
@@ -179,7 +187,7 @@ template <class Cfg, class Backend>
 void save_gpt2(Decoder<Cfg, Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
   static_assert(detail::kGpt2Shaped<Cfg, Backend>,
                 "GPT-2 needs a pre-norm LayerNorm Decoder with Gelu, learned positions and biases");
-  detail::gpt2_save(model, preset_info<Cfg>(), dir, overwrite);
+  detail::gpt2_save(model, preset_info<Cfg>(model.dims()), dir, overwrite);
 }
 
 template <class Backend>

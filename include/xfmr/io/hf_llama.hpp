@@ -1,10 +1,12 @@
-// hf_llama.hpp: Hugging Face LlamaForCausalLM checkpoints (a directory of
+// hf_llama.hpp: Hugging Face LlamaForCausalLM checkpoints, and those of the
+// same block, Qwen2ForCausalLM (biases on q, k and v) and
+// MistralForCausalLM without a sliding window (a directory of
 // model.safetensors and config.json; F32, F16 or BF16 tensors, read as
-// float), into a Llama-shaped Decoder.
+// float), into a Llama-shaped Decoder of any size.
 //
 // Tensors, for each layer i under "model.layers.<i>.": input_layernorm,
 // self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj
-// (".weight" each, no biases); then "model.embed_tokens.weight",
+// (".weight" each; Qwen2's q, k and v ".bias" too); then "model.embed_tokens.weight",
 // "model.norm.weight" and "lm_head.weight" (absent or equal to the
 // embedding when tie_word_embeddings). Rotary buffers ("...rotary_emb.
 // inv_freq") are skipped.
@@ -14,9 +16,12 @@
 // Loading reorders each q_proj and k_proj head's rows so: row 2i takes
 // row i, row 2i+1 takes row head/2 + i. The logits are the same function.
 //
-// HfLlamaConfig: config.json's fields that fix the shape; hidden_act must
-//   be "silu", rms_norm_eps 1e-5 and rope_theta 10000 (xfmr's RmsNorm and
-//   Rope), and no rope_scaling; anything else is an error naming the field.
+// HfLlamaConfig: config.json's fields that fix the shape and the knobs
+//   (rms_norm_eps, rope_theta, rope_scaling "linear" or "llama3", Qwen2's
+//   q/k/v biases); hidden_act must be "silu"; what xfmr does not build
+//   (a sliding window that is used, attention or MLP biases on Llama,
+//   heads of another width than hidden_size / num_attention_heads, other
+//   rope scalings) is an error naming the field.
 // open_hf_llama(path): the directory (or its .safetensors file) and its
 //   config, the tensors' shapes checked against it before anything else.
 // load_hf_llama(model, checkpoint): fills a Decoder of Llama's
@@ -47,9 +52,13 @@
 namespace xfmr {
 
 struct HfLlamaConfig {
+  std::string model_type = "llama";  // "llama", "qwen2" or "mistral"
   int vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0, num_attention_heads = 0,
       num_key_value_heads = 0, max_position_embeddings = 0;
   bool tie_word_embeddings = false;
+  double rms_norm_eps = 1e-5, rope_theta = 10000.0;
+  RopeScaling rope_scaling{};
+  bool qkv_bias = false;  // Qwen2's q, k and v projections' biases
   // config.json's text; `source` names it in errors.
   static HfLlamaConfig from_json(std::string_view text, const std::string& source);
   // config.json as Hugging Face reads it (LlamaForCausalLM, float32).
@@ -63,13 +72,17 @@ struct HfLlamaCheckpoint {
 };
 HfLlamaCheckpoint open_hf_llama(const std::filesystem::path& path);
 
+// The architecture of a checkpoint of config c: the Llama family
+// (families::Llama) at the config's sizes and knobs, named after the preset
+// of its shape if one has it, else after its model_type.
+PresetInfo hf_llama_architecture(const HfLlamaConfig& c);
+
 namespace detail {
 // The values of the Decoder parameter `xfmr_name` (shape `shape`) from the
 // checkpoint's tensors: fused, reordered and checked.
 std::vector<float> hf_llama_values(const HfLlamaCheckpoint& ck, std::string_view xfmr_name,
                                    const std::vector<std::int64_t>& shape);
-void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, int d, int layers, int heads, int kv_heads, int d_ff,
-                          bool tied, bool head_bias);
+void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, const PresetInfo& p, bool tied, bool head_bias);
 // The config of a model of preset `p`.
 HfLlamaConfig hf_llama_config_of(const PresetInfo& p, int vocab, bool tied);
 // The Decoder parameter `xfmr_name`'s values (its layout) as the Hugging
@@ -110,8 +123,9 @@ void load_hf_llama(Decoder<Cfg, Backend>& model, const HfLlamaCheckpoint& ck) {
   static_assert(detail::kLlamaShaped<Cfg, Backend>,
                 "Llama checkpoints need a Llama-shaped Decoder: pre-norm RmsNorm, SwiGlu, Rope, BIAS = false, "
                 "heads D_MODEL / N_HEADS wide");
-  detail::hf_llama_check_model(ck, model.vocab(), Cfg::D_MODEL, Cfg::N_LAYERS, Cfg::N_HEADS, kv_heads<Cfg>(), Cfg::D_FF,
-                               model.options().tie_weights, model.options().head_bias);
+  const PresetInfo p = preset_info<Cfg>(model.dims());
+  detail::llama_check_preset(p);
+  detail::hf_llama_check_model(ck, model.vocab(), p, model.options().tie_weights, model.options().head_bias);
   detail::hf_llama_fill(model, ck);
 }
 
@@ -119,8 +133,7 @@ template <class Backend>
 void load_hf_llama(LanguageModel<Backend>& model, const HfLlamaCheckpoint& ck) {
   const PresetInfo& p = model.preset();
   detail::llama_check_preset(p);
-  detail::hf_llama_check_model(ck, model.vocab(), p.d_model, p.n_layers, p.n_heads, p.n_kv_heads, p.d_ff,
-                               model.options().tie_weights, model.options().head_bias);
+  detail::hf_llama_check_model(ck, model.vocab(), p, model.options().tie_weights, model.options().head_bias);
   detail::hf_llama_fill(model, ck);
 }
 
@@ -129,7 +142,7 @@ void save_hf_llama(Decoder<Cfg, Backend>& model, const std::filesystem::path& di
   static_assert(detail::kLlamaShaped<Cfg, Backend>,
                 "Llama checkpoints need a Llama-shaped Decoder: pre-norm RmsNorm, SwiGlu, Rope, BIAS = false, "
                 "heads D_MODEL / N_HEADS wide");
-  detail::hf_llama_save(model, preset_info<Cfg>(), dir, overwrite);
+  detail::hf_llama_save(model, preset_info<Cfg>(model.dims()), dir, overwrite);
 }
 
 template <class Backend>

@@ -14,12 +14,15 @@
 
 namespace xfmr::detail {
 
+// Llama's parts (a Dynamic configuration's sizes and biases are checked at
+// run time, llama_check_preset).
 template <class Cfg, class Backend>
 inline constexpr bool kLlamaShaped =
     std::is_same_v<typename Cfg::Norm, PreNorm> && std::is_same_v<typename Cfg::Activation, SwiGlu> &&
     std::is_same_v<norm_layer_t<Cfg, Cfg::D_MODEL, Backend>, RmsNorm<Cfg::D_MODEL, Backend>> &&
-    rotary_positions<Cfg>() && !linear_bias<Cfg>() && qk_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL &&
-    v_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL;
+    rotary_positions<Cfg>() &&
+    (!is_static_config<Cfg>() || (!linear_bias<Cfg>() && qk_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL &&
+                                  v_head_dim<Cfg>() * Cfg::N_HEADS == Cfg::D_MODEL));
 
 // llama_check_preset: llama_shaped, or an xfmr::Error naming the preset.
 void llama_check_preset(const PresetInfo& p);

@@ -97,13 +97,31 @@ void llama2c_fill(Model& model, const Llama2cCheckpoint& ckpt) {
 }
 }  // namespace detail
 
+namespace detail {
+// Llama-shaped with llama2.c's knobs (theta 10000, epsilon 1e-5, no scaling,
+// no biases), or an xfmr::Error naming the model's.
+inline void llama2c_check_architecture(const PresetInfo& p) {
+  llama_check_preset(p);
+  require(p.rope_theta == 10000.0 && p.norm_eps == 1e-5 && p.rope_scaling.kind == RopeScaling::none && !p.qkv_bias,
+          "llama2.c computes with rotary theta 10000, norm epsilon 1e-5, no rope scaling and no q/k/v biases; the "
+          "model '", p.name, "' has theta ", p.rope_theta, ", epsilon ", p.norm_eps,
+          p.qkv_bias ? " and q/k/v biases" : "");
+}
+}  // namespace detail
+
+// The architecture of a llama2.c checkpoint of config c: the Llama family
+// at its sizes, named after the preset of its shape if one has it.
+PresetInfo llama2c_architecture(const Llama2cConfig& c);
+
 template <class Cfg, class Backend>
 void load_llama2c(Decoder<Cfg, Backend>& model, const Llama2cCheckpoint& ckpt) {
   static_assert(detail::kLlamaShaped<Cfg, Backend>,
                 "llama2.c checkpoints need a Llama-shaped Decoder: pre-norm RmsNorm, SwiGlu, Rope, BIAS = false, "
                 "heads D_MODEL / N_HEADS wide");
-  detail::llama2c_check_config(ckpt.config, ckpt.file.string(), model.vocab(), Cfg::D_MODEL, Cfg::N_LAYERS,
-                               Cfg::N_HEADS, kv_heads<Cfg>(), Cfg::D_FF);
+  const PresetInfo p = preset_info<Cfg>(model.dims());
+  detail::llama2c_check_architecture(p);
+  detail::llama2c_check_config(ckpt.config, ckpt.file.string(), model.vocab(), p.d_model, p.n_layers, p.n_heads,
+                               p.n_kv_heads, p.d_ff);
   detail::llama2c_fill(model, ckpt);
 }
 
@@ -111,7 +129,7 @@ void load_llama2c(Decoder<Cfg, Backend>& model, const Llama2cCheckpoint& ckpt) {
 template <class Backend>
 void load_llama2c(LanguageModel<Backend>& model, const Llama2cCheckpoint& ckpt) {
   const PresetInfo& p = model.preset();
-  detail::llama_check_preset(p);
+  detail::llama2c_check_architecture(p);
   detail::llama2c_check_config(ckpt.config, ckpt.file.string(), model.vocab(), p.d_model, p.n_layers, p.n_heads,
                                p.n_kv_heads, p.d_ff);
   detail::llama2c_fill(model, ckpt);

@@ -2,8 +2,8 @@
 // into a LanguageModel of the preset (presets.hpp) its config names by
 // shape; and out again in the Hugging Face layout of its family.
 //
-//   auto p = xfmr::load_pretrained<Be>("SmolLM-135M");  // or gpt2/, stories15M.bin
-//   p.model->forward(be, ids, {B, T});                 // p.preset: "smollm-135m"
+//   auto p = xfmr::load_pretrained<Be>("SmolLM-135M");  // or gpt2/, stories15M.bin, Qwen2.5-0.5B/
+//   p.model->forward(be, ids, {B, T});                 // p.model->preset().name: "smollm-135m"
 //   xfmr::save_pretrained(*p.model, "out");            // LlamaForCausalLM or GPT2LMHeadModel
 //
 // checkpoint_format(path): a directory (or its .safetensors file) whose
@@ -11,17 +11,18 @@
 //   "config" metadata counts), or a llama2.c .bin file (its version 1
 //   magic, or the legacy header). Anything else is an error naming what
 //   was looked for.
-// gpt2_preset, hf_llama_preset, llama2c_preset: the LanguageModelPresets
-//   preset of the family (GPT-2: pre-norm LayerNorm, GELU, learned
-//   positions, biases; Llama: pre-norm RMSNorm, SwiGLU, rotary positions,
-//   no biases) whose sizes are the config's (context included: a GPT-2's
-//   position table, a Llama's max_position_embeddings or seq_len). None is
-//   an xfmr::Error naming the config's shape and listing the family's
-//   presets with theirs; a new shape is a preset of one's own (presets.hpp)
-//   loaded with load_gpt2 / load_hf_llama / load_llama2c.
-// load_pretrained(path, opts): the model, its format and preset; the head's
-//   tying and bias are the checkpoint's, opts' dropout, attention dropout
-//   and recompute apply (fine-tuning).
+// gpt2_architecture, hf_llama_architecture, llama2c_architecture (in
+//   io/gpt2.hpp, io/hf_llama.hpp, io/llama2c.hpp): the config's
+//   architecture, of any size: its family's parts (GPT-2: pre-norm
+//   LayerNorm, GELU, learned positions, biases; Llama: pre-norm RMSNorm,
+//   SwiGLU, rotary positions, no biases but Qwen2's on q/k/v) with the
+//   config's sizes (context included: a GPT-2's position table, a Llama's
+//   max_position_embeddings or seq_len) and knobs (epsilon, rotary theta
+//   and scaling). The model is the family's Dynamic Decoder
+//   (make_language_model): no shape needs a preset compiled in.
+// load_pretrained(path, opts): the model, its format and architecture;
+//   the head's tying and bias are the checkpoint's, opts' dropout,
+//   attention dropout and recompute apply (fine-tuning).
 // save_pretrained(model, dir, overwrite): save_gpt2 or save_hf_llama, by
 //   the preset's family (gpt2_shaped, llama_shaped).
 // published_head(preset, opts): opts with the head the family publishes
@@ -32,9 +33,12 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "xfmr/io/architecture.hpp"
+#include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/gpt2.hpp"
 #include "xfmr/io/hf_llama.hpp"
 #include "xfmr/io/llama2c.hpp"
@@ -42,20 +46,19 @@
 
 namespace xfmr {
 
-enum class CheckpointFormat { gpt2, hf_llama, llama2c };
-std::string_view format_name(CheckpointFormat f);  // "gpt2", "llama", "llama2.c"
+enum class CheckpointFormat { gpt2, hf_llama, llama2c, xfmr };
+std::string_view format_name(CheckpointFormat f);  // "gpt2", "llama", "llama2.c", "xfmr"
 
 CheckpointFormat checkpoint_format(const std::filesystem::path& path);
 
-std::string_view gpt2_preset(const Gpt2Config& c, const std::string& source);
-std::string_view hf_llama_preset(const HfLlamaConfig& c, const std::string& source);
-std::string_view llama2c_preset(const Llama2cConfig& c, const std::string& source);
 
 template <class Backend>
 struct Pretrained {
   std::unique_ptr<LanguageModel<Backend>> model;
   CheckpointFormat format;
   std::filesystem::path file;  // the weights read
+  Metadata metadata;           // an xfmr checkpoint's (load_model)
+  std::optional<SafeTensors> saved;  // an xfmr checkpoint's parameters as saved (an int8 one's rows: WeightCopies)
 };
 
 template <class Backend>
@@ -65,26 +68,50 @@ Pretrained<Backend> load_pretrained(const std::filesystem::path& path, DecoderOp
     case CheckpointFormat::gpt2: {
       const Gpt2Checkpoint ck = open_gpt2(path);
       opts.tie_weights = true;
-      auto m = make_language_model<Backend>(gpt2_preset(ck.config, ck.file.string()), ck.config.vocab_size, 0, opts);
+      auto m = make_language_model<Backend>(gpt2_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_gpt2(*m, ck.tensors, ck.config);
       return {std::move(m), f, ck.file};
     }
     case CheckpointFormat::hf_llama: {
       const HfLlamaCheckpoint ck = open_hf_llama(path);
       opts.tie_weights = ck.config.tie_word_embeddings;
-      auto m = make_language_model<Backend>(hf_llama_preset(ck.config, ck.file.string()), ck.config.vocab_size, 0, opts);
+      auto m = make_language_model<Backend>(hf_llama_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_hf_llama(*m, ck);
       return {std::move(m), f, ck.file};
     }
     case CheckpointFormat::llama2c: {
       const Llama2cCheckpoint ck = read_llama2c(path);
       opts.tie_weights = ck.config.shared_classifier;
-      auto m = make_language_model<Backend>(llama2c_preset(ck.config, ck.file.string()), ck.config.vocab_size, 0, opts);
+      auto m = make_language_model<Backend>(llama2c_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_llama2c(*m, ck);
       return {std::move(m), f, ck.file};
     }
   }
   detail::fail("unknown checkpoint format");
+}
+
+// load_model(path, opts): any language model xfmr reads: an xfmr checkpoint
+// directory (Trainer::save; its recorded architecture, io/architecture.hpp,
+// or for one written before it recorded one, its preset; the vocabulary,
+// the head's tying and bias from its tensors), or a published checkpoint
+// (load_pretrained). opts' dropout, attention dropout and recompute apply.
+template <class Backend>
+Pretrained<Backend> load_model(const std::filesystem::path& path, DecoderOptions opts = {}) {
+  if (!is_checkpoint(path)) return load_pretrained<Backend>(path, opts);
+  Pretrained<Backend> p;
+  p.format = CheckpointFormat::xfmr;
+  p.metadata = read_checkpoint_metadata(path);
+  p.file = path / kModelFile;
+  p.saved.emplace(SafeTensors::load(p.file));
+  const PresetInfo arch = architecture_of(p.metadata, path);
+  require(p.saved->contains("tok_emb.weight") && p.saved->info("tok_emb.weight").shape.size() == 2, p.file.string(),
+          ": no token embedding 'tok_emb.weight' (vocab, width): not a language model's checkpoint");
+  const int vocab = int(p.saved->info("tok_emb.weight").shape[0]);
+  opts.tie_weights = !p.saved->contains("lm_head.weight");
+  opts.head_bias = p.saved->contains("lm_head.bias");
+  p.model = make_language_model<Backend>(arch, vocab, 0, opts);
+  load_parameters(*p.model, *p.saved);
+  return p;
 }
 
 inline DecoderOptions published_head(const PresetInfo& p, DecoderOptions opts = {}) {

@@ -52,15 +52,26 @@ namespace xfmr {
 
 namespace detail {
 
+// An attention layer's sizes: static where the configuration's are (the
+// static_asserts check them), else held at run time from a ModelDims
+// (checked there, ModelDims::check).
 template <class Cfg>
 struct AttentionSizes {
-  static constexpr int D = Cfg::D_MODEL, H = Cfg::N_HEADS, MAX_T = Cfg::MAX_T;
-  static constexpr int QK = qk_head_dim<Cfg>(), V = v_head_dim<Cfg>(), KVH = kv_heads<Cfg>();
-  static_assert(H > 0 && D > 0, "D_MODEL and N_HEADS must be positive");
-  static_assert(KVH > 0 && H % KVH == 0, "N_KV_HEADS must divide N_HEADS");
-  static_assert(head_dims_are_explicit<Cfg>() || D % H == 0,
+  static constexpr int D_ = Cfg::D_MODEL, QK_ = qk_head_dim<Cfg>(), V_ = v_head_dim<Cfg>();
+  static constexpr int H_ = Cfg::N_HEADS, KVH_ = kv_heads<Cfg>();
+  static_assert(H_ == Dynamic || D_ == Dynamic || (H_ > 0 && D_ > 0), "D_MODEL and N_HEADS must be positive");
+  static_assert(H_ == Dynamic || KVH_ == Dynamic || (KVH_ > 0 && H_ % KVH_ == 0), "N_KV_HEADS must divide N_HEADS");
+  static_assert(head_dims_are_explicit<Cfg>() || H_ == Dynamic || D_ == Dynamic || D_ % H_ == 0,
                 "D_MODEL must be divisible by N_HEADS (or set QK_HEAD_DIM and V_HEAD_DIM)");
-  static_assert(QK > 0 && V > 0, "head sizes must be positive");
+  static_assert(QK_ == Dynamic || V_ == Dynamic || (QK_ > 0 && V_ > 0), "head sizes must be positive");
+
+  explicit AttentionSizes(const ModelDims& d)
+      : D(d.d_model, "attention width"), H(d.n_heads), KVH(d.kv_heads()), QK(d.qk_head()), V(d.v_head()),
+        MAX_T(d.max_t) {
+    check_model_dims<Cfg>(d);
+  }
+  Dim<D_> D;
+  int H, KVH, QK, V, MAX_T;
 };
 
 inline void check_attention_shape(Shape s, int rows, int max_t, const char* what) {
@@ -148,31 +159,48 @@ struct SavedAttention {
 }  // namespace detail
 
 template <AttentionConfig Cfg, class Backend>
-class SelfAttention : detail::AttentionSizes<Cfg> {
+class SelfAttention {
   using Sz = detail::AttentionSizes<Cfg>;
   static constexpr bool ROPE = rotary_positions<Cfg>();
   struct NoRotation {};
+  static constexpr int D_ = Sz::D_, MAX_T_ = Cfg::MAX_T;
+  // Static widths where every size they derive from is static.
+  static constexpr int QKV_ = static_or_dynamic(Sz::H_ * Sz::QK_ + Sz::KVH_ * (Sz::QK_ + Sz::V_),
+                                                {Sz::H_, Sz::KVH_, Sz::QK_, Sz::V_});
+  static constexpr int CTX_ = static_or_dynamic(Sz::H_ * Sz::V_, {Sz::H_, Sz::V_});
 
  public:
-  static constexpr int D = Sz::D, H = Sz::H, QK_HEAD_DIM = Sz::QK, V_HEAD_DIM = Sz::V;
-  static constexpr int KV_HEADS = Sz::KVH;
-  // Fused projection columns: H query heads, then KV_HEADS key heads and KV_HEADS value heads.
-  static constexpr int K_COL = H * QK_HEAD_DIM, V_COL = K_COL + KV_HEADS * QK_HEAD_DIM;
-  static constexpr int QKV = V_COL + KV_HEADS * V_HEAD_DIM, CTX = H * V_HEAD_DIM;
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  explicit SelfAttention(Rng& rng) : qkv_(rng, linear_bias<Cfg>()), proj_(rng, linear_bias<Cfg>()) {}
+  explicit SelfAttention(Rng& rng)
+    requires(is_static_config<Cfg>())
+      : SelfAttention(model_dims<Cfg>(), rng) {}
+  // d: the sizes (those Cfg fixes must agree) and the knobs (biases, rotary theta and scaling).
+  SelfAttention(const ModelDims& d, Rng& rng)
+      : sz_(d),
+        H(sz_.H), KV_HEADS(sz_.KVH), QK_HEAD_DIM(sz_.QK), V_HEAD_DIM(sz_.V),
+        K_COL(H * QK_HEAD_DIM), V_COL(K_COL + KV_HEADS * QK_HEAD_DIM),
+        QKV(V_COL + KV_HEADS * V_HEAD_DIM, "fused projection width"), CTX(H * V_HEAD_DIM, "context width"),
+        qkv_(d.d_model, QKV, rng, d.has_qkv_bias()), proj_(CTX, d.d_model, rng, d.bias),
+        rope_(make_rope(d)) {}
 
-  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, const AttentionMask& mask) {
-    detail::check_attention_shape(bt, x.rows, Sz::MAX_T, "self-attention input");
+  // Fused projection columns: H query heads, then KV_HEADS key heads and KV_HEADS value heads.
+  int heads() const { return H; }
+  int kv_heads() const { return KV_HEADS; }
+  int qk_head_dim() const { return QK_HEAD_DIM; }
+  int v_head_dim() const { return V_HEAD_DIM; }
+  int max_t() const { return sz_.MAX_T; }
+
+  void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y, Shape bt, const AttentionMask& mask) {
+    detail::check_attention_shape(bt, x.rows, sz_.MAX_T, "self-attention input");
     require_rows(y, x.rows, "self-attention output");
     bt_ = bt;
     dims_ = detail::with_dropout({bt.B, H, bt.T, bt.T, QK_HEAD_DIM, V_HEAD_DIM, 0, KV_HEADS}, drop_);
-    const auto qkv = qkv_out_.template rows<QKV>(x.rows);  // (B*T, QKV)
-    const auto ctx = ctx_.template rows<CTX>(x.rows);      // (B*T, H*V)
+    const auto qkv = qkv_out_.rows(x.rows, QKV);  // (B*T, QKV)
+    const auto ctx = ctx_.rows(x.rows, CTX);      // (B*T, H*V)
     qkv_.forward(be, x, qkv);
     if constexpr (ROPE) rope_.forward(be, bt.B, bt.T, 0, H + KV_HEADS, qkv.data, QKV);  // q and k heads, adjacent
     const A* q = qkv.data;
@@ -180,11 +208,11 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     proj_.forward(be, ctx, y);
   }
 
-  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx) {
     require_rows(dy, bt_.rows(), "self-attention output gradient");
     auto scratch = be.workspace().frame();
-    const auto dctx = scratch.template rows<CTX>(dy.rows);  // (B*T, H*V)
-    const auto dqkv = scratch.template rows<QKV>(dy.rows);  // (B*T, QKV)
+    const auto dctx = scratch.rows(dy.rows, CTX);  // (B*T, H*V)
+    const auto dqkv = scratch.rows(dy.rows, QKV);  // (B*T, QKV)
     proj_.backward(be, dy, dctx);
     const A* q = qkv_out_.data();
     A* dq = dqkv.data;
@@ -198,14 +226,14 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
   // (rows B*n), which follow the cache.length() positions already in the
   // cache; their keys and values are appended and they attend causally to
   // everything cached. Forward only (no backward).
-  void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, int B, KvCache<Backend>& cache) {
+  void forward_cached(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y, int B, KvCache<Backend>& cache) {
     require(B > 0 && x.rows % B == 0 && x.rows > 0, "cached attention: ", x.rows, " rows for ", B, " sequences");
     require(cache.batch() == B && cache.k_width() == KV_HEADS * QK_HEAD_DIM && cache.v_width() == KV_HEADS * V_HEAD_DIM,
             "cached attention: the cache was not started for this layer and batch");
     require_rows(y, x.rows, "self-attention output");
     const int n = x.rows / B, t0 = cache.length();
-    const auto qkv = qkv_out_.template rows<QKV>(x.rows);
-    const auto ctx = ctx_.template rows<CTX>(x.rows);
+    const auto qkv = qkv_out_.rows(x.rows, QKV);
+    const auto ctx = ctx_.rows(x.rows, CTX);
     qkv_.forward(be, x, qkv);
     if constexpr (ROPE) rope_.forward(be, B, n, t0, H + KV_HEADS, qkv.data, QKV);
     cache.append(be, qkv.data, QKV, K_COL, V_COL, n);
@@ -216,7 +244,7 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
     proj_.forward(be, ctx, y);
   }
   void start_cache(KvCache<Backend>& cache, int B) const {
-    cache.reset(B, Sz::MAX_T, KV_HEADS * QK_HEAD_DIM, KV_HEADS * V_HEAD_DIM);
+    cache.reset(B, sz_.MAX_T, KV_HEADS * QK_HEAD_DIM, KV_HEADS * V_HEAD_DIM);
   }
 
   template <class F>
@@ -251,9 +279,19 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
   }
 
  private:
-  Linear<D, QKV, Backend> qkv_;
-  Linear<CTX, D, Backend> proj_;
-  [[no_unique_address]] std::conditional_t<ROPE, RotaryPositions<Sz::MAX_T, QK_HEAD_DIM, Backend>, NoRotation> rope_;
+  using Rotation = std::conditional_t<ROPE, RotaryPositions<MAX_T_, Sz::QK_, Backend>, NoRotation>;
+  static Rotation make_rope(const ModelDims& d) {
+    if constexpr (ROPE) return Rotation(d.max_t, d.qk_head(), d.rope_theta, d.rope_scaling);
+    else return {};
+  }
+
+  Sz sz_;
+  int H, KV_HEADS, QK_HEAD_DIM, V_HEAD_DIM, K_COL, V_COL;
+  Dim<QKV_> QKV;
+  Dim<CTX_> CTX;
+  Linear<D_, QKV_, Backend> qkv_;
+  Linear<CTX_, D_, Backend> proj_;
+  [[no_unique_address]] Rotation rope_;
   DropoutKeys drop_{0.0f, 0};
   Shape bt_;
   AttentionDims dims_;
@@ -262,49 +300,58 @@ class SelfAttention : detail::AttentionSizes<Cfg> {
 };
 
 template <AttentionConfig Cfg, class Backend>
-class CrossAttention : detail::AttentionSizes<Cfg> {
+class CrossAttention {
   using Sz = detail::AttentionSizes<Cfg>;
+  static constexpr int D_ = Sz::D_;
+  static constexpr int QW_ = static_or_dynamic(Sz::H_ * Sz::QK_, {Sz::H_, Sz::QK_});
+  static constexpr int KVW_ = static_or_dynamic(Sz::KVH_ * (Sz::QK_ + Sz::V_), {Sz::KVH_, Sz::QK_, Sz::V_});
+  static constexpr int CTX_ = static_or_dynamic(Sz::H_ * Sz::V_, {Sz::H_, Sz::V_});
 
  public:
-  static constexpr int D = Sz::D, H = Sz::H, QK_HEAD_DIM = Sz::QK, V_HEAD_DIM = Sz::V;
-  static constexpr int KV_HEADS = Sz::KVH;
-  // kv's columns: KV_HEADS key heads, then KV_HEADS value heads (from V_COL).
-  static constexpr int QW = H * QK_HEAD_DIM, V_COL = KV_HEADS * QK_HEAD_DIM;
-  static constexpr int KVW = V_COL + KV_HEADS * V_HEAD_DIM, CTX = H * V_HEAD_DIM;
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
   explicit CrossAttention(Rng& rng)
-      : q_(rng, linear_bias<Cfg>()), kv_(rng, linear_bias<Cfg>()), proj_(rng, linear_bias<Cfg>()) {}
+    requires(is_static_config<Cfg>())
+      : CrossAttention(model_dims<Cfg>(), rng) {}
+  CrossAttention(const ModelDims& d, Rng& rng)
+      : sz_(d), H(sz_.H), KV_HEADS(sz_.KVH), QK_HEAD_DIM(sz_.QK), V_HEAD_DIM(sz_.V),
+        V_COL(KV_HEADS * QK_HEAD_DIM), QW(H * QK_HEAD_DIM, "query width"),
+        KVW(V_COL + KV_HEADS * V_HEAD_DIM, "key/value width"), CTX(H * V_HEAD_DIM, "context width"),
+        q_(d.d_model, QW, rng, d.has_qkv_bias()), kv_(d.d_model, KVW, rng, d.has_qkv_bias()),
+        proj_(CTX, d.d_model, rng, d.bias) {}
+
+  // The width of project_memory's rows (kv's: KV_HEADS key heads, then KV_HEADS value heads).
+  int memory_width() const { return KVW; }
 
   // x_q: (B*T_q, D) queries; x_kv: (B*T_kv, D) keys/values; mask.key_padding
   // is (B, T_kv). A causal mask is allowed but unusual here.
-  void forward(Backend& be, ConstRows<A, D> x_q, ConstRows<A, D> x_kv, Rows<A, D> y, Shape q_shape, Shape kv_shape,
+  void forward(Backend& be, ConstRows<A, D_> x_q, ConstRows<A, D_> x_kv, Rows<A, D_> y, Shape q_shape, Shape kv_shape,
                const AttentionMask& mask) {
-    detail::check_attention_shape(q_shape, x_q.rows, Sz::MAX_T, "cross-attention query input");
-    detail::check_attention_shape(kv_shape, x_kv.rows, Sz::MAX_T, "cross-attention key/value input");
+    detail::check_attention_shape(q_shape, x_q.rows, sz_.MAX_T, "cross-attention query input");
+    detail::check_attention_shape(kv_shape, x_kv.rows, sz_.MAX_T, "cross-attention key/value input");
     require(q_shape.B == kv_shape.B, "cross-attention batch sizes differ: queries ", q_shape.B, ", keys ", kv_shape.B);
     require_rows(y, x_q.rows, "cross-attention output");
     q_shape_ = q_shape;
     kv_shape_ = kv_shape;
     dims_ = detail::with_dropout({q_shape.B, H, q_shape.T, kv_shape.T, QK_HEAD_DIM, V_HEAD_DIM, 0, KV_HEADS}, drop_);
-    const auto q = q_out_.template rows<QW>(x_q.rows);     // (B*Tq, H*QK)
-    const auto kv = kv_out_.template rows<KVW>(x_kv.rows); // (B*Tk, KVW)
-    const auto ctx = ctx_.template rows<CTX>(x_q.rows);    // (B*Tq, H*V)
+    const auto q = q_out_.rows(x_q.rows, QW);     // (B*Tq, H*QK)
+    const auto kv = kv_out_.rows(x_kv.rows, KVW); // (B*Tk, KVW)
+    const auto ctx = ctx_.rows(x_q.rows, CTX);    // (B*Tq, H*V)
     q_.forward(be, x_q, q);
     kv_.forward(be, x_kv, kv);
     attention_.forward(be, dims_, q.data, QW, kv.data, KVW, kv.data + V_COL, KVW, ctx.data, CTX, mask);
     proj_.forward(be, ctx, y);
   }
 
-  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx_q, Rows<A, D> dx_kv) {
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx_q, Rows<A, D_> dx_kv) {
     require_rows(dy, q_shape_.rows(), "cross-attention output gradient");
     auto scratch = be.workspace().frame();
-    const auto dctx = scratch.template rows<CTX>(dy.rows);         // (B*Tq, H*V)
-    const auto dq = scratch.template rows<QW>(dy.rows);            // (B*Tq, H*QK)
-    const auto dkv = scratch.template rows<KVW>(kv_shape_.rows()); // (B*Tk, KVW)
+    const auto dctx = scratch.rows(dy.rows, CTX);         // (B*Tq, H*V)
+    const auto dq = scratch.rows(dy.rows, QW);            // (B*Tq, H*QK)
+    const auto dkv = scratch.rows(kv_shape_.rows(), KVW); // (B*Tk, KVW)
     proj_.backward(be, dy, dctx);
     const A* kv = kv_out_.data();
     attention_.backward(be, dims_, dctx.data, CTX, ctx_.data(), CTX, q_out_.data(), QW, kv, KVW, kv + V_COL, KVW,
@@ -316,16 +363,16 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
   // Decoding: the memory's keys and values are computed once per source
   // (memory_kv: (B*S, H*(QK+V)), the fused kv projection of memory), then
   // every step attends to them. Forward only.
-  void project_memory(Backend& be, ConstRows<A, D> memory, Rows<A, KVW> memory_kv) {
+  void project_memory(Backend& be, ConstRows<A, D_> memory, Rows<A, KVW_> memory_kv) {
     kv_.forward(be, memory, memory_kv);
   }
-  void forward_cached(Backend& be, ConstRows<A, D> x_q, Rows<A, D> y, int B, const A* memory_kv, int src_len,
+  void forward_cached(Backend& be, ConstRows<A, D_> x_q, Rows<A, D_> y, int B, const A* memory_kv, int src_len,
                       const std::uint8_t* src_padding) {
     require(B > 0 && x_q.rows % B == 0, "cached cross-attention: ", x_q.rows, " rows for ", B, " sequences");
     require_rows(y, x_q.rows, "cross-attention output");
     const int n = x_q.rows / B;
-    const auto q = q_out_.template rows<QW>(x_q.rows);
-    const auto ctx = ctx_.template rows<CTX>(x_q.rows);
+    const auto q = q_out_.rows(x_q.rows, QW);
+    const auto ctx = ctx_.rows(x_q.rows, CTX);
     q_.forward(be, x_q, q);
     dims_ = AttentionDims{B, H, n, src_len, QK_HEAD_DIM, V_HEAD_DIM, 0, KV_HEADS};
     attention_.forward_cached(be, dims_, q.data, QW, memory_kv, KVW, memory_kv + V_COL, KVW, ctx.data, CTX,
@@ -369,9 +416,14 @@ class CrossAttention : detail::AttentionSizes<Cfg> {
   }
 
  private:
-  Linear<D, QW, Backend> q_;
-  Linear<D, KVW, Backend> kv_;
-  Linear<CTX, D, Backend> proj_;
+  Sz sz_;
+  int H, KV_HEADS, QK_HEAD_DIM, V_HEAD_DIM, V_COL;
+  Dim<QW_> QW;
+  Dim<KVW_> KVW;
+  Dim<CTX_> CTX;
+  Linear<D_, QW_, Backend> q_;
+  Linear<D_, KVW_, Backend> kv_;
+  Linear<CTX_, D_, Backend> proj_;
   DropoutKeys drop_{0.0f, 0};
   Shape q_shape_, kv_shape_;
   AttentionDims dims_;

@@ -17,7 +17,7 @@
 
 namespace xfmr {
 
-template <int D, class Backend>
+template <int D_, class Backend>
 class Embedding {
  public:
   using S = typename Backend::Scalar;
@@ -25,10 +25,15 @@ class Embedding {
   using Tensor = typename Backend::Tensor;
 
   // torch.nn.Embedding's default initialisation: N(0, 1).
-  Embedding(int vocab, Rng& rng, Embedding* share = nullptr) : vocab_(vocab), shared_(share) {
+  Embedding(int vocab, Rng& rng, Embedding* share = nullptr)
+    requires(D_ != Dynamic)
+      : Embedding(vocab, D_, rng, share) {}
+  Embedding(int vocab, int width, Rng& rng, Embedding* share = nullptr)
+      : D(width, "embedding width"), vocab_(vocab), shared_(share) {
     require(vocab > 0, "vocabulary size ", vocab, " must be positive");
     if (share) {
       require(share->vocab() == vocab, "a shared embedding needs one vocabulary: ", vocab, " vs ", share->vocab());
+      require(share->width() == D, "a shared embedding needs one width: ", int(D), " vs ", share->width());
       return;
     }
     weight_.resize({vocab, D});
@@ -36,13 +41,14 @@ class Embedding {
     weight_.generate([&] { return S(rng.normal()); });
   }
 
-  void forward(Backend& be, std::span<const std::int32_t> ids, Rows<A, D> y) {
+  void forward(Backend& be, std::span<const std::int32_t> ids, Rows<A, D_> y) {
     require_rows(y, static_cast<int>(ids.size()), "Embedding output");
+    require_width(y, D, "Embedding output");
     ids_ = ids;
     be.embedding_forward(static_cast<int>(ids.size()), vocab_, D, ids.data(), weight().data(), y.data);  // (n, D)
   }
 
-  void backward(Backend& be, ConstRows<A, D> dy) {
+  void backward(Backend& be, ConstRows<A, D_> dy) {
     require_rows(dy, static_cast<int>(ids_.size()), "Embedding output gradient");
     be.embedding_backward(dy.rows, D, ids_.data(), dy.data, grad().data());
   }
@@ -53,11 +59,13 @@ class Embedding {
   }
 
   int vocab() const { return vocab_; }
+  int width() const { return D; }
   // The table and its gradient (the shared one's, when sharing).
   Tensor& weight() { return shared_ ? shared_->weight() : weight_; }
   Tensor& grad() { return shared_ ? shared_->grad() : dweight_; }
 
  private:
+  [[no_unique_address]] Dim<D_> D;
   int vocab_;
   Embedding* shared_;
   Tensor weight_, dweight_;  // (vocab, D); empty when sharing

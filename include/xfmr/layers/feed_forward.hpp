@@ -26,10 +26,11 @@ template <BlockConfig Cfg, class Backend>
 class FeedForward {
   using Act = typename Cfg::Activation;
 
+  static constexpr int D_ = Cfg::D_MODEL, FF_ = Cfg::D_FF;
+  static constexpr int HIDDEN_ = static_or_dynamic(Act::GATED ? 2 * FF_ : FF_, {FF_});
+
  public:
-  static constexpr int D = Cfg::D_MODEL, FF = Cfg::D_FF;
   static constexpr bool GATED = Act::GATED;
-  static constexpr int HIDDEN = GATED ? 2 * FF : FF;  // fc1's outputs
   // GELU goes through fc1's and fc2's fused products (Linear::forward_gelu,
   // backward_gelu); the other activations through their own operations.
   static constexpr bool FUSED_GELU = std::is_same_v<Act, Gelu>;
@@ -38,11 +39,21 @@ class FeedForward {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  explicit FeedForward(Rng& rng) : fc1_(rng, linear_bias<Cfg>()), fc2_(rng, linear_bias<Cfg>()) {}
+  explicit FeedForward(Rng& rng)
+    requires(is_static_config<Cfg>())
+      : FeedForward(model_dims<Cfg>(), rng) {}
+  // d: the widths (those Cfg fixes must agree) and whether the projections have biases.
+  FeedForward(const ModelDims& d, Rng& rng)
+      : FF(d.d_ff, "feed-forward width"), HIDDEN(GATED ? 2 * d.d_ff : d.d_ff),
+        fc1_(d.d_model, HIDDEN, rng, d.bias), fc2_(FF, d.d_model, rng, d.bias) {
+    check_model_dims<Cfg>(d);
+  }
 
-  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y) {
-    const auto h = hidden_.template rows<HIDDEN>(x.rows);  // (rows, HIDDEN) pre-activation
-    const auto a = (shared_ ? *shared_ : activated_).template rows<FF>(x.rows);  // (rows, D_FF)
+  int d_ff() const { return FF; }
+
+  void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y) {
+    const auto h = hidden_.rows(x.rows, HIDDEN);                       // (rows, HIDDEN) pre-activation
+    const auto a = (shared_ ? *shared_ : activated_).rows(x.rows, FF);  // (rows, D_FF)
     if constexpr (FUSED_GELU) {
       fc1_.forward_gelu(be, x, h, a);
     } else {
@@ -55,24 +66,24 @@ class FeedForward {
     fc2_.forward(be, a, y);
   }
 
-  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx) {
     auto scratch = be.workspace().frame();
-    const auto da = scratch.template rows<FF>(dy.rows);  // (rows, D_FF), reused for dh when not gated
+    const auto da = scratch.rows(dy.rows, FF);  // (rows, D_FF), reused for dh when not gated
     if (shared_) {  // the activation again, where fc2 saved it
-      const auto a = shared_->template rows<FF>(dy.rows);
+      const auto a = shared_->rows(dy.rows, FF);
       if constexpr (GATED)
         Act::forward(be, dy.rows, FF, hidden_.data(), a.data);
       else
-        act_.forward(be, ConstRows<A, HIDDEN>(hidden_.data(), dy.rows), a);
+        act_.forward(be, ConstRows<A, HIDDEN_>(hidden_.data(), dy.rows, HIDDEN), a);
     }
     if constexpr (FUSED_GELU) {
-      fc2_.backward_gelu(be, dy, ConstRows<A, FF>(hidden_.data(), dy.rows), da);  // da holds dh
+      fc2_.backward_gelu(be, dy, ConstRows<A, FF_>(hidden_.data(), dy.rows, FF), da);  // da holds dh
       fc1_.backward(be, da, dx);
       return;
     }
     fc2_.backward(be, dy, da);
     if constexpr (GATED) {
-      const auto dh = scratch.template rows<HIDDEN>(dy.rows);  // (rows, 2 D_FF)
+      const auto dh = scratch.rows(dy.rows, HIDDEN);  // (rows, 2 D_FF)
       Act::backward(be, dy.rows, FF, hidden_.data(), da.data, dh.data);
       fc1_.backward(be, dh, dx);
     } else {
@@ -101,9 +112,11 @@ class FeedForward {
   }
 
  private:
-  Linear<D, HIDDEN, Backend> fc1_;
-  Activation<Act, FF, Backend> act_;  // elementwise activations only (unused when gated)
-  Linear<FF, D, Backend> fc2_;
+  [[no_unique_address]] Dim<FF_> FF;
+  [[no_unique_address]] Dim<HIDDEN_> HIDDEN;  // fc1's outputs
+  Linear<D_, HIDDEN_, Backend> fc1_;
+  Activation<Act, FF_, Backend> act_;  // elementwise activations only (unused when gated)
+  Linear<FF_, D_, Backend> fc2_;
   Buffer<A> hidden_, activated_;  // (rows, HIDDEN), (rows, D_FF)
   Buffer<A>* shared_ = nullptr;  // the activation's output under cheap recompute
 };

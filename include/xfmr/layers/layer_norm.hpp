@@ -10,7 +10,7 @@
 
 namespace xfmr {
 
-template <int D, class Backend>
+template <int D_, class Backend>
 class LayerNorm {
  public:
   using S = typename Backend::Scalar;
@@ -19,19 +19,24 @@ class LayerNorm {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  explicit LayerNorm(S eps = S(1e-5)) : weight_{D}, dweight_{D}, bias_{D}, dbias_{D}, eps_(eps) {
+  explicit LayerNorm(S eps = S(1e-5))
+    requires(D_ != Dynamic)
+      : LayerNorm(D_, eps) {}
+  LayerNorm(int width, S eps) : D(width, "LayerNorm width"), weight_{D}, dweight_{D}, bias_{D}, dbias_{D}, eps_(eps) {
     weight_.fill(S(1));
   }
 
-  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y) {
+  void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y) {
     require_rows(y, x.rows, "LayerNorm output");
+    require_width(x, D, "LayerNorm input");
+    require_width(y, D, "LayerNorm output");
     x_ = x;
     S* mean = mean_.reserve(x.rows);  // (rows)
     S* rstd = rstd_.reserve(x.rows);  // (rows)
     be.layer_norm_forward(x.rows, D, x.data, weight_.data(), bias_.data(), eps_, y.data, mean, rstd);
   }
 
-  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx) {
     require_rows(dy, x_.rows, "LayerNorm output gradient");
     require_rows(dx, x_.rows, "LayerNorm input gradient");
     be.layer_norm_backward(x_.rows, D, dy.data, x_.data, weight_.data(), mean_.data(), rstd_.data(), dx.data,
@@ -45,9 +50,10 @@ class LayerNorm {
   }
 
  private:
+  [[no_unique_address]] Dim<D_> D;
   Tensor weight_, dweight_, bias_, dbias_;  // (D)
   S eps_;
-  ConstRows<A, D> x_;
+  ConstRows<A, D_> x_;
   Buffer<S> mean_, rstd_;  // (rows)
 
  public:

@@ -16,19 +16,25 @@
 
 namespace xfmr {
 
-template <int IN, int OUT, class Backend>
+template <int IN_, int OUT_, class Backend>
 class Linear {
-  static_assert(IN > 0 && OUT > 0, "Linear needs positive input and output widths");
+  static_assert((IN_ > 0 || IN_ == Dynamic) && (OUT_ > 0 || OUT_ == Dynamic),
+                "Linear needs positive input and output widths (or xfmr::Dynamic)");
 
  public:
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
-  static constexpr int IN_FEATURES = IN, OUT_FEATURES = OUT;
+  static constexpr int IN_FEATURES = IN_, OUT_FEATURES = OUT_;
 
   // torch.nn.Linear's default initialisation: U(-1/sqrt(IN), 1/sqrt(IN)).
   explicit Linear(Rng& rng, bool with_bias = true)
-      : weight_{OUT, IN}, dweight_{OUT, IN}, has_bias_(with_bias) {
+    requires(IN_ != Dynamic && OUT_ != Dynamic)
+      : Linear(IN_, OUT_, rng, with_bias) {}
+  Linear(int in, int out, Rng& rng, bool with_bias = true)
+      : IN(in, "Linear input width"), OUT(out, "Linear output width"), has_bias_(with_bias) {
+    weight_.resize({OUT, IN});
+    dweight_.resize({OUT, IN});
     const double bound = 1.0 / std::sqrt(double(IN));
     weight_.generate([&] { return S(rng.uniform(-bound, bound)); });
     if (has_bias_) {
@@ -38,25 +44,26 @@ class Linear {
     }
   }
 
-  void forward(Backend& be, ConstRows<A, IN> x, Rows<A, OUT> y) {
-    require_rows(y, x.rows, "Linear output");
+  void forward(Backend& be, ConstRows<A, IN_> x, Rows<A, OUT_> y) {
+    check(x, y);
     x_ = x;
     be.linear_forward(x.rows, IN, OUT, x.data, weight_.product_data(), bias(), y.data);
   }
 
   // Linear then GELU (FeedForward): h = x W^T + b, the pre-activation, and
   // y = gelu(h), in one pass where the backend fuses them.
-  void forward_gelu(Backend& be, ConstRows<A, IN> x, Rows<A, OUT> h, Rows<A, OUT> y) {
-    require_rows(h, x.rows, "Linear pre-activation");
-    require_rows(y, x.rows, "Linear output");
+  void forward_gelu(Backend& be, ConstRows<A, IN_> x, Rows<A, OUT_> h, Rows<A, OUT_> y) {
+    check(x, h);
+    check(x, y);
     x_ = x;
     be.linear_gelu_forward(x.rows, IN, OUT, x.data, weight_.product_data(), bias(), h.data, y.data);
   }
 
-  void backward(Backend& be, ConstRows<A, OUT> dy, Rows<A, IN> dx) {
+  void backward(Backend& be, ConstRows<A, OUT_> dy, Rows<A, IN_> dx) {
     parameter_gradients(be, dy);
     if (dx.data) {
       require_rows(dx, x_.rows, "Linear input gradient");
+      require_width(dx, IN, "Linear input gradient");
       be.gemm(false, false, dy.rows, IN, OUT, S(1), dy.data, OUT, weight_.product_data(), IN, S(0), dx.data, IN);  // (rows, IN)
     }
   }
@@ -64,10 +71,12 @@ class Linear {
   // backward() where the saved input was gelu(h): the gradient goes through
   // GELU on its way out, dh = gelu'(h) * (dy W), with the product where the
   // backend fuses them.
-  void backward_gelu(Backend& be, ConstRows<A, OUT> dy, ConstRows<A, IN> h, Rows<A, IN> dh) {
+  void backward_gelu(Backend& be, ConstRows<A, OUT_> dy, ConstRows<A, IN_> h, Rows<A, IN_> dh) {
     parameter_gradients(be, dy);
     require_rows(h, x_.rows, "Linear input pre-activation");
     require_rows(dh, x_.rows, "Linear input pre-activation gradient");
+    require_width(h, IN, "Linear input pre-activation");
+    require_width(dh, IN, "Linear input pre-activation gradient");
     be.linear_dgelu_input_grad(dy.rows, IN, OUT, dy.data, weight_.product_data(), h.data, dh.data);
   }
 
@@ -78,18 +87,28 @@ class Linear {
   }
 
   bool has_bias() const { return has_bias_; }
+  int in() const { return IN; }
+  int out() const { return OUT; }
   Tensor& weight() { return weight_; }
   const Tensor& weight() const { return weight_; }
 
  private:
+  [[no_unique_address]] Dim<IN_> IN;
+  [[no_unique_address]] Dim<OUT_> OUT;
   Tensor weight_, dweight_;  // (OUT, IN)
   Tensor bias_, dbias_;      // (OUT)
   bool has_bias_;
-  ConstRows<A, IN> x_;       // saved input, (rows, IN)
+  ConstRows<A, IN_> x_;      // saved input, (rows, IN)
 
   const S* bias() const { return has_bias_ ? bias_.data() : nullptr; }
-  void parameter_gradients(Backend& be, ConstRows<A, OUT> dy) {
+  void check(ConstRows<A, IN_> x, ConstRows<A, OUT_> y) const {
+    require_rows(y, x.rows, "Linear output");
+    require_width(x, IN, "Linear input");
+    require_width(y, OUT, "Linear output");
+  }
+  void parameter_gradients(Backend& be, ConstRows<A, OUT_> dy) {
     require_rows(dy, x_.rows, "Linear output gradient");
+    require_width(dy, OUT, "Linear output gradient");
     be.gemm(true, false, OUT, IN, dy.rows, S(1), dy.data, OUT, x_.data, IN, S(1), dweight_.data(), IN);  // (OUT, IN)
     if (has_bias_) be.bias_grad(dy.rows, OUT, dy.data, dbias_.data());
   }

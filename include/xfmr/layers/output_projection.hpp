@@ -17,7 +17,7 @@
 
 namespace xfmr {
 
-template <int IN, class Backend>
+template <int IN_, class Backend>
 class OutputProjection {
  public:
   using S = typename Backend::Scalar;
@@ -25,7 +25,11 @@ class OutputProjection {
   using Tensor = typename Backend::Tensor;
 
   // Owned weight, torch.nn.Linear's default initialisation.
-  OutputProjection(int out, Rng& rng, bool with_bias) : out_(out), has_bias_(with_bias) {
+  OutputProjection(int out, Rng& rng, bool with_bias)
+    requires(IN_ != Dynamic)
+      : OutputProjection(IN_, out, rng, with_bias) {}
+  OutputProjection(int in, int out, Rng& rng, bool with_bias)
+      : IN(in, "output projection input width"), out_(out), has_bias_(with_bias) {
     require(out > 0, "output size ", out, " must be positive");
     own_weight_.resize({out, IN});
     own_dweight_.resize({out, IN});
@@ -38,7 +42,8 @@ class OutputProjection {
 
   // Weight tied to (weight, dweight), shape (out, IN).
   OutputProjection(Tensor& weight, Tensor& dweight, Rng& rng, bool with_bias)
-      : weight_(&weight), dweight_(&dweight), out_(static_cast<int>(weight.dim(0))), has_bias_(with_bias) {
+      : IN(weight.shape().size() == 2 ? int(weight.dim(1)) : 0, "tied weight width"),
+        weight_(&weight), dweight_(&dweight), out_(static_cast<int>(weight.dim(0))), has_bias_(with_bias) {
     require(weight.shape().size() == 2 && weight.dim(1) == IN, "tied weight of shape ", shape_string(weight.shape()),
             " does not project from width ", IN);
     init_bias(rng, 1.0 / std::sqrt(double(IN)));
@@ -47,12 +52,13 @@ class OutputProjection {
   OutputProjection(const OutputProjection&) = delete;
   OutputProjection& operator=(const OutputProjection&) = delete;
 
-  void forward(Backend& be, ConstRows<A, IN> x, A* y) {
+  void forward(Backend& be, ConstRows<A, IN_> x, A* y) {
+    require_width(x, IN, "output projection input");
     x_ = x;
     be.linear_forward(x.rows, IN, out_, x.data, weight_->product_data(), has_bias_ ? bias_.data() : nullptr, y);  // (rows, out)
   }
 
-  void backward(Backend& be, const A* dy, Rows<A, IN> dx) {
+  void backward(Backend& be, const A* dy, Rows<A, IN_> dx) {
     be.gemm(true, false, out_, IN, x_.rows, S(1), dy, out_, x_.data, IN, S(1), dweight_->data(), IN);  // (out, IN)
     if (has_bias_) be.bias_grad(x_.rows, out_, dy, dbias_.data());
     if (dx.data) {
@@ -78,13 +84,14 @@ class OutputProjection {
     bias_.generate([&] { return S(rng.uniform(-bound, bound)); });
   }
 
+  [[no_unique_address]] Dim<IN_> IN;
   Tensor own_weight_, own_dweight_;  // (out, IN) unless tied
   Tensor* weight_;
   Tensor* dweight_;
   Tensor bias_, dbias_;  // (out)
   int out_;
   bool has_bias_;
-  ConstRows<A, IN> x_;
+  ConstRows<A, IN_> x_;
 };
 
 }  // namespace xfmr

@@ -9,8 +9,11 @@
 // y may alias x and dx may alias dy (the operations are elementwise).
 // Rope (rotary positions, Su et al. 2021; Llama): nothing is added to the
 //   embeddings (NoPositions); self-attention turns each pair (2i, 2i+1) of
-//   every query and key head by t / 10000^(2i/QK_HEAD_DIM) radians
-//   (RotaryPositions), in training, in cached decoding and in beam search.
+//   every query and key head by t / theta^(2i/QK_HEAD_DIM) radians
+//   (RotaryPositions; theta 10000 unless ModelDims::rope_theta says, each
+//   frequency scaled as ModelDims::rope_scaling says), in training, in
+//   cached decoding and in beam search.
+// MAX_T and D may be Dynamic (core/config.hpp): given at construction.
 #pragma once
 
 #include <cmath>
@@ -35,8 +38,7 @@ struct Rope {
 };
 
 namespace detail {
-template <int MAX_T>
-void require_length(Shape bt, int rows, int offset) {
+inline void require_length(int MAX_T, Shape bt, int rows, int offset) {
   require(bt.B > 0 && bt.T > 0, "batch ", bt.B, " x length ", bt.T, " must be positive");
   require(offset >= 0, "negative position offset ", offset);
   if (offset == 0) require(bt.T <= MAX_T, "sequence length ", bt.T, " exceeds MAX_T ", MAX_T);
@@ -55,15 +57,43 @@ struct positions_tag<Cfg> {
                 "Positions must be xfmr::Learned, xfmr::Sinusoidal or xfmr::Rope");
 };
 
+// The divisor of the positions of pair i (columns 2i, 2i+1) of a width:
+// theta^(2i / width), and under rope scaling the position's divisor that
+// gives the scaled frequency (transformers' rope_scaling "linear", and
+// "llama3" as _compute_llama3_parameters defines it).
+inline double angle_divisor(int i, int width, double theta, const RopeScaling& scaling) {
+  const double divisor = std::pow(theta, double(2 * i) / width);
+  switch (scaling.kind) {
+    case RopeScaling::none: return divisor;
+    case RopeScaling::linear: return divisor * scaling.factor;
+    case RopeScaling::llama3: {
+      const double pi = 3.14159265358979323846;
+      const double wavelength = 2 * pi * divisor, old = scaling.original_max_t;
+      const double low_freq_wavelength = old / scaling.low_freq_factor;
+      const double high_freq_wavelength = old / scaling.high_freq_factor;
+      if (wavelength < high_freq_wavelength) return divisor;                   // high frequencies: kept
+      if (wavelength > low_freq_wavelength) return divisor * scaling.factor;   // low frequencies: scaled
+      const double smooth =
+          (old / wavelength - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor);
+      const double inv_freq = 1.0 / divisor;
+      return 1.0 / ((1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq);
+    }
+  }
+  return divisor;
+}
+
 // The fixed tables of sinusoidal and rotary positions: for every position
-// t < rows and even column i, the sine and cosine of t / 10000^(i / width),
-// in that order or (cos_first) the other.
+// t < rows and pair i, the sine and cosine of t / angle_divisor(i), in that
+// order or (cos_first) the other.
 template <class S>
-std::vector<S> angle_pairs(int rows, int width, bool cos_first) {
+std::vector<S> angle_pairs(int rows, int width, bool cos_first, double theta = 10000.0,
+                           const RopeScaling& scaling = {}) {
+  std::vector<double> divisors(width / 2);
+  for (int i = 0; i < width / 2; ++i) divisors[i] = angle_divisor(i, width, theta, scaling);
   std::vector<S> host(static_cast<std::size_t>(rows) * width);
   for (int t = 0; t < rows; ++t)
     for (int i = 0; i + 1 < width; i += 2) {
-      const double angle = t / std::pow(10000.0, double(i) / width);
+      const double angle = t / divisors[i / 2];
       host[std::size_t(t) * width + i] = S(cos_first ? std::cos(angle) : std::sin(angle));
       host[std::size_t(t) * width + i + 1] = S(cos_first ? std::sin(angle) : std::cos(angle));
     }
@@ -76,27 +106,32 @@ inline Rng& unused_rng() {
 }
 }  // namespace detail
 
-template <int MAX_T, int D, class Backend>
+template <int MAX_T_, int D_, class Backend>
 class LearnedPositions {
  public:
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
-  explicit LearnedPositions(Rng& rng) : weight_{MAX_T, D}, dweight_{MAX_T, D} {
+  explicit LearnedPositions(Rng& rng)
+    requires(MAX_T_ != Dynamic && D_ != Dynamic)
+      : LearnedPositions(MAX_T_, D_, rng) {}
+  LearnedPositions(int max_t, int width, Rng& rng)
+      : MAX_T(max_t, "context length"), D(width, "positions width"), weight_{MAX_T, D}, dweight_{MAX_T, D} {
     weight_.generate([&] { return S(rng.normal()); });
   }
 
   // offset: the position of the first row of each sequence (incremental
   // decoding); backward supports offset 0 only.
-  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, int offset = 0) {
-    detail::require_length<MAX_T>(bt, x.rows, offset);
+  void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y, Shape bt, int offset = 0) {
+    detail::require_length(MAX_T, bt, x.rows, offset);
+    require_width(x, D, "positions input");
     require_rows(y, x.rows, "LearnedPositions output");
     bt_ = bt;
     be.add_positions_forward(bt.B, bt.T, D, x.data, weight_.data() + std::size_t(offset) * D, y.data);
   }
 
-  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx) {
     require_rows(dy, bt_.rows(), "LearnedPositions output gradient");
     be.add_positions_backward(bt_.B, bt_.T, D, dy.data, dweight_.data());
     if (dx.data) {
@@ -111,31 +146,39 @@ class LearnedPositions {
   }
 
  private:
+  [[no_unique_address]] Dim<MAX_T_> MAX_T;
+  [[no_unique_address]] Dim<D_> D;
   Tensor weight_, dweight_;  // (MAX_T, D)
   Shape bt_;
 };
 
-template <int MAX_T, int D, class Backend>
+template <int MAX_T_, int D_, class Backend>
 class SinusoidalPositions {
-  static_assert(D % 2 == 0, "sinusoidal positions pair sin and cos: D_MODEL must be even");
+  static_assert(D_ == Dynamic || D_ % 2 == 0, "sinusoidal positions pair sin and cos: D_MODEL must be even");
 
  public:
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
-  explicit SinusoidalPositions(Rng& = detail::unused_rng()) : table_{MAX_T, D} {
+  explicit SinusoidalPositions(Rng& rng = detail::unused_rng())
+    requires(MAX_T_ != Dynamic && D_ != Dynamic)
+      : SinusoidalPositions(MAX_T_, D_, rng) {}
+  SinusoidalPositions(int max_t, int width, Rng& = detail::unused_rng())
+      : MAX_T(max_t, "context length"), D(width, "positions width"), table_{MAX_T, D} {
+    require(D % 2 == 0, "sinusoidal positions pair sin and cos: the model width ", int(D), " must be even");
     table_.copy_from_host(detail::angle_pairs<S>(MAX_T, D, false).data());
   }
 
-  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, int offset = 0) {
-    detail::require_length<MAX_T>(bt, x.rows, offset);
+  void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y, Shape bt, int offset = 0) {
+    detail::require_length(MAX_T, bt, x.rows, offset);
+    require_width(x, D, "positions input");
     require_rows(y, x.rows, "SinusoidalPositions output");
     bt_ = bt;
     be.add_positions_forward(bt.B, bt.T, D, x.data, table_.data() + std::size_t(offset) * D, y.data);
   }
 
-  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx) {
     require_rows(dy, bt_.rows(), "SinusoidalPositions output gradient");
     require_rows(dx, bt_.rows(), "SinusoidalPositions input gradient");
     be.copy(dy.size(), dy.data, dx.data);
@@ -147,28 +190,35 @@ class SinusoidalPositions {
   const Tensor& table() const { return table_; }
 
  private:
+  [[no_unique_address]] Dim<MAX_T_> MAX_T;
+  [[no_unique_address]] Dim<D_> D;
   Tensor table_;  // (MAX_T, D), fixed
   Shape bt_;
 };
 
 // Nothing added: the token stem of a configuration with rotary positions
 // (its attention turns queries and keys instead). Checks the lengths.
-template <int MAX_T, int D, class Backend>
+template <int MAX_T_, int D_, class Backend>
 class NoPositions {
  public:
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
 
-  explicit NoPositions(Rng& = detail::unused_rng()) {}
+  explicit NoPositions(Rng& rng = detail::unused_rng())
+    requires(MAX_T_ != Dynamic && D_ != Dynamic)
+      : NoPositions(MAX_T_, D_, rng) {}
+  NoPositions(int max_t, int width, Rng& = detail::unused_rng())
+      : MAX_T(max_t, "context length"), D(width, "positions width") {}
 
-  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y, Shape bt, int offset = 0) {
-    detail::require_length<MAX_T>(bt, x.rows, offset);
+  void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y, Shape bt, int offset = 0) {
+    detail::require_length(MAX_T, bt, x.rows, offset);
+    require_width(x, D, "positions input");
     require_rows(y, x.rows, "positions output");
     rows_ = x.rows;
     if (y.data != x.data) be.copy(x.size(), x.data, y.data);
   }
 
-  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx) {
     require_rows(dy, rows_, "positions output gradient");
     if (dx.data && dx.data != dy.data) be.copy(dy.size(), dy.data, dx.data);
   }
@@ -177,21 +227,33 @@ class NoPositions {
   void visit(F&&) {}
 
  private:
+  [[no_unique_address]] Dim<MAX_T_> MAX_T;
+  [[no_unique_address]] Dim<D_> D;
   int rows_ = 0;
 };
 
 // Rotary positions for heads HD wide: the fixed (cos, sin) table of every
 // position < MAX_T and pair, and the turn of a block of rows in place.
-template <int MAX_T, int HD, class Backend>
+template <int MAX_T_, int HD_, class Backend>
 class RotaryPositions {
-  static_assert(HD % 2 == 0, "rotary positions turn pairs of columns: the query/key head width must be even");
+  static_assert(HD_ == Dynamic || HD_ % 2 == 0,
+                "rotary positions turn pairs of columns: the query/key head width must be even");
 
  public:
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
 
-  RotaryPositions() : table_{MAX_T, HD} { table_.copy_from_host(detail::angle_pairs<S>(MAX_T, HD, true).data()); }
+  RotaryPositions()
+    requires(MAX_T_ != Dynamic && HD_ != Dynamic)
+      : RotaryPositions(MAX_T_, HD_) {}
+  // theta and scaling: ModelDims::rope_theta and rope_scaling.
+  RotaryPositions(int max_t, int head_width, double theta = 10000.0, const RopeScaling& scaling = {})
+      : MAX_T(max_t, "context length"), HD(head_width, "rotary head width"), table_{MAX_T, HD} {
+    require(HD % 2 == 0, "rotary positions turn pairs of columns: the query/key head width ", int(HD),
+            " must be even");
+    table_.copy_from_host(detail::angle_pairs<S>(MAX_T, HD, true, theta, scaling).data());
+  }
 
   // Rows b*T + t of x (row stride ld), positions offset + t, `heads` heads of
   // HD columns from x's first column: turned forward, or back (backward).
@@ -207,10 +269,12 @@ class RotaryPositions {
   const Tensor& table() const { return table_; }
 
  private:
-  static void check(int T, int offset) {
+  void check(int T, int offset) const {
     require(T > 0 && offset >= 0 && offset + T <= MAX_T, "rotary positions ", offset, "..", offset + T - 1,
             " outside [0, MAX_T ", MAX_T, ")");
   }
+  [[no_unique_address]] Dim<MAX_T_> MAX_T;
+  [[no_unique_address]] Dim<HD_> HD;
   Tensor table_;  // (MAX_T, HD): (cos, sin) per pair
 };
 

@@ -14,7 +14,7 @@
 
 namespace xfmr {
 
-template <int D, class Backend>
+template <int D_, class Backend>
 class RmsNorm {
  public:
   using S = typename Backend::Scalar;
@@ -23,15 +23,20 @@ class RmsNorm {
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
 
-  explicit RmsNorm(S eps = S(1e-5)) : weight_{D}, dweight_{D}, eps_(eps) { weight_.fill(S(1)); }
+  explicit RmsNorm(S eps = S(1e-5))
+    requires(D_ != Dynamic)
+      : RmsNorm(D_, eps) {}
+  RmsNorm(int width, S eps) : D(width, "RmsNorm width"), weight_{D}, dweight_{D}, eps_(eps) { weight_.fill(S(1)); }
 
-  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y) {
+  void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y) {
     require_rows(y, x.rows, "RmsNorm output");
+    require_width(x, D, "RmsNorm input");
+    require_width(y, D, "RmsNorm output");
     x_ = x;
     be.rms_norm_forward(x.rows, D, x.data, weight_.data(), eps_, y.data, rstd_.reserve(x.rows));
   }
 
-  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx) {
     require_rows(dy, x_.rows, "RmsNorm output gradient");
     require_rows(dx, x_.rows, "RmsNorm input gradient");
     be.rms_norm_backward(x_.rows, D, dy.data, x_.data, weight_.data(), rstd_.data(), dx.data, dweight_.data());
@@ -43,9 +48,10 @@ class RmsNorm {
   }
 
  private:
+  [[no_unique_address]] Dim<D_> D;
   Tensor weight_, dweight_;  // (D)
   S eps_;
-  ConstRows<A, D> x_;
+  ConstRows<A, D_> x_;
   Buffer<S> rstd_;  // (rows)
 
  public:

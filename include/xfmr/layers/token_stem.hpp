@@ -37,17 +37,21 @@ void init_gpt2(Model& model, Rng& rng, double stddev = 0.02) {
 template <class Cfg, class Backend>
 class TokenStem {
  public:
-  static constexpr int D = Cfg::D_MODEL;
+  static constexpr int D = Cfg::D_MODEL;  // or Dynamic
   using A = typename Backend::Activation;
 
   // share: another stem's token embedding to use instead of an own one.
-  TokenStem(int vocab, Rng& rng, Embedding<D, Backend>* share = nullptr) : tok_emb_(vocab, rng, share), pos_(rng) {}
+  TokenStem(int vocab, Rng& rng, Embedding<D, Backend>* share = nullptr)
+    requires(is_static_config<Cfg>())
+      : TokenStem(model_dims<Cfg>(), vocab, rng, share) {}
+  TokenStem(const ModelDims& d, int vocab, Rng& rng, Embedding<D, Backend>* share = nullptr)
+      : max_t_(d.max_t), tok_emb_(vocab, d.d_model, rng, share), pos_(d.max_t, d.d_model, rng) {}
 
   // offset: position of each sequence's first id (incremental decoding).
   void forward(Backend& be, std::span<const std::int32_t> ids, Rows<A, D> x, Shape bt, int offset = 0) {
     require(static_cast<long>(ids.size()) == long(bt.B) * bt.T, "got ", ids.size(), " token ids, expected B*T = ",
             long(bt.B) * bt.T);
-    if (offset == 0) require(bt.T <= Cfg::MAX_T, "sequence length ", bt.T, " exceeds MAX_T ", Cfg::MAX_T);
+    if (offset == 0) require(bt.T <= max_t_, "sequence length ", bt.T, " exceeds MAX_T ", max_t_);
     tok_emb_.forward(be, ids, x);
     pos_.forward(be, x, x, bt, offset);
   }
@@ -68,6 +72,7 @@ class TokenStem {
   int vocab() const { return tok_emb_.vocab(); }
 
  private:
+  int max_t_;
   Embedding<D, Backend> tok_emb_;
   PositionsFor<Cfg, Backend> pos_;
 };

@@ -30,7 +30,7 @@ struct ClassifierOptions {
 template <BlockConfig Cfg, class Backend>
 class Classifier {
  public:
-  static constexpr int D = Cfg::D_MODEL;
+  static constexpr int D = Cfg::D_MODEL;  // or Dynamic
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   using Config = Cfg;
@@ -38,7 +38,15 @@ class Classifier {
   using Buffer = typename Backend::template Buffer<T>;
 
   Classifier(int vocab, int classes, std::uint64_t seed, ClassifierOptions opts = {})
-      : rng_(seed), encoder_(vocab, rng_, opts.dropout, opts.attention_dropout), head_(classes, rng_, true), opts_(opts) {
+    requires(is_static_config<Cfg>())
+      : Classifier(model_dims<Cfg>(), vocab, classes, seed, opts) {}
+  // dims: the sizes (those Cfg fixes must agree) and knobs.
+  Classifier(const ModelDims& dims, int vocab, int classes, std::uint64_t seed, ClassifierOptions opts = {})
+      : rng_(seed),
+        encoder_(dims, vocab, rng_, opts.dropout, opts.attention_dropout),
+        width_(dims.d_model),
+        head_(dims.d_model, classes, rng_, true),
+        opts_(opts) {
     require(classes >= 2, "a classifier needs at least 2 classes, got ", classes);
     init_gpt2(*this, rng_);
     set_recompute(opts.recompute);
@@ -50,8 +58,8 @@ class Classifier {
     bt_ = bt;
     const auto h = encoder_.forward(be, ids, bt, key_padding);  // (B*T, D)
     const std::uint8_t* exclude = pool_mask(bt, key_padding);
-    const auto pooled = pooled_.template rows<D>(bt.B);          // (B, D)
-    be.mean_pool_forward(bt.B, bt.T, D, h.data, exclude, pooled.data);
+    const auto pooled = pooled_.rows(bt.B, width_);          // (B, D)
+    be.mean_pool_forward(bt.B, bt.T, width_, h.data, exclude, pooled.data);
     A* logits = logits_.reserve(std::size_t(bt.B) * classes());  // (B, classes)
     head_.forward(be, pooled, logits);
     return {logits, std::size_t(bt.B) * classes()};
@@ -60,10 +68,10 @@ class Classifier {
   void backward(Backend& be, std::span<const A> dlogits) {  // parameter gradients accumulate
     require(dlogits.size() == std::size_t(bt_.B) * classes(), "logit gradient has ", dlogits.size(),
             " elements, expected ", std::size_t(bt_.B) * classes());
-    const auto dpooled = dpooled_.template rows<D>(bt_.B);
-    const auto dh = dh_.template rows<D>(bt_.rows());
+    const auto dpooled = dpooled_.rows(bt_.B, width_);
+    const auto dh = dh_.rows(bt_.rows(), width_);
     head_.backward(be, dlogits.data(), dpooled);
-    be.mean_pool_backward(bt_.B, bt_.T, D, dpooled.data, exclude_, dh.data);
+    be.mean_pool_backward(bt_.B, bt_.T, width_, dpooled.data, exclude_, dh.data);
     encoder_.backward(be, dh);
   }
 
@@ -98,6 +106,7 @@ class Classifier {
 
   Rng rng_;
   Encoder<Cfg, Backend> encoder_;
+  [[no_unique_address]] Dim<D> width_;
   OutputProjection<D, Backend> head_;
   ClassifierOptions opts_;
   Shape bt_;

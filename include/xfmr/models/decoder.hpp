@@ -4,7 +4,8 @@
 //   DecoderOnlyBlocks, ln_f for PreNorm configs) -> lm_head -> logits (B*T, vocab)
 //
 // The vocabulary size is runtime; D_MODEL, N_HEADS, N_LAYERS, D_FF, MAX_T are
-// static. With tie_weights the LM head uses the token embedding matrix (as in
+// static or Dynamic (core/config.hpp: a Dynamic configuration's model is
+// built from a ModelDims, Decoder(dims, vocab, seed)). With tie_weights the LM head uses the token embedding matrix (as in
 // GPT-2); head_bias false drops its bias (GPT-2 has none). Parameters:
 // "tok_emb.weight", "pos_emb.weight" (learned positions), "blocks.<i>.*",
 // "ln_f.*", "lm_head.weight" (untied), "lm_head.bias" (with head_bias).
@@ -33,7 +34,7 @@ struct DecoderOptions {
 template <BlockConfig Cfg, class Backend>
 class Decoder {
  public:
-  static constexpr int D = Cfg::D_MODEL, MAX_T = Cfg::MAX_T, N_LAYERS = Cfg::N_LAYERS;
+  static constexpr int D = Cfg::D_MODEL;  // or Dynamic
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   using Config = Cfg;
@@ -42,12 +43,16 @@ class Decoder {
   using Buffer = typename Backend::template Buffer<T>;
 
   Decoder(int vocab, std::uint64_t seed, DecoderOptions opts = {})
-      : rng_(seed), trunk_(vocab, rng_, opts.dropout, opts.attention_dropout), opts_(opts) {
+    requires(is_static_config<Cfg>())
+      : Decoder(model_dims<Cfg>(), vocab, seed, opts) {}
+  // dims: the sizes (those Cfg fixes must agree) and knobs.
+  Decoder(const ModelDims& dims, int vocab, std::uint64_t seed, DecoderOptions opts = {})
+      : rng_(seed), trunk_(dims, vocab, rng_, opts.dropout, opts.attention_dropout), opts_(opts) {
     if (opts.tie_weights) {
       auto& emb = trunk_.token_embedding();
       head_.emplace(emb.weight(), emb.grad(), rng_, opts.head_bias);
     } else {
-      head_.emplace(vocab, rng_, opts.head_bias);
+      head_.emplace(dims.d_model, vocab, rng_, opts.head_bias);
     }
     init_gpt2(*this, rng_);
     set_recompute(opts.recompute);
@@ -81,7 +86,7 @@ class Decoder {
   void backward(Backend& be, std::span<const A> dlogits) {
     require(dlogits.size() == std::size_t(rows_) * vocab(), "logit gradient has ", dlogits.size(),
             " elements, expected ", std::size_t(rows_) * vocab());
-    const auto dh = dh_.template rows<D>(rows_);
+    const auto dh = dh_.rows(rows_, Dim<D>(trunk_.dims().d_model));
     head_->backward(be, dlogits.data(), dh);
     trunk_.backward(be, dh);
   }
@@ -101,7 +106,8 @@ class Decoder {
   Recompute recompute() const { return trunk_.recompute(); }
 
   int vocab() const { return trunk_.vocab(); }
-  static constexpr int max_t() { return MAX_T; }
+  int max_t() const { return trunk_.dims().max_t; }
+  const ModelDims& dims() const { return trunk_.dims(); }
   const DecoderOptions& options() const { return opts_; }
   BlockStack<DecoderOnlyBlock<Cfg, Backend>, Backend>& blocks() { return trunk_.blocks(); }
 

@@ -1,7 +1,10 @@
-// language_model.hpp: LanguageModel<Backend>, a Decoder whose preset is
-// chosen at run time, by name, from LanguageModelPresets (presets.hpp).
+// language_model.hpp: LanguageModel<Backend>, a Decoder whose architecture
+// is chosen at run time: by a preset's name (LanguageModelPresets,
+// presets.hpp), or as any PresetInfo (sizes and knobs) whose parts one of
+// the compiled families has (LanguageModelFamilies below).
 //
 //   auto model = xfmr::make_language_model<Be>("shakespeare-small", vocab, seed, {.dropout = 0.1});
+//   auto llama = xfmr::make_language_model<Be>(arch, vocab, seed);   // arch: a PresetInfo of any shape
 //   xfmr::AdamW<Be> opt(*model);
 //   xfmr::Trainer<xfmr::LanguageModel<Be>, Be> trainer(*model, be, opt, {...},
 //       [&] { return xfmr::make_language_model<Be>("shakespeare-small", vocab, seed); });
@@ -9,13 +12,13 @@
 // It is a Decoder<Cfg, Backend> behind a virtual interface: the same
 // members (forward, backward, start_cache, forward_cached, visit,
 // for_each_dropout, set_training, recompute) and the same numbers, bit for
-// bit. The shipped presets' Decoders are compiled once, in the library
-// (src/language_models.cpp for CpuBackend<float>, cuda/language_models.cpp
-// for CudaBackend), so a program that picks its preset at run time compiles
-// none of them itself; the published models' shapes compile in a
-// translation unit of their own per family (src/gpt2_models.cpp,
-// src/llama_models.cpp), so that no one file is slow to build. A
-// configuration of one's own goes in the same way:
+// bit. What make_language_model builds is the Decoder of a family's
+// Dynamic configuration (presets.hpp's DynamicParts: the parts as types,
+// every size held at run time), compiled once a family in the library
+// (src/language_models.cpp and one file a family for CpuBackend<float>,
+// cuda/language_models.cpp for CUDA), so a program that picks its model at
+// run time compiles none itself, and any shape of a family runs without a
+// recompile. A static configuration of one's own goes in the same way:
 // make_decoder_model<MyCfg, Be>(vocab, seed, opts).
 #pragma once
 
@@ -23,7 +26,9 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
+#include <tuple>
 
 #include "xfmr/core/function_ref.hpp"
 #include "xfmr/core/params.hpp"
@@ -41,13 +46,19 @@ class LanguageModel {
 
   virtual ~LanguageModel() = default;
 
-  // The preset's name and shape, the vocabulary and the options it was built with.
+  // The architecture's name, parts, shape and knobs, the vocabulary and the
+  // options it was built with.
   virtual const PresetInfo& preset() const = 0;
+  ModelDims dims() const { return preset().dims(); }
   virtual int vocab() const = 0;
   int max_t() const { return preset().max_t; }
   virtual const DecoderOptions& options() const = 0;
   // What visit() lists, without visiting it.
   virtual std::size_t parameter_count() const = 0;
+  // A model of the same architecture, vocabulary and options (freshly
+  // initialised): a replica for DataParallel's shards, which copy the
+  // weights in before every use.
+  virtual std::unique_ptr<LanguageModel> clone() const = 0;
 
   // Decoder's, in order: logits (B*T, vocab) of ids (B*T), valid until the
   // next forward; backward(dlogits) accumulates every parameter gradient;
@@ -81,7 +92,8 @@ class LanguageModel {
   virtual void visit_dropout(FunctionRef<void(DropoutKeys&)> f) = 0;
 };
 
-// The Decoder of configuration Cfg as a LanguageModel.
+// The Decoder of configuration Cfg as a LanguageModel: of Cfg's own sizes,
+// or (Dynamic) of an architecture's, whose parts must be Cfg's.
 template <BlockConfig Cfg, class Backend>
 class DecoderModel final : public LanguageModel<Backend> {
  public:
@@ -90,12 +102,18 @@ class DecoderModel final : public LanguageModel<Backend> {
   using Tensor = typename Backend::Tensor;
 
   DecoderModel(int vocab, std::uint64_t seed, const DecoderOptions& opts = {})
-      : model_(vocab, seed, opts), count_(xfmr::parameter_count(model_)) {}
+    requires(is_static_config<Cfg>())
+      : DecoderModel(preset_info<Cfg>(), vocab, seed, opts) {}
+  DecoderModel(const PresetInfo& arch, int vocab, std::uint64_t seed, const DecoderOptions& opts = {})
+      : info_(checked(arch)), model_(info_.dims(), vocab, seed, opts), count_(xfmr::parameter_count(model_)) {}
 
   const PresetInfo& preset() const override { return info_; }
   int vocab() const override { return model_.vocab(); }
   const DecoderOptions& options() const override { return model_.options(); }
   std::size_t parameter_count() const override { return count_; }
+  std::unique_ptr<LanguageModel<Backend>> clone() const override {
+    return std::make_unique<DecoderModel>(info_, model_.vocab(), 0, model_.options());
+  }
 
   std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
     return model_.forward(be, ids, bt);
@@ -111,7 +129,7 @@ class DecoderModel final : public LanguageModel<Backend> {
   void set_recompute(Recompute r) override { model_.set_recompute(r); }
   Recompute recompute() const override { return model_.recompute(); }
   void keep_attention_probabilities(bool on) override {
-    for (int i = 0; i < Cfg::N_LAYERS; ++i) model_.blocks()[i].attention().keep_probabilities(on);
+    for (int i = 0; i < info_.n_layers; ++i) model_.blocks()[i].attention().keep_probabilities(on);
   }
 
   // The typed model inside (its blocks, its layers).
@@ -125,43 +143,85 @@ class DecoderModel final : public LanguageModel<Backend> {
     model_.for_each_dropout([&](DropoutKeys& d) { f(d); });
   }
 
-  static constexpr PresetInfo info_ = preset_info<Cfg>();
+  static const PresetInfo& checked(const PresetInfo& arch) {
+    const PresetInfo own = preset_info<Cfg>();
+    require(arch.parts() == own.parts(), "the architecture '", arch.name, "' (", arch.parts(),
+            ") is not this model's (", own.parts(), ")");
+    return arch;
+  }
+
+  PresetInfo info_;
   Decoder<Cfg, Backend> model_;
   std::size_t count_;
 };
 
-// A LanguageModel of the preset `preset` (LanguageModelPresets; an unknown
-// name is an xfmr::Error listing the choices), vocabulary `vocab`,
-// initialised from `seed` as Decoder is. Compiled in the library for
-// CpuBackend<float> and, with CUDA, CudaBackend.
+// A LanguageModel of a static configuration of one's own.
 template <BlockConfig Cfg, class Backend>
 std::unique_ptr<LanguageModel<Backend>> make_decoder_model(int vocab, std::uint64_t seed, const DecoderOptions& opts) {
   return std::make_unique<DecoderModel<Cfg, Backend>>(vocab, seed, opts);
 }
 
+// The Dynamic family's Decoder for an architecture of its parts.
+template <BlockConfig Family, class Backend>
+std::unique_ptr<LanguageModel<Backend>> make_family_model(const PresetInfo& arch, int vocab, std::uint64_t seed,
+                                                          const DecoderOptions& opts) {
+  return std::make_unique<DecoderModel<Family, Backend>>(arch, vocab, seed, opts);
+}
+
+// The families make_language_model builds from (presets.hpp's families).
+using LanguageModelFamilies = std::tuple<families::Gpt, families::GptRelu, families::Llama>;
+
+// A LanguageModel of architecture `arch` (any shape; its parts those of a
+// family in LanguageModelFamilies, else an xfmr::Error naming them),
+// vocabulary `vocab`, initialised from `seed` as Decoder is: the same bits
+// as the static configuration of that shape. The families' Decoders are
+// compiled in the library for CpuBackend<float> and, with CUDA, the CUDA
+// backends.
+template <class Backend>
+std::unique_ptr<LanguageModel<Backend>> make_language_model(const PresetInfo& arch, int vocab, std::uint64_t seed,
+                                                           const DecoderOptions& opts = {}) {
+  arch.dims().check();
+  std::unique_ptr<LanguageModel<Backend>> model;
+  std::string have;
+  auto one = [&]<class F>() {
+    const std::string parts = preset_info<F>().parts();
+    if (!model && parts == arch.parts()) model = make_family_model<F, Backend>(arch, vocab, seed, opts);
+    have += (have.empty() ? "" : "; ") + parts;
+  };
+  [&]<class... F>(std::tuple<F...>*) { (one.template operator()<F>(), ...); }(static_cast<LanguageModelFamilies*>(nullptr));
+  require(model != nullptr, "the architecture '", arch.name, "' has parts (", arch.parts(),
+          ") that no compiled family has (", have, ")");
+  return model;
+}
+
+// The preset `preset` (LanguageModelPresets; an unknown name is an
+// xfmr::Error naming the choices).
 template <class Backend>
 std::unique_ptr<LanguageModel<Backend>> make_language_model(std::string_view preset, int vocab, std::uint64_t seed,
                                                            const DecoderOptions& opts = {}) {
-  return LanguageModelPresets::with(
-      preset, [&]<class Cfg>() { return make_decoder_model<Cfg, Backend>(vocab, seed, opts); });
+  return make_language_model<Backend>(LanguageModelPresets::info(preset), vocab, seed, opts);
 }
 
 template <class S>
 class CpuBackend;
-extern template std::unique_ptr<LanguageModel<CpuBackend<float>>> make_language_model(std::string_view, int,
-                                                                                      std::uint64_t,
-                                                                                      const DecoderOptions&);
+#define XFMR_LANGUAGE_MODEL_FAMILY(KEYWORDS, F, Be)                                                       \
+  KEYWORDS std::unique_ptr<LanguageModel<Be>> make_family_model<families::F, Be>(const PresetInfo&, int, \
+                                                                                 std::uint64_t, const DecoderOptions&);
+#define XFMR_LANGUAGE_MODEL_FAMILIES(X) X(Gpt) X(GptRelu) X(Llama)
+#define XFMR_EXTERN_CPU_FAMILY(F) XFMR_LANGUAGE_MODEL_FAMILY(extern template, F, CpuBackend<float>)
+XFMR_LANGUAGE_MODEL_FAMILIES(XFMR_EXTERN_CPU_FAMILY)
+#undef XFMR_EXTERN_CPU_FAMILY
 #ifdef XFMR_WITH_CUDA
 template <class A>
 class BasicCudaBackend;
 struct Bf16;
 using CudaBackend = BasicCudaBackend<float>;
 using CudaBf16Backend = BasicCudaBackend<Bf16>;
-extern template std::unique_ptr<LanguageModel<CudaBackend>> make_language_model(std::string_view, int, std::uint64_t,
-                                                                               const DecoderOptions&);
-extern template std::unique_ptr<LanguageModel<CudaBf16Backend>> make_language_model(std::string_view, int,
-                                                                                   std::uint64_t,
-                                                                                   const DecoderOptions&);
+#define XFMR_EXTERN_CUDA_FAMILY(F)                            \
+  XFMR_LANGUAGE_MODEL_FAMILY(extern template, F, CudaBackend) \
+  XFMR_LANGUAGE_MODEL_FAMILY(extern template, F, CudaBf16Backend)
+XFMR_LANGUAGE_MODEL_FAMILIES(XFMR_EXTERN_CUDA_FAMILY)
+#undef XFMR_EXTERN_CUDA_FAMILY
 #endif
 
 }  // namespace xfmr

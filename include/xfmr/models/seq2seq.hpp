@@ -38,10 +38,11 @@ struct Seq2SeqOptions {
 
 template <BlockConfig EncCfg, BlockConfig DecCfg, class Backend>
 class Seq2Seq {
-  static_assert(EncCfg::D_MODEL == DecCfg::D_MODEL, "encoder and decoder must share D_MODEL");
+  static_assert(EncCfg::D_MODEL == DecCfg::D_MODEL || EncCfg::D_MODEL == Dynamic || DecCfg::D_MODEL == Dynamic,
+                "encoder and decoder must share D_MODEL");
 
  public:
-  static constexpr int D = DecCfg::D_MODEL, N_DEC = DecCfg::N_LAYERS;
+  static constexpr int D = DecCfg::D_MODEL;  // or Dynamic
   static constexpr bool FINAL_NORM = detail::pre_norm<DecCfg>();
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
@@ -50,16 +51,24 @@ class Seq2Seq {
   using Buffer = typename Backend::template Buffer<T>;
 
   Seq2Seq(int src_vocab, int tgt_vocab, std::uint64_t seed, Seq2SeqOptions opts = {})
+    requires(is_static_config<EncCfg>() && is_static_config<DecCfg>())
+      : Seq2Seq(model_dims<EncCfg>(), model_dims<DecCfg>(), src_vocab, tgt_vocab, seed, opts) {}
+  // enc, dec: each side's sizes (those its configuration fixes must agree; one width) and knobs.
+  Seq2Seq(const ModelDims& enc, const ModelDims& dec, int src_vocab, int tgt_vocab, std::uint64_t seed,
+          Seq2SeqOptions opts = {})
       : rng_(seed),
-        encoder_(src_vocab, rng_, opts.dropout, opts.attention_dropout),
-        stem_(tgt_vocab, rng_, opts.share_embeddings ? &encoder_.token_embedding() : nullptr),
-        blocks_(N_DEC, rng_, opts.dropout, opts.attention_dropout),
+        encoder_(enc, src_vocab, rng_, opts.dropout, opts.attention_dropout),
+        dec_((check_model_dims<DecCfg>(dec), same_width(enc, dec))),
+        width_(dec.d_model),
+        stem_(dec, tgt_vocab, rng_, opts.share_embeddings ? &encoder_.token_embedding() : nullptr),
+        blocks_(dec, rng_, opts.dropout, opts.attention_dropout),
+        ln_f_(dec.d_model, S(dec.norm_eps)),
         opts_(opts) {
     if (opts.tie_output) {
       auto& emb = stem_.token_embedding();
       head_.emplace(emb.weight(), emb.grad(), rng_, true);
     } else {
-      head_.emplace(tgt_vocab, rng_, true);
+      head_.emplace(dec.d_model, tgt_vocab, rng_, true);
     }
     init_gpt2(*this, rng_);
     set_recompute(opts.recompute);
@@ -84,8 +93,8 @@ class Seq2Seq {
     encode(be, src, src_shape, src_padding);
     tgt_shape_ = tgt_shape;
     const int rows = tgt_shape.rows();
-    const auto x = x_.template rows<D>(rows);  // (B*T, D) target embeddings
-    const auto h = h_.template rows<D>(rows);  // (B*T, D) after the blocks
+    const auto x = x_.rows(rows, width_);  // (B*T, D) target embeddings
+    const auto h = h_.rows(rows, width_);  // (B*T, D) after the blocks
     stem_.forward(be, tgt, x, tgt_shape);
     blocks_.train_each(x, h, [&](Block& b, int, ConstRows<A, D> in, Rows<A, D> out) {
       b.forward(be, in, memory_, out, tgt_shape, src_shape, tgt_padding, src_padding);
@@ -112,19 +121,20 @@ class Seq2Seq {
     const int B = src_shape_.B * beams, S_len = src_shape_.T;
     st.B = B;
     st.src_len = S_len;
-    const auto memory = expanded_.template rows<D>(B * S_len);  // (B*beams*S, D)
+    const auto memory = expanded_.rows(B * S_len, width_);  // (B*beams*S, D)
+    const int N_DEC = dec_.n_layers;
     st.src_padding.assign(std::size_t(B) * S_len, 0);
     for (int b = 0; b < src_shape_.B; ++b)
       for (int k = 0; k < beams; ++k) {
-        be.copy(std::size_t(S_len) * D, memory_.row(b * S_len), memory.row((b * beams + k) * S_len));
+        be.copy(std::size_t(S_len) * width_, memory_.row(b * S_len), memory.row((b * beams + k) * S_len));
         if (src_padding_)
           std::copy_n(src_padding_ + std::size_t(b) * S_len, S_len, st.src_padding.data() + std::size_t(b * beams + k) * S_len);
       }
-    constexpr int KVW = CrossAttention<DecCfg, Backend>::KVW;
+    const int KVW = blocks_[0].cross_attention().memory_width();
     A* kv = st.memory_kv.reserve(std::size_t(N_DEC) * B * S_len * KVW);
     st.self.layers().resize(N_DEC);
     for (int i = 0; i < N_DEC; ++i) {
-      blocks_[i].cross_attention().project_memory(be, memory, Rows<A, KVW>(kv + std::size_t(i) * B * S_len * KVW, B * S_len));
+      blocks_[i].cross_attention().project_memory(be, memory, {kv + std::size_t(i) * B * S_len * KVW, B * S_len, KVW});
       blocks_[i].self_attention().start_cache(st.self[i], B);
     }
   }
@@ -133,12 +143,12 @@ class Seq2Seq {
   std::span<const A> decode(Backend& be, std::span<const std::int32_t> ids, DecodeState& st) {
     require(st.B > 0 && !ids.empty() && ids.size() % st.B == 0, ids.size(), " ids for ", st.B, " sequences");
     const Shape bt{st.B, static_cast<int>(ids.size()) / st.B};
-    require(st.self.length() + bt.T <= DecCfg::MAX_T, "decoding past MAX_T ", DecCfg::MAX_T, ": ", st.self.length(),
+    require(st.self.length() + bt.T <= dec_.max_t, "decoding past MAX_T ", dec_.max_t, ": ", st.self.length(),
             " cached + ", bt.T, " new positions");
     const int rows = bt.rows();
-    constexpr int KVW = CrossAttention<DecCfg, Backend>::KVW;
-    const auto x = x_.template rows<D>(rows);
-    const auto h = h_.template rows<D>(rows);
+    const int KVW = blocks_[0].cross_attention().memory_width();
+    const auto x = x_.rows(rows, width_);
+    const auto h = h_.rows(rows, width_);
     stem_.forward(be, ids, x, bt, st.self.length());
     blocks_.forward_each(x, h, [&](Block& b, int i, ConstRows<A, D> in, Rows<A, D> out) {
       b.forward_cached(be, in, out, st.B, st.self[i], st.memory_kv.data() + std::size_t(i) * st.B * st.src_len * KVW,
@@ -151,17 +161,17 @@ class Seq2Seq {
     const int rows = tgt_shape_.rows(), src_rows = src_shape_.rows();
     require(dlogits.size() == std::size_t(rows) * vocab(), "logit gradient has ", dlogits.size(),
             " elements, expected ", std::size_t(rows) * vocab());
-    const auto dmem = dmem_.template rows<D>(src_rows);          // one block's memory gradient
-    const auto dmem_sum = dmem_sum_.template rows<D>(src_rows);  // all blocks'
-    const auto dtop = dtop_.template rows<D>(rows);
-    const auto dh = dh_.template rows<D>(rows);  // into the last block
-    const auto dx = dx_.template rows<D>(rows);  // into the stem
+    const auto dmem = dmem_.rows(src_rows, width_);          // one block's memory gradient
+    const auto dmem_sum = dmem_sum_.rows(src_rows, width_);  // all blocks'
+    const auto dtop = dtop_.rows(rows, width_);
+    const auto dh = dh_.rows(rows, width_);  // into the last block
+    const auto dx = dx_.rows(rows, width_);  // into the stem
     head_->backward(be, dlogits.data(), dtop);
     if constexpr (FINAL_NORM) ln_f_.backward(be, dtop, dh);
     else be.copy(dtop.size(), dtop.data, dh.data);
     blocks_.backward_each(be, dh, dx, [&](Block& b, int i, ConstRows<A, D> dout, Rows<A, D> din) {
       b.backward(be, dout, din, dmem);
-      if (i == N_DEC - 1) be.copy(dmem.size(), dmem.data, dmem_sum.data);
+      if (i == dec_.n_layers - 1) be.copy(dmem.size(), dmem.data, dmem_sum.data);
       else be.add_to(dmem.size(), dmem.data, dmem_sum.data);
     });
     stem_.backward(be, dx);
@@ -193,15 +203,22 @@ class Seq2Seq {
   }
 
   int vocab() const { return head_->out(); }
+  // Each side's sizes and knobs.
+  const ModelDims& encoder_dims() const { return encoder_.dims(); }
+  const ModelDims& decoder_dims() const { return dec_; }
   int source_vocab() const { return encoder_.vocab(); }
   Block& block(int i) { return blocks_[i]; }
 
  private:
+  static const ModelDims& same_width(const ModelDims& enc, const ModelDims& dec) {
+    require(enc.d_model == dec.d_model, "encoder width ", enc.d_model, " and decoder width ", dec.d_model, " differ");
+    return dec;
+  }
   // The last block's output -> ln_f (PreNorm) -> lm_head -> logits.
   std::span<const A> project(Backend& be, ConstRows<A, D> top) {
     const int rows = top.rows;
     if constexpr (FINAL_NORM) {
-      const auto hn = hn_.template rows<D>(rows);
+      const auto hn = hn_.rows(rows, width_);
       ln_f_.forward(be, top, hn);
       top = hn;
     }
@@ -212,6 +229,8 @@ class Seq2Seq {
 
   Rng rng_;
   Transformer<EncCfg, Backend, false> encoder_;
+  ModelDims dec_;
+  [[no_unique_address]] Dim<D> width_;
   TokenStem<DecCfg, Backend> stem_;
   BlockStack<Block, Backend> blocks_;
   norm_layer_t<DecCfg, D, Backend> ln_f_;

@@ -36,7 +36,7 @@ constexpr bool pre_norm() {
 template <BlockConfig Cfg, class Backend, bool CAUSAL>
 class Transformer {
  public:
-  static constexpr int D = Cfg::D_MODEL, MAX_T = Cfg::MAX_T, N_LAYERS = Cfg::N_LAYERS;
+  static constexpr int D = Cfg::D_MODEL;  // or Dynamic
   static constexpr bool FINAL_NORM = detail::pre_norm<Cfg>();
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
@@ -46,7 +46,15 @@ class Transformer {
   using Buffer = typename Backend::template Buffer<T>;
 
   Transformer(int vocab, Rng& rng, float dropout = 0.0f, float attention_dropout = 0.0f)
-      : stem_(vocab, rng), blocks_(N_LAYERS, rng, dropout, attention_dropout) {}
+    requires(is_static_config<Cfg>())
+      : Transformer(model_dims<Cfg>(), vocab, rng, dropout, attention_dropout) {}
+  // d: the sizes (those Cfg fixes must agree) and knobs.
+  Transformer(const ModelDims& d, int vocab, Rng& rng, float dropout = 0.0f, float attention_dropout = 0.0f)
+      : dims_((check_model_dims<Cfg>(d), d)),
+        width_(d.d_model, "model width"),
+        stem_(d, vocab, rng),
+        blocks_(d, rng, dropout, attention_dropout),
+        ln_f_(d.d_model, S(d.norm_eps)) {}
 
   // key_padding: (B, T) bytes, nonzero = pad, or nullptr. Returns (B*T, D).
   ConstRows<A, D> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt,
@@ -54,8 +62,8 @@ class Transformer {
     require(bt.B > 0 && bt.T > 0, "batch ", bt.B, " x length ", bt.T, " must be positive");
     bt_ = bt;
     const int rows = bt.rows();
-    const auto x = x_.template rows<D>(rows);  // (B*T, D) embeddings
-    const auto h = h_.template rows<D>(rows);  // (B*T, D) after the blocks
+    const auto x = x_.rows(rows, width_);  // (B*T, D) embeddings
+    const auto h = h_.rows(rows, width_);  // (B*T, D) after the blocks
     stem_.forward(be, ids, x, bt);
     blocks_.forward(be, x, h, bt, key_padding);
     return finish(be, h);
@@ -65,8 +73,8 @@ class Transformer {
   void start_cache(DecodingCache<Backend>& cache, int B)
     requires CAUSAL
   {
-    cache.layers().resize(N_LAYERS);
-    for (int i = 0; i < N_LAYERS; ++i) blocks_[i].attention().start_cache(cache[i], B);
+    cache.layers().resize(dims_.n_layers);
+    for (int i = 0; i < dims_.n_layers; ++i) blocks_[i].attention().start_cache(cache[i], B);
   }
 
   // The hidden states of n new positions of each of B sequences (ids B*n),
@@ -77,11 +85,11 @@ class Transformer {
     require(B > 0 && !ids.empty() && ids.size() % B == 0, ids.size(), " ids for ", B, " sequences");
     require(cache.batch() == B, "the cache holds ", cache.batch(), " sequences, not ", B);
     const Shape bt{B, static_cast<int>(ids.size()) / B};
-    require(cache.length() + bt.T <= MAX_T, "decoding past MAX_T ", MAX_T, ": ", cache.length(), " cached + ", bt.T,
-            " new positions");
+    require(cache.length() + bt.T <= dims_.max_t, "decoding past MAX_T ", dims_.max_t, ": ", cache.length(),
+            " cached + ", bt.T, " new positions");
     const int rows = bt.rows();
-    const auto x = x_.template rows<D>(rows);
-    const auto h = h_.template rows<D>(rows);
+    const auto x = x_.rows(rows, width_);
+    const auto h = h_.rows(rows, width_);
     stem_.forward(be, ids, x, bt, cache.length());
     blocks_.forward_cached(be, x, h, B, cache);
     return finish(be, h);
@@ -89,9 +97,9 @@ class Transformer {
 
   void backward(Backend& be, ConstRows<A, D> dhidden) {
     require_rows(dhidden, bt_.rows(), "transformer output gradient");
-    const auto dx = dx_.template rows<D>(bt_.rows());
+    const auto dx = dx_.rows(bt_.rows(), width_);
     if constexpr (FINAL_NORM) {
-      const auto dh = dh_.template rows<D>(bt_.rows());
+      const auto dh = dh_.rows(bt_.rows(), width_);
       ln_f_.backward(be, dhidden, dh);
       blocks_.backward(be, dh, dx);
     } else {
@@ -118,6 +126,8 @@ class Transformer {
   Recompute recompute() const { return blocks_.recompute(); }
 
   int vocab() const { return stem_.vocab(); }
+  // The sizes and knobs it was built with.
+  const ModelDims& dims() const { return dims_; }
   Embedding<D, Backend>& token_embedding() { return stem_.token_embedding(); }
   BlockStack<Block, Backend>& blocks() { return blocks_; }
 
@@ -125,7 +135,7 @@ class Transformer {
   // The last block's output, normalised by ln_f in PreNorm configurations.
   ConstRows<A, D> finish(Backend& be, ConstRows<A, D> h) {
     if constexpr (FINAL_NORM) {
-      const auto hn = hn_.template rows<D>(h.rows);
+      const auto hn = hn_.rows(h.rows, width_);
       ln_f_.forward(be, h, hn);
       return hn;
     } else {
@@ -133,6 +143,8 @@ class Transformer {
     }
   }
 
+  ModelDims dims_;
+  [[no_unique_address]] Dim<D> width_;
   TokenStem<Cfg, Backend> stem_;
   BlockStack<Block, Backend> blocks_;
   norm_layer_t<Cfg, D, Backend> ln_f_;

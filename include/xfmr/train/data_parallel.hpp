@@ -99,9 +99,13 @@ class DataParallel {
   // thread; 0 means default_shards(): one per thread on the CPU for models
   // of up to kShardMaxParameterBytes of parameters, one otherwise.
   // make_replica builds a model of model's type and shapes (its weights do
-  // not matter: they are copied from model before every use).
+  // not matter: they are copied from model before every use); when empty,
+  // a model with clone() (LanguageModel) replicates itself.
   DataParallel(Model& model, Backend& be, Factory make_replica, int shards = 0)
       : model_(model), be_(be), make_replica_(std::move(make_replica)), shards_(shards) {
+    if constexpr (requires { { model.clone() } -> std::convertible_to<std::unique_ptr<Model>>; }) {
+      if (!make_replica_) make_replica_ = [&model] { return model.clone(); };
+    }
     require(shards >= 0 && shards <= kMaxShards, "DataParallel: ", shards, " shards outside 0..", kMaxShards,
             " (0: one per thread)");
     if (shards_ == 0) {
