@@ -861,6 +861,34 @@ case "$case_name" in
     expect_error "no tokenizer here" "$lm" eval --model pre --tokenizer . --data corpus.txt
     expect_error "--prompt is" "$lm" sample --model ft --prompt "$(head -c 200 corpus.txt)"
     ;;
+  lm_families)
+    # A checkpoint of each published family in a shape no preset has
+    # (reference/families.py): xfmr-lm samples and evaluates it as it is,
+    # and a Qwen2-shaped one fine-tunes, resumes bit for bit and exports
+    # back to Qwen2's layout, which loads again with the same loss.
+    tok=$here/../reference/fixtures/lm/tokenizer.json
+    fam=$here/../reference/fixtures/families
+    make_corpus
+    for f in gpt2-ctx2048 llama3-scaled qwen2 smollm2; do
+      "$lm" sample --model "$fam/$f" --tokenizer "$tok" --prompt "Once" --tokens 12 --temperature 0 > "$f.txt" \
+        2> "$f.err" || fail "sample --model $f failed: $(cat "$f.err")"
+      grep -q "^Once" "$f.txt" || fail "sample --model $f lost its prompt: $(cat "$f.txt")"
+      "$lm" eval --model "$fam/$f" --tokenizer "$tok" --data corpus.txt --context 16 > "$f.eval" \
+        || fail "eval --model $f failed"
+    done
+    tune() { "$lm" train --init "$fam/qwen2" --tokenizer "$tok" --data corpus.txt --steps 30 --batch 4 --context 16 \
+               --lr 1e-3 --eval-every 10 --eval-windows 4 "$@" > /dev/null; }
+    tune --out ft || fail "fine-tuning the Qwen2-shaped model failed"
+    tune --out half --stop-after 10 || fail "fine-tuning to step 10 failed"
+    tune --resume half || fail "resuming the fine-tuning failed"
+    same ft half
+    "$lm" export --model ft --hf ft-hf > /dev/null || fail "export failed"
+    grep -q '"model_type": "qwen2"' ft-hf/config.json || fail "the export is not Qwen2's: $(cat ft-hf/config.json)"
+    "$lm" eval --model ft --data corpus.txt --context 16 > ft.eval || fail "eval of the fine-tuned model failed"
+    "$lm" eval --model ft-hf --tokenizer "$tok" --data corpus.txt --context 16 > ft-hf.eval || fail "eval of the export failed"
+    [ "$(grep -o 'loss [0-9.]*' ft.eval)" = "$(grep -o 'loss [0-9.]*' ft-hf.eval)" ] ||
+      fail "the export's loss differs: $(cat ft.eval) / $(cat ft-hf.eval)"
+    ;;
   lm_export_pytorch)
     # A model xfmr-lm trained and exported, read by plain PyTorch
     # (lm_loss.py, float64): the same loss on the same windows, to 1e-4.

@@ -17,6 +17,9 @@ test_families compares xfmr's Dynamic models against (load_pretrained).
 The Llama-family reference is written from the definitions: rotate-half
 rotary positions as transformers' LlamaRotaryEmbedding applies them, and
 Llama 3's frequency scaling as its _compute_llama3_parameters defines it.
+Every vocabulary is 257, the size of fixtures/lm/tokenizer.json (a byte's
+id its value), and the ids are printable ASCII, so that xfmr-lm can run
+each with that tokenizer (run_examples.sh).
 expected.safetensors: ids (12), logits (12, vocab) of the whole sequence,
 and 12 greedy tokens after ids[:4], the prefix recomputed for each; its
 metadata records the smallest gap between the two best logits on the way.
@@ -121,7 +124,7 @@ def llama_family(out, name, config, seed):
     c.update(config)
     gen = torch.Generator().manual_seed(seed)
     hf = llama_params(c, gen)
-    ids = torch.randint(0, c["vocab_size"], (12,), generator=gen).tolist()
+    ids = torch.randint(32, 127, (12,), generator=gen).tolist()
     d = out / "families" / name
     d.mkdir(parents=True, exist_ok=True)
     write_safetensors(d / "model.safetensors", hf, {"format": "pt"})
@@ -130,7 +133,7 @@ def llama_family(out, name, config, seed):
     write_expected(d, ids, llama_forward(hf, c, ids), tokens, gap, f"plain {c['model_type']}")
 
 
-def gpt2_family(out, seed=44, vocab=53, n_pos=2048, d=24, layers=2, heads=3, eps=1e-6):
+def gpt2_family(out, seed=44, vocab=257, n_pos=2048, d=24, layers=2, heads=3, eps=1e-6):
     gen = torch.Generator().manual_seed(seed)
     p = gpt2_params(vocab, n_pos, d, layers, gen, scale=0.3)
     dest = out / "families" / "gpt2-ctx2048"
@@ -141,7 +144,7 @@ def gpt2_family(out, seed=44, vocab=53, n_pos=2048, d=24, layers=2, heads=3, eps
     # A position table of 2048 rows: the attention masks' buffers would be
     # 2048^2 a layer, so this file holds none (they are optional).
     write_safetensors(dest / "model.safetensors", p, {"format": "pt"})
-    ids = torch.randint(0, vocab, (12,), generator=gen).tolist()
+    ids = torch.randint(32, 127, (12,), generator=gen).tolist()
 
     def forward(s):
         return gpt2_forward(p, torch.tensor([s]), heads, layers, eps=eps)[0][0]
@@ -154,18 +157,18 @@ def main():
     gpt2_family(out)
     llama_family(out, "llama3-scaled",
                  {"hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4,
-                  "num_key_value_heads": 1, "vocab_size": 47, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+                  "num_key_value_heads": 1, "vocab_size": 257, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
                   "max_position_embeddings": 128,
                   "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}, seed=41)
     llama_family(out, "qwen2",
                  {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 24,
                   "intermediate_size": 56, "num_hidden_layers": 2, "num_attention_heads": 3,
-                  "num_key_value_heads": 1, "vocab_size": 51, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+                  "num_key_value_heads": 1, "vocab_size": 257, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
                   "tie_word_embeddings": True, "use_sliding_window": False, "sliding_window": 32}, seed=42)
     llama_family(out, "smollm2",
                  {"hidden_size": 48, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 6,
-                  "num_key_value_heads": 2, "vocab_size": 43, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
+                  "num_key_value_heads": 2, "vocab_size": 257, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
                   "tie_word_embeddings": True}, seed=43)
 
 
