@@ -166,6 +166,11 @@ struct SplitBackend {
                                 A* dq, A* dk, A* dv);
 };
 static_assert(Backend<SplitBackend>);
+// The negative control: one operation short is not a backend.
+struct WithoutGelu : SplitBackend {
+  void gelu_forward() = delete;
+};
+static_assert(!Backend<WithoutGelu>, "a backend without gelu_forward(n, x, y) must fail the Backend concept");
 
 // GPT-2's block (pre-norm, GELU, learned positions, biases) and Llama's
 // (RMSNorm, SwiGLU, rotary positions, grouped-query attention).

@@ -101,17 +101,93 @@ struct AttentionDims {
   int kv_head(int h) const { return h / (H / kv_heads()); }  // the key/value head of query head h
 };
 
+// The contract of a backend, in one place: every operation the layers,
+// models, losses and optimizers call, by family (each family's CPU file,
+// backend/cpu/<family>.hpp, states what it computes; sizes are run-time
+// ints, S is Scalar and A is Activation, pointers are the backend's
+// memory except ids and masks). Assign-or-accumulate follows the names:
+// *_forward and *_backward assign their outputs unless the family's
+// contract says accumulate (parameter gradients, dtable, dgamma, dbias).
+// CpuBackend, the CUDA backends and the tests' SplitBackend are checked
+// against it where they are defined, and each model checks its backend, so
+// a backend that lacks an operation fails with the requirement it misses.
+// Optional, and asked for with `if constexpr (requires ...)`: the tiled
+// attention pair (attention_kernels, flash_attention_forward/backward) and
+// graph_step (run_step below).
 template <class Be>
-concept Backend = requires(Be& be, typename Be::Activation* p, const typename Be::Activation* cp, int i,
-                           typename Be::Scalar s) {
+concept Backend = requires(Be& be, const Be& cbe, typename Be::Activation* a, const typename Be::Activation* ca,
+                           typename Be::Scalar* s, const typename Be::Scalar* cs, typename Be::Scalar k, int i,
+                           std::size_t n, float p, std::uint64_t key, std::uint8_t* keep, const std::uint8_t* ckeep,
+                           const std::int32_t* ids, const AttentionDims& dims, const AttentionMask& mask,
+                           std::span<const SquaresTensor<typename Be::Scalar>> squares, std::span<double> sums,
+                           std::span<const AdamWTensor<typename Be::Scalar>> adamw,
+                           std::vector<typename Be::Scalar>& staging) {
+  // Types: parameters (Scalar), activations (Activation), their tensors and buffers.
   typename Be::Scalar;
   typename Be::Activation;
   typename Be::Tensor;
   typename Be::template Buffer<std::uint8_t>;
-  be.gemm(true, false, i, i, i, s, cp, i, cp, i, s, p, i);
+  typename Be::template Buffer<typename Be::Activation>;
+  // Host access and scratch.
   be.synchronize();
-  { be.host_view(std::span<const typename Be::Activation>(), std::declval<std::vector<typename Be::Scalar>&>()) }
+  { be.host_view(std::span<const typename Be::Activation>(), staging) }
       -> std::convertible_to<std::span<const typename Be::Scalar>>;
+  be.workspace().frame();
+  // linear: C = alpha op(A) op(B) + beta C, into activations or (parameter gradients) parameters.
+  be.gemm(true, false, i, i, i, k, ca, i, ca, i, k, a, i);
+  be.gemm(true, false, i, i, i, k, ca, i, ca, i, k, s, i);
+  be.bias_add(i, i, cs, a);
+  be.bias_grad(i, i, ca, s);
+  be.linear_forward(i, i, i, ca, ca, cs, a);
+  be.linear_gelu_forward(i, i, i, ca, ca, cs, a, a);
+  be.linear_dgelu_input_grad(i, i, i, ca, ca, ca, a);
+  // residual
+  be.add(n, ca, ca, a);
+  be.add_to(n, ca, a);
+  be.copy(n, ca, a);
+  // positional
+  be.add_positions_forward(i, i, i, ca, cs, a);
+  be.add_positions_backward(i, i, i, ca, s);
+  be.rope_forward(i, i, i, i, i, cs, a, i);
+  be.rope_backward(i, i, i, i, i, cs, a, i);
+  // layer_norm, rms_norm
+  be.layer_norm_forward(i, i, ca, cs, cs, k, a, s, s);
+  be.layer_norm_backward(i, i, ca, ca, cs, cs, cs, a, s, s);
+  be.rms_norm_forward(i, i, ca, cs, k, a, s);
+  be.rms_norm_backward(i, i, ca, ca, cs, cs, a, s);
+  // activation
+  be.relu_forward(n, ca, a);
+  be.relu_backward(n, ca, ca, a);
+  be.gelu_forward(n, ca, a);
+  be.gelu_backward(n, ca, ca, a);
+  be.swiglu_forward(i, i, ca, a);
+  be.swiglu_backward(i, i, ca, ca, a);
+  be.geglu_forward(i, i, ca, a);
+  be.geglu_backward(i, i, ca, ca, a);
+  // dropout
+  be.dropout_forward(n, p, key, ca, a, keep);
+  be.dropout_backward(n, p, ckeep, ca, a);
+  // embedding
+  be.embedding_forward(i, i, i, ids, cs, a);
+  be.embedding_backward(i, i, ids, ca, s);
+  // classifier (pooling)
+  be.mean_pool_forward(i, i, i, ca, ckeep, a);
+  be.mean_pool_backward(i, i, i, ca, ckeep, a);
+  // losses
+  { be.cross_entropy_forward(i, i, ca, ids, i, s, k) } -> std::convertible_to<double>;
+  be.cross_entropy_backward(i, i, cs, ids, i, k, a, k);
+  { be.cross_entropy_forward_backward(i, i, ca, ids, i, k, a, k) } -> std::convertible_to<double>;
+  // optimizers
+  { be.sum_squares(n, cs) } -> std::convertible_to<double>;
+  { be.sum_squares(n, ca) } -> std::convertible_to<double>;
+  be.sum_squares_each(squares, sums);
+  be.scale(n, k, s);
+  be.adamw_step(adamw, k, k, k, k, k, k);
+  be.sgd_step(n, s, cs, s, k, k, k);
+  // attention (materialised probabilities in Scalar)
+  be.attention_forward(dims, ca, i, ca, i, ca, i, a, i, s, mask);
+  be.attention_backward(dims, ca, i, ca, i, ca, i, ca, i, cs, a, a, a);
+  (void)cbe;
 };
 
 // Runs step() (host code calling `be`: a training step, say) through the

@@ -469,6 +469,8 @@ class BasicCudaBackend {
 
 using CudaBackend = BasicCudaBackend<float>;
 using CudaBf16Backend = BasicCudaBackend<Bf16>;
+static_assert(Backend<CudaBackend>);
+static_assert(Backend<CudaBf16Backend>);
 
 static_assert(Backend<CudaBackend>);
 

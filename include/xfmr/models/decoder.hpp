@@ -33,6 +33,8 @@ struct DecoderOptions {
 
 template <BlockConfig Cfg, class Backend>
 class Decoder {
+  static_assert(xfmr::Backend<Backend>,
+                "the backend lacks an operation the models call (backend/backend.hpp's Backend concept says which)");
  public:
   static constexpr int D = Cfg::D_MODEL;  // or Dynamic
   using S = typename Backend::Scalar;

@@ -38,6 +38,8 @@ struct Seq2SeqOptions {
 
 template <BlockConfig EncCfg, BlockConfig DecCfg, class Backend>
 class Seq2Seq {
+  static_assert(xfmr::Backend<Backend>,
+                "the backend lacks an operation the models call (backend/backend.hpp's Backend concept says which)");
   static_assert(EncCfg::D_MODEL == DecCfg::D_MODEL || EncCfg::D_MODEL == Dynamic || DecCfg::D_MODEL == Dynamic,
                 "encoder and decoder must share D_MODEL");
 

@@ -35,6 +35,8 @@ constexpr bool pre_norm() {
 
 template <BlockConfig Cfg, class Backend, bool CAUSAL>
 class Transformer {
+  static_assert(xfmr::Backend<Backend>,
+                "the backend lacks an operation the models call (backend/backend.hpp's Backend concept says which)");
  public:
   static constexpr int D = Cfg::D_MODEL;  // or Dynamic
   static constexpr bool FINAL_NORM = detail::pre_norm<Cfg>();
