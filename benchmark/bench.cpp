@@ -643,23 +643,24 @@ json run_pretrained(const Args& a) {
 }
 
 // Greedy translation decoding, per token, with and without the caches.
+// Cfg: the preset's family (dynamic_of_t), p: the preset.
 template <class Cfg, class Be>
-json run_translator(const Args& a) {
+json run_translator(const PresetInfo& p, const Args& a) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
   Be be = make_backend<Be>(a.backend, a.precision);
   std::vector<float> staging;  // logits on the host, for argmax
-  const int V = a.vocab, S_len = Cfg::MAX_T / 2, n = Cfg::MAX_T - 1;
+  const int V = a.vocab, S_len = p.max_t / 2, n = p.max_t - 1;
   json out = {{"impl", "xfmr"},
               {"backend", describe(be)},
-              {"model", std::string("translator-") + Cfg::NAME},
-              {"shape", {{"B", 1}, {"T", Cfg::MAX_T}, {"D", Cfg::D_MODEL}, {"H", Cfg::N_HEADS}, {"L", Cfg::N_LAYERS},
-                         {"FF", Cfg::D_FF}, {"V", V}, {"dropout", 0.0}}},
+              {"model", std::string("translator-") + p.name},
+              {"shape", {{"B", 1}, {"T", p.max_t}, {"D", p.d_model}, {"H", p.n_heads}, {"L", p.n_layers},
+                         {"FF", p.d_ff}, {"V", V}, {"dropout", 0.0}}},
               {"threads", cpu_threads()},
               {"hardware_threads", std::thread::hardware_concurrency()},
               {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", gemm_ceiling(a, be)},
               {"results", json::object()}};
-  Model model(V, V, 1337);
+  Model model(p.dims(), p.dims(), V, V, 1337);
   out["parameters"] = parameter_count(model);
   model.set_training(false);
   const WeightCopies weight_copies(be, model);
@@ -848,7 +849,9 @@ int main(int argc, char** argv) {
     } else {
       if (vm["vocab"].defaulted()) a.vocab = 8000;
       dispatch_backend(a.backend, [&]<class Be>() {
-        TranslatorPresets::with(a.translator, [&]<class Cfg>() { result = run_translator<Cfg, Be>(a); });
+        TranslatorPresets::with(a.translator, [&]<class Cfg>() {
+          result = run_translator<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), a);
+        });
       });
     }
     print(result);

@@ -253,8 +253,11 @@ std::vector<std::size_t> epoch_order(std::size_t n, Rng& rng) {
   return order;
 }
 
+// Cfg: a preset's family (dynamic_of_t: its parts, every size held at run
+// time), so that one compiled model serves every preset of those parts;
+// p: the preset (sizes, name, dropout).
 template <class Cfg, class Be>
-void train(TrainArgs a, const Metadata* resumed) {
+void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   using Model = Classifier<Cfg, Be>;
   const auto train_rows = read_labeled_tsv(a.train), dev_rows = read_labeled_tsv(a.dev);
   const std::string train_hash = rows_hash(train_rows), dev_hash = rows_hash(dev_rows);
@@ -270,20 +273,20 @@ void train(TrainArgs a, const Metadata* resumed) {
   }
   const Tokens tok = resumed ? Tokens::from_json(json::parse(metadata_value(*resumed, "tokens", a.resume)))
                              : Tokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train,
-                                              Cfg::D_MODEL, Cfg::MAX_T, a.truncate);
-  check_batch_memory(preset_info<Cfg>(), Cfg::N_LAYERS, a.batch, Cfg::MAX_T, 0, "--batch " + std::to_string(a.batch));
-  const Encoded train_data = encode_all(tok, train_rows, classes, Cfg::MAX_T, a.truncate, a.train);
-  const Encoded dev_data = encode_all(tok, dev_rows, classes, Cfg::MAX_T, a.truncate, a.dev);
+                                              p.d_model, p.max_t, a.truncate);
+  check_batch_memory(p, p.n_layers, a.batch, p.max_t, 0, "--batch " + std::to_string(a.batch));
+  const Encoded train_data = encode_all(tok, train_rows, classes, p.max_t, a.truncate, a.train);
+  const Encoded dev_data = encode_all(tok, dev_rows, classes, p.max_t, a.truncate, a.dev);
   // Under mpirun each rank trains on its rows of every batch (all draw the same batches).
   ProcessGroup& group = join_ranks(a, Be::name, a.settings().dump() + " zero " + std::to_string(a.zero),
                                    "--train with hash " + train_hash + ", --dev with hash " + dev_hash);
 
   Be be = make_backend<Be>(a.backend, a.precision);
-  const ClassifierOptions model_opts{.dropout = a.dropout >= 0 ? a.dropout : Cfg::DROPOUT,
+  const ClassifierOptions model_opts{.dropout = a.dropout >= 0 ? a.dropout : p.dropout,
                                     .attention_dropout = a.attention_dropout,
                                     .pooling = cls ? Pooling::Cls : Pooling::Mean,
                                     .recompute = parse_recompute(a.recompute)};
-  Model model(tok.size(), classes, a.seed, model_opts);
+  Model model(p.dims(), tok.size(), classes, a.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = a.weight_decay});
   const long steps_per_epoch = long((train_data.seqs.size() + a.batch - 1) / a.batch);
   const long total = steps_per_epoch * a.epochs;
@@ -295,7 +298,7 @@ void train(TrainArgs a, const Metadata* resumed) {
                               .data_seed = seed_for(a.seed, 0xc1a55),
                               .split = {.shards = a.shards, .group = &group, .zero = a.zero},
                               .graph_steps = false},
-                             [&] { return std::make_unique<Model>(tok.size(), classes, a.seed, model_opts); });
+                             [&] { return std::make_unique<Model>(p.dims(), tok.size(), classes, a.seed, model_opts); });
   // An epoch's training order is drawn from the data generator at its
   // start: a run resumed mid-epoch draws it again from the state saved then
   // (epoch_rng); at an epoch's end the generator is where the next is drawn.
@@ -310,19 +313,19 @@ void train(TrainArgs a, const Metadata* resumed) {
   }
   const long start = trainer.steps();
   StopSignals signals;  // from here on, SIGINT and SIGTERM stop at a step boundary
-  std::cout << "xfmr-classify: " << Cfg::NAME << " on " << describe(be) << ", " << parameter_count(model)
+  std::cout << "xfmr-classify: " << p.name << " on " << describe(be) << ", " << parameter_count(model)
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
             << " steps" << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "")
             << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << std::endl;
-  report_cut(train_data, "train", Cfg::MAX_T, a.truncate);
-  report_cut(dev_data, "dev", Cfg::MAX_T, a.truncate);
+  report_cut(train_data, "train", p.max_t, a.truncate);
+  report_cut(dev_data, "dev", p.max_t, a.truncate);
 
   EvalResult dev{};
   auto save = [&] {
     if (a.out.empty()) return;
     trainer.save(a.out, {{"format", kFormat},
-                         {"preset", Cfg::NAME},
+                         {"preset", p.name},
                          {"classes", std::to_string(classes)},
                          {"pooling", a.pooling},
                          {"truncate", a.truncate},
@@ -339,7 +342,7 @@ void train(TrainArgs a, const Metadata* resumed) {
   CsvLog csv(a.log_csv);
   std::vector<std::pair<long, double>> batch_losses;
   std::vector<LossPoint> evals;
-  Progress progress(start, total, long(a.batch) * Cfg::MAX_T / 2);
+  Progress progress(start, total, long(a.batch) * p.max_t / 2);
   long tokens_seen = 0;
   long stop = a.stop_after > 0 ? std::min(a.stop_after, total) : total;
   for (long step = start; step < stop;) {
@@ -353,7 +356,7 @@ void train(TrainArgs a, const Metadata* resumed) {
         seqs.push_back(train_data.seqs[order[j]]);
         labels.push_back(train_data.labels[order[j]]);
       }
-      const auto b = make_class_batch(seqs, labels, Cfg::MAX_T, tok.pad, tok.cls);
+      const auto b = make_class_batch(seqs, labels, p.max_t, tok.pad, tok.cls);
       tokens_seen += long(b.B) * b.T;
       const auto rows = rank_rows(group, b.B);  // this rank's rows of the batch
       const int mine = rows.first, end = rows.second;
@@ -371,7 +374,7 @@ void train(TrainArgs a, const Metadata* resumed) {
       warn_if_diverging(r, trainer.first_loss(), progress);
       if (signals.requested(group)) stop = step + 1;  // evaluated and saved as at --stop-after
       if ((step + 1) % a.eval_every == 0 || step + 1 == total || step + 1 == stop) {
-        dev = evaluate(model, be, tok, dev_data, Cfg::MAX_T, 256);
+        dev = evaluate(model, be, tok, dev_data, p.max_t, 256);
         progress.clear_line();
         std::cout << "step " << step + 1 << " (epoch " << epoch + 1 << "): batch loss " << std::fixed
                   << std::setprecision(4) << loss << ", dev loss " << dev.loss << ", dev accuracy "
@@ -391,8 +394,8 @@ void train(TrainArgs a, const Metadata* resumed) {
             << " examples), " << format_duration(wall) << std::defaultfloat << "\n";
   save();
   csv.save();
-  write_html_report(a.report, std::string("xfmr-classify: ") + Cfg::NAME,
-                    {{"model", std::string(Cfg::NAME) + " (" + preset_info<Cfg>().shape() + ")"},
+  write_html_report(a.report, std::string("xfmr-classify: ") + p.name,
+                    {{"model", p.name + " (" + p.shape() + ")"},
                      {"train", a.train},
                      {"dev", a.dev},
                      {"epochs", std::to_string(a.epochs)},
@@ -400,7 +403,7 @@ void train(TrainArgs a, const Metadata* resumed) {
                      {"wall time", format_duration(wall)}},
                     batch_losses, evals);
   if (!a.metrics_json.empty()) {
-    const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"precision", precision_of(be)}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
+    const json m = {{"model", p.name}, {"backend", Be::name}, {"precision", precision_of(be)}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
                     {"steps", total},     {"epochs", a.epochs},           {"tokens_per_s", tokens_seen / wall},
                     {"wall_s", wall},     {"first_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.front().second},
                     {"last_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.back().second},
@@ -411,7 +414,7 @@ void train(TrainArgs a, const Metadata* resumed) {
 }
 
 template <class Cfg, class Be>
-void eval(const std::string& checkpoint, const Metadata& metadata, const std::string& dev_path,
+void eval(const PresetInfo& p, const std::string& checkpoint, const Metadata& metadata, const std::string& dev_path,
           const std::string& metrics_json, const std::string& backend, const std::string& precision,
           std::string truncate) {
   if (truncate.empty()) truncate = metadata_value(metadata, "truncate", checkpoint);
@@ -421,13 +424,14 @@ void eval(const std::string& checkpoint, const Metadata& metadata, const std::st
   require(classes >= 2 && classes <= kMaxClasses, checkpoint, ": classes ", classes, " outside 2..", kMaxClasses);
   const bool cls = metadata_value(metadata, "pooling", checkpoint) == "cls";
   Be be = make_backend<Be>(backend, precision);
-  Classifier<Cfg, Be> model(tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
+  Classifier<Cfg, Be> model(p.dims(), tok.size(), classes, 0,
+                            {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
   const SafeTensors saved = SafeTensors::load(fs::path(checkpoint) / kModelFile);
   load_parameters(model, saved);
   const WeightCopies copies(be, model, saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
-  const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, Cfg::MAX_T, truncate, dev_path);
-  report_cut(dev, "dev", Cfg::MAX_T, truncate);
-  const auto r = evaluate(model, be, tok, dev, Cfg::MAX_T, 256);
+  const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, p.max_t, truncate, dev_path);
+  report_cut(dev, "dev", p.max_t, truncate);
+  const auto r = evaluate(model, be, tok, dev, p.max_t, 256);
   std::cout << "dev accuracy " << std::fixed << std::setprecision(2) << 100 * r.accuracy << "% (" << dev.seqs.size()
             << " examples), dev loss " << std::setprecision(4) << r.loss << "\n";
   if (!metrics_json.empty())
@@ -498,7 +502,9 @@ int run_train(int argc, char** argv) {
   (void)parse_recompute(a.recompute);
   (void)ClassifierPresets::info(a.model);
   dispatch_backend(a.backend, [&]<class Be>() {
-    ClassifierPresets::with(a.model, [&]<class Cfg>() { train<Cfg, Be>(a, resumed ? &*resumed : nullptr); });
+    ClassifierPresets::with(a.model, [&]<class Cfg>() {
+      train<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), a, resumed ? &*resumed : nullptr);
+    });
   });
   return 0;
 }
@@ -521,7 +527,8 @@ int run_eval(int argc, char** argv) {
   precision = decoding_precision(vm, precision, metadata);
   dispatch_backend(backend, [&]<class Be>() {
     ClassifierPresets::with(metadata.at("preset"), [&]<class Cfg>() {
-      eval<Cfg, Be>(checkpoint, metadata, dev, metrics_json, backend, precision, truncate);
+      eval<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), checkpoint, metadata, dev, metrics_json, backend, precision,
+                                  truncate);
     });
   });
   return 0;

@@ -352,10 +352,13 @@ struct TrainArgs : RunOptions {
   }
 };
 
+// Cfg: a preset's family (dynamic_of_t: its parts, every size held at run
+// time), so that one compiled model serves every preset of those parts;
+// p: the preset (sizes, name, dropout).
 template <class Cfg, class Be>
-void train(TrainArgs a, const Metadata* resumed) {
+void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
-  const int max_len = Cfg::MAX_T - 1;  // room for <bos> (input) or <eos> (target)
+  const int max_len = p.max_t - 1;  // room for <bos> (input) or <eos> (target)
   const auto src_lines = read_sentences(a.src_train), tgt_lines = read_sentences(a.tgt_train);
   const auto src_val = read_sentences(a.src_val), tgt_val = read_sentences(a.tgt_val);
   require(src_lines.size() == tgt_lines.size(), a.src_train, " has ", src_lines.size(), " lines but ", a.tgt_train,
@@ -381,13 +384,13 @@ void train(TrainArgs a, const Metadata* resumed) {
                                         : Vocabs{learn(src_lines), learn(tgt_lines), false};
   if (!resumed) {
     const std::string files = a.share_embeddings ? a.src_train + " and " + a.tgt_train : a.src_train;
-    check_vocabulary(std::size_t(v.src.size()), kSpecials.size(), Cfg::D_MODEL, "the source vocabulary of " + files,
+    check_vocabulary(std::size_t(v.src.size()), kSpecials.size(), p.d_model, "the source vocabulary of " + files,
                      a.tokens == "bpe" ? "--bpe-vocab" : "--min-freq");
-    check_vocabulary(std::size_t(v.tgt.size()), kSpecials.size(), Cfg::D_MODEL,
+    check_vocabulary(std::size_t(v.tgt.size()), kSpecials.size(), p.d_model,
                      "the target vocabulary of " + (a.share_embeddings ? files : a.tgt_train),
                      a.tokens == "bpe" ? "--bpe-vocab" : "--min-freq");
   }
-  check_batch_memory(preset_info<Cfg>(), 2 * Cfg::N_LAYERS, a.batch, Cfg::MAX_T, v.tgt.size(),
+  check_batch_memory(p, 2 * p.n_layers, a.batch, p.max_t, v.tgt.size(),
                      "--batch " + std::to_string(a.batch));
   const auto src_ids = encode_lines(v.src, src_lines, max_len, a.truncate, a.src_train);
   const auto tgt_ids = encode_lines(v.tgt, tgt_lines, max_len, a.truncate, a.tgt_train);
@@ -405,12 +408,12 @@ void train(TrainArgs a, const Metadata* resumed) {
                                    "the data with hash " + data_hash);
 
   Be be = make_backend<Be>(a.backend, a.precision);
-  const Seq2SeqOptions model_opts{.dropout = Cfg::DROPOUT,
+  const Seq2SeqOptions model_opts{.dropout = p.dropout,
                                   .attention_dropout = a.attention_dropout,
                                   .tie_output = false,
                                   .share_embeddings = v.shared,
                                   .recompute = parse_recompute(a.recompute)};
-  Model model(v.src.size(), v.tgt.size(), a.seed, model_opts);
+  Model model(p.dims(), p.dims(), v.src.size(), v.tgt.size(), a.seed, model_opts);
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
   const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;
   // Batches change shape from step to step, so no graph steps on a GPU.
@@ -422,7 +425,7 @@ void train(TrainArgs a, const Metadata* resumed) {
        .data_seed = seed_for(a.seed, 0x7a5),
        .split = {.shards = a.shards, .group = &group, .zero = a.zero},
        .graph_steps = false},
-      [&] { return std::make_unique<Model>(v.src.size(), v.tgt.size(), a.seed, model_opts); });
+      [&] { return std::make_unique<Model>(p.dims(), p.dims(), v.src.size(), v.tgt.size(), a.seed, model_opts); });
   // An epoch's batches are drawn from the data generator at its start: a run
   // resumed mid-epoch draws them again from the state saved then
   // (epoch_rng); at an epoch's end the generator is where the next is drawn.
@@ -448,7 +451,7 @@ void train(TrainArgs a, const Metadata* resumed) {
     };
   };
   StopSignals signals;  // from here on, SIGINT and SIGTERM stop at a step boundary
-  std::cout << "xfmr-translate: " << Cfg::NAME << " on " << describe(be) << ", "
+  std::cout << "xfmr-translate: " << p.name << " on " << describe(be) << ", "
             << parameter_count(model) << " parameters, "
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
             << v.src.size();
@@ -478,7 +481,7 @@ void train(TrainArgs a, const Metadata* resumed) {
   auto save = [&](std::optional<double> bleu) {
     if (a.out.empty()) return;
     Metadata md = {{"format", kFormat},
-                   {"preset", Cfg::NAME},
+                   {"preset", p.name},
                    {"vocabs", v.to_json().dump()},
                    {"settings", a.settings().dump()},
                    {"data_hash", data_hash},
@@ -527,8 +530,8 @@ void train(TrainArgs a, const Metadata* resumed) {
   const double train_s = progress.elapsed();
   if (start == total) std::cout << "already at step " << start << "; nothing to train\n";
   auto report = [&](const std::string& bleu) {
-    write_html_report(a.report, std::string("xfmr-translate: ") + Cfg::NAME,
-                      {{"model", std::string(Cfg::NAME) + " (" + preset_info<Cfg>().shape() + ")"},
+    write_html_report(a.report, std::string("xfmr-translate: ") + p.name,
+                      {{"model", p.name + " (" + p.shape() + ")"},
                        {"epochs", std::to_string(a.epochs)},
                        {"val loss", fixed(vloss, 4)},
                        {"val BLEU", bleu},
@@ -563,7 +566,7 @@ void train(TrainArgs a, const Metadata* resumed) {
   csv.save();
   report(bleu.to_string());
   if (!a.metrics_json.empty()) {
-    const json m = {{"model", Cfg::NAME}, {"backend", Be::name}, {"precision", precision_of(be)}, {"bleu", bleu.score},      {"val_loss", vloss},
+    const json m = {{"model", p.name}, {"backend", Be::name}, {"precision", precision_of(be)}, {"bleu", bleu.score},      {"val_loss", vloss},
                     {"epochs", a.epochs},  {"steps", total},         {"train_s", train_s},
                     {"train_tokens_per_s", tokens / train_s}, {"decode_sentences_per_s", hyps.size() / decode_s}};
     write_text_atomic(a.metrics_json, m.dump(2) + "\n");
@@ -578,17 +581,17 @@ struct UseArgs {
 };
 
 template <class Cfg, class Be>
-void use(const UseArgs& a, const Metadata& metadata, bool evaluate) {
+void use(const PresetInfo& p, const UseArgs& a, const Metadata& metadata, bool evaluate) {
   using Model = Seq2Seq<Cfg, Cfg, Be>;
-  require(a.head < Cfg::N_HEADS, "--head ", a.head, " out of range [0, ", Cfg::N_HEADS, ") of ", Cfg::NAME, "'s heads");
+  require(a.head < p.n_heads, "--head ", a.head, " out of range [0, ", p.n_heads, ") of ", p.name, "'s heads");
   const Vocabs v = Vocabs::from_json(json::parse(metadata_value(metadata, "vocabs", a.checkpoint)));
   Be be = make_backend<Be>(a.backend, a.precision);
-  Model model(v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
+  Model model(p.dims(), p.dims(), v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
   const SafeTensors saved = SafeTensors::load(fs::path(a.checkpoint) / kModelFile);
   load_parameters(model, saved);
   model.set_training(false);
   const WeightCopies copies(be, model, saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
-  const int max_len = Cfg::MAX_T - 1;
+  const int max_len = p.max_t - 1;
   const BeamOptions beam{.beam = a.beam, .length_penalty = a.length_penalty, .max_len = max_len + 1,
                          .bos = v.bos(), .eos = v.eos()};
   if (evaluate) {
@@ -698,7 +701,9 @@ int run_train(int argc, char** argv) {
   (void)parse_recompute(a.recompute);
   (void)TranslatorPresets::info(a.model);
   dispatch_backend(a.backend, [&]<class Be>() {
-    TranslatorPresets::with(a.model, [&]<class Cfg>() { train<Cfg, Be>(a, resumed ? &*resumed : nullptr); });
+    TranslatorPresets::with(a.model, [&]<class Cfg>() {
+      train<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), a, resumed ? &*resumed : nullptr);
+    });
   });
   return 0;
 }
@@ -731,7 +736,9 @@ int run_use(int argc, char** argv, bool evaluate) {
   const Metadata metadata = read_translator_checkpoint(a.checkpoint);
   a.precision = decoding_precision(vm, a.precision, metadata);
   dispatch_backend(a.backend, [&]<class Be>() {
-    TranslatorPresets::with(metadata.at("preset"), [&]<class Cfg>() { use<Cfg, Be>(a, metadata, evaluate); });
+    TranslatorPresets::with(metadata.at("preset"), [&]<class Cfg>() {
+      use<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), a, metadata, evaluate);
+    });
   });
   return 0;
 }

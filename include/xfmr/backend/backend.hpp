@@ -112,14 +112,14 @@ struct AttentionDims {
 // against it where they are defined, and each model checks its backend, so
 // a backend that lacks an operation fails with the requirement it misses.
 // Optional, and asked for with `if constexpr (requires ...)`: the tiled
-// attention pair (attention_kernels, flash_attention_forward/backward) and
+// attention pair (attention_kernels, flash_attention_forward/backward),
+// sum_squares_each (the gradient norms in one host read, CUDA's) and
 // graph_step (run_step below).
 template <class Be>
 concept Backend = requires(Be& be, const Be& cbe, typename Be::Activation* a, const typename Be::Activation* ca,
                            typename Be::Scalar* s, const typename Be::Scalar* cs, typename Be::Scalar k, int i,
                            std::size_t n, float p, std::uint64_t key, std::uint8_t* keep, const std::uint8_t* ckeep,
                            const std::int32_t* ids, const AttentionDims& dims, const AttentionMask& mask,
-                           std::span<const SquaresTensor<typename Be::Scalar>> squares, std::span<double> sums,
                            std::span<const AdamWTensor<typename Be::Scalar>> adamw,
                            std::vector<typename Be::Scalar>& staging) {
   // Types: parameters (Scalar), activations (Activation), their tensors and buffers.
@@ -180,7 +180,6 @@ concept Backend = requires(Be& be, const Be& cbe, typename Be::Activation* a, co
   // optimizers
   { be.sum_squares(n, cs) } -> std::convertible_to<double>;
   { be.sum_squares(n, ca) } -> std::convertible_to<double>;
-  be.sum_squares_each(squares, sums);
   be.scale(n, k, s);
   be.adamw_step(adamw, k, k, k, k, k, k);
   be.sgd_step(n, s, cs, s, k, k, k);

@@ -70,22 +70,23 @@ Pretrained<Backend> load_pretrained(const std::filesystem::path& path, DecoderOp
       opts.tie_weights = true;
       auto m = make_language_model<Backend>(gpt2_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_gpt2(*m, ck.tensors, ck.config);
-      return {std::move(m), f, ck.file};
+      return {std::move(m), f, ck.file, {}, std::nullopt};
     }
     case CheckpointFormat::hf_llama: {
       const HfLlamaCheckpoint ck = open_hf_llama(path);
       opts.tie_weights = ck.config.tie_word_embeddings;
       auto m = make_language_model<Backend>(hf_llama_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_hf_llama(*m, ck);
-      return {std::move(m), f, ck.file};
+      return {std::move(m), f, ck.file, {}, std::nullopt};
     }
     case CheckpointFormat::llama2c: {
       const Llama2cCheckpoint ck = read_llama2c(path);
       opts.tie_weights = ck.config.shared_classifier;
       auto m = make_language_model<Backend>(llama2c_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_llama2c(*m, ck);
-      return {std::move(m), f, ck.file};
+      return {std::move(m), f, ck.file, {}, std::nullopt};
     }
+    case CheckpointFormat::xfmr: break;  // checkpoint_format names published formats only (load_model reads xfmr's)
   }
   detail::fail("unknown checkpoint format");
 }
