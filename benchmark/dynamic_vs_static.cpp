@@ -31,8 +31,9 @@ double median(std::vector<double> v) {
 
 // Seconds a training step takes, `steps` steps a sample.
 struct Stepper {
-  Stepper(std::unique_ptr<LanguageModel<Be>> m, Be& be, int B, int T, const std::vector<std::int32_t>& text)
-      : model(std::move(m)), opt(*model), trainer(*model, be, opt, {.data_seed = 1}), B(B), T(T), batches(text, B, T),
+  Stepper(std::unique_ptr<LanguageModel<Be>> m, Be& be, int batch, int length, const std::vector<std::int32_t>& text)
+      : model(std::move(m)), opt(*model), trainer(*model, be, opt, {.data_seed = 1}), B(batch), T(length),
+        batches(text, batch, length),
         x(B * T), y(B * T) {}
   double time(int steps) {
     const auto t0 = Clock::now();
