@@ -861,6 +861,14 @@ case "$case_name" in
     expect_error "no tokenizer here" "$lm" eval --model pre --tokenizer . --data corpus.txt
     expect_error "--prompt is" "$lm" sample --model ft --prompt "$(head -c 200 corpus.txt)"
     ;;
+  charlm_old_checkpoint)
+    # A checkpoint written before checkpoints recorded their architecture
+    # (its preset's name only) samples what the build that wrote it sampled.
+    old=$here/../reference/fixtures/charlm_8f238f5
+    "$charlm" sample --checkpoint "$old" --prompt "the " --tokens 40 --temperature 0 > old.txt 2> /dev/null ||
+      fail "sample --checkpoint of the old checkpoint failed"
+    cmp -s old.txt "$old/greedy.txt" || fail "the old checkpoint samples '$(cat old.txt)', not '$(cat "$old/greedy.txt")'"
+    ;;
   lm_families)
     # A checkpoint of each published family in a shape no preset has
     # (reference/families.py): xfmr-lm samples and evaluates it as it is,

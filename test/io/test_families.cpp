@@ -173,7 +173,21 @@ BOOST_AUTO_TEST_CASE(a_fine_tuned_new_shape_reloads_resumes_and_exports) {
 }
 
 // A checkpoint written before architectures were recorded (its preset's
-// name alone) still loads.
+// name alone) still loads: one xfmr-charlm wrote at 8f238f5, and one
+// written here with the preset's name only.
+BOOST_AUTO_TEST_CASE(a_committed_old_checkpoint_loads) {
+  const fs::path old = fs::path(XFMR_FIXTURE_DIR) / "charlm_8f238f5";
+  const Metadata md = read_checkpoint_metadata(old);
+  BOOST_TEST(md.count("architecture") == 0u);
+  auto m = load_model<Cpu>(old);
+  BOOST_TEST(m.model->preset().name == "tiny");
+  BOOST_TEST(m.model->preset().shape() == LanguageModelPresets::info("tiny").shape());
+  const SafeTensors saved = SafeTensors::load(old / "model.safetensors");
+  BOOST_TEST(m.model->vocab() == int(saved.info("tok_emb.weight").shape[0]));
+  BOOST_TEST(m.model->parameter_count() == std::size_t(make_language_model<Cpu>("tiny", m.model->vocab(), 0)
+                                                             ->parameter_count()));
+}
+
 BOOST_AUTO_TEST_CASE(a_checkpoint_with_only_a_preset_name_loads) {
   auto m = make_language_model<Cpu>("shakespeare-llama", 30, 1, {.head_bias = false});
   Cpu be;
