@@ -21,6 +21,7 @@
 
 #include "common.hpp"
 #include "xfmr/infer/beam_search.hpp"
+#include "xfmr/infer/translate.hpp"
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/infer/bleu.hpp"
 #include "xfmr/io/checkpoint.hpp"
@@ -210,24 +211,8 @@ std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, co
   const auto srcs = encode_lines(v.src, lines, max_len, truncate, file);
   const WeightCopies weight_copies(be, model);  // bf16 or int8 precision: the products read the weights' copies
   std::vector<std::string> out;
-  for (std::size_t i = 0; i < srcs.size(); i += batch) {
-    const int B = static_cast<int>(std::min<std::size_t>(batch, srcs.size() - i));
-    int S = 1;
-    for (int r = 0; r < B; ++r) S = std::max<int>(S, srcs[i + r].size());
-    std::vector<std::int32_t> ids(std::size_t(B) * S, v.pad());
-    std::vector<std::uint8_t> pad(std::size_t(B) * S, 1);
-    for (int r = 0; r < B; ++r)
-      for (std::size_t t = 0; t < srcs[i + r].size(); ++t) ids[r * S + t] = srcs[i + r][t], pad[r * S + t] = 0;
-    model.encode(be, ids, Shape{B, S}, pad.data());
-    typename Model::DecodeState st;
-    model.start_decoding(be, st, beam.beam);
-    std::vector<float> staging;  // the logits on the host
-    const auto hyps = beam_search(
-        B, model.vocab(), beam,
-        [&](std::span<const std::int32_t> step) { return be.host_view(model.decode(be, step, st), staging); },
-        [&](std::span<const int> order) { st.self.reorder(be, order); });
-    for (const auto& h : hyps) out.push_back(v.tgt.decode(h.tokens));
-  }
+  for (const Hypothesis& h : translate(model, be, std::span(srcs), v.pad(), beam, batch))
+    out.push_back(v.tgt.decode(h.tokens));
   return out;
 }
 
