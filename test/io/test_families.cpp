@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "support/errors.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/io/pretrained.hpp"
@@ -199,4 +200,34 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_with_only_a_preset_name_loads) {
   BOOST_TEST(back.model->preset().name == "shakespeare-llama");
   BOOST_TEST(weight_bytes(*back.model) == weight_bytes(*m));
   fs::remove_all(d);
+}
+
+// A model of a long context (Llama 3's 131072 positions) decoding a few
+// tokens: the Generator's cache holds those positions, not the context's,
+// and decodes the same tokens as a cache of the whole context.
+BOOST_AUTO_TEST_CASE(a_long_context_decodes_in_a_cache_of_what_it_decodes) {
+  PresetInfo arch = LanguageModelPresets::info("shakespeare-llama");
+  arch.name = "long", arch.max_t = 131072, arch.n_layers = 1, arch.rope_theta = 5e5;
+  auto m = make_language_model<Cpu>(arch, 40, 7, {.head_bias = false});
+  m->set_training(false);
+  Cpu be;
+  DecodingCache<Cpu> small, whole;
+  m->start_cache(small, 1, 20);
+  BOOST_TEST(small[0].capacity() == 20);
+  BOOST_TEST(test::error_of([&] { m->start_cache(small, 1, 131073); }).find("outside 1..MAX_T 131072") !=
+             std::string::npos);
+  m->start_cache(whole, 1);
+  BOOST_TEST(whole[0].capacity() == 131072);
+  const std::vector<std::int32_t> prompt{3, 1, 4, 1, 5};
+  std::vector<std::int32_t> want;
+  auto logits = m->forward_cached(be, prompt, 1, whole);
+  for (int i = 0; i < 12; ++i) {
+    const auto last = logits.subspan(logits.size() - 40);
+    want.push_back(std::int32_t(std::max_element(last.begin(), last.end()) - last.begin()));
+    logits = m->forward_cached(be, std::span<const std::int32_t>(&want.back(), 1), 1, whole);
+  }
+  Generator<LanguageModel<Cpu>, Cpu> gen(*m, be);
+  Rng rng(1);
+  const auto got = gen(prompt, {.sampling = {.temperature = 0.0}, .max_tokens = 12}, rng);
+  BOOST_TEST(got == want, boost::test_tools::per_element());
 }

@@ -77,11 +77,19 @@ class Generator {
     // tokens out up to a bound), so that a token's step allocates nothing.
     context.reserve(2 * std::size_t(max_t) + 1);
     std::span<const typename Backend::Scalar> last;  // logits of the newest position, on the host
+    // The cache holds what this call can decode (the prompt and the tokens
+    // asked for) when that is less than max_t: a model of a long context
+    // (Llama 3's 131072) decoding a few tokens allocates for those.
+    const long wanted = long(context.size()) + long(opts.max_tokens);
+    const int capacity = wanted < long(max_t) ? int(std::max(wanted, 1L)) : max_t;
+    auto start = [&] {
+      if constexpr (requires { model_.start_cache(cache_, 1, capacity); }) model_.start_cache(cache_, 1, capacity);
+      else model_.start_cache(cache_, 1);
+    };
     auto encode_window = [&](int keep) {
       const std::span<const std::int32_t> window(context.data() + context.size() - keep, keep);
-      const auto logits = opts.use_cache
-                              ? (model_.start_cache(cache_, 1), model_.forward_cached(be_, window, 1, cache_))
-                              : model_.forward(be_, window, Shape{1, keep});
+      const auto logits = opts.use_cache ? (start(), model_.forward_cached(be_, window, 1, cache_))
+                                         : model_.forward(be_, window, Shape{1, keep});
       last = be_.host_view(logits.subspan(std::size_t(keep - 1) * V, V), staging_);
     };
     encode_window(std::min<int>(static_cast<int>(context.size()), max_t));

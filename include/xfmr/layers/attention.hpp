@@ -243,8 +243,11 @@ class SelfAttention {
                               KV_HEADS * V_HEAD_DIM, ctx.data, CTX, AttentionMask{true, nullptr});
     proj_.forward(be, ctx, y);
   }
-  void start_cache(KvCache<Backend>& cache, int B) const {
-    cache.reset(B, sz_.MAX_T, KV_HEADS * QK_HEAD_DIM, KV_HEADS * V_HEAD_DIM);
+  // A cache for B sequences of up to `capacity` positions (0: MAX_T, the most).
+  void start_cache(KvCache<Backend>& cache, int B, int capacity = 0) const {
+    require(capacity >= 0 && capacity <= sz_.MAX_T, "a cache of ", capacity, " positions: outside 1..MAX_T ",
+            sz_.MAX_T);
+    cache.reset(B, capacity > 0 ? capacity : sz_.MAX_T, KV_HEADS * QK_HEAD_DIM, KV_HEADS * V_HEAD_DIM);
   }
 
   template <class F>

@@ -75,7 +75,9 @@ class Decoder {
   // sequence's next n ids (ids B*n) and get their logits (B*n, vocab). The
   // same numbers as forward() over the whole prefix, at one row of work per
   // new position. Inference only; up to MAX_T positions.
-  void start_cache(DecodingCache<Backend>& cache, int B) { trunk_.start_cache(cache, B); }
+  // capacity: the most positions the cache will hold (0: MAX_T; a model of
+  // a long context decoding a few tokens needs far less).
+  void start_cache(DecodingCache<Backend>& cache, int B, int capacity = 0) { trunk_.start_cache(cache, B, capacity); }
   std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
                                     DecodingCache<Backend>& cache) {
     const auto h = trunk_.forward_cached(be, ids, B, cache);

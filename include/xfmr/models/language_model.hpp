@@ -65,7 +65,7 @@ class LanguageModel {
   // decoding through a cache.
   virtual std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) = 0;
   virtual void backward(Backend& be, std::span<const A> dlogits) = 0;
-  virtual void start_cache(DecodingCache<Backend>& cache, int B) = 0;
+  virtual void start_cache(DecodingCache<Backend>& cache, int B, int capacity = 0) = 0;
   virtual std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
                                             DecodingCache<Backend>& cache) = 0;
 
@@ -119,7 +119,9 @@ class DecoderModel final : public LanguageModel<Backend> {
     return model_.forward(be, ids, bt);
   }
   void backward(Backend& be, std::span<const A> dlogits) override { model_.backward(be, dlogits); }
-  void start_cache(DecodingCache<Backend>& cache, int B) override { model_.start_cache(cache, B); }
+  void start_cache(DecodingCache<Backend>& cache, int B, int capacity = 0) override {
+    model_.start_cache(cache, B, capacity);
+  }
   std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
                                     DecodingCache<Backend>& cache) override {
     return model_.forward_cached(be, ids, B, cache);

@@ -71,12 +71,13 @@ class Transformer {
     return finish(be, h);
   }
 
-  // Causal trunks: a cache for B sequences, empty.
-  void start_cache(DecodingCache<Backend>& cache, int B)
+  // Causal trunks: a cache for B sequences of up to `capacity` positions
+  // (0: MAX_T), empty.
+  void start_cache(DecodingCache<Backend>& cache, int B, int capacity = 0)
     requires CAUSAL
   {
     cache.layers().resize(dims_.n_layers);
-    for (int i = 0; i < dims_.n_layers; ++i) blocks_[i].attention().start_cache(cache[i], B);
+    for (int i = 0; i < dims_.n_layers; ++i) blocks_[i].attention().start_cache(cache[i], B, capacity);
   }
 
   // The hidden states of n new positions of each of B sequences (ids B*n),
