@@ -4,17 +4,19 @@
 // the model on part of it, and asks for a step.
 //
 //   Trainer<Model, Be> trainer(model, be, opt, {.grad_accum = 2, .clip = 1.0,
-//                              .schedule = LrSchedule::parse("cosine", 1e-3, steps)},
-//                              [&] { return std::make_unique<Model>(V, seed); });
+//                              .schedule = LrSchedule::parse("cosine", 1e-3, steps)});
 //   const StepResult r = trainer.step(
 //       [&](int micro) {                       // fill the caller's buffers
 //         batches.sample(trainer.data_rng(), ids.data(), targets.data());
 //         return BatchTargets{B, targets};     // B sequences, their targets
 //       },
 //       [&](const Shard& s, Model& m, Be& b) { // the shard's logits
-//         return m.forward(b, rows_of(ids, s), Shape{s.size(), T});
+//         return m.forward(b, std::span(ids).subspan(s.begin * T, s.size() * T), Shape{s.size(), T});
 //       });
 //   trainer.save("run1", {{"preset", "shakespeare-small"}});   // a checkpoint
+//   (a LanguageModel replicates itself for the CPU's shards, clone(); a
+//   typed model takes a factory as a fifth argument,
+//   [&] { return std::make_unique<Model>(V, seed); })
 //   ... later, a Trainer built the same way:
 //   const Metadata md = trainer.resume("run1");                // bit for bit
 //
