@@ -106,15 +106,9 @@ Gpt2Config gpt2_config_of(const PresetInfo& p, int vocab) {
 
 PresetInfo gpt2_architecture(const Gpt2Config& c) {
   PresetInfo p = preset_info<families::Gpt>();
-  p.name = "gpt2";
   p.max_t = c.n_positions, p.d_model = c.n_embd, p.n_heads = p.n_kv_heads = c.n_head, p.n_layers = c.n_layer;
   p.d_ff = c.d_ff(), p.norm_eps = c.layer_norm_epsilon;
-  // A published shape keeps its preset's name (--help lists them).
-  for (const std::string_view name : LanguageModelPresets::names()) {
-    const PresetInfo known = LanguageModelPresets::info(name);
-    if (gpt2_shaped(known) && known.shape() == p.shape() && known.norm_eps == p.norm_eps)
-      p.name = known.name;
-  }
+  p.name = preset_name_of(p, "gpt2");
   return p;
 }
 

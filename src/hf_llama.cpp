@@ -139,16 +139,12 @@ bool llama_shaped(const PresetInfo& p) {
 
 PresetInfo hf_llama_architecture(const HfLlamaConfig& c) {
   PresetInfo p = preset_info<families::Llama>();
-  p.name = c.model_type;
+  p.name = c.model_type;  // unless a preset has this architecture (below)
   p.max_t = c.max_position_embeddings, p.d_model = c.hidden_size, p.n_heads = c.num_attention_heads;
   p.n_kv_heads = c.num_key_value_heads, p.n_layers = c.num_hidden_layers, p.d_ff = c.intermediate_size;
   p.bias = false, p.qkv_bias = c.qkv_bias;
   p.norm_eps = c.rms_norm_eps, p.rope_theta = c.rope_theta, p.rope_scaling = c.rope_scaling;
-  // A published shape keeps its preset's name (--help lists them).
-  for (const std::string_view name : LanguageModelPresets::names()) {
-    const PresetInfo known = LanguageModelPresets::info(name);
-    if (llama_shaped(known) && known.shape() == p.shape() && known.dims() == p.dims()) p.name = known.name;
-  }
+  p.name = preset_name_of(p, p.name);
   return p;
 }
 

@@ -348,6 +348,17 @@ using LanguageModelPresets =
                presets::ShakespeareMid, presets::ShakespeareLarge, presets::Distilgpt2, presets::Gpt2Small,
                presets::Gpt2Medium, presets::Stories15M, presets::Stories42M, presets::Stories110M,
                presets::SmolLM135M>;
+// The name of the LanguageModelPresets preset whose parts, sizes and knobs
+// are p's (a published shape keeps its preset's name: --help lists them),
+// else `otherwise`.
+inline std::string preset_name_of(const PresetInfo& p, std::string otherwise) {
+  for (const std::string_view name : LanguageModelPresets::names()) {
+    const PresetInfo known = LanguageModelPresets::info(name);
+    if (known.parts() == p.parts() && known.dims() == p.dims()) return known.name;
+  }
+  return otherwise;
+}
+
 // The families make_language_model compiles (models/language_model.hpp):
 // between them, the parts of every LanguageModelPresets preset.
 namespace families {
