@@ -1,13 +1,14 @@
 // The attention planner (backend/attention_plan.hpp): which path each kind of
 // call takes on the CPU's kernels and on CUDA's, with and without the tiled
 // kernels, and that the CPU backend's entry points follow it.
-#define BOOST_TEST_MODULE attention_plan
 #include <boost/test/unit_test.hpp>
 
 #include "xfmr/backend/attention_plan.hpp"
 #include "xfmr/backend/cpu.hpp"
 
 #include <string>
+
+BOOST_AUTO_TEST_SUITE(test_attention_plan)
 
 using namespace xfmr;
 
@@ -67,3 +68,5 @@ BOOST_AUTO_TEST_CASE(cpu_backend_reports_its_kernels) {
   BOOST_TEST(k.row_queries == kCpuRowQueries);
   BOOST_TEST(k.tiled);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -4,7 +4,6 @@
 // operands; a Decoder's logits and gradients near float32's; training that
 // follows float32's losses; bf16 weight copies for decoding. Without AVX512-BF16 (or oneDNN) the products
 // refuse, naming why, and the rest is skipped with a message.
-#define BOOST_TEST_MODULE bf16
 #include <boost/test/unit_test.hpp>
 
 #include <array>
@@ -24,6 +23,8 @@
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
 #include "xfmr/train/trainer.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_bf16)
 
 using namespace xfmr;
 
@@ -458,3 +459,5 @@ BOOST_AUTO_TEST_CASE(attention_products_run_in_bf16_beyond_the_row_kernels,
       }
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE cpu_backend
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -15,6 +14,8 @@
 
 #include "support/gradcheck.hpp"
 #include "xfmr/train/losses.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_cpu_backend)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -627,3 +628,5 @@ BOOST_AUTO_TEST_CASE(float_row_attention_matches_double) {
         }
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -6,7 +6,6 @@
 // products; the saved log-sum-exps against the scores' own; and the layers'
 // choice of path (tiled past the row kernels, materialised on request).
 // Gradient checks in double through the tiled path are in test_attention.
-#define BOOST_TEST_MODULE flash_attention
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -21,6 +20,8 @@
 #include "xfmr/blocks/residual.hpp"
 #include "xfmr/layers/activation.hpp"
 #include "xfmr/layers/attention.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_flash_attention)
 
 using namespace xfmr;
 
@@ -218,3 +219,5 @@ BOOST_AUTO_TEST_CASE(layers_tile_past_the_row_kernels) {
     BOOST_TEST(attn.probabilities().size() == std::size_t(2) * 2 * T * T);
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()

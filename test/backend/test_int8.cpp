@@ -5,7 +5,6 @@
 // quantisation bound of float32's on the original weights; products of
 // other operands untouched; decoding through the KV cache gives the tokens
 // of recomputing the context; training refuses the precision.
-#define BOOST_TEST_MODULE int8
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -24,6 +23,8 @@
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/decoder.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_int8)
 
 using namespace xfmr;
 
@@ -278,3 +279,5 @@ BOOST_AUTO_TEST_CASE(training_refuses_int8) {
   BOOST_TEST(precision_of(make_backend<Cpu>("cpu", "int8")) == "int8");
   BOOST_CHECK_THROW(CpuBackend<double>({.int8 = true}), Error);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -3,7 +3,6 @@
 // never moves while the workspace grows; once a call's shapes have been
 // seen the workspace is one buffer of the high-water size, and the same
 // call again takes the same addresses without growing.
-#define BOOST_TEST_MODULE workspace
 #include <boost/test/unit_test.hpp>
 
 #include "support/errors.hpp"
@@ -12,6 +11,8 @@
 
 #include <cstdint>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_workspace)
 
 using namespace xfmr;
 using Ws = Workspace<Buffer<float>>;
@@ -116,3 +117,5 @@ BOOST_AUTO_TEST_CASE(a_copy_starts_empty_and_assignment_needs_no_open_frame) {
   other = ws;
   BOOST_TEST(other.capacity() == 0u);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

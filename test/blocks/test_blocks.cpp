@@ -1,8 +1,9 @@
-#define BOOST_TEST_MODULE blocks
 #include "support/configs.hpp"
 #include "support/gradcheck.hpp"
 #include "xfmr/blocks/decoder_block.hpp"
 #include "xfmr/blocks/encoder_block.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_blocks)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -145,3 +146,5 @@ BOOST_AUTO_TEST_CASE(block_parameter_names) {
       "ln3.bias", "ff.fc1.weight", "ff.fc1.bias", "ff.fc2.weight", "ff.fc2.bias"};
   BOOST_TEST(names == want, boost::test_tools::per_element());
 }
+
+BOOST_AUTO_TEST_SUITE_END()

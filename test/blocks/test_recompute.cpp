@@ -6,7 +6,6 @@
 // (tiled attention) and within them; the dropout counters end where they
 // would; and the memory a training forward leaves allocated shrinks by at
 // least every block's forward activations.
-#define BOOST_TEST_MODULE recompute
 #include <boost/test/unit_test.hpp>
 
 #include <malloc.h>
@@ -21,6 +20,8 @@
 #include "xfmr/models/classifier.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_recompute)
 
 using namespace xfmr;
 
@@ -234,3 +235,5 @@ BOOST_AUTO_TEST_CASE(recompute_modes_are_named) {
     BOOST_TEST(std::string(e.what()).find("'everything'") != std::string::npos);
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()

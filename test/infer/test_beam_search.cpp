@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE beam_search
 #include "xfmr/infer/beam_search.hpp"
 
 #include <cmath>
@@ -6,6 +5,8 @@
 #include "support/configs.hpp"
 #include "support/gradcheck.hpp"
 #include "xfmr/models/seq2seq.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_beam_search)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -134,3 +135,5 @@ BOOST_AUTO_TEST_CASE(cached_beam_search_matches_recomputation) { check_cached_be
 BOOST_AUTO_TEST_CASE(cached_beam_search_matches_recomputation_with_rotary_positions) {
   check_cached_beam_search<SrcLlama, TgtLlama>();
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,10 +1,11 @@
-#define BOOST_TEST_MODULE bleu
 #include "xfmr/infer/bleu.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
 #include "xfmr/core/error.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_bleu)
 
 using namespace xfmr;
 namespace tt = boost::test_tools;
@@ -56,3 +57,5 @@ BOOST_AUTO_TEST_CASE(hand_checked_single_reference) {
   const double want = std::exp(1.0 - 6.0 / 5.0) * 100.0 * std::pow(1.0 * 0.75 * (1.0 / 3) * (1.0 / 4), 0.25);
   BOOST_TEST(t.score == want, tt::tolerance(1e-12));
 }
+
+BOOST_AUTO_TEST_SUITE_END()

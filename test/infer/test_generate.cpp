@@ -1,13 +1,14 @@
 // Generation (infer/generate.hpp): the cache and the recomputed context give
 // the same tokens, the stop and restart tokens and the callback act as
 // documented, a Generator repeats itself, and bad calls are refused.
-#define BOOST_TEST_MODULE generate
 #include <boost/test/unit_test.hpp>
 
 #include "support/configs.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/models/decoder.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_generate)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -91,3 +92,5 @@ BOOST_AUTO_TEST_CASE(a_generator_repeats_and_bad_calls_are_refused) {
   BOOST_CHECK_THROW(generator({2}, {.sampling = {.top_p = 0.0}, .max_tokens = 1}, a), Error);
   BOOST_CHECK_THROW(generator({kVocab}, {.max_tokens = 1}, a), Error);  // an id out of range
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,8 +1,9 @@
-#define BOOST_TEST_MODULE sampling
 #include "xfmr/infer/sampling.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+
+BOOST_AUTO_TEST_SUITE(test_sampling)
 
 using namespace xfmr;
 
@@ -49,3 +50,5 @@ BOOST_AUTO_TEST_CASE(bad_options_are_errors) {
   BOOST_CHECK_THROW(Sampler({.temperature = 1.0, .top_k = -2}), Error);
   BOOST_CHECK_THROW(Sampler({.temperature = 1.0, .top_k = 0, .top_p = 0.0}), Error);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE translate
 // infer/translate.hpp: batched translation is each sentence's own beam
 // search; how sentences are batched (and so padded) changes nothing.
 #include <boost/test/unit_test.hpp>
@@ -6,6 +5,8 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/translate.hpp"
 #include "xfmr/models/seq2seq.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_translate)
 
 using namespace xfmr;
 using Be = CpuBackend<float>;
@@ -49,3 +50,5 @@ BOOST_AUTO_TEST_CASE(batching_changes_no_translation) {
     BOOST_TEST(distinct > 0u);  // the sources' translations differ (not a constant output)
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE checkpoint
 #include "xfmr/io/checkpoint.hpp"
 
 #include <unistd.h>
@@ -15,6 +14,8 @@
 #include "xfmr/core/int8.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/train/optimizers.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_checkpoint)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -450,3 +451,5 @@ BOOST_AUTO_TEST_CASE(bad_int8_files_are_refused) {
   Decoder<TinyPre, Be> small(29, 1);
   has(error_of([&] { load_parameters(small, good); }), "matches no parameter");
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE families
 // A random checkpoint of each published family in a shape no preset has
 // (reference/families.py writes them, with a plain float64 PyTorch
 // reference): load_pretrained builds the family's Dynamic model from the
@@ -20,6 +19,8 @@
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/train/trainer.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_families)
 
 using namespace xfmr;
 using Cpu = CpuBackend<float>;
@@ -231,3 +232,5 @@ BOOST_AUTO_TEST_CASE(a_long_context_decodes_in_a_cache_of_what_it_decodes) {
   const auto got = gen(prompt, {.sampling = {.temperature = 0.0}, .max_tokens = 12}, rng);
   BOOST_TEST(got == want, boost::test_tools::per_element());
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -3,7 +3,6 @@
 // model.safetensors (as the Hub's gpt2 stores it: no prefix, with the mask
 // buffers), config.json, and expected.safetensors (float64 logits of two
 // sequences, and 12 greedy tokens after a prompt, decoded with a cache).
-#define BOOST_TEST_MODULE gpt2_checkpoint
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +14,8 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/io/gpt2.hpp"
 #include "xfmr/layers/kv_cache.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_gpt2_checkpoint)
 
 using namespace xfmr;
 using Cpu = CpuBackend<float>;
@@ -229,3 +230,5 @@ BOOST_AUTO_TEST_CASE(mismatches_are_named) {
   check_error([&] { load_gpt2(untied, st, config); }, "needs a Decoder built with tie_weights and without head_bias");
   check_error([&] { save_gpt2(untied, temp_dir("untied")); }, "needs a Decoder built with tie_weights");
 }
+
+BOOST_AUTO_TEST_SUITE_END()

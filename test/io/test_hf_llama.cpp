@@ -4,7 +4,6 @@
 // config.json and expected.safetensors (ids and their float64 logits, and
 // the greedy continuation of the first four ids).
 // Then mismatched configs, tensors and models are refused by name.
-#define BOOST_TEST_MODULE hf_llama
 #include <boost/test/unit_test.hpp>
 #include <unistd.h>
 
@@ -21,6 +20,8 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/io/hf_llama.hpp"
 #include "xfmr/layers/kv_cache.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_hf_llama)
 
 using namespace xfmr;
 using Cpu = CpuBackend<float>;
@@ -231,3 +232,5 @@ BOOST_AUTO_TEST_CASE(a_tied_model_exports_and_reimports_bitwise) {
   BOOST_TEST(test::error_of([&] { save_hf_llama(with_bias, d, true); }).find("no bias") != std::string::npos);
   fs::remove_all(d);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -4,7 +4,6 @@
 // classifier of its own) and expected.json (float64 logits of one sequence
 // under each). Then every malformed or mismatched file is refused with a
 // message naming what is wrong.
-#define BOOST_TEST_MODULE llama2c
 #include <boost/test/unit_test.hpp>
 #include <unistd.h>
 
@@ -22,6 +21,8 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/layers/kv_cache.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_llama2c)
 
 using namespace xfmr;
 using Cpu = CpuBackend<float>;
@@ -165,3 +166,5 @@ BOOST_AUTO_TEST_CASE(malformed_and_mismatched_files_are_refused) {
       }),
       "vocab_size is 40, the model's vocabulary 41");
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -3,7 +3,6 @@
 // has is refused with the family's list; a model saved in its family's
 // Hugging Face layout, or written as a llama2.c .bin, loads back as the same
 // preset, parameter for parameter.
-#define BOOST_TEST_MODULE pretrained
 #include <boost/test/unit_test.hpp>
 #include <unistd.h>
 
@@ -17,6 +16,8 @@
 #include "support/parameters.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/io/pretrained.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_pretrained)
 
 using namespace xfmr;
 using Cpu = CpuBackend<float>;
@@ -201,3 +202,5 @@ BOOST_AUTO_TEST_CASE(what_is_not_a_checkpoint_is_refused_by_name) {
   check_has(test::error_of([&] { (void)checkpoint_format(d / "notes.txt"); }), "not a llama2.c checkpoint");
   fs::remove_all(d);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE safetensors
 #include "xfmr/io/safetensors.hpp"
 
 #include <sys/stat.h>
@@ -14,6 +13,8 @@
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/text.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_safetensors)
 
 using namespace xfmr;
 namespace fs = std::filesystem;
@@ -299,3 +300,5 @@ BOOST_AUTO_TEST_CASE(writer_refuses_what_json_cannot_hold) {
   BOOST_TEST(SafeTensors::read_metadata(dir / "m.safetensors").at("note") == "caf\xc3\xa9 \xf0\x9f\x98\x80");
   std::filesystem::remove_all(dir);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,8 +1,9 @@
-#define BOOST_TEST_MODULE activation
 #include <cmath>
 
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/activation.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_activation)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -92,3 +93,5 @@ BOOST_AUTO_TEST_CASE(swiglu_gradients_and_formula) {
       BOOST_TEST(c.y[r * n + j] == g * u / (1 + std::exp(-g)), boost::test_tools::tolerance(1e-14));
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,9 +1,10 @@
-#define BOOST_TEST_MODULE attention
 #include <cmath>
 
 #include "support/configs.hpp"
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/attention.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_attention)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -395,3 +396,5 @@ BOOST_AUTO_TEST_CASE(attention_rejects_bad_shapes) {
                                   Rows<float, 8>(y.data(), 4), Shape{2, 2}, Shape{3, 2}, {}),
                     Error);  // batch sizes differ
 }
+
+BOOST_AUTO_TEST_SUITE_END()

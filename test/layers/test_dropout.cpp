@@ -1,6 +1,7 @@
-#define BOOST_TEST_MODULE dropout
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/dropout.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_dropout)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -72,3 +73,5 @@ BOOST_AUTO_TEST_CASE(dropout_rejects_bad_probability) {
   BOOST_CHECK_THROW((Dropout<4, CpuBackend<float>>(1.0f, 1)), Error);
   BOOST_CHECK_THROW((Dropout<4, CpuBackend<float>>(-0.1f, 1)), Error);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

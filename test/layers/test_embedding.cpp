@@ -1,6 +1,7 @@
-#define BOOST_TEST_MODULE embedding
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/embedding.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_embedding)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -51,3 +52,5 @@ BOOST_AUTO_TEST_CASE(embedding_rejects_out_of_range_ids) {
   }
   BOOST_CHECK_THROW((Embedding<3, CpuBackend<float>>(0, rng)), Error);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,7 +1,8 @@
-#define BOOST_TEST_MODULE feed_forward
 #include "support/configs.hpp"
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/feed_forward.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_feed_forward)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -53,3 +54,5 @@ BOOST_AUTO_TEST_CASE(feed_forward_swiglu_shapes_without_biases) {
   BOOST_TEST((shapes[0] == std::vector<std::int64_t>{24, 8}));
   BOOST_TEST(parameter_count(ff) == std::size_t(24 * 8 + 8 * 12));
 }
+
+BOOST_AUTO_TEST_SUITE_END()

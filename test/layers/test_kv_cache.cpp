@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE kv_cache
 #include "support/configs.hpp"
 #include "support/gradcheck.hpp"
 #include "xfmr/models/decoder.hpp"
@@ -8,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+
+BOOST_AUTO_TEST_SUITE(test_kv_cache)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -230,3 +231,5 @@ BOOST_AUTO_TEST_CASE(truncate_rolls_decoding_back) {
   BOOST_CHECK_THROW(cache.truncate(4), Error);  // longer than what it holds
   BOOST_CHECK_THROW(cache.truncate(-1), Error);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

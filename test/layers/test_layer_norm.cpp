@@ -1,7 +1,8 @@
-#define BOOST_TEST_MODULE layer_norm
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/layer_norm.hpp"
 #include "xfmr/layers/rms_norm.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_layer_norm)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -90,3 +91,5 @@ BOOST_AUTO_TEST_CASE(rms_norm_scales_rows_to_unit_mean_square_without_centring) 
 BOOST_AUTO_TEST_CASE(rms_norm_backward_may_overwrite_its_gradient_input) {
   check_backward_in_place<RmsNorm<5, Be>>(4);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

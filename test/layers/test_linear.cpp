@@ -1,6 +1,7 @@
-#define BOOST_TEST_MODULE linear
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/linear.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_linear)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -72,3 +73,5 @@ BOOST_AUTO_TEST_CASE(linear_rejects_mismatched_buffers) {
   Tensor<float> t{4, 5};
   BOOST_CHECK_THROW(t.rows<3>(), Error);  // width 5 viewed as 3
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,8 +1,9 @@
-#define BOOST_TEST_MODULE positional
 #include <cmath>
 
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/positional.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_positional)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -104,3 +105,5 @@ BOOST_AUTO_TEST_CASE(rotary_positions_turn_pairs_by_their_angles) {
   Vec row(4);
   BOOST_CHECK_THROW(rope.forward(be, 1, 2, 8, 1, row.data(), 4), Error);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE dynamic
 // Static and Dynamic instantiations of one shape compute the same bits
 // (core/config.hpp): ten AdamW steps (every weight byte for byte) and 64
 // greedy tokens through the cache, for each of the four models; and a
@@ -18,6 +17,8 @@
 #include "xfmr/models/seq2seq.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/train/optimizers.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_dynamic)
 
 using namespace xfmr;
 using Be = CpuBackend<float>;
@@ -251,3 +252,5 @@ BOOST_AUTO_TEST_CASE(dynamic_sizes_are_checked) {
   says([&] { make_language_model<Be>(arch, 11, 1); },
        "no compiled family has");
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE models
 #include "support/configs.hpp"
 #include "support/gradcheck.hpp"
 #include "xfmr/models/bigram.hpp"
@@ -6,6 +5,8 @@
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/encoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_models)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -327,3 +328,5 @@ BOOST_AUTO_TEST_CASE(seq2seq_shared_embeddings_and_tied_output) {
   BOOST_TEST(tables == 1);
   BOOST_CHECK_THROW(Model(7, 6, 43, {.share_embeddings = true}), Error);  // two vocabularies cannot share
 }
+
+BOOST_AUTO_TEST_SUITE_END()

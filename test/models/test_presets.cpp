@@ -2,7 +2,6 @@
 // run time (models/language_model.hpp): every shipped name is found, each
 // list is closed and names its choices, and a LanguageModel is its preset's
 // Decoder, bit for bit.
-#define BOOST_TEST_MODULE presets
 #include <boost/test/unit_test.hpp>
 
 #include <set>
@@ -11,6 +10,8 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/presets.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_presets)
 
 using namespace xfmr;
 using Be = CpuBackend<float>;
@@ -92,3 +93,5 @@ BOOST_AUTO_TEST_CASE(language_models_are_their_presets_decoders) {
   BOOST_TEST(make_language_model<Be>("shakespeare-mid", 65, 1)->parameter_count() == 826433u);
   BOOST_CHECK_THROW((void)make_language_model<Be>("gpt5", 11, 1), Error);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

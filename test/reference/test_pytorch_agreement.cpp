@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE pytorch_agreement
 // xfmr's float32 blocks and models against torch.nn.Transformer{Encoder,Decoder}Layer
 // (models: torch embeddings + those layers + LayerNorm/pooling + Linear).
 // The fixtures are written by make_fixtures.py (see there); PyTorch is not
@@ -20,10 +19,10 @@
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_pytorch_agreement)
+
 using namespace xfmr;
 using Cpu = CpuBackend<float>;
-
-namespace {
 
 constexpr double kTolerance = 1e-4;
 double worst_seen = 0.0;
@@ -130,8 +129,6 @@ void check_decoder_block(const std::string& name, float dropout = 0.0f) {
   worst = std::max(worst, compare_param_grads(block, st));
   std::cout << name << ": worst scaled error " << worst << " (" << st.metadata().at("config") << ")\n";
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(pre_norm_decoder_only_block) {
   check_self_block<DecoderOnlyBlock<FixtureCfg<PreNorm, Gelu>, Cpu>>("decoder_only_block_prenorm", false);
@@ -300,3 +297,5 @@ BOOST_AUTO_TEST_CASE(report_worst) {
   std::cout << "pytorch agreement: worst scaled error over all fixtures " << worst_seen << "\n";
   BOOST_TEST(worst_seen > 0.0);  // the comparisons above ran
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,8 +1,9 @@
-#define BOOST_TEST_MODULE gradcheck
 // Negative controls: the checker must reject wrong gradients, or every
 // passing gradient check in this suite would mean nothing.
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/linear.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_gradcheck)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -64,3 +65,5 @@ BOOST_AUTO_TEST_CASE(relative_error_uses_the_floor_for_tiny_gradients) {
   BOOST_TEST(relative_error(1.0, 1.0 + 1e-6, 1e-4) == 1e-6 / (1.0 + 1e-6), boost::test_tools::tolerance(1e-9));
   BOOST_TEST(relative_error(0.0, 1e-10, 1e-4) == 1e-6, boost::test_tools::tolerance(1e-9));
 }
+
+BOOST_AUTO_TEST_SUITE_END()

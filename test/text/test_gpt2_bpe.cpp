@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE gpt2_bpe
 // GPT-2's tokenizer against ../shared/data/gpt2/reference.jsonl: 65 texts
 // with the ids two independent GPT-2 encoders agree on. Without the shared
 // data the cases pass with a message saying they were not run.
@@ -14,6 +13,8 @@
 #include <vector>
 
 #include "xfmr/core/error.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_gpt2_bpe)
 
 using namespace xfmr;
 namespace fs = std::filesystem;
@@ -239,3 +240,5 @@ BOOST_AUTO_TEST_CASE(tokenizer_json_fields_of_another_type_are_named_errors) {
   j["pre_tokenizer"]["pretokenizers"][0]["individual_digits"] = "yes";
   BOOST_CHECK_THROW((void)Gpt2Tokenizer::load_json(write_file("typed.json", j.dump())), Error);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -4,7 +4,6 @@
 // tokenizer.json (texts and their ids: merges by score, the dummy prefix,
 // byte fallback, BOS and EOS). Then the text comes back from the ids, and
 // malformed files are refused with a message naming the entry.
-#define BOOST_TEST_MODULE llama2c_tokenizer
 #include <boost/test/unit_test.hpp>
 #include <unistd.h>
 
@@ -18,6 +17,8 @@
 
 #include "support/errors.hpp"
 #include "xfmr/text/llama2c_tokenizer.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_llama2c_tokenizer)
 
 using namespace xfmr;
 namespace fs = std::filesystem;
@@ -98,3 +99,5 @@ BOOST_AUTO_TEST_CASE(malformed_files_and_ids_are_refused) {
   has(test::error_of([&] { no_bytes.encode("a"); }), "no byte piece for 0x61 at id 100");
   has(test::error_of([&] { no_bytes.decode(0, 4); }), "token id 4 outside the vocabulary (0..3)");
 }
+
+BOOST_AUTO_TEST_SUITE_END()

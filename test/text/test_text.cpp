@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE text
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -12,8 +11,11 @@
 
 #include "support/errors.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/text/bpe.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_text)
 
 using namespace xfmr;
 using xfmr::test::error_of;
@@ -222,8 +224,6 @@ BOOST_AUTO_TEST_CASE(translation_pretokenization) {
   BOOST_TEST(pretokenize("   ").empty());
 }
 
-#include "xfmr/text/bpe.hpp"
-
 BOOST_AUTO_TEST_CASE(bpe_trains_merges_and_round_trips) {
   const std::vector<std::string> texts = {"the cat sat on the mat.", "the cat ate the rat.", "a cat, the hat!"};
   const auto bpe = BpeTokenizer::train(texts, 4 + 257 + 12);
@@ -296,3 +296,5 @@ BOOST_AUTO_TEST_CASE(hostile_vocabulary_descriptions_are_errors) {
     BOOST_TEST(std::string(e.what()).find("over the limit of 65536") != std::string::npos, e.what());
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE data_parallel
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -13,6 +12,8 @@
 #include "xfmr/train/data_parallel.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_data_parallel)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -381,3 +382,5 @@ BOOST_AUTO_TEST_CASE(default_shards_follow_the_model_size) {
   DP dp(model, be, [] { return std::make_unique<Lm>(V, 0); });
   BOOST_TEST(dp.shards() == std::max(1, be.threads()));  // a tiny model splits
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE train
 #include <cmath>
 
 #include "support/configs.hpp"
@@ -8,6 +7,8 @@
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/schedules.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_train)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -173,3 +174,5 @@ BOOST_AUTO_TEST_CASE(decoder_learns_a_repeating_sequence) {
   BOOST_TEST(first > 1.3);  // about log(5) at the start
   BOOST_TEST(last < 0.05, "loss went from " << first << " to " << last);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

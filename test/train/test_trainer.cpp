@@ -1,4 +1,3 @@
-#define BOOST_TEST_MODULE trainer
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -14,6 +13,8 @@
 #include "support/gradcheck.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/train/trainer.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_trainer)
 
 using namespace xfmr;
 using namespace xfmr::test;
@@ -316,3 +317,5 @@ BOOST_AUTO_TEST_CASE(evaluate_is_the_plain_mean_loss) {
   BOOST_TEST(std::abs(got.mean() - want) < 1e-12);
   BOOST_TEST(largest_difference(before, weights(*model)) == 0.0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()
