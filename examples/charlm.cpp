@@ -236,7 +236,11 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   const long start = trainer.steps();
 
   const int rows = run.batch * T;
-  StopSignals signals;  // from here on, SIGINT and SIGTERM stop at a step boundary
+  TrainingLoop loop({.total = args.steps,
+                     .stop_after = args.stop_after,
+                     .eval_every = args.eval_every,
+                     .tokens_per_step = long(rows) * run.grad_accum,
+                     .log_csv = args.log_csv});
   std::cout << "xfmr-charlm: " << run.model << " on " << describe(be) << ", " << model.parameter_count()
             << " parameters, vocabulary " << V << ", " << train_batches.size() << " train / " << val_batches.size()
             << (run.mode == "names" ? " val names" : " val tokens") << ", batch " << run.batch << " x " << T
@@ -263,49 +267,26 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
     return sum.mean();
   };
   const Metadata metadata = run_metadata(args, tok, corpus.hash);
-  auto save = [&] {
-    if (!args.out.empty()) trainer.save(args.out, metadata);  // every rank (join_ranks); rank 0 writes
-  };
-
-  CsvLog csv(args.log_csv);
-  std::vector<std::pair<long, double>> batch_losses;
-  std::vector<LossPoint> evals;
-  Progress progress(start, args.steps, long(rows) * run.grad_accum);
-  double last_train = -1, last_val = -1, last_loss = 0;
-  long stop = args.stop_after > 0 ? std::min(args.stop_after, args.steps) : args.steps;
-  while (trainer.steps() < stop) {
-    const StepResult r = trainer.step(
-        [&](int) {
-          train_batches.sample(trainer.data_rng(), ids.data(), targets.data());
-          return BatchTargets{my_rows, my_targets()};
-        },
-        forward);
-    const long step = r.step - 1;
-    const double lr = r.lr, loss = r.loss;
-    last_loss = loss;
-    batch_losses.emplace_back(step + 1, loss);
-    csv.batch(step + 1, lr, loss);
-    progress.update(step, loss);
-    warn_if_diverging(r, trainer.first_loss(), progress);
-    if (signals.requested(group)) stop = step + 1;  // evaluated and saved as at --stop-after
-    if ((step + 1) % args.eval_every == 0 || step + 1 == stop) {
-      last_train = evaluate(train_batches);
-      last_val = evaluate(val_batches);
-      progress.clear_line();
-      std::cout << "step " << step + 1 << ": train loss " << std::fixed << std::setprecision(4) << last_train
-                << ", val loss " << last_val << std::defaultfloat << std::endl;
-      evals.push_back({step + 1, last_train, last_val});
-      csv.eval(step + 1, lr, last_train, last_val);
-      save();
-    }
-  }
-  signals.release();
-  progress.clear_line();
-  const double wall = progress.elapsed(), tps = progress.tokens_per_second();
-  if (start == args.steps) std::cout << "already at step " << start << "; nothing to train\n";
+  const TrainingOutcome o = loop.run(
+      start, group,
+      [&](long) {
+        return trainer.step(
+            [&](int) {
+              train_batches.sample(trainer.data_rng(), ids.data(), targets.data());
+              return BatchTargets{my_rows, my_targets()};
+            },
+            forward);
+      },
+      [&](const StepResult&) {
+        const double train = evaluate(train_batches), val = evaluate(val_batches);
+        return Evaluation{train, val, ": train loss " + fixed(train, 4) + ", val loss " + fixed(val, 4)};
+      },
+      [&] {
+        if (!args.out.empty()) trainer.save(args.out, metadata);  // every rank (join_ranks); rank 0 writes
+      });
 
   std::string sample;
-  if (args.samples > 0 && group.root() && !signals.stopped()) {
+  if (args.samples > 0 && group.root() && !loop.stopped()) {
     Rng sample_rng(run.seed);
     const auto nl = tok.find("\n");
     std::cout << "--- sample ---\n";
@@ -317,7 +298,6 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
     });
     std::cout << "\n--------------\n";
   }
-  csv.save();
   write_html_report(args.report, "xfmr-charlm: " + run.model,
                     {{"model", run.model + " (" + preset.shape() + ")"},
                      {"parameters", std::to_string(model.parameter_count())},
@@ -325,20 +305,20 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
                      {"steps", std::to_string(args.steps)},
                      {"batch", std::to_string(run.batch) + " x " + std::to_string(T)},
                      {"learning rate", number(run.lr) + " (" + run.schedule + ")"},
-                     {"final train loss", fixed(last_train, 4)},
-                     {"final val loss", fixed(last_val, 4)},
-                     {"tokens/s", fixed(tps, 0)},
-                     {"wall time", format_duration(wall)},
+                     {"final train loss", fixed(o.last.train, 4)},
+                     {"final val loss", fixed(o.last.val, 4)},
+                     {"tokens/s", fixed(o.tokens_per_s, 0)},
+                     {"wall time", format_duration(o.wall_s)},
                      {"sample", sample}},
-                    batch_losses, evals);
+                    o.batch_losses, o.evals);
   if (!args.metrics_json.empty()) {
     json m = {{"model", run.model},   {"backend", Be::name}, {"precision", precision_of(be)}, {"parameters", model.parameter_count()}, {"steps", args.steps},
-              {"batch", run.batch},   {"train_loss", last_train}, {"val_loss", last_val},
-              {"last_batch_loss", last_loss}, {"first_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.front().second},
-              {"tokens_per_s", tps},  {"wall_s", wall}};
+              {"batch", run.batch},   {"train_loss", o.last.train}, {"val_loss", o.last.val},
+              {"last_batch_loss", o.batch_losses.empty() ? 0.0 : o.batch_losses.back().second}, {"first_batch_loss", o.batch_losses.empty() ? -1.0 : o.batch_losses.front().second},
+              {"tokens_per_s", o.tokens_per_s},  {"wall_s", o.wall_s}};
     write_text_atomic(args.metrics_json, m.dump(2) + "\n");
   }
-  signals.finish(trainer.steps(), args.out);
+  loop.finish(trainer.steps(), args.out);
 }
 
 struct SampleArgs {
@@ -450,12 +430,12 @@ int run_train(int argc, char** argv) {
     agree("mode", a.run.mode == saved.mode);
     agree("attention-dropout", a.run.attention_dropout == saved.attention_dropout);
     a.run.agree_with(saved, agree);
-    a.steps = resumed_steps(vm, a.steps, resumed->metadata, a.resume, saved.schedule);
+    a.steps = saved.resumed_steps(a.steps, !vm["steps"].defaulted(), resumed->metadata, a.resume);
     a.run = saved;
     if (a.out.empty()) a.out = a.resume;
     check_settings();
   }
-  const auto lock = check_run_options(a, {{"--data", a.data}}, a.resume);
+  const auto lock = start_run(a, {{"--data", a.data}}, a.resume);
   dispatch_backend(a.backend, [&]<class Be>() { train<Be>(a, resumed); });
   return 0;
 }

@@ -299,20 +299,17 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                               .split = {.shards = a.shards, .group = &group, .zero = a.zero},
                               .graph_steps = false},
                              [&] { return std::make_unique<Model>(p.dims(), tok.size(), classes, a.seed, model_opts); });
-  // An epoch's training order is drawn from the data generator at its
-  // start: a run resumed mid-epoch draws it again from the state saved then
-  // (epoch_rng); at an epoch's end the generator is where the next is drawn.
-  std::uint64_t epoch_rng = trainer.data_rng().state();
   if (resumed) {
     trainer.resume(a.resume);
     require(trainer.steps() <= total, "the checkpoint is at step ", trainer.steps(), ", past the plan's ", total);
-    if (trainer.steps() % steps_per_epoch != 0)
-      epoch_rng = parse_integer<std::uint64_t>(metadata_value(*resumed, "epoch_rng", a.resume), a.resume + ": epoch_rng");
-    else
-      epoch_rng = trainer.data_rng().state();
   }
   const long start = trainer.steps();
-  StopSignals signals;  // from here on, SIGINT and SIGTERM stop at a step boundary
+  Epochs epochs(steps_per_epoch, start, trainer.data_rng(), resumed, a.resume);  // an epoch's order: drawn at its start
+  TrainingLoop loop({.total = total,
+                     .stop_after = a.stop_after,
+                     .eval_every = a.eval_every,
+                     .tokens_per_step = long(a.batch) * p.max_t / 2,
+                     .log_csv = a.log_csv});
   std::cout << "xfmr-classify: " << p.name << " on " << describe(be) << ", " << parameter_count(model)
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
@@ -333,67 +330,46 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                          {"settings", a.settings().dump()},
                          {"train_hash", train_hash},
                          {"dev_hash", dev_hash},
-                         {"epoch_rng", std::to_string(epoch_rng)},
+                         {"epoch_rng", std::to_string(epochs.state())},
                          {"dev_accuracy", number(dev.accuracy)}});  // every rank (join_ranks); rank 0 writes
   };
-
+  std::vector<std::size_t> order;  // this epoch's
   std::vector<std::vector<std::int32_t>> seqs;
   std::vector<int> labels;
-  CsvLog csv(a.log_csv);
-  std::vector<std::pair<long, double>> batch_losses;
-  std::vector<LossPoint> evals;
-  Progress progress(start, total, long(a.batch) * p.max_t / 2);
   long tokens_seen = 0;
-  long stop = a.stop_after > 0 ? std::min(a.stop_after, total) : total;
-  for (long step = start; step < stop;) {
-    trainer.data_rng().set_state(epoch_rng);
-    const std::vector<std::size_t> order = epoch_order(train_data.seqs.size(), trainer.data_rng());
-    const long epoch = step / steps_per_epoch;
-    for (long k = step % steps_per_epoch; k < steps_per_epoch && step < stop; ++k, ++step) {
-      seqs.clear();
-      labels.clear();
-      for (std::size_t j = k * a.batch; j < std::min(order.size(), std::size_t(k + 1) * a.batch); ++j) {
-        seqs.push_back(train_data.seqs[order[j]]);
-        labels.push_back(train_data.labels[order[j]]);
-      }
-      const auto b = make_class_batch(seqs, labels, p.max_t, tok.pad, tok.cls);
-      tokens_seen += long(b.B) * b.T;
-      const auto rows = rank_rows(group, b.B);  // this rank's rows of the batch
-      const int mine = rows.first, end = rows.second;
-      const StepResult r = trainer.step(
-          [&](int) { return BatchTargets{end - mine, std::span(b.labels).subspan(std::size_t(mine), std::size_t(end - mine))}; },
-          [&](const Shard& s, Model& m, Be& mb) {
-            const std::size_t first = std::size_t(mine + s.begin) * b.T;
-            return m.forward(mb, std::span(b.ids).subspan(first, std::size_t(s.size()) * b.T), Shape{s.size(), b.T},
-                             b.padding.data() + first);
-          });
-      const double lr = r.lr, loss = r.loss;
-      batch_losses.emplace_back(step + 1, loss);
-      csv.batch(step + 1, lr, loss);
-      progress.update(step, loss);
-      warn_if_diverging(r, trainer.first_loss(), progress);
-      if (signals.requested(group)) stop = step + 1;  // evaluated and saved as at --stop-after
-      if ((step + 1) % a.eval_every == 0 || step + 1 == total || step + 1 == stop) {
+  const TrainingOutcome o = loop.run(
+      start, group,
+      [&](long step) {
+        if (epochs.draw_at(step, trainer.data_rng())) order = epoch_order(train_data.seqs.size(), trainer.data_rng());
+        const long k = step % steps_per_epoch;
+        seqs.clear();
+        labels.clear();
+        for (std::size_t j = k * a.batch; j < std::min(order.size(), std::size_t(k + 1) * a.batch); ++j) {
+          seqs.push_back(train_data.seqs[order[j]]);
+          labels.push_back(train_data.labels[order[j]]);
+        }
+        const auto b = make_class_batch(seqs, labels, p.max_t, tok.pad, tok.cls);
+        tokens_seen += long(b.B) * b.T;
+        const auto [mine, end] = rank_rows(group, b.B);  // this rank's rows of the batch
+        return trainer.step(
+            [&](int) { return BatchTargets{end - mine, std::span(b.labels).subspan(std::size_t(mine), std::size_t(end - mine))}; },
+            [&](const Shard& s, Model& m, Be& mb) {
+              const std::size_t first = std::size_t(mine + s.begin) * b.T;
+              return m.forward(mb, std::span(b.ids).subspan(first, std::size_t(s.size()) * b.T), Shape{s.size(), b.T},
+                               b.padding.data() + first);
+            });
+      },
+      [&](const StepResult& r) {
         dev = evaluate(model, be, tok, dev_data, p.max_t, 256);
-        progress.clear_line();
-        std::cout << "step " << step + 1 << " (epoch " << epoch + 1 << "): batch loss " << std::fixed
-                  << std::setprecision(4) << loss << ", dev loss " << dev.loss << ", dev accuracy "
-                  << std::setprecision(2) << 100 * dev.accuracy << "%" << std::defaultfloat << std::endl;
-        evals.push_back({step + 1, loss, dev.loss});
-        csv.eval(step + 1, lr, loss, dev.loss);
-        if (step + 1 < stop) save();
-      }
-    }
-    if (step % steps_per_epoch == 0) epoch_rng = trainer.data_rng().state();  // the next epoch's order is drawn here
-  }
-  signals.release();
-  progress.clear_line();
-  const double wall = progress.elapsed();
-  if (start == total) std::cout << "already at step " << start << "; nothing to train\n";
+        return Evaluation{r.loss, dev.loss,
+                          " (epoch " + std::to_string((r.step - 1) / steps_per_epoch + 1) + "): batch loss " +
+                              fixed(r.loss, 4) + ", dev loss " + fixed(dev.loss, 4) + ", dev accuracy " +
+                              fixed(100 * dev.accuracy, 2) + "%"};
+      },
+      save);
+  const double wall = o.wall_s;
   std::cout << "dev accuracy " << std::fixed << std::setprecision(2) << 100 * dev.accuracy << "% (" << dev_data.seqs.size()
             << " examples), " << format_duration(wall) << std::defaultfloat << "\n";
-  save();
-  csv.save();
   write_html_report(a.report, std::string("xfmr-classify: ") + p.name,
                     {{"model", p.name + " (" + p.shape() + ")"},
                      {"train", a.train},
@@ -401,16 +377,16 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                      {"epochs", std::to_string(a.epochs)},
                      {"dev accuracy", fixed(100 * dev.accuracy, 2) + "%"},
                      {"wall time", format_duration(wall)}},
-                    batch_losses, evals);
+                    o.batch_losses, o.evals);
   if (!a.metrics_json.empty()) {
     const json m = {{"model", p.name}, {"backend", Be::name}, {"precision", precision_of(be)}, {"dev_accuracy", dev.accuracy}, {"dev_loss", dev.loss},
                     {"steps", total},     {"epochs", a.epochs},           {"tokens_per_s", tokens_seen / wall},
-                    {"wall_s", wall},     {"first_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.front().second},
-                    {"last_batch_loss", batch_losses.empty() ? -1.0 : batch_losses.back().second},
+                    {"wall_s", wall},     {"first_batch_loss", o.batch_losses.empty() ? -1.0 : o.batch_losses.front().second},
+                    {"last_batch_loss", o.batch_losses.empty() ? -1.0 : o.batch_losses.back().second},
                     {"train_truncated", train_data.cut}, {"dev_truncated", dev_data.cut}, {"truncate", a.truncate}};
     write_text_atomic(a.metrics_json, m.dump(2) + "\n");
   }
-  signals.finish(trainer.steps(), a.out);
+  loop.finish(trainer.steps(), a.out);
 }
 
 template <class Cfg, class Be>
@@ -491,7 +467,7 @@ int run_train(int argc, char** argv) {
     a.take_settings(vm, json::parse(metadata_value(*resumed, "settings", a.resume)));
     if (a.out.empty()) a.out = a.resume;
   }
-  const auto lock = check_run_options(a, {{"--train", a.train}, {"--dev", a.dev}}, a.resume);
+  const auto lock = start_run(a, {{"--train", a.train}, {"--dev", a.dev}}, a.resume);
   require(a.epochs > 0 && a.eval_every > 0, "--epochs and --eval-every must be positive");
   check_stop_after(vm, a.stop_after);
   check_batch(a.batch);

@@ -1,5 +1,6 @@
-// common.hpp: what the example programs share: error reporting, progress
-// display, the CSV log, the HTML report and small file helpers.
+// common.hpp: what the example programs share of being programs: options
+// and their help, commands, error reporting. What decides a run's behaviour
+// is the library's (train/run.hpp, train/training_loop.hpp, train/report.hpp).
 #pragma once
 
 #include <unistd.h>
@@ -35,21 +36,12 @@
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/distributed.hpp"
 #include "xfmr/train/stop_signals.hpp"
+#include "xfmr/train/report.hpp"
+#include "xfmr/train/run.hpp"
 #include "xfmr/train/trainer.hpp"
+#include "xfmr/train/training_loop.hpp"
 
 namespace xfmr::examples {
-
-using Clock = std::chrono::steady_clock;
-
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Writes text atomically (temporary file + rename): a failed write never
-// leaves a half-written file in place of an old one.
-inline void write_text_atomic(const std::filesystem::path& path, const std::string& text) {
-  write_file_atomic(path, std::as_bytes(std::span<const char>(text.data(), text.size())));
-}
 
 // Parses argv into vm; prints the options and returns false on --help.
 // What no option of these programs means is refused here, for every option
@@ -165,197 +157,6 @@ inline int run_commands(const char* program, int argc, char** argv, std::initial
   });
 }
 
-// v with `digits` decimals ("-" when it is not a finite number, or
-// negative: a loss never measured), for reports.
-inline std::string fixed(double v, int digits) {
-  if (!std::isfinite(v) || v < 0) return "-";
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << v;
-  return os.str();
-}
-
-// v in the stream's default notation (six significant digits): 0.001, 5e-05.
-inline std::string number(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
-inline std::string format_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const long t = std::lround(s);
-  char buf[32];
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
-  return buf;
-}
-
-// A progress bar on a terminal; plain lines every `every` steps otherwise.
-class Progress {
- public:
-  // Ranks other than 0 of a distributed run report nothing.
-  Progress(long first, long total, long tokens_per_step)
-      : first_(first), total_(total), tokens_per_step_(tokens_per_step), tty_(::isatty(STDERR_FILENO)),
-        every_(std::max(1L, (total - first) / 20)), t0_(Clock::now()),
-        quiet_(ProcessGroup::distributed() && !ProcessGroup::world().root()) {}
-
-  void update(long step, double loss) {
-    if (quiet_) return;
-    const long done = step + 1 - first_;
-    const double elapsed = seconds_since(t0_);
-    const double tps = done * double(tokens_per_step_) / std::max(elapsed, 1e-9);
-    const double eta = elapsed / std::max(1L, done) * double(total_ - step - 1);
-    if (tty_) {
-      const int width = 30, filled = int(width * double(step + 1) / double(total_));
-      std::fprintf(stderr, "\r[%s%s] %ld/%ld  loss %.4f  %.0f tok/s  ETA %s   ", std::string(filled, '#').c_str(),
-                   std::string(width - filled, ' ').c_str(), step + 1, total_, loss, tps, format_duration(eta).c_str());
-      std::fflush(stderr);
-      dirty_ = true;
-    } else if ((step + 1) % every_ == 0 || step + 1 == total_) {
-      std::fprintf(stderr, "step %ld/%ld  loss %.4f  %.0f tok/s  elapsed %s  ETA %s\n", step + 1, total_, loss, tps,
-                   format_duration(elapsed).c_str(), format_duration(eta).c_str());
-    }
-    tokens_per_s_ = tps;
-  }
-  // Call before printing a line of one's own, so it does not land mid-bar.
-  void clear_line() {
-    if (tty_ && dirty_) std::fprintf(stderr, "\r%80s\r", "");
-    dirty_ = false;
-  }
-  double tokens_per_second() const { return tokens_per_s_; }
-  double elapsed() const { return seconds_since(t0_); }
-
- private:
-  long first_, total_, tokens_per_step_;
-  bool tty_;
-  long every_;
-  Clock::time_point t0_;
-  bool dirty_ = false;
-  bool quiet_ = false;
-  double tokens_per_s_ = 0;
-};
-
-// Warns, once, when the Trainer finds the loss far above its start.
-inline void warn_if_diverging(const StepResult& r, double first_loss, Progress& progress) {
-  if (!r.diverging || (ProcessGroup::distributed() && !ProcessGroup::world().root())) return;
-  progress.clear_line();
-  std::cerr << "warning: the loss has grown from " << first_loss << " to " << r.loss << " by step " << r.step
-            << ": training is diverging; the learning rate (" << r.lr << " at this step) is likely too high\n";
-}
-
-// One point on the loss curves.
-struct LossPoint {
-  long step;
-  double train, val;  // val < 0 when there is none
-};
-
-// The CSV log: step,lr,batch_loss and, at evaluations, train/val estimates.
-class CsvLog {
- public:
-  explicit CsvLog(const std::filesystem::path& path) : path_(path) { text_ << "step,lr,batch_loss,eval_train,eval_val\n"; }
-  void batch(long step, double lr, double loss) { text_ << step << ',' << lr << ',' << loss << ",,\n"; }
-  void eval(long step, double lr, double train, double val) {
-    text_ << step << ',' << lr << ",," << train << ',' << (val >= 0 ? std::to_string(val) : "") << "\n";
-  }
-  void save() const {
-    if (!path_.empty()) write_text_atomic(path_, text_.str());
-  }
-
- private:
-  std::filesystem::path path_;
-  std::ostringstream text_;
-};
-
-inline std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-// A self-contained HTML page: a summary table and an SVG chart of the batch
-// loss (thin) and the evaluation losses (train, val).
-inline void write_html_report(const std::filesystem::path& path, const std::string& title,
-                              const std::vector<std::pair<std::string, std::string>>& summary,
-                              const std::vector<std::pair<long, double>>& batch_loss,
-                              const std::vector<LossPoint>& evals) {
-  if (path.empty()) return;
-  const double W = 760, H = 360, L = 60, R = 20, T = 20, B = 40;
-  long smax = 1;
-  double lo = 1e300, hi = -1e300;
-  auto see = [&](long s, double v) {
-    if (v < 0 || !std::isfinite(v)) return;
-    smax = std::max(smax, s);
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  };
-  for (auto [s, v] : batch_loss) see(s, v);
-  for (auto& e : evals) see(e.step, e.train), see(e.step, e.val);
-  if (lo > hi) lo = 0, hi = 1;
-  if (hi - lo < 1e-9) hi = lo + 1;
-  auto X = [&](double s) { return L + (W - L - R) * s / double(smax); };
-  auto Y = [&](double v) { return T + (H - T - B) * (hi - v) / (hi - lo); };
-  std::ostringstream svg;
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' font-size='11'>";
-  svg << "<rect width='100%' height='100%' fill='white'/>";
-  for (int i = 0; i <= 4; ++i) {
-    const double v = lo + (hi - lo) * i / 4.0;
-    svg << "<line x1='" << L << "' x2='" << W - R << "' y1='" << Y(v) << "' y2='" << Y(v) << "' stroke='#ddd'/>";
-    svg << "<text x='" << L - 6 << "' y='" << Y(v) + 4 << "' text-anchor='end'>" << std::setprecision(3) << v << "</text>";
-  }
-  for (int i = 0; i <= 4; ++i) {
-    const double s = smax * i / 4.0;
-    svg << "<text x='" << X(s) << "' y='" << H - B + 16 << "' text-anchor='middle'>" << long(s) << "</text>";
-  }
-  svg << "<text x='" << (L + W - R) / 2 << "' y='" << H - 6 << "' text-anchor='middle'>step</text>";
-  auto polyline = [&](const std::vector<std::pair<double, double>>& pts, const char* color, double width) {
-    if (pts.empty()) return;
-    svg << "<polyline fill='none' stroke='" << color << "' stroke-width='" << width << "' points='";
-    for (auto [s, v] : pts) svg << X(s) << ',' << Y(v) << ' ';
-    svg << "'/>";
-  };
-  std::vector<std::pair<double, double>> b, tr, va;
-  const std::size_t stride = std::max<std::size_t>(1, batch_loss.size() / 1500);
-  for (std::size_t i = 0; i < batch_loss.size(); i += stride) b.emplace_back(batch_loss[i].first, batch_loss[i].second);
-  for (auto& e : evals) {
-    tr.emplace_back(e.step, e.train);
-    if (e.val >= 0) va.emplace_back(e.step, e.val);
-  }
-  polyline(b, "#9ecae1", 1);
-  polyline(tr, "#08519c", 2);
-  polyline(va, "#d94801", 2);
-  svg << "<text x='" << W - R - 150 << "' y='" << T + 12 << "' fill='#9ecae1'>batch loss</text>";
-  svg << "<text x='" << W - R - 150 << "' y='" << T + 26 << "' fill='#08519c'>train (eval)</text>";
-  svg << "<text x='" << W - R - 150 << "' y='" << T + 40 << "' fill='#d94801'>val (eval)</text>";
-  svg << "</svg>";
-  std::ostringstream html;
-  html << "<!doctype html><html><head><meta charset='utf-8'><title>" << html_escape(title)
-       << "</title><style>body{font-family:sans-serif;margin:2em}td{padding:2px 12px}</style></head><body><h1>"
-       << html_escape(title) << "</h1><table>";
-  for (const auto& [k, v] : summary) html << "<tr><td>" << html_escape(k) << "</td><td>" << html_escape(v) << "</td></tr>";
-  html << "</table><h2>Loss</h2>" << svg.str() << "</body></html>\n";
-  write_text_atomic(path, html.str());
-}
-
-// What every training program writes and runs on: its outputs, the shard
-// count of a CPU step and the backend. A program's arguments derive from
-// it; add_run_options declares the options once, with one help text.
-struct RunOptions {
-  std::string out, metrics_json, log_csv, report, backend = "cpu";
-  int shards = 0;          // DataParallel shards of a CPU step (0: its default)
-  int zero = 0;            // under mpirun, 1: ZeRO-1, the optimizer's state sharded over the ranks
-  std::string precision = "fp32";  // or bf16: bf16 matrix products
-  std::string recompute = "none";  // or cheap or block: activation recompute (block_stack.hpp)
-  bool overwrite = false;  // --out may replace a checkpoint this run did not resume from
-};
-
 inline constexpr const char* kBackendHelp =
     "cpu, cuda (an NVIDIA GPU; needs xfmr built with CUDA), cuda-tf32 (the same with TF32 tensor-core GEMMs) or "
     "cuda-bf16 (activations stored in bfloat16, bf16 products, float32 weights)";
@@ -411,186 +212,28 @@ inline void add_run_options(boost::program_options::options_description& opts, R
       ("backend", po::value(&r.backend)->default_value(r.backend), kBackendHelp);
 }
 
-// FNV-1a of s, continuing from h: a fingerprint of training data.
-inline std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 0xcbf29ce484222325ULL) {
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
-
-inline std::string hex(std::uint64_t v) {
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-// Training across processes (mpirun -np N; train/distributed.hpp): the
-// ranks, checked at start-up to run the same `settings` on the same `data`
-// (what differs is named). Rank 0 alone writes the log, the report and the
-// metrics; every rank takes part in saving a checkpoint (ZeRO-1 gathers the
-// optimizer's state there) and rank 0 writes it. One process: nothing to do.
+// Training across processes: xfmr::join_ranks (train/run.hpp) on this
+// command line, GPU ranks when xfmr has NCCL.
 inline ProcessGroup& join_ranks(RunOptions& r, std::string_view backend, const std::string& settings,
                                 const std::string& data) {
-  ProcessGroup& group = ProcessGroup::world();
-  if (group.size() > 1) {
-    bool nccl = false;
+  bool nccl = false;
 #ifdef XFMR_WITH_CUDA
-    nccl = cuda::nccl_available();
+  nccl = cuda::nccl_available();
 #endif
-    require(backend == "cpu" || (backend == "cuda" && nccl), "training across processes runs on the CPU backend, or on "
-            "GPUs (one a rank) with an xfmr built with NCCL; not on ", backend, " here");
-    // Every option (any of them may shape a collective call: --eval-batches
-    // sets how many evaluations sum their losses), then what a resumed run
-    // takes from its checkpoint, then the data.
-    std::string line;
-    for (const std::string& arg : command_line()) line += arg + '\n';
-    const std::vector<std::string> lines = group.all_gather(line);
-    for (std::size_t k = 1; k < lines.size(); ++k) {
-      if (lines[k] == lines[0]) continue;
-      const auto split = [](const std::string& l) {
-        std::vector<std::string> words;
-        for (std::size_t i = 0, j; i < l.size(); i = j + 1) words.push_back(l.substr(i, (j = l.find('\n', i)) - i));
-        return words;
-      };
-      const std::vector<std::string> a = split(lines[0]), b = split(lines[k]);
-      std::size_t i = 0;
-      while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-      const auto shown = [&](const std::vector<std::string>& w) {
-        if (i >= w.size()) return std::string("nothing more");
-        if (w[i].starts_with("--"))  // an option: with its value
-          return i + 1 < w.size() && !w[i + 1].starts_with("--") ? w[i] + " " + w[i + 1] : w[i];
-        return i > 0 && w[i - 1].starts_with("--") ? w[i - 1] + " " + w[i] : w[i];  // a value: with its option
-      };
-      fail("ranks disagree on the options: at argument ", i + 1, " rank 0 has '", shown(a), "', rank ", k, " has '",
-           shown(b), "'; run every rank with the same command line");
-    }
-    group.require_same("the settings", settings);
-    group.require_same("the training data", data);
-    if (!group.root()) r.log_csv.clear(), r.report.clear(), r.metrics_json.clear();
-  }
-  return group;
+  return join_ranks(r, command_line(), backend, nccl, settings, data);
 }
 
-// The sequences [first, second) of a batch of n that this rank trains on:
-// DataParallel's split (over min(N, n) ranks: ranks past n have none of a
-// short batch), so that N ranks of one shard take the shards, and draw the
-// dropout masks, one process of N shards takes.
-inline std::pair<int, int> rank_rows(const ProcessGroup& group, int n) {
-  const int k = std::min(group.size(), n), r = group.rank();
-  if (r >= k) return {n, n};
-  return {int(long(n) * r / k), int(long(n) * (r + 1) / k)};
-}
-// A file or directory named on the command line: the option and the path.
-struct NamedPath {
-  std::string option, path;
-};
-
-// True when a and b name one file: two paths to it, a hard link or a
-// symbolic link count as the same.
-inline bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
-  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
-}
-
-// True when `path` lies inside the directory `dir` (which need not exist).
-inline bool inside(const std::filesystem::path& path, const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(path, ec), d = fs::weakly_canonical(dir, ec);
-  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
-  return end == d.end() && p != d;
-}
-
-// The directory `path` will be written in (its parent) exists, or, when
-// `created` (a checkpoint directory: a save makes its parents), its nearest
-// existing ancestor does; and this process may write there.
-inline void check_writable_directory(const std::string& option, const std::filesystem::path& path, bool created) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path dir = path.lexically_normal();
-  if (!dir.has_filename()) dir = dir.parent_path();
-  dir = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
-  if (created)
-    while (!fs::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
-  require(fs::is_directory(dir, ec), option, " ", path.string(), ": the directory ", dir.string(),
-          fs::exists(dir, ec) ? " is not a directory" : " does not exist");
-  require(::access(dir.c_str(), W_OK | X_OK) == 0, option, " ", path.string(), ": cannot write in ", dir.string(),
-          ": ", std::strerror(errno));
-}
-
-// Checks the files a command writes against those it reads, before any work:
-// no output may name an input or another output, and none may lie inside
-// the checkpoint directory `out` (each save replaces it whole). An output
-// that is an existing directory is refused too.
-inline void check_output_paths(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs,
-                               const std::string& out = "") {
-  namespace fs = std::filesystem;
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    const NamedPath& o = outputs[i];
-    if (o.path.empty()) continue;
-    std::error_code ec;
-    require(!fs::is_directory(o.path, ec), o.option, " ", o.path, " is a directory; it names a file to write");
-    require(fs::status(o.path, ec).type() != fs::file_type::socket, o.option, " ", o.path,
-            " is a socket; it names a file to write");
-    require(out.empty() || !same_file(o.path, out), o.option, " ", o.path, " names the checkpoint directory --out");
-    for (const NamedPath& in : inputs)
-      require(in.path.empty() || !same_file(o.path, in.path), "refusing to write ", o.option, " ", o.path,
-              ": it is the ", in.option, " input");
-    for (std::size_t j = 0; j < i; ++j)
-      require(outputs[j].path.empty() || !same_file(o.path, outputs[j].path), o.option, " and ", outputs[j].option,
-              " both name ", o.path);
-    require(out.empty() || !inside(o.path, out), o.option, " ", o.path, " lies inside the checkpoint directory --out ",
-            out, ", which each save replaces");
-    check_writable_directory(o.option, o.path, false);
-  }
-}
-
-// Checks what add_run_options parsed, before any step: the shard count, the
-// checkpoint destination (an existing checkpoint only with --overwrite, or
-// when it is `resume`, the one this run continues; a directory this process
-// may create or write in), and the other outputs against the `inputs` (see
-// check_output_paths). Locks --out for this run (the lock returned; rank 0
-// alone under mpirun) and then removes what interrupted saves of it left.
-[[nodiscard]] inline std::unique_ptr<CheckpointLock> check_run_options(const RunOptions& r,
-                                                                       const std::vector<NamedPath>& inputs,
-                                                                       const std::string& resume = "") {
-  require(r.shards >= 0 && r.shards <= kMaxShards, "--shards ", r.shards, " outside 0..", kMaxShards,
-          " (0: one per thread)");
-  require(r.zero == 0 || r.zero == 1, "--zero ", r.zero, " is not 0 or 1 (ZeRO stage 1 is the one there is)");
+// xfmr::check_run_options and the precision and backend names, then --out locked for this run (rank 0 alone
+// under mpirun) and what interrupted saves of it left removed.
+[[nodiscard]] inline std::unique_ptr<CheckpointLock> start_run(const RunOptions& r, const std::vector<NamedPath>& inputs,
+                                                               const std::string& resume = "") {
+  check_run_options(r, inputs, resume);
   check_training_precision(r.precision, "--precision");
   check_backend_name(r.backend, "--backend");
-  std::vector<NamedPath> files = inputs;
-  if (!resume.empty()) {
-    files.push_back({"--resume", resume});
-    require(!is_int8_checkpoint(read_checkpoint_metadata(resume)), "--resume ", resume,
-            " holds int8 weights for decoding; resume from the float32 checkpoint they were made from");
-  }
-  if (!r.out.empty()) {
-    check_checkpoint_destination(r.out);  // before any training, not at the first save
-    check_writable_directory("--out", r.out, true);
-    require(!is_checkpoint(r.out) || r.overwrite || (!resume.empty() && same_file(r.out, resume)), "--out ", r.out,
-            " holds a checkpoint already: pass --overwrite to replace it",
-            resume.empty() ? "" : " (this run resumes another)", ", or choose another directory");
-    for (const NamedPath& in : files)
-      require(in.path.empty() || !inside(in.path, r.out), "the ", in.option, " input ", in.path,
-              " lies inside --out ", r.out, ", which each save replaces");
-    for (const NamedPath& in : inputs)
-      require(in.path.empty() || !same_file(r.out, in.path), "refusing to write --out ", r.out, ": it is the ",
-              in.option, " input");
-  }
-  check_output_paths({{"--metrics-json", r.metrics_json}, {"--log-csv", r.log_csv}, {"--report", r.report}}, files,
-                     r.out);
-  std::unique_ptr<CheckpointLock> lock;
 #ifndef XFMR_FUZZ_CLI  // (a fuzzed --out may name any directory: the lock would create its parents)
-  if (!r.out.empty() && ProcessGroup::world().root()) {
-    lock = std::make_unique<CheckpointLock>(r.out);
-    if (const int n = remove_interrupted_saves(r.out))
-      std::cerr << "removed " << n << " director" << (n == 1 ? "y" : "ies") << " left beside " << r.out
-                << " by interrupted saves\n";
-  }
+  if (!r.out.empty() && ProcessGroup::world().root()) return lock_checkpoint_directory(r.out);
 #endif
-  return lock;
+  return nullptr;
 }
 
 // `program quantise --checkpoint DIR --out DIR8`: io/checkpoint.hpp's
@@ -620,22 +263,6 @@ inline int run_quantise(const char* program, const char* format, int argc, char*
   return 0;
 }
 
-// An integer in a checkpoint's JSON, within [lo, hi]: a float, a string or a
-// value out of range is an Error naming the key (nlohmann-json's conversion
-// of 1e100 to an int is undefined behaviour).
-template <class T>
-T json_integer(const nlohmann::json& j, const char* key, T lo = std::numeric_limits<T>::min(),
-               T hi = std::numeric_limits<T>::max()) {
-  const nlohmann::json& v = j.at(key);
-  require(v.is_number_integer(), "checkpoint value '", key, "' is ", v.is_number() ? v.dump() : v.type_name(),
-          ", not an integer");
-  const bool in_range = v.is_number_unsigned()
-                            ? std::cmp_less_equal(v.get<std::uint64_t>(), hi)
-                            : std::cmp_greater_equal(v.get<std::int64_t>(), lo) && std::cmp_less_equal(v.get<std::int64_t>(), hi);
-  require(in_range, "checkpoint value '", key, "' ", v.dump(), " outside [", +lo, ", ", +hi, "]");
-  return v.get<T>();
-}
-
 // --resume: a run's setting comes from the checkpoint's settings (`saved`,
 // JSON); given explicitly on the command line it must agree, or the error
 // names the option.
@@ -656,57 +283,6 @@ inline void check_stop_after(const boost::program_options::variables_map& vm, lo
           " must be a step of the plan, 1 or more");
 }
 
-// The most tokens a vocabulary built from training data may hold (an
-// embedding row each), and the check of one: more than its `specials` (a
-// vocabulary of specials alone reads every word as <unk>), at most
-// kMaxVocabulary, and an embedding that trains (its weights, gradients and
-// AdamW's two moments: 16 bytes a parameter) in half the machine's memory.
-// `what` names the vocabulary and its file, `options` what makes it smaller.
-inline constexpr std::size_t kMaxVocabulary = std::size_t(1) << 20;
-inline void check_vocabulary(std::size_t size, std::size_t specials, int d_model, const std::string& what,
-                             const std::string& options) {
-  require(size > specials, what, " holds only its ", specials, " special tokens: every word would read as <unk> (",
-          options, " keeps too few words)");
-  require(size <= kMaxVocabulary, what, " has ", size, " tokens, over the limit of ", kMaxVocabulary, " (", options,
-          ")");
-  const double bytes = 16.0 * double(size) * d_model;
-  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
-  require(memory <= 0 || bytes <= memory / 2, what, " has ", size, " tokens, whose embedding of width ", d_model,
-          " would take ", std::lround(bytes / 1e9), " GB to train, more than half this machine's ",
-          std::lround(memory / 1e9), " GB (", options, ")");
-}
-
-// The memory a training batch of `batch` sequences of `length` positions
-// takes at least, estimated from the model's shape (`p`, `layers` blocks in
-// all): per position and block what the backward keeps (about ten rows of
-// the model's width and two of the feed-forward's; attention's own, which
-// depends on its path, not counted), and the logits with their gradient.
-// More than the machine's memory is refused, naming `option`: a batch size
-// that cannot train fails here, not in the kernel's out-of-memory killer.
-inline void check_batch_memory(const PresetInfo& p, int layers, long batch, long length, long vocab,
-                               const std::string& option) {
-  const double per_position = 4.0 * (double(layers) * (10.0 * p.d_model + 2.0 * p.d_ff) + 2.0 * double(vocab));
-  const double bytes = per_position * double(batch) * double(length);
-  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
-  require(memory <= 0 || bytes <= memory, option, ": a batch of ", batch, " sequences of ", length,
-          " positions would keep at least ", std::lround(bytes / 1e9), " GB of activations, more than this "
-          "machine's ", std::lround(memory / 1e9), " GB");
-}
-
-// Sequences a batch; more would overflow the batch's token count and only
-// exhaust memory.
-inline constexpr int kMaxBatch = 1 << 16;
-inline void check_batch(int batch) { require(batch >= 1 && batch <= kMaxBatch, "--batch ", batch, " outside 1..", kMaxBatch); }
-
-// The optimisation numbers every training program takes: a finite positive
-// learning rate, a finite clip and weight decay >= 0 (NaN and infinity are
-// refused, not saved into a checkpoint that then cannot resume).
-inline void check_optimizer_options(double lr, double clip, double weight_decay) {
-  require(std::isfinite(lr) && lr > 0, "--lr ", lr, " must be a positive finite number");
-  require(std::isfinite(clip) && clip >= 0, "--clip ", clip, " must be a finite number >= 0 (0: no clipping)");
-  require(std::isfinite(weight_decay) && weight_decay >= 0, "--weight-decay ", weight_decay,
-          " must be a finite number >= 0");
-}
 // A dropout rate given on the command line: in [0, 1), never silently
 // replaced by the preset's (as a negative or NaN rate was).
 inline void check_dropout_options(const boost::program_options::variables_map& vm, float dropout,
@@ -715,63 +291,6 @@ inline void check_dropout_options(const boost::program_options::variables_map& v
     require(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " outside [0, 1)");
   require(attention_dropout >= 0.0f && attention_dropout < 1.0f, "--attention-dropout ", attention_dropout,
           " outside [0, 1)");
-}
-
-// The settings of a language-model run that xfmr-charlm and xfmr-lm share
-// (the optimizer, the batches, the split, the seed): each program's
-// RunSettings derives from it with its own defaults, writes these keys into
-// the checkpoint's settings and reads them back, and on --resume asks
-// agree(option, same) of each, so that an option given explicitly must
-// match the checkpoint's.
-struct LmTrainingSettings {
-  std::string schedule = "constant";
-  int batch = 16, grad_accum = 1;
-  double lr = 1e-3, clip = 0.0, weight_decay = 0.01, val_fraction = 0.1;
-  float dropout = -1.0f;  // < 0: the preset's
-  std::uint64_t seed = 1337;
-
-  void write(nlohmann::json& j) const {
-    j.update({{"schedule", schedule}, {"batch", batch}, {"grad_accum", grad_accum}, {"lr", lr}, {"clip", clip},
-              {"weight_decay", weight_decay}, {"val_fraction", val_fraction}, {"dropout", dropout}, {"seed", seed}});
-  }
-  void read(const nlohmann::json& j) {
-    schedule = j.at("schedule");
-    batch = json_integer<int>(j, "batch");
-    grad_accum = json_integer<int>(j, "grad_accum");
-    lr = j.at("lr");
-    clip = j.at("clip");
-    weight_decay = j.at("weight_decay");
-    val_fraction = j.at("val_fraction");
-    dropout = j.at("dropout");
-    seed = json_integer<std::uint64_t>(j, "seed");
-  }
-  template <class Agree>
-  void agree_with(const LmTrainingSettings& saved, Agree&& agree) const {
-    agree("batch", batch == saved.batch);
-    agree("grad-accum", grad_accum == saved.grad_accum);
-    agree("lr", lr == saved.lr);
-    agree("schedule", schedule == saved.schedule);
-    agree("weight-decay", weight_decay == saved.weight_decay);
-    agree("clip", clip == saved.clip);
-    agree("dropout", dropout == saved.dropout);
-    agree("val-fraction", val_fraction == saved.val_fraction);
-    agree("seed", seed == saved.seed);
-  }
-};
-
-// The steps a resumed run plans: the checkpoint's unless --steps is given.
-// A schedule other than constant spans the checkpoint's steps, so another
-// --steps is refused (it would bend the schedule under the resumed run); a
-// constant rate may train on past them.
-inline long resumed_steps(const boost::program_options::variables_map& vm, long given, const Metadata& checkpoint,
-                          const std::string& dir, const std::string& schedule) {
-  const long planned = parse_integer<long>(metadata_value(checkpoint, "steps", dir), dir + ": steps");
-  require(planned >= 1, dir, ": steps ", planned, " is not positive");
-  if (vm["steps"].defaulted()) return planned;
-  require(given == planned || schedule == "constant", "--steps ", given, " differs from the ", planned,
-          " that the checkpoint's ", schedule, " schedule spans; resume with --steps ", planned,
-          " (only a constant schedule may change it)");
-  return given;
 }
 
 // Their options, with each program's help for --lr (its AdamW) and

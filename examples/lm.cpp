@@ -348,6 +348,11 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
             << ", " << model.parameter_count() << " parameters, vocabulary " << V << ", " << train_ids.size()
             << " train / " << val_ids.size() << " val tokens, batch " << run.batch << " x " << T
             << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << std::endl;
+  TrainingLoop loop({.total = a.steps,
+                     .stop_after = a.stop_after,
+                     .eval_every = a.eval_every,
+                     .tokens_per_step = long(run.batch) * T * run.grad_accum,
+                     .log_csv = a.log_csv});
   const double start_val = start == 0 ? val_loss() : -1;
   if (start == 0) std::cout << "step 0: val loss " << std::fixed << std::setprecision(4) << start_val << std::defaultfloat << std::endl;
 
@@ -356,39 +361,24 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
     return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
                      Shape{s.size(), T});
   };
-  StopSignals signals;
-  CsvLog csv(a.log_csv);
-  std::vector<std::pair<long, double>> batch_losses;
-  std::vector<LossPoint> evals;
-  Progress progress(start, a.steps, long(run.batch) * T * run.grad_accum);
-  double last_val = start_val;
-  long stop = a.stop_after > 0 ? std::min(a.stop_after, a.steps) : a.steps;
-  while (trainer.steps() < stop) {
-    const StepResult r = trainer.step(
-        [&](int) {
-          batches.sample(trainer.data_rng(), ids.data(), targets.data());
-          return BatchTargets{run.batch, targets};
-        },
-        forward);
-    const long step = r.step;
-    batch_losses.emplace_back(step, r.loss);
-    csv.batch(step, r.lr, r.loss);
-    progress.update(step - 1, r.loss);
-    warn_if_diverging(r, trainer.first_loss(), progress);
-    if (signals.requested(group)) stop = step;
-    if (step % a.eval_every == 0 || step == stop) {
-      last_val = val_loss();
-      progress.clear_line();
-      std::cout << "step " << step << ": train batch loss " << std::fixed << std::setprecision(4) << r.loss
-                << ", val loss " << last_val << std::defaultfloat << std::endl;
-      evals.push_back({step, r.loss, last_val});
-      csv.eval(step, r.lr, r.loss, last_val);
-      if (!a.out.empty()) trainer.save(a.out, metadata);
-    }
-  }
-  signals.release();
-  progress.clear_line();
-  csv.save();
+  const TrainingOutcome o = loop.run(
+      start, group,
+      [&](long) {
+        return trainer.step(
+            [&](int) {
+              batches.sample(trainer.data_rng(), ids.data(), targets.data());
+              return BatchTargets{run.batch, targets};
+            },
+            forward);
+      },
+      [&](const StepResult& r) {
+        const double val = val_loss();
+        return Evaluation{r.loss, val, ": train batch loss " + fixed(r.loss, 4) + ", val loss " + fixed(val, 4)};
+      },
+      [&] {
+        if (!a.out.empty()) trainer.save(a.out, metadata);
+      });
+  const double last_val = o.evals.empty() ? start_val : o.last.val;
   write_html_report(a.report, "xfmr-lm: " + preset,
                     {{"model", preset + " (" + model.preset().shape() + ")"},
                      {"from", run.init.empty() ? "scratch" : run.init},
@@ -397,18 +387,18 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                      {"steps", std::to_string(a.steps)},
                      {"batch", std::to_string(run.batch) + " x " + std::to_string(T)},
                      {"final val loss", fixed(last_val, 4)},
-                     {"tokens/s", fixed(progress.tokens_per_second(), 0)}},
-                    batch_losses, evals);
+                     {"tokens/s", fixed(o.tokens_per_s, 0)}},
+                    o.batch_losses, o.evals);
   if (!a.metrics_json.empty())
     write_text_atomic(a.metrics_json, json{{"preset", preset},
                                            {"parameters", model.parameter_count()},
                                            {"steps", a.steps},
                                            {"start_val_loss", start_val},
                                            {"val_loss", last_val},
-                                           {"tokens_per_s", progress.tokens_per_second()},
-                                           {"wall_s", progress.elapsed()}}
+                                           {"tokens_per_s", o.tokens_per_s},
+                                           {"wall_s", o.wall_s}}
                                               .dump(2) + "\n");
-  signals.finish(trainer.steps(), a.out);
+  loop.finish(trainer.steps(), a.out);
 }
 
 int run_train(int argc, char** argv) {
@@ -448,7 +438,7 @@ int run_train(int argc, char** argv) {
     agree("context", given.context == saved.context);
     given.agree_with(saved, agree);
     a.run = saved;
-    a.steps = resumed_steps(vm, a.steps, *resumed, a.resume, saved.schedule);
+    a.steps = saved.resumed_steps(a.steps, !vm["steps"].defaulted(), *resumed, a.resume);
     if (a.out.empty()) a.out = a.resume;
   } else {  // saved as absolute paths: a resumed run may start elsewhere
     if (!a.run.init.empty()) a.run.init = fs::absolute(a.run.init).string();
@@ -469,7 +459,7 @@ int run_train(int argc, char** argv) {
   (void)LrSchedule::parse(a.run.schedule, a.run.lr, a.steps);
   (void)parse_recompute(a.recompute);
   require(!a.data.empty(), "--data FILE is required");
-  const auto lock = check_run_options(a, {{"--data", a.data}, {"--init", a.run.init}}, a.resume);
+  const auto lock = start_run(a, {{"--data", a.data}, {"--init", a.run.init}}, a.resume);
   dispatch_backend(a.backend, [&]<class Be>() { train<Be>(a, resumed); });
   return 0;
 }

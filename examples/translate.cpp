@@ -411,19 +411,12 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
        .split = {.shards = a.shards, .group = &group, .zero = a.zero},
        .graph_steps = false},
       [&] { return std::make_unique<Model>(p.dims(), p.dims(), v.src.size(), v.tgt.size(), a.seed, model_opts); });
-  // An epoch's batches are drawn from the data generator at its start: a run
-  // resumed mid-epoch draws them again from the state saved then
-  // (epoch_rng); at an epoch's end the generator is where the next is drawn.
-  std::uint64_t epoch_rng = trainer.data_rng().state();
   if (resumed) {
     trainer.resume(a.resume);
     require(trainer.steps() <= total, "the checkpoint is at step ", trainer.steps(), ", past the plan's ", total);
-    epoch_rng = trainer.steps() % per_epoch != 0
-                    ? parse_integer<std::uint64_t>(metadata_value(*resumed, "epoch_rng", a.resume),
-                                                   a.resume + ": epoch_rng")
-                    : trainer.data_rng().state();
   }
   const long start = trainer.steps();
+  Epochs epochs(per_epoch, start, trainer.data_rng(), resumed, a.resume);  // an epoch's batches: drawn at its start
   // The model's logits for a shard of the sentence pairs in b from `mine` on
   // (this rank's rows), and those rows' targets.
   auto forward = [](const Batch& b, int mine) {
@@ -435,7 +428,11 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                        Shape{s.size(), b.tgt.T}, b.tgt_pad.data() + first * T);
     };
   };
-  StopSignals signals;  // from here on, SIGINT and SIGTERM stop at a step boundary
+  TrainingLoop loop({.total = total,
+                     .stop_after = a.stop_after,
+                     .eval_every = a.eval_every,
+                     .tokens_per_step = long(a.batch) * 14,
+                     .log_csv = a.log_csv});
   std::cout << "xfmr-translate: " << p.name << " on " << describe(be) << ", "
             << parameter_count(model) << " parameters, "
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
@@ -470,50 +467,32 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                    {"vocabs", v.to_json().dump()},
                    {"settings", a.settings().dump()},
                    {"data_hash", data_hash},
-                   {"epoch_rng", std::to_string(epoch_rng)}};
+                   {"epoch_rng", std::to_string(epochs.state())}};
     if (bleu) md["val_bleu"] = number(*bleu);
     trainer.save(a.out, md);  // every rank (join_ranks); rank 0 writes
   };
 
-  CsvLog csv(a.log_csv);
-  std::vector<std::pair<long, double>> batch_losses;
-  std::vector<LossPoint> evals;
-  Progress progress(start, total, long(a.batch) * 14);
   long tokens = 0;
   double vloss = 0;
-  long stop = a.stop_after > 0 ? std::min(a.stop_after, total) : total;
-  for (long step = start; step < stop;) {
-    trainer.data_rng().set_state(epoch_rng);
-    const auto batches = bucket_batches(data, a.batch, trainer.data_rng());
-    const long epoch = step / per_epoch;
-    for (long k = step % per_epoch; k < per_epoch && step < stop; ++k) {
-      const Batch b = make_batch(data, batches[std::size_t(k)], v);
-      const auto rows = my_rows(b);
-      const StepResult r = trainer.step([&](int) { return rows.second; }, forward(b, rows.first));
-      const double lr = r.lr, loss = r.loss;
-      tokens += b.tokens;
-      batch_losses.emplace_back(step + 1, loss);
-      csv.batch(step + 1, lr, loss);
-      progress.update(step, loss);
-      warn_if_diverging(r, trainer.first_loss(), progress);
-      ++step;
-      if (signals.requested(group)) stop = step;  // evaluated and saved as at --stop-after
-      if (step % a.eval_every == 0 || step == total || step == stop) {
+  std::vector<std::vector<int>> batches;  // this epoch's
+  const TrainingOutcome o = loop.run(
+      start, group,
+      [&](long step) {
+        if (epochs.draw_at(step, trainer.data_rng())) batches = bucket_batches(data, a.batch, trainer.data_rng());
+        const Batch b = make_batch(data, batches[std::size_t(step % per_epoch)], v);
+        const auto rows = my_rows(b);
+        tokens += b.tokens;
+        return trainer.step([&](int) { return rows.second; }, forward(b, rows.first));
+      },
+      [&](const StepResult& r) {
         vloss = val_loss();
-        progress.clear_line();
-        std::cout << "step " << step << " (epoch " << epoch + 1 << "): batch loss " << std::fixed << std::setprecision(4)
-                  << loss << ", val loss " << vloss << std::defaultfloat << std::endl;
-        evals.push_back({step, loss, vloss});
-        csv.eval(step, lr, loss, vloss);
-        if (step < stop) save(std::nullopt);
-      }
-    }
-    if (step % per_epoch == 0) epoch_rng = trainer.data_rng().state();  // the next epoch's batches are drawn here
-  }
-  signals.release();
-  progress.clear_line();
-  const double train_s = progress.elapsed();
-  if (start == total) std::cout << "already at step " << start << "; nothing to train\n";
+        return Evaluation{r.loss, vloss,
+                          " (epoch " + std::to_string((r.step - 1) / per_epoch + 1) + "): batch loss " + fixed(r.loss, 4) +
+                              ", val loss " + fixed(vloss, 4)};
+      },
+      [&] { save(std::nullopt); });
+  const long stop = o.stop;
+  const double train_s = o.wall_s;
   auto report = [&](const std::string& bleu) {
     write_html_report(a.report, std::string("xfmr-translate: ") + p.name,
                       {{"model", p.name + " (" + p.shape() + ")"},
@@ -521,13 +500,11 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                        {"val loss", fixed(vloss, 4)},
                        {"val BLEU", bleu},
                        {"training time", format_duration(train_s)}},
-                      batch_losses, evals);
+                      o.batch_losses, o.evals);
   };
   if (stop < total) {  // stopped early, to be resumed: no BLEU yet
-    save(std::nullopt);
-    csv.save();
     report("- (stopped at step " + std::to_string(stop) + " of " + std::to_string(total) + ")");
-    signals.finish(stop, a.out);
+    loop.finish(stop, a.out);
     return;
   }
   // BLEU on the validation set (or its first --bleu-sentences) with beam search.
@@ -548,7 +525,6 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   for (std::size_t i = 0; i < std::min<std::size_t>(3, hyps.size()); ++i)
     std::cout << "  " << srcs[i] << "\n  -> " << hyps[i] << "\n";
   save(bleu.score);
-  csv.save();
   report(bleu.to_string());
   if (!a.metrics_json.empty()) {
     const json m = {{"model", p.name}, {"backend", Be::name}, {"precision", precision_of(be)}, {"bleu", bleu.score},      {"val_loss", vloss},
@@ -677,7 +653,7 @@ int run_train(int argc, char** argv) {
   require(a.epochs > 0 && a.eval_every > 0, "--epochs and --eval-every must be positive");
   check_stop_after(vm, a.stop_after);
   check_batch(a.batch);
-  const auto lock = check_run_options(a, {{"--src-train", a.src_train}, {"--tgt-train", a.tgt_train}, {"--src-val", a.src_val},
+  const auto lock = start_run(a, {{"--src-train", a.src_train}, {"--tgt-train", a.tgt_train}, {"--src-val", a.src_val},
                         {"--tgt-val", a.tgt_val}}, a.resume);
   check_beam(a.beam);
   require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");

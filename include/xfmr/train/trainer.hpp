@@ -83,6 +83,7 @@
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/schedules.hpp"
+#include "xfmr/train/step_result.hpp"
 
 namespace xfmr {
 
@@ -105,18 +106,6 @@ struct BatchTargets {
   int sequences = 0;
   std::span<const std::int32_t> targets;
 };
-
-// A step's outcome: the step number (1-based), its learning rate, the mean
-// loss over its micro-batches and the gradient norm before clipping.
-struct StepResult {
-  long step = 0;
-  double lr = 0.0, loss = 0.0, grad_norm = 0.0;
-  // True at the first step whose loss exceeds kDivergence times the loss of
-  // this run's first step: training is likely diverging (a learning rate
-  // too high); the caller warns.
-  bool diverging = false;
-};
-inline constexpr double kDivergence = 4.0;
 
 // A loss summed over batches without gradients: the sum of each target's
 // loss and the number of targets counted.
@@ -195,6 +184,7 @@ class Trainer {
     ++step_;
     if (first_loss_ < 0) first_loss_ = r.loss;
     r.diverging = !warned_ && first_loss_ > 0 && r.loss > kDivergence * first_loss_;
+    r.first_loss = first_loss_;
     warned_ = warned_ || r.diverging;
     return r;
   }
