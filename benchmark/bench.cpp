@@ -54,7 +54,7 @@
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
-#include "xfmr/models/seq2seq.hpp"
+#include "xfmr/models/translation_model.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
@@ -643,10 +643,9 @@ json run_pretrained(const Args& a) {
 }
 
 // Greedy translation decoding, per token, with and without the caches.
-// Cfg: the preset's family (dynamic_of_t), p: the preset.
-template <class Cfg, class Be>
+// p: the preset, whose family's Seq2Seq the library compiled.
+template <class Be>
 json run_translator(const PresetInfo& p, const Args& a) {
-  using Model = Seq2Seq<Cfg, Cfg, Be>;
   Be be = make_backend<Be>(a.backend, a.precision);
   std::vector<float> staging;  // logits on the host, for argmax
   const int V = a.vocab, S_len = p.max_t / 2, n = p.max_t - 1;
@@ -660,15 +659,16 @@ json run_translator(const PresetInfo& p, const Args& a) {
               {"blas", blas_kernel()},
               {"gemm_ceiling_gflops", gemm_ceiling(a, be)},
               {"results", json::object()}};
-  Model model(p.dims(), p.dims(), V, V, 1337);
-  out["parameters"] = parameter_count(model);
+  const auto model_ptr = make_translation_model<Be>(p, V, V, 1337);
+  TranslationModel<Be>& model = *model_ptr;
+  out["parameters"] = model.parameter_count();
   model.set_training(false);
   const WeightCopies weight_copies(be, model);
   Rng rng(9);
   std::vector<std::int32_t> src(S_len);
   for (auto& i : src) i = std::int32_t(2 + rng.below(V - 2));
   model.encode(be, src, Shape{1, S_len});
-  typename Model::DecodeState st;
+  Seq2SeqDecodeState<Be> st;
   std::vector<std::int32_t> seq(n + 1);  // token 0, then the n generated
   const auto cached = time_calls(a, be, [&] {
     model.start_decoding(be, st);
@@ -848,11 +848,8 @@ int main(int argc, char** argv) {
       dispatch_backend(a.backend, [&]<class Be>() { result = run<Be>(a); });
     } else {
       if (vm["vocab"].defaulted()) a.vocab = 8000;
-      dispatch_backend(a.backend, [&]<class Be>() {
-        TranslatorPresets::with(a.translator, [&]<class Cfg>() {
-          result = run_translator<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), a);
-        });
-      });
+      dispatch_backend(a.backend,
+                       [&]<class Be>() { result = run_translator<Be>(TranslatorPresets::info(a.translator), a); });
     }
     print(result);
     if (result.contains("greedy")) {

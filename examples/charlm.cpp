@@ -19,7 +19,7 @@
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/io/architecture.hpp"
 #include "xfmr/presets.hpp"
-#include "xfmr/text/datasets.hpp"
+#include "xfmr/text/char_corpus.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
@@ -33,7 +33,6 @@ using namespace xfmr::examples;
 namespace {
 
 constexpr const char* kFormat = "xfmr-charlm";
-constexpr std::uint64_t kEvalSeed = 0x5eed;
 
 // Settings that define a run; on --resume they come from the checkpoint.
 struct RunSettings : LmTrainingSettings {
@@ -78,100 +77,6 @@ struct TrainArgs : RunOptions {
   int eval_every = 500, eval_batches = 100, samples = 300;
 };
 
-// The text the model learns from: train and validation streams (text mode),
-// or train and validation names (names mode).
-struct Corpus {
-  std::string train, val;                   // text mode
-  std::vector<std::string> train_names, val_names;  // names mode
-  std::uint64_t hash = 0;
-  std::string all_text() const {
-    std::string s = train + val;
-    for (const auto* v : {&train_names, &val_names})
-      for (const auto& n : *v) s += n + "\n";
-    return s;
-  }
-};
-
-// The corpus of --data, checked as UTF-8 when it is read (the error names
-// the line); in names mode every name must fit the context of `length`
-// positions with its separator (the error names the file's line).
-Corpus load_corpus(const std::string& path, const RunSettings& run, int length) {
-  require(!path.empty(), "--data FILE is required");
-  Corpus c;
-  std::string text = read_text_file(path);
-  c.hash = fnv1a(text);
-  check_utf8(text, "--data " + path + " (the character model reads UTF-8 text)");
-  const auto characters = [](std::string_view s) {
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < s.size(); i += utf8_character_size(s, i)) ++n;
-    return n;
-  };
-  if (run.mode == "names") {
-    std::vector<std::string> lines;
-    std::size_t start = 0;
-    while (start < text.size()) {
-      auto end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      std::string line = text.substr(start, end - start);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      const std::size_t n = characters(line);
-      require(n + 1 <= std::size_t(length), "--data ", path, ": the name on line ", lines.size() + 1, " has ", n,
-              " characters; with its separator that exceeds the model's context of ", length);
-      lines.push_back(std::move(line));
-      start = end + 1;
-    }
-    auto split = split_names(lines, 1.0 - run.val_fraction, run.seed);
-    c.train_names = std::move(split.train);
-    c.val_names = std::move(split.val);
-  } else {
-    require(run.mode == "text", "unknown --mode '", run.mode, "' (expected text or names)");
-    // The first (1 - val_fraction) of the characters train, the rest validate.
-    const std::size_t n_train = std::size_t(double(characters(text)) * (1.0 - run.val_fraction));
-    std::size_t bytes = 0;
-    for (std::size_t i = 0; i < n_train; ++i) bytes += utf8_character_size(text, bytes);
-    c.val = text.substr(bytes);
-    text.resize(bytes);
-    c.train = std::move(text);
-  }
-  return c;
-}
-
-// Training and evaluation batches for either mode.
-class Batches {
- public:
-  Batches(const Corpus& c, const CharTokenizer& tok, const std::string& mode, int batch, int length, bool train,
-          const std::string& data) {
-    if (mode == "names") {
-      const auto sep = tok.find("\n").value();
-      std::vector<std::vector<std::int32_t>> seqs;
-      for (const auto& n : train ? c.train_names : c.val_names) seqs.push_back(tok.encode(n));
-      seq_.emplace(std::move(seqs), batch, length, sep, sep, kIgnoreIndex);
-    } else {
-      ids_ = tok.encode(train ? c.train : c.val);
-      require(ids_.size() > std::size_t(length), "--data ", data, ": its ", train ? "training" : "validation",
-              " part has ", ids_.size(), " characters, too few for windows of the model's context ", length,
-              " + 1 (", train ? "a longer text, or a smaller --val-fraction" : "a longer text, or a larger --val-fraction",
-              ")");
-      lm_.emplace(ids_, batch, length);
-    }
-  }
-  void sample(Rng& rng, std::int32_t* ids, std::int32_t* targets) const {
-    lm_ ? lm_->sample(rng, ids, targets) : seq_->sample(rng, ids, targets);
-  }
-  // Evaluation batches: fixed random windows (text), or the names in order,
-  // all of them when `cap` allows (names).
-  int eval_count(int cap) const { return lm_ ? cap : std::min(cap, seq_->batches()); }
-  void eval_batch(int i, std::int32_t* ids, std::int32_t* targets) const {
-    lm_ ? lm_->fixed(kEvalSeed, i, ids, targets) : seq_->in_order(i, ids, targets);
-  }
-  std::size_t size() const { return lm_ ? ids_.size() : seq_->size(); }
-
- private:
-  std::vector<std::int32_t> ids_;
-  std::optional<LmBatcher> lm_;
-  std::optional<SequenceBatcher> seq_;
-};
-
 // The checkpoint's metadata for a run of these settings: what sample and
 // --resume read back.
 Metadata run_metadata(const TrainArgs& args, const CharTokenizer& tok, std::uint64_t corpus_hash) {
@@ -193,7 +98,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   const DecoderOptions model_opts{.dropout = run.dropout >= 0 ? run.dropout : preset.dropout,
                                   .attention_dropout = run.attention_dropout,
                                   .recompute = parse_recompute(args.recompute)};
-  const Corpus corpus = load_corpus(args.data, run, preset.max_t);
+  const CharCorpus corpus = load_char_corpus(args.data, run.mode, run.val_fraction, run.seed, preset.max_t);
 
   // Tokenizer: built from the whole corpus, or the checkpoint's.
   CharTokenizer tok = CharTokenizer::byte_level();
@@ -206,8 +111,8 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   }
   const int T = preset.max_t, V = tok.size();
   check_batch_memory(preset, preset.n_layers, run.batch, T, V, "--batch " + std::to_string(run.batch));
-  const Batches train_batches(corpus, tok, run.mode, run.batch, T, true, args.data);
-  const Batches val_batches(corpus, tok, run.mode, run.batch, T, false, args.data);
+  const CharBatches train_batches(corpus, tok, run.mode, run.batch, T, true, args.data);
+  const CharBatches val_batches(corpus, tok, run.mode, run.batch, T, false, args.data);
 
   // Under mpirun, each of the N ranks trains (and evaluates) on its batch / N
   // sequences of every batch (all draw the same batches).
@@ -258,7 +163,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   auto my_targets = [&] { return std::span<const std::int32_t>(targets).subspan(mine, std::size_t(my_rows) * T); };
   // Mean loss over every counted target of the evaluation batches (names
   // mode pads; in text mode every target counts).
-  auto evaluate = [&](const Batches& b) {
+  auto evaluate = [&](const CharBatches& b) {
     LossSum sum;
     for (int i = 0; i < b.eval_count(args.eval_batches); ++i) {
       b.eval_batch(i, ids.data(), targets.data());
@@ -480,12 +385,12 @@ template <class Be>
 void eval(const EvalArgs& args, const Metadata& metadata) {
   const RunSettings run = RunSettings::from_json(json::parse(metadata_value(metadata, "settings", args.checkpoint)));
   const PresetInfo preset = LanguageModelPresets::info(run.model);
-  const Corpus corpus = load_corpus(args.data, run, preset.max_t);
+  const CharCorpus corpus = load_char_corpus(args.data, run.mode, run.val_fraction, run.seed, preset.max_t);
   require(metadata_value(metadata, "data_hash", args.checkpoint) == hex(corpus.hash), "--data ", args.data,
           " is not the text the checkpoint was trained on (", metadata_value(metadata, "data", args.checkpoint), ")");
   const auto tok = CharTokenizer::from_json(metadata_value(metadata, "tokenizer", args.checkpoint));
   const int T = preset.max_t, V = tok.size();
-  const Batches val(corpus, tok, run.mode, run.batch, T, false, args.data);
+  const CharBatches val(corpus, tok, run.mode, run.batch, T, false, args.data);
   Be be = make_backend<Be>(args.backend, args.precision);
   const auto model = make_language_model<Be>(run.model, V, 0);
   const SafeTensors saved = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);

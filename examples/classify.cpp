@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "common.hpp"
+#include "xfmr/infer/classify.hpp"
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/io/checkpoint.hpp"
-#include "xfmr/models/classifier.hpp"
+#include "xfmr/models/classifier_model.hpp"
 #include "xfmr/presets.hpp"
+#include "xfmr/text/classification.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/train/losses.hpp"
@@ -31,170 +33,12 @@ namespace {
 
 constexpr const char* kFormat = "xfmr-classify";
 
-// How word text is cut before the vocabulary sees it: "none" splits on
-// whitespace alone; "words" also turns HTML line breaks (<br />, as IMDb
-// reviews hold them) into spaces and splits off punctuation (pretokenize);
-// "lower" does the same and lower-cases ASCII letters.
-std::string normalize_words(std::string_view text, const std::string& mode) {
-  if (mode == "none") return std::string(text);
-  std::string plain;
-  for (std::size_t i = 0; i < text.size();) {
-    std::size_t len = 0;
-    for (std::string_view br : {"<br />", "<br/>", "<br>"})
-      if (text.substr(i, br.size()) == br) len = br.size();
-    plain += len ? ' ' : text[i];
-    i += len ? len : 1;
-  }
-  std::string out;
-  for (const auto& w : pretokenize(plain, mode == "lower")) out += (out.empty() ? "" : " ") + w;
-  return out;
-}
-
-void check_normalize(const std::string& mode, const char* where) {
-  require(mode == "none" || mode == "words" || mode == "lower", "unknown ", where, " '", mode,
-          "' (expected none, words or lower)");
-}
-
-// Words or characters, behind one interface; serialised into the checkpoint.
-struct Tokens {
-  std::string kind;  // "word" or "char"
-  std::string normalize = "none";  // words only: none, words or lower (normalize_words)
-  std::optional<WordVocab> words;
-  std::optional<CharTokenizer> chars;
-  std::int32_t pad = 0, cls = -1;
-
-  static Tokens build(const std::string& kind, const std::string& normalize, const std::vector<LabeledText>& train,
-                      int min_freq, int max_vocab, bool cls, const std::string& source, int d_model, int max_t,
-                      const std::string& truncate) {
-    Tokens t;
-    t.kind = kind;
-    std::vector<std::string> texts;
-    if (kind == "word") {
-      check_normalize(normalize, "--normalize");
-      t.normalize = normalize;
-      // The vocabulary of what the model reads: the words --truncate keeps.
-      for (const auto& r : train) {
-        std::string text = normalize_words(r.text, normalize);
-        const std::vector<std::string_view> words = split_words(text);
-        if (const std::size_t keep = std::size_t(max_t - (cls ? 1 : 0)); words.size() > keep) {
-          const std::string_view first = truncate == "tail" ? words[words.size() - keep] : words.front();
-          const std::string_view last = truncate == "tail" ? words.back() : words[keep - 1];
-          text = std::string(first.data(), std::size_t(last.data() + last.size() - first.data()));
-        }
-        texts.push_back(std::move(text));
-      }
-      t.words = WordVocab::build(texts, min_freq, {"<pad>", "<unk>", "<cls>"}, std::size_t(max_vocab));
-      check_vocabulary(std::size_t(t.words->size()), 3, d_model, "the word vocabulary of --train " + source,
-                       "--min-freq or --max-vocab");
-      t.pad = *t.words->special("<pad>");
-      if (cls) t.cls = *t.words->special("<cls>");
-    } else {
-      require(kind == "char", "unknown --tokens '", kind, "' (expected word or char)");
-      require(normalize == "none", "--normalize ", normalize, " applies to word tokens only");
-      require(max_vocab == 0, "--max-vocab applies to word tokens only");
-      std::string all;
-      for (const auto& r : train) all += r.text;
-      // Characters: id 0 pads, the last id is CLS, unknown characters map to <unk>.
-      t.chars = CharTokenizer::from_corpus(all, /*with_unknown=*/true);
-      t.pad = t.chars->size();
-      t.cls = cls ? t.chars->size() + 1 : -1;
-    }
-    return t;
-  }
-  int size() const { return words ? words->size() : chars->size() + 2; }
-  std::vector<std::int32_t> encode(const std::string& text) const {
-    return words ? words->encode(normalize_words(text, normalize)) : chars->encode(text);
-  }
-  json to_json() const {
-    return {{"kind", kind}, {"normalize", normalize}, {"vocab", words ? words->to_json() : chars->to_json()}, {"cls", cls}};
-  }
-  static Tokens from_json(const json& j) {
-    Tokens t;
-    t.kind = j.at("kind");
-    if (t.kind == "word") {
-      t.normalize = j.value("normalize", "none");
-      check_normalize(t.normalize, "normalize value in the checkpoint's tokens");
-      t.words = WordVocab::from_json(j.at("vocab").get<std::string>());
-      t.pad = *t.words->special("<pad>");
-    } else {
-      t.chars = CharTokenizer::from_json(j.at("vocab").get<std::string>());
-      t.pad = t.chars->size();
-    }
-    t.cls = json_integer<std::int32_t>(j, "cls", -1, t.size() - 1);
-    return t;
-  }
-};
-
-struct Encoded {
-  std::vector<std::vector<std::int32_t>> seqs;
-  std::vector<int> labels;
-  long cut = 0;  // sequences longer than the model reads, cut to fit
-};
-
-void check_truncate(const std::string& t) {
-  require(t == "head" || t == "tail", "unknown --truncate '", t, "' (expected head or tail)");
-}
-
-// Token ids and labels of `rows`. A sequence past `max_t` tokens (with the
-// CLS token when the model pools on one) keeps its first tokens (truncate
-// "head") or its last ("tail"); Encoded::cut counts them.
-Encoded encode_all(const Tokens& tok, const std::vector<LabeledText>& rows, int classes, int max_t,
-                   const std::string& truncate, const std::string& source) {
-  Encoded e;
-  const std::size_t room = std::size_t(max_t - (tok.cls >= 0 ? 1 : 0));
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    require(rows[i].label < classes, source, ": example ", i + 1, " has label ", rows[i].label,
-            " but the model has ", classes, " classes");
-    auto ids = tok.encode(rows[i].text);
-    if (ids.size() > room) {
-      ++e.cut;
-      if (truncate == "tail") ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(room));
-      else ids.resize(room);
-    }
-    e.seqs.push_back(std::move(ids));
-    e.labels.push_back(rows[i].label);
-  }
-  return e;
-}
-
 // "note: 12 of 500 dev examples are longer than the model's 64 tokens; it reads the last 64 of each".
-void report_cut(const Encoded& e, const char* what, int max_t, const std::string& truncate) {
+void report_cut(const EncodedExamples& e, const char* what, int max_t, const std::string& truncate) {
   if (e.cut > 0)
     std::cout << "note: " << e.cut << " of " << e.seqs.size() << " " << what << " examples are longer than the model's "
               << max_t << " tokens; it reads the " << (truncate == "tail" ? "last " : "first ") << max_t
               << " of each (--truncate " << truncate << ")\n";
-}
-
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-};
-
-// Loss and accuracy over `data` in batches; across processes each rank
-// takes its rows of every batch and the sums are added over the ranks.
-template <class Model, class Be>
-EvalResult evaluate(Model& model, Be& be, const Tokens& tok, const Encoded& data, int max_t, int batch,
-                    ProcessGroup& group = ProcessGroup::world()) {
-  model.set_training(false);
-  const WeightCopies weight_copies(be, model);  // bf16 or int8 precision: the products read the weights' copies
-  CrossEntropyLoss<Be> ce;
-  Accuracy acc;
-  double loss = 0;
-  std::vector<float> staging;
-  for (std::size_t i = 0; i < data.seqs.size(); i += batch) {
-    const auto [first, last] = rank_rows(group, int(std::min<std::size_t>(batch, data.seqs.size() - i)));
-    if (first == last) continue;
-    const std::size_t at = i + std::size_t(first), n = std::size_t(last - first);
-    const auto b = make_class_batch(std::span(data.seqs).subspan(at, n), std::span(data.labels).subspan(at, n), max_t,
-                                    tok.pad, tok.cls);
-    const auto logits = model.forward(be, b.ids, Shape{b.B, b.T}, b.padding.data());
-    loss += ce.forward(be, logits, b.labels, model.classes()) * double(n);
-    acc += accuracy<float>(be.host_view(logits, staging), b.labels, model.classes());
-  }
-  model.set_training(true);
-  loss = group.sum(loss);
-  acc.correct = long(group.sum(std::int64_t(acc.correct)));
-  acc.counted = long(group.sum(std::int64_t(acc.counted)));
-  return {loss / double(data.seqs.size()), acc.value()};
 }
 
 struct TrainArgs : RunOptions {
@@ -237,13 +81,6 @@ struct TrainArgs : RunOptions {
   }
 };
 
-// FNV-1a over a TSV's rows: the data a checkpoint trained on.
-std::string rows_hash(const std::vector<LabeledText>& rows) {
-  std::uint64_t h = fnv1a("");
-  for (const auto& r : rows) h = fnv1a(r.text, fnv1a(std::to_string(r.label) + "\t", h));
-  return hex(h);
-}
-
 // The training order of one epoch: the examples shuffled with `rng` (the
 // Trainer's data generator, drawn at the epoch's start).
 std::vector<std::size_t> epoch_order(std::size_t n, Rng& rng) {
@@ -253,14 +90,13 @@ std::vector<std::size_t> epoch_order(std::size_t n, Rng& rng) {
   return order;
 }
 
-// Cfg: a preset's family (dynamic_of_t: its parts, every size held at run
-// time), so that one compiled model serves every preset of those parts;
-// p: the preset (sizes, name, dropout).
-template <class Cfg, class Be>
+// p: the preset (sizes, name, dropout), whose family's Classifier the
+// library compiled (models/classifier_model.hpp).
+template <class Be>
 void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
-  using Model = Classifier<Cfg, Be>;
+  using Model = ClassifierModel<Be>;
   const auto train_rows = read_labeled_tsv(a.train), dev_rows = read_labeled_tsv(a.dev);
-  const std::string train_hash = rows_hash(train_rows), dev_hash = rows_hash(dev_rows);
+  const std::string train_hash = labeled_rows_hash(train_rows), dev_hash = labeled_rows_hash(dev_rows);
   int classes = 2;
   for (const auto& r : train_rows) classes = std::max(classes, r.label + 1);
   const bool cls = a.pooling == "cls";
@@ -271,12 +107,13 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
     require(metadata_value(*resumed, "dev_hash", a.resume) == dev_hash, "--dev ", a.dev,
             " is not the data the checkpoint was evaluated on");
   }
-  const Tokens tok = resumed ? Tokens::from_json(json::parse(metadata_value(*resumed, "tokens", a.resume)))
-                             : Tokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train,
-                                              p.d_model, p.max_t, a.truncate);
+  const ClassificationTokens tok =
+      resumed ? ClassificationTokens::from_json(metadata_value(*resumed, "tokens", a.resume))
+              : ClassificationTokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train,
+                                            p.d_model, p.max_t, a.truncate);
   check_batch_memory(p, p.n_layers, a.batch, p.max_t, 0, "--batch " + std::to_string(a.batch));
-  const Encoded train_data = encode_all(tok, train_rows, classes, p.max_t, a.truncate, a.train);
-  const Encoded dev_data = encode_all(tok, dev_rows, classes, p.max_t, a.truncate, a.dev);
+  const EncodedExamples train_data = encode_examples(tok, train_rows, classes, p.max_t, a.truncate, a.train);
+  const EncodedExamples dev_data = encode_examples(tok, dev_rows, classes, p.max_t, a.truncate, a.dev);
   // Under mpirun each rank trains on its rows of every batch (all draw the same batches).
   ProcessGroup& group = join_ranks(a, Be::name, a.settings().dump() + " zero " + std::to_string(a.zero),
                                    "--train with hash " + train_hash + ", --dev with hash " + dev_hash);
@@ -286,7 +123,8 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                                     .attention_dropout = a.attention_dropout,
                                     .pooling = cls ? Pooling::Cls : Pooling::Mean,
                                     .recompute = parse_recompute(a.recompute)};
-  Model model(p.dims(), tok.size(), classes, a.seed, model_opts);
+  const auto model_ptr = make_classifier<Be>(p, tok.size(), classes, a.seed, model_opts);
+  Model& model = *model_ptr;
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = a.weight_decay});
   const long steps_per_epoch = long((train_data.seqs.size() + a.batch - 1) / a.batch);
   const long total = steps_per_epoch * a.epochs;
@@ -297,8 +135,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                               .schedule = LrSchedule::parse(a.schedule, a.lr, total),
                               .data_seed = seed_for(a.seed, 0xc1a55),
                               .split = {.shards = a.shards, .group = &group, .zero = a.zero},
-                              .graph_steps = false},
-                             [&] { return std::make_unique<Model>(p.dims(), tok.size(), classes, a.seed, model_opts); });
+                              .graph_steps = false});
   if (resumed) {
     trainer.resume(a.resume);
     require(trainer.steps() <= total, "the checkpoint is at step ", trainer.steps(), ", past the plan's ", total);
@@ -310,7 +147,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                      .eval_every = a.eval_every,
                      .tokens_per_step = long(a.batch) * p.max_t / 2,
                      .log_csv = a.log_csv});
-  std::cout << "xfmr-classify: " << p.name << " on " << describe(be) << ", " << parameter_count(model)
+  std::cout << "xfmr-classify: " << p.name << " on " << describe(be) << ", " << model.parameter_count()
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
             << " steps" << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "")
@@ -318,7 +155,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   report_cut(train_data, "train", p.max_t, a.truncate);
   report_cut(dev_data, "dev", p.max_t, a.truncate);
 
-  EvalResult dev{};
+  ClassifierScore dev{};
   auto save = [&] {
     if (a.out.empty()) return;
     trainer.save(a.out, {{"format", kFormat},
@@ -326,7 +163,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                          {"classes", std::to_string(classes)},
                          {"pooling", a.pooling},
                          {"truncate", a.truncate},
-                         {"tokens", tok.to_json().dump()},
+                         {"tokens", tok.to_json()},
                          {"settings", a.settings().dump()},
                          {"train_hash", train_hash},
                          {"dev_hash", dev_hash},
@@ -360,7 +197,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
             });
       },
       [&](const StepResult& r) {
-        dev = evaluate(model, be, tok, dev_data, p.max_t, 256);
+        dev = evaluate_classifier(model, be, dev_data, tok.pad, tok.cls, p.max_t, 256);
         return Evaluation{r.loss, dev.loss,
                           " (epoch " + std::to_string((r.step - 1) / steps_per_epoch + 1) + "): batch loss " +
                               fixed(r.loss, 4) + ", dev loss " + fixed(dev.loss, 4) + ", dev accuracy " +
@@ -389,25 +226,26 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   loop.finish(trainer.steps(), a.out);
 }
 
-template <class Cfg, class Be>
+template <class Be>
 void eval(const PresetInfo& p, const std::string& checkpoint, const Metadata& metadata, const std::string& dev_path,
           const std::string& metrics_json, const std::string& backend, const std::string& precision,
           std::string truncate) {
   if (truncate.empty()) truncate = metadata_value(metadata, "truncate", checkpoint);
   check_truncate(truncate);
-  const Tokens tok = Tokens::from_json(json::parse(metadata_value(metadata, "tokens", checkpoint)));
+  const ClassificationTokens tok = ClassificationTokens::from_json(metadata_value(metadata, "tokens", checkpoint));
   const int classes = parse_integer<int>(metadata_value(metadata, "classes", checkpoint), checkpoint + ": classes");
   require(classes >= 2 && classes <= kMaxClasses, checkpoint, ": classes ", classes, " outside 2..", kMaxClasses);
   const bool cls = metadata_value(metadata, "pooling", checkpoint) == "cls";
   Be be = make_backend<Be>(backend, precision);
-  Classifier<Cfg, Be> model(p.dims(), tok.size(), classes, 0,
-                            {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
+  const auto model_ptr =
+      make_classifier<Be>(p, tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
+  ClassifierModel<Be>& model = *model_ptr;
   const SafeTensors saved = SafeTensors::load(fs::path(checkpoint) / kModelFile);
   load_parameters(model, saved);
   const WeightCopies copies(be, model, saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
-  const Encoded dev = encode_all(tok, read_labeled_tsv(dev_path), classes, p.max_t, truncate, dev_path);
+  const EncodedExamples dev = encode_examples(tok, read_labeled_tsv(dev_path), classes, p.max_t, truncate, dev_path);
   report_cut(dev, "dev", p.max_t, truncate);
-  const auto r = evaluate(model, be, tok, dev, p.max_t, 256);
+  const auto r = evaluate_classifier(model, be, dev, tok.pad, tok.cls, p.max_t, 256);
   std::cout << "dev accuracy " << std::fixed << std::setprecision(2) << 100 * r.accuracy << "% (" << dev.seqs.size()
             << " examples), dev loss " << std::setprecision(4) << r.loss << "\n";
   if (!metrics_json.empty())
@@ -477,11 +315,8 @@ int run_train(int argc, char** argv) {
   check_dropout_options(vm, a.dropout, a.attention_dropout);
   (void)parse_recompute(a.recompute);
   (void)ClassifierPresets::info(a.model);
-  dispatch_backend(a.backend, [&]<class Be>() {
-    ClassifierPresets::with(a.model, [&]<class Cfg>() {
-      train<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), a, resumed ? &*resumed : nullptr);
-    });
-  });
+  dispatch_backend(a.backend,
+                   [&]<class Be>() { train<Be>(ClassifierPresets::info(a.model), a, resumed ? &*resumed : nullptr); });
   return 0;
 }
 
@@ -502,10 +337,8 @@ int run_eval(int argc, char** argv) {
   const Metadata metadata = read_classifier_checkpoint(checkpoint);
   precision = decoding_precision(vm, precision, metadata);
   dispatch_backend(backend, [&]<class Be>() {
-    ClassifierPresets::with(metadata.at("preset"), [&]<class Cfg>() {
-      eval<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), checkpoint, metadata, dev, metrics_json, backend, precision,
-                                  truncate);
-    });
+    eval<Be>(ClassifierPresets::info(metadata.at("preset")), checkpoint, metadata, dev, metrics_json, backend,
+             precision, truncate);
   });
   return 0;
 }

@@ -16,7 +16,6 @@
 #include <numeric>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "common.hpp"
@@ -25,10 +24,10 @@
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/infer/bleu.hpp"
 #include "xfmr/io/checkpoint.hpp"
-#include "xfmr/models/seq2seq.hpp"
+#include "xfmr/models/translation_model.hpp"
 #include "xfmr/presets.hpp"
-#include "xfmr/text/bpe.hpp"
 #include "xfmr/text/text.hpp"
+#include "xfmr/text/translation.hpp"
 #include "xfmr/train/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
@@ -42,256 +41,6 @@ using namespace xfmr::examples;
 namespace {
 
 constexpr const char* kFormat = "xfmr-translate";
-const std::vector<std::string> kSpecials = {"<pad>", "<unk>", "<bos>", "<eos>"};
-
-std::string join_words(const std::vector<std::string>& w) {
-  std::string s;
-  for (const auto& x : w) (s.empty() ? s : s += ' ') += x;
-  return s;
-}
-
-// One language's tokens: words of pretokenize() in a WordVocab, or BPE pieces.
-class Codec {
- public:
-  // The vocabulary of what the model reads: each line's first max_words words.
-  static Codec words(const std::vector<std::string>& lines, int min_freq, bool lowercase, std::size_t max_words) {
-    std::vector<std::string> texts;
-    for (const auto& l : lines) {
-      std::vector<std::string> w = pretokenize(l, lowercase);
-      if (w.size() > max_words) w.resize(max_words);
-      texts.push_back(join_words(w));
-    }
-    return Codec(WordVocab::build(texts, min_freq, kSpecials), lowercase);
-  }
-  static Codec bpe(const std::vector<std::string>& lines, int vocab_size, bool lowercase) {
-    return Codec(BpeTokenizer::train(lines, vocab_size, kSpecials, lowercase), lowercase);
-  }
-  // kind "word" (the default, as in checkpoints before BPE) or "bpe".
-  static Codec from_json(const std::string& kind, const std::string& text, bool lowercase) {
-    if (kind == "bpe") return Codec(BpeTokenizer::from_json(text), lowercase);
-    require(kind == "word", "unknown token kind '", kind, "' in the checkpoint");
-    return Codec(WordVocab::from_json(text), lowercase);
-  }
-  std::string kind() const { return std::holds_alternative<WordVocab>(v_) ? "word" : "bpe"; }
-  std::string to_json() const {
-    return std::visit([](const auto& t) { return t.to_json(); }, v_);
-  }
-
-  std::vector<std::int32_t> encode(const std::string& line) const {
-    if (const auto* w = std::get_if<WordVocab>(&v_)) return w->encode(join_words(pretokenize(line, lowercase_)));
-    return std::get<BpeTokenizer>(v_).encode(line);
-  }
-  std::string decode(std::span<const std::int32_t> ids) const {
-    if (const auto* w = std::get_if<WordVocab>(&v_)) {
-      std::vector<std::string> words;
-      for (auto id : ids) words.push_back(w->word(id));
-      return detokenize(words);
-    }
-    return std::get<BpeTokenizer>(v_).decode(ids);
-  }
-  // The token texts, for labels ("</w>" marks a BPE word end).
-  std::string piece(std::int32_t id) const {
-    return std::visit(
-        [&](const auto& t) -> std::string {
-          if constexpr (std::is_same_v<std::decay_t<decltype(t)>, WordVocab>) return t.word(id);
-          else return t.symbol(id);
-        },
-        v_);
-  }
-  int size() const {
-    return std::visit([](const auto& t) { return t.size(); }, v_);
-  }
-  std::int32_t special(const char* name) const {
-    return std::visit([&](const auto& t) { return *t.special(name); }, v_);
-  }
-  bool lowercase() const { return lowercase_; }
-
- private:
-  template <class T>
-  Codec(T t, bool lowercase) : v_(std::move(t)), lowercase_(lowercase) {}
-  std::variant<WordVocab, BpeTokenizer> v_;
-  bool lowercase_;
-};
-
-struct Vocabs {
-  Codec src, tgt;
-  bool shared = false;  // one joint vocabulary and token table
-  std::int32_t pad() const { return tgt.special("<pad>"); }
-  std::int32_t bos() const { return tgt.special("<bos>"); }
-  std::int32_t eos() const { return tgt.special("<eos>"); }
-
-  json to_json() const {
-    return {{"tokens", src.kind()}, {"src_vocab", src.to_json()}, {"tgt_vocab", tgt.to_json()},
-            {"lowercase", src.lowercase()}, {"share_embeddings", shared}};
-  }
-  static Vocabs from_json(const json& state) {
-    const std::string kind = state.value("tokens", "word");
-    const bool lower = state.at("lowercase");
-    return {Codec::from_json(kind, state.at("src_vocab"), lower), Codec::from_json(kind, state.at("tgt_vocab"), lower),
-            state.value("share_embeddings", false)};
-  }
-};
-
-// Sentences as token ids; a sentence longer than max_len is an error naming
-// it, unless truncate is set.
-std::vector<std::vector<std::int32_t>> encode_lines(const Codec& v, const std::vector<std::string>& lines,
-                                                    int max_len, bool truncate, const std::string& file) {
-  std::vector<std::vector<std::int32_t>> out;
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    auto ids = v.encode(lines[i]);
-    require(!ids.empty(), file, ":", i + 1, ": empty sentence");
-    if (int(ids.size()) > max_len) {
-      require(truncate, file, ":", i + 1, ": sentence of ", ids.size(), " tokens exceeds the model's limit of ", max_len,
-              " (MAX_T minus <bos>/<eos>; pass --truncate to cut it)");
-      ids.resize(max_len);
-    }
-    out.push_back(std::move(ids));
-  }
-  return out;
-}
-
-std::vector<std::string> read_sentences(const std::string& path) {
-  auto lines = read_lines(path);
-  while (!lines.empty() && lines.back().empty()) lines.pop_back();  // a trailing newline
-  return lines;
-}
-
-struct Pair {
-  std::vector<std::int32_t> src, tgt;
-};
-
-// Batches of similar source length (less padding), in a seeded random order.
-std::vector<std::vector<int>> bucket_batches(const std::vector<Pair>& data, int batch, Rng& rng) {
-  std::vector<int> idx(data.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  for (std::size_t i = idx.size() - 1; i > 0; --i) std::swap(idx[i], idx[rng.below(i + 1)]);
-  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return data[a].src.size() < data[b].src.size(); });
-  std::vector<std::vector<int>> batches;
-  for (std::size_t i = 0; i < idx.size(); i += batch)
-    batches.emplace_back(idx.begin() + i, idx.begin() + std::min(idx.size(), i + batch));
-  for (std::size_t i = batches.size() - 1; i > 0; --i) std::swap(batches[i], batches[rng.below(i + 1)]);
-  return batches;
-}
-
-struct Batch {
-  Shape src, tgt;
-  std::vector<std::int32_t> src_ids, tgt_in, tgt_out;
-  std::vector<std::uint8_t> src_pad, tgt_pad;
-  long tokens = 0;
-};
-
-Batch make_batch(const std::vector<Pair>& data, const std::vector<int>& which, const Vocabs& v) {
-  Batch b;
-  const int B = static_cast<int>(which.size());
-  int S = 1, T = 1;
-  for (int i : which) S = std::max<int>(S, data[i].src.size()), T = std::max<int>(T, data[i].tgt.size() + 1);
-  b.src = {B, S};
-  b.tgt = {B, T};
-  b.src_ids.assign(std::size_t(B) * S, v.pad());
-  b.src_pad.assign(std::size_t(B) * S, 1);
-  b.tgt_in.assign(std::size_t(B) * T, v.pad());
-  b.tgt_out.assign(std::size_t(B) * T, kIgnoreIndex);
-  b.tgt_pad.assign(std::size_t(B) * T, 1);
-  for (int r = 0; r < B; ++r) {
-    const Pair& p = data[which[r]];
-    for (std::size_t t = 0; t < p.src.size(); ++t) b.src_ids[r * S + t] = p.src[t], b.src_pad[r * S + t] = 0;
-    b.tgt_in[r * T] = v.bos();
-    for (std::size_t t = 0; t < p.tgt.size(); ++t) b.tgt_in[r * T + t + 1] = p.tgt[t];
-    for (std::size_t t = 0; t <= p.tgt.size(); ++t)
-      b.tgt_out[r * T + t] = t < p.tgt.size() ? p.tgt[t] : v.eos(), b.tgt_pad[r * T + t] = 0;
-    b.tokens += long(p.tgt.size()) + 1;
-  }
-  return b;
-}
-
-template <class Model, class Be>
-std::vector<std::string> translate_all(Model& model, Be& be, const Vocabs& v, const std::vector<std::string>& lines,
-                                       const BeamOptions& beam, int batch, int max_len, bool truncate,
-                                       const std::string& file) {
-  const auto srcs = encode_lines(v.src, lines, max_len, truncate, file);
-  const WeightCopies weight_copies(be, model);  // bf16 or int8 precision: the products read the weights' copies
-  std::vector<std::string> out;
-  for (const Hypothesis& h : translate(model, be, std::span(srcs), v.pad(), beam, batch))
-    out.push_back(v.tgt.decode(h.tokens));
-  return out;
-}
-
-// translate_all across processes: rank r translates its run of whole
-// batches (so every batch holds the sentences it holds in one process) and
-// every rank gets all the translations, in order.
-template <class Model, class Be>
-std::vector<std::string> translate_all_ranks(ProcessGroup& group, Model& model, Be& be, const Vocabs& v,
-                                             const std::vector<std::string>& lines, const BeamOptions& beam, int batch,
-                                             int max_len, bool truncate, const std::string& file) {
-  if (group.size() == 1) return translate_all(model, be, v, lines, beam, batch, max_len, truncate, file);
-  const std::size_t batches = (lines.size() + std::size_t(batch) - 1) / std::size_t(batch);
-  auto first_line = [&](int r) {
-    return std::min(lines.size(), batches * std::size_t(r) / std::size_t(group.size()) * std::size_t(batch));
-  };
-  const std::vector<std::string> mine(lines.begin() + std::ptrdiff_t(first_line(group.rank())),
-                                      lines.begin() + std::ptrdiff_t(first_line(group.rank() + 1)));
-  std::string joined;  // one translation a line (a translation holds no newline)
-  for (const auto& t : translate_all(model, be, v, mine, beam, batch, max_len, truncate, file)) joined += t + "\n";
-  std::vector<std::string> out;
-  for (const std::string& part : group.all_gather(joined))
-    for (std::size_t at = 0, nl; (nl = part.find('\n', at)) != std::string::npos; at = nl + 1)
-      out.push_back(part.substr(at, nl - at));
-  require(out.size() == lines.size(), "translations gathered from the ranks: ", out.size(), " for ", lines.size(),
-          " sentences");
-  return out;
-}
-
-// The cross-attention of the last decoder layer for one sentence (averaged
-// over heads, or one head), as an SVG heatmap: rows target, columns source.
-template <class Model, class Be>
-void write_attention_map(Model& model, Be& be, const Vocabs& v, const std::string& src_line,
-                         const std::string& translation, const std::string& path, int head, int max_len) {
-  // What the translation read and wrote: at most max_len tokens each (a
-  // longer input was cut by --truncate; a translation stops at max_len).
-  auto src = v.src.encode(src_line), tgt = v.tgt.encode(translation);
-  if (src.size() > std::size_t(max_len)) src.resize(std::size_t(max_len));
-  if (tgt.size() > std::size_t(max_len)) tgt.resize(std::size_t(max_len));
-  std::vector<std::int32_t> tgt_in = {v.bos()};
-  tgt_in.insert(tgt_in.end(), tgt.begin(), tgt.end());
-  const int S = static_cast<int>(src.size()), T = static_cast<int>(tgt_in.size());
-  auto& cross = model.block(model.decoder_dims().n_layers - 1).cross_attention();
-  cross.keep_probabilities(true);  // not tiled: the map reads them
-  model.forward(be, src, Shape{1, S}, nullptr, tgt_in, Shape{1, T});
-  cross.keep_probabilities(false);
-  std::vector<float> staging;
-  const auto probs = be.host_view(cross.probabilities(), staging);  // (1, heads, T, S)
-  const int heads = static_cast<int>(probs.size() / (std::size_t(T) * S));
-  require(head < heads, "--head ", head, " out of range [0, ", heads, ")");
-  std::vector<double> m(std::size_t(T) * S, 0.0);
-  for (int h = 0; h < heads; ++h) {
-    if (head >= 0 && h != head) continue;
-    for (std::size_t i = 0; i < m.size(); ++i) m[i] += probs[std::size_t(h) * T * S + i] / (head >= 0 ? 1 : heads);
-  }
-  // Row t is the step that produced output token t (the last one <eos>).
-  std::vector<std::string> rows, cols;
-  for (auto id : tgt) rows.push_back(v.tgt.piece(id));
-  rows.push_back("<eos>");
-  for (auto id : src) cols.push_back(v.src.piece(id));
-  const int cell = 28, left = 110, top = 100;
-  std::ostringstream svg;
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << left + S * cell + 20 << "' height='" << top + T * cell + 20
-      << "' font-family='sans-serif' font-size='12'><rect width='100%' height='100%' fill='white'/>";
-  for (int j = 0; j < S; ++j)
-    svg << "<text transform='translate(" << left + j * cell + cell / 2 << "," << top - 6 << ") rotate(-60)'>"
-        << html_escape(cols[j]) << "</text>";
-  for (int i = 0; i < T; ++i) {
-    svg << "<text x='" << left - 6 << "' y='" << top + i * cell + cell / 2 + 4 << "' text-anchor='end'>"
-        << html_escape(i < int(rows.size()) ? rows[i] : "") << "</text>";
-    for (int j = 0; j < S; ++j) {
-      const int shade = 255 - int(255 * std::clamp(m[std::size_t(i) * S + j], 0.0, 1.0));
-      svg << "<rect x='" << left + j * cell << "' y='" << top + i * cell << "' width='" << cell << "' height='" << cell
-          << "' fill='rgb(" << shade << "," << shade << ",255)'><title>" << m[std::size_t(i) * S + j]
-          << "</title></rect>";
-    }
-  }
-  svg << "</svg>\n";
-  write_text_atomic(path, svg.str());
-}
 
 struct TrainArgs : RunOptions {
   std::string src_train, tgt_train, src_val, tgt_val, model = "multi30k", schedule = "cosine", resume;
@@ -337,12 +86,11 @@ struct TrainArgs : RunOptions {
   }
 };
 
-// Cfg: a preset's family (dynamic_of_t: its parts, every size held at run
-// time), so that one compiled model serves every preset of those parts;
-// p: the preset (sizes, name, dropout).
-template <class Cfg, class Be>
+// p: the preset (sizes, name, dropout), whose family's Seq2Seq the library
+// compiled (models/translation_model.hpp).
+template <class Be>
 void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
-  using Model = Seq2Seq<Cfg, Cfg, Be>;
+  using Model = TranslationModel<Be>;
   const int max_len = p.max_t - 1;  // room for <bos> (input) or <eos> (target)
   const auto src_lines = read_sentences(a.src_train), tgt_lines = read_sentences(a.tgt_train);
   const auto src_val = read_sentences(a.src_val), tgt_val = read_sentences(a.tgt_val);
@@ -359,31 +107,31 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
     require(metadata_value(*resumed, "data_hash", a.resume) == data_hash,
             "the training and validation files are not those the checkpoint was trained on");
   auto learn = [&](const std::vector<std::string>& lines) {
-    return a.tokens == "bpe" ? Codec::bpe(lines, a.bpe_vocab, a.lowercase)
-                             : Codec::words(lines, a.min_freq, a.lowercase, std::size_t(max_len));
+    return a.tokens == "bpe" ? TranslationCodec::bpe(lines, a.bpe_vocab, a.lowercase)
+                             : TranslationCodec::words(lines, a.min_freq, a.lowercase, std::size_t(max_len));
   };
   auto both = src_lines;
   if (a.share_embeddings && !resumed) both.insert(both.end(), tgt_lines.begin(), tgt_lines.end());
-  const Vocabs v = resumed                ? Vocabs::from_json(json::parse(metadata_value(*resumed, "vocabs", a.resume)))
-                   : a.share_embeddings ? Vocabs{learn(both), learn(both), true}
-                                        : Vocabs{learn(src_lines), learn(tgt_lines), false};
+  const TranslationVocabs v = resumed ? TranslationVocabs::from_json(metadata_value(*resumed, "vocabs", a.resume))
+                               : a.share_embeddings ? TranslationVocabs{learn(both), learn(both), true}
+                                                    : TranslationVocabs{learn(src_lines), learn(tgt_lines), false};
   if (!resumed) {
     const std::string files = a.share_embeddings ? a.src_train + " and " + a.tgt_train : a.src_train;
-    check_vocabulary(std::size_t(v.src.size()), kSpecials.size(), p.d_model, "the source vocabulary of " + files,
+    check_vocabulary(std::size_t(v.src.size()), TranslationCodec::kSpecials, p.d_model, "the source vocabulary of " + files,
                      a.tokens == "bpe" ? "--bpe-vocab" : "--min-freq");
-    check_vocabulary(std::size_t(v.tgt.size()), kSpecials.size(), p.d_model,
+    check_vocabulary(std::size_t(v.tgt.size()), TranslationCodec::kSpecials, p.d_model,
                      "the target vocabulary of " + (a.share_embeddings ? files : a.tgt_train),
                      a.tokens == "bpe" ? "--bpe-vocab" : "--min-freq");
   }
   check_batch_memory(p, 2 * p.n_layers, a.batch, p.max_t, v.tgt.size(),
                      "--batch " + std::to_string(a.batch));
-  const auto src_ids = encode_lines(v.src, src_lines, max_len, a.truncate, a.src_train);
-  const auto tgt_ids = encode_lines(v.tgt, tgt_lines, max_len, a.truncate, a.tgt_train);
-  std::vector<Pair> data;
+  const auto src_ids = encode_sentences(v.src, src_lines, max_len, a.truncate, a.src_train);
+  const auto tgt_ids = encode_sentences(v.tgt, tgt_lines, max_len, a.truncate, a.tgt_train);
+  std::vector<SentencePair> data;
   for (std::size_t i = 0; i < src_ids.size(); ++i) data.push_back({src_ids[i], tgt_ids[i]});
-  const auto vsrc = encode_lines(v.src, src_val, max_len, a.truncate, a.src_val);
-  const auto vtgt = encode_lines(v.tgt, tgt_val, max_len, a.truncate, a.tgt_val);
-  std::vector<Pair> val;
+  const auto vsrc = encode_sentences(v.src, src_val, max_len, a.truncate, a.src_val);
+  const auto vtgt = encode_sentences(v.tgt, tgt_val, max_len, a.truncate, a.tgt_val);
+  std::vector<SentencePair> val;
   for (std::size_t i = 0; i < vsrc.size(); ++i) val.push_back({vsrc[i], vtgt[i]});
 
   // Under mpirun each rank trains on its rows of every batch (all draw the same batches).
@@ -398,19 +146,18 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                                   .tie_output = false,
                                   .share_embeddings = v.shared,
                                   .recompute = parse_recompute(a.recompute)};
-  Model model(p.dims(), p.dims(), v.src.size(), v.tgt.size(), a.seed, model_opts);
+  const auto model_ptr = make_translation_model<Be>(p, v.src.size(), v.tgt.size(), a.seed, model_opts);
+  Model& model = *model_ptr;
   AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
   const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;
   // Batches change shape from step to step, so no graph steps on a GPU.
-  Trainer<Model, Be> trainer(
-      model, be, opt,
-      {.clip = a.clip,
-       .label_smoothing = a.label_smoothing,
-       .schedule = LrSchedule::parse(a.schedule, a.lr, total),
-       .data_seed = seed_for(a.seed, 0x7a5),
-       .split = {.shards = a.shards, .group = &group, .zero = a.zero},
-       .graph_steps = false},
-      [&] { return std::make_unique<Model>(p.dims(), p.dims(), v.src.size(), v.tgt.size(), a.seed, model_opts); });
+  Trainer<Model, Be> trainer(model, be, opt,
+                             {.clip = a.clip,
+                              .label_smoothing = a.label_smoothing,
+                              .schedule = LrSchedule::parse(a.schedule, a.lr, total),
+                              .data_seed = seed_for(a.seed, 0x7a5),
+                              .split = {.shards = a.shards, .group = &group, .zero = a.zero},
+                              .graph_steps = false});
   if (resumed) {
     trainer.resume(a.resume);
     require(trainer.steps() <= total, "the checkpoint is at step ", trainer.steps(), ", past the plan's ", total);
@@ -419,7 +166,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   Epochs epochs(per_epoch, start, trainer.data_rng(), resumed, a.resume);  // an epoch's batches: drawn at its start
   // The model's logits for a shard of the sentence pairs in b from `mine` on
   // (this rank's rows), and those rows' targets.
-  auto forward = [](const Batch& b, int mine) {
+  auto forward = [](const PairBatch& b, int mine) {
     return [&b, mine](const Shard& s, Model& m, Be& mb) {
       const std::size_t S = std::size_t(b.src.T), T = std::size_t(b.tgt.T), first = std::size_t(mine + s.begin);
       const std::size_t n = std::size_t(s.size());
@@ -434,14 +181,14 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                      .tokens_per_step = long(a.batch) * 14,
                      .log_csv = a.log_csv});
   std::cout << "xfmr-translate: " << p.name << " on " << describe(be) << ", "
-            << parameter_count(model) << " parameters, "
+            << model.parameter_count() << " parameters, "
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
             << v.src.size();
   if (!v.shared) std::cout << " / " << v.tgt.size();
   std::cout << ", " << data.size() << " train / " << val.size() << " val pairs, " << total << " steps"
             << (group.size() > 1 ? ", " + std::to_string(group.size()) + " ranks" : "")
             << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << std::endl;
-  auto my_rows = [&](const Batch& b) {
+  auto my_rows = [&](const PairBatch& b) {
     const auto [mine, end] = rank_rows(group, b.src.B);
     const std::size_t T = std::size_t(b.tgt.T);
     return std::pair(mine, BatchTargets{end - mine, std::span<const std::int32_t>(b.tgt_out)
@@ -454,7 +201,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
     for (std::size_t i = 0; i < val.size(); i += 128) {
       std::vector<int> which(std::min<std::size_t>(128, val.size() - i));
       std::iota(which.begin(), which.end(), int(i));
-      const Batch b = make_batch(val, which, v);
+      const PairBatch b = make_pair_batch(val, which, v);
       const auto rows = my_rows(b);
       sum += trainer.evaluate(rows.second, forward(b, rows.first));
     }
@@ -464,7 +211,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
     if (a.out.empty()) return;
     Metadata md = {{"format", kFormat},
                    {"preset", p.name},
-                   {"vocabs", v.to_json().dump()},
+                   {"vocabs", v.to_json()},
                    {"settings", a.settings().dump()},
                    {"data_hash", data_hash},
                    {"epoch_rng", std::to_string(epochs.state())}};
@@ -479,7 +226,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
       start, group,
       [&](long step) {
         if (epochs.draw_at(step, trainer.data_rng())) batches = bucket_batches(data, a.batch, trainer.data_rng());
-        const Batch b = make_batch(data, batches[std::size_t(step % per_epoch)], v);
+        const PairBatch b = make_pair_batch(data, batches[std::size_t(step % per_epoch)], v);
         const auto rows = my_rows(b);
         tokens += b.tokens;
         return trainer.step([&](int) { return rows.second; }, forward(b, rows.first));
@@ -517,7 +264,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   const auto t0 = Clock::now();
   const BeamOptions beam{.beam = a.beam, .length_penalty = a.length_penalty, .max_len = max_len + 1,
                          .bos = v.bos(), .eos = v.eos()};
-  const auto hyps = translate_all_ranks(group, model, be, v, srcs, beam, 32, max_len, true, a.src_val);
+  const auto hyps = translate_sentences(group, model, be, v, srcs, beam, 32, max_len, true, a.src_val);
   const double decode_s = seconds_since(t0);
   const std::vector<std::vector<std::string>> ref_sets = {refs};
   const auto bleu = corpus_bleu(hyps, ref_sets);
@@ -541,13 +288,13 @@ struct UseArgs {
   bool truncate = false;
 };
 
-template <class Cfg, class Be>
+template <class Be>
 void use(const PresetInfo& p, const UseArgs& a, const Metadata& metadata, bool evaluate) {
-  using Model = Seq2Seq<Cfg, Cfg, Be>;
   require(a.head < p.n_heads, "--head ", a.head, " out of range [0, ", p.n_heads, ") of ", p.name, "'s heads");
-  const Vocabs v = Vocabs::from_json(json::parse(metadata_value(metadata, "vocabs", a.checkpoint)));
+  const TranslationVocabs v = TranslationVocabs::from_json(metadata_value(metadata, "vocabs", a.checkpoint));
   Be be = make_backend<Be>(a.backend, a.precision);
-  Model model(p.dims(), p.dims(), v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
+  const auto model_ptr = make_translation_model<Be>(p, v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
+  TranslationModel<Be>& model = *model_ptr;
   const SafeTensors saved = SafeTensors::load(fs::path(a.checkpoint) / kModelFile);
   load_parameters(model, saved);
   model.set_training(false);
@@ -559,7 +306,7 @@ void use(const PresetInfo& p, const UseArgs& a, const Metadata& metadata, bool e
     const auto srcs = read_sentences(a.src), refs = read_sentences(a.ref);
     require(srcs.size() == refs.size(), a.src, " has ", srcs.size(), " lines but ", a.ref, " has ", refs.size());
     const auto t0 = Clock::now();
-    const auto hyps = translate_all(model, be, v, srcs, beam, 32, max_len, a.truncate, a.src);
+    const auto hyps = translate_sentences(model, be, v, srcs, beam, 32, max_len, a.truncate, a.src);
     const double s = seconds_since(t0);
     const std::vector<std::vector<std::string>> ref_sets = {refs};
     const auto bleu = corpus_bleu(hyps, ref_sets);
@@ -581,7 +328,7 @@ void use(const PresetInfo& p, const UseArgs& a, const Metadata& metadata, bool e
     lines = read_sentences(a.input);
     require(!lines.empty(), "no sentences to translate: ", a.input, " holds none");
   }
-  const auto out = translate_all(model, be, v, lines, beam, 32, max_len, a.truncate, a.input.empty() ? "stdin" : a.input);
+  const auto out = translate_sentences(model, be, v, lines, beam, 32, max_len, a.truncate, a.input.empty() ? "stdin" : a.input);
   for (const auto& t : out) std::cout << t << "\n";
   if (!a.attention_map.empty() && !lines.empty())
     write_attention_map(model, be, v, lines[0], out[0], a.attention_map, a.head, max_len);
@@ -661,11 +408,8 @@ int run_train(int argc, char** argv) {
   check_dropout_options(vm, 0.0f, a.attention_dropout);
   (void)parse_recompute(a.recompute);
   (void)TranslatorPresets::info(a.model);
-  dispatch_backend(a.backend, [&]<class Be>() {
-    TranslatorPresets::with(a.model, [&]<class Cfg>() {
-      train<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), a, resumed ? &*resumed : nullptr);
-    });
-  });
+  dispatch_backend(a.backend,
+                   [&]<class Be>() { train<Be>(TranslatorPresets::info(a.model), a, resumed ? &*resumed : nullptr); });
   return 0;
 }
 
@@ -697,9 +441,7 @@ int run_use(int argc, char** argv, bool evaluate) {
   const Metadata metadata = read_translator_checkpoint(a.checkpoint);
   a.precision = decoding_precision(vm, a.precision, metadata);
   dispatch_backend(a.backend, [&]<class Be>() {
-    TranslatorPresets::with(metadata.at("preset"), [&]<class Cfg>() {
-      use<dynamic_of_t<Cfg>, Be>(preset_info<Cfg>(), a, metadata, evaluate);
-    });
+    use<Be>(TranslatorPresets::info(metadata.at("preset")), a, metadata, evaluate);
   });
   return 0;
 }

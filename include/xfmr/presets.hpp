@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "xfmr/blocks/residual.hpp"
@@ -369,5 +370,35 @@ using Llama = DynamicParts<PreNorm, true, SwiGlu, Rope>;       // Llama, Qwen2, 
 
 using ClassifierPresets = PresetList<presets::ClassifierTiny, presets::Sst2, presets::Imdb>;
 using TranslatorPresets = PresetList<presets::TranslatorTiny, presets::Multi30k>;
+
+// `arch`, whose parts must be Cfg's: what a family's model is built to.
+template <class Cfg>
+const PresetInfo& checked_parts(const PresetInfo& arch) {
+  const PresetInfo own = preset_info<Cfg>();
+  require(arch.parts() == own.parts(), "the architecture '", arch.name, "' (", arch.parts(), ") is not this model's (",
+          own.parts(), ")");
+  return arch;
+}
+
+namespace detail {
+// make.template operator()<F>() for the family F of the tuple Families
+// whose parts are arch's (the models' make_* functions: a model compiled
+// once a family); none is an xfmr::Error naming the families there are.
+template <class Families, class Make>
+auto make_of_family(const PresetInfo& arch, Make&& make) {
+  arch.dims().check();
+  decltype(make.template operator()<std::tuple_element_t<0, Families>>()) model{};
+  std::string have;
+  auto one = [&]<class F>() {
+    const std::string parts = preset_info<F>().parts();
+    if (!model && parts == arch.parts()) model = make.template operator()<F>();
+    have += (have.empty() ? "" : "; ") + parts;
+  };
+  [&]<class... F>(std::tuple<F...>*) { (one.template operator()<F>(), ...); }(static_cast<Families*>(nullptr));
+  require(model != nullptr, "the architecture '", arch.name, "' has parts (", arch.parts(),
+          ") that no compiled family has (", have, ")");
+  return model;
+}
+}  // namespace detail
 
 }  // namespace xfmr

@@ -11,10 +11,12 @@
 #include "support/errors.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/models/classifier.hpp"
+#include "xfmr/models/classifier_model.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/encoder.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/models/seq2seq.hpp"
+#include "xfmr/models/translation_model.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/train/optimizers.hpp"
 
@@ -223,6 +225,78 @@ BOOST_AUTO_TEST_CASE(seq2seq_static_and_dynamic_same_bits) {
     return out;
   };
   BOOST_TEST(decode(fixed) == decode(dynamic), boost::test_tools::per_element());
+}
+
+// make_classifier and make_translation_model build a family's Dynamic
+// model, compiled in the library: the same bits as the preset's static
+// type, in training and in decoding.
+BOOST_AUTO_TEST_CASE(classifier_model_is_the_static_classifier) {
+  const int V = 23, C = 3;
+  const Shape bt{4, 10};
+  const auto x = ids_of(bt.rows(), V, 3);
+  const auto labels = ids_of(bt.B, C, 6);
+  for (const char* name : {"sst2", "imdb"}) {
+    auto erased = make_classifier<Be>(ClassifierPresets::info(name), V, C, 5, {.dropout = 0.1f});
+    ClassifierPresets::with(name, [&]<class Cfg>() {
+      Classifier<Cfg, Be> fixed(V, C, 5, {.dropout = 0.1f});
+      train(*erased, C, labels, [&](Be& be) { return erased->forward(be, x, bt); });
+      train(fixed, C, labels, [&](Be& be) { return fixed.forward(be, x, bt); });
+      BOOST_TEST(weight_bytes(*erased) == weight_bytes(fixed), name);
+    });
+    BOOST_TEST(erased->parameter_count() == parameter_count(*erased->clone()));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(translation_model_is_the_static_seq2seq) {
+  const int SV = 19, TV = 21;
+  const Shape src{2, 9}, tgt{2, 11};
+  const auto s = ids_of(src.rows(), SV, 1);
+  const auto t = ids_of(tgt.rows() + 1, TV, 2);
+  const std::vector<std::int32_t> x(t.begin(), t.end() - 1), y(t.begin() + 1, t.end());
+  auto erased = make_translation_model<Be>(TranslatorPresets::info("tiny"), SV, TV, 3, {.dropout = 0.1f});
+  Seq2Seq<presets::TranslatorTiny, presets::TranslatorTiny, Be> fixed(SV, TV, 3, {.dropout = 0.1f});
+  train(*erased, TV, y, [&](Be& be) { return erased->forward(be, s, src, nullptr, x, tgt); });
+  train(fixed, TV, y, [&](Be& be) { return fixed.forward(be, s, src, nullptr, x, tgt); });
+  BOOST_TEST(weight_bytes(*erased) == weight_bytes(fixed));
+  auto decode = [&](auto& m) {
+    Be be;
+    m.set_training(false);
+    m.encode(be, std::span(s).first(src.T), {1, src.T});
+    Seq2SeqDecodeState<Be> st;
+    m.start_decoding(be, st);
+    std::vector<std::int32_t> out{0};
+    for (int i = 0; i < 12; ++i) {
+      const auto logits = m.decode(be, std::span(out).last(1), st);
+      out.push_back(std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    }
+    return out;
+  };
+  BOOST_TEST(decode(*erased) == decode(fixed), boost::test_tools::per_element());
+  // The parts of another kind of model are refused by name.
+  says([&] { make_translation_model<Be>(ClassifierPresets::info("sst2"), SV, TV, 1); }, "no compiled family has");
+  says([&] { make_classifier<Be>(TranslatorPresets::info("tiny"), SV, 2, 1); }, "no compiled family has");
+}
+
+// A clone (DataParallel's replica) draws the dropout masks its original
+// draws: a run of one process and two shards is the run of two ranks.
+BOOST_AUTO_TEST_CASE(clones_keep_the_dropout_streams) {
+  auto seeds = [](auto& m) {
+    std::vector<std::uint64_t> s;
+    m.for_each_dropout([&](DropoutKeys& d) { s.push_back(d.seed()); });
+    return s;
+  };
+  auto same = [&](auto& model) {
+    const auto a = seeds(*model);
+    const auto b = seeds(*model->clone());
+    BOOST_TEST(!a.empty());
+    BOOST_TEST(a == b, boost::test_tools::per_element());
+  };
+  auto lm = make_language_model<Be>("tiny", 11, 7, {.dropout = 0.1f});
+  same(lm);
+  auto clf = make_classifier<Be>(ClassifierPresets::info("tiny"), 11, 2, 7, {.dropout = 0.1f});
+  same(clf);
+  auto mt = make_translation_model<Be>(TranslatorPresets::info("tiny"), 11, 13, 7, {.dropout = 0.1f});
+  same(mt);
 }
 
 // Sizes a Dynamic model is built with are checked where parts meet.

@@ -30,21 +30,19 @@
 #include <string_view>
 #include <tuple>
 
-#include "xfmr/core/function_ref.hpp"
 #include "xfmr/core/params.hpp"
 #include "xfmr/models/decoder.hpp"
+#include "xfmr/models/virtual_model.hpp"
 #include "xfmr/presets.hpp"
 
 namespace xfmr {
 
 template <class Backend>
-class LanguageModel {
+class LanguageModel : public VirtualModel<Backend> {
  public:
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   using Tensor = typename Backend::Tensor;
-
-  virtual ~LanguageModel() = default;
 
   // The architecture's name, parts, shape and knobs, the vocabulary and the
   // options it was built with.
@@ -55,9 +53,9 @@ class LanguageModel {
   virtual const DecoderOptions& options() const = 0;
   // What visit() lists, without visiting it.
   virtual std::size_t parameter_count() const = 0;
-  // A model of the same architecture, vocabulary and options (freshly
-  // initialised): a replica for DataParallel's shards, which copy the
-  // weights in before every use.
+  // A model of the same architecture, vocabulary, options and seed (its
+  // dropout layers' streams): a replica for DataParallel's shards, which
+  // copy the weights in before every use.
   virtual std::unique_ptr<LanguageModel> clone() const = 0;
 
   // Decoder's, in order: logits (B*T, vocab) of ids (B*T), valid until the
@@ -75,21 +73,6 @@ class LanguageModel {
   // Every attention layer materialises its probabilities (not tiled): the
   // path before tiled attention, for comparison (xfmr-bench).
   virtual void keep_attention_probabilities(bool on) = 0;
-
-  // f(name, value, grad) for every parameter; f(DropoutKeys&) for every
-  // dropout layer (models/model.hpp).
-  template <class F>
-  void visit(F&& f) {
-    visit_parameters(FunctionRef<void(std::string_view, Tensor&, Tensor&)>(f));
-  }
-  template <class F>
-  void for_each_dropout(F&& f) {
-    visit_dropout(FunctionRef<void(DropoutKeys&)>(f));
-  }
-
- protected:
-  virtual void visit_parameters(FunctionRef<void(std::string_view, Tensor&, Tensor&)> f) = 0;
-  virtual void visit_dropout(FunctionRef<void(DropoutKeys&)> f) = 0;
 };
 
 // The Decoder of configuration Cfg as a LanguageModel: of Cfg's own sizes,
@@ -105,14 +88,15 @@ class DecoderModel final : public LanguageModel<Backend> {
     requires(is_static_config<Cfg>())
       : DecoderModel(preset_info<Cfg>(), vocab, seed, opts) {}
   DecoderModel(const PresetInfo& arch, int vocab, std::uint64_t seed, const DecoderOptions& opts = {})
-      : info_(checked(arch)), model_(info_.dims(), vocab, seed, opts), count_(xfmr::parameter_count(model_)) {}
+      : info_(checked_parts<Cfg>(arch)), model_(info_.dims(), vocab, seed, opts), count_(xfmr::parameter_count(model_)),
+        seed_(seed) {}
 
   const PresetInfo& preset() const override { return info_; }
   int vocab() const override { return model_.vocab(); }
   const DecoderOptions& options() const override { return model_.options(); }
   std::size_t parameter_count() const override { return count_; }
   std::unique_ptr<LanguageModel<Backend>> clone() const override {
-    return std::make_unique<DecoderModel>(info_, model_.vocab(), 0, model_.options());
+    return std::make_unique<DecoderModel>(info_, model_.vocab(), seed_, model_.options());
   }
 
   std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
@@ -138,23 +122,13 @@ class DecoderModel final : public LanguageModel<Backend> {
   Decoder<Cfg, Backend>& decoder() { return model_; }
 
  private:
-  void visit_parameters(FunctionRef<void(std::string_view, Tensor&, Tensor&)> f) override {
-    model_.visit([&](std::string_view name, Tensor& value, Tensor& grad) { f(name, value, grad); });
-  }
-  void visit_dropout(FunctionRef<void(DropoutKeys&)> f) override {
-    model_.for_each_dropout([&](DropoutKeys& d) { f(d); });
-  }
-
-  static const PresetInfo& checked(const PresetInfo& arch) {
-    const PresetInfo own = preset_info<Cfg>();
-    require(arch.parts() == own.parts(), "the architecture '", arch.name, "' (", arch.parts(),
-            ") is not this model's (", own.parts(), ")");
-    return arch;
-  }
+  void visit_parameters(typename VirtualModel<Backend>::ParameterVisitor f) override { this->visit_of(model_, f); }
+  void visit_dropout(typename VirtualModel<Backend>::DropoutVisitor f) override { this->dropout_of(model_, f); }
 
   PresetInfo info_;
   Decoder<Cfg, Backend> model_;
   std::size_t count_;
+  std::uint64_t seed_;  // a clone's too: the dropout layers draw their streams from it
 };
 
 // A LanguageModel of a static configuration of one's own.
@@ -182,18 +156,8 @@ using LanguageModelFamilies = std::tuple<families::Gpt, families::GptRelu, famil
 template <class Backend>
 std::unique_ptr<LanguageModel<Backend>> make_language_model(const PresetInfo& arch, int vocab, std::uint64_t seed,
                                                            const DecoderOptions& opts = {}) {
-  arch.dims().check();
-  std::unique_ptr<LanguageModel<Backend>> model;
-  std::string have;
-  auto one = [&]<class F>() {
-    const std::string parts = preset_info<F>().parts();
-    if (!model && parts == arch.parts()) model = make_family_model<F, Backend>(arch, vocab, seed, opts);
-    have += (have.empty() ? "" : "; ") + parts;
-  };
-  [&]<class... F>(std::tuple<F...>*) { (one.template operator()<F>(), ...); }(static_cast<LanguageModelFamilies*>(nullptr));
-  require(model != nullptr, "the architecture '", arch.name, "' has parts (", arch.parts(),
-          ") that no compiled family has (", have, ")");
-  return model;
+  return detail::make_of_family<LanguageModelFamilies>(
+      arch, [&]<class F>() { return make_family_model<F, Backend>(arch, vocab, seed, opts); });
 }
 
 // The preset `preset` (LanguageModelPresets; an unknown name is an

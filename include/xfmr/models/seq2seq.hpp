@@ -36,6 +36,16 @@ struct Seq2SeqOptions {
   Recompute recompute = Recompute::none;  // activation recompute of the blocks (block_stack.hpp)
 };
 
+// State for decoding B sequences against an encoded source: the target
+// self-attention caches and each layer's memory keys/values.
+template <class Backend>
+struct Seq2SeqDecodeState {
+  DecodingCache<Backend> self;
+  typename Backend::template Buffer<typename Backend::Activation> memory_kv;  // (N_DEC, B*S, H*(QK+V))
+  std::vector<std::uint8_t> src_padding;
+  int B = 0, src_len = 0;
+};
+
 template <BlockConfig EncCfg, BlockConfig DecCfg, class Backend>
 class Seq2Seq {
   static_assert(xfmr::Backend<Backend>,
@@ -106,14 +116,7 @@ class Seq2Seq {
 
   // ---- decoding (inference) ----------------------------------------------
 
-  // State for decoding B sequences against an encoded source: the target
-  // self-attention caches and each layer's memory keys/values.
-  struct DecodeState {
-    DecodingCache<Backend> self;
-    Buffer<A> memory_kv;  // (N_DEC, B*S, H*(QK+V))
-    std::vector<std::uint8_t> src_padding;
-    int B = 0, src_len = 0;
-  };
+  using DecodeState = Seq2SeqDecodeState<Backend>;
 
   // Starts decoding against the last encode()d source. With beams > 1 each
   // source sequence is repeated `beams` times (sequence b*beams + k decodes
@@ -205,6 +208,7 @@ class Seq2Seq {
   }
 
   int vocab() const { return head_->out(); }
+  const Seq2SeqOptions& options() const { return opts_; }
   // Each side's sizes and knobs.
   const ModelDims& encoder_dims() const { return encoder_.dims(); }
   const ModelDims& decoder_dims() const { return dec_; }

@@ -1,0 +1,11 @@
+// translation_models.cpp: the translator families' Seq2Seq models on CUDA,
+// float32 and bfloat16 activations, every size Dynamic
+// (models/translation_model.hpp).
+#include "xfmr/backend/cuda.hpp"
+#include "xfmr/models/translation_model.hpp"
+
+namespace xfmr {
+#define XFMR_TRANSLATION(F, Be) XFMR_TRANSLATION_FAMILY(template, F, Be)
+XFMR_TRANSLATION_FAMILIES(XFMR_TRANSLATION, CudaBackend)
+XFMR_TRANSLATION_FAMILIES(XFMR_TRANSLATION, CudaBf16Backend)
+}  // namespace xfmr

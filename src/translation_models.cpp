@@ -1,0 +1,9 @@
+// translation_models.cpp: the translator families' Seq2Seq models on the
+// CPU, every size Dynamic (models/translation_model.hpp).
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/models/translation_model.hpp"
+
+namespace xfmr {
+#define XFMR_TRANSLATION(F, Be) XFMR_TRANSLATION_FAMILY(template, F, Be)
+XFMR_TRANSLATION_FAMILIES(XFMR_TRANSLATION, CpuBackend<float>)
+}  // namespace xfmr
