@@ -187,7 +187,8 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
         }
         const auto b = make_class_batch(seqs, labels, p.max_t, tok.pad, tok.cls);
         tokens_seen += long(b.B) * b.T;
-        const auto [mine, end] = rank_rows(group, b.B);  // this rank's rows of the batch
+        const auto rows = rank_rows(group, b.B);  // this rank's rows (clang 14's lambdas capture no structured binding)
+        const int mine = rows.first, end = rows.second;
         return trainer.step(
             [&](int) { return BatchTargets{end - mine, std::span(b.labels).subspan(std::size_t(mine), std::size_t(end - mine))}; },
             [&](const Shard& s, Model& m, Be& mb) {

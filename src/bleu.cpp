@@ -57,7 +57,7 @@ Counts ngrams(const std::vector<std::string>& words, int n) {
   return c;
 }
 
-std::vector<std::string> split_words(const std::string& s) {
+std::vector<std::string> bleu_words(const std::string& s) {
   std::vector<std::string> w;
   std::istringstream in(s);
   for (std::string t; in >> t;) w.push_back(t);
@@ -96,7 +96,7 @@ std::string tokenize_13a(std::string_view input) {
       padded, [](char a, char b) { return is_digit(a) && b == '-'; },
       [](std::string& o, char a, char b) { ((o += a) += ' ') += b, o += ' '; });
   std::string out;
-  for (const auto& w : split_words(padded)) (out.empty() ? out : out += ' ') += w;
+  for (const auto& w : bleu_words(padded)) (out.empty() ? out : out += ' ') += w;
   return out;
 }
 
@@ -108,9 +108,9 @@ BleuScore corpus_bleu(std::span<const std::string> hyps, std::span<const std::ve
   std::array<long, 4> correct{}, total{};
   BleuScore s;
   for (std::size_t i = 0; i < hyps.size(); ++i) {
-    const auto h = split_words(tokenize_13a(hyps[i]));
+    const auto h = bleu_words(tokenize_13a(hyps[i]));
     std::vector<std::vector<std::string>> rs;
-    for (const auto& set : refs) rs.push_back(split_words(tokenize_13a(set[i])));
+    for (const auto& set : refs) rs.push_back(bleu_words(tokenize_13a(set[i])));
     // The closest reference length; ties go to the shorter.
     long closest = -1;
     for (const auto& r : rs) {
