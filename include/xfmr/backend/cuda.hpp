@@ -472,8 +472,6 @@ using CudaBf16Backend = BasicCudaBackend<Bf16>;
 static_assert(Backend<CudaBackend>);
 static_assert(Backend<CudaBf16Backend>);
 
-static_assert(Backend<CudaBackend>);
-
 }  // namespace xfmr
 
 #endif  // XFMR_WITH_CUDA
