@@ -81,7 +81,8 @@ class TrainingLoop {
 // generator at each epoch's start, so that a run resumed mid-epoch draws
 // the same order again: state() is where the current epoch's draw began
 // (saved in a checkpoint's metadata as "epoch_rng"); at an epoch's end the
-// generator is where the next one's begins.
+// generator is where the next one's begins. An epoch's draws are all made
+// at its start: its steps draw nothing more from the generator.
 class Epochs {
  public:
   // A run at step `start` (the Trainer's, after any resume) whose
