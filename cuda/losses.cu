@@ -13,7 +13,7 @@ namespace xfmr {
 namespace {
 using namespace cuda::detail;
 
-constexpr unsigned kThreads = 256;
+constexpr unsigned kLossThreads = 256;
 
 template <class A>
 __global__ void cross_entropy_forward_kernel(int rows, int V, const A* logits, const std::int32_t* targets,
@@ -140,7 +140,7 @@ double BasicCudaBackend<A>::cross_entropy_forward(int rows, int V, const A* logi
   const std::int32_t* d_targets = upload_ids(targets, std::size_t(rows));
   double* row_loss = ctx_->partial.reserve(std::size_t(rows));
   const unsigned blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-  launch("cross_entropy_forward", cuda::Launch{blocks, kThreads}, cross_entropy_forward_kernel<A>, rows, V, logits,
+  launch("cross_entropy_forward", cuda::Launch{blocks, kLossThreads}, cross_entropy_forward_kernel<A>, rows, V, logits,
          d_targets, ignore_index, float(smoothing), probs, row_loss);
   auto& host = ctx_->host_partial;
   host.resize(std::size_t(rows));
@@ -184,7 +184,7 @@ double BasicCudaBackend<A>::cross_entropy_forward_backward(int rows, int V, cons
   const std::int32_t* d_targets = upload_ids(targets, std::size_t(rows));
   double* row_loss = ctx_->partial.reserve(std::size_t(rows));
   const unsigned blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-  launch("cross_entropy_forward_backward", cuda::Launch{blocks, kThreads}, cross_entropy_forward_backward_kernel<A>,
+  launch("cross_entropy_forward_backward", cuda::Launch{blocks, kLossThreads}, cross_entropy_forward_backward_kernel<A>,
          rows, V, logits, d_targets, ignore_index, float(smoothing), float(scale), dlogits, row_loss);
   auto& host = ctx_->host_partial;
   host.resize(std::size_t(rows));
