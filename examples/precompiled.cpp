@@ -1,0 +1,1 @@
+// precompiled.cpp: the object whose compilation precompiles precompiled.hpp.
