@@ -2,8 +2,10 @@
 #include "xfmr/io/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <stdio.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -109,9 +111,32 @@ const std::string& metadata_value(const Metadata& metadata, const std::string& k
   return it->second;
 }
 
+namespace {
+
+// A save creates a hidden directory beside `dir` and renames it in place,
+// swapping it with the old one: an immutable or append-only directory
+// (chattr +i, +a) refuses that, whether it is `dir` or the one holding it.
+// Found before the training, not at its first save. (A file system without
+// these flags answers the ioctl with an error: nothing to check there.)
+void refuse_fixed_directory(const fs::path& path, const fs::path& dir) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  int flags = 0;
+  const bool known = ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0;
+  ::close(fd);
+  if (!known || (flags & (FS_IMMUTABLE_FL | FS_APPEND_FL)) == 0) return;
+  fail("cannot save the checkpoint ", dir.string(), ": ", path == dir ? "the directory" : "its parent ",
+       path == dir ? "" : path.string(), " is ", (flags & FS_IMMUTABLE_FL) ? "immutable (chattr +i)" : "append-only (chattr +a)",
+       " and a save renames a new directory in place (`chattr -i -a ", path.string(),
+       "` allows it), or choose another --out");
+}
+
+}  // namespace
+
 void check_checkpoint_destination(const fs::path& target) {
   const fs::path dir = detail::as_target(target);
   std::error_code ec;
+  refuse_fixed_directory(dir.has_parent_path() ? dir.parent_path() : fs::path("."), dir);
   if (!fs::exists(fs::symlink_status(dir, ec))) return;
   require(is_checkpoint(dir), "refusing to write a checkpoint over ", dir.string(),
           ": it exists and is not an xfmr checkpoint");
@@ -121,6 +146,8 @@ void check_checkpoint_destination(const fs::path& target) {
     require(is_checkpoint_file(name), "refusing to replace the checkpoint ",
             dir.string(), ": it holds ", name, ", which is not part of a checkpoint and a save would delete");
   }
+  // ... by swapping a new directory in its place.
+  refuse_fixed_directory(dir, dir);
 }
 
 int remove_interrupted_saves(const fs::path& target) {
@@ -151,11 +178,8 @@ CheckpointLock::CheckpointLock(const fs::path& target) {
   std::error_code ec;
   fs::create_directories(parent, ec);
   for (;;) {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      const int err = errno;
-      detail::fail(dir.string(), ": cannot create the lock file ", path_.string(), ": ", std::strerror(err));
-    }
+    fd_ = system_call([&] { return ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644); }, dir.string(),
+                      ": cannot create the lock file ", path_.string());
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       char pid[32] = {};
@@ -199,10 +223,7 @@ void write_checkpoint_files(const fs::path& target, const SafeTensorsWriter& mod
           ec ? ": " + ec.message() : "");
 
   std::string tmpl = detail::hidden_temp_template(dir, "new");
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    const int err = errno;
-    detail::fail(dir.string(), ": cannot create a directory beside it: ", std::strerror(err));
-  }
+  system_call([&] { return ::mkdtemp(tmpl.data()); }, dir.string(), ": cannot create a directory beside it");
   const fs::path tmp = tmpl;
   try {
     // Errors name the file by its final place: the temporary is hidden.

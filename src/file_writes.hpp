@@ -54,11 +54,8 @@ inline int write_all(int fd, std::span<const std::byte> bytes) {
 // failure throws naming `shown` (the path the user knows) and the errno's text.
 inline void write_new_file(const std::filesystem::path& path, std::span<const std::byte> bytes,
                            const std::filesystem::path& shown) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int err = errno;
-    fail(shown.string(), ": cannot open for writing: ", std::strerror(err));
-  }
+  const int fd = system_call([&] { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); },
+                             shown.string(), ": cannot open for writing");
   int err = write_all(fd, bytes);
   if (err == 0 && ::fsync(fd) != 0 && errno != EINVAL) err = errno;  // EINVAL: a device that does not sync
   if (::close(fd) != 0 && err == 0) err = errno;

@@ -70,9 +70,14 @@ std::vector<Part> layout(const Llama2cConfig& c) {
   return out;
 }
 
-void check_header(const Llama2cConfig& c, const std::string& source) {
+// `header` names the header read: a legacy one has no magic, so the file
+// may not be llama2.c's at all; the message says so.
+constexpr const char* kLegacyHeader =
+    "llama2.c legacy header (no version-1 magic \"ak42\"; is this a llama2.c .bin file?)";
+
+void check_header(const Llama2cConfig& c, const std::string& source, const std::string& header) {
   auto positive = [&](const char* field, int v) {
-    require(v > 0 && v <= kMaxSide, source, ": llama2.c header field ", field, " is ", v, " (1..", kMaxSide, ")");
+    require(v > 0 && v <= kMaxSide, source, ": ", header, " field ", field, " is ", v, " (1..", kMaxSide, ")");
   };
   positive("dim", c.dim);
   positive("hidden_dim", c.hidden_dim);
@@ -81,11 +86,11 @@ void check_header(const Llama2cConfig& c, const std::string& source) {
   positive("n_kv_heads", c.n_kv_heads);
   positive("vocab_size", std::abs(c.vocab_size));
   positive("seq_len", c.seq_len);
-  require(c.dim % c.n_heads == 0 && (c.dim / c.n_heads) % 2 == 0, source, ": llama2.c header: dim ", c.dim,
+  require(c.dim % c.n_heads == 0 && (c.dim / c.n_heads) % 2 == 0, source, ": ", header, ": dim ", c.dim,
           " is not n_heads ", c.n_heads, " heads of an even width");
-  require(c.n_heads % c.n_kv_heads == 0, source, ": llama2.c header: n_heads ", c.n_heads,
+  require(c.n_heads % c.n_kv_heads == 0, source, ": ", header, ": n_heads ", c.n_heads,
           " is not a multiple of n_kv_heads ", c.n_kv_heads);
-  require(c.n_layers <= 1024, source, ": llama2.c header: n_layers ", c.n_layers, " (at most 1024)");
+  require(c.n_layers <= 1024, source, ": ", header, ": n_layers ", c.n_layers, " (at most 1024)");
 }
 
 }  // namespace
@@ -126,11 +131,12 @@ Llama2cCheckpoint read_llama2c(const std::filesystem::path& path) {
     const unsigned char* p = head;
     for (int* f : {&c.dim, &c.hidden_dim, &c.n_layers, &c.n_heads, &c.n_kv_heads, &c.vocab_size, &c.seq_len})
       *f = int_at(p), p += 4;
-    require(c.vocab_size != std::numeric_limits<std::int32_t>::min(), source, ": llama2.c header: vocab_size out of range");
+    require(c.vocab_size != std::numeric_limits<std::int32_t>::min(), source, ": ", kLegacyHeader, ": vocab_size ",
+            c.vocab_size, " out of range");
     c.shared_classifier = c.vocab_size > 0;
     offset = 28;
   }
-  check_header(c, source);
+  check_header(c, source, magic == kMagic ? "llama2.c version 1 header" : kLegacyHeader);
   c.vocab_size = std::abs(c.vocab_size);
 
   const std::vector<Part> parts = layout(c);

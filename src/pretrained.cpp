@@ -27,25 +27,9 @@ std::string_view format_name(CheckpointFormat f) {
 CheckpointFormat checkpoint_format(const fs::path& path) {
   require(fs::exists(path), path.string(), ": no such file or directory (a Hugging Face model directory, its "
           ".safetensors file, or a llama2.c .bin file)");
-  if (fs::is_regular_file(path) && path.extension() != ".safetensors") {
-    // llama2.c: version 1's magic "ak42", or the legacy header of seven positive int32.
-    std::ifstream in(path, std::ios::binary);
-    unsigned char head[28] = {};
-    in.read(reinterpret_cast<char*>(head), sizeof head);
-    std::uint32_t magic = 0;
-    std::memcpy(&magic, head, 4);
-    // dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size (negative
-    // when the classifier is its own), seq_len: sizes of a model.
-    std::int32_t f[7] = {};
-    std::memcpy(f, head, sizeof f);
-    const auto size = [](std::int32_t v) { return v > 0 && v <= (1 << 20); };
-    const bool legacy = in.gcount() == sizeof head && size(f[0]) && size(f[1]) && size(f[2]) && size(f[3]) &&
-                        size(f[4]) && f[0] % f[3] == 0 && f[3] % f[4] == 0 && f[5] != 0 && size(std::abs(f[5])) &&
-                        size(f[6]);
-    require(magic == 0x616b3432 || legacy, path.string(), ": not a llama2.c checkpoint (no version-1 magic, no legacy "
-            "header), nor a .safetensors file");
-    return CheckpointFormat::llama2c;
-  }
+  // Any other file is read as llama2.c's: its reader checks the header and
+  // names the field it refuses (a legacy header has no magic to test first).
+  if (fs::is_regular_file(path) && path.extension() != ".safetensors") return CheckpointFormat::llama2c;
   const fs::path file = fs::is_directory(path) ? path / "model.safetensors" : path;
   const fs::path config = file.parent_path() / "config.json";
   std::string type;

@@ -436,11 +436,8 @@ void write_file_atomic(const std::filesystem::path& target, std::span<const std:
   }
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   std::string tmpl = detail::hidden_temp_template(path, "tmp");
-  const int fd = ::mkstemp(tmpl.data());
-  if (fd < 0) {
-    const int err = errno;
-    detail::fail(path.string(), ": cannot create a file in ", dir.string(), ": ", std::strerror(err));
-  }
+  const int fd = system_call([&] { return ::mkstemp(tmpl.data()); }, path.string(), ": cannot create a file in ",
+                             dir.string());
   // A replaced file keeps its permissions and, where allowed, its owner.
   int err = ::fchmod(fd, exists ? (old.st_mode & 07777) : 0644) == 0 ? 0 : errno;
   if (exists && err == 0 && (old.st_uid != ::geteuid() || old.st_gid != ::getegid()))

@@ -92,11 +92,8 @@ std::string read_text_file(const std::filesystem::path& path) {
   // for one to write: a named pipe nobody writes to ends in an error, not
   // in a process that waits without a word.
   const bool fifo = std::filesystem::is_fifo(path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
-  if (fd < 0) {
-    const int err = errno;
-    fail(path.string(), ": cannot open: ", std::strerror(err));
-  }
+  const int fd = system_call([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0)); },
+                             path.string(), ": cannot open");
   struct Close {
     int fd;
     ~Close() { ::close(fd); }

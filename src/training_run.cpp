@@ -191,8 +191,8 @@ void check_writable_directory(const std::string& option, const std::filesystem::
     while (!fs::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
   require(fs::is_directory(dir, ec), option, " ", path.string(), ": the directory ", dir.string(),
           fs::exists(dir, ec) ? " is not a directory" : " does not exist");
-  require(::access(dir.c_str(), W_OK | X_OK) == 0, option, " ", path.string(), ": cannot write in ", dir.string(),
-          ": ", std::strerror(errno));
+  system_call([&] { return ::access(dir.c_str(), W_OK | X_OK); }, option, " ", path.string(), ": cannot write in ",
+              dir.string());
 }
 
 void check_output_paths(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 #include "support/configs.hpp"
 #include "support/errors.hpp"
@@ -422,6 +423,11 @@ BOOST_AUTO_TEST_CASE(bad_int8_files_are_refused) {
   has(load_error(with_scales(s, {rows})), "at row 2");
   s[2] = std::nanf("");
   has(load_error(with_scales(s, {rows})), "must be finite");
+  // Finite, but its weights are not: scale x 127 overflows float.
+  s[2] = 3e38f;
+  has(load_error(with_scales(s, {rows})), "at row 2; a scale must not be negative, and scale x 127");
+  s[2] = std::nextafter(std::numeric_limits<float>::max() / 127.0f, 0.0f);  // the largest that is finite: loads
+  BOOST_TEST(load_error(with_scales(s, {rows})) == "");
   has(load_error(rewritten([&](const std::string& n, SafeTensorsWriter& w) {
         if (n != matrix) return false;
         std::vector<std::int8_t> q(good.info(n).elements(), 1);

@@ -139,6 +139,16 @@ BOOST_AUTO_TEST_CASE(malformed_and_mismatched_files_are_refused) {
       "not a multiple of n_kv_heads 3");
   has(test::error_of([&] { read_llama2c(edited("model_v0.bin", [](auto& b) { put_int(b, 8, 0); })); }),
       "n_layers is 0");
+  // Fields a legacy header (no magic) gets wrong are named too: the file is
+  // read as llama2.c's, not turned away as some other format.
+  has(test::error_of([&] { read_llama2c(edited("model_v0.bin", [](auto& b) { put_int(b, 0, -32); })); }),
+      "llama2.c legacy header (no version-1 magic \"ak42\"; is this a llama2.c .bin file?) field dim is -32");
+  has(test::error_of([&] { read_llama2c(edited("model_v0.bin", [](auto& b) { put_int(b, 12, 0); })); }),
+      "field n_heads is 0");
+  has(test::error_of([&] { read_llama2c(edited("model_v0.bin", [](auto& b) { put_int(b, 24, 1 << 30); })); }),
+      "field seq_len is 1073741824 (1..");
+  has(test::error_of([&] { read_llama2c(edited("model_v1.bin", [](auto& b) { put_int(b, 8 + 12, 3); })); }),
+      "llama2.c version 1 header: dim 32 is not n_heads 3 heads");
   has(test::error_of([&] { read_llama2c(edited("model_v1.bin", [](auto& b) { put_int(b, 4, 2); })); }),
       "version 2 (int8 Q8_0 groups) is not supported");
   has(test::error_of([&] { read_llama2c(edited("model_v1.bin", [](auto& b) { put_int(b, 4, 7); })); }),

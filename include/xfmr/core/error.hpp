@@ -3,12 +3,15 @@
 // limit it broke, e.g. "token id 70 out of range [0, 65)".
 #pragma once
 
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 namespace xfmr {
@@ -46,6 +49,27 @@ template <class... Parts>
 void require(bool cond, Parts&&... parts) {
   if (!cond) [[unlikely]]
     fail(std::forward<Parts>(parts)...);
+}
+
+// system_call([&] { return ::open(...); }, path, ": cannot open"): runs the
+// POSIX call and returns its result; when it fails (-1, or a null pointer)
+// throws xfmr::Error with the parts and ": " and the text of errno, read as
+// soon as the call returns. The one place the library reads errno after a
+// call that throws: read in the expression that makes the call (another
+// argument of the same require), it may be read before the call runs.
+template <class Call, class... Parts>
+auto system_call(Call&& call, Parts&&... parts) {
+  const auto result = std::forward<Call>(call)();
+  bool failed = false;
+  if constexpr (std::is_pointer_v<std::remove_const_t<decltype(result)>>)
+    failed = result == nullptr;
+  else
+    failed = result == -1;
+  if (failed) [[unlikely]] {
+    const int err = errno;
+    fail(std::forward<Parts>(parts)..., ": ", std::strerror(err));
+  }
+  return result;
 }
 
 // The whole of `text` as an integer of type T, or xfmr::Error naming `what`,

@@ -35,6 +35,7 @@
 #include <map>
 #include <set>
 #include <span>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,9 +100,12 @@ void load_int8_tensor(const SafeTensors& st, const std::string& name, Tensor& t)
   require(si.dtype == DType::F32 && si.shape == std::vector<std::int64_t>{shape[0]}, st.source(), ": scales '",
           scale_name, "' are ", dtype_name(si.dtype), " ", shape_string(si.shape), "; expected F32 [", shape[0], "]");
   const std::vector<float> scale = st.values<float>(scale_name);
+  // What a scale computes must be finite too: scale x 127, the row's
+  // largest weight (a scale of 3e38 is finite; its weights are not).
   for (std::size_t r = 0; r < scale.size(); ++r)
-    require(std::isfinite(scale[r]) && scale[r] >= 0.0f, st.source(), ": scales '", scale_name, "' hold ", scale[r],
-            " at row ", r, "; a scale must be finite and not negative");
+    require(std::isfinite(scale[r] * 127.0f) && scale[r] >= 0.0f, st.source(), ": scales '", scale_name, "' hold ",
+            scale[r], " at row ", r, "; a scale must not be negative, and scale x 127 (the row's largest weight) ",
+            "must be finite (a scale below ", std::numeric_limits<float>::max() / 127.0f, ")");
   const auto q = st.bytes(name);
   const std::size_t cols = std::size_t(shape[1]);
   std::vector<S> host(q.size());
@@ -173,7 +177,8 @@ void load_optimizer_state(Optimizer& opt, const SafeTensors& st) {
 
 // Refuses (xfmr::Error) a `dir` that write_checkpoint would refuse: one that
 // exists and is not a checkpoint, or a checkpoint holding other files too
-// (a save replaces the whole directory). Programs check their --out with it
+// (a save replaces the whole directory), or one the swap cannot move
+// (immutable or append-only). Programs check their --out with it
 // before the first step, so a refusal costs no training.
 void check_checkpoint_destination(const std::filesystem::path& dir);
 
