@@ -807,6 +807,8 @@ int main(int argc, char** argv) {
     check_vocabulary(std::size_t(a.vocab), 1, LanguageModelPresets::info(a.model).d_model, "--vocab", "a smaller --vocab");
     require(a.shards <= kMaxShards, "--shards ", a.shards, " outside 0..", kMaxShards);
     require(a.min_reps >= 1 && a.warmup >= 0 && a.min_time >= 0, "--min-reps must be >= 1, --warmup and --min-time >= 0");
+    // Where the results go is checked before the benchmark runs, not after.
+    check_output_paths({{"--json", a.json_path}}, {}, "");
     {
       std::istringstream in(a.modes);
       for (std::string m; std::getline(in, m, ',');)

@@ -337,8 +337,9 @@ void use(const PresetInfo& p, const UseArgs& a, const Metadata& metadata, bool e
 // Beam search keeps `beam` hypotheses of every sentence of a batch, each
 // with its logits and KV cache: a beam beyond kMaxBeam only exhausts memory.
 constexpr int kMaxBeam = 100;
-void check_beam(int beam) {
+void check_beam(int beam, double length_penalty) {
   require(beam >= 1 && beam <= kMaxBeam, "--beam ", beam, " outside 1..", kMaxBeam);
+  check_length_penalty(length_penalty, "--length-penalty");
 }
 
 // A checkpoint of this program's: its metadata, checked before any work.
@@ -402,7 +403,7 @@ int run_train(int argc, char** argv) {
   check_batch(a.batch);
   const auto lock = start_run(a, {{"--src-train", a.src_train}, {"--tgt-train", a.tgt_train}, {"--src-val", a.src_val},
                         {"--tgt-val", a.tgt_val}}, a.resume);
-  check_beam(a.beam);
+  check_beam(a.beam, a.length_penalty);
   require(a.tokens == "word" || a.tokens == "bpe", "--tokens ", a.tokens, " is not word or bpe");
   check_optimizer_options(a.lr, a.clip, a.weight_decay);
   check_dropout_options(vm, 0.0f, a.attention_dropout);
@@ -432,7 +433,7 @@ int run_use(int argc, char** argv, bool evaluate) {
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.checkpoint.empty(), "--checkpoint DIR is required");
-  check_beam(a.beam);
+  check_beam(a.beam, a.length_penalty);
   if (evaluate) require(!a.src.empty() && !a.ref.empty(), "--src FILE and --ref FILE are required");
   check_output_paths({{"--metrics-json", a.metrics_json}, {"--attention-map", a.attention_map}},
                      {{"--checkpoint", a.checkpoint}, {"--src", a.src}, {"--ref", a.ref}, {"--input", a.input}},

@@ -792,12 +792,22 @@ case "$case_name" in
     before_training "--seed -1 is negative" "$charlm" train --data corpus.txt "${quick[@]}" --seed -1
     expect_error "--length-penalty nan is not a finite number" "$translate" translate --checkpoint tk \
       --length-penalty nan --input v.src
+    expect_error "--length-penalty -1e+300 outside [-10, 10]" "$translate" translate --checkpoint tk \
+      --length-penalty -1e300 --input v.src
+    before_training "--length-penalty 11 outside [-10, 10]" "$translate" train --src-train a.src --tgt-train a.tgt \
+      --src-val v.src --tgt-val v.tgt --model tiny --length-penalty 11
     before_training "--bleu-sentences -5 is negative" "$translate" train --src-train a.src --tgt-train a.tgt \
       --src-val v.src --tgt-val v.tgt --model tiny --bleu-sentences -5
     expect_error "--head -7 is negative" "$translate" translate --checkpoint tk --head -7 --input v.src
     expect_error "--head 9 out of range [0, 2)" "$translate" translate --checkpoint tk --head 9 --input v.src \
       --attention-map h.svg
     expect_error "--attention -5 is negative" "$bench" --attention -5
+    # Where xfmr-bench writes is checked before it runs (a mode that would
+    # take minutes), not after.
+    mkdir -p results.d
+    expect_error "--json results.d is a directory" "$bench" --json results.d --modes train --min-time 100000
+    expect_error "--json gone/r.json: the directory gone does not exist" "$bench" --json gone/r.json --modes train \
+      --min-time 100000
     # 6. Messages say what is wrong and where.
     head -c 300 corpus.txt > short.txt
     before_training "--data short.txt: its validation part has 30 characters, too few for windows of the model's context 32" \

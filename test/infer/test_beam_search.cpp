@@ -1,6 +1,8 @@
 #include "xfmr/infer/beam_search.hpp"
 
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "support/configs.hpp"
 #include "support/gradcheck.hpp"
@@ -57,6 +59,18 @@ BOOST_AUTO_TEST_CASE(length_penalty_and_max_length) {
   BOOST_TEST(!cut[0].finished);
   BOOST_TEST((cut[0].tokens == std::vector<std::int32_t>{3}));
   BOOST_CHECK_THROW(beam_search(1, 5, {.beam = 0}, step, [](std::span<const int>) {}), Error);
+  // An alpha whose divisor overflows or vanishes would make every score
+  // infinite and the choice arbitrary: refused, naming it and the range.
+  for (const double alpha : {-1e300, 1e300, 10.5, -11.0})
+    BOOST_CHECK_EXCEPTION(beam_search(1, 5, {.beam = 2, .length_penalty = alpha}, step, [](std::span<const int>) {}),
+                          Error, [&](const Error& e) {
+                            return std::string(e.what()).find(" outside [-10, 10]") != std::string::npos;
+                          });
+  for (const double alpha : {-10.0, 10.0}) {
+    BOOST_TEST(std::isnormal(gnmt_length_penalty(std::numeric_limits<int>::max(), alpha)));
+    BOOST_TEST(beam_search(1, 5, {.beam = 2, .length_penalty = alpha, .max_len = 3}, step,
+                           [](std::span<const int>) {}).size() == 1u);
+  }
 }
 
 struct Src : TinyPre {};

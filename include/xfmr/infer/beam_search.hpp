@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -42,10 +43,21 @@ inline double gnmt_length_penalty(int length, double alpha) {
   return std::pow((5.0 + length) / 6.0, alpha);
 }
 
+// GNMT's alpha: 0 none, 0.6 usual. Within [-10, 10] the divisor
+// ((5 + length) / 6)^alpha is finite and nonzero for any int length; beyond,
+// it overflows or vanishes and every score is infinite (the search then
+// picks a hypothesis at random, silently).
+inline constexpr double kMaxLengthPenalty = 10;
+inline void check_length_penalty(double alpha, std::string_view what = "length penalty") {
+  require(std::isfinite(alpha) && std::abs(alpha) <= kMaxLengthPenalty, what, " ", alpha, " outside [",
+          -kMaxLengthPenalty, ", ", kMaxLengthPenalty, "] (GNMT's alpha: 0 for none, 0.6 usual)");
+}
+
 template <class Step, class Reorder>
 std::vector<Hypothesis> beam_search(int B, int V, const BeamOptions& opt, Step&& step, Reorder&& reorder) {
   require(opt.beam >= 1, "beam size ", opt.beam, " must be at least 1");
   require(opt.max_len >= 1, "max length ", opt.max_len, " must be at least 1");
+  check_length_penalty(opt.length_penalty);
   require(B >= 1 && V >= 2, "beam search over ", B, " inputs and ", V, " tokens");
   const int K = opt.beam, N = B * K;
   const double NEG = -std::numeric_limits<double>::infinity();
