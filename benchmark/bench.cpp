@@ -794,8 +794,7 @@ int main(int argc, char** argv) {
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;
     (void)LanguageModelPresets::info(a.model);
-    check_backend_name(a.backend, "--backend");
-    check_precision_name(a.precision, "--precision");
+    check_backend(a.backend, a.precision, "--backend", "--precision");
     require(a.precision != "int8" || a.modes == "generate" || !a.pretrained.empty() || !a.translator.empty(),
             "--precision int8 times decoding: --modes generate, --gpt2 or --translator");
     (void)parse_recompute(a.recompute);

@@ -369,6 +369,7 @@ int run_sample(int argc, char** argv) {
   a.sampling.validate();
   const Metadata metadata = read_charlm_checkpoint(a.checkpoint);
   a.precision = decoding_precision(vm, a.precision, metadata);
+  check_decoding_backend(vm, a.backend, a.precision);
   dispatch_backend(a.backend, [&]<class Be>() { sample<Be>(a, metadata); });
   return 0;
 }
@@ -441,6 +442,7 @@ int run_eval(int argc, char** argv) {
   check_output_paths({{"--metrics-json", a.metrics_json}}, {{"--checkpoint", a.checkpoint}, {"--data", a.data}},
                      a.checkpoint);
   a.precision = decoding_precision(vm, a.precision, metadata);
+  check_decoding_backend(vm, a.backend, a.precision);
   dispatch_backend(a.backend, [&]<class Be>() { eval<Be>(a, metadata); });
   return 0;
 }

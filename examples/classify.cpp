@@ -337,6 +337,7 @@ int run_eval(int argc, char** argv) {
   check_output_paths({{"--metrics-json", metrics_json}}, {{"--dev", dev}, {"--checkpoint", checkpoint}}, checkpoint);
   const Metadata metadata = read_classifier_checkpoint(checkpoint);
   precision = decoding_precision(vm, precision, metadata);
+  check_decoding_backend(vm, backend, precision);
   dispatch_backend(backend, [&]<class Be>() {
     eval<Be>(ClassifierPresets::info(metadata.at("preset")), checkpoint, metadata, dev, metrics_json, backend,
              precision, truncate);

@@ -187,6 +187,15 @@ inline std::string decoding_precision(const boost::program_options::variables_ma
   return is_int8_checkpoint(checkpoint) ? kInt8Weights : precision;
 }
 
+// xfmr::check_backend for a decoding command once decoding_precision has
+// chosen: int8 that the checkpoint chose is named as the checkpoint's.
+inline void check_decoding_backend(const boost::program_options::variables_map& vm, const std::string& backend,
+                                   const std::string& precision) {
+  const bool given = vm.count("precision") && !vm["precision"].defaulted();
+  check_backend(backend, precision, "--backend",
+                given || precision != kInt8Weights ? "--precision" : "precision (the checkpoint's int8 weights)");
+}
+
 // --out, --metrics-json (what goes in it: `metrics`), --log-csv and
 // --report (default files <program>_log.csv and <program>_report.html),
 // --shards, --backend.
@@ -229,7 +238,7 @@ inline ProcessGroup& join_ranks(RunOptions& r, std::string_view backend, const s
                                                                const std::string& resume = "") {
   check_run_options(r, inputs, resume);
   check_training_precision(r.precision, "--precision");
-  check_backend_name(r.backend, "--backend");
+  check_backend(r.backend, r.precision, "--backend", "--precision");
 #ifndef XFMR_FUZZ_CLI  // (a fuzzed --out may name any directory: the lock would create its parents)
   if (!r.out.empty() && ProcessGroup::world().root()) return lock_checkpoint_directory(r.out);
 #endif

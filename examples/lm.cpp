@@ -179,7 +179,7 @@ int run_sample(int argc, char** argv) {
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.model.empty(), "--model PATH is required");
   require(a.tokens >= 0 && a.tokens <= kMaxTokens, "--tokens ", a.tokens, " outside 0..", kMaxTokens);
-  check_precision_name(a.precision, "--precision");
+  check_backend(a.backend, a.precision, "--backend", "--precision");
   a.sampling.validate();
   dispatch_backend(a.backend, [&]<class Be>() { sample<Be>(a); });
   return 0;
@@ -235,7 +235,7 @@ int run_eval(int argc, char** argv) {
   require(!a.model.empty(), "--model PATH is required");
   require(a.context >= 0 && a.windows >= 0, "--context and --windows must not be negative");
   check_batch(a.batch);
-  check_precision_name(a.precision, "--precision");
+  check_backend(a.backend, a.precision, "--backend", "--precision");
   check_output_paths({{"--metrics-json", a.metrics_json}}, {{"--model", a.model}, {"--data", a.data}});
   dispatch_backend(a.backend, [&]<class Be>() { eval<Be>(a); });
   return 0;

@@ -441,6 +441,7 @@ int run_use(int argc, char** argv, bool evaluate) {
   check_precision_name(a.precision, "--precision");
   const Metadata metadata = read_translator_checkpoint(a.checkpoint);
   a.precision = decoding_precision(vm, a.precision, metadata);
+  check_decoding_backend(vm, a.backend, a.precision);
   dispatch_backend(a.backend, [&]<class Be>() {
     use<Be>(TranslatorPresets::info(metadata.at("preset")), a, metadata, evaluate);
   });

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "xfmr/backend/cpu.hpp"
@@ -278,6 +279,33 @@ BOOST_AUTO_TEST_CASE(training_refuses_int8) {
   BOOST_TEST(describe(make_backend<Cpu>("cpu", "int8")) == "cpu (int8 weights)");
   BOOST_TEST(precision_of(make_backend<Cpu>("cpu", "int8")) == "int8");
   BOOST_CHECK_THROW(CpuBackend<double>({.int8 = true}), Error);
+}
+
+// check_backend: what make_backend would refuse, found with the options.
+BOOST_AUTO_TEST_CASE(backend_and_precision_are_checked_together) {
+  const auto error = [](std::string_view name, std::string_view precision) {
+    try {
+      check_backend(name, precision, "--backend", "--precision");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  BOOST_TEST(error("cpu", "int8") == "");
+  BOOST_TEST(error("cpu", "bf16") == "");
+  BOOST_TEST(error("gpu", "fp32") == "unknown --backend 'gpu' (expected cpu, cuda, cuda-tf32 or cuda-bf16)");
+  BOOST_TEST(error("cuda", "int8") == "--precision int8 runs on the CPU backend (not --backend cuda)");
+  BOOST_TEST(error("cuda-bf16", "int8") == "--precision int8 runs on the CPU backend (not --backend cuda-bf16)");
+  BOOST_TEST(error("cuda-tf32", "bf16") == "--precision bf16 goes with --backend cpu, cuda or cuda-bf16 (not cuda-tf32)");
+  // A CUDA name with no GPU to run it: refused before a model is loaded.
+#ifdef XFMR_WITH_CUDA
+  if (cuda::device_count() == 0)
+    BOOST_TEST(error("cuda", "fp32").starts_with("--backend cuda: no usable CUDA device"));
+  else
+    BOOST_TEST(error("cuda", "bf16") == "");
+#else
+  BOOST_TEST(error("cuda", "fp32") == "--backend cuda: this xfmr was built without CUDA (CMake found no CUDA compiler)");
+#endif
 }
 
 BOOST_AUTO_TEST_SUITE_END()

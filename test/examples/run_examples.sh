@@ -366,7 +366,7 @@ case "$case_name" in
         [[ $be != cuda-tf32 ]] || grep -q "TF32)" $be.log || { cat $be.log; fail "--backend $be did not say TF32"; }
         [[ $be != cuda-bf16 ]] || grep -q "bf16 activations" $be.log || { cat $be.log; fail "--backend $be: no bf16"; }
       else
-        grep -qE "CUDA backend: no usable CUDA device|built without CUDA" $be.log \
+        grep -qE "no usable CUDA device|built without CUDA" $be.log \
           || { cat $be.log; fail "--backend $be failed without a clear reason"; }
       fi
     done
@@ -802,6 +802,17 @@ case "$case_name" in
     expect_error "--head 9 out of range [0, 2)" "$translate" translate --checkpoint tk --head 9 --input v.src \
       --attention-map h.svg
     expect_error "--attention -5 is negative" "$bench" --attention -5
+    # Backend and precision together, and a GPU for a CUDA backend, before
+    # a model is loaded (the model named here does not even exist).
+    expect_error "--precision int8 runs on the CPU backend (not --backend cuda)" "$lm" sample --model none \
+      --backend cuda --precision int8
+    expect_error "--precision bf16 goes with --backend cpu, cuda or cuda-bf16 (not cuda-tf32)" "$bench" \
+      --backend cuda-tf32 --precision bf16
+    if ! nvidia-smi -L > /dev/null 2>&1; then
+      out=$("$lm" sample --model none --backend cuda 2>&1) && fail "--backend cuda ran without a GPU: $out"
+      grep -qE -- "--backend cuda: (no usable CUDA device|this xfmr was built without CUDA)" <<<"$out" ||
+        fail "--backend cuda without a GPU: $out"
+    fi
     # Where xfmr-bench writes is checked before it runs (a mode that would
     # take minutes), not after.
     mkdir -p results.d

@@ -50,6 +50,28 @@ inline void check_training_precision(std::string_view precision, std::string_vie
   require(precision != "int8", what, " int8 is for decoding (sample, translate, eval); training runs in fp32 or bf16");
 }
 
+// The backend `name` in `precision` can run here, or xfmr::Error naming
+// the options (`name_option`, `precision_option`) and why: the names known,
+// the pair allowed (int8 weights on the CPU; bf16 products on cpu, cuda or
+// cuda-bf16), and for a CUDA name an xfmr built with CUDA and a GPU the CUDA
+// runtime sees. Programs call it with their other options, before they load
+// or build anything (make_backend would refuse the same, later).
+inline void check_backend(std::string_view name, std::string_view precision, std::string_view name_option = "backend",
+                          std::string_view precision_option = "precision") {
+  check_backend_name(name, name_option);
+  check_precision_name(precision, precision_option);
+  if (name == "cpu") return;
+  require(precision != "int8", precision_option, " int8 runs on the CPU backend (not ", name_option, " ", name, ")");
+  require(precision != "bf16" || name != "cuda-tf32", precision_option, " bf16 goes with ", name_option,
+          " cpu, cuda or cuda-bf16 (not ", name, ")");
+#ifdef XFMR_WITH_CUDA
+  require(cuda::device_count() > 0, name_option, " ", name, ": no usable CUDA device (the CUDA runtime sees none: ",
+          "no GPU, no driver, or CUDA_VISIBLE_DEVICES hides them); ", name_option, " cpu runs anywhere");
+#else
+  detail::fail(name_option, " ", name, ": this xfmr was built without CUDA (CMake found no CUDA compiler)");
+#endif
+}
+
 // Calls f.template operator()<Backend>() with the backend type `name` names.
 template <class F>
 decltype(auto) with_backend(std::string_view name, F&& f) {
