@@ -165,7 +165,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   // mode pads; in text mode every target counts).
   auto evaluate = [&](const CharBatches& b) {
     LossSum sum;
-    for (int i = 0; i < b.eval_count(args.eval_batches); ++i) {
+    for (int i = 0; i < b.eval_count(args.eval_batches) && !loop.interrupted(group); ++i) {
       b.eval_batch(i, ids.data(), targets.data());
       sum += trainer.evaluate({my_rows, my_targets()}, forward);
     }

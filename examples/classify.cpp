@@ -198,7 +198,8 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
             });
       },
       [&](const StepResult& r) {
-        dev = evaluate_classifier(model, be, dev_data, tok.pad, tok.cls, p.max_t, 256);
+        dev = evaluate_classifier(model, be, dev_data, tok.pad, tok.cls, p.max_t, 256, group,
+                                  [&] { return loop.interrupted(group); });
         return Evaluation{r.loss, dev.loss,
                           " (epoch " + std::to_string((r.step - 1) / steps_per_epoch + 1) + "): batch loss " +
                               fixed(r.loss, 4) + ", dev loss " + fixed(dev.loss, 4) + ", dev accuracy " +

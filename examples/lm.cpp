@@ -11,7 +11,7 @@
 // file, or a checkpoint `train --out` wrote; the preset comes from its
 // config (io/pretrained.hpp). The tokenizer is --tokenizer, else the one
 // beside the model (tokenizer.json, vocab.json + merges.txt, tokenizer.bin)
-// or the one a checkpoint names. Run each command with --help for the rest.
+// or the one a checkpoint carries. Run each command with --help for the rest.
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <iostream>
@@ -49,22 +49,45 @@ struct Loaded {
   std::unique_ptr<LanguageModel<Be>> model;
   std::optional<ModelTokenizer> tok;
   std::string tokenizer_path;  // what the tokenizer was read from
+  int padding = 0;             // the model's vocabulary rows past the tokenizer's (ModelTokenizer::check_fits)
   std::optional<SafeTensors> saved;  // a checkpoint's tensors (an int8 one's rows for WeightCopies)
 };
 
-// The tokenizer `given` (--tokenizer), else `beside` (the model's directory
-// or the path a checkpoint names); its vocabulary must fit the model's.
-ModelTokenizer load_tokenizer(const std::string& given, const fs::path& beside, int vocab, std::string& used) {
+// The tokenizer `given` (--tokenizer), else `beside` (the model's directory,
+// or an older checkpoint's tokenizer path); it must fit the model's
+// vocabulary of `vocab` (`model` names it), whose padding past it is returned.
+ModelTokenizer load_tokenizer(const std::string& given, const fs::path& beside, int vocab, const std::string& model,
+                              std::string& used, int& padding) {
   used = given.empty() ? beside.string() : given;
   try {
     ModelTokenizer tok = ModelTokenizer::load(used);
-    require(tok.size() <= vocab, "the tokenizer in ", used, " has ", tok.size(), " tokens, more than the model's ",
-            vocab);
+    padding = tok.check_fits(vocab, model);
     used = fs::absolute(used).string();
     return tok;
   } catch (const Error& e) {
     fail(e.what(), given.empty() ? " (name one with --tokenizer)" : "");
   }
+}
+
+// A checkpoint carries its tokenizer (Trainer::save's attached files);
+// one written before it did names the tokenizer's path instead.
+fs::path checkpoint_tokenizer(const fs::path& checkpoint, const Metadata& metadata) {
+  for (const auto& e : fs::directory_iterator(checkpoint))
+    if (is_tokenizer_file_name(e.path().filename().string())) return checkpoint;
+  return metadata_value(metadata, "tokenizer", checkpoint);
+}
+
+// The ids of `text` (--prompt, --data), saying on stderr how many bytes the
+// tokenizer dropped (a byte-level BPE without a token for each byte).
+std::vector<std::int32_t> encode_text(const ModelTokenizer& tok, std::string_view text, const std::string& what,
+                                      bool corpus) {
+  std::size_t dropped = 0;
+  std::vector<std::int32_t> ids = corpus ? tok.encode_corpus(text, &dropped) : tok.encode(text, &dropped);
+  if (dropped > 0)
+    std::cerr << "xfmr-lm: warning: " << dropped << " of the " << text.size() << " bytes of " << what
+              << " were dropped: the tokenizer " << tok.files().front().string() << " has no token for "
+              << tok.missing_bytes() << " of the 256 byte values (Hugging Face drops them too)\n";
+  return ids;
 }
 
 // `path`: a checkpoint of this program's or a published one (io/pretrained.hpp).
@@ -78,9 +101,10 @@ Loaded<Be> load_lm(const std::string& path, const std::string& tokenizer, Decode
   Loaded<Be> l;
   l.model = std::move(p.model);
   l.saved = std::move(p.saved);
-  const fs::path beside = p.format == CheckpointFormat::xfmr ? fs::path(metadata_value(p.metadata, "tokenizer", path))
+  const fs::path beside = p.format == CheckpointFormat::xfmr ? checkpoint_tokenizer(path, p.metadata)
                                                              : fs::absolute(p.file).parent_path();
-  if (need_tokenizer) l.tok.emplace(load_tokenizer(tokenizer, beside, l.model->vocab(), l.tokenizer_path));
+  if (need_tokenizer)
+    l.tok.emplace(load_tokenizer(tokenizer, beside, l.model->vocab(), "the model " + path, l.tokenizer_path, l.padding));
   return l;
 }
 
@@ -88,7 +112,7 @@ Loaded<Be> load_lm(const std::string& path, const std::string& tokenizer, Decode
 std::vector<std::int32_t> corpus_tokens(const std::string& path, const ModelTokenizer& tok) {
   require(!path.empty(), "--data FILE is required");
   const std::string text = read_text_file(path);
-  std::vector<std::int32_t> ids = tok.encode_corpus(text);
+  std::vector<std::int32_t> ids = encode_text(tok, text, "--data " + path, true);
   require(ids.size() >= 2, "--data ", path, ": ", ids.size(), " tokens, too few to predict one");
   return ids;
 }
@@ -96,11 +120,12 @@ std::vector<std::int32_t> corpus_tokens(const std::string& path, const ModelToke
 // Mean loss over consecutive windows of `tokens`: window i predicts tokens
 // [iT + 1, iT + T] from [iT, iT + T), `batch` windows a forward, at most
 // `windows` of them (0: all that fit), in evaluation mode (no dropout; the
-// model is left so). Deterministic, so that any other
+// model is left so); stop() before each batch ends it there (a signal in
+// training's evaluation). Deterministic, so that any other
 // implementation can compute the same number (test/reference/lm_loss.py).
 template <class Be>
 LossSum window_loss(LanguageModel<Be>& model, Be& be, std::span<const std::int32_t> tokens, int T, int batch,
-                    long windows) {
+                    long windows, FunctionRef<bool()> stop = [] { return false; }) {
   const long fit = long(tokens.size() - 1) / T;
   const long n = windows > 0 ? std::min(windows, fit) : fit;
   require(n > 0, "the text has ", tokens.size(), " tokens, too few for one window of ", T, " + 1");
@@ -108,7 +133,7 @@ LossSum window_loss(LanguageModel<Be>& model, Be& be, std::span<const std::int32
   CrossEntropyLoss<Be> ce;
   LossSum sum;
   std::vector<std::int32_t> ids, targets;
-  for (long w = 0; w < n; w += batch) {
+  for (long w = 0; w < n && !stop(); w += batch) {
     const int rows = int(std::min<long>(batch, n - w));
     ids.assign(tokens.begin() + w * T, tokens.begin() + (w + rows) * T);
     targets.assign(tokens.begin() + w * T + 1, tokens.begin() + (w + rows) * T + 1);
@@ -135,7 +160,7 @@ void sample(const SampleArgs& a) {
   Be be = make_backend<Be>(a.backend, a.precision);
   const auto copies = l.saved ? std::make_unique<WeightCopies<Be>>(be, *l.model, *l.saved)
                               : std::make_unique<WeightCopies<Be>>(be, *l.model);
-  std::vector<std::int32_t> context = tok.encode(a.prompt);
+  std::vector<std::int32_t> context = encode_text(tok, a.prompt, "--prompt", false);
   if (context.empty()) {
     require(tok.start() >= 0, "the tokenizer has no token a text starts after; give a --prompt");
     context.push_back(tok.start());
@@ -147,7 +172,11 @@ void sample(const SampleArgs& a) {
   std::int32_t prev = context.back();
   const auto t0 = Clock::now();
   generate(*l.model, be, context,
-                            {.sampling = a.sampling, .max_tokens = a.tokens, .use_cache = !a.no_cache}, rng,
+                            {.sampling = a.sampling,
+                             .max_tokens = a.tokens,
+                             .use_cache = !a.no_cache,
+                             .vocabulary = l.padding > 0 ? tok.size() : 0},
+                            rng,
                             [&](std::int32_t id) {
                               std::cout << tok.piece(prev, id) << std::flush;
                               prev = id;
@@ -272,6 +301,7 @@ struct RunSettings : LmTrainingSettings {
 struct TrainArgs : RunOptions {
   RunSettings run;
   std::string data, resume;
+  std::string resume_tokenizer;  // --tokenizer given to a resumed run: its content must be the checkpoint's
   long steps = 1000, stop_after = 0;
   int eval_every = 200, eval_windows = 32;
 };
@@ -281,18 +311,30 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   RunSettings& run = a.run;
   const DecoderOptions base{.dropout = std::max(run.dropout, 0.0f), .recompute = parse_recompute(a.recompute)};
   // The model: the preset's, freshly initialised, or --init's weights
-  // (fine-tuning); its vocabulary, tying and bias are the source's.
+  // (fine-tuning); its vocabulary, tying and bias are the source's. A
+  // resumed fine-tune is built from its own checkpoint, which carries the
+  // architecture and the tokenizer: the base model may have moved since.
   Loaded<Be> l;
-  if (!run.init.empty()) {
+  if (resumed && !run.init.empty()) {
+    l = load_lm<Be>(a.resume, a.resume_tokenizer, base, true);
+  } else if (!run.init.empty()) {
     l = load_lm<Be>(run.init, run.tokenizer, base, true);
   } else {
-    l.tok.emplace(load_tokenizer(run.tokenizer, {}, 1 << 30, l.tokenizer_path));
+    const std::string tokenizer = !resumed ? run.tokenizer
+                                  : a.resume_tokenizer.empty() ? checkpoint_tokenizer(a.resume, *resumed).string()
+                                                               : a.resume_tokenizer;
+    l.tok.emplace(ModelTokenizer::load(tokenizer));
+    l.tokenizer_path = fs::absolute(tokenizer).string();
     // A GPT-2 or Llama shape gets its family's head, so that it exports.
     const PresetInfo p = LanguageModelPresets::info(run.preset);
     DecoderOptions opts = published_head(p, base);
     if (run.dropout < 0) opts.dropout = p.dropout;
     l.model = make_language_model<Be>(run.preset, l.tok->size(), run.seed, opts);
   }
+  const std::string tokenizer_hash = hex(l.tok->content_hash());
+  if (resumed && resumed->count("tokenizer_hash"))
+    require(resumed->at("tokenizer_hash") == tokenizer_hash, "the tokenizer ", l.tokenizer_path,
+            " is not the one the checkpoint ", a.resume, " trained with (its files' contents differ)");
   LanguageModel<Be>& model = *l.model;
   const std::string preset(model.preset().name);
   const PresetInfo arch = model.preset();
@@ -302,7 +344,11 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   check_batch_memory(model.preset(), model.preset().n_layers, run.batch, T, V, "--batch " + std::to_string(run.batch));
 
   const std::string text = read_text_file(a.data);
-  const std::string data_hash = hex(fnv1a(text) ^ fnv1a(l.tokenizer_path));
+  // The data as this tokenizer reads it (a checkpoint written before
+  // tokenizer_hash hashed the tokenizer's path).
+  const std::string data_hash =
+      hex(fnv1a(text) ^ (resumed && !resumed->count("tokenizer_hash") ? fnv1a(metadata_value(*resumed, "tokenizer", a.resume))
+                                                                      : l.tok->content_hash()));
   if (resumed)
     require(metadata_value(*resumed, "data_hash", a.resume) == data_hash, "--data ", a.data,
             " (with its tokenizer) is not what the checkpoint trained on (", metadata_value(*resumed, "data", a.resume), ")");
@@ -328,18 +374,14 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
     require(trainer.steps() <= a.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", a.steps);
   }
   const long start = trainer.steps();
-  auto val_loss = [&] {
-    const double loss = window_loss(model, be, val_ids, T, run.batch, a.eval_windows).mean();
-    model.set_training(true);
-    return loss;
-  };
   const Metadata metadata = {{"format", kFormat},
                              {"preset", preset},
                              {"architecture", architecture_json(arch)},
                              {"vocab", std::to_string(V)},
                              {"tie_weights", opts.tie_weights ? "1" : "0"},
                              {"head_bias", opts.head_bias ? "1" : "0"},
-                             {"tokenizer", l.tokenizer_path},
+                             {"tokenizer", resumed ? metadata_value(*resumed, "tokenizer", a.resume) : l.tokenizer_path},
+                             {"tokenizer_hash", tokenizer_hash},
                              {"settings", run.to_json().dump()},
                              {"steps", std::to_string(a.steps)},
                              {"data", a.data},
@@ -353,6 +395,11 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                      .eval_every = a.eval_every,
                      .tokens_per_step = long(run.batch) * T * run.grad_accum,
                      .log_csv = a.log_csv});
+  auto val_loss = [&] {
+    const double loss = window_loss(model, be, val_ids, T, run.batch, a.eval_windows, [&] { return loop.interrupted(group); }).mean();
+    model.set_training(true);
+    return loss;
+  };
   const double start_val = start == 0 ? val_loss() : -1;
   if (start == 0) std::cout << "step 0: val loss " << std::fixed << std::setprecision(4) << start_val << std::defaultfloat << std::endl;
 
@@ -376,7 +423,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
         return Evaluation{r.loss, val, ": train batch loss " + fixed(r.loss, 4) + ", val loss " + fixed(val, 4)};
       },
       [&] {
-        if (!a.out.empty()) trainer.save(a.out, metadata);
+        if (!a.out.empty()) trainer.save(a.out, metadata, l.tok->attached_files());
       });
   const double last_val = o.evals.empty() ? start_val : o.last.val;
   write_html_report(a.report, "xfmr-lm: " + preset,
@@ -433,10 +480,9 @@ int run_train(int argc, char** argv) {
     };
     agree("init", given.init == saved.init);
     agree("preset", given.preset == saved.preset);
-    const auto absolute = [](const std::string& p) { return p.empty() ? p : fs::absolute(p).string(); };
-    agree("tokenizer", absolute(given.tokenizer) == absolute(saved.tokenizer));  // (not given: "")
     agree("context", given.context == saved.context);
     given.agree_with(saved, agree);
+    a.resume_tokenizer = given.tokenizer;  // compared by content, in train()
     a.run = saved;
     a.steps = saved.resumed_steps(a.steps, !vm["steps"].defaulted(), *resumed, a.resume);
     if (a.out.empty()) a.out = a.resume;
@@ -471,19 +517,16 @@ int run_export(int argc, char** argv) {
   bool overwrite = false;
   po::options_description opts("xfmr-lm export: a model in the Hugging Face layout of its family (GPT-2 or Llama)");
   opts.add_options()("help", "show this help")("model", po::value(&model), "the model, as sample's (required)")
-      ("tokenizer", po::value(&tokenizer), "as sample's; its files are copied beside the export")
+      ("tokenizer", po::value(&tokenizer), "as sample's; its files are copied into the export under their usual names")
       ("hf", po::value(&hf), "directory to write model.safetensors, config.json and the tokenizer to (required)")
       ("overwrite", po::bool_switch(&overwrite), "replace an export already there");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!model.empty() && !hf.empty(), "--model PATH and --hf DIR are required");
   require(!same_file(model, hf), "--hf ", hf, " is the --model input");
+  check_writable_directory("--hf", hf, true);  // missing parents are made, as for --out
   Loaded<CpuBackend<float>> l = load_lm<CpuBackend<float>>(model, tokenizer, {}, true);
-  save_pretrained(*l.model, hf, overwrite);
-  for (const fs::path& f : l.tok->files()) {
-    const fs::path to = fs::path(hf) / f.filename();
-    if (!same_file(f, to)) fs::copy_file(f, to, fs::copy_options::overwrite_existing);
-  }
+  save_pretrained(*l.model, hf, overwrite, l.tok->attached_files());
   std::cout << "xfmr-lm: " << l.model->preset().name << " (" << l.model->parameter_count() << " parameters) to " << hf
             << " as " << (gpt2_shaped(l.model->preset()) ? "GPT2LMHeadModel" : "LlamaForCausalLM")
             << ", with its tokenizer\n";

@@ -198,7 +198,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   // Mean loss over the validation pairs' counted (non-pad) target tokens.
   auto val_loss = [&]() {
     LossSum sum;
-    for (std::size_t i = 0; i < val.size(); i += 128) {
+    for (std::size_t i = 0; i < val.size() && !loop.interrupted(group); i += 128) {
       std::vector<int> which(std::min<std::size_t>(128, val.size() - i));
       std::iota(which.begin(), which.end(), int(i));
       const PairBatch b = make_pair_batch(val, which, v);

@@ -27,9 +27,9 @@ namespace {
 
 constexpr const char* kTrainerStateFormat = "xfmr-trainer";
 
-// One of the three files a checkpoint directory holds.
+// One of the three files a checkpoint directory holds, or one it carries.
 bool is_checkpoint_file(const std::string& name) {
-  return name == kModelFile || name == kOptimizerFile || name == kTrainerStateFile;
+  return name == kModelFile || name == kOptimizerFile || name == kTrainerStateFile || is_tokenizer_file_name(name);
 }
 
 void fsync_path(const fs::path& p, bool directory) {
@@ -209,58 +209,78 @@ CheckpointLock::~CheckpointLock() {
   ::close(fd_);
 }
 
-namespace {
+namespace detail {
 
-void write_checkpoint_files(const fs::path& target, const SafeTensorsWriter& model,
-                            const SafeTensorsWriter* optimizer, const TrainerState& trainer_state) {
-  const fs::path dir = detail::as_target(target);
-  check_checkpoint_destination(dir);
+void write_directory(const fs::path& dir, std::span<const NewFile> files, const char* what) {
   std::error_code ec;
-  const bool exists = fs::exists(dir, ec);
+  const bool exists = fs::exists(fs::symlink_status(dir, ec));
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   require(fs::is_directory(parent), dir.string(), ": cannot create the parent directory ", parent.string(),
           ec ? ": " + ec.message() : "");
-
-  std::string tmpl = detail::hidden_temp_template(dir, "new");
+  std::string tmpl = hidden_temp_template(dir, "new");
   system_call([&] { return ::mkdtemp(tmpl.data()); }, dir.string(), ": cannot create a directory beside it");
   const fs::path tmp = tmpl;
   try {
-    // Errors name the file by its final place: the temporary is hidden.
-    const auto write = [&](const char* name, std::span<const std::byte> bytes) {
-      detail::write_new_file(tmp / name, bytes, dir / name);
-    };
-    write(kModelFile, model.serialize());
-    if (optimizer) write(kOptimizerFile, optimizer->serialize());
-    const std::string state = trainer_state_json(trainer_state);
-    write(kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size())));
+    // Errors name each file by its final place: the temporary is hidden.
+    for (const NewFile& f : files) {
+      if (f.copy_of.empty()) {
+        write_new_file(tmp / f.name, f.bytes, dir / f.name);
+      } else {
+        const std::vector<std::byte> bytes = read_whole_file(f.copy_of);
+        write_new_file(tmp / f.name, bytes, dir / f.name);
+      }
+    }
     ::chmod(tmp.c_str(), 0755);
     fsync_path(tmp, true);
-    // One atomic swap when the target exists: the new checkpoint takes the
+    // One atomic swap when the target exists: the new directory takes the
     // name, the old one the temporary name, and is removed afterwards.
     const int moved = exists ? ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE)
                              : ::rename(tmp.c_str(), dir.c_str());
     if (moved != 0) {
       const int err = errno;  // before anything else can change it
-      detail::fail(dir.string(), ": cannot move the new checkpoint in place: ", std::strerror(err));
+      fail(dir.string(), ": cannot move the new ", what, " in place: ", std::strerror(err));
     }
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;
   }
   fsync_path(parent, true);
-  fs::remove_all(tmp, ec);  // the old checkpoint after a swap; nothing otherwise
+  fs::remove_all(tmp, ec);  // the old directory after a swap; nothing otherwise
+}
+
+}  // namespace detail
+
+namespace {
+
+void write_checkpoint_files(const fs::path& target, const SafeTensorsWriter& model,
+                            const SafeTensorsWriter* optimizer, const TrainerState& trainer_state,
+                            std::span<const AttachedFile> attached) {
+  const fs::path dir = detail::as_target(target);
+  check_checkpoint_destination(dir);
+  const std::vector<std::byte> model_bytes = model.serialize();
+  const std::vector<std::byte> optimizer_bytes = optimizer ? optimizer->serialize() : std::vector<std::byte>();
+  const std::string state = trainer_state_json(trainer_state);
+  std::vector<detail::NewFile> files = {{kModelFile, model_bytes, {}}};
+  if (optimizer) files.push_back({kOptimizerFile, optimizer_bytes, {}});
+  files.push_back({kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size())), {}});
+  for (const AttachedFile& a : attached) {
+    require(is_tokenizer_file_name(a.name), "a checkpoint carries no file named ", a.name);
+    files.push_back({a.name, {}, a.source});
+  }
+  detail::write_directory(dir, files, "checkpoint");
 }
 
 }  // namespace
 
 void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const SafeTensorsWriter& optimizer,
-                      const TrainerState& state) {
-  write_checkpoint_files(dir, model, &optimizer, state);
+                      const TrainerState& state, std::span<const AttachedFile> attached) {
+  write_checkpoint_files(dir, model, &optimizer, state, attached);
 }
 
-void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const TrainerState& state) {
-  write_checkpoint_files(dir, model, nullptr, state);
+void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const TrainerState& state,
+                      std::span<const AttachedFile> attached) {
+  write_checkpoint_files(dir, model, nullptr, state, attached);
 }
 
 bool is_int8_checkpoint(const Metadata& metadata) {
@@ -310,7 +330,11 @@ QuantisedCheckpoint quantise_checkpoint(const fs::path& from, const fs::path& to
   }
   for (const auto& [key, value] : st.metadata()) w.set_metadata(key, value);
   w.set_metadata(kWeightsKey, kInt8Weights);
-  write_checkpoint(to, w, state);
+  std::vector<AttachedFile> attached;  // the tokenizer the checkpoint carries, if any
+  for (const auto& e : fs::directory_iterator(detail::as_target(from)))
+    if (is_tokenizer_file_name(e.path().filename().string())) attached.push_back({e.path(), e.path().filename().string()});
+  std::sort(attached.begin(), attached.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  write_checkpoint(to, w, state, attached);
   report.float_bytes = fs::file_size(model_path);
   report.int8_bytes = fs::file_size(detail::as_target(to) / kModelFile);
   return report;

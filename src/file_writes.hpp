@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "xfmr/core/error.hpp"
 
@@ -61,5 +62,43 @@ inline void write_new_file(const std::filesystem::path& path, std::span<const st
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) fail(shown.string(), ": ", std::strerror(err));
 }
+
+// The bytes of the regular file `path`; failures name it with the errno's text.
+inline std::vector<std::byte> read_whole_file(const std::filesystem::path& path) {
+  const int fd = system_call([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }, path.string(),
+                             ": cannot open for reading");
+  std::vector<std::byte> bytes;
+  std::byte block[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, block, sizeof block);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail(path.string(), ": ", std::strerror(err));
+    }
+    if (n == 0) break;
+    bytes.insert(bytes.end(), block, block + n);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+// A file of a directory written whole (write_directory): `bytes`, or, when
+// `copy_of` is set, the bytes of that file.
+struct NewFile {
+  std::string name;
+  std::span<const std::byte> bytes;
+  std::filesystem::path copy_of;
+};
+
+// Writes `files` into a new hidden directory beside `dir` (made with its
+// parents when missing), fsyncs them, and moves it in place: a rename, or one
+// atomic swap (RENAME_EXCHANGE) with an existing `dir`, whose old contents are
+// then removed; a crash at any point leaves the old directory or the new one
+// whole. Errors name the files by their final place and `what` is written
+// ("checkpoint", "export"). The caller checks first that what `dir` holds
+// may go (checkpoint.cpp).
+void write_directory(const std::filesystem::path& dir, std::span<const NewFile> files, const char* what);
 
 }  // namespace xfmr::detail

@@ -225,7 +225,7 @@ Gpt2Tokenizer Gpt2Tokenizer::read_tokenizer_json(const std::filesystem::path& to
   return t;
 }
 
-void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
+void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t>& out, std::size_t* dropped) const {
   std::vector<std::string> word;
   for (unsigned char c : piece) word.push_back(byte_symbol_[c]);
   while (word.size() > 1) {
@@ -252,27 +252,30 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<std::int32_
   for (const auto& s : word) {
     const auto id = ids_.find(s);
     const bool one_byte = s.size() == 1 || (s.size() == 2 && (static_cast<unsigned char>(s[0]) & 0xe0) == 0xc0);
-    if (id == ids_.end() && one_byte && !byte_tokens_required_) continue;  // a byte without a token: dropped, as Hugging Face does
+    if (id == ids_.end() && one_byte && !byte_tokens_required_) {  // a byte without a token: dropped, as Hugging Face does
+      if (dropped) ++*dropped;
+      continue;
+    }
     require(id != ids_.end(), "GPT-2 BPE: merged symbol '", s, "' is not in the vocabulary");
     out.push_back(id->second);
   }
 }
 
-void Gpt2Tokenizer::encode_text(std::string_view text, std::vector<std::int32_t>& out) const {
+void Gpt2Tokenizer::encode_text(std::string_view text, std::vector<std::int32_t>& out, std::size_t* dropped) const {
   if (split_digits_) {  // each ASCII digit a piece of its own, the pre-tokenizer on the runs between
     std::size_t run = 0;
     for (std::size_t i = 0; i < text.size(); ++i) {
       if (text[i] < '0' || text[i] > '9') continue;
-      encode_run(text.substr(run, i - run), out);
-      encode_piece(text.substr(i, 1), out);
+      encode_run(text.substr(run, i - run), out, dropped);
+      encode_piece(text.substr(i, 1), out, dropped);
       run = i + 1;
     }
     text.remove_prefix(run);
   }
-  encode_run(text, out);
+  encode_run(text, out, dropped);
 }
 
-void Gpt2Tokenizer::encode_run(std::string_view text, std::vector<std::int32_t>& out) const {
+void Gpt2Tokenizer::encode_run(std::string_view text, std::vector<std::int32_t>& out, std::size_t* dropped) const {
   const pcre2_code* re = pretokenizer();
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
       pcre2_match_data_create_from_pattern(re, nullptr), &pcre2_match_data_free);
@@ -294,14 +297,20 @@ void Gpt2Tokenizer::encode_run(std::string_view text, std::vector<std::int32_t>&
     }
     window = kWindow;
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (ov[0] > pos) encode_piece(text.substr(pos, ov[0] - pos), out);  // bytes no pattern matches (invalid UTF-8)
-    encode_piece(text.substr(ov[0], ov[1] - ov[0]), out);
+    if (ov[0] > pos) encode_piece(text.substr(pos, ov[0] - pos), out, dropped);  // bytes no pattern matches (invalid UTF-8)
+    encode_piece(text.substr(ov[0], ov[1] - ov[0]), out, dropped);
     pos = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
   }
-  if (pos < text.size()) encode_piece(text.substr(pos), out);
+  if (pos < text.size()) encode_piece(text.substr(pos), out, dropped);
 }
 
-std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
+int Gpt2Tokenizer::missing_bytes() const {
+  int n = 0;
+  for (const std::string& symbol : byte_symbol_) n += ids_.count(symbol) == 0;
+  return n;
+}
+
+std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text, std::size_t* dropped) const {
   std::vector<std::int32_t> out;
   while (!text.empty()) {
     // The first special token's place (the longest of those starting there).
@@ -311,7 +320,7 @@ std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
       const auto i = text.find(sp.first);
       if (i < at) at = i, special = &sp;
     }
-    encode_text(text.substr(0, at), out);
+    encode_text(text.substr(0, at), out, dropped);
     if (!special) break;
     out.push_back(special->second);
     text.remove_prefix(at + special->first.size());

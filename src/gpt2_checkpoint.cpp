@@ -227,10 +227,11 @@ template void gpt2_add<float>(SafeTensorsWriter&, const std::string&, const std:
 template void gpt2_add<double>(SafeTensorsWriter&, const std::string&, const std::vector<std::int64_t>&,
                                const std::vector<double>&, bool);
 
-void gpt2_write(const fs::path& dir, const SafeTensorsWriter& written, const Gpt2Config& config, bool overwrite) {
+void gpt2_write(const fs::path& dir, const SafeTensorsWriter& written, const Gpt2Config& config, bool overwrite,
+                std::span<const AttachedFile> attached) {
   SafeTensorsWriter w = written;
   w.set_metadata("config", config.to_json());
-  write_hf_directory(dir, w, config.to_json(), overwrite);
+  write_hf_directory(dir, w, config.to_json(), overwrite, attached);
 }
 
 void gpt2_check_config(const Gpt2Config& c, const std::string& source, int vocab, const PresetInfo& p) {

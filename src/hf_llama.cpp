@@ -356,8 +356,9 @@ void hf_llama_add(SafeTensorsWriter& w, std::string_view xfmr_name, const std::v
   add(l + "self_attn.v_proj.weight", {kv, D}, std::size_t((D + kv) * D), std::size_t(kv * D));
 }
 
-void hf_llama_write(const fs::path& dir, const SafeTensorsWriter& w, const HfLlamaConfig& c, bool overwrite) {
-  write_hf_directory(dir, w, c.to_json(), overwrite);
+void hf_llama_write(const fs::path& dir, const SafeTensorsWriter& w, const HfLlamaConfig& c, bool overwrite,
+                    std::span<const AttachedFile> attached) {
+  write_hf_directory(dir, w, c.to_json(), overwrite, attached);
 }
 
 }  // namespace detail

@@ -1,6 +1,8 @@
 // model_tokenizer.cpp: ModelTokenizer (text/model_tokenizer.hpp).
 #include "xfmr/text/model_tokenizer.hpp"
 
+#include <fstream>
+
 #include "xfmr/core/error.hpp"
 
 namespace fs = std::filesystem;
@@ -33,14 +35,52 @@ ModelTokenizer ModelTokenizer::load(const fs::path& path) {
                "directory of GPT-2's vocab.json and merges.txt)");
 }
 
-std::vector<std::int32_t> ModelTokenizer::encode(std::string_view text) const {
-  return std::visit(Overload{[&](const Gpt2Tokenizer& t) { return t.encode(text); },
+std::vector<AttachedFile> ModelTokenizer::attached_files() const {
+  if (files_.size() == 2) return {{files_[0], "vocab.json"}, {files_[1], "merges.txt"}};  // or encoder.json + vocab.bpe
+  return {{files_[0], std::holds_alternative<Gpt2Tokenizer>(tok_) ? "tokenizer.json" : "tokenizer.bin"}};
+}
+
+ModelTokenizer::ModelTokenizer(std::variant<Gpt2Tokenizer, Llama2cTokenizer> t, std::vector<fs::path> files)
+    : tok_(std::move(t)), files_(std::move(files)) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the files in order
+  for (const fs::path& f : files_) {
+    std::ifstream in(f, std::ios::binary);
+    require(in.good(), f.string(), ": cannot open for reading");
+    char block[1 << 16];
+    while (in.read(block, sizeof block) || in.gcount() > 0)
+      for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(block[i])) * 0x100000001b3ULL;
+    require(in.eof(), f.string(), ": read error");
+    h = (h ^ 0xff) * 0x100000001b3ULL;  // a file's end
+  }
+  hash_ = h;
+}
+
+int ModelTokenizer::missing_bytes() const {
+  const auto* bpe = std::get_if<Gpt2Tokenizer>(&tok_);
+  return bpe ? bpe->missing_bytes() : 0;
+}
+
+int ModelTokenizer::check_fits(int vocab, const std::string& model) const {
+  const int n = size();
+  const std::string name = files_.front().string();
+  require(n <= vocab, "the tokenizer in ", name, " has ", n, " tokens, more than the ", vocab, " of ", model,
+          "'s vocabulary: is it the model's tokenizer?");
+  const int padding = vocab - n;
+  require(padding == 0 || (vocab % 64 == 0 && padding <= kMaxVocabularyPadding), "the tokenizer in ", name, " has ",
+          n, " tokens, ", padding, " fewer than the ", vocab, " of ", model, "'s vocabulary, whose ids ", n, " to ",
+          vocab - 1, " it could not decode (padding, a vocabulary rounded up to a multiple of 64, is at most ",
+          kMaxVocabularyPadding, " ids): is it the model's tokenizer?");
+  return padding;
+}
+
+std::vector<std::int32_t> ModelTokenizer::encode(std::string_view text, std::size_t* dropped) const {
+  return std::visit(Overload{[&](const Gpt2Tokenizer& t) { return t.encode(text, dropped); },
                              [&](const Llama2cTokenizer& t) { return t.encode(text, true, false); }},
                     tok_);
 }
 
-std::vector<std::int32_t> ModelTokenizer::encode_corpus(std::string_view text) const {
-  if (const auto* bpe = std::get_if<Gpt2Tokenizer>(&tok_)) return bpe->encode(text);
+std::vector<std::int32_t> ModelTokenizer::encode_corpus(std::string_view text, std::size_t* dropped) const {
+  if (const auto* bpe = std::get_if<Gpt2Tokenizer>(&tok_)) return bpe->encode(text, dropped);
   const auto& t = std::get<Llama2cTokenizer>(tok_);
   std::vector<std::int32_t> ids;
   for (std::size_t at = 0; at < text.size();) {

@@ -458,19 +458,36 @@ void write_file_atomic(const std::filesystem::path& target, std::span<const std:
   }
 }
 
-void write_hf_directory(const std::filesystem::path& dir, const SafeTensorsWriter& tensors,
-                        const std::string& config_json, bool overwrite) {
-  const std::filesystem::path model = dir / "model.safetensors", cfg = dir / "config.json";
-  if (!overwrite)
-    for (const auto& p : {model, cfg})
-      require(!std::filesystem::exists(p), p.string(), " exists already; replacing it needs overwrite");
+bool is_tokenizer_file_name(const std::string& name) {
+  return name == "tokenizer.json" || name == "tokenizer.bin" || name == "vocab.json" || name == "merges.txt";
+}
+
+void write_hf_directory(const std::filesystem::path& target, const SafeTensorsWriter& tensors,
+                        const std::string& config_json, bool overwrite, std::span<const AttachedFile> attached) {
+  namespace fs = std::filesystem;
+  const fs::path dir = detail::as_target(target);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  require(!ec && std::filesystem::is_directory(dir), "cannot create the directory ", dir.string(), ": ", ec.message());
+  if (fs::exists(fs::symlink_status(dir, ec))) {
+    require(fs::is_directory(fs::symlink_status(dir, ec)), dir.string(), ": exists and is not a directory");
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      require(overwrite, dir.string(), " exists already and holds ", name, "; replacing it needs overwrite");
+      // An export replaces the whole directory: anything else in it would be lost.
+      require(name == "model.safetensors" || name == "config.json" || is_tokenizer_file_name(name),
+              "refusing to replace ", dir.string(), ": it holds ", name,
+              ", which is not part of an export and replacing the directory would delete");
+    }
+  }
   SafeTensorsWriter w = tensors;
   w.set_metadata("format", "pt");
-  w.write(model);
-  write_file_atomic(cfg, std::as_bytes(std::span(config_json.data(), config_json.size())));
+  const std::vector<std::byte> model = w.serialize();
+  std::vector<detail::NewFile> files = {{"model.safetensors", model, {}},
+                                        {"config.json", std::as_bytes(std::span(config_json.data(), config_json.size())), {}}};
+  for (const AttachedFile& a : attached) {
+    require(is_tokenizer_file_name(a.name), "an export carries no file named ", a.name);
+    files.push_back({a.name, {}, a.source});
+  }
+  detail::write_directory(dir, files, "export");
 }
 
 }  // namespace xfmr

@@ -1,5 +1,6 @@
 // The compiled part of train/report.hpp, train/run.hpp and
 // train/training_loop.hpp: what a training run shows, checks and loops.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -188,7 +189,7 @@ void check_writable_directory(const std::string& option, const std::filesystem::
   if (!dir.has_filename()) dir = dir.parent_path();
   dir = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   if (created)
-    while (!fs::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+    while (!fs::exists(dir, ec) && dir != dir.parent_path()) dir = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   require(fs::is_directory(dir, ec), option, " ", path.string(), ": the directory ", dir.string(),
           fs::exists(dir, ec) ? " is not a directory" : " does not exist");
   system_call([&] { return ::access(dir.c_str(), W_OK | X_OK); }, option, " ", path.string(), ": cannot write in ",
@@ -214,6 +215,13 @@ void check_output_paths(const std::vector<NamedPath>& outputs, const std::vector
     require(out.empty() || !inside(o.path, out), o.option, " ", o.path, " lies inside the checkpoint directory --out ",
             out, ", which each save replaces");
     check_writable_directory(o.option, o.path, false);
+    // Outputs are replaced whole (write_file_atomic): a new file takes the
+    // name, and other hard links keep the old one. Said before any work.
+    struct stat st {};
+    if (::stat(o.path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1)
+      std::cerr << "warning: " << o.option << " " << o.path << " has " << st.st_nlink - 1
+                << " other hard link(s); writing it gives " << o.path
+                << " a new file, and the other names keep the old contents\n";
   }
 }
 
@@ -377,13 +385,20 @@ TrainingOutcome TrainingLoop::run(long start, ProcessGroup& group, FunctionRef<S
       std::cerr << "warning: the loss has grown from " << r.first_loss << " to " << r.loss << " by step " << r.step
                 << ": training is diverging; the learning rate (" << r.lr << " at this step) is likely too high\n";
     }
-    if (signals_.requested(group)) stop = k + 1;  // evaluated and saved as at stop_after
+    if (signals_.requested(group)) stop = k + 1;  // saved as at stop_after, without an evaluation
     if ((k + 1) % plan_.eval_every == 0 || k + 1 == stop) {
-      o.last = evaluate(r);
+      // An evaluation that interrupted() cut short is not kept.
+      const Evaluation e = signals_.stopped() ? Evaluation{} : evaluate(r);
       progress.clear_line();
-      std::cout << "step " << k + 1 << o.last.line << std::endl;
-      o.evals.push_back({k + 1, o.last.train, o.last.val});
-      csv.eval(k + 1, r.lr, o.last.train, o.last.val);
+      if (signals_.requested(group)) {
+        stop = k + 1;
+        std::cout << "step " << k + 1 << ": stopped by a signal; not evaluated" << std::endl;
+      } else {
+        o.last = e;
+        std::cout << "step " << k + 1 << o.last.line << std::endl;
+        o.evals.push_back({k + 1, o.last.train, o.last.val});
+        csv.eval(k + 1, r.lr, o.last.train, o.last.val);
+      }
       save();
     }
   }

@@ -227,6 +227,9 @@ case "$case_name" in
     # checkpoint and close to it from the int8 one; training refuses it.
     "$charlm" quantise --checkpoint f32 --out f32_int8 > q.log 2>&1 || { cat q.log; fail "quantise failed"; }
     grep -q "weight matrices as int8 in f32_int8" q.log || { cat q.log; fail "quantise said nothing"; }
+    # --out (and xfmr-lm's --hf) make missing parents, as mkdir -p does.
+    "$charlm" quantise --checkpoint f32 --out nested/a/int8 > /dev/null 2>&1 || fail "quantise into nested/a/int8 failed"
+    [[ -f nested/a/int8/model.safetensors ]] || fail "quantise --out nested/a/int8 wrote nothing"
     [ ! -e f32_int8/optimizer.safetensors ] || fail "the int8 checkpoint has optimizer state"
     awk -v a="$(stat -c %s f32_int8/model.safetensors)" -v b="$(stat -c %s f32/model.safetensors)" \
       'BEGIN { exit !(a < 0.4 * b) }' || fail "the int8 model file is not small"
@@ -313,6 +316,16 @@ case "$case_name" in
     expect_error "refusing to write --metrics-json hardlink.txt: it is the --data input" "$charlm" train \
       --data corpus.txt --model tiny --steps 1 --metrics-json hardlink.txt
     [[ $(md5sum < corpus.txt) == "$sum" ]] || fail "the corpus was modified"
+    # An output with other hard links is replaced whole, and said so first.
+    echo old > shared.json && ln shared.json shared-link.json
+    "$charlm" train --data corpus.txt --model tiny --steps 1 --eval-batches 1 --samples 0 --log-csv "" --report "" \
+      --metrics-json shared.json > hl.log 2>&1 || { cat hl.log; fail "training with a hard-linked --metrics-json failed"; }
+    grep -q "warning: --metrics-json shared.json has 1 other hard link(s); writing it gives shared.json a new file" hl.log ||
+      { cat hl.log; fail "no warning of the hard link"; }
+    [[ $(cat shared-link.json) == old ]] || fail "the other hard link changed"
+    "$charlm" train --data corpus.txt --model tiny --steps 1 --eval-batches 1 --samples 0 --log-csv "" --report "" \
+      --out nested/c/ck > /dev/null 2>&1 || fail "training into --out nested/c/ck failed"
+    [[ -f nested/c/ck/model.safetensors ]] || fail "--out nested/c/ck: no checkpoint"
     expect_error "--report and --log-csv both name x.csv" "$charlm" train --data corpus.txt --model tiny \
       --steps 1 --log-csv x.csv --report x.csv
     expect_error "--report new/r.html lies inside the checkpoint directory --out new" "$charlm" train \
@@ -743,6 +756,21 @@ case "$case_name" in
     "$charlm" train --data corpus.txt --resume sig --steps $((stopped + 2)) --log-csv "" --report "" > sig2.log 2>&1 \
       || { cat sig2.log; fail "SIGINT: the checkpoint did not resume"; }
     grep -q "resuming at step $stopped" sig2.log || fail "SIGINT: resumed elsewhere"
+    # A signal during an evaluation (here of 2^31 - 1 batches) stops it at a
+    # batch: the run ends with its checkpoint at once, not after the evaluation.
+    "$charlm" train --data corpus.txt --model tiny --steps 10 --eval-every 1 --eval-batches 2147483647 --samples 0 \
+      --out esig --log-csv "" --report "" > esig.log 2>&1 &
+    job=$!
+    for _ in $(seq 1 300); do grep -q "^xfmr-charlm: tiny" esig.log && break; sleep 0.1; done
+    sleep 1
+    kill -TERM $job
+    for _ in $(seq 1 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+    kill -0 $job 2>/dev/null && { kill -KILL $job; fail "SIGTERM during an evaluation: still running 30 s later"; }
+    status=0; wait $job || status=$?
+    [[ $status == 1 ]] && grep -q "interrupted (SIGTERM) after step 1; the checkpoint esig continues it" esig.log ||
+      { cat esig.log; fail "SIGTERM during an evaluation: status $status"; }
+    grep -q "step 1: stopped by a signal; not evaluated" esig.log || { cat esig.log; fail "no word of the cut evaluation"; }
+    [[ -f esig/model.safetensors ]] || fail "SIGTERM during an evaluation: no checkpoint"
     # The translator stopped by SIGTERM keeps its log and report too.
     "$translate" train --src-train a.src --tgt-train a.tgt --src-val v.src --tgt-val v.tgt --model tiny \
       --epochs 100000 --eval-every 1000000 --out tsig --log-csv tsig.csv --report tsig.html > tsig.log 2>&1 &
@@ -863,6 +891,20 @@ case "$case_name" in
     "$lm" export --model hf --hf hf2 > /dev/null || fail "exporting the export failed"
     cmp -s hf/model.safetensors hf2/model.safetensors || fail "export -> import -> export changed the tensors"
     expect_error "exists already" "$lm" export --model pre --hf hf
+    "$lm" export --model pre --hf nested/b/hf > /dev/null || fail "export --hf nested/b/hf failed"
+    [[ -f nested/b/hf/model.safetensors ]] || fail "export --hf nested/b/hf wrote nothing"
+    # The tokenizer travels under its canonical name, whatever its file was
+    # called, and an export over an export leaves nothing stale beside it.
+    cp "$tok" tok-renamed.json
+    "$lm" export --model pre --tokenizer tok-renamed.json --hf hf3 > /dev/null || fail "export with tok-renamed.json failed"
+    [[ -f hf3/tokenizer.json && ! -e hf3/tok-renamed.json ]] || fail "the export's tokenizer: $(ls hf3)"
+    "$lm" sample --model hf3 --prompt "one" --tokens 4 > /dev/null 2>&1 || fail "sample --model of the export failed"
+    echo '{}' > hf3/vocab.json
+    "$lm" export --model pre --hf hf3 --overwrite > /dev/null || fail "export --overwrite failed"
+    [[ ! -e hf3/vocab.json ]] || fail "export --overwrite left a stale vocab.json"
+    echo mine > hf3/notes.txt
+    expect_error "it holds notes.txt, which is not part of an export" "$lm" export --model pre --hf hf3 --overwrite
+    [[ -f hf3/notes.txt ]] || fail "the refused export deleted notes.txt"
     bench="$bin/../benchmark/xfmr-bench"
     "$bench" --pretrained hf --decode-tokens 8 --smoke > bench.txt || fail "xfmr-bench --pretrained failed"
     grep -q "tiny gpt2 checkpoint" bench.txt || fail "xfmr-bench --pretrained: $(cat bench.txt)"
@@ -872,6 +914,19 @@ case "$case_name" in
     awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.1) }' || fail "fine-tuning went from $start to $end"
     "$lm" sample --model ft --prompt "one two" --tokens 20 --temperature 0 > ft.txt 2> /dev/null || fail "sample failed"
     grep -q "^one two" ft.txt || fail "sample lost its prompt: $(cat ft.txt)"
+    # A fine-tune's checkpoint stands alone: it carries its tokenizer, and
+    # resumes (bit for bit) after its base model and tokenizer have moved.
+    [[ -f ft/tokenizer.json ]] || fail "the checkpoint carries no tokenizer: $(ls ft)"
+    "$lm" train --init hf --data corpus2.txt --steps 60 --batch 8 --lr 1e-3 --eval-every 30 --eval-windows 8 \
+      --out ft-half --stop-after 30 > /dev/null || fail "fine-tuning to step 30 failed"
+    mv hf hf-moved
+    "$lm" train --data corpus2.txt --resume ft-half > /dev/null || fail "resuming after the base model moved failed"
+    mv hf-moved hf
+    same ft ft-half
+    # A tokenizer given on resume must be the one trained with, by content.
+    { cat "$tok"; echo; } > tok-edited.json
+    expect_error "is not the one the checkpoint ft-half trained with" "$lm" train --data corpus2.txt --resume ft-half \
+      --tokenizer tok-edited.json
     # Bad input is named.
     expect_error "--preset needs --tokenizer" "$lm" train --preset tiny --data corpus.txt
     expect_error "give one of --init PATH (fine-tune) and --preset NAME" "$lm" train --init hf --preset tiny --data corpus.txt

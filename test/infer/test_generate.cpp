@@ -91,6 +91,23 @@ BOOST_AUTO_TEST_CASE(a_generator_repeats_and_bad_calls_are_refused) {
   BOOST_CHECK_THROW(generator({2}, {.max_tokens = -1}, a), Error);
   BOOST_CHECK_THROW(generator({2}, {.sampling = {.top_p = 0.0}, .max_tokens = 1}, a), Error);
   BOOST_CHECK_THROW(generator({kVocab}, {.max_tokens = 1}, a), Error);  // an id out of range
+  BOOST_CHECK_THROW(generator({2}, {.max_tokens = 1, .vocabulary = kVocab + 1}, a), Error);
+  BOOST_CHECK_THROW(generator({2}, {.max_tokens = 1, .vocabulary = -1}, a), Error);
+}
+
+// vocabulary: the ids past it (a padded vocabulary's rows, which no
+// tokenizer decodes) are never drawn, while the whole vocabulary draws them.
+BOOST_AUTO_TEST_CASE(ids_past_the_vocabulary_are_never_drawn) {
+  Be be;
+  Decoder<TinyLm, Be> model(kVocab, 3);
+  Rng a(11), b(11);
+  const GenerateOptions all{.sampling = {.temperature = 2.0}, .max_tokens = 200};
+  GenerateOptions first_four = all;
+  first_four.vocabulary = 4;
+  const auto any = generate(model, be, {1}, all, a), four = generate(model, be, {1}, first_four, b);
+  BOOST_TEST(*std::max_element(any.begin(), any.end()) >= 4);
+  BOOST_TEST(*std::max_element(four.begin(), four.end()) < 4);
+  BOOST_TEST(four.size() == 200u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

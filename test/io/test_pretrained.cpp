@@ -17,6 +17,7 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/io/pretrained.hpp"
+#include "xfmr/text/model_tokenizer.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_pretrained)
 
@@ -141,6 +142,51 @@ BOOST_AUTO_TEST_CASE(save_pretrained_then_load_pretrained_is_bitwise) {
   BOOST_TEST((!published_head(small).tie_weights && published_head(small).head_bias));
   const auto relu = make_language_model<Cpu>("shakespeare-small", 11, 3, kGpt2Options);
   check_has(test::error_of([&] { save_pretrained(*relu, fresh_dir("relu")); }), "'shakespeare-small' (D64 H4 L4 T32 FF256) is not Llama-shaped");
+}
+
+// An export is one directory xfmr-lm and transformers both load: the
+// tokenizer under its canonical name, written with the model and swapped in
+// whole, so nothing of an earlier export stays beside it; what is not an
+// export's is never deleted.
+BOOST_AUTO_TEST_CASE(an_export_is_a_whole_directory_with_its_tokenizer) {
+  const fs::path d = fresh_dir("export"), tok_file = d / "tok.json", e = d / "hf";
+  fs::copy_file(fs::path(XFMR_FIXTURE_DIR) / "lm" / "tokenizer.json", tok_file);
+  const ModelTokenizer tok = ModelTokenizer::load(tok_file);
+  const auto model = make_language_model<Cpu>("tiny", tok.size(), 3, kGpt2Options);
+  save_pretrained(*model, e, false, tok.attached_files());
+  BOOST_TEST(fs::exists(e / "tokenizer.json"));
+  BOOST_TEST(!fs::exists(e / "tok.json"));
+  BOOST_TEST(ModelTokenizer::load(e).content_hash() == tok.content_hash());
+  BOOST_TEST(ModelTokenizer::load(e).size() == tok.size());
+  // A stale tokenizer of another kind goes with the rest of the old export.
+  std::ofstream(e / "vocab.json") << "{}";
+  check_has(test::error_of([&] { save_pretrained(*model, e, false, tok.attached_files()); }), "needs overwrite");
+  save_pretrained(*model, e, true, tok.attached_files());
+  BOOST_TEST(!fs::exists(e / "vocab.json"));
+  BOOST_TEST(fs::exists(e / "tokenizer.json"));
+  // A file an export does not write is named, and stays.
+  std::ofstream(e / "notes.txt") << "mine";
+  check_has(test::error_of([&] { save_pretrained(*model, e, true, tok.attached_files()); }),
+            "it holds notes.txt, which is not part of an export");
+  BOOST_TEST(fs::exists(e / "notes.txt"));
+  BOOST_TEST(fs::exists(e / "model.safetensors"));
+  // The content hash follows the bytes, not the path.
+  std::ofstream(tok_file, std::ios::app) << "\n";
+  BOOST_TEST(ModelTokenizer::load(tok_file).content_hash() != tok.content_hash());
+  fs::remove_all(d);
+}
+
+// A tokenizer fits a model's vocabulary: never larger; smaller only by a
+// padding up to a multiple of 64.
+BOOST_AUTO_TEST_CASE(a_tokenizer_must_fit_the_models_vocabulary) {
+  const ModelTokenizer tok = ModelTokenizer::load(fs::path(XFMR_FIXTURE_DIR) / "lm" / "tokenizer.json");
+  const int n = tok.size(), padded = (n / 64 + 1) * 64;
+  BOOST_TEST(tok.check_fits(n, "m") == 0);
+  BOOST_TEST(tok.check_fits(padded, "m") == padded - n);
+  check_has(test::error_of([&] { (void)tok.check_fits(n - 1, "the model m"); }),
+            "tokens, more than the " + std::to_string(n - 1) + " of the model m's vocabulary");
+  check_has(test::error_of([&] { (void)tok.check_fits(padded + 1, "m"); }), "fewer than the");
+  check_has(test::error_of([&] { (void)tok.check_fits(n + 2048 - n % 64, "m"); }), "it could not decode");
 }
 
 namespace {

@@ -53,6 +53,7 @@ BOOST_AUTO_TEST_CASE(matches_the_reference_encodings) {
     return;
   }
   check_reference_encodings(tokenizer());
+  BOOST_TEST(tokenizer().missing_bytes() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(round_trips_any_bytes) {
@@ -156,6 +157,12 @@ BOOST_AUTO_TEST_CASE(tokenizer_json_splits_digits_and_special_tokens) {
              boost::test_tools::per_element());
   // A byte without a token is dropped, as Hugging Face's tokenizers do.
   BOOST_TEST(t.encode("x\x01x") == (std::vector<std::int32_t>{x, x}), boost::test_tools::per_element());
+  // ... and counted, for the caller to report.
+  std::size_t dropped = 0;
+  BOOST_TEST(t.encode("x\x01x\x02\x01", &dropped).size() == 2u);
+  BOOST_TEST(dropped == 3u);
+  BOOST_TEST(t.missing_bytes() > 0);
+  BOOST_TEST(t.missing_bytes() < 256);
   BOOST_TEST(t.decode(t.encode("<|im_start|> ab12")) == "<|im_start|> ab12");
 }
 

@@ -6,7 +6,9 @@
 // In evaluation mode (no dropout; the model is left in training mode);
 // bf16 or int8 precision reads the weights' copies (WeightCopies). Across
 // processes each rank takes its rows of every batch (train/run.hpp's
-// rank_rows) and the sums are added over the ranks of `group`.
+// rank_rows) and the sums are added over the ranks of `group`. stop(),
+// asked before each batch (TrainingLoop::interrupted: a signal), ends the
+// evaluation there, its numbers partial.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "xfmr/core/function_ref.hpp"
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/text/classification.hpp"
 #include "xfmr/train/losses.hpp"
@@ -28,14 +31,15 @@ struct ClassifierScore {
 template <class Model, class Backend>
 ClassifierScore evaluate_classifier(Model& model, Backend& be, const EncodedExamples& data, std::int32_t pad,
                                     std::int32_t cls, int max_t, int batch,
-                                    ProcessGroup& group = ProcessGroup::world()) {
+                                    ProcessGroup& group = ProcessGroup::world(),
+                                    FunctionRef<bool()> stop = [] { return false; }) {
   model.set_training(false);
   const WeightCopies weight_copies(be, model);
   CrossEntropyLoss<Backend> ce;
   Accuracy acc;
   double loss = 0;
   std::vector<float> staging;
-  for (std::size_t i = 0; i < data.seqs.size(); i += std::size_t(batch)) {
+  for (std::size_t i = 0; i < data.seqs.size() && !stop(); i += std::size_t(batch)) {
     const auto [first, last] = rank_rows(group, int(std::min<std::size_t>(std::size_t(batch), data.seqs.size() - i)));
     if (first == last) continue;
     const std::size_t at = i + std::size_t(first), n = std::size_t(last - first);

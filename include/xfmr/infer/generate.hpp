@@ -47,6 +47,10 @@ struct GenerateOptions {
   std::optional<std::int32_t> stop = std::nullopt;     // ends generation after it
   std::optional<std::int32_t> restart = std::nullopt;  // starts a fresh context
   bool use_cache = true;                // false: recompute the context for every token
+  // The ids drawn are below it (0: the model's whole vocabulary): a
+  // tokenizer's size when the model's vocabulary is padded past it
+  // (ModelTokenizer::check_fits), whose padding ids decode to nothing.
+  int vocabulary = 0;
 };
 
 // Generation for one model, keeping its cache and buffers from call to call
@@ -72,6 +76,9 @@ class Generator {
     model_.set_training(false);
     const WeightCopies weight_copies(be_, model_);
     const int V = model_.vocab(), max_t = model_.max_t();
+    require(opts.vocabulary >= 0 && opts.vocabulary <= V, "generate: vocabulary ", opts.vocabulary, " outside [0, ", V,
+            "], the model's");
+    const std::size_t drawn = std::size_t(opts.vocabulary > 0 ? opts.vocabulary : V);
     std::vector<std::int32_t>& context = prompt;
     // Room for what the loop keeps (the context within 2 max_t + 1, the
     // tokens out up to a bound), so that a token's step allocates nothing.
@@ -96,7 +103,7 @@ class Generator {
     std::vector<std::int32_t> out;
     out.reserve(std::size_t(std::min(opts.max_tokens, kReservedTokens)));
     for (int i = 0; i < opts.max_tokens; ++i) {
-      const std::int32_t next = sampler(last, rng);
+      const std::int32_t next = sampler(last.first(drawn), rng);
       const bool restart = opts.restart && next == *opts.restart;
       if (restart) context.clear();
       // Only the last max_t tokens are ever read again: the context stays

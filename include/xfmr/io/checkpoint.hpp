@@ -11,6 +11,10 @@
 //   trainer_state.json     TrainerState: the steps taken, the data
 //                          generator's state and every dropout layer's call
 //                          counter (format "xfmr-trainer", version 1)
+//   tokenizer files        a language model's tokenizer, when the caller
+//                          attaches it (tokenizer.json, vocab.json +
+//                          merges.txt or tokenizer.bin): the checkpoint
+//                          then stands alone
 // Trainer::save(dir, metadata) writes one and Trainer::resume(dir) continues
 // its run bit for bit (train/trainer.hpp).
 // An int8 checkpoint (quantise_checkpoint) is for decoding only: its
@@ -206,11 +210,15 @@ class CheckpointLock {
   int fd_ = -1;
 };
 
-// Writes the three files into `dir` atomically (see above).
+// Writes the three files into `dir` atomically (see above), and the
+// `attached` ones (a language model's tokenizer, under its canonical names:
+// the checkpoint then loads, resumes and exports with nothing beside it).
 void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model,
-                      const SafeTensorsWriter& optimizer, const TrainerState& state);
+                      const SafeTensorsWriter& optimizer, const TrainerState& state,
+                      std::span<const AttachedFile> attached = {});
 // The same without optimizer state: a checkpoint for decoding (int8).
-void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model, const TrainerState& state);
+void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model, const TrainerState& state,
+                      std::span<const AttachedFile> attached = {});
 
 // What quantise_checkpoint wrote.
 struct QuantisedCheckpoint {

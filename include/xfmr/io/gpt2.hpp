@@ -23,8 +23,9 @@
 //   sizes on both sides.
 // save_gpt2(model, dir): a Decoder or a LanguageModel of GPT-2's shape
 //   (any size: io/pretrained.hpp picks the preset back) writes dir/model.safetensors (F32, no prefix,
-//   metadata "format": "pt" and "config") and dir/config.json, each
-//   atomically; existing files there are replaced only with overwrite.
+//   metadata "format": "pt" and "config"), dir/config.json and any
+//   attached files (the tokenizer), as one new directory swapped in
+//   (write_hf_directory); an existing one is replaced only with overwrite.
 #pragma once
 
 #include <cstdint>
@@ -107,7 +108,8 @@ void gpt2_check_rest(const SafeTensors& st, const std::string& prefix, const std
 template <class S>
 void gpt2_add(SafeTensorsWriter& w, const std::string& name, const std::vector<std::int64_t>& shape,
               const std::vector<S>& values, bool transposed);
-void gpt2_write(const std::filesystem::path& dir, const SafeTensorsWriter& w, const Gpt2Config& config, bool overwrite);
+void gpt2_write(const std::filesystem::path& dir, const SafeTensorsWriter& w, const Gpt2Config& config, bool overwrite,
+                std::span<const AttachedFile> attached);
 
 // GPT-2's block: pre-norm LayerNorm, GELU (tanh), learned positions, biases.
 // (A Dynamic configuration's sizes and biases are checked at run time, gpt2_check_preset.)
@@ -168,7 +170,8 @@ Gpt2Config gpt2_config_of(const PresetInfo& p, int vocab);
 
 namespace detail {
 template <class Model>
-void gpt2_save(Model& model, const PresetInfo& p, const std::filesystem::path& dir, bool overwrite) {
+void gpt2_save(Model& model, const PresetInfo& p, const std::filesystem::path& dir, bool overwrite,
+               std::span<const AttachedFile> attached) {
   using S = typename std::remove_cvref_t<decltype(model)>::S;
   gpt2_check_preset(p);
   gpt2_check_options(model.options());
@@ -179,20 +182,22 @@ void gpt2_save(Model& model, const PresetInfo& p, const std::filesystem::path& d
     value.copy_to_host(host.data());
     gpt2_add(w, t.name, value.shape(), host, t.transposed);
   });
-  gpt2_write(dir, w, gpt2_config_of(p, model.vocab()), overwrite);
+  gpt2_write(dir, w, gpt2_config_of(p, model.vocab()), overwrite, attached);
 }
 }  // namespace detail
 
 template <class Cfg, class Backend>
-void save_gpt2(Decoder<Cfg, Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
+void save_gpt2(Decoder<Cfg, Backend>& model, const std::filesystem::path& dir, bool overwrite = false,
+               std::span<const AttachedFile> attached = {}) {
   static_assert(detail::kGpt2Shaped<Cfg, Backend>,
                 "GPT-2 needs a pre-norm LayerNorm Decoder with Gelu, learned positions and biases");
-  detail::gpt2_save(model, preset_info<Cfg>(model.dims()), dir, overwrite);
+  detail::gpt2_save(model, preset_info<Cfg>(model.dims()), dir, overwrite, attached);
 }
 
 template <class Backend>
-void save_gpt2(LanguageModel<Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
-  detail::gpt2_save(model, model.preset(), dir, overwrite);
+void save_gpt2(LanguageModel<Backend>& model, const std::filesystem::path& dir, bool overwrite = false,
+               std::span<const AttachedFile> attached = {}) {
+  detail::gpt2_save(model, model.preset(), dir, overwrite, attached);
 }
 
 }  // namespace xfmr

@@ -30,9 +30,10 @@
 //   or a LanguageModel of such a preset (io/pretrained.hpp picks it).
 // save_hf_llama(model, dir): the inverse: dir/model.safetensors (F32, q and
 //   k rows back in rotate-half order, gate and up split, no lm_head when
-//   tied) and dir/config.json, each written atomically; existing files
-//   there are replaced only with overwrite. Loading the result gives the
-//   model back bit for bit.
+//   tied), dir/config.json and any attached files (the tokenizer), as one
+//   new directory swapped in (write_hf_directory); an existing one is
+//   replaced only with overwrite. Loading the result gives the model back
+//   bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -90,7 +91,7 @@ HfLlamaConfig hf_llama_config_of(const PresetInfo& p, int vocab, bool tied);
 void hf_llama_add(SafeTensorsWriter& w, std::string_view xfmr_name, const std::vector<float>& values,
                   const HfLlamaConfig& c);
 void hf_llama_write(const std::filesystem::path& dir, const SafeTensorsWriter& w, const HfLlamaConfig& c,
-                    bool overwrite);
+                    bool overwrite, std::span<const AttachedFile> attached);
 
 template <class Model>
 void hf_llama_fill(Model& model, const HfLlamaCheckpoint& ck) {
@@ -103,7 +104,8 @@ void hf_llama_fill(Model& model, const HfLlamaCheckpoint& ck) {
 }
 
 template <class Model>
-void hf_llama_save(Model& model, const PresetInfo& p, const std::filesystem::path& dir, bool overwrite) {
+void hf_llama_save(Model& model, const PresetInfo& p, const std::filesystem::path& dir, bool overwrite,
+                   std::span<const AttachedFile> attached) {
   using S = typename std::remove_cvref_t<decltype(model)>::S;
   llama_check_preset(p);
   require(!model.options().head_bias, "a Llama checkpoint's head has no bias; this model's has one");
@@ -114,7 +116,7 @@ void hf_llama_save(Model& model, const PresetInfo& p, const std::filesystem::pat
     value.copy_to_host(host.data());
     hf_llama_add(w, name, std::vector<float>(host.begin(), host.end()), c);
   });
-  hf_llama_write(dir, w, c, overwrite);
+  hf_llama_write(dir, w, c, overwrite, attached);
 }
 }  // namespace detail
 
@@ -138,16 +140,18 @@ void load_hf_llama(LanguageModel<Backend>& model, const HfLlamaCheckpoint& ck) {
 }
 
 template <class Cfg, class Backend>
-void save_hf_llama(Decoder<Cfg, Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
+void save_hf_llama(Decoder<Cfg, Backend>& model, const std::filesystem::path& dir, bool overwrite = false,
+                   std::span<const AttachedFile> attached = {}) {
   static_assert(detail::kLlamaShaped<Cfg, Backend>,
                 "Llama checkpoints need a Llama-shaped Decoder: pre-norm RmsNorm, SwiGlu, Rope, BIAS = false, "
                 "heads D_MODEL / N_HEADS wide");
-  detail::hf_llama_save(model, preset_info<Cfg>(model.dims()), dir, overwrite);
+  detail::hf_llama_save(model, preset_info<Cfg>(model.dims()), dir, overwrite, attached);
 }
 
 template <class Backend>
-void save_hf_llama(LanguageModel<Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
-  detail::hf_llama_save(model, model.preset(), dir, overwrite);
+void save_hf_llama(LanguageModel<Backend>& model, const std::filesystem::path& dir, bool overwrite = false,
+                   std::span<const AttachedFile> attached = {}) {
+  detail::hf_llama_save(model, model.preset(), dir, overwrite, attached);
 }
 
 }  // namespace xfmr

@@ -23,8 +23,10 @@
 // load_pretrained(path, opts): the model, its format and architecture;
 //   the head's tying and bias are the checkpoint's, opts' dropout,
 //   attention dropout and recompute apply (fine-tuning).
-// save_pretrained(model, dir, overwrite): save_gpt2 or save_hf_llama, by
-//   the preset's family (gpt2_shaped, llama_shaped).
+// save_pretrained(model, dir, overwrite, attached): save_gpt2 or
+//   save_hf_llama, by the preset's family (gpt2_shaped, llama_shaped), with
+//   the `attached` files (the tokenizer: ModelTokenizer::attached_files())
+//   in the same new directory, swapped in whole (write_hf_directory).
 // published_head(preset, opts): opts with the head the family publishes
 //   (tied to the embedding, no bias: what save_pretrained needs) for a
 //   GPT-2 or Llama preset; as given for the others. A model trained from
@@ -121,9 +123,10 @@ inline DecoderOptions published_head(const PresetInfo& p, DecoderOptions opts = 
 }
 
 template <class Backend>
-void save_pretrained(LanguageModel<Backend>& model, const std::filesystem::path& dir, bool overwrite = false) {
-  if (gpt2_shaped(model.preset())) save_gpt2(model, dir, overwrite);
-  else save_hf_llama(model, dir, overwrite);  // or an error naming the preset
+void save_pretrained(LanguageModel<Backend>& model, const std::filesystem::path& dir, bool overwrite = false,
+                     std::span<const AttachedFile> attached = {}) {
+  if (gpt2_shaped(model.preset())) save_gpt2(model, dir, overwrite, attached);
+  else save_hf_llama(model, dir, overwrite, attached);  // or an error naming the preset
 }
 
 }  // namespace xfmr

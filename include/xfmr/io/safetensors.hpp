@@ -122,12 +122,28 @@ class SafeTensorsWriter {
 // replaced file keep the old contents (the rename gives `path` a new inode).
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
 
+// A file a checkpoint or an export carries beside its own: the bytes of
+// `source` under `name`, one of kTokenizerFileNames (a language model's
+// tokenizer: ModelTokenizer::attached_files(), text/model_tokenizer.hpp).
+struct AttachedFile {
+  std::filesystem::path source;
+  std::string name;
+};
+// The canonical names of a tokenizer's files, where xfmr-lm and Hugging Face
+// look for them: tokenizer.json, GPT-2's vocab.json + merges.txt, llama2.c's
+// tokenizer.bin.
+bool is_tokenizer_file_name(const std::string& name);
+
 // A Hugging Face model directory: dir/model.safetensors (`tensors`, with
-// metadata "format": "pt") and dir/config.json (`config_json`), each
-// written atomically, dir made when missing; either file existing already
-// is an error naming it unless `overwrite`.
+// metadata "format": "pt"), dir/config.json (`config_json`) and the
+// `attached` files (the tokenizer), written whole into a new directory
+// beside `dir` and swapped in as a checkpoint is (io/checkpoint.hpp), so
+// nothing of an earlier export is left beside the new one, and a crash
+// leaves one or the other whole. An existing `dir` that is not empty is an
+// error unless `overwrite`, and then it may hold only what an export writes
+// (any other file would be deleted: the error names it).
 void write_hf_directory(const std::filesystem::path& dir, const SafeTensorsWriter& tensors,
-                        const std::string& config_json, bool overwrite);
+                        const std::string& config_json, bool overwrite, std::span<const AttachedFile> attached = {});
 
 namespace detail {
 template <class T>

@@ -8,7 +8,8 @@
 // piece of its own; a normalizer, byte fallback or word affixes are
 // refused by name. A byte a tokenizer.json has no token for is dropped from
 // the encoding, as Hugging Face's tokenizers do (GPT-2's files must have
-// all 256).
+// all 256): missing_bytes() counts those bytes, and encode() counts what
+// it dropped, for the caller to report.
 //
 // encode(): the text is split at the special tokens ("<|endoftext|>", id
 // 50256 in GPT-2's files), each part by GPT-2's pre-tokenizer (contractions,
@@ -38,10 +39,13 @@ class Gpt2Tokenizer {
   static Gpt2Tokenizer load(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe);
   static Gpt2Tokenizer load_json(const std::filesystem::path& tokenizer_json);
 
-  std::vector<std::int32_t> encode(std::string_view text) const;
+  // `dropped`, when given, counts the bytes of `text` left out (above).
+  std::vector<std::int32_t> encode(std::string_view text, std::size_t* dropped = nullptr) const;
   std::string decode(std::span<const std::int32_t> ids) const;
 
   int size() const { return static_cast<int>(bytes_.size()); }
+  // How many of the 256 bytes have no token of their own (0 for GPT-2's files).
+  int missing_bytes() const;
   // "<|endoftext|>"'s id, or -1 when the vocabulary has none.
   std::int32_t end_of_text() const { return end_of_text_; }
 
@@ -52,9 +56,9 @@ class Gpt2Tokenizer {
   void set_vocabulary(const std::vector<std::pair<std::string, std::int64_t>>& vocab,
                       const std::vector<std::string>& specials, const std::string& source);
   void add_merge(std::string_view a, std::string_view b, const std::string& where);
-  void encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
-  void encode_text(std::string_view text, std::vector<std::int32_t>& out) const;  // between special tokens
-  void encode_run(std::string_view text, std::vector<std::int32_t>& out) const;   // the pre-tokenizer's pieces
+  void encode_piece(std::string_view piece, std::vector<std::int32_t>& out, std::size_t* dropped) const;
+  void encode_text(std::string_view text, std::vector<std::int32_t>& out, std::size_t* dropped) const;  // between special tokens
+  void encode_run(std::string_view text, std::vector<std::int32_t>& out, std::size_t* dropped) const;   // the pre-tokenizer's pieces
 
   std::unordered_map<std::string, std::int32_t> ids_;   // mapped symbol -> id
   std::vector<std::string> bytes_;                      // id -> the bytes it stands for

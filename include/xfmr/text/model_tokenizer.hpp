@@ -15,7 +15,18 @@
 // decode(ids), and piece(prev, id) for streaming one token at a time.
 // start(): the id a text begins after when there is no prompt
 //   (<|endoftext|> or BOS), or -1 when the vocabulary has neither.
-// files(): what it was read from, for an export to copy beside the model.
+// files(): what it was read from; attached_files(): the same under their
+//   canonical names (tokenizer.json, vocab.json + merges.txt,
+//   tokenizer.bin), for a checkpoint or an export to carry
+//   (io/checkpoint.hpp, io/pretrained.hpp's save_pretrained), where this
+//   load() and Hugging Face's find them.
+// content_hash(): FNV-1a of the files' bytes as load() read them: a run
+//   resumed with another tokenizer is refused even when its path is the same.
+// check_fits(vocab, model): the tokenizer against a model's vocabulary
+//   (below).
+// missing_bytes(), and encode's `dropped`: a byte-level BPE without a
+//   token for every byte drops those bytes, as Hugging Face does
+//   (gpt2_bpe.hpp); a caller reports them.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +37,7 @@
 #include <variant>
 #include <vector>
 
+#include "xfmr/io/safetensors.hpp"
 #include "xfmr/text/gpt2_bpe.hpp"
 #include "xfmr/text/llama2c_tokenizer.hpp"
 
@@ -36,20 +48,33 @@ class ModelTokenizer {
   // Errors name the path and what was looked for.
   static ModelTokenizer load(const std::filesystem::path& path);
 
-  std::vector<std::int32_t> encode(std::string_view text) const;
-  std::vector<std::int32_t> encode_corpus(std::string_view text) const;
+  std::vector<std::int32_t> encode(std::string_view text, std::size_t* dropped = nullptr) const;
+  std::vector<std::int32_t> encode_corpus(std::string_view text, std::size_t* dropped = nullptr) const;
   std::string decode(std::span<const std::int32_t> ids) const;
   std::string piece(std::int32_t prev, std::int32_t id) const;
   int size() const;
   std::int32_t start() const;
   const std::vector<std::filesystem::path>& files() const { return files_; }
+  std::vector<AttachedFile> attached_files() const;
+  std::uint64_t content_hash() const { return hash_; }
+  int missing_bytes() const;
+
+  // Checks that the tokenizer fits a model whose embedding has `vocab` rows
+  // (`model` names the model in the error). More tokens than rows is an
+  // error. Fewer is one too unless the rows past the tokenizer are padding:
+  // a vocabulary rounded up for alignment (`vocab` a multiple of 64, at
+  // most kMaxVocabularyPadding rows more, as llm.c's GPT-2 and Qwen2's
+  // are), whose ids no tokenizer decodes and a generation never draws
+  // (GenerateOptions::vocabulary). Returns the rows of padding.
+  static constexpr int kMaxVocabularyPadding = 1024;
+  int check_fits(int vocab, const std::string& model) const;
 
  private:
-  ModelTokenizer(std::variant<Gpt2Tokenizer, Llama2cTokenizer> t, std::vector<std::filesystem::path> files)
-      : tok_(std::move(t)), files_(std::move(files)) {}
+  ModelTokenizer(std::variant<Gpt2Tokenizer, Llama2cTokenizer> t, std::vector<std::filesystem::path> files);
 
   std::variant<Gpt2Tokenizer, Llama2cTokenizer> tok_;
   std::vector<std::filesystem::path> files_;
+  std::uint64_t hash_ = 0;
 };
 
 }  // namespace xfmr

@@ -61,7 +61,8 @@ void check_writable_directory(const std::string& option, const std::filesystem::
 // Checks the files a command writes against those it reads, before any work:
 // no output may name an input or another output, and none may lie inside
 // the checkpoint directory `out` (each save replaces it whole). An output
-// that is an existing directory is refused too.
+// that is an existing directory is refused too; one with other hard links
+// is warned of on stderr (the write gives its name a new file).
 void check_output_paths(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs,
                         const std::string& out = "");
 // Checks a RunOptions before any step: the shard count, ZeRO's stage, the

@@ -240,13 +240,15 @@ class Trainer {
   // Writes a checkpoint of the run into `dir` (io/checkpoint.hpp: replaced
   // atomically; a directory that is not a checkpoint is refused), with
   // `metadata` beside the parameters. Every rank calls it; rank 0 writes.
-  void save(const std::filesystem::path& dir, const Metadata& metadata = {}) {
+  // `attached`: files the checkpoint carries (a language model's tokenizer:
+  // ModelTokenizer::attached_files()), so that it stands alone.
+  void save(const std::filesystem::path& dir, const Metadata& metadata = {}, std::span<const AttachedFile> attached = {}) {
     SafeTensorsWriter model_file, optimizer_file;
     add_parameters(model_file, model_);
     add_optimizer_state(optimizer_file, opt_);  // gathers every rank's part under ZeRO-1
     if (exchange_.distributed() && !opts_.split.group->root()) return;
     for (const auto& [key, value] : metadata) model_file.set_metadata(key, value);
-    write_checkpoint(dir, model_file, optimizer_file, state());
+    write_checkpoint(dir, model_file, optimizer_file, state(), attached);
   }
   // Continues the run save() wrote into `dir`: its parameters, optimizer
   // state and trainer state, into this Trainer's model and optimizer (built

@@ -4,7 +4,11 @@
 // evaluation (and a checkpoint) every eval_every steps and at the stop, the
 // CSV log and the progress line of every step, a warning when the loss
 // diverges, and SIGINT / SIGTERM taken at a step boundary (the ranks agree
-// on it), after which the run is evaluated and saved as at a stop.
+// on it), after which the run is saved as at a stop, without an
+// evaluation. An evaluation's own loop asks interrupted(group) at each of
+// its batches and returns early when it says so: a signal that comes
+// during an evaluation stops the run there, and that evaluation's numbers
+// are not kept.
 //
 //   TrainingLoop loop({.total = steps, .eval_every = 100, .tokens_per_step = B * T, .log_csv = "log.csv"});
 //   const TrainingOutcome o = loop.run(
@@ -68,6 +72,11 @@ class TrainingLoop {
                       FunctionRef<Evaluation(const StepResult&)> evaluate, FunctionRef<void()> save);
   // Whether a signal stopped the run.
   bool stopped() const { return signals_.stopped(); }
+  // Inside an evaluation (or any long work of the evaluate callback), at a
+  // batch boundary: whether any rank has caught a signal, when the run
+  // stops there. Every rank must ask as often as the others (it is a
+  // collective under mpirun).
+  bool interrupted(ProcessGroup& group) { return signals_.requested(group); }
   // After the program has written what it writes: a run a signal stopped
   // ends with an xfmr::Error saying where and how to resume from `out`.
   void finish(long step, const std::string& out) const { signals_.finish(step, out); }
