@@ -411,6 +411,7 @@ void eval(const EvalArgs& args, const Metadata& metadata) {
     sum += LossSum{ce.forward(be, logits, targets, V) * double(counted), counted};
   }
   const double s = seconds_since(t0);
+  (void)sum.checked_mean(args.checkpoint + " on --data " + args.data);
   std::cout << "val loss " << std::fixed << std::setprecision(4) << sum.mean() << " (" << sum.counted
             << " characters in " << n << " batches of " << run.batch << " x " << T << ", " << precision_of(be) << ", "
             << std::setprecision(1) << s << " s)\n";

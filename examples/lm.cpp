@@ -233,7 +233,7 @@ void eval(const EvalArgs& a) {
                               : std::make_unique<WeightCopies<Be>>(be, *l.model);
   const auto t0 = Clock::now();
   const LossSum sum = window_loss(*l.model, be, tokens, T, a.batch, a.windows);
-  const double s = seconds_since(t0), loss = sum.mean();
+  const double s = seconds_since(t0), loss = sum.checked_mean(a.model + " on --data " + a.data);
   std::cout << "loss " << std::fixed << std::setprecision(6) << loss << ", perplexity " << std::setprecision(3)
             << std::exp(loss) << " (" << sum.counted << " tokens in windows of " << T << ", "
             << l.model->preset().name << ", " << describe(be) << ", " << std::setprecision(1) << s << " s)\n";

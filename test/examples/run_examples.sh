@@ -936,6 +936,17 @@ case "$case_name" in
     expect_error "no tokenizer here" "$lm" eval --model odd.bin --data corpus.txt
     expect_error "no tokenizer here" "$lm" eval --model pre --tokenizer . --data corpus.txt
     expect_error "--prompt is" "$lm" sample --model ft --prompt "$(head -c 200 corpus.txt)"
+    # Weights that overflow the logits (finite, 3e38): an error, not "nan" or noise with status 0.
+    rm -rf big && cp -r hf big && python3 -c "
+import json, struct
+b = bytearray(open('big/model.safetensors', 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+s, e = h['wte.weight']['data_offsets']
+b[8 + n + s:8 + n + e] = struct.pack('<f', 3e38) * ((e - s) // 4)
+open('big/model.safetensors', 'wb').write(b)"
+    expect_error "the model's logits are not finite numbers" "$lm" eval --model big --data corpus.txt --context 16
+    expect_error "the model's logits are not finite numbers" "$lm" sample --model big --prompt "one" --tokens 4
     ;;
   charlm_old_checkpoint)
     # A checkpoint written before checkpoints recorded their architecture

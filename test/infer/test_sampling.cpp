@@ -51,4 +51,24 @@ BOOST_AUTO_TEST_CASE(bad_options_are_errors) {
   BOOST_CHECK_THROW(Sampler({.temperature = 1.0, .top_k = 0, .top_p = 0.0}), Error);
 }
 
+// Logits that are not finite numbers (a model whose weights overflow) are
+// an error, greedy or not, never an arbitrary id.
+BOOST_AUTO_TEST_CASE(logits_that_are_not_numbers_are_errors) {
+  Rng rng(1);
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    const std::vector<float> logits = {0.1f, bad, 1.0f};
+    for (const double temperature : {0.0, 1.0}) {
+      BOOST_TEST_CONTEXT(bad << " at temperature " << temperature) {
+        Sampler s({.temperature = temperature});
+        try {
+          (void)s(std::span<const float>(logits), rng);
+          BOOST_ERROR("sampled");
+        } catch (const Error& e) {
+          BOOST_TEST(std::string(e.what()).find("logit 1 is") != std::string::npos, e.what());
+        }
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

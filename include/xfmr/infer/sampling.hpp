@@ -3,7 +3,8 @@
 // temperature 0 is greedy (arg-max). Otherwise the logits are divided by the
 // temperature, softmaxed, restricted to the top_k most likely tokens (0 = no
 // limit) and then to the smallest set whose probability reaches top_p (1 = no
-// limit), renormalised, and sampled with the given generator.
+// limit), renormalised, and sampled with the given generator. A logit that
+// is not a finite number is an error.
 #pragma once
 
 #include <algorithm>
@@ -37,6 +38,11 @@ class Sampler {
   template <class S>
   std::int32_t operator()(std::span<const S> logits, Rng& rng) {
     require(!logits.empty(), "cannot sample from an empty row of logits");
+    // Logits that overflowed (a checkpoint's weights) would draw any id.
+    const auto bad = std::find_if(logits.begin(), logits.end(), [](S v) { return !std::isfinite(double(v)); });
+    if (bad != logits.end())
+      fail("cannot sample: logit ", bad - logits.begin(), " is ", double(*bad),
+           "; the model's logits are not finite numbers (are its weights?)");
     const int n = static_cast<int>(logits.size());
     if (opts_.temperature == 0.0)
       return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());

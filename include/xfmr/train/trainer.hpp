@@ -113,6 +113,14 @@ struct LossSum {
   double total = 0.0;
   long counted = 0;
   double mean() const { return counted ? total / double(counted) : 0.0; }
+  // An evaluation's result: the mean, which must be a number (`what` names
+  // the evaluation): logits that overflow (a checkpoint's weights) are an
+  // error, not a loss of "nan" reported as a success.
+  double checked_mean(const std::string& what) const {
+    require(std::isfinite(total), what, ": the loss over ", counted, " targets is ", total,
+            ": the model's logits are not finite numbers (are its weights?)");
+    return mean();
+  }
   LossSum& operator+=(const LossSum& o) {
     total += o.total;
     counted += o.counted;
