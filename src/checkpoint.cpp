@@ -138,6 +138,10 @@ void check_checkpoint_destination(const fs::path& target) {
   std::error_code ec;
   refuse_fixed_directory(dir.has_parent_path() ? dir.parent_path() : fs::path("."), dir);
   if (!fs::exists(fs::symlink_status(dir, ec))) return;
+  // The swap would replace the link, leaving the directory it names stale.
+  require(!fs::is_symlink(fs::symlink_status(dir, ec)), "cannot save the checkpoint ", dir.string(),
+          ": it is a symbolic link (to ", fs::read_symlink(dir, ec).string(),
+          ") and a save replaces the directory whole; name the directory itself");
   require(is_checkpoint(dir), "refusing to write a checkpoint over ", dir.string(),
           ": it exists and is not an xfmr checkpoint");
   // A save replaces the whole directory: anything else in it would be lost.

@@ -468,6 +468,8 @@ void write_hf_directory(const std::filesystem::path& target, const SafeTensorsWr
   const fs::path dir = detail::as_target(target);
   std::error_code ec;
   if (fs::exists(fs::symlink_status(dir, ec))) {
+    require(!fs::is_symlink(fs::symlink_status(dir, ec)), dir.string(), ": a symbolic link (to ",
+            fs::read_symlink(dir, ec).string(), "); an export replaces a directory whole, so name the directory itself");
     require(fs::is_directory(fs::symlink_status(dir, ec)), dir.string(), ": exists and is not a directory");
     for (const auto& e : fs::directory_iterator(dir)) {
       const std::string name = e.path().filename().string();

@@ -902,6 +902,12 @@ case "$case_name" in
     echo '{}' > hf3/vocab.json
     "$lm" export --model pre --hf hf3 --overwrite > /dev/null || fail "export --overwrite failed"
     [[ ! -e hf3/vocab.json ]] || fail "export --overwrite left a stale vocab.json"
+    ln -s hf3 hf3-link
+    expect_error "hf3-link: a symbolic link (to hf3); an export replaces a directory whole" "$lm" export --model pre \
+      --hf hf3-link --overwrite
+    ln -s pre pre-link
+    expect_error "cannot save the checkpoint pre-link: it is a symbolic link (to pre)" "$lm" train --data corpus.txt \
+      --resume pre --out pre-link --overwrite
     echo mine > hf3/notes.txt
     expect_error "it holds notes.txt, which is not part of an export" "$lm" export --model pre --hf hf3 --overwrite
     [[ -f hf3/notes.txt ]] || fail "the refused export deleted notes.txt"
