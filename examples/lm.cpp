@@ -332,6 +332,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
     l.model = make_language_model<Be>(run.preset, l.tok->size(), run.seed, opts);
   }
   const std::string tokenizer_hash = hex(l.tok->content_hash());
+  const std::vector<AttachedFile> tokenizer_files = l.tok->attached_files();  // each checkpoint carries them
   if (resumed && resumed->count("tokenizer_hash"))
     require(resumed->at("tokenizer_hash") == tokenizer_hash, "the tokenizer ", l.tokenizer_path,
             " is not the one the checkpoint ", a.resume, " trained with (its files' contents differ)");
@@ -423,7 +424,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
         return Evaluation{r.loss, val, ": train batch loss " + fixed(r.loss, 4) + ", val loss " + fixed(val, 4)};
       },
       [&] {
-        if (!a.out.empty()) trainer.save(a.out, metadata, l.tok->attached_files());
+        if (!a.out.empty()) trainer.save(a.out, metadata, tokenizer_files);
       });
   const double last_val = o.evals.empty() ? start_val : o.last.val;
   write_html_report(a.report, "xfmr-lm: " + preset,

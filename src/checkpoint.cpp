@@ -227,14 +227,7 @@ void write_directory(const fs::path& dir, std::span<const NewFile> files, const 
   const fs::path tmp = tmpl;
   try {
     // Errors name each file by its final place: the temporary is hidden.
-    for (const NewFile& f : files) {
-      if (f.copy_of.empty()) {
-        write_new_file(tmp / f.name, f.bytes, dir / f.name);
-      } else {
-        const std::vector<std::byte> bytes = read_whole_file(f.copy_of);
-        write_new_file(tmp / f.name, bytes, dir / f.name);
-      }
-    }
+    for (const NewFile& f : files) write_new_file(tmp / f.name, f.bytes, dir / f.name);
     ::chmod(tmp.c_str(), 0755);
     fsync_path(tmp, true);
     // One atomic swap when the target exists: the new directory takes the
@@ -265,12 +258,12 @@ void write_checkpoint_files(const fs::path& target, const SafeTensorsWriter& mod
   const std::vector<std::byte> model_bytes = model.serialize();
   const std::vector<std::byte> optimizer_bytes = optimizer ? optimizer->serialize() : std::vector<std::byte>();
   const std::string state = trainer_state_json(trainer_state);
-  std::vector<detail::NewFile> files = {{kModelFile, model_bytes, {}}};
-  if (optimizer) files.push_back({kOptimizerFile, optimizer_bytes, {}});
-  files.push_back({kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size())), {}});
+  std::vector<detail::NewFile> files = {{kModelFile, model_bytes}};
+  if (optimizer) files.push_back({kOptimizerFile, optimizer_bytes});
+  files.push_back({kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size()))});
   for (const AttachedFile& a : attached) {
     require(is_tokenizer_file_name(a.name), "a checkpoint carries no file named ", a.name);
-    files.push_back({a.name, {}, a.source});
+    files.push_back({a.name, a.bytes});
   }
   detail::write_directory(dir, files, "checkpoint");
 }
@@ -336,7 +329,8 @@ QuantisedCheckpoint quantise_checkpoint(const fs::path& from, const fs::path& to
   w.set_metadata(kWeightsKey, kInt8Weights);
   std::vector<AttachedFile> attached;  // the tokenizer the checkpoint carries, if any
   for (const auto& e : fs::directory_iterator(detail::as_target(from)))
-    if (is_tokenizer_file_name(e.path().filename().string())) attached.push_back({e.path(), e.path().filename().string()});
+    if (is_tokenizer_file_name(e.path().filename().string()))
+      attached.push_back({e.path().filename().string(), detail::read_whole_file(e.path())});
   std::sort(attached.begin(), attached.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   write_checkpoint(to, w, state, attached);
   report.float_bytes = fs::file_size(model_path);

@@ -84,12 +84,10 @@ inline std::vector<std::byte> read_whole_file(const std::filesystem::path& path)
   return bytes;
 }
 
-// A file of a directory written whole (write_directory): `bytes`, or, when
-// `copy_of` is set, the bytes of that file.
+// A file of a directory written whole (write_directory).
 struct NewFile {
   std::string name;
   std::span<const std::byte> bytes;
-  std::filesystem::path copy_of;
 };
 
 // Writes `files` into a new hidden directory beside `dir` (made with its

@@ -36,8 +36,8 @@ ModelTokenizer ModelTokenizer::load(const fs::path& path) {
 }
 
 std::vector<AttachedFile> ModelTokenizer::attached_files() const {
-  if (files_.size() == 2) return {{files_[0], "vocab.json"}, {files_[1], "merges.txt"}};  // or encoder.json + vocab.bpe
-  return {{files_[0], std::holds_alternative<Gpt2Tokenizer>(tok_) ? "tokenizer.json" : "tokenizer.bin"}};
+  if (files_.size() == 2) return {{"vocab.json", bytes_[0]}, {"merges.txt", bytes_[1]}};  // or encoder.json + vocab.bpe
+  return {{std::holds_alternative<Gpt2Tokenizer>(tok_) ? "tokenizer.json" : "tokenizer.bin", bytes_[0]}};
 }
 
 ModelTokenizer::ModelTokenizer(std::variant<Gpt2Tokenizer, Llama2cTokenizer> t, std::vector<fs::path> files)
@@ -46,10 +46,14 @@ ModelTokenizer::ModelTokenizer(std::variant<Gpt2Tokenizer, Llama2cTokenizer> t, 
   for (const fs::path& f : files_) {
     std::ifstream in(f, std::ios::binary);
     require(in.good(), f.string(), ": cannot open for reading");
+    std::vector<std::byte>& bytes = bytes_.emplace_back();
     char block[1 << 16];
-    while (in.read(block, sizeof block) || in.gcount() > 0)
-      for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(block[i])) * 0x100000001b3ULL;
+    while (in.read(block, sizeof block) || in.gcount() > 0) {
+      const auto* b = reinterpret_cast<const std::byte*>(block);
+      bytes.insert(bytes.end(), b, b + in.gcount());
+    }
     require(in.eof(), f.string(), ": read error");
+    for (const std::byte c : bytes) h = (h ^ std::uint64_t(c)) * 0x100000001b3ULL;
     h = (h ^ 0xff) * 0x100000001b3ULL;  // a file's end
   }
   hash_ = h;

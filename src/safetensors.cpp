@@ -483,11 +483,11 @@ void write_hf_directory(const std::filesystem::path& target, const SafeTensorsWr
   SafeTensorsWriter w = tensors;
   w.set_metadata("format", "pt");
   const std::vector<std::byte> model = w.serialize();
-  std::vector<detail::NewFile> files = {{"model.safetensors", model, {}},
-                                        {"config.json", std::as_bytes(std::span(config_json.data(), config_json.size())), {}}};
+  std::vector<detail::NewFile> files = {{"model.safetensors", model},
+                                        {"config.json", std::as_bytes(std::span(config_json.data(), config_json.size()))}};
   for (const AttachedFile& a : attached) {
     require(is_tokenizer_file_name(a.name), "an export carries no file named ", a.name);
-    files.push_back({a.name, {}, a.source});
+    files.push_back({a.name, a.bytes});
   }
   detail::write_directory(dir, files, "export");
 }

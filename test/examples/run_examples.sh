@@ -929,6 +929,13 @@ case "$case_name" in
     "$lm" train --data corpus2.txt --resume ft-half > /dev/null || fail "resuming after the base model moved failed"
     mv hf-moved hf
     same ft ft-half
+    # The tokenizer file gone after a run began: its checkpoint carries it as it was read, and resumes.
+    cp "$tok" tok-gone.json
+    "$lm" train --preset tiny --tokenizer tok-gone.json --data corpus.txt --steps 40 --batch 8 --eval-every 20 \
+      --eval-windows 4 --out gone --stop-after 20 > /dev/null || fail "training with tok-gone.json failed"
+    rm tok-gone.json
+    "$lm" train --data corpus.txt --resume gone > /dev/null || fail "resuming once the tokenizer file was gone failed"
+    cmp -s gone/tokenizer.json "$tok" || fail "the checkpoint's tokenizer is not the one trained with"
     # A tokenizer given on resume must be the one trained with, by content.
     { cat "$tok"; echo; } > tok-edited.json
     expect_error "is not the one the checkpoint ft-half trained with" "$lm" train --data corpus2.txt --resume ft-half \

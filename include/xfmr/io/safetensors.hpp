@@ -122,12 +122,13 @@ class SafeTensorsWriter {
 // replaced file keep the old contents (the rename gives `path` a new inode).
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
 
-// A file a checkpoint or an export carries beside its own: the bytes of
-// `source` under `name`, one of kTokenizerFileNames (a language model's
-// tokenizer: ModelTokenizer::attached_files(), text/model_tokenizer.hpp).
+// A file a checkpoint or an export carries beside its own: `bytes` under
+// `name`, a tokenizer file's name (a language model's tokenizer, as it was
+// read: ModelTokenizer::attached_files(), text/model_tokenizer.hpp), held
+// in memory so that a save never depends on the source file still being there.
 struct AttachedFile {
-  std::filesystem::path source;
   std::string name;
+  std::vector<std::byte> bytes;
 };
 // The canonical names of a tokenizer's files, where xfmr-lm and Hugging Face
 // look for them: tokenizer.json, GPT-2's vocab.json + merges.txt, llama2.c's

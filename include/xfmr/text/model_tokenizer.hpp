@@ -15,9 +15,9 @@
 // decode(ids), and piece(prev, id) for streaming one token at a time.
 // start(): the id a text begins after when there is no prompt
 //   (<|endoftext|> or BOS), or -1 when the vocabulary has neither.
-// files(): what it was read from; attached_files(): the same under their
-//   canonical names (tokenizer.json, vocab.json + merges.txt,
-//   tokenizer.bin), for a checkpoint or an export to carry
+// files(): what it was read from; attached_files(): their bytes as load()
+//   read them, under their canonical names (tokenizer.json, vocab.json +
+//   merges.txt, tokenizer.bin), for a checkpoint or an export to carry
 //   (io/checkpoint.hpp, io/pretrained.hpp's save_pretrained), where this
 //   load() and Hugging Face's find them.
 // content_hash(): FNV-1a of the files' bytes as load() read them: a run
@@ -74,6 +74,7 @@ class ModelTokenizer {
 
   std::variant<Gpt2Tokenizer, Llama2cTokenizer> tok_;
   std::vector<std::filesystem::path> files_;
+  std::vector<std::vector<std::byte>> bytes_;  // the files' contents, as read
   std::uint64_t hash_ = 0;
 };
 
