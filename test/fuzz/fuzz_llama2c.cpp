@@ -2,13 +2,14 @@
 // "ak42"), as a user's file reaches xfmr: the format detected by
 // checkpoint_format, then read_llama2c (every header field against its
 // limit, the weights' sizes against the file's) and the architecture its
-// config gives. The bytes go through a file in the work directory, as the
-// reader takes a path. Anything but xfmr::Error escaping, a crash or a
+// config gives. The bytes go through a file in the temporary directory
+// (run_fuzz.sh: memory where it can), as the reader takes a path. Anything but xfmr::Error escaping, a crash or a
 // sanitizer report is a bug.
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -18,7 +19,15 @@
 using namespace xfmr;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::string path = "fuzz_llama2c." + std::to_string(::getpid()) + ".bin";
+  static const struct Scratch {  // removed at exit
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("xfmr_fuzz_llama2c." + std::to_string(::getpid()) + ".bin");
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  } scratch;
+  const std::filesystem::path& path = scratch.path;
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), std::streamsize(size));

@@ -76,12 +76,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       R"("mode": "text", "model": "tiny", "schedule": "cosine", "seed": 1337, "val_fraction": 0.1, )"
       R"("weight_decay": 0.01})";
   static const std::string valid_state = xfmr::trainer_state_json({10, 12345, {10, 10, 10, 10}});
-  static const bool made = [] {
-    fs::create_directories(dir);
-    std::ofstream(dir / "corpus.txt") << corpus_text;
-    return true;
-  }();
-  (void)made;
+  static const struct Scratch {  // made once, removed at exit
+    Scratch() {
+      fs::create_directories(dir);
+      std::ofstream(dir / "corpus.txt") << corpus_text;
+    }
+    ~Scratch() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } scratch;
+  (void)scratch;
   write_checkpoint_files(dir / "ck", valid_settings, input);
   const std::string ck = (dir / "ck").string(), ck2 = (dir / "ck2").string(), corpus = (dir / "corpus.txt").string();
   run({"program", "train", "--data", corpus, "--resume", ck, "--log-csv", "", "--report", ""});

@@ -9,6 +9,10 @@ set -euo pipefail
 fuzzer=$(realpath "$1") seeds=$(realpath "$2") work=$3
 shift 3
 rm -rf "$work" && mkdir -p "$work/grown" && cd "$work"
+# The files a target writes for each input (fuzz_charlm_state's checkpoints,
+# fsynced; fuzz_llama2c's .bin) go to memory where the machine has a
+# writable /dev/shm: three times the executions of a disk's /tmp.
+if [[ -z ${TMPDIR:-} && -d /dev/shm && -w /dev/shm ]]; then export TMPDIR=/dev/shm; fi
 printf 'the cat sat on the mat.\na dog ran to the park.\n' > corpus.txt
 printf 'label\tsentence\n1\ta fine film\n0\tdull\n' > a.tsv && cp a.tsv b.tsv
 printf 'red cat.\nblue dog.\n' > a.src && printf 'chat rouge.\nchien bleu.\n' > a.tgt
