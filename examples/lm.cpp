@@ -401,8 +401,9 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
     model.set_training(true);
     return loss;
   };
-  const double start_val = start == 0 ? val_loss() : -1;
-  if (start == 0) std::cout << "step 0: val loss " << std::fixed << std::setprecision(4) << start_val << std::defaultfloat << std::endl;
+  double start_val = start == 0 ? val_loss() : -1;
+  if (loop.stopped()) start_val = -1;  // a signal cut the evaluation short: the run stops after one step
+  else if (start == 0) std::cout << "step 0: val loss " << std::fixed << std::setprecision(4) << start_val << std::defaultfloat << std::endl;
 
   std::vector<std::int32_t> ids(std::size_t(run.batch) * T), targets(ids.size());
   auto forward = [&](const Shard& s, LanguageModel<Be>& m, Be& b) {
