@@ -184,7 +184,7 @@ Gpt2Tokenizer Gpt2Tokenizer::read_tokenizer_json(const std::filesystem::path& to
   }
   const json& model = field(j, "model", "");
   require(model.is_object() && model.value("type", json("BPE")) == "BPE", source, ": model ",
-          model.is_object() ? "type " + model["type"].dump() : model.dump(), " is not BPE");
+          model.is_object() ? "type " + model.value("type", json("BPE")).dump() : model.dump(), " is not BPE");
   for (const char* none : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (model.contains(none))
       require(model[none].is_null() || model[none] == "", source, ": model.", none, " ", model[none].dump(), " is not supported");
