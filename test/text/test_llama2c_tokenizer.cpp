@@ -33,8 +33,16 @@ struct Entry {
   std::string bytes;
 };
 fs::path written(std::int32_t max_length, const std::vector<Entry>& entries, std::size_t cut = 0) {
-  static int n = 0;
-  const fs::path p = fs::temp_directory_path() / ("xfmr_tok_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".bin");
+  static struct Written {  // removed at exit
+    std::vector<fs::path> paths;
+    ~Written() {
+      std::error_code ec;
+      for (const fs::path& p : paths) fs::remove(p, ec);
+    }
+  } files;
+  const fs::path p = fs::temp_directory_path() /
+                     ("xfmr_tok_" + std::to_string(::getpid()) + "_" + std::to_string(files.paths.size()) + ".bin");
+  files.paths.push_back(p);
   std::string b(reinterpret_cast<const char*>(&max_length), 4);
   for (const Entry& e : entries) {
     b.append(reinterpret_cast<const char*>(&e.score), 4);
