@@ -4,7 +4,6 @@
 // in two shards (DataParallel), bit for bit: both sum the halves' gradients
 // in the same order. Against one unsplit pass the sums' order differs, and
 // AdamW's normalisation magnifies the last bits of near-zero gradients.
-#define BOOST_TEST_MODULE distributed
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -18,6 +17,8 @@
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/train/trainer.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_distributed)
 
 using namespace xfmr;
 
@@ -272,3 +273,5 @@ BOOST_AUTO_TEST_CASE(a_setting_that_differs_between_ranks_is_named) {
                                         "'shakespeare-small'");
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,1 +1,0 @@
-// precompiled.cpp: the object whose compilation precompiles precompiled.hpp.
