@@ -65,29 +65,41 @@ BOOST_AUTO_TEST_CASE(preset_info_reads_the_configuration) {
 }
 
 // make_language_model builds every preset; its parameters are those visit
-// lists, and a forward pass is the typed Decoder's, bit for bit.
+// lists, and a forward pass is the typed Decoder's, bit for bit. The large
+// presets (seconds to initialise) are left out, and so is their typed
+// Decoder from the build.
+template <class Cfg>
+constexpr bool large_preset = 12.0 * Cfg::D_MODEL * Cfg::D_MODEL * Cfg::N_LAYERS > 1e7;
+
 BOOST_AUTO_TEST_CASE(language_models_are_their_presets_decoders) {
   Be be;
+  int compared = 0;
   for (std::string_view name : LanguageModelPresets::names()) {
     const PresetInfo p = LanguageModelPresets::info(name);
-    if (12.0 * p.d_model * p.d_model * p.n_layers > 1e7) continue;  // large: seconds to initialise
+    if (12.0 * p.d_model * p.d_model * p.n_layers > 1e7) continue;
     BOOST_TEST_CONTEXT(name) {
       const auto model = make_language_model<Be>(name, 11, 5, {.dropout = 0.0f});
       BOOST_TEST(model->preset().name == name);
       BOOST_TEST(model->vocab() == 11);
       BOOST_TEST(model->parameter_count() == parameter_count(*model));
       LanguageModelPresets::with(name, [&]<class Cfg>() {
-        Decoder<Cfg, Be> typed(11, 5);
-        const int T = std::min(5, Cfg::MAX_T);
-        std::vector<std::int32_t> ids(std::size_t(2) * T);
-        for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(i % 11);
-        const auto a = typed.forward(be, ids, Shape{2, T});
-        const std::vector<float> want(a.begin(), a.end());
-        const auto b = model->forward(be, ids, Shape{2, T});
-        BOOST_TEST(std::vector<float>(b.begin(), b.end()) == want, boost::test_tools::per_element());
+        if constexpr (large_preset<Cfg>) {
+          BOOST_FAIL("the info and the configuration of " << name << " disagree on its size");
+        } else {
+          ++compared;
+          Decoder<Cfg, Be> typed(11, 5);
+          const int T = std::min(5, Cfg::MAX_T);
+          std::vector<std::int32_t> ids(std::size_t(2) * T);
+          for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(i % 11);
+          const auto a = typed.forward(be, ids, Shape{2, T});
+          const std::vector<float> want(a.begin(), a.end());
+          const auto b = model->forward(be, ids, Shape{2, T});
+          BOOST_TEST(std::vector<float>(b.begin(), b.end()) == want, boost::test_tools::per_element());
+        }
       });
     }
   }
+  BOOST_TEST(compared == 6);  // tiny, shakespeare-small, -llama, names, -mid, stories15m
   // tok 65*128 + pos 128*128 + 4 blocks * 198,272 + ln_f 256 + head 128*65+65 (gpt2-small is built in
   // test_gpt2_small.sh, where torch is: 124M parameters take seconds to initialise)
   BOOST_TEST(make_language_model<Be>("shakespeare-mid", 65, 1)->parameter_count() == 826433u);
