@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/hash.hpp"
 #include "xfmr/train/losses.hpp"
-#include "xfmr/train/run.hpp"
 
 namespace xfmr {
 

@@ -1,9 +1,9 @@
 // model_tokenizer.cpp: ModelTokenizer (text/model_tokenizer.hpp).
 #include "xfmr/text/model_tokenizer.hpp"
 
-#include <fstream>
-
+#include "file_writes.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/hash.hpp"
 
 namespace fs = std::filesystem;
 
@@ -42,19 +42,10 @@ std::vector<AttachedFile> ModelTokenizer::attached_files() const {
 
 ModelTokenizer::ModelTokenizer(std::variant<Gpt2Tokenizer, Llama2cTokenizer> t, std::vector<fs::path> files)
     : tok_(std::move(t)), files_(std::move(files)) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the files in order
+  std::uint64_t h = fnv1a("");  // over the files in order, each followed by a 0xff byte
   for (const fs::path& f : files_) {
-    std::ifstream in(f, std::ios::binary);
-    require(in.good(), f.string(), ": cannot open for reading");
-    std::vector<std::byte>& bytes = bytes_.emplace_back();
-    char block[1 << 16];
-    while (in.read(block, sizeof block) || in.gcount() > 0) {
-      const auto* b = reinterpret_cast<const std::byte*>(block);
-      bytes.insert(bytes.end(), b, b + in.gcount());
-    }
-    require(in.eof(), f.string(), ": read error");
-    for (const std::byte c : bytes) h = (h ^ std::uint64_t(c)) * 0x100000001b3ULL;
-    h = (h ^ 0xff) * 0x100000001b3ULL;  // a file's end
+    const std::vector<std::byte>& bytes = bytes_.emplace_back(detail::read_whole_file(f));
+    h = fnv1a("\xff", fnv1a(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), h));
   }
   hash_ = h;
 }

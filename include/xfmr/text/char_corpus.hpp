@@ -21,7 +21,7 @@ namespace xfmr {
 struct CharCorpus {
   std::string train, val;                           // text mode
   std::vector<std::string> train_names, val_names;  // names mode
-  std::uint64_t hash = 0;                           // FNV-1a of the file (train/run.hpp's fnv1a)
+  std::uint64_t hash = 0;                           // FNV-1a of the file (core/hash.hpp)
   std::string all_text() const;                     // every character, for a tokenizer
 };
 

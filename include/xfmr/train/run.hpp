@@ -19,17 +19,13 @@
 #include <vector>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/hash.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/train/distributed.hpp"
 
 namespace xfmr {
 
-// FNV-1a of s, continuing from h: a fingerprint of training data.
-inline std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 0xcbf29ce484222325ULL) {
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
 std::string hex(std::uint64_t v);  // 16 digits
 
 // The outputs and placement of a training run: the checkpoint directory,
