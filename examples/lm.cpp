@@ -22,6 +22,7 @@
 #include "common.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/infer/window_loss.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
@@ -115,32 +116,6 @@ std::vector<std::int32_t> corpus_tokens(const std::string& path, const ModelToke
   std::vector<std::int32_t> ids = encode_text(tok, text, "--data " + path, true);
   require(ids.size() >= 2, "--data ", path, ": ", ids.size(), " tokens, too few to predict one");
   return ids;
-}
-
-// Mean loss over consecutive windows of `tokens`: window i predicts tokens
-// [iT + 1, iT + T] from [iT, iT + T), `batch` windows a forward, at most
-// `windows` of them (0: all that fit), in evaluation mode (no dropout; the
-// model is left so); stop() before each batch ends it there (a signal in
-// training's evaluation). Deterministic, so that any other
-// implementation can compute the same number (test/reference/lm_loss.py).
-template <class Be>
-LossSum window_loss(LanguageModel<Be>& model, Be& be, std::span<const std::int32_t> tokens, int T, int batch,
-                    long windows, FunctionRef<bool()> stop = [] { return false; }) {
-  const long fit = long(tokens.size() - 1) / T;
-  const long n = windows > 0 ? std::min(windows, fit) : fit;
-  require(n > 0, "the text has ", tokens.size(), " tokens, too few for one window of ", T, " + 1");
-  model.set_training(false);
-  CrossEntropyLoss<Be> ce;
-  LossSum sum;
-  std::vector<std::int32_t> ids, targets;
-  for (long w = 0; w < n && !stop(); w += batch) {
-    const int rows = int(std::min<long>(batch, n - w));
-    ids.assign(tokens.begin() + w * T, tokens.begin() + (w + rows) * T);
-    targets.assign(tokens.begin() + w * T + 1, tokens.begin() + (w + rows) * T + 1);
-    const auto logits = model.forward(be, ids, Shape{rows, T});
-    sum += LossSum{ce.forward(be, logits, targets, model.vocab()) * double(targets.size()), long(targets.size())};
-  }
-  return sum;
 }
 
 // sample --------------------------------------------------------------------

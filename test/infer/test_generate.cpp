@@ -1,11 +1,19 @@
 // Generation (infer/generate.hpp): the cache and the recomputed context give
 // the same tokens, the stop and restart tokens and the callback act as
-// documented, a Generator repeats itself, and bad calls are refused.
+// documented, a Generator repeats itself, and bad calls are refused; and a
+// language model's loss on a text in windows (infer/window_loss.hpp).
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <vector>
+
 #include "support/configs.hpp"
+#include "support/errors.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/generate.hpp"
+#include "xfmr/infer/window_loss.hpp"
 #include "xfmr/models/decoder.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_generate)
@@ -108,6 +116,50 @@ BOOST_AUTO_TEST_CASE(ids_past_the_vocabulary_are_never_drawn) {
   BOOST_TEST(*std::max_element(any.begin(), any.end()) >= 4);
   BOOST_TEST(*std::max_element(four.begin(), four.end()) < 4);
   BOOST_TEST(four.size() == 200u);
+}
+
+// window_loss: the mean over every target of every window of the
+// log-softmax's loss, whatever the batch; at most `windows` windows; stop()
+// ends it between batches; too short a text is an error naming its length.
+BOOST_AUTO_TEST_CASE(window_loss_sums_each_windows_targets) {
+  Be be;
+  Decoder<TinyLm, Be> model(kVocab, 3);
+  std::vector<std::int32_t> tokens(30);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::int32_t(i * 3 % kVocab);
+  const int T = 8;  // 29 targets: three windows of 8, the last 5 tokens unused
+  model.set_training(false);
+  double want = 0;
+  for (int w = 0; w < 3; ++w) {
+    const std::span<const std::int32_t> ids(tokens.data() + w * T, T);
+    const auto logits = model.forward(be, ids, Shape{1, T});
+    const std::vector<float> z(logits.begin(), logits.end());
+    for (int t = 0; t < T; ++t) {
+      const float* row = z.data() + std::size_t(t) * kVocab;
+      double top = row[0], norm = 0;
+      for (int v = 1; v < kVocab; ++v) top = std::max(top, double(row[v]));
+      for (int v = 0; v < kVocab; ++v) norm += std::exp(double(row[v]) - top);
+      want += top + std::log(norm) - double(row[tokens[std::size_t(w * T + t + 1)]]);
+    }
+  }
+  model.set_training(true);
+  for (int batch : {1, 2, 3, 8}) {
+    BOOST_TEST_CONTEXT("batch " << batch) {
+      const LossSum sum = window_loss(model, be, tokens, T, batch, 0);
+      BOOST_TEST(sum.counted == 24);
+      BOOST_TEST(sum.total == want, boost::test_tools::tolerance(1e-5));
+    }
+  }
+  BOOST_TEST(window_loss(model, be, tokens, T, 2, 2).counted == 16);  // at most two windows
+  BOOST_TEST(window_loss(model, be, tokens, T, 2, 9).counted == 24);  // no more than fit
+  int asked = 0;
+  BOOST_TEST(window_loss(model, be, tokens, T, 2, 0, [&] { return ++asked > 1; }).counted == 16);  // one batch
+  BOOST_TEST(window_loss(model, be, tokens, T, 2, 0, [] { return true; }).counted == 0);
+  BOOST_TEST(test::error_of([&] { (void)window_loss(model, be, std::span(tokens).first(8), T, 1, 0); }) ==
+             "the text has 8 tokens, too few for one window of 8 + 1");
+  BOOST_TEST(test::error_of([&] { (void)window_loss(model, be, std::span<const std::int32_t>(), T, 1, 0); }) ==
+             "the text has 0 tokens, too few for one window of 8 + 1");
+  BOOST_TEST(test::error_of([&] { (void)window_loss(model, be, tokens, T, 0, 0); }) ==
+             "window_loss: a window of 8 tokens, 0 a batch (both must be positive)");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
