@@ -136,10 +136,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                               .data_seed = seed_for(a.seed, 0xc1a55),
                               .split = {.shards = a.shards, .group = &group, .zero = a.zero},
                               .graph_steps = false});
-  if (resumed) {
-    trainer.resume(a.resume);
-    require(trainer.steps() <= total, "the checkpoint is at step ", trainer.steps(), ", past the plan's ", total);
-  }
+  if (resumed) trainer.resume(a.resume, total);
   const long start = trainer.steps();
   Epochs epochs(steps_per_epoch, start, trainer.data_rng(), resumed, a.resume);  // an epoch's order: drawn at its start
   TrainingLoop loop({.total = total,
@@ -257,8 +254,7 @@ void eval(const PresetInfo& p, const std::string& checkpoint, const Metadata& me
 
 // A checkpoint of this program's: its metadata, checked before any work.
 Metadata read_classifier_checkpoint(const std::string& dir) {
-  Metadata md = read_checkpoint_metadata(dir);
-  require(md.count("format") && md.at("format") == kFormat, dir, ": not an xfmr-classify checkpoint");
+  Metadata md = read_checkpoint_metadata(dir, kFormat);
   (void)ClassifierPresets::info(metadata_value(md, "preset", dir));
   return md;
 }

@@ -258,8 +258,7 @@ inline int run_quantise(const char* program, const char* format, int argc, char*
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!checkpoint.empty() && !out.empty(), "--checkpoint DIR and --out DIR are required");
-  const Metadata md = read_checkpoint_metadata(checkpoint);
-  require(md.count("format") && md.at("format") == format, checkpoint, ": not an ", format, " checkpoint");
+  (void)read_checkpoint_metadata(checkpoint, format);
   check_writable_directory("--out", out, true);
 #ifdef XFMR_FUZZ_CLI  // the work stops here, as in dispatch_backend
   return 0;

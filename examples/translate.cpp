@@ -158,10 +158,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                               .data_seed = seed_for(a.seed, 0x7a5),
                               .split = {.shards = a.shards, .group = &group, .zero = a.zero},
                               .graph_steps = false});
-  if (resumed) {
-    trainer.resume(a.resume);
-    require(trainer.steps() <= total, "the checkpoint is at step ", trainer.steps(), ", past the plan's ", total);
-  }
+  if (resumed) trainer.resume(a.resume, total);
   const long start = trainer.steps();
   Epochs epochs(per_epoch, start, trainer.data_rng(), resumed, a.resume);  // an epoch's batches: drawn at its start
   // The model's logits for a shard of the sentence pairs in b from `mine` on
@@ -344,8 +341,7 @@ void check_beam(int beam, double length_penalty) {
 
 // A checkpoint of this program's: its metadata, checked before any work.
 Metadata read_translator_checkpoint(const std::string& dir) {
-  Metadata md = read_checkpoint_metadata(dir);
-  require(md.count("format") && md.at("format") == kFormat, dir, ": not an xfmr-translate checkpoint");
+  Metadata md = read_checkpoint_metadata(dir, kFormat);
   (void)TranslatorPresets::info(metadata_value(md, "preset", dir));
   return md;
 }

@@ -105,6 +105,12 @@ Metadata read_checkpoint_metadata(const fs::path& dir) {
   return SafeTensors::read_metadata(dir / kModelFile);
 }
 
+Metadata read_checkpoint_metadata(const fs::path& dir, std::string_view format) {
+  Metadata md = read_checkpoint_metadata(dir);
+  require(md.count("format") && md.at("format") == format, dir.string(), ": not an ", format, " checkpoint");
+  return md;
+}
+
 const std::string& metadata_value(const Metadata& metadata, const std::string& key, const fs::path& dir) {
   const auto it = metadata.find(key);
   require(it != metadata.end(), dir.string(), ": the checkpoint's metadata has no '", key, "'");

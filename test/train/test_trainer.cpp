@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "support/configs.hpp"
+#include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/train/trainer.hpp"
@@ -247,7 +248,11 @@ BOOST_AUTO_TEST_CASE(save_load_and_restore_resume_bitwise) {
   auto second = make_model(0.3f);
   AdamW<Be> opt_2(*second);
   ModelTrainer t2(*second, be, opt_2, opts, [] { return make_model(0.3f); });
-  const Metadata md = t2.resume(dir);
+  // A run planned for fewer steps than the checkpoint took refuses it, before reading a tensor.
+  BOOST_TEST(test::error_of([&] { (void)t2.resume(dir, 1); }) ==
+             dir.string() + ": the checkpoint is at step 2; the run ends at step 1");
+  BOOST_TEST(t2.steps() == 0);
+  const Metadata md = t2.resume(dir, 2);
   BOOST_TEST(md == (Metadata{{"note", "two steps"}, {"preset", "tiny-pre"}}));
   BOOST_TEST(read_checkpoint_metadata(dir) == md);
   BOOST_TEST(t2.steps() == 2);

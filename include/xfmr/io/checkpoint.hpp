@@ -251,8 +251,11 @@ std::string trainer_state_json(const TrainerState& state);
 TrainerState parse_trainer_state(std::string_view json, const std::string& source);
 
 // The Metadata of the checkpoint `dir` (its model.safetensors' __metadata__),
-// read from the file's header alone.
+// read from the file's header alone; with `format`, one whose "format" is
+// that (the program's name that wrote it), else an error: "DIR: not an
+// xfmr-lm checkpoint".
 Metadata read_checkpoint_metadata(const std::filesystem::path& dir);
+Metadata read_checkpoint_metadata(const std::filesystem::path& dir, std::string_view format);
 // The value of `key` in `metadata`, or an xfmr::Error naming the checkpoint
 // `dir` and the key.
 const std::string& metadata_value(const Metadata& metadata, const std::string& key,

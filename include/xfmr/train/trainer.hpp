@@ -260,9 +260,12 @@ class Trainer {
   }
   // Continues the run save() wrote into `dir`: its parameters, optimizer
   // state and trainer state, into this Trainer's model and optimizer (built
-  // as the saving run's were). Returns the checkpoint's metadata.
-  Metadata resume(const std::filesystem::path& dir) {
+  // as the saving run's were). Returns the checkpoint's metadata. `total`
+  // > 0: the steps the run plans, which a checkpoint must not be past.
+  Metadata resume(const std::filesystem::path& dir, long total = 0) {
     const TrainerState st = read_trainer_state(dir);
+    require(total <= 0 || st.step <= total, dir.string(), ": the checkpoint is at step ", st.step,
+            "; the run ends at step ", total);
     const SafeTensors model_file = SafeTensors::load(dir / kModelFile);
     require(!is_int8_checkpoint(model_file.metadata()), dir.string(),
             ": holds int8 weights for decoding; training resumes from the float32 checkpoint they were made from");
