@@ -16,6 +16,7 @@
 #include "common.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/io/checkpoint.hpp"
+#include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/io/architecture.hpp"
 #include "xfmr/presets.hpp"
@@ -62,7 +63,7 @@ struct Resumed {
   std::string data, data_hash;
 
   static Resumed read(const std::string& dir) {
-    Resumed r{read_checkpoint_metadata(dir), {}, {}};
+    Resumed r{read_checkpoint_metadata(dir, kFormat), {}, {}};
     (void)read_trainer_state(dir);
     r.data = metadata_value(r.metadata, "data", dir);
     r.data_hash = metadata_value(r.metadata, "data_hash", dir);
@@ -134,10 +135,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
                               .schedule = LrSchedule::parse(run.schedule, run.lr, args.steps),
                               .data_seed = seed_for(run.seed, 0xda7a),
                               .split = {.shards = args.shards, .group = &group, .zero = args.zero}});
-  if (resumed) {
-    trainer.resume(args.resume);
-    require(trainer.steps() <= args.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", args.steps);
-  }
+  if (resumed) trainer.resume(args.resume, args.steps);
   const long start = trainer.steps();
 
   const int rows = run.batch * T;
@@ -256,10 +254,10 @@ void sample(const SampleArgs& args, const Metadata& metadata) {
   const auto tok = CharTokenizer::from_json(metadata_value(metadata, "tokenizer", args.checkpoint));
   const std::string mode = json::parse(metadata_value(metadata, "settings", args.checkpoint)).at("mode");
   Be be = make_backend<Be>(args.backend, args.precision);
-  const auto model = make_language_model<Be>(architecture_of(metadata, args.checkpoint), tok.size(), 0);
-  const SafeTensors saved = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
-  load_parameters(*model, saved);
-  const WeightCopies copies(be, *model, saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
+  const Pretrained<Be> p = load_model<Be>(args.checkpoint);  // its recorded architecture and saved tensors
+  LanguageModel<Be>& model = *p.model;
+  require(model.vocab() == tok.size(), args.checkpoint, ": ", model.vocab(), " token rows, ", tok.size(), " tokens");
+  const WeightCopies copies(be, model, *p.saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
   std::vector<std::int32_t> context;
   try {
     context = tok.encode(args.prompt);
@@ -270,7 +268,7 @@ void sample(const SampleArgs& args, const Metadata& metadata) {
   std::optional<std::int32_t> restart;
   if (mode == "names") restart = tok.find("\n");
   if (restart && context.front() != *restart) context.insert(context.begin(), *restart);  // a name starts after a separator
-  stream(*model, be, args, context, restart, [&](std::int32_t id) { return tok.token(id); });
+  stream(model, be, args, context, restart, [&](std::int32_t id) { return tok.token(id); });
 }
 
 constexpr int kMaxSampleTokens = 1 << 24;
@@ -278,8 +276,7 @@ constexpr int kMaxSampleTokens = 1 << 24;
 
 // A checkpoint of this program's: its metadata, checked before any work.
 Metadata read_charlm_checkpoint(const std::string& dir) {
-  Metadata md = read_checkpoint_metadata(dir);
-  require(md.count("format") && md.at("format") == kFormat, dir, ": not an xfmr-charlm checkpoint");
+  Metadata md = read_checkpoint_metadata(dir, kFormat);
   (void)architecture_of(md, dir);
   return md;
 }
@@ -323,8 +320,6 @@ int run_train(int argc, char** argv) {
   std::optional<Resumed> resumed;
   if (!a.resume.empty()) {
     resumed = Resumed::read(a.resume);
-    require(resumed->metadata.count("format") && resumed->metadata.at("format") == kFormat, a.resume,
-            ": not an xfmr-charlm checkpoint");
     const RunSettings saved =
         RunSettings::from_json(json::parse(metadata_value(resumed->metadata, "settings", a.resume)));
     // Settings given explicitly must agree with the checkpoint's.
@@ -393,11 +388,11 @@ void eval(const EvalArgs& args, const Metadata& metadata) {
   const int T = preset.max_t, V = tok.size();
   const CharBatches val(corpus, tok, run.mode, run.batch, T, false, args.data);
   Be be = make_backend<Be>(args.backend, args.precision);
-  const auto model = make_language_model<Be>(run.model, V, 0);
-  const SafeTensors saved = SafeTensors::load(fs::path(args.checkpoint) / kModelFile);
-  load_parameters(*model, saved);
-  model->set_training(false);
-  const WeightCopies copies(be, *model, saved);
+  const Pretrained<Be> p = load_model<Be>(args.checkpoint);
+  LanguageModel<Be>& model = *p.model;
+  require(model.vocab() == V, args.checkpoint, ": ", model.vocab(), " token rows, ", V, " tokens");
+  model.set_training(false);
+  const WeightCopies copies(be, model, *p.saved);
   CrossEntropyLoss<Be> ce;
   std::vector<std::int32_t> ids(std::size_t(run.batch) * T), targets(ids.size());
   LossSum sum;
@@ -407,7 +402,7 @@ void eval(const EvalArgs& args, const Metadata& metadata) {
     val.eval_batch(i, ids.data(), targets.data());
     const long counted = counted_targets(targets);
     if (counted == 0) continue;
-    const auto logits = model->forward(be, ids, Shape{run.batch, T});
+    const auto logits = model.forward(be, ids, Shape{run.batch, T});
     sum += LossSum{ce.forward(be, logits, targets, V) * double(counted), counted};
   }
   const double s = seconds_since(t0);

@@ -44,39 +44,13 @@ namespace {
 constexpr const char* kFormat = "xfmr-lm";
 constexpr int kMaxTokens = 1 << 24;
 
-// A model from --model or --init, with its tokenizer.
+// A model from --model or --init, with its tokenizer (io/pretrained.hpp).
 template <class Be>
 struct Loaded {
   std::unique_ptr<LanguageModel<Be>> model;
-  std::optional<ModelTokenizer> tok;
-  std::string tokenizer_path;  // what the tokenizer was read from
-  int padding = 0;             // the model's vocabulary rows past the tokenizer's (ModelTokenizer::check_fits)
+  std::optional<FoundTokenizer> tok;
   std::optional<SafeTensors> saved;  // a checkpoint's tensors (an int8 one's rows for WeightCopies)
 };
-
-// The tokenizer `given` (--tokenizer), else `beside` (the model's directory,
-// or an older checkpoint's tokenizer path); it must fit the model's
-// vocabulary of `vocab` (`model` names it), whose padding past it is returned.
-ModelTokenizer load_tokenizer(const std::string& given, const fs::path& beside, int vocab, const std::string& model,
-                              std::string& used, int& padding) {
-  used = given.empty() ? beside.string() : given;
-  try {
-    ModelTokenizer tok = ModelTokenizer::load(used);
-    padding = tok.check_fits(vocab, model);
-    used = fs::absolute(used).string();
-    return tok;
-  } catch (const Error& e) {
-    fail(e.what(), given.empty() ? " (name one with --tokenizer)" : "");
-  }
-}
-
-// A checkpoint carries its tokenizer (Trainer::save's attached files);
-// one written before it did names the tokenizer's path instead.
-fs::path checkpoint_tokenizer(const fs::path& checkpoint, const Metadata& metadata) {
-  for (const auto& e : fs::directory_iterator(checkpoint))
-    if (is_tokenizer_file_name(e.path().filename().string())) return checkpoint;
-  return metadata_value(metadata, "tokenizer", checkpoint);
-}
 
 // The ids of `text` (--prompt, --data), saying on stderr how many bytes the
 // tokenizer dropped (a byte-level BPE without a token for each byte).
@@ -91,22 +65,18 @@ std::vector<std::int32_t> encode_text(const ModelTokenizer& tok, std::string_vie
   return ids;
 }
 
-// `path`: a checkpoint of this program's or a published one (io/pretrained.hpp).
+// `path`: a checkpoint of this program's or a published one, and
+// `tokenizer` (--tokenizer) or the one the model comes with.
 template <class Be>
-Loaded<Be> load_lm(const std::string& path, const std::string& tokenizer, DecoderOptions opts, bool need_tokenizer) {
-  if (is_checkpoint(path)) {
-    const Metadata md = read_checkpoint_metadata(path);
-    require(md.count("format") && md.at("format") == kFormat, path, ": not an xfmr-lm checkpoint");
-  }
+Loaded<Be> load_lm(const std::string& path, const std::string& tokenizer, DecoderOptions opts) {
+  if (is_checkpoint(path)) (void)read_checkpoint_metadata(path, kFormat);
   Pretrained<Be> p = load_model<Be>(path, opts);
-  Loaded<Be> l;
-  l.model = std::move(p.model);
-  l.saved = std::move(p.saved);
-  const fs::path beside = p.format == CheckpointFormat::xfmr ? checkpoint_tokenizer(path, p.metadata)
-                                                             : fs::absolute(p.file).parent_path();
-  if (need_tokenizer)
-    l.tok.emplace(load_tokenizer(tokenizer, beside, l.model->vocab(), "the model " + path, l.tokenizer_path, l.padding));
-  return l;
+  try {
+    FoundTokenizer tok = load_model_tokenizer(p, tokenizer);
+    return {std::move(p.model), std::move(tok), std::move(p.saved)};
+  } catch (const Error& e) {
+    fail(e.what(), tokenizer.empty() ? " (name one with --tokenizer)" : "");
+  }
 }
 
 // The tokens of the text file `path`, each checked against the vocabulary.
@@ -130,8 +100,8 @@ struct SampleArgs {
 
 template <class Be>
 void sample(const SampleArgs& a) {
-  Loaded<Be> l = load_lm<Be>(a.model, a.tokenizer, {}, true);
-  const ModelTokenizer& tok = *l.tok;
+  Loaded<Be> l = load_lm<Be>(a.model, a.tokenizer, {});
+  const ModelTokenizer& tok = l.tok->tokenizer;
   Be be = make_backend<Be>(a.backend, a.precision);
   const auto copies = l.saved ? std::make_unique<WeightCopies<Be>>(be, *l.model, *l.saved)
                               : std::make_unique<WeightCopies<Be>>(be, *l.model);
@@ -150,7 +120,7 @@ void sample(const SampleArgs& a) {
                             {.sampling = a.sampling,
                              .max_tokens = a.tokens,
                              .use_cache = !a.no_cache,
-                             .vocabulary = l.padding > 0 ? tok.size() : 0},
+                             .vocabulary = l.tok->padding > 0 ? tok.size() : 0},
                             rng,
                             [&](std::int32_t id) {
                               std::cout << tok.piece(prev, id) << std::flush;
@@ -199,8 +169,8 @@ struct EvalArgs {
 
 template <class Be>
 void eval(const EvalArgs& a) {
-  Loaded<Be> l = load_lm<Be>(a.model, a.tokenizer, {}, true);
-  const std::vector<std::int32_t> tokens = corpus_tokens(a.data, *l.tok);
+  Loaded<Be> l = load_lm<Be>(a.model, a.tokenizer, {});
+  const std::vector<std::int32_t> tokens = corpus_tokens(a.data, l.tok->tokenizer);
   const int T = a.context > 0 ? a.context : std::min(l.model->max_t(), 256);
   require(T <= l.model->max_t(), "--context ", T, " exceeds the model's ", l.model->max_t());
   Be be = make_backend<Be>(a.backend, a.precision);
@@ -291,25 +261,23 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   // architecture and the tokenizer: the base model may have moved since.
   Loaded<Be> l;
   if (resumed && !run.init.empty()) {
-    l = load_lm<Be>(a.resume, a.resume_tokenizer, base, true);
+    l = load_lm<Be>(a.resume, a.resume_tokenizer, base);
   } else if (!run.init.empty()) {
-    l = load_lm<Be>(run.init, run.tokenizer, base, true);
+    l = load_lm<Be>(run.init, run.tokenizer, base);
   } else {
-    const std::string tokenizer = !resumed ? run.tokenizer
-                                  : a.resume_tokenizer.empty() ? checkpoint_tokenizer(a.resume, *resumed).string()
-                                                               : a.resume_tokenizer;
-    l.tok.emplace(ModelTokenizer::load(tokenizer));
-    l.tokenizer_path = fs::absolute(tokenizer).string();
+    l.tok = resumed ? load_model_tokenizer(CheckpointFormat::xfmr, fs::path(a.resume) / kModelFile, *resumed, 0,
+                                           a.resume_tokenizer)
+                    : FoundTokenizer{ModelTokenizer::load(run.tokenizer), fs::absolute(run.tokenizer)};
     // A GPT-2 or Llama shape gets its family's head, so that it exports.
     const PresetInfo p = LanguageModelPresets::info(run.preset);
     DecoderOptions opts = published_head(p, base);
     if (run.dropout < 0) opts.dropout = p.dropout;
-    l.model = make_language_model<Be>(run.preset, l.tok->size(), run.seed, opts);
+    l.model = make_language_model<Be>(run.preset, l.tok->tokenizer.size(), run.seed, opts);
   }
-  const std::string tokenizer_hash = hex(l.tok->content_hash());
-  const std::vector<AttachedFile> tokenizer_files = l.tok->attached_files();  // each checkpoint carries them
+  const std::string tokenizer_hash = hex(l.tok->tokenizer.content_hash());
+  const std::vector<AttachedFile> tokenizer_files = l.tok->tokenizer.attached_files();  // each checkpoint carries them
   if (resumed && resumed->count("tokenizer_hash"))
-    require(resumed->at("tokenizer_hash") == tokenizer_hash, "the tokenizer ", l.tokenizer_path,
+    require(resumed->at("tokenizer_hash") == tokenizer_hash, "the tokenizer ", l.tok->source.string(),
             " is not the one the checkpoint ", a.resume, " trained with (its files' contents differ)");
   LanguageModel<Be>& model = *l.model;
   const std::string preset(model.preset().name);
@@ -324,11 +292,11 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   // tokenizer_hash hashed the tokenizer's path).
   const std::string data_hash =
       hex(fnv1a(text) ^ (resumed && !resumed->count("tokenizer_hash") ? fnv1a(metadata_value(*resumed, "tokenizer", a.resume))
-                                                                      : l.tok->content_hash()));
+                                                                      : l.tok->tokenizer.content_hash()));
   if (resumed)
     require(metadata_value(*resumed, "data_hash", a.resume) == data_hash, "--data ", a.data,
             " (with its tokenizer) is not what the checkpoint trained on (", metadata_value(*resumed, "data", a.resume), ")");
-  const std::vector<std::int32_t> tokens = corpus_tokens(a.data, *l.tok);
+  const std::vector<std::int32_t> tokens = corpus_tokens(a.data, l.tok->tokenizer);
   const std::size_t n_train = std::size_t(double(tokens.size()) * (1.0 - run.val_fraction));
   const std::span<const std::int32_t> train_ids(tokens.data(), n_train), val_ids(tokens.data() + n_train, tokens.size() - n_train);
   require(train_ids.size() > std::size_t(T) && val_ids.size() > std::size_t(T), "--data ", a.data, ": ", tokens.size(),
@@ -345,10 +313,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                                           .schedule = LrSchedule::parse(run.schedule, run.lr, a.steps),
                                           .data_seed = seed_for(run.seed, 0xda7a),
                                           .split = {.shards = a.shards}});
-  if (resumed) {
-    trainer.resume(a.resume);
-    require(trainer.steps() <= a.steps, "the checkpoint is at step ", trainer.steps(), ", past --steps ", a.steps);
-  }
+  if (resumed) trainer.resume(a.resume, a.steps);
   const long start = trainer.steps();
   const Metadata metadata = {{"format", kFormat},
                              {"preset", preset},
@@ -356,7 +321,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                              {"vocab", std::to_string(V)},
                              {"tie_weights", opts.tie_weights ? "1" : "0"},
                              {"head_bias", opts.head_bias ? "1" : "0"},
-                             {"tokenizer", resumed ? metadata_value(*resumed, "tokenizer", a.resume) : l.tokenizer_path},
+                             {"tokenizer", resumed ? metadata_value(*resumed, "tokenizer", a.resume) : l.tok->source.string()},
                              {"tokenizer_hash", tokenizer_hash},
                              {"settings", run.to_json().dump()},
                              {"steps", std::to_string(a.steps)},
@@ -446,8 +411,7 @@ int run_train(int argc, char** argv) {
   if (!parse_options(argc, argv, opts, vm)) return 0;
   std::optional<Metadata> resumed;
   if (!a.resume.empty()) {
-    resumed = read_checkpoint_metadata(a.resume);
-    require(resumed->count("format") && resumed->at("format") == kFormat, a.resume, ": not an xfmr-lm checkpoint");
+    resumed = read_checkpoint_metadata(a.resume, kFormat);
     const RunSettings saved = RunSettings::from_json(json::parse(metadata_value(*resumed, "settings", a.resume)));
     // A resumed run takes its settings from the checkpoint; those given must agree.
     const RunSettings& given = a.run;
@@ -502,8 +466,8 @@ int run_export(int argc, char** argv) {
   require(!model.empty() && !hf.empty(), "--model PATH and --hf DIR are required");
   require(!same_file(model, hf), "--hf ", hf, " is the --model input");
   check_writable_directory("--hf", hf, true);  // missing parents are made, as for --out
-  Loaded<CpuBackend<float>> l = load_lm<CpuBackend<float>>(model, tokenizer, {}, true);
-  save_pretrained(*l.model, hf, overwrite, l.tok->attached_files());
+  Loaded<CpuBackend<float>> l = load_lm<CpuBackend<float>>(model, tokenizer, {});
+  save_pretrained(*l.model, hf, overwrite, l.tok->tokenizer.attached_files());
   std::cout << "xfmr-lm: " << l.model->preset().name << " (" << l.model->parameter_count() << " parameters) to " << hf
             << " as " << (gpt2_shaped(l.model->preset()) ? "GPT2LMHeadModel" : "LlamaForCausalLM")
             << ", with its tokenizer\n";

@@ -63,4 +63,20 @@ PresetInfo llama2c_architecture(const Llama2cConfig& c) {
   return p;
 }
 
+FoundTokenizer load_model_tokenizer(CheckpointFormat format, const fs::path& weights, const Metadata& metadata,
+                                    int vocab, const fs::path& given) {
+  const fs::path model = format == CheckpointFormat::xfmr ? weights.parent_path() : weights;
+  fs::path source = given;
+  if (source.empty() && format == CheckpointFormat::xfmr) {
+    source = metadata.count("tokenizer") ? fs::path(metadata.at("tokenizer")) : model;  // an older checkpoint's
+    for (const auto& e : fs::directory_iterator(model))
+      if (is_tokenizer_file_name(e.path().filename().string())) source = model;
+  } else if (source.empty()) {
+    source = fs::absolute(weights).parent_path();
+  }
+  ModelTokenizer tokenizer = ModelTokenizer::load(source);
+  const int padding = vocab > 0 ? tokenizer.check_fits(vocab, "the model " + model.string()) : 0;
+  return {std::move(tokenizer), fs::absolute(source), padding};
+}
+
 }  // namespace xfmr

@@ -170,6 +170,22 @@ BOOST_AUTO_TEST_CASE(an_export_is_a_whole_directory_with_its_tokenizer) {
             "it holds notes.txt, which is not part of an export");
   BOOST_TEST(fs::exists(e / "notes.txt"));
   BOOST_TEST(fs::exists(e / "model.safetensors"));
+  // load_model_tokenizer: an export's is beside its weights; one named
+  // instead is read; a checkpoint's is its own copy (Trainer::save's
+  // attached files), else none, said so.
+  const Pretrained<Cpu> exported = load_model<Cpu>(e);
+  FoundTokenizer found = load_model_tokenizer(exported);
+  BOOST_TEST(found.tokenizer.content_hash() == tok.content_hash());
+  BOOST_TEST(found.source == fs::absolute(e));
+  BOOST_TEST(found.padding == 0);
+  BOOST_TEST(load_model_tokenizer(exported, tok_file).source == fs::absolute(tok_file));
+  SafeTensorsWriter weights;
+  add_parameters(weights, *model);
+  weights.set_metadata("preset", "tiny");
+  write_checkpoint(d / "ck", weights, TrainerState{}, tok.attached_files());
+  BOOST_TEST(load_model_tokenizer(load_model<Cpu>(d / "ck")).tokenizer.content_hash() == tok.content_hash());
+  write_checkpoint(d / "bare", weights, TrainerState{});
+  check_has(test::error_of([&] { (void)load_model_tokenizer(load_model<Cpu>(d / "bare")); }), "no tokenizer here");
   // The content hash follows the bytes, not the path.
   std::ofstream(tok_file, std::ios::app) << "\n";
   BOOST_TEST(ModelTokenizer::load(tok_file).content_hash() != tok.content_hash());

@@ -27,6 +27,14 @@
 //   save_hf_llama, by the preset's family (gpt2_shaped, llama_shaped), with
 //   the `attached` files (the tokenizer: ModelTokenizer::attached_files())
 //   in the same new directory, swapped in whole (write_hf_directory).
+// load_model_tokenizer(p, given): the tokenizer of a model load_model
+//   read: `given` (a tokenizer file or directory, ModelTokenizer::load)
+//   when not empty; else an xfmr checkpoint's own (Trainer::save's
+//   attached files; one written before checkpoints carried them names its
+//   tokenizer's path in its metadata), else the files beside a published
+//   model's weights. It must fit the model's vocabulary
+//   (ModelTokenizer::check_fits, whose padding it returns; a vocabulary
+//   of 0: a model still to be made for it).
 // published_head(preset, opts): opts with the head the family publishes
 //   (tied to the embedding, no bias: what save_pretrained needs) for a
 //   GPT-2 or Llama preset; as given for the others. A model trained from
@@ -45,6 +53,7 @@
 #include "xfmr/io/hf_llama.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/models/language_model.hpp"
+#include "xfmr/text/model_tokenizer.hpp"
 
 namespace xfmr {
 
@@ -115,6 +124,19 @@ Pretrained<Backend> load_model(const std::filesystem::path& path, DecoderOptions
   p.model = make_language_model<Backend>(arch, vocab, 0, opts);
   load_parameters(*p.model, *p.saved);
   return p;
+}
+
+struct FoundTokenizer {
+  ModelTokenizer tokenizer;
+  std::filesystem::path source;  // the file or directory it was read from, absolute
+  int padding = 0;               // the model's vocabulary rows past its tokens (ModelTokenizer::check_fits)
+};
+// `weights`: Pretrained::file; `metadata`: Pretrained::metadata.
+FoundTokenizer load_model_tokenizer(CheckpointFormat format, const std::filesystem::path& weights,
+                                    const Metadata& metadata, int vocab, const std::filesystem::path& given = {});
+template <class Backend>
+FoundTokenizer load_model_tokenizer(const Pretrained<Backend>& p, const std::filesystem::path& given = {}) {
+  return load_model_tokenizer(p.format, p.file, p.metadata, p.model->vocab(), given);
 }
 
 inline DecoderOptions published_head(const PresetInfo& p, DecoderOptions opts = {}) {
