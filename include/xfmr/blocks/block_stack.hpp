@@ -92,11 +92,12 @@ class BlockStack {
   }
   Recompute recompute() const { return recompute_; }
 
-  // Incremental decoding through every block, layer i using cache[i].
-  template <class Cache>
-  void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, int B, Cache& cache) {
+  // Incremental decoding through every block, layer i using cache[i]
+  // (batch: B sequences of one length, or a RaggedStep).
+  template <class Batch, class Cache>
+  void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, const Batch& batch, Cache& cache) {
     forward_each(x, y, [&](Block& b, int i, ConstRows<A, D> in, Rows<A, D> out) {
-      b.forward_cached(be, in, out, B, cache[i]);
+      b.forward_cached(be, in, out, batch, cache[i]);
     });
   }
 

@@ -57,11 +57,13 @@ class SelfAttentionBlock {
   }
 
   // Incremental decoding (causal blocks): see SelfAttention::forward_cached.
-  void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, int B, KvCache<Backend>& cache)
+  // batch: B, the sequences of one length, or a RaggedStep.
+  template <class Batch>
+  void forward_cached(Backend& be, ConstRows<A, D> x, Rows<A, D> y, const Batch& batch, KvCache<Backend>& cache)
     requires CAUSAL
   {
     const auto h = mid_.rows(x.rows, width_);
-    r1_.forward(be, x, h, [&](ConstRows<A, D> in, Rows<A, D> out) { attn_.forward_cached(be, in, out, B, cache); });
+    r1_.forward(be, x, h, [&](ConstRows<A, D> in, Rows<A, D> out) { attn_.forward_cached(be, in, out, batch, cache); });
     r2_.forward(be, h, y, [&](ConstRows<A, D> in, Rows<A, D> out) { ff_.forward(be, in, out); });
   }
 

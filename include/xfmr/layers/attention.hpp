@@ -243,6 +243,40 @@ class SelfAttention {
                               KV_HEADS * V_HEAD_DIM, ctx.data, CTX, AttentionMask{true, nullptr});
     proj_.forward(be, ctx, y);
   }
+  // A ragged step (kv_cache.hpp): each segment's rows are new positions of
+  // the sequence in cache row segment.slot, from segment.start on; they are
+  // turned (rotary positions) at those positions, written there, and attend
+  // causally to that row's keys. One projection for all the rows (a
+  // weight streamed once for every sequence), attention segment by segment.
+  void forward_cached(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y, RaggedStep step, KvCache<Backend>& cache) {
+    require(cache.k_width() == KV_HEADS * QK_HEAD_DIM && cache.v_width() == KV_HEADS * V_HEAD_DIM,
+            "ragged attention: the cache was not started for this layer");
+    require_rows(y, x.rows, "self-attention output");
+    const auto qkv = qkv_out_.rows(x.rows, QKV);
+    const auto ctx = ctx_.rows(x.rows, CTX);
+    qkv_.forward(be, x, qkv);
+    const int kw = cache.k_width(), vw = cache.v_width();
+    int r = 0;
+    for (const StepSegment& s : step) {
+      require(s.slot >= 0 && s.slot < cache.batch() && s.rows > 0 && s.start >= 0 &&
+                  s.start + s.rows <= cache.capacity() && r + s.rows <= x.rows,
+              "ragged attention: a segment of ", s.rows, " rows at position ", s.start, " of slot ", s.slot,
+              " outside the cache's ", cache.batch(), " slots of ", cache.capacity(), " positions or the step's ",
+              x.rows, " rows");
+      A* q = qkv.row(r);
+      if constexpr (ROPE) rope_.forward(be, 1, s.rows, s.start, H + KV_HEADS, q, QKV);
+      for (int t = 0; t < s.rows; ++t) {
+        be.copy(kw, q + std::size_t(t) * QKV + K_COL, cache.k_row(s.slot, s.start + t));
+        be.copy(vw, q + std::size_t(t) * QKV + V_COL, cache.v_row(s.slot, s.start + t));
+      }
+      dims_ = {1, H, s.rows, s.start + s.rows, QK_HEAD_DIM, V_HEAD_DIM, cache.capacity(), KV_HEADS};
+      attention_.forward_cached(be, dims_, q, QKV, cache.k_row(s.slot, 0), kw, cache.v_row(s.slot, 0), vw, ctx.row(r),
+                                CTX, AttentionMask{true, nullptr});
+      r += s.rows;
+    }
+    require(r == x.rows, "ragged attention: the segments hold ", r, " rows, the step ", x.rows);
+    proj_.forward(be, ctx, y);
+  }
   // A cache for B sequences of up to `capacity` positions (0: MAX_T, the most).
   void start_cache(KvCache<Backend>& cache, int B, int capacity = 0) const {
     require(capacity >= 0 && capacity <= sz_.MAX_T, "a cache of ", capacity, " positions: outside 1..MAX_T ",

@@ -7,6 +7,12 @@
 // DecodingCache holds one KvCache per layer of a model. reorder() permutes the
 // sequences (beam search keeps the cache of the beams it continues);
 // truncate() forgets the newest positions.
+//
+// A ragged step (continuous batching, infer/continuous_batching.hpp) decodes
+// sequences of different lengths together: a DecodingCache started for
+// `slots` sequences is a pool, row b of each layer one sequence's, and each
+// StepSegment says which row its new positions go to and where they start;
+// the positions live in the segments, and the cache's own length stays 0.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +22,14 @@
 #include "xfmr/core/error.hpp"
 
 namespace xfmr {
+
+// `rows` new positions of the sequence in cache row `slot`, at positions
+// [start, start + rows): the sequence's earlier positions are in the cache.
+struct StepSegment {
+  int slot = 0, start = 0, rows = 0;
+};
+// A ragged step's segments, their rows consecutive in the step's input.
+using RaggedStep = std::span<const StepSegment>;
 
 template <class Backend>
 class KvCache {

@@ -86,6 +86,25 @@ class Decoder {
     return {logits, std::size_t(h.rows) * vocab()};
   }
 
+  // A ragged step (layers/kv_cache.hpp: continuous batching): each
+  // segment's ids continue its sequence in its row of a cache started for
+  // all the slots. Returns the logits of each segment's last position
+  // (segments, vocab): the next token's, the only ones a decoder samples.
+  std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, RaggedStep step,
+                                    DecodingCache<Backend>& cache) {
+    const auto h = trunk_.forward_cached(be, ids, step, cache);
+    const int n = static_cast<int>(step.size());
+    const auto last = last_.rows(n, Dim<D>(trunk_.dims().d_model));
+    int r = 0;
+    for (int i = 0; i < n; ++i) {
+      r += step[i].rows;
+      be.copy(last.cols, h.row(r - 1), last.row(i));
+    }
+    A* logits = logits_.reserve(std::size_t(n) * vocab());
+    head_->forward(be, ConstRows<A, D>(last), logits);
+    return {logits, std::size_t(n) * vocab()};
+  }
+
   // dlogits (B*T, vocab) for the last forward.
   void backward(Backend& be, std::span<const A> dlogits) {
     require(dlogits.size() == std::size_t(rows_) * vocab(), "logit gradient has ", dlogits.size(),
@@ -121,7 +140,7 @@ class Decoder {
   std::optional<OutputProjection<D, Backend>> head_;
   DecoderOptions opts_;
   int rows_ = 0;
-  Buffer<A> logits_, dh_;
+  Buffer<A> logits_, dh_, last_;
 };
 
 }  // namespace xfmr

@@ -66,6 +66,9 @@ class LanguageModel : public VirtualModel<Backend> {
   virtual void start_cache(DecodingCache<Backend>& cache, int B, int capacity = 0) = 0;
   virtual std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
                                             DecodingCache<Backend>& cache) = 0;
+  // A ragged step (continuous batching): the logits of each segment's last position.
+  virtual std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, RaggedStep step,
+                                            DecodingCache<Backend>& cache) = 0;
 
   virtual void set_training(bool on) = 0;
   virtual void set_recompute(Recompute r) = 0;
@@ -109,6 +112,10 @@ class DecoderModel final : public LanguageModel<Backend> {
   std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
                                     DecodingCache<Backend>& cache) override {
     return model_.forward_cached(be, ids, B, cache);
+  }
+  std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, RaggedStep step,
+                                    DecodingCache<Backend>& cache) override {
+    return model_.forward_cached(be, ids, step, cache);
   }
 
   void set_training(bool on) override { model_.set_training(on); }

@@ -98,6 +98,31 @@ class Transformer {
     return finish(be, h);
   }
 
+  // The hidden states of a ragged step's rows (ids: the segments' new ids,
+  // in segment order; layers/kv_cache.hpp), each sequence continuing its own
+  // cache row. Inference only.
+  ConstRows<A, D> forward_cached(Backend& be, std::span<const std::int32_t> ids, RaggedStep step,
+                                 DecodingCache<Backend>& cache)
+    requires CAUSAL
+  {
+    require(!step.empty() && cache.layers().size() == std::size_t(dims_.n_layers),
+            "a ragged step needs segments and a cache started for this model");
+    const int rows = static_cast<int>(ids.size());
+    const auto x = x_.rows(rows, width_);
+    const auto h = h_.rows(rows, width_);
+    int r = 0;
+    for (const StepSegment& s : step) {
+      require(s.rows > 0 && r + s.rows <= rows, "a ragged step's segments hold more rows than its ", rows, " ids");
+      require(s.start >= 0 && s.start + s.rows <= dims_.max_t, "decoding past MAX_T ", dims_.max_t, ": ", s.start,
+              " cached + ", s.rows, " new positions");
+      stem_.forward(be, ids.subspan(r, s.rows), Rows<A, D>(x.row(r), s.rows, width_), {1, s.rows}, s.start);
+      r += s.rows;
+    }
+    require(r == rows, "a ragged step's segments hold ", r, " rows for ", rows, " ids");
+    blocks_.forward_cached(be, x, h, step, cache);
+    return finish(be, h);
+  }
+
   void backward(Backend& be, ConstRows<A, D> dhidden) {
     require_rows(dhidden, bt_.rows(), "transformer output gradient");
     const auto dx = dx_.rows(bt_.rows(), width_);

@@ -1,0 +1,381 @@
+// continuous_batching.hpp: many generations at once on one model, as a
+// server runs them.
+//
+//   xfmr::ContinuousBatcher batcher(model, be, {.slots = 8, .context = 1024});
+//   std::jthread engine([&](std::stop_token st) { batcher.run(st); });
+//   const auto id = batcher.submit({.prompt = ids, .max_tokens = 64,
+//                                   .on_token = [&](std::int32_t t) { ...; return true; },
+//                                   .on_finish = [&](const xfmr::BatchResult& r) { ... }});
+//
+// Up to `slots` sequences decode together. Each owns one row of a cache
+// pool made once (slots x context positions a layer), so a token's step
+// allocates nothing. A step is ragged (layers/kv_cache.hpp): every
+// decoding sequence feeds its newest token, and the prompts being read
+// feed up to `prefill_chunk` of their ids between them, in the same
+// products, so a weight is streamed once for all of them. A request waits
+// in the queue (at most `queue`) until a slot is free and takes it at the
+// next step; one that ends, or is cancelled, frees its slot at once.
+//
+// Each sequence draws from its own Sampler and Rng(seed), from the logits
+// of its own last position: it gets the tokens Generator (generate.hpp)
+// gives it alone, whatever else is in the batch (test_continuous_batching),
+// up to the rounding of a product over more rows. The context is fixed: a
+// prompt and its max_tokens must fit in it together (no sliding window).
+//
+// In bf16 or int8 precision, open a WeightCopies scope (weight_copies.hpp)
+// for the batcher's life, as for generate.
+//
+// Threads: submit, cancel, close and stats from any thread; step and run on
+// one (the engine's), which also runs every request's callbacks, so they
+// must be quick (a server's push the token to its connection's queue).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/infer/sampling.hpp"
+#include "xfmr/layers/kv_cache.hpp"
+
+namespace xfmr {
+
+enum class FinishReason { stop, length, cancelled, error };
+inline const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "?";
+}
+
+struct BatchResult {
+  FinishReason reason = FinishReason::length;
+  int prompt_tokens = 0, completion_tokens = 0;
+  std::string error{};  // reason error: what the model's step threw
+};
+
+struct BatchRequest {
+  std::vector<std::int32_t> prompt{};  // at least one id, below the model's vocabulary
+  SamplingOptions sampling{};
+  int max_tokens = 16;                 // prompt + max_tokens <= the batcher's context
+  std::vector<std::int32_t> stop_ids{};  // generation ends after any of them (the last token given)
+  int vocabulary = 0;                  // ids drawn below it (0: the model's), as GenerateOptions'
+  std::uint64_t seed = 0;
+  // On the engine's thread: each token as it is drawn; returning false ends
+  // the generation there with reason stop (the caller saw a stop string).
+  std::function<bool(std::int32_t)> on_token{};
+  // On the engine's thread, once, last.
+  std::function<void(const BatchResult&)> on_finish{};
+};
+
+// The queue is full (a server's 503): try again later.
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+struct BatchOptions {
+  int slots = 8;            // sequences decoded together
+  int context = 0;          // positions a slot holds (0: the model's max_t)
+  int prefill_chunk = 128;  // prompt ids read in one step, over all the prompts being read
+  int queue = 64;           // requests waiting for a slot, at most
+};
+
+// Counts since the batcher started, and its state now.
+struct BatchStats {
+  std::uint64_t requests = 0, finished = 0, cancelled = 0, failed = 0;
+  std::uint64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  double busy_seconds = 0;  // time spent in steps
+  int queued = 0, busy_slots = 0, slots = 0;
+};
+
+template <class Model, class Backend>
+class ContinuousBatcher {
+  using Clock = std::chrono::steady_clock;
+
+ public:
+  ContinuousBatcher(Model& model, Backend& be, BatchOptions opts) : model_(model), be_(be), opts_(opts) {
+    const int max_t = model_.max_t();
+    if (opts_.context == 0) opts_.context = max_t;
+    require(opts_.slots >= 1 && opts_.slots <= 4096, "slots ", opts_.slots, " outside [1, 4096]");
+    require(opts_.context >= 2 && opts_.context <= max_t, "context ", opts_.context, " outside [2, ", max_t,
+            "], the model's");
+    require(opts_.prefill_chunk >= 1, "prefill chunk ", opts_.prefill_chunk, " must be >= 1");
+    require(opts_.queue >= 0, "queue bound ", opts_.queue, " must be >= 0");
+    model_.set_training(false);
+    model_.start_cache(cache_, opts_.slots, opts_.context);
+    slots_.resize(opts_.slots);
+    segments_.reserve(opts_.slots);
+    ids_.reserve(std::size_t(opts_.slots) + opts_.prefill_chunk);
+    owners_.reserve(opts_.slots);
+  }
+
+  const BatchOptions& options() const { return opts_; }
+  int context() const { return opts_.context; }
+
+  // Checks the request (Error naming the field) and queues it; its id.
+  // Throws QueueFull when `queue` requests wait already, Error once closed.
+  std::uint64_t submit(BatchRequest r) {
+    const int V = model_.vocab();
+    require(!r.prompt.empty(), "the prompt is empty (give at least one token)");
+    for (std::int32_t id : r.prompt) require(id >= 0 && id < V, "prompt token id ", id, " outside [0, ", V, ")");
+    require(r.max_tokens >= 1, "max_tokens ", r.max_tokens, " must be >= 1");
+    require(long(r.prompt.size()) + long(r.max_tokens) <= long(opts_.context), "the prompt's ", r.prompt.size(),
+            " tokens and max_tokens ", r.max_tokens, " exceed the context of ", opts_.context, " tokens");
+    require(r.vocabulary >= 0 && r.vocabulary <= V, "vocabulary ", r.vocabulary, " outside [0, ", V, "]");
+    r.sampling.validate();
+    std::lock_guard lock(mutex_);
+    require(!closed_, "the server is shutting down");
+    if (int(waiting_.size()) >= opts_.queue)
+      throw QueueFull(detail::concat("the queue holds ", waiting_.size(), " requests, its bound"));
+    const std::uint64_t id = next_id_++;
+    waiting_.push_back({id, std::move(r)});
+    ++stats_.requests;
+    work_.notify_one();
+    return id;
+  }
+
+  // Ends request `id` at the next step (reason cancelled); any thread. An id
+  // that has finished is ignored.
+  void cancel(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    cancels_.push_back(id);
+    work_.notify_one();
+  }
+  void cancel_all() {
+    std::lock_guard lock(mutex_);
+    cancel_all_ = true;
+    work_.notify_one();
+  }
+  // Refuses every later submit (a server shutting down); those queued and
+  // running go on.
+  void close() {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    work_.notify_one();
+  }
+
+  BatchStats stats() const {
+    std::lock_guard lock(mutex_);
+    BatchStats s = stats_;
+    s.queued = int(waiting_.size());
+    s.busy_slots = busy_;
+    s.slots = opts_.slots;
+    return s;
+  }
+  // Nothing queued and no slot busy.
+  bool idle() const {
+    std::lock_guard lock(mutex_);
+    return waiting_.empty() && busy_ == 0;
+  }
+
+  // One step on the calling thread: takes in cancellations and waiting
+  // requests, then runs the ragged step of every busy slot. False when
+  // there was nothing to run.
+  bool step() {
+    admit();
+    build_step();
+    if (segments_.empty()) return false;
+    const auto t0 = Clock::now();
+    std::span<const typename Backend::Scalar> logits;
+    try {
+      const auto out = model_.forward_cached(be_, ids_, segments_, cache_);
+      logits = be_.host_view(out, staging_);
+    } catch (const std::exception& e) {
+      // A step that cannot run ends every sequence in it, never leaving a slot stuck.
+      for (int s : owners_) finish(s, FinishReason::error, e.what());
+      return true;
+    }
+    const std::size_t V = std::size_t(model_.vocab());
+    std::uint64_t drawn_tokens = 0, read_tokens = 0;
+    for (std::size_t i = 0; i < segments_.size(); ++i) {
+      const int s = owners_[i];
+      Slot& slot = slots_[s];
+      slot.position += segments_[i].rows;
+      if (slot.fed < slot.prompt_size()) {
+        slot.fed += segments_[i].rows;
+        read_tokens += segments_[i].rows;
+        if (slot.fed < slot.prompt_size()) continue;  // more of the prompt to read
+      }
+      const std::size_t drawn = std::size_t(slot.req.vocabulary > 0 ? slot.req.vocabulary : V);
+      std::int32_t next = 0;
+      try {
+        next = (*slot.sampler)(logits.subspan(i * V, drawn), slot.rng);
+      } catch (const std::exception& e) {
+        finish(s, FinishReason::error, e.what());
+        continue;
+      }
+      ++slot.generated, ++drawn_tokens;
+      slot.next = next;
+      const bool more = slot.req.on_token ? slot.req.on_token(next) : true;
+      const bool stop = std::find(slot.req.stop_ids.begin(), slot.req.stop_ids.end(), next) != slot.req.stop_ids.end();
+      if (!more || stop) finish(s, FinishReason::stop);
+      else if (slot.generated >= slot.req.max_tokens || slot.position >= opts_.context)
+        finish(s, FinishReason::length);
+    }
+    std::lock_guard lock(mutex_);
+    stats_.generated_tokens += drawn_tokens;
+    stats_.prompt_tokens += read_tokens;
+    ++stats_.steps;
+    stats_.busy_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    return true;
+  }
+
+  // Steps until stop is requested, waiting for work when there is none.
+  // After the stop request it refuses new requests (close) and returns once
+  // those it holds have finished; cancel_all() from another thread bounds
+  // that wait.
+  void run(std::stop_token stop) {
+    while (true) {
+      if (stop.stop_requested()) close();
+      if (step()) continue;
+      std::unique_lock lock(mutex_);
+      if (closed_ && waiting_.empty() && busy_ == 0) return;
+      work_.wait_for(lock, std::chrono::milliseconds(50), [&] {
+        return !waiting_.empty() || !cancels_.empty() || cancel_all_ || stop.stop_requested();
+      });
+    }
+  }
+
+ private:
+  struct Waiting {
+    std::uint64_t id;
+    BatchRequest req;
+  };
+  struct Slot {
+    bool busy = false, cancelled = false;
+    std::uint64_t id = 0;
+    BatchRequest req;
+    std::optional<Sampler> sampler;
+    Rng rng;
+    int fed = 0;        // prompt ids read
+    int position = 0;   // positions in the cache
+    int generated = 0;  // tokens drawn
+    std::int32_t next = 0;
+    int prompt_size() const { return int(req.prompt.size()); }
+  };
+
+  // Cancellations first (a waiting request is answered at once), then the
+  // queue into free slots, oldest first.
+  void admit() {
+    std::vector<Waiting> dropped;
+    {
+      std::lock_guard lock(mutex_);
+      if (cancel_all_) {
+        for (auto& w : waiting_) dropped.push_back(std::move(w));
+        waiting_.clear();
+        for (auto& s : slots_)
+          if (s.busy) s.cancelled = true;
+        cancel_all_ = false;
+      }
+      for (std::uint64_t id : cancels_) {
+        const auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const Waiting& x) { return x.id == id; });
+        if (w != waiting_.end()) {
+          dropped.push_back(std::move(*w));
+          waiting_.erase(w);
+        }
+        for (auto& s : slots_)
+          if (s.busy && s.id == id) s.cancelled = true;
+      }
+      cancels_.clear();
+    }
+    for (auto& w : dropped) {
+      count(FinishReason::cancelled);
+      if (w.req.on_finish) w.req.on_finish({FinishReason::cancelled, int(w.req.prompt.size()), 0, {}});
+    }
+    for (int s = 0; s < int(slots_.size()); ++s)
+      if (slots_[s].busy && slots_[s].cancelled) finish(s, FinishReason::cancelled);
+    std::lock_guard lock(mutex_);
+    for (int s = 0; s < int(slots_.size()) && !waiting_.empty(); ++s) {
+      Slot& slot = slots_[s];
+      if (slot.busy) continue;
+      Waiting w = std::move(waiting_.front());
+      waiting_.pop_front();
+      slot.busy = true, slot.cancelled = false;
+      slot.id = w.id;
+      slot.req = std::move(w.req);
+      slot.sampler.emplace(slot.req.sampling);
+      slot.rng = Rng(slot.req.seed);
+      slot.fed = slot.position = slot.generated = 0;
+      ++busy_;
+    }
+  }
+
+  // The step's segments: each decoding slot's newest token, then the
+  // prompts being read, in slot order, up to prefill_chunk ids in all.
+  void build_step() {
+    segments_.clear(), ids_.clear(), owners_.clear();
+    for (int s = 0; s < int(slots_.size()); ++s) {
+      const Slot& slot = slots_[s];
+      if (!slot.busy || slot.fed < slot.prompt_size()) continue;
+      segments_.push_back({s, slot.position, 1});
+      ids_.push_back(slot.next);
+      owners_.push_back(s);
+    }
+    int budget = opts_.prefill_chunk;
+    for (int s = 0; s < int(slots_.size()) && budget > 0; ++s) {
+      const Slot& slot = slots_[s];
+      if (!slot.busy || slot.fed >= slot.prompt_size()) continue;
+      const int n = std::min(budget, slot.prompt_size() - slot.fed);
+      segments_.push_back({s, slot.position, n});
+      ids_.insert(ids_.end(), slot.req.prompt.begin() + slot.fed, slot.req.prompt.begin() + slot.fed + n);
+      owners_.push_back(s);
+      budget -= n;
+    }
+  }
+
+  void finish(int s, FinishReason reason, std::string error = {}) {
+    Slot& slot = slots_[s];
+    if (!slot.busy) return;
+    const BatchResult result{reason, slot.prompt_size(), slot.generated, std::move(error)};
+    auto on_finish = std::move(slot.req.on_finish);
+    slot.busy = false;
+    slot.req = {};
+    {
+      std::lock_guard lock(mutex_);
+      --busy_;
+    }
+    count(reason);
+    if (on_finish) on_finish(result);
+  }
+  void count(FinishReason reason) {
+    std::lock_guard lock(mutex_);
+    ++stats_.finished;
+    if (reason == FinishReason::cancelled) ++stats_.cancelled;
+    if (reason == FinishReason::error) ++stats_.failed;
+  }
+
+  Model& model_;
+  Backend& be_;
+  BatchOptions opts_;
+  DecodingCache<Backend> cache_;
+  std::vector<Slot> slots_;
+  std::vector<StepSegment> segments_;
+  std::vector<std::int32_t> ids_;
+  std::vector<int> owners_;  // the slot of each segment
+  std::vector<typename Backend::Scalar> staging_;
+
+  mutable std::mutex mutex_;  // guards what follows
+  std::condition_variable work_;
+  std::deque<Waiting> waiting_;
+  std::vector<std::uint64_t> cancels_;
+  bool cancel_all_ = false, closed_ = false;
+  int busy_ = 0;
+  std::uint64_t next_id_ = 1;
+  BatchStats stats_;
+};
+
+}  // namespace xfmr

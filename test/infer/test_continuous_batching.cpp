@@ -1,0 +1,260 @@
+// Continuous batching (infer/continuous_batching.hpp): a ragged step gives
+// each sequence the logits its own cached forward gives; the batcher gives
+// every request the tokens Generator gives it alone, however the requests
+// share the slots and the prompts are cut; stops, lengths, cancellations and
+// bad requests end as documented, and no slot is left busy.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <ostream>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "support/configs.hpp"
+#include "support/errors.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/infer/continuous_batching.hpp"
+#include "xfmr/infer/generate.hpp"
+#include "xfmr/models/decoder.hpp"
+
+namespace xfmr {
+inline std::ostream& operator<<(std::ostream& os, FinishReason r) { return os << finish_reason_name(r); }
+}  // namespace xfmr
+
+BOOST_AUTO_TEST_SUITE(test_continuous_batching)
+
+using namespace xfmr;
+using namespace xfmr::test;
+using Be = CpuBackend<float>;
+
+namespace {
+// GPT-2's choices (learned positions, biases) and Llama's (rotary
+// positions, grouped-query attention), two layers each.
+struct GptLike : TinyPre {
+  static constexpr int MAX_T = 16, N_LAYERS = 2;
+};
+struct LlamaLike : TinyLlama {
+  static constexpr int MAX_T = 16, N_LAYERS = 2, N_HEADS = 4, N_KV_HEADS = 2;
+};
+constexpr int kVocab = 11;
+
+const std::vector<std::vector<std::int32_t>> kPrompts = {
+    {1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10, 0}, {2, 2}, {9, 8, 7, 6, 5}, {3}, {10, 1, 4, 1}};
+
+// Each request's tokens, as the batcher gave them, and how it ended.
+struct Collected {
+  std::map<std::uint64_t, std::vector<std::int32_t>> tokens;
+  std::map<std::uint64_t, BatchResult> results;
+
+  BatchRequest with_callbacks(BatchRequest r, std::uint64_t& id_slot) {
+    r.on_token = [this, &id_slot](std::int32_t t) {
+      tokens[id_slot].push_back(t);
+      return true;
+    };
+    r.on_finish = [this, &id_slot](const BatchResult& res) { results[id_slot] = res; };
+    return r;
+  }
+};
+
+template <class Batcher>
+void drain(Batcher& b) {
+  for (int i = 0; i < 10000 && b.step(); ++i) {
+  }
+  BOOST_TEST(b.idle());
+}
+}  // namespace
+
+// The ragged step against each sequence's own cached forward: the same
+// logits (up to the rounding of a product over more rows).
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_ragged_step_is_each_sequences_own_forward, Cfg, decltype(std::tuple<GptLike, LlamaLike>())) {
+  Be be;
+  Decoder<Cfg, Be> model(kVocab, 5);
+  model.set_training(false);
+  const int slots = 3, context = 12;
+  DecodingCache<Be> pool;
+  model.start_cache(pool, slots, context);
+  // Alone: each sequence's cache, fed the same pieces.
+  std::vector<DecodingCache<Be>> alone(slots);
+  for (auto& c : alone) model.start_cache(c, 1, context);
+  // Sequence s's ids, read in pieces of these sizes, one piece a step.
+  const std::vector<std::vector<std::int32_t>> seqs = {{1, 2, 3, 4, 5, 6}, {7, 8}, {9, 10, 0, 1, 2}};
+  const std::vector<std::vector<int>> pieces = {{2, 1, 3}, {1, 1}, {4, 1}};
+  std::vector<int> done(slots, 0), step_of(slots, 0);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<StepSegment> segs;
+    std::vector<std::int32_t> ids;
+    for (int s = 0; s < slots; ++s) {
+      if (step >= int(pieces[s].size())) continue;
+      const int n = pieces[s][step];
+      segs.push_back({s, done[s], n});
+      ids.insert(ids.end(), seqs[s].begin() + done[s], seqs[s].begin() + done[s] + n);
+    }
+    const auto got = model.forward_cached(be, ids, std::span<const StepSegment>(segs), pool);
+    const std::vector<float> batched(got.begin(), got.end());
+    BOOST_TEST(batched.size() == segs.size() * kVocab);
+    for (std::size_t i = 0; i < segs.size(); ++i) {
+      const int s = segs[i].slot, n = segs[i].rows;
+      const std::span<const std::int32_t> mine(seqs[s].data() + done[s], n);
+      const auto own = model.forward_cached(be, mine, 1, alone[s]);
+      for (int v = 0; v < kVocab; ++v)
+        BOOST_TEST(batched[i * kVocab + v] == own[std::size_t(n - 1) * kVocab + v],
+                   boost::test_tools::tolerance(2e-5f));
+      done[s] += n;
+    }
+  }
+  // A segment outside the pool is refused, naming it.
+  const std::vector<StepSegment> past = {{0, context - 1, 2}};
+  const std::vector<std::int32_t> two = {1, 2};
+  BOOST_TEST(error_of([&] { model.forward_cached(be, two, std::span<const StepSegment>(past), pool); })
+                 .find("outside the cache's 3 slots of 12 positions") != std::string::npos);
+}
+
+// Seven requests through three slots, prompts read two ids a step among
+// all of them: each gets Generator's tokens alone, greedy and sampled.
+BOOST_AUTO_TEST_CASE_TEMPLATE(each_request_gets_the_tokens_it_gets_alone, Cfg,
+                              decltype(std::tuple<GptLike, LlamaLike>())) {
+  Be be;
+  Decoder<Cfg, Be> model(kVocab, 7);
+  for (double temperature : {0.0, 0.9}) {
+    BOOST_TEST_CONTEXT("temperature " << temperature) {
+      ContinuousBatcher batcher(model, be, {.slots = 3, .context = 14, .prefill_chunk = 2, .queue = 16});
+      Collected got;
+      std::vector<std::uint64_t> ids(kPrompts.size());
+      for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+        const int max_tokens = 3 + int(i) % 5;
+        ids[i] = batcher.submit(got.with_callbacks(
+            {.prompt = kPrompts[i], .sampling = {.temperature = temperature}, .max_tokens = max_tokens, .seed = 40 + i},
+            ids[i]));
+      }
+      drain(batcher);
+      for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+        Rng rng(40 + i);
+        const int max_tokens = 3 + int(i) % 5;
+        const auto alone =
+            generate(model, be, kPrompts[i], {.sampling = {.temperature = temperature}, .max_tokens = max_tokens}, rng);
+        BOOST_TEST_CONTEXT("request " << i) {
+          BOOST_TEST(got.tokens[ids[i]] == alone, boost::test_tools::per_element());
+          BOOST_TEST(got.results[ids[i]].reason == FinishReason::length);
+          BOOST_TEST(got.results[ids[i]].completion_tokens == max_tokens);
+          BOOST_TEST(got.results[ids[i]].prompt_tokens == int(kPrompts[i].size()));
+        }
+      }
+      const BatchStats s = batcher.stats();
+      BOOST_TEST(s.requests == kPrompts.size());
+      BOOST_TEST(s.finished == kPrompts.size());
+      BOOST_TEST(s.busy_slots == 0);
+      BOOST_TEST(s.queued == 0);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(stops_lengths_and_cancellations) {
+  Be be;
+  Decoder<GptLike, Be> model(kVocab, 7);
+  ContinuousBatcher batcher(model, be, {.slots = 2, .context = 16, .queue = 8});
+  // The greedy continuation of {1, 2, 3}, to stop on its third token.
+  Rng rng(0);
+  const auto greedy = generate(model, be, {1, 2, 3}, {.sampling = {.temperature = 0}, .max_tokens = 6}, rng);
+  Collected got;
+  std::uint64_t by_id = 0, by_callback = 0, running = 0, queued = 0;
+  by_id = batcher.submit(got.with_callbacks(
+      {.prompt = {1, 2, 3}, .sampling = {.temperature = 0}, .max_tokens = 6, .stop_ids = {greedy[2]}}, by_id));
+  BatchRequest r = got.with_callbacks({.prompt = {1, 2, 3}, .sampling = {.temperature = 0}, .max_tokens = 6}, by_callback);
+  r.on_token = [&](std::int32_t t) {
+    got.tokens[by_callback].push_back(t);
+    return got.tokens[by_callback].size() < 2;  // a stop string seen in the second token
+  };
+  by_callback = batcher.submit(std::move(r));
+  running = batcher.submit(got.with_callbacks({.prompt = {4, 5}, .max_tokens = 10}, running));
+  queued = batcher.submit(got.with_callbacks({.prompt = {6}, .max_tokens = 10}, queued));
+  BOOST_TEST(batcher.step());
+  BOOST_TEST(batcher.stats().busy_slots == 2);
+  batcher.cancel(queued);  // still waiting: answered at the next step, never run
+  for (int i = 0; i < 3; ++i) batcher.step();
+  batcher.cancel(running);
+  drain(batcher);
+  // The stop token is the last one given.
+  const auto first_stop = std::find(greedy.begin(), greedy.end(), greedy[2]) + 1;
+  BOOST_TEST(got.tokens[by_id] == std::vector<std::int32_t>(greedy.begin(), first_stop),
+             boost::test_tools::per_element());
+  BOOST_TEST(got.results[by_id].reason == FinishReason::stop);
+  BOOST_TEST(got.tokens[by_callback].size() == 2u);
+  BOOST_TEST(got.results[by_callback].reason == FinishReason::stop);
+  BOOST_TEST(got.results[running].reason == FinishReason::cancelled);
+  BOOST_TEST(got.tokens[running].size() < 10u);
+  BOOST_TEST(got.results[queued].reason == FinishReason::cancelled);
+  BOOST_TEST(got.tokens[queued].empty());
+  const BatchStats s = batcher.stats();
+  BOOST_TEST(s.finished == 4u);
+  BOOST_TEST(s.cancelled == 2u);
+  BOOST_TEST(s.busy_slots == 0);
+}
+
+BOOST_AUTO_TEST_CASE(bad_requests_are_refused_naming_the_field) {
+  Be be;
+  Decoder<GptLike, Be> model(kVocab, 7);
+  ContinuousBatcher batcher(model, be, {.slots = 1, .context = 8, .queue = 1});
+  auto refused = [&](BatchRequest r) { return error_of([&] { batcher.submit(std::move(r)); }); };
+  BOOST_TEST(refused({.prompt = {}}).find("the prompt is empty") != std::string::npos);
+  BOOST_TEST(refused({.prompt = {1, 11}}).find("prompt token id 11 outside [0, 11)") != std::string::npos);
+  BOOST_TEST(refused({.prompt = {1, 2, 3}, .max_tokens = 6}).find("exceed the context of 8 tokens") !=
+             std::string::npos);
+  BOOST_TEST(refused({.prompt = {1}, .max_tokens = 0}).find("max_tokens 0 must be >= 1") != std::string::npos);
+  BOOST_TEST(refused({.prompt = {1}, .sampling = {.top_p = 2}, .max_tokens = 2}).find("top-p 2") != std::string::npos);
+  BOOST_TEST(refused({.prompt = {1}, .max_tokens = 2, .vocabulary = 12}).find("vocabulary 12 outside [0, 11]") != std::string::npos);
+  batcher.submit({.prompt = {1}, .max_tokens = 2});
+  BOOST_CHECK_THROW(batcher.submit({.prompt = {1}, .max_tokens = 2}), QueueFull);  // the queue holds its bound
+  batcher.close();
+  BOOST_TEST(refused({.prompt = {1}, .max_tokens = 2}).find("shutting down") != std::string::npos);
+  drain(batcher);
+  BOOST_TEST(error_of([&] { ContinuousBatcher(model, be, {.context = 17}); }).find("context 17 outside [2, 16]") !=
+             std::string::npos);
+}
+
+// The engine on its own thread, requests from several: every request
+// finishes once, with its tokens; a stop request returns once they have.
+BOOST_AUTO_TEST_CASE(the_engine_thread_serves_other_threads) {
+  Be be;
+  Decoder<LlamaLike, Be> model(kVocab, 9);
+  ContinuousBatcher batcher(model, be, {.slots = 3, .context = 16, .queue = 64});
+  std::mutex m;
+  std::map<int, std::vector<std::int32_t>> tokens;
+  std::atomic<int> finished = 0;
+  {
+    std::jthread engine([&](std::stop_token st) { batcher.run(st); });
+    std::vector<std::jthread> clients;
+    for (int c = 0; c < 4; ++c)
+      clients.emplace_back([&, c] {
+        for (int i = 0; i < 5; ++i) {
+          const int key = c * 5 + i;
+          batcher.submit({.prompt = kPrompts[key % kPrompts.size()],
+                          .sampling = {.temperature = 0},
+                          .max_tokens = 4,
+                          .on_token =
+                              [&, key](std::int32_t t) {
+                                std::lock_guard lock(m);
+                                tokens[key].push_back(t);
+                                return true;
+                              },
+                          .on_finish = [&](const BatchResult&) { ++finished; }});
+        }
+      });
+    clients.clear();  // joined: all submitted
+    engine.request_stop();
+  }  // the engine returns once every request has finished
+  BOOST_TEST(finished.load() == 20);
+  for (int key = 0; key < 20; ++key) {
+    Rng rng(0);
+    const auto alone =
+        generate(model, be, kPrompts[key % kPrompts.size()], {.sampling = {.temperature = 0}, .max_tokens = 4}, rng);
+    BOOST_TEST(tokens[key] == alone, boost::test_tools::per_element());
+  }
+  BOOST_TEST(batcher.stats().busy_slots == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
