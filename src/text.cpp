@@ -157,6 +157,50 @@ std::size_t utf8_character_size(std::string_view s, std::size_t i) {
   return n;
 }
 
+namespace {
+// The bytes of a well-formed beginning of a character at i (1 to 3: an
+// incomplete one; 0: the byte at i begins none), Unicode's table 3-7.
+std::size_t utf8_valid_start(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (n == 0) return 0;
+  const unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+  const unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+  std::size_t k = 1;
+  for (; k < n && i + k < s.size(); ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf)) break;
+  }
+  return k;
+}
+}  // namespace
+
+std::size_t utf8_complete_prefix(std::string_view text) {
+  // A lead byte among the last three whose character would run past the end.
+  for (std::size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const std::size_t i = text.size() - back;
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xc0) == 0x80) continue;  // a continuation byte: look further back
+    return c >= 0xc2 && utf8_character_size(text, i) == 0 && utf8_valid_start(text, i) == back ? i : text.size();
+  }
+  return text.size();
+}
+
+std::string utf8_repaired(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    if (const std::size_t n = utf8_character_size(text, i); n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD for the maximal subpart
+      i += std::max<std::size_t>(1, utf8_valid_start(text, i));
+    }
+  }
+  return out;
+}
+
 void check_utf8(std::string_view text, const std::string& source) {
   for (std::size_t i = 0; i < text.size();) {
     const std::size_t n = utf8_character_size(text, i);

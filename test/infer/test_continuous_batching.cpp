@@ -20,6 +20,7 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/continuous_batching.hpp"
 #include "xfmr/infer/generate.hpp"
+#include "xfmr/infer/stop_strings.hpp"
 #include "xfmr/models/decoder.hpp"
 
 namespace xfmr {
@@ -198,7 +199,7 @@ BOOST_AUTO_TEST_CASE(stops_lengths_and_cancellations) {
 BOOST_AUTO_TEST_CASE(bad_requests_are_refused_naming_the_field) {
   Be be;
   Decoder<GptLike, Be> model(kVocab, 7);
-  ContinuousBatcher batcher(model, be, {.slots = 1, .context = 8, .queue = 1});
+  ContinuousBatcher batcher(model, be, {.slots = 1, .context = 8, .queue = 0});
   auto refused = [&](BatchRequest r) { return error_of([&] { batcher.submit(std::move(r)); }); };
   BOOST_TEST(refused({.prompt = {}}).find("the prompt is empty") != std::string::npos);
   BOOST_TEST(refused({.prompt = {1, 11}}).find("prompt token id 11 outside [0, 11)") != std::string::npos);
@@ -208,7 +209,7 @@ BOOST_AUTO_TEST_CASE(bad_requests_are_refused_naming_the_field) {
   BOOST_TEST(refused({.prompt = {1}, .sampling = {.top_p = 2}, .max_tokens = 2}).find("top-p 2") != std::string::npos);
   BOOST_TEST(refused({.prompt = {1}, .max_tokens = 2, .vocabulary = 12}).find("vocabulary 12 outside [0, 11]") != std::string::npos);
   batcher.submit({.prompt = {1}, .max_tokens = 2});
-  BOOST_CHECK_THROW(batcher.submit({.prompt = {1}, .max_tokens = 2}), QueueFull);  // the queue holds its bound
+  BOOST_CHECK_THROW(batcher.submit({.prompt = {1}, .max_tokens = 2}), QueueFull);  // the slot's, and no queue
   batcher.close();
   BOOST_TEST(refused({.prompt = {1}, .max_tokens = 2}).find("shutting down") != std::string::npos);
   drain(batcher);
@@ -255,6 +256,25 @@ BOOST_AUTO_TEST_CASE(the_engine_thread_serves_other_threads) {
     BOOST_TEST(tokens[key] == alone, boost::test_tools::per_element());
   }
   BOOST_TEST(batcher.stats().busy_slots == 0);
+}
+
+// Stop strings split across pieces are held back, never sent, and end the text.
+BOOST_AUTO_TEST_CASE(stop_strings_are_never_sent) {
+  StopStrings stops({"\nUser:", "###"});
+  std::string sent;
+  for (const char* piece : {"Hel", "lo\n", "Us", "ed #", "# x", "\nUs", "er: more"}) sent += stops.feed(piece);
+  BOOST_TEST(stops.stopped());
+  BOOST_TEST(sent == "Hello\nUsed ## x");
+  BOOST_TEST(stops.feed("late").empty());
+  StopStrings open({"###"});
+  sent = open.feed("a#");
+  sent += open.feed("#");
+  BOOST_TEST(sent == "a");  // "##" may still begin "###"
+  sent += open.flush();
+  BOOST_TEST(sent == "a##");
+  BOOST_TEST(!open.stopped());
+  StopStrings none;
+  BOOST_TEST(none.feed("text") == "text");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -12,6 +12,7 @@
 #include "support/errors.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/bpe.hpp"
+#include "xfmr/text/chat_template.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
 
@@ -295,6 +296,60 @@ BOOST_AUTO_TEST_CASE(hostile_vocabulary_descriptions_are_errors) {
   } catch (const Error& e) {
     BOOST_TEST(std::string(e.what()).find("over the limit of 65536") != std::string::npos, e.what());
   }
+}
+
+// Streamed text: a character split between pieces is held back, and
+// ill-formed bytes become U+FFFD a maximal subpart each (as Python's
+// errors="replace" gives).
+BOOST_AUTO_TEST_CASE(utf8_streamed_text) {
+  const std::string euro = "\xE2\x82\xAC", fffd = "\xEF\xBF\xBD";
+  BOOST_TEST(utf8_complete_prefix("ab" + euro) == 5u);
+  BOOST_TEST(utf8_complete_prefix("ab\xE2\x82") == 2u);
+  BOOST_TEST(utf8_complete_prefix("ab\xE2") == 2u);
+  BOOST_TEST(utf8_complete_prefix("\xF0\x9F\x98") == 0u);
+  BOOST_TEST(utf8_complete_prefix("ab\xE2\x41") == 4u);  // cannot complete: not held
+  BOOST_TEST(utf8_complete_prefix("ab\x82") == 3u);
+  BOOST_TEST(utf8_complete_prefix("a\xF5") == 2u);
+  BOOST_TEST(utf8_repaired("a" + euro + "b") == "a" + euro + "b");
+  BOOST_TEST(utf8_repaired("a\xE2\x82" "b") == "a" + fffd + "b");       // one subpart
+  BOOST_TEST(utf8_repaired("a\x82\x82" "b") == "a" + fffd + fffd + "b");  // two lone continuations
+  BOOST_TEST(utf8_repaired("\xC0\xAF") == fffd + fffd);                   // overlong: never a start
+  BOOST_TEST(utf8_repaired("\xED\xA0\x80") == fffd + fffd + fffd);        // a surrogate
+  BOOST_TEST(utf8_repaired("\xF0\x9F\x98") == fffd);                      // cut short at the end
+}
+
+// Chat templates: each format's text, the one a model's Jinja template
+// names by its markers, and conversations that cannot be rendered.
+BOOST_AUTO_TEST_CASE(chat_templates) {
+  const std::vector<ChatMessage> chat = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Why?"}};
+  BOOST_TEST(ChatTemplate::named("chatml").render(chat) ==
+             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+             "Hello.<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n");
+  BOOST_TEST(ChatTemplate::named("llama3").render(std::span(chat).first(2)) ==
+             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  BOOST_TEST(ChatTemplate().render(std::span(chat).first(2)) == "System: Be brief.\nUser: Hi\nAssistant:");
+  BOOST_TEST(ChatTemplate::named("chatml").stops().front() == "<|im_end|>");
+  BOOST_TEST(ChatTemplate::named("llama3").stops().front() == "<|eot_id|>");
+  TempDir dir;
+  dir.write("tokenizer_config.json",
+            R"({"chat_template": "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n'}}{% endfor %}"})");
+  BOOST_TEST(ChatTemplate::for_model(dir.path).name() == std::string("chatml"));
+  dir.write("tokenizer_config.json",
+            R"({"chat_template": [{"name": "default", "template": "<|start_header_id|>{{ role }}"}]})");
+  BOOST_TEST(ChatTemplate::for_model(dir.path).name() == std::string("llama3"));
+  dir.write("tokenizer_config.json", R"({"model_max_length": 512})");
+  BOOST_TEST(ChatTemplate::for_model(dir.path).name() == std::string("plain"));
+  dir.write("tokenizer_config.json", "{\"chat_template\": ");
+  BOOST_TEST(error_of([&] { ChatTemplate::for_model(dir.path); }).find("not a JSON object") != std::string::npos);
+  BOOST_TEST(error_of([] { ChatTemplate::named("jinja"); }).find("'jinja' is not one of chatml, llama3, plain") !=
+             std::string::npos);
+  BOOST_TEST(error_of([] { ChatTemplate().render({}); }).find("the conversation is empty") != std::string::npos);
+  const std::vector<ChatMessage> robot = {{"user", "x"}, {"robot", "y"}};
+  BOOST_TEST(error_of([&] { ChatTemplate().render(robot); }).find("messages[1].role 'robot'") != std::string::npos);
+  const std::vector<ChatMessage> late = {{"user", "x"}, {"system", "y"}};
+  BOOST_TEST(error_of([&] { ChatTemplate().render(late); }).find("a system message must come first") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -91,7 +91,7 @@ struct BatchOptions {
   int slots = 8;            // sequences decoded together
   int context = 0;          // positions a slot holds (0: the model's max_t)
   int prefill_chunk = 128;  // prompt ids read in one step, over all the prompts being read
-  int queue = 64;           // requests waiting for a slot, at most
+  int queue = 64;           // requests waiting for a slot when every slot is busy, at most
 };
 
 // Counts since the batcher started, and its state now.
@@ -127,7 +127,8 @@ class ContinuousBatcher {
   int context() const { return opts_.context; }
 
   // Checks the request (Error naming the field) and queues it; its id.
-  // Throws QueueFull when `queue` requests wait already, Error once closed.
+  // Throws QueueFull when every slot is taken and `queue` requests wait
+  // already, Error once closed.
   std::uint64_t submit(BatchRequest r) {
     const int V = model_.vocab();
     require(!r.prompt.empty(), "the prompt is empty (give at least one token)");
@@ -139,8 +140,10 @@ class ContinuousBatcher {
     r.sampling.validate();
     std::lock_guard lock(mutex_);
     require(!closed_, "the server is shutting down");
-    if (int(waiting_.size()) >= opts_.queue)
-      throw QueueFull(detail::concat("the queue holds ", waiting_.size(), " requests, its bound"));
+    // A free slot takes a request at the next step; past those, `queue` wait.
+    if (int(waiting_.size()) >= opts_.queue + (opts_.slots - busy_))
+      throw QueueFull(detail::concat(opts_.slots, " slots are busy and ", waiting_.size() - (opts_.slots - busy_),
+                                     " requests wait, the queue's bound"));
     const std::uint64_t id = next_id_++;
     waiting_.push_back({id, std::move(r)});
     ++stats_.requests;

@@ -45,6 +45,13 @@ std::vector<std::string> read_lines(const std::filesystem::path& path);
 std::size_t utf8_character_size(std::string_view text, std::size_t i);
 void check_utf8(std::string_view text, const std::string& source);
 std::vector<std::string_view> utf8_characters(std::string_view text);
+// Streamed text (a decoder's pieces, which may split a character):
+// utf8_complete_prefix is the length of text without a last character
+// whose remaining bytes have not come yet; utf8_repaired replaces each
+// maximal ill-formed subpart by U+FFFD, as Unicode recommends (and
+// Python's errors="replace" and browsers do).
+std::size_t utf8_complete_prefix(std::string_view text);
+std::string utf8_repaired(std::string_view text);
 
 // Word pre-tokenization for translation: optional ASCII lower-casing, then
 // the punctuation . , ! ? ; : " ( ) [ ] split off as tokens (apostrophes and
