@@ -6,7 +6,8 @@
 //
 // GET  /                      the chat page (examples/chat.html, compiled in)
 // GET  /health                503 {"status": "loading"} until the model is loaded, then 200
-// GET  /v1/models             the one model, named --name (default: the model path's last part)
+// GET  /v1/models             the one model, named --name (default: the model path's last part), and
+//                             its context (max_model_len, as vLLM's)
 // POST /v1/completions        OpenAI's shapes, "stream": true as server-sent events ending "data: [DONE]"
 // POST /v1/chat/completions   the same for a conversation, rendered by the chat template (text/chat_template.hpp)
 // POST /tokenize, /detokenize {"content": text} <-> {"tokens": [ids]}
@@ -21,9 +22,10 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
-#include <boost/program_options.hpp>
 #include <atomic>
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -60,6 +62,10 @@ extern const char kXfmrChatPage[];
 namespace {
 
 using Be = CpuBackend<float>;
+// JSON text of answers: a byte that is not UTF-8 (in an error message that
+// quotes the input) becomes U+FFFD instead of an exception.
+constexpr int kIndent = -1;
+constexpr auto kReplace = json::error_handler_t::replace;
 
 struct ServeArgs {
   std::string model, tokenizer, host = "127.0.0.1", precision = "fp32", api_key, chat_template, name;
@@ -80,7 +86,7 @@ void send_error(httplib::Response& res, const HttpError& e) {
   res.status = e.status;
   json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
-  res.set_content(json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  res.set_content(json{{"error", err}}.dump(kIndent, ' ', false, kReplace), "application/json");
 }
 
 // The request's field `key` as T when present (a wrong type names the field).
@@ -113,8 +119,8 @@ struct Counters {
 struct Stream {
   std::mutex m;
   std::condition_variable cv;
-  std::string pending;  // UTF-8, ill-formed bytes replaced (text/text.hpp's utf8_repaired)
-  std::string raw;      // a character whose last bytes have not come yet
+  std::vector<std::string> pieces;  // a token's text each, UTF-8 (text/text.hpp's utf8_repaired), not yet sent
+  std::string raw;                  // a character whose last bytes have not come yet
   bool done = false;
   BatchResult result;
   std::uint64_t id = 0;
@@ -136,8 +142,9 @@ class Service {
                      : std::make_unique<WeightCopies<Be>>(*be_, *model_);
     const int context = args_.context > 0 ? args_.context : std::min(model_->max_t(), 2048);
     require(context <= model_->max_t(), "--context ", context, " exceeds the model's ", model_->max_t());
-    batcher_.emplace(*model_, *be_,
-                     BatchOptions{.slots = args_.slots, .context = context, .prefill_chunk = 128, .queue = args_.queue});
+    batcher_.emplace(
+        *model_, *be_,
+        BatchOptions{.slots = args_.slots, .context = context, .prefill_chunk = 128, .queue = args_.queue});
     if (!args_.chat_template.empty()) chat_ = ChatTemplate::named(args_.chat_template);
     else if (fs::is_directory(args_.model)) chat_ = ChatTemplate::for_model(args_.model);
     name_ = args_.name.empty() ? fs::path(args_.model).lexically_normal().filename().string() : args_.name;
@@ -190,9 +197,9 @@ class Service {
     }
     const int context = batcher_->context();
     if (int(prompt.size()) >= context)
-      bad_request("the prompt is " + std::to_string(prompt.size()) + " tokens; the context is " +
-                      std::to_string(context),
-                  chat ? "messages" : "prompt");
+      bad_request(
+          "the prompt is " + std::to_string(prompt.size()) + " tokens; the context is " + std::to_string(context),
+          chat ? "messages" : "prompt");
     auto max_tokens = field<int>(body, "max_tokens");
     if (!max_tokens && chat) max_tokens = field<int>(body, "max_completion_tokens");
     const int room = context - int(prompt.size());
@@ -230,21 +237,22 @@ class Service {
     const json body = parse_body(req);
     const auto text = field<std::string>(body, "content");
     if (!text) bad_request("'content' is required", "content");
-    res.set_content(json{{"tokens", encode(*text)}}.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    res.set_content(json{{"tokens", encode(*text)}}.dump(kIndent, ' ', false, kReplace), "application/json");
   }
   void detokenize(const httplib::Request& req, httplib::Response& res) {
     const json body = parse_body(req);
     const auto t = body.find("tokens");
     if (t == body.end() || !t->is_array()) bad_request("'tokens' must be a list of token ids", "tokens");
-    res.set_content(json{{"content", tokenizer().decode(token_ids(*t, "tokens"))}}.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    res.set_content(json{{"content", tokenizer().decode(token_ids(*t, "tokens"))}}.dump(kIndent, ' ', false, kReplace),
+                    "application/json");
   }
 
   std::string metrics() {
     const BatchStats s = batcher_ ? batcher_->stats() : BatchStats{};
     std::ostringstream o;
     auto metric = [&](const char* name, const char* type, const char* help, auto value) {
-      o << "# HELP xfmr_" << name << " " << help << "\n# TYPE xfmr_" << name << " " << type << "\nxfmr_" << name
-        << " " << value << "\n";
+      o << "# HELP xfmr_" << name << " " << help << "\n# TYPE xfmr_" << name << " " << type << "\nxfmr_" << name << " "
+        << value << "\n";
     };
     metric("http_requests_total", "counter", "HTTP requests received", counters_.http_requests.load());
     metric("http_client_errors_total", "counter", "requests answered with a 4xx", counters_.client_errors.load());
@@ -278,8 +286,8 @@ class Service {
     const int V = tokenizer().size();
     for (const json& t : list) {
       if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() >= V)
-        bad_request(std::string("'") + what + "' holds " + t.dump(-1, ' ', false, json::error_handler_t::replace) + ", not a token id in [0, " + std::to_string(V) +
-                        ")",
+        bad_request(std::string("'") + what + "' holds " + t.dump(kIndent, ' ', false, kReplace) +
+                        ", not a token id in [0, " + std::to_string(V) + ")",
                     what);
       ids.push_back(t.get<std::int32_t>());
     }
@@ -353,14 +361,14 @@ class Service {
       std::lock_guard lock(s->m);
       s->raw += text;
       const std::size_t complete = utf8_complete_prefix(s->raw);
-      s->pending += utf8_repaired(std::string_view(s->raw).substr(0, complete));
+      if (complete > 0) s->pieces.push_back(utf8_repaired(std::string_view(s->raw).substr(0, complete)));
       s->raw.erase(0, complete);
       s->cv.notify_all();
       return !matcher->stopped();
     };
     r.on_finish = [s, matcher](const BatchResult& result) {
       std::lock_guard lock(s->m);
-      s->pending += utf8_repaired(s->raw + matcher->flush());
+      if (std::string rest = utf8_repaired(s->raw + matcher->flush()); !rest.empty()) s->pieces.push_back(rest);
       s->raw.clear();
       s->result = result;
       s->done = true;
@@ -395,22 +403,28 @@ class Service {
       if (s->result.reason == FinishReason::error)
         throw HttpError{500, "generation failed: " + s->result.error, "", "server_error"};
       json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason(s->result)}};
-      if (chat) choice["message"] = {{"role", "assistant"}, {"content", s->pending}};
-      else choice["text"] = s->pending;
+      std::string text;
+      for (const std::string& p : s->pieces) text += p;
+      if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+      else choice["text"] = text;
       res.set_content(json{{"id", id},
                            {"object", object},
                            {"created", created},
                            {"model", name_},
                            {"choices", json::array({choice})},
                            {"usage", usage(s->result)}}
-                          .dump(-1, ' ', false, json::error_handler_t::replace),
+                          .dump(kIndent, ' ', false, kReplace),
                       "application/json");
       return;
     }
     auto chunk = [=, this](const json& choice) {
       return "data: " +
-             json{{"id", id}, {"object", object}, {"created", created}, {"model", name_}, {"choices", json::array({choice})}}
-                 .dump(-1, ' ', false, json::error_handler_t::replace) +
+             json{{"id", id},
+                  {"object", object},
+                  {"created", created},
+                  {"model", name_},
+                  {"choices", json::array({choice})}}
+                 .dump(kIndent, ' ', false, kReplace) +
              "\n\n";
     };
     auto piece = [chat](const std::string& text, const json& finish) {
@@ -424,51 +438,55 @@ class Service {
     res.set_chunked_content_provider(
         "text/event-stream",
         [=, this](std::size_t, httplib::DataSink& sink) {
-         try {
-          if (chat && !*started) {
-            const std::string first = chunk({{"index", 0},
-                                             {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                             {"logprobs", nullptr},
-                                             {"finish_reason", nullptr}});
-            if (!sink.write(first.data(), first.size())) return false;
-          }
-          *started = true;
-          std::string text;
-          bool done = false;
-          BatchResult result;
-          {
-            std::unique_lock lock(s->m);
-            s->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return s->done || !s->pending.empty(); });
-            text.swap(s->pending);
-            done = s->done;
-            result = s->result;
-          }
-          std::string out;
-          if (!text.empty()) out += chunk(piece(text, nullptr));
-          if (done) {
-            if (result.reason == FinishReason::error) {
-              out += "data: " + json{{"error", {{"message", "generation failed: " + result.error}, {"type", "server_error"}}}}.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-            } else {
-              out += chunk(piece("", reason(result)));
-              if (include_usage)
-                out += "data: " +
-                       json{{"id", id}, {"object", object}, {"created", created}, {"model", name_},
-                            {"choices", json::array()}, {"usage", usage(result)}}
-                           .dump(-1, ' ', false, json::error_handler_t::replace) +
-                       "\n\n";
+          try {
+            if (chat && !*started) {
+              const std::string first = chunk({{"index", 0},
+                                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                               {"logprobs", nullptr},
+                                               {"finish_reason", nullptr}});
+              if (!sink.write(first.data(), first.size())) return false;
             }
-            out += "data: [DONE]\n\n";
+            *started = true;
+            std::vector<std::string> pieces;
+            bool done = false;
+            BatchResult result;
+            {
+              std::unique_lock lock(s->m);
+              s->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return s->done || !s->pieces.empty(); });
+              pieces.swap(s->pieces);
+              done = s->done;
+              result = s->result;
+            }
+            std::string out;
+            for (const std::string& p : pieces) out += chunk(piece(p, nullptr));  // an event a token, as OpenAI sends
+            if (done) {
+              if (result.reason == FinishReason::error) {
+                out +=
+                    "data: " +
+                    json{{"error", {{"message", "generation failed: " + result.error}, {"type", "server_error"}}}}.dump(
+                        kIndent, ' ', false, kReplace) +
+                    "\n\n";
+              } else {
+                out += chunk(piece("", reason(result)));
+                if (include_usage)
+                  out += "data: " +
+                         json{{"id", id},       {"object", object},         {"created", created},
+                              {"model", name_}, {"choices", json::array()}, {"usage", usage(result)}}
+                             .dump(kIndent, ' ', false, kReplace) +
+                         "\n\n";
+              }
+              out += "data: [DONE]\n\n";
+            }
+            // An empty wait still probes the connection (a comment line), so a
+            // client that has gone is noticed within the wait.
+            if (out.empty()) out = ": waiting\n\n";
+            if (!sink.write(out.data(), out.size())) return false;
+            if (done) sink.done();
+            return true;
+          } catch (const std::exception& e) {
+            std::cerr << "xfmr-serve: a stream failed: " << e.what() << "\n";
+            return false;
           }
-          // An empty wait still probes the connection (a comment line), so a
-          // client that has gone is noticed within the wait.
-          if (out.empty()) out = ": waiting\n\n";
-          if (!sink.write(out.data(), out.size())) return false;
-          if (done) sink.done();
-          return true;
-         } catch (const std::exception& e) {
-          std::cerr << "xfmr-serve: a stream failed: " << e.what() << "\n";
-          return false;
-         }
         },
         [this, s](bool) {
           // Whatever ended the response (done, or the client gone), the slot is freed.
@@ -496,22 +514,23 @@ class Service {
 int serve(int argc, char** argv) {
   ServeArgs a;
   po::options_description opts("xfmr-serve: an OpenAI-compatible server for a language model");
-  opts.add_options()("help", "show this help")
-      ("model", po::value(&a.model), "a Hugging Face directory, a llama2.c .bin, or an xfmr-lm checkpoint (required)")
-      ("tokenizer", po::value(&a.tokenizer), "as xfmr-lm sample's (default: the model's)")
-      ("host", po::value(&a.host)->default_value(a.host), "address to listen on (0.0.0.0: every interface)")
-      ("port", po::value(&a.port)->default_value(a.port), "port to listen on (0: any free one, printed)")
-      ("slots", po::value(&a.slots)->default_value(a.slots), "sequences decoded together")
-      ("context", po::value(&a.context)->default_value(a.context),
-       "tokens a slot holds, prompt and answer (0: the model's context, at most 2048)")
-      ("queue", po::value(&a.queue)->default_value(a.queue), "requests waiting for a slot before 503")
-      ("precision", po::value(&a.precision)->default_value(a.precision), kDecodePrecisionHelp)
-      ("api-key", po::value(&a.api_key), "require 'Authorization: Bearer KEY' on /v1 routes")
-      ("chat-template", po::value(&a.chat_template), "chatml, llama3 or plain (default: the model's "
-       "tokenizer_config.json's, else plain)")
-      ("name", po::value(&a.name), "the model's id in the API (default: the model path's last part)")
-      ("max-body", po::value(&a.max_body)->default_value(a.max_body), "largest request body, bytes (413 past it)")
-      ("drain", po::value(&a.drain)->default_value(a.drain), "seconds running requests get to finish after SIGTERM");
+  opts.add_options()("help", "show this help")(
+      "model", po::value(&a.model), "a Hugging Face directory, a llama2.c .bin, or an xfmr-lm checkpoint (required)")(
+      "tokenizer", po::value(&a.tokenizer), "as xfmr-lm sample's (default: the model's)")(
+      "host", po::value(&a.host)->default_value(a.host), "address to listen on (0.0.0.0: every interface)")(
+      "port", po::value(&a.port)->default_value(a.port), "port to listen on (0: any free one, printed)")(
+      "slots", po::value(&a.slots)->default_value(a.slots), "sequences decoded together")(
+      "context", po::value(&a.context)->default_value(a.context),
+      "tokens a slot holds, prompt and answer (0: the model's context, at most 2048)")(
+      "queue", po::value(&a.queue)->default_value(a.queue), "requests waiting for a slot before 503")(
+      "precision", po::value(&a.precision)->default_value(a.precision), kDecodePrecisionHelp)(
+      "api-key", po::value(&a.api_key), "require 'Authorization: Bearer KEY' on /v1 routes")(
+      "chat-template", po::value(&a.chat_template),
+      "chatml, llama3 or plain (default: the model's "
+      "tokenizer_config.json's, else plain)")("name", po::value(&a.name),
+                                              "the model's id in the API (default: the model path's last part)")(
+      "max-body", po::value(&a.max_body)->default_value(a.max_body), "largest request body, bytes (413 past it)")(
+      "drain", po::value(&a.drain)->default_value(a.drain), "seconds running requests get to finish after SIGTERM");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.model.empty(), "--model PATH is required");
@@ -569,7 +588,9 @@ int serve(int argc, char** argv) {
     res.status = service.ready() ? 200 : 503;
     res.set_content(service.ready() ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
   });
-  http.Get("/", [&](const httplib::Request&, httplib::Response& res) { res.set_content(kXfmrChatPage, "text/html; charset=utf-8"); });
+  http.Get("/", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kXfmrChatPage, "text/html; charset=utf-8");
+  });
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(service.metrics(), "text/plain; version=0.0.4");
   });
@@ -578,8 +599,9 @@ int serve(int argc, char** argv) {
                                   {"data", json::array({{{"id", service.name()},
                                                          {"object", "model"},
                                                          {"created", 0},
-                                                         {"owned_by", "xfmr"}}})}}
-                                 .dump(-1, ' ', false, json::error_handler_t::replace),
+                                                         {"owned_by", "xfmr"},
+                                                         {"max_model_len", service.batcher().context()}}})}}
+                                 .dump(kIndent, ' ', false, kReplace),
                              "application/json");
            }));
   http.Post("/v1/completions",
@@ -591,13 +613,23 @@ int serve(int argc, char** argv) {
   http.set_error_handler([&](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status >= 400 && res.status < 500) ++service.counters().client_errors;
-    const char* what = res.status == 404 ? "no such route" : res.status == 413 ? "the request body is too large"
-                                                                                : "the request was refused";
+    const char* what = res.status == 404   ? "no such route"
+                       : res.status == 413 ? "the request body is too large"
+                                           : "the request was refused";
     send_error(res, {res.status, what});
   });
 
+  // cpp-httplib listens with a backlog of 5: a burst of clients connecting
+  // at once overflows it and the kernel drops their connections. Its
+  // listening socket is listened on again with the system's bound.
+  int listening = -1;
+  http.set_socket_options([&](int fd) {
+    httplib::default_socket_options(fd);
+    listening = fd;
+  });
   const int port = a.port == 0 ? http.bind_to_any_port(a.host) : (http.bind_to_port(a.host, a.port) ? a.port : -1);
   require(port > 0, "cannot listen on ", a.host, ":", a.port, " (in use, or not an address of this machine)");
+  system_call([&] { return ::listen(listening, SOMAXCONN); }, "listen on ", a.host, ":", port);
   std::cerr << "xfmr-serve: listening on http://" << a.host << ":" << port << "/ (loading the model)\n" << std::flush;
   std::jthread listener([&] { http.listen_after_bind(); });
 
@@ -636,4 +668,6 @@ int serve(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return run_command("xfmr-serve", [&] { return serve(argc, argv); }); }
+int main(int argc, char** argv) {
+  return run_command("xfmr-serve", [&] { return serve(argc, argv); });
+}

@@ -19,6 +19,12 @@ packages=(
 # oneDNN (bf16 matrix products on AVX512-BF16: --precision bf16) on x86-64.
 if [[ $(dpkg --print-architecture) == amd64 ]]; then packages+=(libxsmm-dev libdnnl-dev); fi
 
+# xfmr-serve's client tests (test/serve_clients): Chromium for the chat page,
+# and Node.js with npm for the openai package and playwright-core, unless a
+# Node.js of another origin is on PATH already.
+packages+=(chromium)
+if ! command -v node > /dev/null || ! command -v npm > /dev/null; then packages+=(nodejs npm); fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,52 @@
+// The official openai package against xfmr-serve, as an application uses it:
+//   node openai_client.mjs BASE_URL API_KEY
+// Streams a chat completion and a completion, checks them against the whole
+// answers, and checks that errors reach the client as the package's own.
+import OpenAI from "openai";
+
+const [base, key] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0 });
+const fail = (what) => { console.error(`openai_client: ${what}`); process.exit(1); };
+
+const models = await client.models.list();
+const model = models.data[0]?.id;
+if (!model) fail("no model listed");
+
+const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello there" }];
+const whole = await client.chat.completions.create({ model, messages, max_tokens: 10, temperature: 0 });
+let streamed = "", chunks = 0, finish = null;
+for await (const chunk of await client.chat.completions.create({ model, messages, max_tokens: 10, temperature: 0, stream: true })) {
+  chunks++;
+  streamed += chunk.choices[0]?.delta?.content ?? "";
+  finish = chunk.choices[0]?.finish_reason ?? finish;
+}
+if (chunks < 2) fail(`the chat stream had ${chunks} chunks`);
+if (streamed !== whole.choices[0].message.content) fail(`chat: streamed ${JSON.stringify(streamed)} != whole ${JSON.stringify(whole.choices[0].message.content)}`);
+if (finish !== whole.choices[0].finish_reason) fail(`chat: finish ${finish} != ${whole.choices[0].finish_reason}`);
+if (whole.usage.completion_tokens < 1) fail("chat: no usage");
+console.log(`chat: ${chunks} chunks, finish_reason ${finish}, ${whole.usage.completion_tokens} tokens`);
+
+const prompt = "Once upon a time";
+const plain = await client.completions.create({ model, prompt, max_tokens: 10, temperature: 0, seed: 3 });
+let text = "";
+chunks = 0;
+for await (const chunk of await client.completions.create({ model, prompt, max_tokens: 10, temperature: 0, seed: 3, stream: true })) {
+  chunks++;
+  text += chunk.choices[0]?.text ?? "";
+}
+if (text !== plain.choices[0].text) fail(`completion: streamed ${JSON.stringify(text)} != whole ${JSON.stringify(plain.choices[0].text)}`);
+console.log(`completion: ${chunks} chunks, ${plain.usage.completion_tokens} tokens`);
+
+try {
+  await client.completions.create({ model, prompt, max_tokens: 100000 });
+  fail("max_tokens past the context was accepted");
+} catch (e) {
+  if (!(e instanceof OpenAI.BadRequestError) || !String(e.message).includes("max_tokens")) fail(`expected a BadRequestError naming max_tokens, got ${e}`);
+}
+try {
+  await new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong", maxRetries: 0 }).models.list();
+  fail("a wrong API key was accepted");
+} catch (e) {
+  if (!(e instanceof OpenAI.AuthenticationError)) fail(`expected an AuthenticationError, got ${e}`);
+}
+console.log("openai_client: ok");
