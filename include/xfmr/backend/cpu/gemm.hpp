@@ -4,7 +4,9 @@
 // - one row times a weight matrix, y = W x (a decoding step's projections):
 //   cpu/simd.hpp's gemv_rows in float on AVX-512, else Eigen's GEMV; from
 //   kGemvSplitWork weights W's rows are split over the OpenMP threads, so
-//   each core streams its part of the matrix;
+//   each core streams its part of the matrix; two to kGemvMaxRows rows (a
+//   batch of decoding steps) likewise through gemv_rows_multi, W read once
+//   for all of them, each row the bits it gets alone;
 // - from kBlasWork multiply-adds and kBlasMinSide rows and columns: one
 //   block of C's rows (or columns) per thread, through a libxsmm kernel
 //   when the weight-sized operand stays in cache (cpu/small_gemm.hpp), else
@@ -68,6 +70,17 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
     parallel_ranges(
         N, long(N) * K >= kGemvSplitWork, [=](long n0, long n1) { gemv(int(n0), int(n1), K, B, ldb, A, C); }, 16);
     return;
+  }
+  // A few rows times a weight matrix (a batch of decoding steps): on
+  // AVX-512, gemv_rows_multi reads W once for all of them, each row's
+  // outputs the bits of its own y = W x above; BLAS would pack W for them.
+  if constexpr (std::is_same_v<S, float> && kSimdRows) {
+    if (M > 1 && M <= kGemvMaxRows && tb && !ta && alpha == S(1) && beta == S(0)) {
+      parallel_ranges(
+          N, long(N) * K >= kGemvSplitWork,
+          [=](long n0, long n1) { gemv_rows_multi(M, int(n0), int(n1), K, B, ldb, A, lda, C, ldc); }, 16);
+      return;
+    }
   }
 #ifdef XFMR_WITH_OPENBLAS
   // Small products and matrix-vector ones (a decoding step's single rows)

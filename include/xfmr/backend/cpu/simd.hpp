@@ -138,6 +138,54 @@ inline void gemv_rows_fixed(int n0, int n1, const float* W, long ldw, const floa
   });
 }
 
+// Rows [n0, n1) of Y = X W^T for M (2 to kGemvMaxRows) rows of X, ldx
+// apart, into Y's rows ldy apart (a batch of decoding steps, continuous
+// batching's): each block of W's rows is read once for all M rows, which
+// makes the product as bound by reading W as one row's. Each row's sums
+// are gemv_rows_general's, in its order: the same bits as M calls of it
+// (a sequence decoded in a batch gets the numbers it gets alone).
+inline constexpr int kGemvMaxRows = 8;
+template <int M>
+inline void gemv_rows_multi(int n0, int n1, int K, const float* W, long ldw, const float* X, long ldx, float* Y,
+                            long ldy) {
+  const __mmask16 k_tail = first_lanes(K % 16);
+  const int k_full = K - K % 16;
+  for (int r0 = n0; r0 < n1; r0 += 16) {
+    const int rows = n1 - r0 < 16 ? n1 - r0 : 16;
+    __m512 acc[M][16];
+    for (int r = 0; r < 16; ++r) {
+      __m512 a[M];
+      for (int m = 0; m < M; ++m) a[m] = _mm512_setzero_ps();
+      if (r < rows) {
+        const float* w = W + (r0 + r) * ldw;
+        for (int k = 0; k < k_full; k += 16) {
+          const __m512 wk = _mm512_loadu_ps(w + k);
+          for (int m = 0; m < M; ++m) a[m] = _mm512_fmadd_ps(wk, _mm512_loadu_ps(X + m * ldx + k), a[m]);
+        }
+        if (k_tail) {
+          const __m512 wk = _mm512_maskz_loadu_ps(k_tail, w + k_full);
+          for (int m = 0; m < M; ++m)
+            a[m] = _mm512_fmadd_ps(wk, _mm512_maskz_loadu_ps(k_tail, X + m * ldx + k_full), a[m]);
+        }
+      }
+      for (int m = 0; m < M; ++m) acc[m][r] = a[m];
+    }
+    for (int m = 0; m < M; ++m) _mm512_mask_storeu_ps(Y + m * ldy + r0, first_lanes(rows), sum16(acc[m]));
+  }
+}
+inline void gemv_rows_multi(int M, int n0, int n1, int K, const float* W, long ldw, const float* X, long ldx, float* Y,
+                            long ldy) {
+  switch (M) {
+    case 2: return gemv_rows_multi<2>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
+    case 3: return gemv_rows_multi<3>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
+    case 4: return gemv_rows_multi<4>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
+    case 5: return gemv_rows_multi<5>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
+    case 6: return gemv_rows_multi<6>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
+    case 7: return gemv_rows_multi<7>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
+    default: return gemv_rows_multi<8>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
+  }
+}
+
 // Rows [n0, n1) of y = W x with W in bfloat16 (bf16.hpp's bits, as a bf16
 // weight copy keeps them) and x float: each bfloat16 widens to its float32
 // exactly (a shift), so with x already rounded to bfloat16 every product
@@ -209,6 +257,7 @@ inline void softmax_row(const float* in, float* out, int n, int Tk, const std::u
 
 #else
 inline constexpr bool kSimdRows = false;
+inline constexpr int kGemvMaxRows = 0;
 #endif
 
 }  // namespace xfmr::detail
