@@ -220,7 +220,8 @@ class Service {
     if (r.sampling.top_k < 0) bad_request("'top_k' must be >= 0", "top_k");
     r.seed = field<std::uint64_t>(body, "seed").value_or(std::random_device{}());
     r.vocabulary = found_->padding > 0 ? tokenizer().size() : 0;
-    r.stop_ids = end_ids_;
+    // ignore_eos (an extension, llama.cpp's and vLLM's): decode past the end-of-text token (benchmarks).
+    if (!field<bool>(body, "ignore_eos").value_or(false)) r.stop_ids = end_ids_;
     std::vector<std::string> stops = stop_strings(body);
     if (chat) {
       r.stop_ids.insert(r.stop_ids.end(), chat_stop_ids_.begin(), chat_stop_ids_.end());
@@ -633,11 +634,12 @@ int serve(int argc, char** argv) {
   std::cerr << "xfmr-serve: listening on http://" << a.host << ":" << port << "/ (loading the model)\n" << std::flush;
   std::jthread listener([&] { http.listen_after_bind(); });
 
-  std::atomic<bool> stopping = false;
+  std::atomic<bool> stopping = false, released = false;  // released: the program, not a signal, ends the waits
   std::jthread signal_waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
-    std::cerr << "xfmr-serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": finishing the running requests\n";
+    if (!released)
+      std::cerr << "xfmr-serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": finishing the running requests\n";
     stopping = true;
     sigwait(&signals, &sig);  // a second one cancels what runs
     if (service.ready()) service.batcher().cancel_all();
@@ -646,6 +648,7 @@ int serve(int argc, char** argv) {
     service.load();
   } catch (...) {
     http.stop();
+    released = true;
     pthread_kill(signal_waiter.native_handle(), SIGTERM);  // releases both of its waits, one after the other
     while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     pthread_kill(signal_waiter.native_handle(), SIGTERM);
@@ -661,6 +664,7 @@ int serve(int argc, char** argv) {
   service.stop_engine();
   http.stop();
   listener.join();
+  released = true;
   pthread_kill(signal_waiter.native_handle(), SIGTERM);  // releases the second sigwait
   std::cerr << "xfmr-serve: stopped\n";
   return 0;
