@@ -1,13 +1,15 @@
 // xfmr-serve-bench: a running xfmr-serve's throughput and latency under N
 // concurrent streaming clients (benchmark/serve_bench.sh starts the server).
 //
-//   xfmr-serve-bench --url http://127.0.0.1:8080 [--clients 1,4,8,16] [--requests 4]
+//   xfmr-serve-bench --url http://127.0.0.1:8080 [--clients 1,4,8,16] [--requests 4] [--rounds 3]
 //                    [--prompt TEXT] [--max-tokens 64] [--api-key KEY]
 //
 // Each client sends its requests one after another, streaming, greedy, with
-// ignore_eos (every answer max_tokens long). Per number of clients: the
-// decoded tokens a second over all of them (and against one client's), the
-// time to the first token and the time between tokens, p50 and p99.
+// ignore_eos (every answer max_tokens long). The numbers of clients take
+// turns, --rounds times. Per number of clients: the decoded tokens a second
+// over all of them (the median round, and against one client's median),
+// the time to the first token and the time between tokens over every
+// round, p50 and p99.
 #include <httplib.h>
 
 #include <boost/program_options.hpp>
@@ -113,13 +115,14 @@ Round run_round(const std::string& host, int port, const std::string& key, int c
 
 int main(int argc, char** argv) try {
   std::string url = "http://127.0.0.1:8080", clients_list = "1,4,8,16", prompt = "Once upon a time", key, json_out;
-  int requests = 4, max_tokens = 64;
+  int requests = 4, max_tokens = 64, rounds_wanted = 3;
   po::options_description opts("xfmr-serve-bench: throughput and latency of a running xfmr-serve");
   opts.add_options()("help", "show this help")("url", po::value(&url)->default_value(url), "the server")
       ("clients", po::value(&clients_list)->default_value(clients_list), "concurrent clients, a round each")
       ("requests", po::value(&requests)->default_value(requests), "requests each client sends, one after another")
       ("prompt", po::value(&prompt)->default_value(prompt), "the prompt of every request")
       ("max-tokens", po::value(&max_tokens)->default_value(max_tokens), "tokens each answer decodes")
+      ("rounds", po::value(&rounds_wanted)->default_value(rounds_wanted), "times each number of clients runs, in turn")
       ("api-key", po::value(&key), "the server's --api-key")
       ("json", po::value(&json_out), "also write the rounds to this JSON file");
   po::variables_map vm;
@@ -137,28 +140,43 @@ int main(int argc, char** argv) try {
   std::stringstream list(clients_list);
   for (std::string n; std::getline(list, n, ',');) counts.push_back(std::stoi(n));
   run_round(host, port, key, 1, 1, prompt, 8);  // warm-up: the weights read once, the buffers sized
-  std::printf("%7s %8s %7s %8s %9s %7s %10s %10s %9s %9s\n", "clients", "requests", "tokens", "seconds", "tokens/s",
-              "x one", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99");
+  std::printf("%7s %8s %7s %9s %7s %10s %10s %9s %9s\n", "clients", "requests", "tokens", "tokens/s", "x one",
+              "TTFT p50", "TTFT p99", "ITL p50", "ITL p99");
+  // Each number of clients once a round, in turn; then the median round's
+  // tokens/s, and the latencies of all the rounds pooled.
+  std::vector<std::vector<Round>> runs(counts.size());
+  for (int round = 0; round < rounds_wanted; ++round)
+    for (std::size_t i = 0; i < counts.size(); ++i)
+      runs[i].push_back(run_round(host, port, key, counts[i], requests, prompt, max_tokens));
   json rounds = json::array();
   double one = 0;
-  for (int c : counts) {
-    const Round r = run_round(host, port, key, c, requests, prompt, max_tokens);
-    const double rate = double(r.tokens) / r.seconds;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    Round all;
+    std::vector<double> rates;
+    for (const Round& r : runs[i]) {
+      rates.push_back(double(r.tokens) / r.seconds);
+      all.requests += r.requests, all.failed += r.failed, all.tokens += r.tokens;
+      all.ttft_ms.insert(all.ttft_ms.end(), r.ttft_ms.begin(), r.ttft_ms.end());
+      all.itl_ms.insert(all.itl_ms.end(), r.itl_ms.begin(), r.itl_ms.end());
+    }
+    const double rate = percentile(rates, 50);
+    const int c = counts[i];
     if (c == 1) one = rate;
-    std::printf("%7d %8d %7ld %8.2f %9.1f %7.2f %8.1fms %8.1fms %7.1fms %7.1fms%s\n", c, r.requests, r.tokens,
-                r.seconds, rate, one > 0 ? rate / one : 0.0, percentile(r.ttft_ms, 50), percentile(r.ttft_ms, 99),
-                percentile(r.itl_ms, 50), percentile(r.itl_ms, 99),
-                r.failed ? (" (" + std::to_string(r.failed) + " failed)").c_str() : "");
+    std::printf("%7d %8d %7ld %9.1f %7.2f %8.1fms %8.1fms %7.1fms %7.1fms  (rounds:", c, all.requests, all.tokens, rate,
+                one > 0 ? rate / one : 0.0, percentile(all.ttft_ms, 50), percentile(all.ttft_ms, 99),
+                percentile(all.itl_ms, 50), percentile(all.itl_ms, 99));
+    for (double r : rates) std::printf(" %.1f", r);
+    std::printf(")%s\n", all.failed ? (" " + std::to_string(all.failed) + " failed").c_str() : "");
     rounds.push_back({{"clients", c},
-                      {"requests", r.requests},
-                      {"failed", r.failed},
-                      {"tokens", r.tokens},
-                      {"seconds", r.seconds},
+                      {"requests", all.requests},
+                      {"failed", all.failed},
+                      {"tokens", all.tokens},
                       {"tokens_per_second", rate},
-                      {"ttft_ms_p50", percentile(r.ttft_ms, 50)},
-                      {"ttft_ms_p99", percentile(r.ttft_ms, 99)},
-                      {"itl_ms_p50", percentile(r.itl_ms, 50)},
-                      {"itl_ms_p99", percentile(r.itl_ms, 99)}});
+                      {"tokens_per_second_rounds", rates},
+                      {"ttft_ms_p50", percentile(all.ttft_ms, 50)},
+                      {"ttft_ms_p99", percentile(all.ttft_ms, 99)},
+                      {"itl_ms_p50", percentile(all.itl_ms, 50)},
+                      {"itl_ms_p99", percentile(all.itl_ms, 99)}});
   }
   if (!json_out.empty()) {
     std::FILE* f = std::fopen(json_out.c_str(), "w");

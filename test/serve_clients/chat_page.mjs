@@ -35,8 +35,13 @@ try {
     const a = document.querySelectorAll(".msg.assistant")[1];
     return a && (a.textContent.length > 0 || a.dataset.done);
   });
-  const running = await page.evaluate(() => !document.querySelectorAll(".msg.assistant")[1].dataset.done);
-  if (running) await page.click("#stop");
+  // Pressed in the page in one step: the answer may end between a check and a click.
+  const running = await page.evaluate(() => {
+    const stop = document.getElementById("stop");
+    const enabled = !stop.disabled;
+    stop.click();
+    return enabled;
+  });
   await page.waitForFunction(() => !document.getElementById("send").disabled);
   const stopped = await page.evaluate(() => document.querySelectorAll(".msg.assistant")[1].textContent.length);
   await new Promise((r) => setTimeout(r, 300));

@@ -36,7 +36,7 @@ case $what in
     grep -q '^data: \[DONE\]$' curl.txt || { echo "curl -N: no [DONE]"; cat curl.txt; exit 1; }
     echo "curl -N: $(grep -c '^data: ' curl.txt) events"
     ;;
-  page) node chat_page.mjs "$url/" "$work/chat_page.png" ;;
+  page) node chat_page.mjs "$url/?temperature=0" "$work/chat_page.png" ;;  # greedy: the same answers every run
 esac
 kill -TERM $pid
 status=0

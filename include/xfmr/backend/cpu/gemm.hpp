@@ -4,9 +4,9 @@
 // - one row times a weight matrix, y = W x (a decoding step's projections):
 //   cpu/simd.hpp's gemv_rows in float on AVX-512, else Eigen's GEMV; from
 //   kGemvSplitWork weights W's rows are split over the OpenMP threads, so
-//   each core streams its part of the matrix; two to kGemvMaxRows rows (a
-//   batch of decoding steps) likewise through gemv_rows_multi, W read once
-//   for all of them, each row the bits it gets alone;
+//   each core streams its part of the matrix; two to kGemvMaxRows (16)
+//   rows (a batch of decoding steps) likewise through gemv_rows_multi, W
+//   read once for all of them, each row the bits it gets alone;
 // - from kBlasWork multiply-adds and kBlasMinSide rows and columns: one
 //   block of C's rows (or columns) per thread, through a libxsmm kernel
 //   when the weight-sized operand stays in cache (cpu/small_gemm.hpp), else

@@ -138,53 +138,86 @@ inline void gemv_rows_fixed(int n0, int n1, const float* W, long ldw, const floa
   });
 }
 
-// Rows [n0, n1) of Y = X W^T for M (2 to kGemvMaxRows) rows of X, ldx
+// Rows [n0, n1) of Y = X W^T for M (2 to kGemvMaxRows, 16) rows of X, ldx
 // apart, into Y's rows ldy apart (a batch of decoding steps, continuous
-// batching's): each block of W's rows is read once for all M rows, which
-// makes the product as bound by reading W as one row's. Each row's sums
-// are gemv_rows_general's, in its order: the same bits as M calls of it
-// (a sequence decoded in a batch gets the numbers it gets alone).
-inline constexpr int kGemvMaxRows = 8;
+// batching's): each block of W's rows is read once for all M rows, two W
+// rows a pass sharing each load of x, the next pass's rows prefetched into
+// L2 (on the 2-core Zen 5 of BENCHMARKS.md, eight rows of gpt2-small's
+// shapes are bound by the multiply-adds: the pairs and the prefetch made
+// them 1.5x faster, 65% of the cores' multiply-add rate). Each output's sums are
+// gemv_rows_general's, in its order: the same bits as M calls of it (a
+// sequence decoded in a batch gets the numbers it gets alone).
+// One block of W's rows [r0, r0 + rows), rows <= 16, for M <= 8 rows of X.
+// GCC 12 warns, inlining sum16 here, that _mm512_shuffle_f32x4's undefined
+// passthrough operand is used uninitialized (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 template <int M>
-inline void gemv_rows_multi(int n0, int n1, int K, const float* W, long ldw, const float* X, long ldx, float* Y,
-                            long ldy) {
+inline void gemv_block_multi(int r0, int rows, int K, const float* W, long ldw, const float* X, long ldx, float* Y,
+                             long ldy) {
   const __mmask16 k_tail = first_lanes(K % 16);
   const int k_full = K - K % 16;
-  for (int r0 = n0; r0 < n1; r0 += 16) {
-    const int rows = n1 - r0 < 16 ? n1 - r0 : 16;
-    __m512 acc[M][16];
-    for (int r = 0; r < 16; ++r) {
-      __m512 a[M];
-      for (int m = 0; m < M; ++m) a[m] = _mm512_setzero_ps();
-      if (r < rows) {
-        const float* w = W + (r0 + r) * ldw;
-        for (int k = 0; k < k_full; k += 16) {
-          const __m512 wk = _mm512_loadu_ps(w + k);
-          for (int m = 0; m < M; ++m) a[m] = _mm512_fmadd_ps(wk, _mm512_loadu_ps(X + m * ldx + k), a[m]);
-        }
-        if (k_tail) {
-          const __m512 wk = _mm512_maskz_loadu_ps(k_tail, w + k_full);
-          for (int m = 0; m < M; ++m)
-            a[m] = _mm512_fmadd_ps(wk, _mm512_maskz_loadu_ps(k_tail, X + m * ldx + k_full), a[m]);
-        }
+  // Rows w0 and, when two, w0 + ldw: their sums for each row of X into a[m] and b[m].
+  const auto pass = [&](const float* w0, bool two, __m512 (&a)[M], __m512 (&b)[M]) {
+    for (int m = 0; m < M; ++m) a[m] = b[m] = _mm512_setzero_ps();
+    const float* w1 = two ? w0 + ldw : w0;
+    for (int k = 0; k < k_full; k += 16) {
+      // The next pass's two rows into L2 meanwhile (past the matrix, a
+      // prefetch does nothing): reading W then overlaps the multiply-adds.
+      _mm_prefetch(reinterpret_cast<const char*>(w0 + 2 * ldw + k), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(w0 + 3 * ldw + k), _MM_HINT_T1);
+      const __m512 u = _mm512_loadu_ps(w0 + k), v = _mm512_loadu_ps(w1 + k);
+      for (int m = 0; m < M; ++m) {
+        const __m512 x = _mm512_loadu_ps(X + m * ldx + k);
+        a[m] = _mm512_fmadd_ps(u, x, a[m]);
+        b[m] = _mm512_fmadd_ps(v, x, b[m]);
       }
-      for (int m = 0; m < M; ++m) acc[m][r] = a[m];
     }
-    for (int m = 0; m < M; ++m) _mm512_mask_storeu_ps(Y + m * ldy + r0, first_lanes(rows), sum16(acc[m]));
+    if (k_tail) {
+      const __m512 u = _mm512_maskz_loadu_ps(k_tail, w0 + k_full), v = _mm512_maskz_loadu_ps(k_tail, w1 + k_full);
+      for (int m = 0; m < M; ++m) {
+        const __m512 x = _mm512_maskz_loadu_ps(k_tail, X + m * ldx + k_full);
+        a[m] = _mm512_fmadd_ps(u, x, a[m]);
+        b[m] = _mm512_fmadd_ps(v, x, b[m]);
+      }
+    }
+  };
+  __m512 acc[M][16];
+  for (int r = 0; r < 16; r += 2) {
+    __m512 a[M], b[M];
+    if (r < rows) pass(W + (r0 + r) * ldw, r + 1 < rows, a, b);
+    for (int m = 0; m < M; ++m) {
+      acc[m][r] = r < rows ? a[m] : _mm512_setzero_ps();
+      acc[m][r + 1] = r + 1 < rows ? b[m] : _mm512_setzero_ps();  // a last odd row's pass summed it twice
+    }
   }
+  for (int m = 0; m < M; ++m) _mm512_mask_storeu_ps(Y + m * ldy + r0, first_lanes(rows), sum16(acc[m]));
 }
+// Up to kGemvMaxRows rows of X: eight at a time (the registers hold two W
+// rows' sums for eight), the block of W's rows read from memory for the
+// first eight and from L2 for the next.
+inline constexpr int kGemvMaxRows = 16;
 inline void gemv_rows_multi(int M, int n0, int n1, int K, const float* W, long ldw, const float* X, long ldx, float* Y,
                             long ldy) {
-  switch (M) {
-    case 2: return gemv_rows_multi<2>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
-    case 3: return gemv_rows_multi<3>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
-    case 4: return gemv_rows_multi<4>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
-    case 5: return gemv_rows_multi<5>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
-    case 6: return gemv_rows_multi<6>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
-    case 7: return gemv_rows_multi<7>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
-    default: return gemv_rows_multi<8>(n0, n1, K, W, ldw, X, ldx, Y, ldy);
+  for (int r0 = n0; r0 < n1; r0 += 16) {
+    const int rows = n1 - r0 < 16 ? n1 - r0 : 16;
+    for (int m0 = 0; m0 < M; m0 += 8) {
+      const float* x = X + m0 * ldx;
+      float* y = Y + m0 * ldy;
+      switch (M - m0 < 8 ? M - m0 : 8) {
+        case 1: gemv_rows_general(r0, r0 + rows, K, W, ldw, x, y); break;
+        case 2: gemv_block_multi<2>(r0, rows, K, W, ldw, x, ldx, y, ldy); break;
+        case 3: gemv_block_multi<3>(r0, rows, K, W, ldw, x, ldx, y, ldy); break;
+        case 4: gemv_block_multi<4>(r0, rows, K, W, ldw, x, ldx, y, ldy); break;
+        case 5: gemv_block_multi<5>(r0, rows, K, W, ldw, x, ldx, y, ldy); break;
+        case 6: gemv_block_multi<6>(r0, rows, K, W, ldw, x, ldx, y, ldy); break;
+        case 7: gemv_block_multi<7>(r0, rows, K, W, ldw, x, ldx, y, ldy); break;
+        default: gemv_block_multi<8>(r0, rows, K, W, ldw, x, ldx, y, ldy); break;
+      }
+    }
   }
 }
+#pragma GCC diagnostic pop
 
 // Rows [n0, n1) of y = W x with W in bfloat16 (bf16.hpp's bits, as a bf16
 // weight copy keeps them) and x float: each bfloat16 widens to its float32
