@@ -1,10 +1,11 @@
 // int8 precision on the CPU (CpuOptions::int8, backend/cpu/int8_products.hpp):
-// per-row quantisation within its bound on random and adversarial rows;
-// products through the int8 copies equal their documented sum order
-// recomputed lane by lane, bit for bit, and lie within the
-// quantisation bound of float32's on the original weights; products of
-// other operands untouched; decoding through the KV cache gives the tokens
-// of recomputing the context; training refuses the precision.
+// weights' and activations' per-row quantisation within their bounds on
+// random and adversarial rows; products through the int8 copies equal
+// their formula recomputed plainly, bit for bit, whatever the number of
+// rows, and lie within the quantisation bound of float32's on the original
+// weights; products of other operands untouched; decoding through the KV
+// cache gives the tokens of recomputing the context; training refuses the
+// precision.
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,33 +48,24 @@ std::vector<float> product(Cpu& be, const std::vector<float>& A, const std::vect
   return C;
 }
 
-#ifdef XFMR_SIMD_ROWS
-// gemm_rows_int8's documented order, lane by lane (std::fma is the vector
-// multiply-add's rounding): per row one accumulator over the sixteen-column
-// blocks in order, the tail last, then sum16 over each block of sixteen
-// rows, times the row's scale.
-std::vector<float> documented_order(const std::vector<std::int8_t>& q, const std::vector<float>& scale,
-                                    const float* x, int N, int K) {
-  std::vector<float> y(std::size_t(N + 16));
-  for (int r0 = 0; r0 < N; r0 += 16) {
-    __m512 acc[16];
-    float s[16] = {};
-    for (int r = 0; r < 16; ++r) {
-      float a[16] = {};
-      if (r0 + r < N) {
-        s[r] = scale[std::size_t(r0 + r)];
-        const std::int8_t* qr = q.data() + std::size_t(r0 + r) * K;
-        for (int k = 0; k < K; k += 16)
-          for (int l = 0; l < 16 && k + l < K; ++l) a[l] = std::fma(float(qr[k + l]), x[k + l], a[l]);
-      }
-      acc[r] = _mm512_loadu_ps(a);
+// The int8 product's formula (int8_products.hpp), computed plainly: each
+// row of A quantised by quantise_activation_u8, the integer sum in 64 bits
+// (and checked to fit in int32), then int8_output.
+std::vector<float> formula(const std::vector<std::int8_t>& q, const std::vector<float>& scale, const float* A, int M,
+                           int N, int K) {
+  std::vector<float> C(std::size_t(M) * N);
+  std::vector<std::uint8_t> u(static_cast<std::size_t>(K));
+  for (int m = 0; m < M; ++m) {
+    const auto a = detail::quantise_activation_u8(A + std::size_t(m) * K, K, u.data());
+    for (int r = 0; r < N; ++r) {
+      std::int64_t sum = 0;
+      for (int k = 0; k < K; ++k) sum += std::int64_t(u[k] - a.zero) * q[std::size_t(r) * K + k];
+      BOOST_TEST_REQUIRE(std::abs(sum) <= std::int64_t(INT32_MAX));
+      C[std::size_t(m) * N + r] = detail::int8_output(std::int32_t(sum), scale[std::size_t(r)], a.scale);
     }
-    _mm512_storeu_ps(y.data() + r0, _mm512_mul_ps(detail::sum16(acc), _mm512_loadu_ps(s)));
   }
-  y.resize(std::size_t(N));
-  return y;
+  return C;
 }
-#endif
 
 struct Small {
   static constexpr int MAX_T = 16, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 2, D_FF = 256;
@@ -103,40 +96,72 @@ BOOST_AUTO_TEST_CASE(quantisation_stays_within_half_a_step) {
   }
 }
 
-// A kept weight: every row of A (one row as in decoding, several as in
-// beam search) against it equals the documented order's sum, and lies within sum_k |a_k|
-// scale_r / 2 (plus float32's rounding) of the product with the original
-// weights. A product of anything else is float32's, bit for bit.
-BOOST_AUTO_TEST_CASE(products_read_the_int8_rows) {
-  const int N = 37, K = 90;  // a partial block of rows; five 16-column steps and a tail
+// An activation row's uint8 quantisation: |a - scale (u - zero)| <= scale
+// / 2 (and a little float rounding), 0 exact, u spanning [0, 255] where
+// the row has both signs: random rows, one with an outlier, rows of one
+// sign, a constant row, zeros; a row with a NaN or an infinity gives a
+// NaN scale.
+BOOST_AUTO_TEST_CASE(activations_quantise_within_half_a_step) {
+  const int n = 300;
+  std::vector<std::vector<float>> rows = {randn(n, 31), randn(n, 32, 1e-4f), randn(n, 33)};
+  rows[2][7] = -500.0f;  // an outlier
+  rows.push_back(rows[0]);
+  for (auto& x : rows.back()) x = std::fabs(x);  // all >= 0: zero at u = 0
+  rows.push_back(rows.back());
+  for (auto& x : rows.back()) x = -x;  // all <= 0: zero at u = 255
+  rows.push_back(std::vector<float>(n, 3.25f));
+  rows.back()[5] = 0.0f;
+  for (const auto& a : rows) {
+    std::vector<std::uint8_t> u(n);
+    const auto q = detail::quantise_activation_u8(a.data(), n, u.data());
+    BOOST_TEST(q.scale > 0.0f);
+    BOOST_TEST((q.zero >= 0 && q.zero <= 255));
+    int lo = 255, hi = 0;
+    for (int k = 0; k < n; ++k) {
+      lo = std::min(lo, int(u[k])), hi = std::max(hi, int(u[k]));
+      BOOST_TEST(std::fabs(a[k] - q.scale * float(int(u[k]) - q.zero)) <= 0.5f * q.scale * (1 + 1e-4f));
+      if (a[k] == 0.0f) BOOST_TEST(int(u[k]) == q.zero);
+    }
+    BOOST_TEST((lo == 0 && hi == 255));
+  }
+  std::vector<std::uint8_t> u(n, 7);
+  const std::vector<float> zeros(n, 0.0f);
+  const auto z = detail::quantise_activation_u8(zeros.data(), n, u.data());
+  BOOST_TEST((z.scale == 0.0f && z.zero == 0 && u == std::vector<std::uint8_t>(n, 0)));
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    auto a = randn(n, 34);
+    a[11] = bad;
+    BOOST_TEST(std::isnan(detail::quantise_activation_u8(a.data(), n, u.data()).scale));
+  }
+}
+
+// A kept weight: every row of A, one (a decoding step) or many (a batch of
+// streams, a prompt), against it gives the formula's bits, and lies within
+// sum_k (|a_k| scale_r + |scale_r q_rk| scale_m) / 2 (plus float32's
+// rounding) of the product with the original weights. A product of
+// anything else is float32's, bit for bit.
+BOOST_AUTO_TEST_CASE(products_give_the_formula_bit_for_bit) {
+  const int N = 37, K = 90;  // a partial block of rows; one 64-column step and a tail
   const auto W = randn(std::size_t(N) * K, 4, 0.05f);
   std::vector<std::int8_t> q(W.size());
-  std::vector<float> scale(N), integers(W.size());
+  std::vector<float> scale(N);
   for (int r = 0; r < N; ++r) scale[r] = detail::quantise_row_int8(W.data() + r * K, K, q.data() + r * K);
-  for (std::size_t i = 0; i < q.size(); ++i) integers[i] = float(q[i]);
   Cpu int8({.int8 = true}), fp32;
   int8.keep_weight_copy(W.data(), N, K);
-  BOOST_TEST(int8.weight_copy_bytes() == W.size() + N * sizeof(float));
-  for (int M : {1, 5, 20}) {  // 20: past kRowKernelRows, the rows widened to float32 (one tile here)
+  BOOST_TEST(int8.weight_copy_bytes() == W.size() + N * (sizeof(float) + sizeof(std::int32_t)));
+  for (int M : {1, 2, 5, 8, 9, 20, 130}) {
     const auto A = randn(std::size_t(M) * K, 5 + M);
     const auto got = product(int8, A, W, M, N, K), exact = product(fp32, A, W, M, N, K);
+    BOOST_TEST(got == formula(q, scale, A.data(), M, N, K), boost::test_tools::per_element());
+    std::vector<std::uint8_t> u(K);
     for (int m = 0; m < M; ++m) {
+      const float row_scale = detail::quantise_activation_u8(A.data() + m * K, K, u.data()).scale;
       for (int r = 0; r < N; ++r) {
         double bound = 0;
-        for (int k = 0; k < K; ++k) bound += std::fabs(A[m * K + k]) * scale[r] / 2;
-        BOOST_TEST(std::fabs(got[m * N + r] - exact[m * N + r]) <= bound + 1e-5);
+        for (int k = 0; k < K; ++k)
+          bound += (std::fabs(A[m * K + k]) * scale[r] + std::fabs(scale[r] * q[r * K + k]) * row_scale) / 2;
+        BOOST_TEST(std::fabs(got[m * N + r] - exact[m * N + r]) <= bound * 1.001 + 1e-5);
       }
-#ifdef XFMR_SIMD_ROWS
-      if (M <= detail::Int8Products::kRowKernelRows) {
-        const auto y = documented_order(q, scale, A.data() + m * K, N, K);
-        for (int r = 0; r < N; ++r) BOOST_TEST(got[m * N + r] == y[r]);
-      }
-#endif
-    }
-    if (M > detail::Int8Products::kRowKernelRows || !detail::kSimdRows) {
-      std::vector<float> widened(W.size());
-      for (std::size_t i = 0; i < W.size(); ++i) widened[i] = scale[i / K] * integers[i];
-      BOOST_TEST(got == product(fp32, A, widened, M, N, K), boost::test_tools::per_element());
     }
   }
   // Another operand (an activation, or the weight transposed otherwise) is float32's product.
@@ -148,43 +173,51 @@ BOOST_AUTO_TEST_CASE(products_read_the_int8_rows) {
   BOOST_TEST(product(int8, A, W, 3, N, K) == product(fp32, A, W, 3, N, K), boost::test_tools::per_element());
 }
 
-// A product of many rows over more weight rows than a tile widens at a
-// time: each tile's columns are float32's product on its dequantised rows.
-BOOST_AUTO_TEST_CASE(many_rows_widen_a_tile_at_a_time) {
-  const int K = 96, tile = int(detail::Int8Products::kWidenBytes / sizeof(float) / K) / 16 * 16;
-  const int N = 2 * tile + 40, M = 12;
-  const auto W = randn(std::size_t(N) * K, 6, 0.05f);
-  std::vector<float> widened(W.size());
-  std::vector<std::int8_t> q(std::size_t(K), 0);
-  for (int r = 0; r < N; ++r) {
-    const float scale = detail::quantise_row_int8(W.data() + std::size_t(r) * K, K, q.data());
-    for (int k = 0; k < K; ++k) widened[std::size_t(r) * K + k] = scale * float(q[std::size_t(k)]);
-  }
-  Cpu int8({.int8 = true}), fp32;
+// A row's outputs do not depend on the rows beside it: each row of a
+// product of 45 rows (a prompt and a batch's decoding rows together) has
+// the bits of that row's product alone, over a weight wider than the
+// kernels' 64-column steps and taller than their 16-row blocks. Rows of
+// zeros, of one sign, with an outlier, and the widest weight row the
+// int32 sums allow, with the largest values, stay exact.
+BOOST_AUTO_TEST_CASE(a_row_gets_the_same_bits_in_any_batch) {
+  const int N = 50, K = 333, M = 45;
+  const auto W = randn(std::size_t(N) * K, 40, 0.02f);
+  auto A = randn(std::size_t(M) * K, 41);
+  std::fill_n(A.begin() + 3 * K, K, 0.0f);
+  for (int k = 0; k < K; ++k) A[std::size_t(4 * K + k)] = std::fabs(A[std::size_t(4 * K + k)]);
+  A[std::size_t(5 * K + 17)] = 1e4f;
+  Cpu int8({.int8 = true});
   int8.keep_weight_copy(W.data(), N, K);
-  const auto A = randn(std::size_t(M) * K, 7);
-  const auto got = product(int8, A, W, M, N, K);
-  for (int n0 = 0; n0 < N; n0 += tile) {
-    const int rows = std::min(tile, N - n0);
-    const std::vector<float> part(widened.begin() + std::ptrdiff_t(n0) * K, widened.begin() + std::ptrdiff_t(n0 + rows) * K);
-    const auto want = product(fp32, A, part, M, rows, K);
-    for (int m = 0; m < M; ++m)
-      for (int r = 0; r < rows; ++r) BOOST_TEST_REQUIRE(got[std::size_t(m) * N + n0 + r] == want[std::size_t(m) * rows + r]);
+  const auto all = product(int8, A, W, M, N, K);
+  for (int m = 0; m < M; ++m) {
+    const std::vector<float> row(A.begin() + std::ptrdiff_t(m) * K, A.begin() + std::ptrdiff_t(m + 1) * K);
+    const auto alone = product(int8, row, W, 1, N, K);
+    for (int r = 0; r < N; ++r) BOOST_TEST_REQUIRE(all[std::size_t(m) * N + r] == alone[std::size_t(r)]);
   }
+  // The widest row: every u 255 or 0 against every q +-127, the sums at int32's edge.
+  const int wide = detail::Int8Products::kMaxCols;
+  std::vector<float> w(2 * std::size_t(wide), 1.0f), x(std::size_t(wide), 1.0f);
+  std::fill_n(w.begin() + wide, wide, -1.0f);
+  Cpu big({.int8 = true});
+  big.keep_weight_copy(w.data(), 2, wide);
+  std::vector<float> y = product(big, x, w, 1, 2, wide);
+  BOOST_TEST(y[0] == float(wide), boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(y[1] == -float(wide), boost::test_tools::tolerance(1e-6f));
+  std::vector<float> too_wide(std::size_t(wide + 1), 1.0f);
+  BOOST_CHECK_THROW(big.keep_weight_copy(too_wide.data(), 1, wide + 1), Error);
 }
 
 // Decoding in int8: greedy tokens through the KV cache are those of
-// recomputing the whole context while the context has at most
-// kRowKernelRows tokens (then both read the int8 rows in the same order;
-// longer recomputed contexts take the widened path, other float32 sums),
-// and the tokens are reported against float32's.
+// recomputing the whole context (the products give a row the same bits
+// either way; attention's float32 sums may differ in the last bits), and
+// the tokens are reported against float32's.
 BOOST_AUTO_TEST_CASE(cached_decoding_equals_recomputed_decoding) {
   Cpu int8({.int8 = true}), fp32;
   Decoder<Small, Cpu> model(40, 11, {.tie_weights = true});
   Generator<Decoder<Small, Cpu>, Cpu> cached(model, int8), recomputed(model, int8), reference(model, fp32);
   Rng unused(3);
   const std::vector<std::int32_t> prompt = {1, 2, 3};
-  const GenerateOptions greedy{.sampling = {.temperature = 0}, .max_tokens = detail::Int8Products::kRowKernelRows - 3};
+  const GenerateOptions greedy{.sampling = {.temperature = 0}, .max_tokens = Small::MAX_T - 3};
   GenerateOptions plain = greedy;
   plain.use_cache = false;
   const auto with_cache = cached(prompt, greedy, unused), without = recomputed(prompt, plain, unused);
@@ -198,11 +231,9 @@ BOOST_AUTO_TEST_CASE(cached_decoding_equals_recomputed_decoding) {
 
 // An int8 checkpoint (io/checkpoint.hpp's quantise_checkpoint) decodes from
 // its own rows: WeightCopies opened with its file keeps them as they are,
-// so a single row's product is the documented sum over the file's q and
-// scales, a product of many rows equals float32's on the loaded
-// (dequantised) weights bit for bit (each matrix one tile), and
-// generation's own scope, nested,
-// leaves them in place.
+// so a product is the formula over the file's q and scales, a forward
+// pass is close to float32's on the loaded (dequantised) weights, and
+// generation's own scope, nested, leaves them in place.
 BOOST_AUTO_TEST_CASE(an_int8_checkpoint_decodes_from_its_rows) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("xfmr_int8_" + std::to_string(::getpid()));
@@ -233,7 +264,7 @@ BOOST_AUTO_TEST_CASE(an_int8_checkpoint_decodes_from_its_rows) {
   const WeightCopies saved(int8, loaded, st);
   std::size_t bytes = 0;
   loaded.visit([&](std::string_view, auto& v, auto&) {
-    if (v.shape().size() == 2) bytes += v.size() + std::size_t(v.dim(0)) * sizeof(float);
+    if (v.shape().size() == 2) bytes += v.size() + std::size_t(v.dim(0)) * (sizeof(float) + sizeof(std::int32_t));
   });
   BOOST_TEST(int8.weight_copy_bytes() == bytes);
 
@@ -246,24 +277,32 @@ BOOST_AUTO_TEST_CASE(an_int8_checkpoint_decodes_from_its_rows) {
   const auto x = randn(std::size_t(K), 21);
   std::vector<float> y(std::size_t(N), 0.0f);
   int8.gemm(false, true, 1, N, K, 1.0f, x.data(), K, w, K, 0.0f, y.data(), N);
-#ifdef XFMR_SIMD_ROWS
   const auto q = st.bytes(fc1);
   std::vector<std::int8_t> file_q(q.size());
   std::transform(q.begin(), q.end(), file_q.begin(), [](std::byte b) { return std::int8_t(b); });
-  BOOST_TEST(y == documented_order(file_q, st.values<float>(fc1 + kScaleSuffix), x.data(), N, K),
+  BOOST_TEST(y == formula(file_q, st.values<float>(fc1 + kScaleSuffix), x.data(), 1, N, K),
              boost::test_tools::per_element());
-#endif
 
+  // A whole forward pass in int8 against float32 on the same (dequantised)
+  // weights: only the activations' rounding apart.
   const std::vector<std::int32_t> ids = {1, 5, 9, 2, 7, 3, 8, 4, 6, 0, 11, 12, 1, 2, 3, 4,
                                          5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
   const auto a = loaded.forward(int8, ids, Shape{2, Small::MAX_T});
   const std::vector<float> from_int8(a.begin(), a.end());
   const auto b = loaded.forward(fp32, ids, Shape{2, Small::MAX_T});
-  BOOST_TEST(from_int8 == std::vector<float>(b.begin(), b.end()), boost::test_tools::per_element());
+  const std::vector<float> from_fp32(b.begin(), b.end());
+  double diff = 0, size = 0;
+  for (std::size_t i = 0; i < from_fp32.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(from_int8[i] - from_fp32[i])));
+    size = std::max(size, double(std::fabs(from_fp32[i])));
+  }
+  BOOST_TEST_MESSAGE("int8 logits within " << diff << " of float32's (largest " << size << ")");
+  BOOST_TEST(diff > 0.0);
+  BOOST_TEST(diff < 0.05 * size);
 
   Generator<Decoder<Small, Cpu>, Cpu> cached(loaded, int8), recomputed(loaded, int8);
   Rng unused(3);
-  const GenerateOptions greedy{.sampling = {.temperature = 0}, .max_tokens = detail::Int8Products::kRowKernelRows - 3};
+  const GenerateOptions greedy{.sampling = {.temperature = 0}, .max_tokens = Small::MAX_T - 3};
   GenerateOptions plain = greedy;
   plain.use_cache = false;
   const std::vector<std::int32_t> prompt = {1, 2, 3};

@@ -50,20 +50,28 @@ inline float lane_max(__m512 v) {
 // The horizontal sums of sixteen vectors, in one vector: lane r holds the
 // sum of a[r]'s lanes. A tree of 15 shuffle-and-add steps, each halving
 // the number of vectors while doubling the rows each lane stands for.
-inline __m512 sum16(const __m512 (&a)[16]) {
+// add(x, y) adds two vectors' lanes: float32's, or int32's held in the
+// same bits (sum16_epi32).
+template <class Add>
+inline __m512 sum16_by(const __m512 (&a)[16], const Add& add) {
   __m512 b[8], c[4], d[2];
   for (int i = 0; i < 8; ++i)  // 256-bit halves: b[i] = rows 2i, 2i+1 (two 128-bit lanes each)
-    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
-                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    b[i] = add(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
   for (int i = 0; i < 4; ++i)  // 128-bit lanes: c[i] lane l = row 4i + l
-    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    c[i] = add(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88), _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
   for (int i = 0; i < 2; ++i)  // pairs within lanes: d[i] lane l = rows 8i + l (lane half 0), 8i + 4 + l
-    d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44),
-                         _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
+    d[i] = add(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44), _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
   // Element 4l + p now holds row l + 4p: transpose the 4 x 4 back.
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+  const __m512 s = add(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
+}
+inline __m512 sum16(const __m512 (&a)[16]) {
+  return sum16_by(a, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
+}
+inline __m512i sum16_epi32(const __m512 (&a)[16]) {
+  return _mm512_castps_si512(sum16_by(a, [](__m512 x, __m512 y) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(x), _mm512_castps_si512(y)));
+  }));
 }
 
 // The dot products of a block of narrow rows (bf16, int8) with x, the rows
