@@ -4,7 +4,9 @@
 // temperature, softmaxed, restricted to the top_k most likely tokens (0 = no
 // limit) and then to the smallest set whose probability reaches top_p (1 = no
 // limit), renormalised, and sampled with the given generator. A logit that
-// is not a finite number is an error.
+// is not a finite number is an error. Only top-p sorts, and only the
+// likeliest candidates, so a draw over a large vocabulary costs a pass or
+// two over the logits; the draw walks the candidates in no set order.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +33,31 @@ struct SamplingOptions {
   }
 };
 
+namespace detail {
+// The first index of the largest of x (not empty), and whether every x is
+// finite, in one pass the compiler vectorises: sixteen running maxima and
+// sums of v - v (0 for a finite v, NaN otherwise) side by side.
+template <class S>
+int first_arg_max(std::span<const S> x, bool& finite) {
+  constexpr int kLanes = 16;
+  const int n = static_cast<int>(x.size());
+  S top[kLanes], nan[kLanes];
+  for (int j = 0; j < kLanes; ++j) top[j] = x[0], nan[j] = 0;
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const S v = x[i + j];
+      top[j] = top[j] < v ? v : top[j];
+      nan[j] += v - v;
+    }
+  for (; i < n; ++i) top[0] = top[0] < x[i] ? x[i] : top[0], nan[0] += x[i] - x[i];
+  S largest = top[0], sum = 0;
+  for (int j = 0; j < kLanes; ++j) largest = largest < top[j] ? top[j] : largest, sum += nan[j];
+  finite = sum == 0;
+  return static_cast<int>(std::find(x.begin(), x.end(), largest) - x.begin());
+}
+}  // namespace detail
+
 class Sampler {
  public:
   explicit Sampler(SamplingOptions opts) : opts_(opts) { opts_.validate(); }
@@ -38,49 +65,67 @@ class Sampler {
   template <class S>
   std::int32_t operator()(std::span<const S> logits, Rng& rng) {
     require(!logits.empty(), "cannot sample from an empty row of logits");
+    const int n = static_cast<int>(logits.size());
     // Logits that overflowed (a checkpoint's weights) would draw any id.
-    const auto bad = std::find_if(logits.begin(), logits.end(), [](S v) { return !std::isfinite(double(v)); });
-    if (bad != logits.end())
+    bool finite = true;
+    const int best = detail::first_arg_max(logits, finite);
+    if (!finite) {
+      const auto bad = std::find_if(logits.begin(), logits.end(), [](S v) { return !std::isfinite(double(v)); });
       fail("cannot sample: logit ", bad - logits.begin(), " is ", double(*bad),
            "; the model's logits are not finite numbers (are its weights?)");
-    const int n = static_cast<int>(logits.size());
-    if (opts_.temperature == 0.0)
-      return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    if (opts_.temperature == 0.0) return best;
+
+    // The candidates: every id, or the top_k most likely (ties by id).
+    const auto likelier = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    const double top = double(logits[best]);
     order_.resize(n);
     std::iota(order_.begin(), order_.end(), 0);
-    const int k = opts_.top_k > 0 ? std::min(opts_.top_k, n) : n;
-    // Most likely first; ties by id, so the choice is deterministic.
-    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
-                      [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    probs_.resize(k);
-    const double top = double(logits[order_[0]]);
-    double sum = 0.0;
-    for (int i = 0; i < k; ++i) sum += probs_[i] = std::exp((double(logits[order_[i]]) - top) / opts_.temperature);
-    int keep = k;
-    if (opts_.top_p < 1.0) {
-      double cum = 0.0;
-      for (int i = 0; i < k; ++i) {
-        cum += probs_[i] / sum;
-        if (cum >= opts_.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
+    int k = n;
+    if (opts_.top_k > 0 && opts_.top_k < n) {
+      k = opts_.top_k;
+      std::nth_element(order_.begin(), order_.begin() + (k - 1), order_.end(), likelier);
     }
+    const auto weight = [&](int id) { return std::exp((double(logits[id]) - top) / opts_.temperature); };
+    probs_.resize(k);
+    double sum = 0.0;
+    for (int i = 0; i < k; ++i) sum += probs_[i] = weight(order_[i]);
+    if (opts_.top_p < 1.0) k = nucleus(k, sum, likelier, weight);
     double total = 0.0;
-    for (int i = 0; i < keep; ++i) total += probs_[i];
+    for (int i = 0; i < k; ++i) total += probs_[i];
     double u = rng.uniform() * total;
-    for (int i = 0; i < keep; ++i) {
+    for (int i = 0; i < k; ++i) {
       u -= probs_[i];
       if (u < 0.0) return order_[i];
     }
-    return order_[keep - 1];
+    return order_[k - 1];
   }
 
  private:
+  // Top-p: moves the smallest set of candidates, most likely first, whose
+  // probabilities reach top_p of `sum` to the front of order_ and probs_,
+  // and returns its size. Only candidates of at least `floor` times the
+  // likeliest's weight are sorted; if those fall short of top_p, the floor
+  // drops and the sort takes more (the last floor, 0, all of them).
+  template <class Likelier, class Weight>
+  int nucleus(int k, double sum, const Likelier& likelier, const Weight& weight) {
+    for (double floor = 1e-3;; floor = floor > 1e-12 ? floor * 1e-3 : 0.0) {
+      int front = 0;
+      for (int i = 0; i < k; ++i)
+        if (probs_[i] >= floor) std::swap(order_[front], order_[i]), std::swap(probs_[front], probs_[i]), ++front;
+      std::sort(order_.begin(), order_.begin() + front, likelier);
+      double cum = 0.0;
+      for (int i = 0; i < front; ++i) {
+        cum += (probs_[i] = weight(order_[i])) / sum;
+        if (cum >= opts_.top_p) return i + 1;
+      }
+      if (floor == 0.0) return front;  // rounding kept the sum short of top_p: all of them
+    }
+  }
+
   SamplingOptions opts_;
-  std::vector<int> order_;
-  std::vector<double> probs_;
+  std::vector<int> order_;     // candidate ids
+  std::vector<double> probs_;  // their weights, exp((logit - largest) / temperature)
 };
 
 }  // namespace xfmr
