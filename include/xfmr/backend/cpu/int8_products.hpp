@@ -139,6 +139,9 @@ inline void int8_product_rows(int n0, int n1, int M, int K, const std::int8_t* Q
     for (int m = 0; m < M; ++m) {
       const std::uint8_t* u = U + long(m) * ldu;
       std::int32_t sum = 0;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : sum)  // vectorised at -O2 too (GCC 12's cheap model leaves it scalar, 30x slower)
+#endif
       for (int k = 0; k < K; ++k) sum += std::int32_t(u[k]) * std::int32_t(q[k]);
       C[long(m) * ldc + r] = int8_output(sum - rows[m].zero * q_sum[r], scale[r], rows[m].scale);
     }
