@@ -1,6 +1,6 @@
 // sampling.hpp: choosing the next token from a row of logits.
 //
-// temperature 0 is greedy (arg-max). Otherwise the logits are divided by the
+// temperature 0 (or below 3e-39) is greedy (arg-max). Otherwise the logits are divided by the
 // temperature, softmaxed, restricted to the top_k most likely tokens (0 = no
 // limit) and then to the smallest set whose probability reaches top_p (1 = no
 // limit), renormalised, and sampled with the given generator. A logit that
@@ -15,6 +15,8 @@
 #include <numeric>
 #include <span>
 #include <vector>
+
+#include <Eigen/Core>
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
@@ -74,7 +76,9 @@ class Sampler {
       fail("cannot sample: logit ", bad - logits.begin(), " is ", double(*bad),
            "; the model's logits are not finite numbers (are its weights?)");
     }
-    if (opts_.temperature == 0.0) return best;
+    // Greedy at temperature 0, and at one so small that its inverse
+    // overflows float32 (below 3e-39: every other weight would be 0).
+    if (!std::isfinite(float(1.0 / opts_.temperature))) return best;
 
     // The candidates: every id, or the top_k most likely (ties by id).
     const auto likelier = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
@@ -86,11 +90,18 @@ class Sampler {
       k = opts_.top_k;
       std::nth_element(order_.begin(), order_.begin() + (k - 1), order_.end(), likelier);
     }
-    const auto weight = [&](int id) { return std::exp((double(logits[id]) - top) / opts_.temperature); };
+    // Every id's weight exp((logit - largest) / temperature), in float32
+    // and vectorised (Eigen's exp): a draw over GPT-2's 50,257 ids took 0.3
+    // ms a row in scalar double.
+    weights_.resize(std::size_t(n));
+    Eigen::Map<Eigen::ArrayXf>(weights_.data(), n) =
+        ((Eigen::Map<const Eigen::Array<S, Eigen::Dynamic, 1>>(logits.data(), n).template cast<float>() - float(top)) *
+         float(1.0 / opts_.temperature))
+            .exp();
     probs_.resize(k);
     double sum = 0.0;
-    for (int i = 0; i < k; ++i) sum += probs_[i] = weight(order_[i]);
-    if (opts_.top_p < 1.0) k = nucleus(k, sum, likelier, weight);
+    for (int i = 0; i < k; ++i) sum += probs_[i] = weights_[std::size_t(order_[i])];
+    if (opts_.top_p < 1.0) k = nucleus(k, sum, likelier);
     double total = 0.0;
     for (int i = 0; i < k; ++i) total += probs_[i];
     double u = rng.uniform() * total;
@@ -107,8 +118,8 @@ class Sampler {
   // and returns its size. Only candidates of at least `floor` times the
   // likeliest's weight are sorted; if those fall short of top_p, the floor
   // drops and the sort takes more (the last floor, 0, all of them).
-  template <class Likelier, class Weight>
-  int nucleus(int k, double sum, const Likelier& likelier, const Weight& weight) {
+  template <class Likelier>
+  int nucleus(int k, double sum, const Likelier& likelier) {
     for (double floor = 1e-3;; floor = floor > 1e-12 ? floor * 1e-3 : 0.0) {
       int front = 0;
       for (int i = 0; i < k; ++i)
@@ -116,7 +127,7 @@ class Sampler {
       std::sort(order_.begin(), order_.begin() + front, likelier);
       double cum = 0.0;
       for (int i = 0; i < front; ++i) {
-        cum += (probs_[i] = weight(order_[i])) / sum;
+        cum += (probs_[i] = weights_[std::size_t(order_[i])]) / sum;
         if (cum >= opts_.top_p) return i + 1;
       }
       if (floor == 0.0) return front;  // rounding kept the sum short of top_p: all of them
@@ -125,7 +136,8 @@ class Sampler {
 
   SamplingOptions opts_;
   std::vector<int> order_;     // candidate ids
-  std::vector<double> probs_;  // their weights, exp((logit - largest) / temperature)
+  std::vector<double> probs_;  // their weights
+  std::vector<float> weights_;  // every id's
 };
 
 }  // namespace xfmr
