@@ -50,6 +50,7 @@
 
 #include "common.hpp"
 #include "xfmr/backend/attention_plan.hpp"
+#include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/io/pretrained.hpp"
@@ -345,6 +346,7 @@ json run(const Args& a) {
               {"threads", cpu_threads()},
               {"hardware_threads", std::thread::hardware_concurrency()},
               {"blas", blas_kernel()},
+              {"cpu_kernels", cpu_level_description()},
               {"gemm_ceiling_gflops", ceiling},
               {"parameters", model.parameter_count()},
               {"results", json::object()}};
@@ -624,6 +626,7 @@ json run_pretrained(const Args& a) {
                          {"FF", p.d_ff}, {"V", V}, {"dropout", 0}}},
               {"threads", cpu_threads()},
               {"blas", blas_kernel()},
+              {"cpu_kernels", cpu_level_description()},
               {"gemm_ceiling_gflops", ceiling},
               {"parameters", model.parameter_count()},
               {"greedy", greedy},
@@ -657,6 +660,7 @@ json run_translator(const PresetInfo& p, const Args& a) {
               {"threads", cpu_threads()},
               {"hardware_threads", std::thread::hardware_concurrency()},
               {"blas", blas_kernel()},
+              {"cpu_kernels", cpu_level_description()},
               {"gemm_ceiling_gflops", gemm_ceiling(a, be)},
               {"results", json::object()}};
   const auto model_ptr = make_translation_model<Be>(p, V, V, 1337);
@@ -711,7 +715,8 @@ void print(const json& r) {
   std::cout << "xfmr-bench " << r["model"].get<std::string>() << " (B" << s["B"] << " T" << s["T"] << " D" << s["D"]
             << " H" << s["H"] << " L" << s["L"] << "), " << r["backend"].get<std::string>()
             << (r.value("graph_steps", false) ? " (CUDA graph steps)" : "") << ", " << r["threads"]
-            << " threads, " << r["blas"].get<std::string>() << "; GEMM ceiling " << std::fixed
+            << " threads, " << r["blas"].get<std::string>() << ", kernels "
+            << r.value("cpu_kernels", std::string("?")) << "; GEMM ceiling " << std::fixed
             << std::setprecision(1) << r["gemm_ceiling_gflops"].get<double>() << " GFLOP/s\n";
   for (const auto& [name, m] : r["results"].items()) {
     std::cout << "  " << std::left << std::setw(24) << name << std::right << std::setprecision(3) << std::setw(10)

@@ -251,7 +251,10 @@ BOOST_AUTO_TEST_CASE(weight_copies_serve_the_products_that_read_them, *boost::un
     }
     BOOST_TEST(std::abs(kept_row[std::size_t(n)] - rounded) <= (K + 2) * 0x1p-24 * size * 1.01, "output " << n);
   }
-  BOOST_TEST(largest_difference(kept_row, row) > 0.0);  // one row ran the copy's kernel, in its own order
+  if (detail::cpu_kernels().gemv_rows_bf16)
+    BOOST_TEST(largest_difference(kept_row, row) > 0.0);  // one row ran the copy's kernel, in its own order
+  else
+    BOOST_TEST(largest_difference(kept_row, row) == 0.0);  // the portable level: bf16::gemm on the copy's bits
   for (float& w : W) w = 2 * w + 1;  // under the copy: the products do not see it
   BOOST_TEST(forward(5) == rows, boost::test_tools::per_element());
   BOOST_TEST(forward(1) == kept_row, boost::test_tools::per_element());

@@ -356,8 +356,8 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   BOOST_TEST(buf.capacity() == 100u);
 }
 
-// Float single rows: y = W x (cpu/simd.hpp's gemv_rows where the build has
-// AVX-512, else Eigen's GEMV), against a double sum. Row counts around the
+// Float single rows: y = W x (cpu/kernels.hpp's gemv_rows at the level in
+// use; test_cpu_kernels tries every level), against a double sum. Row counts around the
 // 16-row blocks, widths around the 16-float vectors, leading dimensions
 // wider than the rows.
 BOOST_AUTO_TEST_CASE(float_single_row_products_match_a_double_sum) {
@@ -470,32 +470,7 @@ BOOST_AUTO_TEST_CASE(split_single_row_products_give_the_one_thread_bits) {
   check_split_single_row_product<double>();
 }
 
-#ifdef XFMR_SIMD_ROWS
-// gemv_rows's fixed widths (x held in registers) give the general kernel's
-// bits: the same multiply-adds in the same order. Row ranges that start and
-// end inside 16-row blocks, rows wider than K.
-BOOST_AUTO_TEST_CASE(fixed_width_single_row_kernels_give_the_general_bits) {
-  Rng rng(13);
-  for (int K : {16, 32, 64, 128, 256}) {
-    const int N = 45, ldw = K + 5;
-    std::vector<float> W(std::size_t(N) * ldw), x(K);
-    for (auto& w : W) w = float(rng.uniform() * 2 - 1);
-    for (auto& v : x) v = float(rng.uniform() * 2 - 1);
-    for (auto [n0, n1] : {std::array{0, N}, {3, 19}, {16, 32}, {7, 8}}) {
-      std::vector<float> fixed(N + 1, 5.0f), general(N + 1, 5.0f);
-      detail::gemv_rows(n0, n1, K, W.data(), ldw, x.data(), fixed.data());
-      detail::gemv_rows_general(n0, n1, K, W.data(), ldw, x.data(), general.data());
-      BOOST_TEST_CONTEXT("K " << K << ", rows [" << n0 << ", " << n1 << ")") {
-        BOOST_TEST(std::memcmp(fixed.data(), general.data(), fixed.size() * sizeof(float)) == 0);
-        BOOST_TEST(fixed[n1 - 1] != 5.0f);
-        BOOST_TEST(fixed[N] == 5.0f);
-      }
-    }
-  }
-}
-#endif
-
-// A few rows through gemm (gemv_rows_multi on AVX-512): each row's outputs
+// A few rows through gemm (the kernels' gemv_rows_multi): each row's outputs
 // are bit for bit its own single-row product's, for row counts up to the
 // kernel's bound (sixteen), widths with and without a tail, strided
 // operands; past the bound, BLAS's sums agree closely.
@@ -513,7 +488,7 @@ BOOST_AUTO_TEST_CASE(few_row_products_give_each_rows_single_row_bits) {
         std::vector<float> y(N);
         be.gemm(false, true, 1, N, K, 1.0f, X.data() + std::size_t(m) * lda, K, W.data(), ldb, 0.0f, y.data(), N);
         BOOST_TEST_CONTEXT("N " << N << ", K " << K << ", M " << M << ", row " << m) {
-          if (M <= detail::kGemvMaxRows) {
+          if (M <= detail::cpu_kernels().multi_rows) {
             BOOST_TEST(std::memcmp(y.data(), Y.data() + std::size_t(m) * ldc, N * sizeof(float)) == 0);
           } else {  // BLAS: another order of sums
             for (int n = 0; n < N; ++n)
@@ -526,10 +501,10 @@ BOOST_AUTO_TEST_CASE(few_row_products_give_each_rows_single_row_bits) {
   }
 }
 
-// Float masked softmax rows (cpu/simd.hpp's masked vectors where the build
-// has AVX-512) against double: rows shorter and longer than a vector, causal
-// and padded keys, a row with every key padded (all zero), and nothing
-// written past the rows.
+// Float masked softmax rows (the kernels' softmax_row at the level in use;
+// test_cpu_kernels tries every level) against double: rows shorter and
+// longer than a vector, causal and padded keys, a row with every key padded
+// (all zero), and nothing written past the rows.
 BOOST_AUTO_TEST_CASE(float_masked_softmax_matches_double) {
   Rng rng(12);
   for (int T : {1, 5, 16, 17, 40}) {

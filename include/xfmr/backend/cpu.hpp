@@ -32,6 +32,7 @@
 #include "xfmr/backend/cpu/dropout.hpp"
 #include "xfmr/backend/cpu/embedding.hpp"
 #include "xfmr/backend/cpu/family.hpp"
+#include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/layer_norm.hpp"
 #include "xfmr/backend/cpu/linear.hpp"
 #include "xfmr/backend/cpu/losses.hpp"
@@ -70,7 +71,9 @@ class CpuBackend : public detail::CpuLinear<S>,
   using Buffer = xfmr::Buffer<T>;   // activations and saved state
   static constexpr const char* name = "cpu";
 
-  // bf16 precision needs float and bf16::available(); xfmr::Error otherwise.
+  // bf16 precision needs float and bf16::available(); xfmr::Error otherwise,
+  // and for an XFMR_CPU_LEVEL the CPU does not run (cpu/kernels.hpp: the
+  // kernels' level is settled here, before any parallel region reads it).
   CpuBackend(CpuOptions opts = {});
   const CpuOptions& options() const { return opts_; }
 
@@ -128,6 +131,7 @@ CpuBackend<S>::CpuBackend(CpuOptions opts)
   require(!opts.bf16 || bf16::available(), "bf16 precision: ", bf16::unavailable_reason());
   require(!opts.int8 || std::is_same_v<S, float>, "int8 precision runs on the float CPU backend");
   require(!(opts.int8 && opts.bf16), "one precision at a time: bf16 or int8");
+  detail::cpu_kernels();
 }
 
 XFMR_CPU_FAMILY(CpuBackend);

@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "xfmr/backend/backend.hpp"
-#include "xfmr/backend/cpu/simd.hpp"
+#include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/core/mask.hpp"
 #include "xfmr/core/rng.hpp"
 
@@ -27,17 +27,12 @@ inline int visible_keys(const AttentionMask& mask, int i, int Tq, int Tk) {
   return mask.causal ? std::clamp(i + Tk - Tq + 1, 0, Tk) : Tk;
 }
 
-// One row of a masked softmax; in and out may alias. All-masked rows -> 0.
-// Masked keys get exactly zero; the exponentials are Eigen's vectorised ones
-// (in float on AVX-512, cpu/simd.hpp's softmax_row, vectorised to the end).
+// out[0, Tk) = the softmax of in[0, n) over the keys that pad (Tk bytes or
+// null) leaves, zero at padded keys and from n on; all zero when no key is
+// left; in and out may alias. Eigen's exponentials: the double backend's
+// rows, and the float ones of the portable level (kernels.hpp).
 template <class S>
-void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const AttentionMask& mask) {
-  const int n = visible_keys(mask, i, Tq, Tk);
-  const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * Tk : nullptr;
-  if constexpr (std::is_same_v<S, float> && kSimdRows) {
-    softmax_row(in, out, n, Tk, pad);
-    return;
-  }
+void softmax_row_reference(const S* in, S* out, int n, int Tk, const std::uint8_t* pad) {
   S mx = -std::numeric_limits<S>::infinity();
   if (!pad) {
     if (n > 0) mx = Eigen::Map<const RowVector<S>>(in, n).maxCoeff();
@@ -58,11 +53,21 @@ void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const
   e *= S(1) / e.sum();
 }
 
+// One row of a masked softmax; in and out may alias. All-masked rows -> 0.
+// Masked keys get exactly zero. In float, the kernels' level's softmax_row.
+template <class S>
+void masked_softmax_row(int b, int i, int Tq, int Tk, const S* in, S* out, const AttentionMask& mask) {
+  const int n = visible_keys(mask, i, Tq, Tk);
+  const std::uint8_t* pad = mask.key_padding ? mask.key_padding + long(b) * Tk : nullptr;
+  if constexpr (std::is_same_v<S, float>) cpu_kernels().softmax_row(in, out, n, Tk, pad);
+  else softmax_row_reference(in, out, n, Tk, pad);
+}
+
 // Query row i of one (sequence, head): scores against the visible keys,
 // masked softmax into p (Tk), y (V_DIM) = p V. DQ and DV are the head sizes
 // when known at compile time (Eigen::Dynamic otherwise): a fixed 16-wide
 // dot product is one vector multiply and one horizontal sum, and in float
-// on AVX-512 sixteen keys share one horizontal sum (gemv_rows).
+// the kernels' gemv_rows share one horizontal sum among 8 or 16 keys.
 template <class S, int DQ, int DV>
 void attend_row(int b, int i, const AttentionDims& a, S scale, const S* qi, const S* k, int ldk, const S* v, int ldv,
                 S* p, S* y, const AttentionMask& mask) {
@@ -70,8 +75,8 @@ void attend_row(int b, int i, const AttentionDims& a, S scale, const S* qi, cons
   using RowV = Eigen::Matrix<S, 1, DV>;
   const int n = visible_keys(mask, i, a.Tq, a.Tk);
   const Eigen::Map<const RowQ> query(qi, a.QK_DIM);
-  if constexpr (std::is_same_v<S, float> && kSimdRows && DQ != Eigen::Dynamic && DQ % 16 == 0) {
-    gemv_rows(0, n, DQ, k, ldk, qi, p);  // the keys are the rows
+  if constexpr (std::is_same_v<S, float> && DQ != Eigen::Dynamic && DQ % 16 == 0) {
+    cpu_kernels().gemv_rows(0, n, DQ, k, ldk, qi, p);  // the keys are the rows
     Eigen::Map<RowVector<S>>(p, n) *= scale;
   } else {
     for (int j = 0; j < n; ++j) p[j] = scale * query.dot(Eigen::Map<const RowQ>(k + long(j) * ldk, a.QK_DIM));

@@ -8,8 +8,9 @@
 // more. keep_copy(w, rows, cols) rounds a contiguous rows x cols matrix once
 // and keeps the bits: from then on a product whose B operand is w (the same
 // pointer and leading dimension cols, no more rows than kept) reads the
-// copy, half the bytes of float32, and a single row against it runs
-// gemv_rows_bf16 over the threads as float32's gemv_rows does. Outputs are
+// copy, half the bytes of float32, and a single row against it runs the
+// kernels' gemv_rows_bf16 (cpu/kernels.hpp; AVX2 and AVX-512) over the
+// threads as float32's gemv_rows does. Outputs are
 // bf16 products' either way (the same bits for more than one row; for one
 // row, another float32 summation order). w must not change until
 // drop_copies(); WeightCopies (infer/weight_copies.hpp) keeps a model's
@@ -23,7 +24,7 @@
 
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
-#include "xfmr/backend/cpu/simd.hpp"
+#include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/core/error.hpp"
 
 namespace xfmr::detail {
@@ -37,17 +38,16 @@ class Bf16Products {
     const std::uint16_t* bits = nullptr;
     if (const auto it = copies_.find(B); it != copies_.end() && it->second.cols == ldb && (tb ? N : K) <= it->second.rows)
       bits = it->second.bits.data();
-#ifdef XFMR_SIMD_ROWS
-    if (bits && M == 1 && tb && !ta && alpha == 1.0f && beta == 0.0f) {
+    const auto row_kernel = cpu_kernels().gemv_rows_bf16;
+    if (bits && row_kernel && M == 1 && tb && !ta && alpha == 1.0f && beta == 0.0f) {
       rounded_row_.resize(std::size_t(K));
       for (int k = 0; k < K; ++k) rounded_row_[std::size_t(k)] = bf16::round(A[k]);
       const float* x = rounded_row_.data();
       parallel_ranges(
-          N, long(N) * K >= kGemvSplitWork, [=](long n0, long n1) { gemv_rows_bf16(int(n0), int(n1), K, bits, ldb, x, C); },
+          N, long(N) * K >= kGemvSplitWork, [=](long n0, long n1) { row_kernel(int(n0), int(n1), K, bits, ldb, x, C); },
           16);
       return;
     }
-#endif
     bf16::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bits);
   }
 

@@ -2,11 +2,12 @@
 // + beta C, and how it spends the threads on each shape:
 //
 // - one row times a weight matrix, y = W x (a decoding step's projections):
-//   cpu/simd.hpp's gemv_rows in float on AVX-512, else Eigen's GEMV; from
-//   kGemvSplitWork weights W's rows are split over the OpenMP threads, so
-//   each core streams its part of the matrix; two to kGemvMaxRows (16)
-//   rows (a batch of decoding steps) likewise through gemv_rows_multi, W
-//   read once for all of them, each row the bits it gets alone;
+//   in float the kernels' gemv_rows (cpu/kernels.hpp: the level the CPU
+//   runs), in double Eigen's GEMV; from kGemvSplitWork weights W's rows are
+//   split over the OpenMP threads, so each core streams its part of the
+//   matrix; in float two to multi_rows (16) rows (a batch of decoding
+//   steps) likewise through gemv_rows_multi where the level has it, W read
+//   once for all of them, each row the bits it gets alone;
 // - from kBlasWork multiply-adds and kBlasMinSide rows and columns: one
 //   block of C's rows (or columns) per thread, through a libxsmm kernel
 //   when the weight-sized operand stays in cache (cpu/small_gemm.hpp), else
@@ -32,25 +33,10 @@
 
 #include "xfmr/backend/cpu/onednn_sgemm.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
-#include "xfmr/backend/cpu/simd.hpp"
+#include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/small_gemm.hpp"
 
 namespace xfmr::detail {
-
-// Rows [n0, n1) of y = W x, W (N, K) row-major with leading dimension ldw,
-// on this thread: gemv_rows in float on AVX-512, else Eigen's GEMV.
-template <class S>
-void gemv(int n0, int n1, int K, const S* W, long ldw, const S* x, S* y) {
-  if constexpr (std::is_same_v<S, float> && kSimdRows) {
-    gemv_rows(n0, n1, K, W, ldw, x, y);
-  } else {
-    using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
-    using CMap = Eigen::Map<const Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
-                            Eigen::OuterStride<>>;
-    Eigen::Map<Col>(y + n0, n1 - n0).noalias() =
-        CMap(W + long(n0) * ldw, n1 - n0, K, Eigen::OuterStride<>(ldw)) * Eigen::Map<const Col>(x, K);
-  }
-}
 
 template <class S>
 void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
@@ -61,24 +47,38 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
   using CMap = Eigen::Map<const MatR, 0, Strided>;
 
   // One contiguous row times a (N, K) weight matrix, y = W x (a decoding
-  // step's projections): gemv_rows (float, AVX-512) or Eigen's row-major
-  // GEMV, without the general product's dispatch. From kGemvSplitWork
-  // weights each thread takes a block of W's rows (multiples of 16, the
-  // kernel's block): the product is bound by reading W, and each core
-  // then reads its part from its own cache.
+  // step's projections): the kernels' gemv_rows in float, Eigen's row-major
+  // GEMV in double, without the general product's dispatch. From
+  // kGemvSplitWork weights each thread takes a block of W's rows (multiples
+  // of 16, a multiple of every kernel's block): the product is bound by
+  // reading W, and each core then reads its part from its own cache.
   if (M == 1 && tb && !ta && alpha == S(1) && beta == S(0)) {
-    parallel_ranges(
-        N, long(N) * K >= kGemvSplitWork, [=](long n0, long n1) { gemv(int(n0), int(n1), K, B, ldb, A, C); }, 16);
+    const bool split = long(N) * K >= kGemvSplitWork;
+    if constexpr (std::is_same_v<S, float>) {
+      const auto rows = cpu_kernels().gemv_rows;
+      parallel_ranges(N, split, [=](long n0, long n1) { rows(int(n0), int(n1), K, B, ldb, A, C); }, 16);
+    } else {
+      using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+      parallel_ranges(
+          N, split,
+          [=](long n0, long n1) {
+            Eigen::Map<Col>(C + n0, n1 - n0).noalias() =
+                CMap(B + n0 * ldb, n1 - n0, K, Strided(ldb)) * Eigen::Map<const Col>(A, K);
+          },
+          16);
+    }
     return;
   }
-  // A few rows times a weight matrix (a batch of decoding steps): on
-  // AVX-512, gemv_rows_multi reads W once for all of them, each row's
+  // A few rows times a weight matrix (a batch of decoding steps): the
+  // kernels' gemv_rows_multi reads W once for all of them, each row's
   // outputs the bits of its own y = W x above; BLAS would pack W for them.
-  if constexpr (std::is_same_v<S, float> && kSimdRows) {
-    if (M > 1 && M <= kGemvMaxRows && tb && !ta && alpha == S(1) && beta == S(0)) {
+  if constexpr (std::is_same_v<S, float>) {
+    const CpuKernels& kernels = cpu_kernels();
+    if (M > 1 && M <= kernels.multi_rows && tb && !ta && alpha == S(1) && beta == S(0)) {
+      const auto multi = kernels.gemv_rows_multi;
       parallel_ranges(
           N, long(N) * K >= kGemvSplitWork,
-          [=](long n0, long n1) { gemv_rows_multi(M, int(n0), int(n1), K, B, ldb, A, lda, C, ldc); }, 16);
+          [=](long n0, long n1) { multi(M, int(n0), int(n1), K, B, ldb, A, lda, C, ldc); }, 16);
       return;
     }
   }

@@ -19,9 +19,9 @@
 //
 // multiplied in that order. The sum being exact, a row's outputs are the
 // same bits whatever rows come with it (one decoding step, a batch of
-// streams, a prompt), through either kernel: AVX-512 VNNI's
-// (int8_block_vnni) where the target has it, a plain loop elsewhere
-// (test_int8 recomputes the formula and compares bit for bit). Products
+// streams, a prompt), and at every level of cpu/kernels.hpp: AVX-512
+// VNNI's, AVX2's or a plain loop (test_int8 recomputes the formula and
+// compares bit for bit at each level the CPU runs). Products
 // of other operands (attention's, training's) stay float32. w must not
 // change until drop_copies(); WeightCopies (infer/weight_copies.hpp)
 // keeps a model's matrices for one scope.
@@ -35,119 +35,12 @@
 #include <vector>
 
 #include "xfmr/backend/cpu/gemm.hpp"
+#include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
-#include "xfmr/backend/cpu/simd.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/int8.hpp"
 
-#if defined(XFMR_SIMD_ROWS) && defined(__AVX512VNNI__)
-#define XFMR_INT8_VNNI 1
-#endif
-
 namespace xfmr::detail {
-
-// One output of the int8 product from its exact integer sum (the formula
-// above, in its order).
-inline float int8_output(std::int32_t sum, float weight_scale, float row_scale) {
-  return float(sum) * weight_scale * row_scale;
-}
-
-#ifdef XFMR_INT8_VNNI
-// One block of Q's rows [r0, r0 + rows), rows <= 16, against M rows of U
-// (uint8, ldu apart, K columns): lane r of I[m] = sum_k U[m, k] Q[r0 + r,
-// k], lanes past `rows` zero. R of Q's rows a pass share each load of U's
-// rows (R x M accumulators, vpdpbusd summing four products a lane), and
-// the next pass's R rows are prefetched into L2 meanwhile, as
-// gemv_block_multi does for float32 (simd.hpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC bug 105593, as in simd.hpp
-template <int M, int R>
-inline void int8_block_vnni(int r0, int rows, int K, const std::int8_t* Q, long ldq, const std::uint8_t* U, long ldu,
-                            __m512i* I) {
-  const int k_full = K - K % 64;
-  const __mmask64 k_tail = K % 64 ? __mmask64(~0ull >> (64 - K % 64)) : __mmask64(0);
-  __m512 acc[M][16];  // int32 lanes in float32's bits, for sum16_epi32
-  for (int r = 0; r < 16; r += R) {
-    __m512i s[M][R];
-    for (int m = 0; m < M; ++m)
-      for (int j = 0; j < R; ++j) s[m][j] = _mm512_setzero_si512();
-    if (r < rows) {
-      const std::int8_t* w[R];  // rows past the block read its last again, then are dropped
-      for (int j = 0; j < R; ++j) w[j] = Q + long(r0 + std::min(r + j, rows - 1)) * ldq;
-      const auto add = [&](int k, __mmask64 lanes) {
-        __m512i v[R];
-        for (int j = 0; j < R; ++j) v[j] = _mm512_maskz_loadu_epi8(lanes, w[j] + k);
-        for (int m = 0; m < M; ++m) {
-          const __m512i x = _mm512_maskz_loadu_epi8(lanes, U + m * ldu + k);
-          for (int j = 0; j < R; ++j) s[m][j] = _mm512_dpbusd_epi32(s[m][j], x, v[j]);
-        }
-      };
-      for (int k = 0; k < k_full; k += 64) {
-        for (int j = 0; j < R; ++j) _mm_prefetch(reinterpret_cast<const char*>(w[j] + 16 * ldq + k), _MM_HINT_T1);
-        add(k, ~__mmask64(0));
-      }
-      if (k_tail) add(k_full, k_tail);
-    }
-    for (int m = 0; m < M; ++m)
-      for (int j = 0; j < R; ++j) acc[m][r + j] = r + j < rows ? _mm512_castsi512_ps(s[m][j]) : _mm512_setzero_ps();
-  }
-  for (int m = 0; m < M; ++m) I[m] = sum16_epi32(acc[m]);
-}
-#pragma GCC diagnostic pop
-#endif
-
-// Rows [n0, n1) of C(M, N) = the int8 product of U's M quantised rows
-// (ldu apart, their scales in `rows`) and Q (N, K), int8 with leading
-// dimension ldq, a scale and a sum of its q a row.
-inline void int8_product_rows(int n0, int n1, int M, int K, const std::int8_t* Q, long ldq, const float* scale,
-                              const std::int32_t* q_sum, const std::uint8_t* U, long ldu, const ActivationScale* rows,
-                              float* C, long ldc) {
-#ifdef XFMR_INT8_VNNI
-  // Sixteen of Q's rows a block, read from memory for the first eight rows
-  // of U and from cache for the rest; the fewer U's rows, the more of Q's a
-  // pass (at most sixteen accumulators).
-  for (int r0 = n0; r0 < n1; r0 += 16) {
-    const int live_rows = std::min(16, n1 - r0);
-    const __mmask16 live = first_lanes(live_rows);
-    const __m512 s = _mm512_maskz_loadu_ps(live, scale + r0);
-    const __m512i sums = _mm512_maskz_loadu_epi32(live, q_sum + r0);
-    for (int m0 = 0; m0 < M; m0 += 8) {
-      const int m_n = std::min(8, M - m0);
-      const std::uint8_t* u = U + long(m0) * ldu;
-      __m512i I[8];
-      switch (m_n) {
-        case 1: int8_block_vnni<1, 16>(r0, live_rows, K, Q, ldq, u, ldu, I); break;
-        case 2: int8_block_vnni<2, 8>(r0, live_rows, K, Q, ldq, u, ldu, I); break;
-        case 3: int8_block_vnni<3, 4>(r0, live_rows, K, Q, ldq, u, ldu, I); break;
-        case 4: int8_block_vnni<4, 4>(r0, live_rows, K, Q, ldq, u, ldu, I); break;
-        case 5: int8_block_vnni<5, 2>(r0, live_rows, K, Q, ldq, u, ldu, I); break;
-        case 6: int8_block_vnni<6, 2>(r0, live_rows, K, Q, ldq, u, ldu, I); break;
-        case 7: int8_block_vnni<7, 2>(r0, live_rows, K, Q, ldq, u, ldu, I); break;
-        default: int8_block_vnni<8, 2>(r0, live_rows, K, Q, ldq, u, ldu, I); break;
-      }
-      for (int m = 0; m < m_n; ++m) {
-        const ActivationScale a = rows[m0 + m];
-        const __m512i sum = _mm512_sub_epi32(I[m], _mm512_mullo_epi32(_mm512_set1_epi32(a.zero), sums));
-        const __m512 c = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), s), _mm512_set1_ps(a.scale));
-        _mm512_mask_storeu_ps(C + long(m0 + m) * ldc + r0, live, c);
-      }
-    }
-  }
-#else
-  for (int r = n0; r < n1; ++r) {
-    const std::int8_t* q = Q + long(r) * ldq;
-    for (int m = 0; m < M; ++m) {
-      const std::uint8_t* u = U + long(m) * ldu;
-      std::int32_t sum = 0;
-#ifdef _OPENMP
-#pragma omp simd reduction(+ : sum)  // vectorised at -O2 too (GCC 12's cheap model leaves it scalar, 30x slower)
-#endif
-      for (int k = 0; k < K; ++k) sum += std::int32_t(u[k]) * std::int32_t(q[k]);
-      C[long(m) * ldc + r] = int8_output(sum - rows[m].zero * q_sum[r], scale[r], rows[m].scale);
-    }
-  }
-#endif
-}
 
 class Int8Products {
  public:
@@ -172,10 +65,10 @@ class Int8Products {
     const std::int8_t* q = copy.q.data();
     const float* s = copy.scale.data();
     const std::int32_t* q_sum = copy.q_sum.data();
+    const auto product = cpu_kernels().int8_product_rows;
     parallel_ranges(
         N, long(N) * K * M >= kGemvSplitWork,
-        [=](long n0, long n1) { int8_product_rows(int(n0), int(n1), M, K, q, ldb, s, q_sum, U, ldu, rows, C, ldc); },
-        16);
+        [=](long n0, long n1) { product(int(n0), int(n1), M, K, q, ldb, s, q_sum, U, ldu, rows, C, ldc); }, 16);
   }
 
   // The widest weight row: beyond it sum_k u_k q_k could leave int32.

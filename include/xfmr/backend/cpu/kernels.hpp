@@ -1,0 +1,95 @@
+// kernels.hpp: the CPU's hand-written row kernels, and the one place that
+// picks which instruction set runs them.
+//
+// A decoding step's single rows (y = W x), a few rows against one weight
+// matrix (continuous batching), the bf16 and int8 weight copies' products
+// and one masked softmax row are each a few hundred nanoseconds to a few
+// microseconds of work, where general kernels (Eigen's, BLAS's) spend a good
+// part of it on horizontal sums, packing or scalar tails. They are written
+// for each instruction-set level that matters, each level in its own
+// translation unit compiled for it (src/kernels/), all in the one library:
+//
+//   portable  x86-64 (SSE2) or any other processor: Eigen's GEMV, plain loops
+//   avx2      x86-64-v3 (AVX2, FMA, F16C): eight rows side by side
+//   avx512    x86-64-v4 (AVX-512 F, BW, CD, DQ, VL): sixteen rows side by
+//             side; its int8 products through AVX-512 VNNI where the CPU
+//             has it, through AVX2's otherwise
+//
+// cpu_kernels() gives the table of the level in use: the best the CPU has
+// (cpuid), or the one XFMR_CPU_LEVEL names (portable, avx2, avx512) for a
+// test or a bug report, or the one set_cpu_level() chose last. Callers read
+// the table once a call, outside their parallel regions (gemm.hpp,
+// attention_rows.hpp, bf16_products.hpp, int8_products.hpp), and
+// CpuBackend's constructor resolves it, so a bad XFMR_CPU_LEVEL is an
+// xfmr::Error there.
+//
+// Within a level a row's outputs do not depend on the rows computed with it
+// (a row of a batch gets the bits it gets alone); across levels float sums
+// run in another order (8 or 16 lanes), while the int8 products, exact in
+// int32, are the same bits at every level.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xfmr/core/int8.hpp"
+
+namespace xfmr {
+
+enum class CpuLevel { portable, avx2, avx512 };
+
+// "portable", "avx2", "avx512".
+const char* cpu_level_name(CpuLevel level);
+// The best level this CPU runs, and every level it runs, lowest first.
+CpuLevel best_cpu_level();
+std::vector<CpuLevel> supported_cpu_levels();
+// The level in use (see above), and a line naming it for a program's
+// header: "avx512 (int8 through VNNI)", "avx2 (forced by XFMR_CPU_LEVEL)".
+CpuLevel cpu_level();
+std::string cpu_level_description();
+// From now on, every thread's kernels are this level's; xfmr::Error if the
+// CPU lacks it. For tests and measurements: not while a product runs.
+void set_cpu_level(CpuLevel level);
+
+namespace detail {
+
+struct CpuKernels {
+  CpuLevel level;
+  // Rows [n0, n1) of y = W x, W (N, K) row-major with leading dimension ldw.
+  void (*gemv_rows)(int n0, int n1, int K, const float* W, long ldw, const float* x, float* y);
+  // Rows [n0, n1) of Y = X W^T for 2 <= M <= multi_rows rows of X (ldx
+  // apart) into Y's rows (ldy apart), W read once for all of them: each
+  // row's outputs the bits gemv_rows gives it. multi_rows 0: no such kernel.
+  int multi_rows;
+  void (*gemv_rows_multi)(int M, int n0, int n1, int K, const float* W, long ldw, const float* X, long ldx, float* Y,
+                          long ldy);
+  // Rows [n0, n1) of y = W x with W's bfloat16 bits (bf16.hpp) and x float
+  // (already rounded to bfloat16 by the caller): the products exact, the
+  // sums float32. Null: no such kernel (bf16::gemm then).
+  void (*gemv_rows_bf16)(int n0, int n1, int K, const std::uint16_t* W, long ldw, const float* x, float* y);
+  // Rows [n0, n1) of C (M, N) = the int8 product of U's M quantised rows
+  // (ldu apart, their scales in `rows`) and Q (N, K) int8 with leading
+  // dimension ldq, a scale and a sum of its q a row (int8_products.hpp
+  // gives the formula).
+  void (*int8_product_rows)(int n0, int n1, int M, int K, const std::int8_t* Q, long ldq, const float* scale,
+                            const std::int32_t* q_sum, const std::uint8_t* U, long ldu, const ActivationScale* rows,
+                            float* C, long ldc);
+  const char* int8_isa;  // "VNNI", "AVX2", "plain loop"
+  // out[0, Tk) = the softmax of in[0, n) over the keys that pad (Tk bytes or
+  // null) leaves, zero at padded keys and from n on; all zero when no key is
+  // left. in and out may alias.
+  void (*softmax_row)(const float* in, float* out, int n, int Tk, const std::uint8_t* pad);
+};
+
+// The level in use's kernels.
+const CpuKernels& cpu_kernels();
+
+// One output of the int8 product from its exact integer sum, in the
+// formula's order (every level's).
+inline float int8_output(std::int32_t sum, float weight_scale, float row_scale) {
+  return float(sum) * weight_scale * row_scale;
+}
+
+}  // namespace detail
+}  // namespace xfmr

@@ -1,0 +1,294 @@
+// The CPU's row kernels at every level this processor runs
+// (backend/cpu/kernels.hpp), each forced in turn with set_cpu_level:
+// single rows against a double sum; a few rows at once, each the bits of
+// its single row; bf16 rows against their exact products summed in double;
+// int8 products equal to their formula, bit for bit, and so at every level
+// the same bits; softmax rows against double, with padded keys, infinities
+// and tails. And the choice itself: the best level is the one the kernel
+// (/proc/cpuinfo) says the processor has, a level it lacks is refused, and
+// cpu_level() names the one forced.
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/errors.hpp"
+#include "xfmr/backend/bf16.hpp"
+#include "xfmr/backend/cpu/kernels.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/int8.hpp"
+#include "xfmr/core/rng.hpp"
+
+namespace xfmr {
+std::ostream& operator<<(std::ostream& out, CpuLevel level) { return out << cpu_level_name(level); }
+}  // namespace xfmr
+
+BOOST_AUTO_TEST_SUITE(test_cpu_kernels)
+
+using namespace xfmr;
+
+namespace {
+
+// Runs f(kernels) at each level the CPU runs, then puts back the level in use.
+template <class F>
+void at_every_level(F&& f) {
+  const CpuLevel before = cpu_level();
+  for (CpuLevel level : supported_cpu_levels()) {
+    set_cpu_level(level);
+    BOOST_TEST_CONTEXT("level " << cpu_level_name(level)) {
+      BOOST_TEST(cpu_level() == level);
+      f(detail::cpu_kernels());
+    }
+  }
+  set_cpu_level(before);
+}
+
+std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(rng.uniform() * 2 - 1);
+  return v;
+}
+
+// Row n of W x in double, and the sum of its terms' magnitudes (the scale of
+// float32's rounding).
+std::array<double, 2> row_sum(const float* w, const float* x, int K) {
+  double s = 0, magnitude = 0;
+  for (int k = 0; k < K; ++k) {
+    s += double(w[k]) * x[k];
+    magnitude += std::abs(double(w[k]) * x[k]);
+  }
+  return {s, magnitude};
+}
+
+const std::array<std::array<int, 2>, 9> kShapes = {{{1, 1}, {3, 7}, {8, 8}, {17, 33}, {31, 64}, {45, 70},
+                                                     {130, 256}, {16, 16}, {9, 1031}}};
+
+}  // namespace
+
+// y = W x for row ranges that start and end inside the 8- and 16-row
+// blocks, widths around the vectors, leading dimensions wider than K;
+// nothing written outside [n0, n1).
+BOOST_AUTO_TEST_CASE(single_rows_match_a_double_sum_at_every_level) {
+  at_every_level([](const detail::CpuKernels& k) {
+    for (auto [N, K] : kShapes) {
+      const int ldw = K + 3;
+      const auto W = uniform(std::size_t(N) * ldw, 3), x = uniform(std::size_t(K), 4);
+      for (auto [n0, n1] : {std::array{0, N}, {N / 3, N - N / 4}}) {
+        if (n1 <= n0) continue;
+        std::vector<float> y(std::size_t(N) + 1, 7.0f);
+        k.gemv_rows(n0, n1, K, W.data(), ldw, x.data(), y.data());
+        BOOST_TEST_CONTEXT("N " << N << ", K " << K << ", rows [" << n0 << ", " << n1 << ")") {
+          for (int n = 0; n < N + 1; ++n) {
+            if (n < n0 || n >= n1) {
+              BOOST_TEST(y[std::size_t(n)] == 7.0f);
+              continue;
+            }
+            const auto [s, magnitude] = row_sum(W.data() + std::size_t(n) * ldw, x.data(), K);
+            BOOST_TEST(std::abs(y[std::size_t(n)] - s) <= 1e-6 * magnitude + 1e-30);
+          }
+        }
+      }
+    }
+  });
+}
+
+// Two to multi_rows rows of X against one W: each row's outputs the bits
+// gemv_rows gives it alone (a sequence decoded in a batch gets its own
+// numbers), strided operands, nothing written past a row.
+BOOST_AUTO_TEST_CASE(a_few_rows_give_each_rows_single_row_bits_at_every_level) {
+  at_every_level([](const detail::CpuKernels& k) {
+    if (k.multi_rows == 0) return;
+    BOOST_TEST(k.multi_rows == 16);
+    for (auto [N, K] : kShapes) {
+      for (int M : {2, 3, 4, 5, 8, 9, 16}) {
+        const int ldw = K + 5, ldx = K + 2, ldy = N + 3;
+        const auto W = uniform(std::size_t(N) * ldw, 5), X = uniform(std::size_t(M) * ldx, 6);
+        std::vector<float> Y(std::size_t(M) * ldy, 9.0f);
+        k.gemv_rows_multi(M, 0, N, K, W.data(), ldw, X.data(), ldx, Y.data(), ldy);
+        for (int m = 0; m < M; ++m) {
+          std::vector<float> y(static_cast<std::size_t>(N));
+          k.gemv_rows(0, N, K, W.data(), ldw, X.data() + std::size_t(m) * ldx, y.data());
+          BOOST_TEST_CONTEXT("N " << N << ", K " << K << ", M " << M << ", row " << m) {
+            BOOST_TEST(std::memcmp(y.data(), Y.data() + std::size_t(m) * ldy, y.size() * sizeof(float)) == 0);
+            BOOST_TEST(Y[std::size_t(m) * ldy + N] == 9.0f);
+          }
+        }
+      }
+    }
+  });
+}
+
+// bf16 weights times a row already rounded to bfloat16: the products are
+// exact, so only float32's sums differ from the double sum.
+BOOST_AUTO_TEST_CASE(bf16_rows_match_their_exact_products_summed_in_double) {
+  at_every_level([](const detail::CpuKernels& k) {
+    if (!k.gemv_rows_bf16) return;
+    for (auto [N, K] : kShapes) {
+      const int ldw = K + 1;
+      const auto Wf = uniform(std::size_t(N) * ldw, 7);
+      auto x = uniform(std::size_t(K), 8);
+      std::vector<std::uint16_t> W(Wf.size());
+      std::vector<float> widened(Wf.size());
+      for (std::size_t i = 0; i < W.size(); ++i) {
+        W[i] = bf16::from_float(Wf[i]);
+        widened[i] = bf16::to_float(W[i]);
+      }
+      for (auto& v : x) v = bf16::round(v);
+      std::vector<float> y(std::size_t(N) + 1, 7.0f);
+      k.gemv_rows_bf16(0, N, K, W.data(), ldw, x.data(), y.data());
+      BOOST_TEST_CONTEXT("N " << N << ", K " << K) {
+        for (int n = 0; n < N; ++n) {
+          const auto [s, magnitude] = row_sum(widened.data() + std::size_t(n) * ldw, x.data(), K);
+          BOOST_TEST(std::abs(y[std::size_t(n)] - s) <= 1e-6 * magnitude + 1e-30);
+        }
+        BOOST_TEST(y[std::size_t(N)] == 7.0f);
+      }
+    }
+  });
+}
+
+// The int8 product of quantised rows is its formula (int8_products.hpp),
+// summed here in 64 bits: bit for bit at every level, so every level gives
+// the same bits. Widths with and without 16- and 64-column tails, row counts
+// around the kernels' blocks, the extreme values of u and q.
+BOOST_AUTO_TEST_CASE(int8_products_are_their_formula_bit_for_bit_at_every_level) {
+  Rng rng(9);
+  for (auto [N, K] : {std::array{1, 1}, {7, 15}, {8, 16}, {17, 64}, {33, 100}, {40, 1031}}) {
+    for (int M : {1, 2, 3, 4, 5, 9, 16}) {
+      const int ldq = K + 2;
+      const long ldu = (K + 63) / 64 * 64;
+      std::vector<std::int8_t> Q(std::size_t(N) * ldq);
+      for (auto& q : Q) q = std::int8_t(int(rng.uniform() * 255) - 127);
+      Q[0] = 127, Q[std::size_t(ldq) * (N - 1)] = -127;
+      std::vector<float> scale(static_cast<std::size_t>(N));
+      std::vector<std::int32_t> q_sum(static_cast<std::size_t>(N));
+      for (int r = 0; r < N; ++r) {
+        scale[std::size_t(r)] = float(rng.uniform() + 0.01);
+        for (int c = 0; c < K; ++c) q_sum[std::size_t(r)] += Q[std::size_t(r) * ldq + c];
+      }
+      std::vector<std::uint8_t> U(std::size_t(M) * ldu, 0xAB);  // past K: not to be read as zeros
+      std::vector<detail::ActivationScale> rows(static_cast<std::size_t>(M));
+      for (int m = 0; m < M; ++m) {
+        for (int c = 0; c < K; ++c) U[std::size_t(m) * ldu + c] = std::uint8_t(rng.uniform() * 256);
+        U[std::size_t(m) * ldu] = 255;
+        rows[std::size_t(m)] = {float(rng.uniform() + 0.01), int(rng.uniform() * 256)};
+      }
+      std::vector<float> want(std::size_t(M) * N);
+      for (int m = 0; m < M; ++m)
+        for (int r = 0; r < N; ++r) {
+          long long sum = 0;
+          for (int c = 0; c < K; ++c) sum += long(U[std::size_t(m) * ldu + c]) * Q[std::size_t(r) * ldq + c];
+          sum -= (long long)rows[std::size_t(m)].zero * q_sum[std::size_t(r)];
+          want[std::size_t(m) * N + r] =
+              detail::int8_output(std::int32_t(sum), scale[std::size_t(r)], rows[std::size_t(m)].scale);
+        }
+      at_every_level([&](const detail::CpuKernels& k) {
+        const int ldc = N + 1;
+        std::vector<float> C(std::size_t(M) * ldc, 5.0f);
+        k.int8_product_rows(0, N, M, K, Q.data(), ldq, scale.data(), q_sum.data(), U.data(), ldu, rows.data(),
+                            C.data(), ldc);
+        BOOST_TEST_CONTEXT("N " << N << ", K " << K << ", M " << M << " through " << k.int8_isa) {
+          for (int m = 0; m < M; ++m) {
+            BOOST_TEST(std::memcmp(C.data() + std::size_t(m) * ldc, want.data() + std::size_t(m) * N,
+                                   std::size_t(N) * sizeof(float)) == 0);
+            BOOST_TEST(C[std::size_t(m) * ldc + N] == 5.0f);
+          }
+        }
+      });
+    }
+  }
+}
+
+// Softmax rows against double: lengths around the vectors, padded keys, a
+// row whose keys are all padded (all zero), scores of -infinity (zero
+// probability), scores far below the maximum (exp underflows to 0 or a
+// subnormal, as in double), the tail of Tk past n zeroed, nothing written
+// past Tk.
+BOOST_AUTO_TEST_CASE(softmax_rows_match_double_at_every_level) {
+  at_every_level([](const detail::CpuKernels& k) {
+    Rng rng(10);
+    for (int Tk : {1, 5, 8, 9, 16, 17, 40, 100}) {
+      for (int n : {Tk, Tk / 2, 0}) {
+        for (bool padded : {false, true}) {
+          std::vector<float> in(static_cast<std::size_t>(Tk));
+          for (auto& s : in) s = float(rng.uniform() * 16 - 8);
+          if (Tk > 3) in[1] = -std::numeric_limits<float>::infinity(), in[2] = -150.0f, in[3] = 85.0f;
+          std::vector<std::uint8_t> pad(std::size_t(Tk), 0);
+          for (int j = 0; j < Tk; ++j) pad[std::size_t(j)] = padded && j % 3 == 0;
+          std::vector<float> out(std::size_t(Tk) + 1, 9.0f);
+          k.softmax_row(in.data(), out.data(), n, Tk, padded ? pad.data() : nullptr);
+          double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+          for (int j = 0; j < n; ++j)
+            if (!pad[std::size_t(j)]) mx = std::max(mx, double(in[std::size_t(j)]));
+          for (int j = 0; j < n; ++j)
+            if (!pad[std::size_t(j)]) sum += std::exp(double(in[std::size_t(j)]) - mx);
+          BOOST_TEST_CONTEXT("Tk " << Tk << ", n " << n << (padded ? ", padded" : "")) {
+            for (int j = 0; j < Tk; ++j) {
+              const bool live = j < n && !pad[std::size_t(j)] && mx > -std::numeric_limits<double>::infinity();
+              const double want = live ? std::exp(double(in[std::size_t(j)]) - mx) / sum : 0.0;
+              // Masked keys are exactly zero; an exponential below float32's
+              // smallest normal may come out as 0 or as a subnormal
+              // (Eigen's, the portable level's, clamps its argument).
+              if (!live) BOOST_TEST(out[std::size_t(j)] == 0.0f);
+              else BOOST_TEST(std::abs(out[std::size_t(j)] - want) <= 2e-6 * want + std::numeric_limits<float>::min());
+            }
+            BOOST_TEST(out[std::size_t(Tk)] == 9.0f);
+          }
+        }
+      }
+    }
+  });
+}
+
+// The best level is the one the kernel reports the processor's flags for
+// (/proc/cpuinfo, read independently of cpuid's bits): x86-64-v4's AVX-512
+// subsets for avx512, x86-64-v3's set for avx2. And a level the processor
+// lacks is refused by name.
+BOOST_AUTO_TEST_CASE(the_best_level_is_the_processors_and_others_are_refused) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::set<std::string> flags;
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("flags", 0) == 0) {
+      std::istringstream words(line.substr(line.find(':') + 1));
+      for (std::string w; words >> w;) flags.insert(w);
+      break;
+    }
+  const auto has = [&](std::initializer_list<const char*> names) {
+    return std::all_of(names.begin(), names.end(), [&](const char* f) { return flags.count(f) > 0; });
+  };
+#if defined(__x86_64__)
+  BOOST_REQUIRE(!flags.empty());
+  // (LZCNT, "abm", is left out: some hypervisors' kernels do not list it.)
+  const bool v3 = has({"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe"});
+  const bool v4 = v3 && has({"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"});
+  const CpuLevel want = v4 ? CpuLevel::avx512 : v3 ? CpuLevel::avx2 : CpuLevel::portable;
+#else
+  const CpuLevel want = CpuLevel::portable;
+#endif
+  BOOST_TEST(best_cpu_level() == want);
+  BOOST_TEST(supported_cpu_levels().back() == best_cpu_level());
+  BOOST_TEST(supported_cpu_levels().front() == CpuLevel::portable);
+  const CpuLevel before = cpu_level();
+  for (CpuLevel level : {CpuLevel::portable, CpuLevel::avx2, CpuLevel::avx512}) {
+    if (level <= best_cpu_level()) continue;
+    const std::string message = test::error_of([&] { set_cpu_level(level); });
+    BOOST_TEST(message.find(cpu_level_name(level)) != std::string::npos, message);
+    BOOST_TEST(message.find("this CPU lacks it") != std::string::npos, message);
+  }
+  BOOST_TEST(cpu_level() == before);
+  set_cpu_level(CpuLevel::portable);
+  BOOST_TEST(cpu_level_description().find("portable (set_cpu_level") == 0);
+  set_cpu_level(before);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
