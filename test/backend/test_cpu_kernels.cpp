@@ -163,7 +163,8 @@ BOOST_AUTO_TEST_CASE(bf16_rows_match_their_exact_products_summed_in_double) {
 // around the kernels' blocks, the extreme values of u and q.
 BOOST_AUTO_TEST_CASE(int8_products_are_their_formula_bit_for_bit_at_every_level) {
   Rng rng(9);
-  for (auto [N, K] : {std::array{1, 1}, {7, 15}, {8, 16}, {17, 64}, {33, 100}, {40, 1031}}) {
+  for (auto shape : {std::array{1, 1}, {7, 15}, {8, 16}, {17, 64}, {33, 100}, {40, 1031}}) {
+    const int N = shape[0], K = shape[1];  // not a structured binding: Clang 14's lambdas cannot capture one
     for (int M : {1, 2, 3, 4, 5, 9, 16}) {
       const int ldq = K + 2;
       const long ldu = (K + 63) / 64 * 64;
