@@ -1,24 +1,15 @@
 // portable.cpp: the row kernels of backend/cpu/kernels.hpp for any
 // processor (x86-64's baseline, SSE2, or another architecture): Eigen's
-// GEMV, a plain loop for the int8 products, attention_rows.hpp's softmax;
+// GEMV and softmax (row_references.hpp), a plain loop for the int8 products;
 // no kernel for a few rows at once (gemm.hpp sends them to BLAS) or for
 // bf16 weight copies (bf16::gemm). Compiled with the library's own flags.
-#include <Eigen/Core>
 #include <cstdint>
 
 #include "kernels/levels.hpp"
-#include "xfmr/backend/cpu/attention_rows.hpp"
+#include "xfmr/backend/cpu/row_references.hpp"
 
 namespace xfmr::detail::portable {
 namespace {
-
-void gemv_rows(int n0, int n1, int K, const float* W, long ldw, const float* x, float* y) {
-  using Col = Eigen::Matrix<float, Eigen::Dynamic, 1>;
-  using Rows = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
-                          Eigen::OuterStride<>>;
-  Eigen::Map<Col>(y + n0, n1 - n0).noalias() =
-      Rows(W + long(n0) * ldw, n1 - n0, K, Eigen::OuterStride<>(ldw)) * Eigen::Map<const Col>(x, K);
-}
 
 void int8_product_rows(int n0, int n1, int M, int K, const std::int8_t* Q, long ldq, const float* scale,
                        const std::int32_t* q_sum, const std::uint8_t* U, long ldu, const ActivationScale* rows,
@@ -42,7 +33,7 @@ void int8_product_rows(int n0, int n1, int M, int K, const std::int8_t* Q, long 
 CpuKernels kernels() {
   CpuKernels k{};
   k.level = CpuLevel::portable;
-  k.gemv_rows = gemv_rows;
+  k.gemv_rows = gemv_rows_reference<float>;
   k.int8_product_rows = int8_product_rows;
   k.int8_isa = "plain loop";
   k.softmax_row = softmax_row_reference<float>;

@@ -14,6 +14,7 @@
 
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/backend/cpu/kernels.hpp"
+#include "xfmr/backend/cpu/row_references.hpp"
 #include "xfmr/core/mask.hpp"
 #include "xfmr/core/rng.hpp"
 
@@ -25,32 +26,6 @@ using RowVector = Eigen::Matrix<S, 1, Eigen::Dynamic>;
 // Keys [0, n) that the causal part of the mask leaves to query row i.
 inline int visible_keys(const AttentionMask& mask, int i, int Tq, int Tk) {
   return mask.causal ? std::clamp(i + Tk - Tq + 1, 0, Tk) : Tk;
-}
-
-// out[0, Tk) = the softmax of in[0, n) over the keys that pad (Tk bytes or
-// null) leaves, zero at padded keys and from n on; all zero when no key is
-// left; in and out may alias. Eigen's exponentials: the double backend's
-// rows, and the float ones of the portable level (kernels.hpp).
-template <class S>
-void softmax_row_reference(const S* in, S* out, int n, int Tk, const std::uint8_t* pad) {
-  S mx = -std::numeric_limits<S>::infinity();
-  if (!pad) {
-    if (n > 0) mx = Eigen::Map<const RowVector<S>>(in, n).maxCoeff();
-  } else {
-    for (int j = 0; j < n; ++j)
-      if (!pad[j]) mx = std::max(mx, in[j]);
-  }
-  std::fill(out + n, out + Tk, S(0));
-  if (mx == -std::numeric_limits<S>::infinity()) {
-    std::fill(out, out + n, S(0));
-    return;
-  }
-  Eigen::Map<RowVector<S>> e(out, n);
-  e = (Eigen::Map<const RowVector<S>>(in, n).array() - mx).exp().matrix();
-  if (pad)
-    for (int j = 0; j < n; ++j)
-      if (pad[j]) out[j] = S(0);
-  e *= S(1) / e.sum();
 }
 
 // One row of a masked softmax; in and out may alias. All-masked rows -> 0.

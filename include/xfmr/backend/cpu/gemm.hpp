@@ -33,6 +33,7 @@
 
 #include "xfmr/backend/cpu/onednn_sgemm.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
+#include "xfmr/backend/cpu/row_references.hpp"
 #include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/small_gemm.hpp"
 
@@ -58,14 +59,8 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
       const auto rows = cpu_kernels().gemv_rows;
       parallel_ranges(N, split, [=](long n0, long n1) { rows(int(n0), int(n1), K, B, ldb, A, C); }, 16);
     } else {
-      using Col = Eigen::Matrix<S, Eigen::Dynamic, 1>;
       parallel_ranges(
-          N, split,
-          [=](long n0, long n1) {
-            Eigen::Map<Col>(C + n0, n1 - n0).noalias() =
-                CMap(B + n0 * ldb, n1 - n0, K, Strided(ldb)) * Eigen::Map<const Col>(A, K);
-          },
-          16);
+          N, split, [=](long n0, long n1) { gemv_rows_reference(int(n0), int(n1), K, B, ldb, A, C); }, 16);
     }
     return;
   }
