@@ -784,7 +784,7 @@ int main(int argc, char** argv) {
        "(DataParallel); 0: one per thread, or 1 for models over 64 MiB of parameters; 1: one model, each operation "
        "threaded instead")
       ("precision", po::value(&a.precision)->default_value(a.precision),
-       "fp32; bf16: matrix products on bfloat16 operands summed in float32 (CPU with AVX512-BF16); or int8 "
+       "fp32; bf16: matrix products on bfloat16 operands summed in float32 (CPU: AVX512-BF16, or float32 products of the rounded operands); or int8 "
        "(CPU, decoding): weights quantised to int8 once, a float32 scale a row")
       ("zero", po::value(&a.zero)->default_value(a.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 keeps them whole")

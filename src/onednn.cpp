@@ -45,15 +45,18 @@ namespace xfmr::bf16 {
 
 std::string unavailable_reason() {
 #ifdef XFMR_WITH_DNNL
-  static const std::string reason =
-      dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16
-          ? std::string()
-          : std::string("this processor has no AVX512-BF16 instructions (oneDNN runs ") +
-                (dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core ? "AVX-512" : "AVX2 or less") +
-                " here)";
-  return reason;
+  return "";
 #else
   return "xfmr was built without oneDNN (Debian's libdnnl-dev; CMake's XFMR_DNNL)";
+#endif
+}
+
+bool native() {
+#ifdef XFMR_WITH_DNNL
+  static const bool bf16_isa = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
+  return bf16_isa;
+#else
+  return false;
 #endif
 }
 
@@ -76,11 +79,25 @@ struct Context {
   dnnl::stream stream{engine};
   std::map<Shape, dnnl::matmul> products;
   std::vector<std::uint16_t> a, b;  // the operands, rounded
+  std::vector<float> fa, fb;         // ... and widened back to float32, without AVX512-BF16
 };
 
 Context& context() {
   thread_local Context c;
   return c;
+}
+
+// rows x cols of x (leading dimension ld) into out, rounded to bfloat16 and
+// widened back to float32 (or widened from bits, when given), same layout.
+void rounded_floats(int rows, int cols, const float* x, const std::uint16_t* bits, int ld, std::vector<float>& out) {
+  out.resize(std::size_t(rows - 1) * std::size_t(ld) + std::size_t(cols));
+  float* o = out.data();
+#pragma omp parallel for schedule(static) if (long(rows) * cols > 65536)
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const std::size_t i = std::size_t(r) * ld + c;
+      o[i] = bits ? to_float(bits[i]) : round(x[i]);
+    }
 }
 
 // rows x cols of x (leading dimension ld) into out, rounded, same layout.
@@ -126,6 +143,16 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
   if (K == 0) {  // C = beta C
     for (int r = 0; r < M; ++r)
       for (int c = 0; c < N; ++c) C[std::size_t(r) * ldc + c] = beta == 0.0f ? 0.0f : beta * C[std::size_t(r) * ldc + c];
+    return;
+  }
+  if (!native()) {
+    // Products of bfloat16 values are exact in float32 (8 significant bits
+    // times 8): float32's sgemm on the rounded operands gives bf16 products,
+    // their sums in float32 (in its order).
+    rounded_floats(ta ? K : M, ta ? M : K, A, nullptr, lda, ctx.fa);
+    rounded_floats(tb ? N : K, tb ? K : N, B, B_bits, ldb, ctx.fb);
+    require(detail::onednn_sgemm(ta, tb, M, N, K, alpha, ctx.fa.data(), lda, ctx.fb.data(), ldb, beta, C, ldc),
+            "bf16 products: oneDNN's sgemm failed on a ", M, " x ", N, " x ", K, " product");
     return;
   }
   const Shape shape{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};

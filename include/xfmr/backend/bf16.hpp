@@ -4,9 +4,14 @@
 // bfloat16 keeps float32's exponent and 8 of its 24 significant bits, so a
 // value rounds to within 2^-8 of itself (relative; round to nearest, ties to
 // even, as PyTorch's .to(torch.bfloat16)). gemm() rounds both operands so
-// and multiplies them on AVX512-BF16 (two products per float32 lane and
-// instruction, twice float32's FMA rate) through oneDNN's matmul, summing in
-// float32 into a float32 C. Everything else in a bf16 model stays float32:
+// and multiplies them, summing in float32 into a float32 C: on AVX512-BF16
+// (native(): two products per float32 lane and instruction, twice float32's
+// FMA rate) through oneDNN's matmul; elsewhere through oneDNN's sgemm on
+// the rounded operands widened back to float32, whose products are exact
+// (8 significant bits times 8), so the same numbers to float32's summation
+// order, at float32's speed plus the rounding. Decoding gains either way:
+// a single row against a bf16 weight copy reads half of float32's bytes
+// (cpu/kernels.hpp's gemv_rows_bf16, AVX2 and AVX-512). Everything else in a bf16 model stays float32:
 // the weights (the master copy the optimizer updates), the activations
 // between products, every reduction.
 //
@@ -16,9 +21,9 @@
 // summation error (test_bf16 checks this bound element by element).
 //
 // available() says whether products can run so: xfmr built with oneDNN
-// (Debian's libdnnl-dev; CMake's XFMR_DNNL) on a processor with AVX512-BF16.
-// Without, gemm() throws xfmr::Error saying why (unavailable_reason()); the
-// programs then fall back to float32 with a notice. oneDNN is included by
+// (Debian's libdnnl-dev; CMake's XFMR_DNNL), on any processor. Without,
+// gemm() throws xfmr::Error saying why (unavailable_reason()); the programs
+// then fall back to float32 with a notice. oneDNN is included by
 // src/onednn.cpp alone.
 #pragma once
 
@@ -52,6 +57,9 @@ inline float to_float(std::uint16_t b) { return std::bit_cast<float>(std::uint32
 inline float round(float x) { return to_float(from_float(x)); }
 
 bool available();
+// Whether the products run on the processor's bfloat16 instructions
+// (AVX512-BF16), rather than as float32 products of the rounded operands.
+bool native();
 // Why available() is false ("" when it is true).
 std::string unavailable_reason();
 
