@@ -51,7 +51,13 @@ template <class S>
 void CpuActivation<S>::relu_backward(std::size_t n, const S* x, const S* dy, S* dx) {
   const long ln = static_cast<long>(n);
   parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
-    for (long i = lo; i < hi; ++i) dx[i] = x[i] > S(0) ? dy[i] : S(0);
+    // dy read whatever the sign: a load under the condition leaves GCC no
+    // vector form without masked loads (SSE2: a branch an element, half of
+    // them mispredicted, 10% of a portable build's training step).
+    for (long i = lo; i < hi; ++i) {
+      const S g = dy[i];
+      dx[i] = x[i] > S(0) ? g : S(0);
+    }
   });
 }
 

@@ -41,7 +41,10 @@ void CpuDropout<S>::dropout_backward(std::size_t n, float p, const std::uint8_t*
   const S scale = S(1) / (S(1) - S(p));
   const long ln = static_cast<long>(n);
   parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
-    for (long i = lo; i < hi; ++i) dx[i] = keep[i] ? dy[i] * scale : S(0);
+    for (long i = lo; i < hi; ++i) {  // dy read unconditionally: a vector form without masked loads (relu_backward)
+      const S g = dy[i] * scale;
+      dx[i] = keep[i] ? g : S(0);
+    }
   });
 }
 
