@@ -149,7 +149,7 @@ json summarize(const std::vector<double>& secs, double tokens_per_call, double f
 // products), against the dense peak of the GPU in the run's precision, in
 // TFLOP/s: NVIDIA's figures for the H100 SXM (which the H200 shares), the
 // H100 PCIe and the A100; 0 for any other device, which gets no MFU.
-double promised_tflops(const std::string& device, const std::string& precision) {
+[[maybe_unused]] double promised_tflops(const std::string& device, const std::string& precision) {
   struct Peak {
     const char* name;
     double bf16, tf32, fp32;

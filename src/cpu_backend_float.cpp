@@ -1,6 +1,11 @@
-// cpu_backend_float.cpp: CpuBackend<float>, every family of operations
-// (backend/cpu/<family>.hpp), compiled here once: with XFMR_CPU_INSTANTIATE,
-// each family's XFMR_CPU_FAMILY line instantiates it for float where every
-// other translation unit declares it instantiated elsewhere.
-#define XFMR_CPU_INSTANTIATE float
+// cpu_backend_float.cpp: CpuBackend<float> and its families' classes
+// (backend/cpu/<family>.hpp), compiled here once, where every other
+// translation unit declares them instantiated elsewhere. The operations
+// they call are compiled once a CPU level, in src/kernels/ops_<level>.cpp.
 #include "xfmr/backend/cpu.hpp"
+
+namespace xfmr {
+
+XFMR_CPU_BACKEND_INSTANTIATE(float);
+
+}  // namespace xfmr

@@ -8,7 +8,7 @@
 // would emit an inline function compiled for AVX-512 is included (Eigen's,
 // the standard library's containers): a copy of one, merged by the linker
 // with the portable build's, could run on a CPU without AVX-512
-// (test/CMakeLists.txt's kernel_objects_have_no_weak_symbols checks).
+// (test/CMakeLists.txt's level_objects_share_no_symbols checks).
 #include <immintrin.h>
 
 #include <cstdint>

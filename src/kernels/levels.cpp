@@ -61,11 +61,15 @@ bool runs(CpuLevel level) {
 }
 
 const detail::CpuKernels& table(CpuLevel level) {
-  static const detail::CpuKernels portable = detail::portable::kernels();
+  const auto with_ops = [](detail::CpuKernels k, const detail::CpuOps<float>* ops) {
+    k.ops = ops;
+    return k;
+  };
+  static const detail::CpuKernels portable = with_ops(detail::portable::kernels(), detail::portable_ops());
 #ifdef XFMR_X86
-  static const detail::CpuKernels avx2 = detail::avx2::kernels();
-  static const detail::CpuKernels avx512 = [] {
-    detail::CpuKernels k = detail::avx512::kernels();
+  static const detail::CpuKernels avx2 = with_ops(detail::avx2::kernels(), detail::avx2_ops());
+  static const detail::CpuKernels avx512 = [&] {
+    detail::CpuKernels k = with_ops(detail::avx512::kernels(), detail::avx512_ops());
     k.int8_product_rows = features().vnni ? detail::avx512_vnni::int8_product_rows : avx2.int8_product_rows;
     k.int8_isa = features().vnni ? "VNNI" : avx2.int8_isa;
     return k;
@@ -160,6 +164,8 @@ const CpuKernels& cpu_kernels() {
   state.kernels.compare_exchange_strong(expected, first);
   return *state.kernels.load(std::memory_order_acquire);
 }
+
+const CpuOps<float>& float_ops() { return *cpu_kernels().ops; }
 
 }  // namespace detail
 }  // namespace xfmr

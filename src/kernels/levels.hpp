@@ -10,6 +10,11 @@
 
 namespace xfmr::detail {
 
+// The CPU families' float operations at each level (src/kernels/ops_*.cpp).
+const CpuOps<float>* portable_ops();
+const CpuOps<float>* avx2_ops();
+const CpuOps<float>* avx512_ops();
+
 namespace portable {
 CpuKernels kernels();
 }

@@ -4,9 +4,11 @@
 // its single row; bf16 rows against their exact products summed in double;
 // int8 products equal to their formula, bit for bit, and so at every level
 // the same bits; softmax rows against double, with padded keys, infinities
-// and tails. And the choice itself: the best level is the one the kernel
-// (/proc/cpuinfo) says the processor has, a level it lacks is refused, and
-// cpu_level() names the one forced.
+// and tails. The families' operations (backend/cpu/ops.hpp) follow the
+// level: CpuBackend<float> runs that level's copy, which agrees with
+// CpuBackend<double>. And the choice itself: the best level is the one the
+// kernel (/proc/cpuinfo) says the processor has, a level it lacks is
+// refused, and cpu_level() names the one forced.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <array>
@@ -23,6 +25,7 @@
 
 #include "support/errors.hpp"
 #include "xfmr/backend/bf16.hpp"
+#include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/int8.hpp"
@@ -249,6 +252,90 @@ BOOST_AUTO_TEST_CASE(softmax_rows_match_double_at_every_level) {
       }
     }
   });
+}
+
+// The families' operations at each level: CpuBackend<float> calls the
+// level's own copy (a table of its own, compiled for it), and its results
+// agree with CpuBackend<double>'s on the same inputs: a product small enough
+// for Eigen, layer norm forward and backward, GELU, tiled attention forward
+// and backward (causal, two tiles of keys), an AdamW step.
+BOOST_AUTO_TEST_CASE(the_families_operations_run_at_the_level_and_agree_with_double) {
+  const auto as_double = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  const auto close = [](const std::vector<float>& got, const std::vector<double>& want, double tol) {
+    BOOST_REQUIRE_EQUAL(got.size(), want.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+    BOOST_TEST(worst <= tol, "largest difference " << worst << " over " << tol);
+  };
+  CpuBackend<float> f;
+  CpuBackend<double> d;
+  std::set<const void*> tables;
+  at_every_level([&](const detail::CpuKernels& k) {
+    BOOST_TEST((&detail::cpu_ops<float>() == k.ops));
+    BOOST_TEST((detail::cpu_ops<float>().level == cpu_level()));
+    tables.insert(k.ops);
+
+    const int M = 7, N = 9, K = 13;  // C = A B^T
+    const auto A = uniform(M * K, 1), B = uniform(N * K, 2);
+    std::vector<float> C(M * N);
+    std::vector<double> Cd(M * N);
+    f.gemm(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, C.data(), N);
+    d.gemm(false, true, M, N, K, 1.0, as_double(A).data(), K, as_double(B).data(), K, 0.0, Cd.data(), N);
+    close(C, Cd, 1e-5);
+
+    const int rows = 5, n = 300;
+    const auto x = uniform(rows * n, 3), g = uniform(n, 4), b = uniform(n, 5), dy = uniform(rows * n, 6);
+    std::vector<float> y(rows * n), mean(rows), rstd(rows), dx(rows * n), dg(n), db(n);
+    std::vector<double> yd(rows * n), meand(rows), rstdd(rows), dxd(rows * n), dgd(n), dbd(n);
+    f.layer_norm_forward(rows, n, x.data(), g.data(), b.data(), 1e-5f, y.data(), mean.data(), rstd.data());
+    d.layer_norm_forward(rows, n, as_double(x).data(), as_double(g).data(), as_double(b).data(), 1e-5, yd.data(),
+                         meand.data(), rstdd.data());
+    close(y, yd, 1e-5);
+    f.layer_norm_backward(rows, n, dy.data(), x.data(), g.data(), mean.data(), rstd.data(), dx.data(), dg.data(),
+                          db.data());
+    d.layer_norm_backward(rows, n, as_double(dy).data(), as_double(x).data(), as_double(g).data(), meand.data(),
+                          rstdd.data(), dxd.data(), dgd.data(), dbd.data());
+    close(dx, dxd, 1e-4);
+    close(dg, dgd, 1e-5);
+    close(db, dbd, 1e-5);
+
+    f.gelu_forward(x.size(), x.data(), y.data());
+    d.gelu_forward(x.size(), as_double(x).data(), yd.data());
+    close(y, yd, 1e-6);
+
+    AttentionDims a;
+    a.B = 2, a.H = 2, a.Tq = a.Tk = 150, a.QK_DIM = a.V_DIM = 16;  // 150 keys: two tiles of 128
+    const long elems = long(a.B) * a.Tq * a.H * a.QK_DIM;
+    const auto q = uniform(elems, 7), kk = uniform(elems, 8), v = uniform(elems, 9), dya = uniform(elems, 10);
+    const AttentionMask causal{true, nullptr};
+    const int ld = a.H * a.QK_DIM;
+    std::vector<float> ya(elems), lse(a.B * a.H * a.Tq), dq(elems), dk(elems), dv(elems);
+    std::vector<double> yad(elems), lsed(a.B * a.H * a.Tq), dqd(elems), dkd(elems), dvd(elems);
+    f.flash_attention_forward(a, q.data(), ld, kk.data(), ld, v.data(), ld, ya.data(), ld, lse.data(), causal);
+    d.flash_attention_forward(a, as_double(q).data(), ld, as_double(kk).data(), ld, as_double(v).data(), ld,
+                              yad.data(), ld, lsed.data(), causal);
+    close(ya, yad, 1e-5);
+    f.flash_attention_backward(a, dya.data(), ld, ya.data(), ld, q.data(), ld, kk.data(), ld, v.data(), ld, lse.data(),
+                               causal, dq.data(), dk.data(), dv.data());
+    d.flash_attention_backward(a, as_double(dya).data(), ld, yad.data(), ld, as_double(q).data(), ld,
+                               as_double(kk).data(), ld, as_double(v).data(), ld, lsed.data(), causal, dqd.data(),
+                               dkd.data(), dvd.data());
+    close(dq, dqd, 1e-4);
+    close(dk, dkd, 1e-4);
+    close(dv, dvd, 1e-4);
+
+    auto p = uniform(n, 11), m = uniform(n, 12), vv = uniform(n, 13);
+    for (auto& e : vv) e = std::abs(e);
+    auto pd = as_double(p), md = as_double(m), vd = as_double(vv);
+    const auto grad = uniform(n, 14);
+    const auto gradd = as_double(grad);
+    const AdamWTensor<float> t{std::size_t(n), p.data(), grad.data(), m.data(), vv.data(), 0.1f};
+    const AdamWTensor<double> td{std::size_t(n), pd.data(), gradd.data(), md.data(), vd.data(), 0.1};
+    f.adamw_step(std::span(&t, 1), 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.001f);
+    d.adamw_step(std::span(&td, 1), 1e-2, 0.9, 0.999, 1e-8, 0.1, 0.001);
+    close(p, pd, 1e-6);
+  });
+  BOOST_TEST(tables.size() == supported_cpu_levels().size());  // one copy a level
 }
 
 // The best level is the one the kernel reports the processor's flags for

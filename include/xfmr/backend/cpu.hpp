@@ -5,8 +5,10 @@
 // the layer it serves (and its CUDA file, cuda/<family>.cu), each file
 // stating its operations' contracts: linear, residual, positional,
 // layer_norm, rms_norm, activation, dropout, embedding, classifier, losses,
-// optimizers, attention (family.hpp says how they are put together). They
-// are compiled once, in src/cpu_backend_float.cpp and src/cpu_backend_double.cpp.
+// optimizers, attention (family.hpp says how they are put together). The
+// classes are compiled once, in src/cpu_backend_float.cpp and
+// src/cpu_backend_double.cpp; the operations they call once a CPU level
+// (float) and once for double (cpu/ops.hpp).
 //
 // Threading is one level only. Every operation splits its rows, columns or
 // (batch, head) pairs over the OpenMP threads with detail::parallel_ranges,
@@ -36,6 +38,7 @@
 #include "xfmr/backend/cpu/layer_norm.hpp"
 #include "xfmr/backend/cpu/linear.hpp"
 #include "xfmr/backend/cpu/losses.hpp"
+#include "xfmr/backend/cpu/ops.hpp"
 #include "xfmr/backend/cpu/optimizers.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/backend/cpu/positional.hpp"
@@ -135,6 +138,24 @@ CpuBackend<S>::CpuBackend(CpuOptions opts)
 }
 
 XFMR_CPU_FAMILY(CpuBackend);
+
+// CpuBackend<S> and every family's class, instantiated (inside namespace
+// xfmr): once for each scalar type, in src/cpu_backend_float.cpp and
+// src/cpu_backend_double.cpp.
+#define XFMR_CPU_BACKEND_INSTANTIATE(S)          \
+  template class detail::CpuLinear<S>;          \
+  template class detail::CpuResidual<S>;        \
+  template class detail::CpuPositional<S>;      \
+  template class detail::CpuLayerNorm<S>;       \
+  template class detail::CpuRmsNorm<S>;         \
+  template class detail::CpuActivation<S>;      \
+  template class detail::CpuDropout<S>;         \
+  template class detail::CpuEmbedding<S>;       \
+  template class detail::CpuClassifier<S>;      \
+  template class detail::CpuLosses<S>;          \
+  template class detail::CpuOptimizers<S>;      \
+  template class detail::CpuAttention<S>;       \
+  template class CpuBackend<S>
 
 static_assert(Backend<CpuBackend<float>>);
 static_assert(Backend<CpuBackend<double>>);

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "xfmr/backend/attention_plan.hpp"
+#include "xfmr/backend/checks.hpp"
 #include "xfmr/backend/cpu/attention_heads.hpp"
 #include "xfmr/backend/cpu/attention_tiled.hpp"
 #include "xfmr/backend/cpu/family.hpp"
@@ -40,17 +41,42 @@ class CpuAttention {
 
   AttentionKernels attention_kernels() const { return cpu_attention_kernels(); }
   void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv, S* y,
-                         int ldy, S* probs, const AttentionMask& mask);
+                         int ldy, S* probs, const AttentionMask& mask) {
+    check_forward(a);
+    cpu_ops<S>().attention_forward(a, q, ldq, k, ldk, v, ldv, y, ldy, probs, mask, rows_path(a),
+                                   tiles(attention_forward_tiles(a)), bf16_);
+  }
   void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq, const S* k, int ldk,
-                          const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv);
+                          const S* v, int ldv, const S* probs, S* dq, S* dk, S* dv) {
+    check_backward(a);
+    cpu_ops<S>().attention_backward(a, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv, rows_path(a),
+                                    tiles(attention_backward_tiles(a)), bf16_);
+  }
   void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
-                               S* y, int ldy, S* lse, const AttentionMask& mask);
+                               S* y, int ldy, S* lse, const AttentionMask& mask) {
+    check_forward(a);
+    cpu_ops<S>().flash_attention_forward(a, q, ldq, k, ldk, v, ldv, y, ldy, lse, mask,
+                                         tiles(flash_forward_tiles(bf16_)), bf16_);
+  }
   void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo, const S* q, int ldq,
                                 const S* k, int ldk, const S* v, int ldv, const S* lse, const AttentionMask& mask,
-                                S* dq, S* dk, S* dv);
+                                S* dq, S* dk, S* dv) {
+    check_backward(a);
+    cpu_ops<S>().flash_attention_backward(a, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, mask, dq, dk, dv,
+                                          tiles(flash_backward_tiles(bf16_)), bf16_);
+  }
   std::size_t attention_scratch_bytes() const { return scratch_.size() * sizeof(S); }
 
  private:
+  // The operations take their dimensions as checked here.
+  static void check_forward(const AttentionDims& a) {
+    check_dropout_rate(a.dropout);
+    check_kv_heads(a);
+  }
+  static void check_backward(const AttentionDims& a) {
+    check_unstrided_keys(a);
+    check_forward(a);
+  }
   // per_thread elements for each thread of a parallel region (none:
   // nullptr). Grows only, so steps of one shape allocate nothing.
   S* tiles(long per_thread);
@@ -62,36 +88,6 @@ class CpuAttention {
   bool bf16_;
   AlignedVector<S> scratch_;  // per-thread tiles (tiles()); grows only
 };
-
-template <class S>
-void CpuAttention<S>::attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v,
-                                        int ldv, S* y, int ldy, S* probs, const AttentionMask& mask) {
-  detail::attention_forward(a, q, ldq, k, ldk, v, ldv, y, ldy, probs, mask, rows_path(a),
-                            tiles(attention_forward_tiles(a)), bf16_);
-}
-
-template <class S>
-void CpuAttention<S>::attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q, int ldq,
-                                         const S* k, int ldk, const S* v, int ldv, const S* probs, S* dq, S* dk,
-                                         S* dv) {
-  detail::attention_backward(a, dy, ldy, q, ldq, k, ldk, v, ldv, probs, dq, dk, dv, rows_path(a),
-                             tiles(attention_backward_tiles(a)), bf16_);
-}
-
-template <class S>
-void CpuAttention<S>::flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk,
-                                              const S* v, int ldv, S* y, int ldy, S* lse, const AttentionMask& mask) {
-  detail::flash_attention_forward(a, q, ldq, k, ldk, v, ldv, y, ldy, lse, mask, tiles(flash_forward_tiles(bf16_)),
-                                  bf16_);
-}
-
-template <class S>
-void CpuAttention<S>::flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* y, int ldo,
-                                               const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
-                                               const S* lse, const AttentionMask& mask, S* dq, S* dk, S* dv) {
-  detail::flash_attention_backward(a, dy, ldy, y, ldo, q, ldq, k, ldk, v, ldv, lse, mask, dq, dk, dv,
-                                   tiles(flash_backward_tiles(bf16_)), bf16_);
-}
 
 template <class S>
 S* CpuAttention<S>::tiles(long per_thread) {

@@ -15,12 +15,13 @@
 
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/backend/bf16.hpp"
-#include "xfmr/backend/checks.hpp"
-#include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/backend/cpu/attention_rows.hpp"
+#include "xfmr/backend/cpu/family.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/core/mask.hpp"
 
 namespace xfmr::detail {
+inline namespace XFMR_CPU_OPS_NS {
 
 // Scratch elements attention needs for each thread (0: none).
 inline long attention_forward_tiles(const AttentionDims& a) { return a.dropout > 0.0f ? long(a.Tq) * a.Tk : 0; }
@@ -50,8 +51,6 @@ void attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, 
   using Strided = Eigen::OuterStride<>;
   using Map = Eigen::Map<MatR, 0, Strided>;
   using CMap = Eigen::Map<const MatR, 0, Strided>;
-  check_dropout_rate(a.dropout);
-  check_kv_heads(a);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   const bool drop = a.dropout > 0.0f;
   const long tile = long(a.Tq) * a.Tk;
@@ -103,9 +102,6 @@ void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q
   using Strided = Eigen::OuterStride<>;
   using Map = Eigen::Map<MatR, 0, Strided>;
   using CMap = Eigen::Map<const MatR, 0, Strided>;
-  check_unstrided_keys(a);
-  check_dropout_rate(a.dropout);
-  check_kv_heads(a);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   const bool drop = a.dropout > 0.0f;
   const int KVH = a.kv_heads(), group = a.H / KVH;
@@ -178,4 +174,5 @@ void attention_backward(const AttentionDims& a, const S* dy, int ldy, const S* q
   });
 }
 
+}  // namespace XFMR_CPU_OPS_NS
 }  // namespace xfmr::detail

@@ -13,12 +13,14 @@
 #include <type_traits>
 
 #include "xfmr/backend/backend.hpp"
+#include "xfmr/backend/cpu/family.hpp"
 #include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/row_references.hpp"
 #include "xfmr/core/mask.hpp"
 #include "xfmr/core/rng.hpp"
 
 namespace xfmr::detail {
+inline namespace XFMR_CPU_OPS_NS {
 
 template <class S>
 using RowVector = Eigen::Matrix<S, 1, Eigen::Dynamic>;
@@ -143,4 +145,5 @@ AttendRowBackward<S> row_backward_kernel(const AttentionDims& a) {
   return with_head_width(a, [](auto w) -> AttendRowBackward<S> { return &attend_row_backward<S, w(), w()>; });
 }
 
+}  // namespace XFMR_CPU_OPS_NS
 }  // namespace xfmr::detail

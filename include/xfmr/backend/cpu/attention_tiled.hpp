@@ -25,13 +25,14 @@
 #include <limits>
 
 #include "xfmr/backend/backend.hpp"
-#include "xfmr/backend/checks.hpp"
 #include "xfmr/backend/cpu/attention_heads.hpp"
-#include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/backend/cpu/attention_rows.hpp"
+#include "xfmr/backend/cpu/family.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/core/mask.hpp"
 
 namespace xfmr::detail {
+inline namespace XFMR_CPU_OPS_NS {
 
 inline constexpr int kFlashRows = 64;   // query rows of a tile
 inline constexpr int kFlashKeys = 128;  // keys of a tile
@@ -137,8 +138,6 @@ template <class S>
 void flash_attention_forward(const AttentionDims& a, const S* q, int ldq, const S* k, int ldk, const S* v, int ldv,
                              S* y, int ldy, S* lse, const AttentionMask& mask, S* scratch, bool bf16 = false) {
   constexpr S kNegInf = -std::numeric_limits<S>::infinity();
-  check_dropout_rate(a.dropout);
-  check_kv_heads(a);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   const bool drop = a.dropout > 0.0f, own_region = may_fork();
   const long work = long(a.B) * a.H * a.Tq * a.Tk * (a.QK_DIM + a.V_DIM);
@@ -201,9 +200,6 @@ void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, cons
                               const S* k, int ldk, const S* v, int ldv, const S* lse, const AttentionMask& mask, S* dq,
                               S* dk, S* dv, S* scratch, bool bf16 = false) {
   constexpr S kNegInf = -std::numeric_limits<S>::infinity();
-  check_unstrided_keys(a);
-  check_dropout_rate(a.dropout);
-  check_kv_heads(a);
   const S scale = S(1) / std::sqrt(S(a.QK_DIM));
   const bool drop = a.dropout > 0.0f, own_region = may_fork();
   const int KVH = a.kv_heads(), group = a.H / KVH;
@@ -277,4 +273,5 @@ void flash_attention_backward(const AttentionDims& a, const S* dy, int ldy, cons
   });
 }
 
+}  // namespace XFMR_CPU_OPS_NS
 }  // namespace xfmr::detail

@@ -17,15 +17,19 @@ namespace xfmr::detail {
 template <class S>
 class CpuClassifier {
  public:
-  void mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y);
-  void mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx);
-
- private:
-  using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
+  void mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y) {
+    cpu_ops<S>().mean_pool_forward(B, T, D, x, exclude, y);
+  }
+  void mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx) {
+    cpu_ops<S>().mean_pool_backward(B, T, D, dy, exclude, dx);
+  }
 };
 
+inline namespace XFMR_CPU_OPS_NS {
+
 template <class S>
-void CpuClassifier<S>::mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y) {
+void mean_pool_forward(int B, int T, int D, const S* x, const std::uint8_t* exclude, S* y) {
+  using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   parallel_ranges(long(B), long(B) * T * D > kParallelWork, [=](long lo, long hi) {
     for (int b = int(lo); b < int(hi); ++b) {
       Eigen::Map<Vec> yb(y + long(b) * D, D);
@@ -42,7 +46,8 @@ void CpuClassifier<S>::mean_pool_forward(int B, int T, int D, const S* x, const 
 }
 
 template <class S>
-void CpuClassifier<S>::mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx) {
+void mean_pool_backward(int B, int T, int D, const S* dy, const std::uint8_t* exclude, S* dx) {
+  using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   parallel_ranges(long(B), long(B) * T * D > kParallelWork, [=](long lo, long hi) {
     for (int b = int(lo); b < int(hi); ++b) {
       int n = 0;
@@ -57,6 +62,8 @@ void CpuClassifier<S>::mean_pool_backward(int B, int T, int D, const S* dy, cons
     }
   });
 }
+
+}  // namespace XFMR_CPU_OPS_NS
 
 XFMR_CPU_FAMILY(CpuClassifier);
 

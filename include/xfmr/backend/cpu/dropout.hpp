@@ -19,13 +19,19 @@ namespace xfmr::detail {
 template <class S>
 class CpuDropout {
  public:
-  void dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep);
-  void dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx);
+  void dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep) {
+    check_dropout_rate(p);
+    cpu_ops<S>().dropout_forward(n, p, key, x, y, keep);
+  }
+  void dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx) {
+    cpu_ops<S>().dropout_backward(n, p, keep, dy, dx);
+  }
 };
 
+inline namespace XFMR_CPU_OPS_NS {
+
 template <class S>
-void CpuDropout<S>::dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep) {
-  check_dropout_rate(p);
+void dropout_forward(std::size_t n, float p, std::uint64_t key, const S* x, S* y, std::uint8_t* keep) {
   const S scale = S(1) / (S(1) - S(p));
   const long ln = static_cast<long>(n);
   parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
@@ -37,7 +43,7 @@ void CpuDropout<S>::dropout_forward(std::size_t n, float p, std::uint64_t key, c
 }
 
 template <class S>
-void CpuDropout<S>::dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx) {
+void dropout_backward(std::size_t n, float p, const std::uint8_t* keep, const S* dy, S* dx) {
   const S scale = S(1) / (S(1) - S(p));
   const long ln = static_cast<long>(n);
   parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
@@ -47,6 +53,8 @@ void CpuDropout<S>::dropout_backward(std::size_t n, float p, const std::uint8_t*
     }
   });
 }
+
+}  // namespace XFMR_CPU_OPS_NS
 
 XFMR_CPU_FAMILY(CpuDropout);
 

@@ -3,16 +3,27 @@
 // Each family of operations, the CPU side of one layer family, lives in
 // backend/cpu/<family>.hpp, named as its layer and its CUDA file
 // (cuda/<family>.cu): a class template CpuXxx<S>, one of CpuBackend's public
-// bases. Its members are declared in the class, with their contract, and
-// defined out of line below it; XFMR_CPU_FAMILY(CpuXxx) at the end of the
-// file declares CpuXxx<float> and CpuXxx<double> explicitly instantiated
-// elsewhere (extern template). So the definitions, and Eigen's kernels, are
-// compiled once, in src/cpu_backend_float.cpp and src/cpu_backend_double.cpp
-// (each defines XFMR_CPU_INSTANTIATE as its scalar type before it includes
-// cpu.hpp, turning each declaration into that type's instantiation); every
-// other translation unit calls them. A family that reads CpuOptions takes
-// them in its constructor.
+// bases, whose members state the contract and forward to the operations
+// themselves: function templates of the scalar type in xfmr::detail's inline
+// namespace XFMR_CPU_OPS_NS, below them in the same file. The operations
+// are compiled once for each instruction-set level (src/kernels/ops_*.cpp,
+// float) and once more for double (src/cpu_backend_double.cpp), each level
+// in a namespace of its own (ops_portable, ops_avx2, ops_avx512, with a copy
+// of Eigen's templates of its own), and CpuOps<S> (cpu/ops.hpp) is the table
+// of one copy: cpu_ops<S>() gives float the level the CPU runs
+// (cpu/kernels.hpp decides it, with the row kernels), double the portable
+// one. So a build for any x86-64 runs the families' Eigen expressions and
+// loops with AVX2 or AVX-512 where the processor has them, whatever the
+// flags of the program that includes these headers.
+//
+// XFMR_CPU_FAMILY(CpuXxx) at the end of a family's file declares CpuXxx<float>
+// and CpuXxx<double> explicitly instantiated elsewhere (extern template): in
+// src/cpu_backend_float.cpp and src/cpu_backend_double.cpp
+// (XFMR_CPU_BACKEND_INSTANTIATE, cpu.hpp). A family that reads CpuOptions
+// takes them in its constructor.
 #pragma once
+
+#include <type_traits>
 
 namespace xfmr {
 
@@ -32,10 +43,28 @@ struct CpuOptions {
 
 }  // namespace xfmr
 
-#ifdef XFMR_CPU_INSTANTIATE
-#define XFMR_CPU_FAMILY(Family) template class Family<XFMR_CPU_INSTANTIATE>
-#else
+// The namespace this translation unit's operations are compiled in; a level's
+// file of src/kernels/ names its own before it includes anything.
+#ifndef XFMR_CPU_OPS_NS
+#define XFMR_CPU_OPS_NS ops_portable
+#endif
+
+namespace xfmr::detail {
+
+template <class S>
+struct CpuOps;  // cpu/ops.hpp
+// The operations in use: float's at the level cpu_kernels() runs, double's
+// portable (src/kernels/levels.cpp, src/cpu_backend_double.cpp).
+const CpuOps<float>& float_ops();
+const CpuOps<double>& double_ops();
+template <class S>
+const CpuOps<S>& cpu_ops() {
+  if constexpr (std::is_same_v<S, float>) return float_ops();
+  else return double_ops();
+}
+
+}  // namespace xfmr::detail
+
 #define XFMR_CPU_FAMILY(Family)        \
   extern template class Family<float>; \
   extern template class Family<double>
-#endif

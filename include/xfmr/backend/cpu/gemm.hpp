@@ -31,13 +31,15 @@
 #include <cblas.h>
 #endif
 
+#include "xfmr/backend/cpu/family.hpp"
+#include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/onednn_sgemm.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/backend/cpu/row_references.hpp"
-#include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/small_gemm.hpp"
 
 namespace xfmr::detail {
+inline namespace XFMR_CPU_OPS_NS {
 
 template <class S>
 void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
@@ -164,4 +166,5 @@ void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, c
   else run(a.transpose(), b.transpose());
 }
 
+}  // namespace XFMR_CPU_OPS_NS
 }  // namespace xfmr::detail

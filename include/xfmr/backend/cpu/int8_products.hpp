@@ -34,7 +34,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "xfmr/backend/cpu/gemm.hpp"
 #include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/core/error.hpp"
@@ -44,15 +43,16 @@ namespace xfmr::detail {
 
 class Int8Products {
  public:
-  // Row-major C = alpha op(A) op(B) + beta C (CpuBackend::gemm's arguments):
-  // through B's int8 copy when it has one and the product is a weight's
-  // (B transposed, alpha 1, beta 0), float32 otherwise.
-  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+  // Row-major C = alpha op(A) op(B) + beta C (CpuBackend::gemm's arguments)
+  // through B's int8 copy when it has one and the product is a weight's (B
+  // transposed, alpha 1, beta 0); false otherwise, C untouched (the caller's
+  // float32 product).
+  bool gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) {
     const auto it = copies_.find(B);
     const bool weight = it != copies_.end() && it->second.cols == ldb && K <= ldb && N <= it->second.rows && tb &&
                         !ta && alpha == 1.0f && beta == 0.0f;
-    if (!weight) return detail::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (!weight) return false;
     const Copy& copy = it->second;
     const long ldu = (long(K) + 63) / 64 * 64;
     quantised_.resize(std::size_t(M) * std::size_t(ldu));
@@ -69,6 +69,7 @@ class Int8Products {
     parallel_ranges(
         N, long(N) * K * M >= kGemvSplitWork,
         [=](long n0, long n1) { product(int(n0), int(n1), M, K, q, ldb, s, q_sum, U, ldu, rows, C, ldc); }, 16);
+    return true;
   }
 
   // The widest weight row: beyond it sum_k u_k q_k could leave int32.

@@ -1,5 +1,6 @@
 // kernels.hpp: the CPU's hand-written row kernels, and the one place that
-// picks which instruction set runs them.
+// picks which instruction set runs them and the families' operations
+// (cpu/ops.hpp: each level's copy of them is in its table, CpuKernels::ops).
 //
 // A decoding step's single rows (y = W x), a few rows against one weight
 // matrix (continuous batching), the bf16 and int8 weight copies' products
@@ -54,8 +55,13 @@ void set_cpu_level(CpuLevel level);
 
 namespace detail {
 
+template <class S>
+struct CpuOps;
+
 struct CpuKernels {
   CpuLevel level;
+  // The CPU families' float operations compiled for this level (cpu/ops.hpp).
+  const CpuOps<float>* ops;
   // Rows [n0, n1) of y = W x, W (N, K) row-major with leading dimension ldw.
   void (*gemv_rows)(int n0, int n1, int K, const float* W, long ldw, const float* x, float* y);
   // Rows [n0, n1) of Y = X W^T for 2 <= M <= multi_rows rows of X (ldx

@@ -17,14 +17,19 @@ namespace xfmr::detail {
 template <class S>
 class CpuLayerNorm {
  public:
-  void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y, S* mean, S* rstd);
+  void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y, S* mean, S* rstd) {
+    cpu_ops<S>().layer_norm_forward(rows, n, x, gamma, beta, eps, y, mean, rstd);
+  }
   void layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean, const S* rstd,
-                           S* dx, S* dgamma, S* dbeta);
+                           S* dx, S* dgamma, S* dbeta) {
+    cpu_ops<S>().layer_norm_backward(rows, n, dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  }
 };
 
+inline namespace XFMR_CPU_OPS_NS {
+
 template <class S>
-void CpuLayerNorm<S>::layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y,
-                                         S* mean, S* rstd) {
+void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y, S* mean, S* rstd) {
   using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   const Eigen::Map<const Vec> g(gamma, n), bt(beta, n);
   parallel_ranges(long(rows), long(rows) * n > kParallelWork, [=](long lo, long hi) {
@@ -42,8 +47,8 @@ void CpuLayerNorm<S>::layer_norm_forward(int rows, int n, const S* x, const S* g
 
 // dgamma/dbeta are reduced first, so dx may alias dy.
 template <class S>
-void CpuLayerNorm<S>::layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean,
-                                          const S* rstd, S* dx, S* dgamma, S* dbeta) {
+void layer_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* mean, const S* rstd, S* dx,
+                         S* dgamma, S* dbeta) {
   using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   // Split over columns, rows added in order: the same sums on any thread count.
   parallel_ranges(long(n), long(rows) * n > kParallelWork, [=](long lo, long hi) {
@@ -66,6 +71,8 @@ void CpuLayerNorm<S>::layer_norm_backward(int rows, int n, const S* dy, const S*
     }
   });
 }
+
+}  // namespace XFMR_CPU_OPS_NS
 
 XFMR_CPU_FAMILY(CpuLayerNorm);
 

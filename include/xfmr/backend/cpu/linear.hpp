@@ -45,9 +45,15 @@ class CpuLinear {
       : bf16_(opts.bf16 && std::is_same_v<S, float>), int8_(opts.int8 && std::is_same_v<S, float>) {}
 
   void gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb, S beta, S* C,
-            int ldc);
-  void bias_add(int rows, int n, const S* bias, S* y);
-  void bias_grad(int rows, int n, const S* dy, S* dbias);
+            int ldc) {
+    if constexpr (std::is_same_v<S, float>) {
+      if (bf16_) return products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      if (int8_ && int8_products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+    }
+    cpu_ops<S>().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void bias_add(int rows, int n, const S* bias, S* y) { cpu_ops<S>().bias_add(rows, n, bias, y); }
+  void bias_grad(int rows, int n, const S* dy, S* dbias) { cpu_ops<S>().bias_grad(rows, n, dy, dbias); }
 
   void keep_weight_copy(const S* w, int rows, int cols);
   void keep_weight_copy(const S* w, int rows, int cols, const std::int8_t* q, const float* scale);
@@ -60,18 +66,10 @@ class CpuLinear {
   Int8Products int8_products_;  // int8 precision's
 };
 
-template <class S>
-void CpuLinear<S>::gemm(bool ta, bool tb, int M, int N, int K, S alpha, const S* A, int lda, const S* B, int ldb,
-                        S beta, S* C, int ldc) {
-  if constexpr (std::is_same_v<S, float>) {
-    if (bf16_) return products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (int8_) return int8_products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  }
-  detail::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
+inline namespace XFMR_CPU_OPS_NS {
 
 template <class S>
-void CpuLinear<S>::bias_add(int rows, int n, const S* bias, S* y) {
+void bias_add(int rows, int n, const S* bias, S* y) {
   parallel_ranges(long(rows), long(rows) * n > kParallelWork, [=](long lo, long hi) {
     for (long r = lo; r < hi; ++r) {
       S* yr = y + r * n;
@@ -83,7 +81,7 @@ void CpuLinear<S>::bias_add(int rows, int n, const S* bias, S* y) {
 // Split over columns, each summed over the rows in order: the same result
 // on any thread count.
 template <class S>
-void CpuLinear<S>::bias_grad(int rows, int n, const S* dy, S* dbias) {
+void bias_grad(int rows, int n, const S* dy, S* dbias) {
   parallel_ranges(long(n), long(rows) * n > kParallelWork, [=](long lo, long hi) {
     for (int r = 0; r < rows; ++r) {
       const S* g = dy + long(r) * n;
@@ -91,6 +89,8 @@ void CpuLinear<S>::bias_grad(int rows, int n, const S* dy, S* dbias) {
     }
   });
 }
+
+}  // namespace XFMR_CPU_OPS_NS
 
 template <class S>
 void CpuLinear<S>::keep_weight_copy(const S* w, int rows, int cols) {

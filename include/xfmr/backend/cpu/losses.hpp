@@ -29,25 +29,52 @@ template <class S>
 class CpuLosses {
  public:
   double cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets, int ignore_index,
-                               S* probs, S smoothing = S(0));
-  void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index,
-                              S dloss, S* dlogits, S smoothing = S(0));
-  double cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets,
-                                        int ignore_index, S dloss, S* dlogits, S smoothing = S(0));
+                               S* probs, S smoothing = S(0)) {
+    check_targets(rows, V, targets, ignore_index);
+    check_label_smoothing(smoothing);
+    cpu_ops<S>().cross_entropy_forward(rows, V, logits, targets, ignore_index, probs, smoothing, row_losses(rows));
+    return mean_of_rows(rows, targets, ignore_index);
+  }
+  void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index, S dloss,
+                              S* dlogits, S smoothing = S(0)) {
+    cpu_ops<S>().cross_entropy_backward(rows, V, probs, targets, ignore_index, dloss, dlogits, smoothing);
+  }
+  double cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets, int ignore_index,
+                                        S dloss, S* dlogits, S smoothing = S(0)) {
+    check_targets(rows, V, targets, ignore_index);
+    check_label_smoothing(smoothing);
+    cpu_ops<S>().cross_entropy_forward_backward(rows, V, logits, targets, ignore_index, dloss, dlogits, smoothing,
+                                                row_losses(rows));
+    return mean_of_rows(rows, targets, ignore_index);
+  }
 
  private:
-  double mean_of_rows(int rows, const std::int32_t* targets, int ignore_index) const;
-  using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
+  double* row_losses(int rows) {
+    row_loss_.resize(static_cast<std::size_t>(rows));
+    return row_loss_.data();
+  }
+  // The per-row losses summed in row order, over the counted rows.
+  double mean_of_rows(int rows, const std::int32_t* targets, int ignore_index) const {
+    double total = 0.0;
+    int counted = 0;
+    for (int r = 0; r < rows; ++r) {
+      total += row_loss_[r];
+      counted += targets[r] != ignore_index;
+    }
+    return counted ? total / counted : 0.0;
+  }
+
   std::vector<double> row_loss_;  // per-row loss before the ordered sum; grows only
 };
 
+inline namespace XFMR_CPU_OPS_NS {
+
+// The targets and smoothing already checked; row_loss (rows) each row's
+// loss (0 where ignored), which the caller sums in order.
 template <class S>
-double CpuLosses<S>::cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets,
-                                           int ignore_index, S* probs, S smoothing) {
-  check_targets(rows, V, targets, ignore_index);
-  check_label_smoothing(smoothing);
-  row_loss_.resize(static_cast<std::size_t>(rows));
-  double* row_loss = row_loss_.data();
+void cross_entropy_forward(int rows, int V, const S* logits, const std::int32_t* targets, int ignore_index, S* probs,
+                           S smoothing, double* row_loss) {
+  using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   parallel_ranges(long(rows), long(rows) * V > kParallelWork, [=](long lo, long hi) {
     for (int r = int(lo); r < int(hi); ++r) {
       const Eigen::Map<const Vec> z(logits + long(r) * V, V);
@@ -65,24 +92,12 @@ double CpuLosses<S>::cross_entropy_forward(int rows, int V, const S* logits, con
       row_loss[r] = lse - (1.0 - double(smoothing)) * double(z[t]) - double(smoothing) * double(z.mean());
     }
   });
-  return mean_of_rows(rows, targets, ignore_index);
-}
-
-// The per-row losses summed in row order, over the counted rows.
-template <class S>
-double CpuLosses<S>::mean_of_rows(int rows, const std::int32_t* targets, int ignore_index) const {
-  double total = 0.0;
-  int counted = 0;
-  for (int r = 0; r < rows; ++r) {
-    total += row_loss_[r];
-    counted += targets[r] != ignore_index;
-  }
-  return counted ? total / counted : 0.0;
 }
 
 template <class S>
-void CpuLosses<S>::cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets,
-                                          int ignore_index, S dloss, S* dlogits, S smoothing) {
+void cross_entropy_backward(int rows, int V, const S* probs, const std::int32_t* targets, int ignore_index, S dloss,
+                            S* dlogits, S smoothing) {
+  using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   int counted = 0;
   for (int r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
   const S scale = counted ? dloss / S(counted) : S(0);
@@ -103,15 +118,12 @@ void CpuLosses<S>::cross_entropy_backward(int rows, int V, const S* probs, const
 // probabilities held in its dlogits row between the two (so in place works:
 // the loss's terms are read from the logits before they are overwritten).
 template <class S>
-double CpuLosses<S>::cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets,
-                                                    int ignore_index, S dloss, S* dlogits, S smoothing) {
-  check_targets(rows, V, targets, ignore_index);
-  check_label_smoothing(smoothing);
+void cross_entropy_forward_backward(int rows, int V, const S* logits, const std::int32_t* targets, int ignore_index,
+                                    S dloss, S* dlogits, S smoothing, double* row_loss) {
+  using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   int counted = 0;
   for (int r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
   const S scale = counted ? dloss / S(counted) : S(0);
-  row_loss_.resize(static_cast<std::size_t>(rows));
-  double* row_loss = row_loss_.data();
   parallel_ranges(long(rows), long(rows) * V > kParallelWork, [=](long lo, long hi) {
     for (int r = int(lo); r < int(hi); ++r) {
       const Eigen::Map<const Vec> z(logits + long(r) * V, V);
@@ -132,8 +144,9 @@ double CpuLosses<S>::cross_entropy_forward_backward(int rows, int V, const S* lo
       d[t] -= (S(1) - smoothing) * scale;
     }
   });
-  return mean_of_rows(rows, targets, ignore_index);
 }
+
+}  // namespace XFMR_CPU_OPS_NS
 
 XFMR_CPU_FAMILY(CpuLosses);
 

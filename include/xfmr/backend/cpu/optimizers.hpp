@@ -23,19 +23,25 @@ namespace xfmr::detail {
 template <class S>
 class CpuOptimizers {
  public:
-  double sum_squares(std::size_t n, const S* x);
-  void scale(std::size_t n, S alpha, S* x);
+  double sum_squares(std::size_t n, const S* x) { return cpu_ops<S>().sum_squares(n, x); }
+  void scale(std::size_t n, S alpha, S* x) { cpu_ops<S>().scale(n, alpha, x); }
   void adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps, S bias_correction1,
-                  S bias_correction2);
-  void sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay);
+                  S bias_correction2) {
+    cpu_ops<S>().adamw_step(tensors, lr, beta1, beta2, eps, bias_correction1, bias_correction2);
+  }
+  void sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay) {
+    cpu_ops<S>().sgd_step(n, p, g, buf, lr, momentum, weight_decay);
+  }
 };
+
+inline namespace XFMR_CPU_OPS_NS {
 
 // Sum of squares, accumulated in double in a fixed order: eight running
 // sums (element i into sum i % 8, which vectorise), then added pairwise.
 // (One running sum waits on each addition's latency: the gradient norm
 // took 4% of shakespeare-small's training step that way, under 1% now.)
 template <class S>
-double CpuOptimizers<S>::sum_squares(std::size_t n, const S* x) {
+double sum_squares(std::size_t n, const S* x) {
   double acc[8] = {};
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -45,7 +51,7 @@ double CpuOptimizers<S>::sum_squares(std::size_t n, const S* x) {
 }
 
 template <class S>
-void CpuOptimizers<S>::scale(std::size_t n, S alpha, S* x) {
+void scale(std::size_t n, S alpha, S* x) {
   const long ln = static_cast<long>(n);
   parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
     for (long i = lo; i < hi; ++i) x[i] *= alpha;
@@ -58,8 +64,8 @@ void CpuOptimizers<S>::scale(std::size_t n, S alpha, S* x) {
 // All tensors in one parallel region: the ranges cut the tensors laid end
 // to end (a value's update reads only its own p, g, m and v).
 template <class S>
-void CpuOptimizers<S>::adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps,
-                                  S bias_correction1, S bias_correction2) {
+void adamw_step(std::span<const AdamWTensor<S>> tensors, S lr, S beta1, S beta2, S eps, S bias_correction1,
+                S bias_correction2) {
   using Arr = Eigen::Array<S, Eigen::Dynamic, 1>;
   const S step_size = lr / bias_correction1, rbc2 = S(1) / std::sqrt(bias_correction2);
   long total = 0;
@@ -87,7 +93,7 @@ void CpuOptimizers<S>::adamw_step(std::span<const AdamWTensor<S>> tensors, S lr,
 
 // SGD with momentum (torch.optim.SGD): g' = g + wd p; buf = mu buf + g'; p -= lr buf.
 template <class S>
-void CpuOptimizers<S>::sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay) {
+void sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S momentum, S weight_decay) {
   const long ln = static_cast<long>(n);
   parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
     for (long i = lo; i < hi; ++i) {
@@ -97,6 +103,8 @@ void CpuOptimizers<S>::sgd_step(std::size_t n, S* p, const S* g, S* buf, S lr, S
     }
   });
 }
+
+}  // namespace XFMR_CPU_OPS_NS
 
 XFMR_CPU_FAMILY(CpuOptimizers);
 

@@ -18,18 +18,24 @@ namespace xfmr::detail {
 template <class S>
 class CpuPositional {
  public:
-  void add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y);
-  void add_positions_backward(int B, int T, int D, const S* dy, S* dtable);
-  void rope_forward(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld);
-  void rope_backward(int B, int T, int offset, int H, int hd, const S* table, S* dx, int ld);
-
- private:
-  // Each (2i, 2i+1) pair of each head turned by its angle (sign -1: back).
-  static void rotate_pairs(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld, S sign);
+  void add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y) {
+    cpu_ops<S>().add_positions_forward(B, T, D, x, table, y);
+  }
+  void add_positions_backward(int B, int T, int D, const S* dy, S* dtable) {
+    cpu_ops<S>().add_positions_backward(B, T, D, dy, dtable);
+  }
+  void rope_forward(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld) {
+    cpu_ops<S>().rope_forward(B, T, offset, H, hd, table, x, ld);
+  }
+  void rope_backward(int B, int T, int offset, int H, int hd, const S* table, S* dx, int ld) {
+    cpu_ops<S>().rope_backward(B, T, offset, H, hd, table, dx, ld);
+  }
 };
 
+inline namespace XFMR_CPU_OPS_NS {
+
 template <class S>
-void CpuPositional<S>::add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y) {
+void add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y) {
   parallel_ranges(long(B) * T, long(B) * T * D > kParallelWork, [=](long lo, long hi) {
     for (long i_ = lo; i_ < hi; ++i_) {
       const int b = int(i_ / T), t = int(i_ % T);
@@ -41,7 +47,7 @@ void CpuPositional<S>::add_positions_forward(int B, int T, int D, const S* x, co
 
 // Parallel over t: each thread owns its table rows; the sum over b is serial.
 template <class S>
-void CpuPositional<S>::add_positions_backward(int B, int T, int D, const S* dy, S* dtable) {
+void add_positions_backward(int B, int T, int D, const S* dy, S* dtable) {
   parallel_ranges(long(T), long(B) * T * D > kParallelWork, [=](long lo, long hi) {
     for (int t = int(lo); t < int(hi); ++t)
       for (int b = 0; b < B; ++b) {
@@ -51,18 +57,9 @@ void CpuPositional<S>::add_positions_backward(int B, int T, int D, const S* dy, 
   });
 }
 
+// Each (2i, 2i+1) pair of each head turned by its angle (sign -1: back).
 template <class S>
-void CpuPositional<S>::rope_forward(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld) {
-  rotate_pairs(B, T, offset, H, hd, table, x, ld, S(1));
-}
-
-template <class S>
-void CpuPositional<S>::rope_backward(int B, int T, int offset, int H, int hd, const S* table, S* dx, int ld) {
-  rotate_pairs(B, T, offset, H, hd, table, dx, ld, S(-1));
-}
-
-template <class S>
-void CpuPositional<S>::rotate_pairs(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld, S sign) {
+void rotate_pairs(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld, S sign) {
   parallel_ranges(long(B) * T, long(B) * T * H * hd > kParallelWork, [=](long lo, long hi) {
     for (long r = lo; r < hi; ++r) {
       const S* cs = table + long(offset + int(r % T)) * hd;
@@ -77,6 +74,18 @@ void CpuPositional<S>::rotate_pairs(int B, int T, int offset, int H, int hd, con
     }
   });
 }
+
+template <class S>
+void rope_forward(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld) {
+  rotate_pairs(B, T, offset, H, hd, table, x, ld, S(1));
+}
+
+template <class S>
+void rope_backward(int B, int T, int offset, int H, int hd, const S* table, S* dx, int ld) {
+  rotate_pairs(B, T, offset, H, hd, table, dx, ld, S(-1));
+}
+
+}  // namespace XFMR_CPU_OPS_NS
 
 XFMR_CPU_FAMILY(CpuPositional);
 

@@ -17,13 +17,17 @@ namespace xfmr::detail {
 template <class S>
 class CpuResidual {
  public:
-  void add(std::size_t n, const S* a, const S* b, S* y);
-  void add_to(std::size_t n, const S* x, S* y);
-  void copy(std::size_t n, const S* x, S* y);
+  void add(std::size_t n, const S* a, const S* b, S* y) { cpu_ops<S>().add(n, a, b, y); }
+  void add_to(std::size_t n, const S* x, S* y) { cpu_ops<S>().add_to(n, x, y); }
+  void copy(std::size_t n, const S* x, S* y) {
+    if (x != y) std::copy(x, x + n, y);
+  }
 };
 
+inline namespace XFMR_CPU_OPS_NS {
+
 template <class S>
-void CpuResidual<S>::add(std::size_t n, const S* a, const S* b, S* y) {
+void add(std::size_t n, const S* a, const S* b, S* y) {
   const long ln = static_cast<long>(n);
   parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
     for (long i = lo; i < hi; ++i) y[i] = a[i] + b[i];
@@ -31,17 +35,14 @@ void CpuResidual<S>::add(std::size_t n, const S* a, const S* b, S* y) {
 }
 
 template <class S>
-void CpuResidual<S>::add_to(std::size_t n, const S* x, S* y) {
+void add_to(std::size_t n, const S* x, S* y) {
   const long ln = static_cast<long>(n);
   parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
     for (long i = lo; i < hi; ++i) y[i] += x[i];
   });
 }
 
-template <class S>
-void CpuResidual<S>::copy(std::size_t n, const S* x, S* y) {
-  if (x != y) std::copy(x, x + n, y);
-}
+}  // namespace XFMR_CPU_OPS_NS
 
 XFMR_CPU_FAMILY(CpuResidual);
 

@@ -17,12 +17,18 @@ namespace xfmr::detail {
 template <class S>
 class CpuRmsNorm {
  public:
-  void rms_norm_forward(int rows, int n, const S* x, const S* gamma, S eps, S* y, S* rstd);
-  void rms_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* rstd, S* dx, S* dgamma);
+  void rms_norm_forward(int rows, int n, const S* x, const S* gamma, S eps, S* y, S* rstd) {
+    cpu_ops<S>().rms_norm_forward(rows, n, x, gamma, eps, y, rstd);
+  }
+  void rms_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* rstd, S* dx, S* dgamma) {
+    cpu_ops<S>().rms_norm_backward(rows, n, dy, x, gamma, rstd, dx, dgamma);
+  }
 };
 
+inline namespace XFMR_CPU_OPS_NS {
+
 template <class S>
-void CpuRmsNorm<S>::rms_norm_forward(int rows, int n, const S* x, const S* gamma, S eps, S* y, S* rstd) {
+void rms_norm_forward(int rows, int n, const S* x, const S* gamma, S eps, S* y, S* rstd) {
   using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   const Eigen::Map<const Vec> g(gamma, n);
   parallel_ranges(long(rows), long(rows) * n > kParallelWork, [=](long lo, long hi) {
@@ -39,8 +45,7 @@ void CpuRmsNorm<S>::rms_norm_forward(int rows, int n, const S* x, const S* gamma
 // rstd; dgamma is reduced first (over columns, rows in order), so dx may
 // alias dy.
 template <class S>
-void CpuRmsNorm<S>::rms_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* rstd, S* dx,
-                                      S* dgamma) {
+void rms_norm_backward(int rows, int n, const S* dy, const S* x, const S* gamma, const S* rstd, S* dx, S* dgamma) {
   using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   parallel_ranges(long(n), long(rows) * n > kParallelWork, [=](long lo, long hi) {
     const long w = hi - lo;
@@ -59,6 +64,8 @@ void CpuRmsNorm<S>::rms_norm_backward(int rows, int n, const S* dy, const S* x, 
     }
   });
 }
+
+}  // namespace XFMR_CPU_OPS_NS
 
 XFMR_CPU_FAMILY(CpuRmsNorm);
 

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <limits>
 
+#include "xfmr/backend/cpu/family.hpp"
+
 namespace xfmr::detail {
+inline namespace XFMR_CPU_OPS_NS {
 
 // Rows [n0, n1) of y = W x, W (N, K) row-major with leading dimension ldw:
 // Eigen's row-major GEMV.
@@ -47,4 +50,5 @@ void softmax_row_reference(const S* in, S* out, int n, int Tk, const std::uint8_
   e *= S(1) / e.sum();
 }
 
+}  // namespace XFMR_CPU_OPS_NS
 }  // namespace xfmr::detail

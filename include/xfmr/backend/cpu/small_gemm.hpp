@@ -12,6 +12,8 @@
 // transposition: a few microseconds for a small model's weight matrix).
 #pragma once
 
+#include "xfmr/backend/cpu/family.hpp"
+
 namespace xfmr::detail {
 #ifdef XFMR_WITH_LIBXSMM
 inline constexpr bool kWithLibxsmm = true;
@@ -24,10 +26,11 @@ inline constexpr bool kWithLibxsmm = false;
 
 #include <libxsmm.h>
 
+#include <cstddef>
 #include <type_traits>
-#include <vector>
 
 namespace xfmr::detail {
+inline namespace XFMR_CPU_OPS_NS {
 
 // C[m0:m1, n0:n1] (+)= op(A)[m0:m1, :] * Bn, where Bn is the block's
 // (K, n1 - n0) columns of B, row-major with leading dimension ldb (already
@@ -54,16 +57,36 @@ bool small_gemm_block(bool ta, int m0, int m1, int n0, int n1, int K, const S* A
   return true;
 }
 
+// A thread's buffer for transposed(), grown as needed: a type of each
+// level's own, where a std::vector<S> would be code the levels share
+// (src/kernels/ops_*.cpp).
+template <class S>
+struct TransposeBuffer {
+  S* data = nullptr;
+  std::size_t size = 0;
+  TransposeBuffer() = default;
+  TransposeBuffer(const TransposeBuffer&) = delete;
+  TransposeBuffer& operator=(const TransposeBuffer&) = delete;
+  ~TransposeBuffer() { delete[] data; }
+};
+
 // B^T (K, N) row-major, for B (N, K) with leading dimension ldb, in a
 // buffer of this thread's that lives until its next call.
 template <class S>
 const S* transposed(const S* B, int ldb, int N, int K) {
-  thread_local std::vector<S> out;
-  out.resize(std::size_t(N) * K);
-  libxsmm_otrans(out.data(), B, sizeof(S), K, N, ldb, N);  // column-major: (K, N) in, (N, K) out
-  return out.data();
+  thread_local TransposeBuffer<S> out;
+  const std::size_t n = std::size_t(N) * K;
+  if (out.size < n) {
+    delete[] out.data;
+    out.data = nullptr;
+    out.data = new S[n];
+    out.size = n;
+  }
+  libxsmm_otrans(out.data, B, sizeof(S), K, N, ldb, N);  // column-major: (K, N) in, (N, K) out
+  return out.data;
 }
 
+}  // namespace XFMR_CPU_OPS_NS
 }  // namespace xfmr::detail
 
 #endif
