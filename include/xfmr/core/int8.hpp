@@ -39,7 +39,9 @@ struct ActivationScale {
   float scale = 0;
   int zero = 0;
 };
-inline ActivationScale quantise_activation_u8(const float* a, int n, std::uint8_t* u) {
+// Always inlined: a copy compiled for one CPU level never stands in for
+// another's (backend/cpu/ops.hpp's quantise_rows).
+[[gnu::always_inline]] inline ActivationScale quantise_activation_u8(const float* a, int n, std::uint8_t* u) {
   float lo = 0.0f, hi = 0.0f;
   bool finite = true;
   for (int k = 0; k < n; ++k) {

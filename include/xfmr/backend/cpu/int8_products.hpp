@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "xfmr/backend/cpu/family.hpp"
 #include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
 #include "xfmr/core/error.hpp"
@@ -41,14 +42,29 @@
 
 namespace xfmr::detail {
 
+inline namespace XFMR_CPU_OPS_NS {
+
+// M rows of A (lda apart), each quantised by quantise_activation_u8 into U
+// (ldu apart) and rows, over the threads: an operation of the level
+// (cpu/ops.hpp), where std::nearbyint is one instruction (x86-64's
+// baseline calls libm for it), in the same bits at every level.
+inline void quantise_rows(int M, int K, const float* A, long lda, std::uint8_t* U, long ldu, ActivationScale* rows) {
+  parallel_ranges(M, long(M) * K > kParallelWork, [=](long lo, long hi) {
+    for (long m = lo; m < hi; ++m) rows[m] = quantise_activation_u8(A + m * lda, K, U + m * ldu);
+  });
+}
+
+}  // namespace XFMR_CPU_OPS_NS
+
 class Int8Products {
  public:
   // Row-major C = alpha op(A) op(B) + beta C (CpuBackend::gemm's arguments)
   // through B's int8 copy when it has one and the product is a weight's (B
-  // transposed, alpha 1, beta 0); false otherwise, C untouched (the caller's
+  // transposed, alpha 1, beta 0), A's rows quantised by `quantise` (the
+  // level's quantise_rows); false otherwise, C untouched (the caller's
   // float32 product).
   bool gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-            float beta, float* C, int ldc) {
+            float beta, float* C, int ldc, decltype(&quantise_rows) quantise) {
     const auto it = copies_.find(B);
     const bool weight = it != copies_.end() && it->second.cols == ldb && K <= ldb && N <= it->second.rows && tb &&
                         !ta && alpha == 1.0f && beta == 0.0f;
@@ -59,9 +75,7 @@ class Int8Products {
     row_scales_.resize(std::size_t(M));
     std::uint8_t* U = quantised_.data();
     ActivationScale* rows = row_scales_.data();
-    parallel_ranges(M, long(M) * K > kParallelWork, [=](long lo, long hi) {
-      for (long m = lo; m < hi; ++m) rows[m] = quantise_activation_u8(A + m * lda, K, U + m * ldu);
-    });
+    quantise(M, K, A, lda, U, ldu, rows);
     const std::int8_t* q = copy.q.data();
     const float* s = copy.scale.data();
     const std::int32_t* q_sum = copy.q_sum.data();

@@ -48,7 +48,8 @@ class CpuLinear {
             int ldc) {
     if constexpr (std::is_same_v<S, float>) {
       if (bf16_) return products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-      if (int8_ && int8_products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+      if (int8_ && int8_products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cpu_ops<S>().quantise_rows))
+        return;
     }
     cpu_ops<S>().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }

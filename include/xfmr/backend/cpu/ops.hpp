@@ -31,6 +31,7 @@ struct CpuOps {
   decltype(&detail::gemm<S>) gemm;
   decltype(&detail::bias_add<S>) bias_add;
   decltype(&detail::bias_grad<S>) bias_grad;
+  decltype(&detail::quantise_rows) quantise_rows;  // int8_products.hpp (float)
   // residual.hpp
   decltype(&detail::add<S>) add;
   decltype(&detail::add_to<S>) add_to;
@@ -86,6 +87,7 @@ CpuOps<S> ops(CpuLevel level) {
       .gemm = &gemm<S>,
       .bias_add = &bias_add<S>,
       .bias_grad = &bias_grad<S>,
+      .quantise_rows = &quantise_rows,
       .add = &add<S>,
       .add_to = &add_to<S>,
       .add_positions_forward = &add_positions_forward<S>,
