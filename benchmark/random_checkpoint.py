@@ -3,7 +3,7 @@
 published in, for decoding benchmarks (decoding speed does not depend on
 the values; no real weights can be downloaded here):
 
-    random_checkpoint.py PRESET OUT
+    random_checkpoint.py PRESET OUT [GPT2_TOKENIZER]
 
   stories15m, stories42m, stories110m  llama2.c's legacy .bin (export.py
       version 0: header, embedding, per-kind layer tensors, rotary tables),
@@ -12,6 +12,12 @@ the values; no real weights can be downloaded here):
       config.json), tied, vocabulary 49,152;
   distilgpt2, gpt2-small, gpt2-medium  a Hugging Face GPT-2 directory
       (Conv1D weights, no mask buffers), vocabulary 50,257.
+
+With GPT2_TOKENIZER (a directory of GPT-2's encoder.json and vocab.bpe, as
+../shared/data/gpt2), a Hugging Face directory also gets a tokenizer of
+exactly its vocabulary (vocab.json, merges.txt): GPT-2's first V - 1 tokens
+(bytes, then the merges that made them, in order) and <|endoftext|> as id
+V - 1, so that xfmr-serve can load the directory alone.
 
 Weights N(0, 0.02), norms' gains 1, biases 0; the embedding row of BOS
 (llama2.c's id 1) is zero, so that greedy decoding never picks it (run.c
@@ -98,6 +104,20 @@ def main():
                   "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5}
     write_safetensors(out / "model.safetensors", t)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if len(sys.argv) > 3:
+        write_tokenizer(Path(sys.argv[3]), out, V)
+
+
+def write_tokenizer(gpt2, out, V):
+    encoder = json.loads((gpt2 / "encoder.json").read_text(encoding="utf-8"))
+    merges = (gpt2 / "vocab.bpe").read_text(encoding="utf-8").splitlines()
+    merges = [m for m in merges[1:] if m]  # after the "#version" line
+    tokens = sorted((i, t) for t, i in encoder.items() if t != "<|endoftext|>")
+    assert [i for i, _ in tokens] == list(range(len(tokens))) and len(tokens) == 256 + len(merges)
+    vocab = {t: i for i, t in tokens[:V - 1]}
+    vocab["<|endoftext|>"] = V - 1
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (out / "merges.txt").write_text("\n".join(["#version: 0.2"] + merges[:V - 1 - 256]) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

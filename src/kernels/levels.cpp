@@ -71,6 +71,7 @@ const detail::CpuKernels& table(CpuLevel level) {
   static const detail::CpuKernels avx512 = [&] {
     detail::CpuKernels k = with_ops(detail::avx512::kernels(), detail::avx512_ops());
     k.int8_product_rows = features().vnni ? detail::avx512_vnni::int8_product_rows : avx2.int8_product_rows;
+    k.int8_blocked = features().vnni;
     k.int8_isa = features().vnni ? "VNNI" : avx2.int8_isa;
     return k;
   }();

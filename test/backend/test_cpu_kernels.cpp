@@ -163,7 +163,8 @@ BOOST_AUTO_TEST_CASE(bf16_rows_match_their_exact_products_summed_in_double) {
 // The int8 product of quantised rows is its formula (int8_products.hpp),
 // summed here in 64 bits: bit for bit at every level, so every level gives
 // the same bits. Widths with and without 16- and 64-column tails, row counts
-// around the kernels' blocks, the extreme values of u and q.
+// around the kernels' blocks, the extreme values of u and q; each level's
+// weights in its layout (VNNI's blocks of 16 rows).
 BOOST_AUTO_TEST_CASE(int8_products_are_their_formula_bit_for_bit_at_every_level) {
   Rng rng(9);
   for (auto shape : {std::array{1, 1}, {7, 15}, {8, 16}, {17, 64}, {33, 100}, {40, 1031}}) {
@@ -196,11 +197,20 @@ BOOST_AUTO_TEST_CASE(int8_products_are_their_formula_bit_for_bit_at_every_level)
           want[std::size_t(m) * N + r] =
               detail::int8_output(std::int32_t(sum), scale[std::size_t(r)], rows[std::size_t(m)].scale);
         }
+      std::vector<std::int8_t> blocks(detail::int8_blocked_bytes(N, K));
+      detail::pack_int8_blocks(N, K, Q.data(), ldq, blocks.data());
       at_every_level([&](const detail::CpuKernels& k) {
         const int ldc = N + 1;
         std::vector<float> C(std::size_t(M) * ldc, 5.0f);
-        k.int8_product_rows(0, N, M, K, Q.data(), ldq, scale.data(), q_sum.data(), U.data(), ldu, rows.data(),
-                            C.data(), ldc);
+        // In two calls, as two threads split the rows: [0, 16) and the rest.
+        const std::int8_t* q = k.int8_blocked ? blocks.data() : Q.data();
+        const long width = k.int8_blocked ? detail::int8_block_width(K) : ldq;
+        const int split = std::min(N, detail::kInt8BlockRows);
+        k.int8_product_rows(0, split, M, K, q, width, scale.data(), q_sum.data(), U.data(), ldu, rows.data(), C.data(),
+                            ldc);
+        if (split < N)
+          k.int8_product_rows(split, N, M, K, q, width, scale.data(), q_sum.data(), U.data(), ldu, rows.data(),
+                              C.data(), ldc);
         BOOST_TEST_CONTEXT("N " << N << ", K " << K << ", M " << M << " through " << k.int8_isa) {
           for (int m = 0; m < M; ++m) {
             BOOST_TEST(std::memcmp(C.data() + std::size_t(m) * ldc, want.data() + std::size_t(m) * N,

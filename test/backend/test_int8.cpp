@@ -148,7 +148,7 @@ BOOST_AUTO_TEST_CASE(products_give_the_formula_bit_for_bit) {
   for (int r = 0; r < N; ++r) scale[r] = detail::quantise_row_int8(W.data() + r * K, K, q.data() + r * K);
   Cpu int8({.int8 = true}), fp32;
   int8.keep_weight_copy(W.data(), N, K);
-  BOOST_TEST(int8.weight_copy_bytes() == W.size() + N * (sizeof(float) + sizeof(std::int32_t)));
+  BOOST_TEST(int8.weight_copy_bytes() == detail::Int8Products::copy_bytes(N, K));
   for (int M : {1, 2, 5, 8, 9, 20, 130}) {
     const auto A = randn(std::size_t(M) * K, 5 + M);
     const auto got = product(int8, A, W, M, N, K), exact = product(fp32, A, W, M, N, K);
@@ -264,7 +264,7 @@ BOOST_AUTO_TEST_CASE(an_int8_checkpoint_decodes_from_its_rows) {
   const WeightCopies saved(int8, loaded, st);
   std::size_t bytes = 0;
   loaded.visit([&](std::string_view, auto& v, auto&) {
-    if (v.shape().size() == 2) bytes += v.size() + std::size_t(v.dim(0)) * (sizeof(float) + sizeof(std::int32_t));
+    if (v.shape().size() == 2) bytes += detail::Int8Products::copy_bytes(int(v.dim(0)), int(v.dim(1)));
   });
   BOOST_TEST(int8.weight_copy_bytes() == bytes);
 

@@ -21,7 +21,9 @@
 // same bits whatever rows come with it (one decoding step, a batch of
 // streams, a prompt), and at every level of cpu/kernels.hpp: AVX-512
 // VNNI's, AVX2's or a plain loop (test_int8 recomputes the formula and
-// compares bit for bit at each level the CPU runs). Products
+// compares bit for bit at each level the CPU runs). A copy is kept in the
+// layout of the level's kernel, packed once (with VNNI, kernels.hpp's
+// blocks of 16 rows: one stream of bytes, no horizontal sums). Products
 // of other operands (attention's, training's) stay float32. w must not
 // change until drop_copies(); WeightCopies (infer/weight_copies.hpp)
 // keeps a model's matrices for one scope.
@@ -70,7 +72,7 @@ class Int8Products {
                         !ta && alpha == 1.0f && beta == 0.0f;
     if (!weight) return false;
     const Copy& copy = it->second;
-    const long ldu = (long(K) + 63) / 64 * 64;
+    const long ldu = (long(K) + 63) / 64 * 64;  // int8_block_width(K) <= ldu
     quantised_.resize(std::size_t(M) * std::size_t(ldu));
     row_scales_.resize(std::size_t(M));
     std::uint8_t* U = quantised_.data();
@@ -79,10 +81,12 @@ class Int8Products {
     const std::int8_t* q = copy.q.data();
     const float* s = copy.scale.data();
     const std::int32_t* q_sum = copy.q_sum.data();
-    const auto product = cpu_kernels().int8_product_rows;
+    const auto product = copy.product;
+    const long ldq = copy.ldq;
     parallel_ranges(
         N, long(N) * K * M >= kGemvSplitWork,
-        [=](long n0, long n1) { product(int(n0), int(n1), M, K, q, ldb, s, q_sum, U, ldu, rows, C, ldc); }, 16);
+        [=](long n0, long n1) { product(int(n0), int(n1), M, K, q, ldq, s, q_sum, U, ldu, rows, C, ldc); },
+        kInt8BlockRows);
     return true;
   }
 
@@ -90,22 +94,46 @@ class Int8Products {
   static constexpr int kMaxCols = 2147483647 / (255 * 127);
 
   void keep_copy(const float* w, int rows, int cols) {
-    Copy& copy = make_copy(w, rows, cols);
-    std::int8_t* q = copy.q.data();
-    float* scale = copy.scale.data();
+    require_shape(rows, cols);
+    std::vector<std::int8_t> q(std::size_t(rows) * std::size_t(cols));
+    std::vector<float> scales(static_cast<std::size_t>(rows));
+    std::int8_t* pq = q.data();
+    float* ps = scales.data();
     parallel_ranges(rows, long(rows) * cols > kParallelWork, [=](long lo, long hi) {
-      for (long r = lo; r < hi; ++r) scale[r] = quantise_row_int8(w + r * cols, cols, q + r * cols);
+      for (long r = lo; r < hi; ++r) ps[r] = quantise_row_int8(w + r * cols, cols, pq + r * cols);
     });
-    sum_rows(copy);
+    keep_copy(w, rows, cols, q.data(), scales.data());
   }
   // keep_copy with the int8 rows and scales given (a saved int8 model's,
   // io/checkpoint.hpp's quantise_checkpoint) instead of computed from w,
-  // which holds their dequantised values.
+  // which holds their dequantised values. The copy is in the layout of the
+  // level in use (kernels.hpp's int8_blocked), whose kernel reads it.
   void keep_copy(const float* w, int rows, int cols, const std::int8_t* q, const float* scale) {
-    Copy& copy = make_copy(w, rows, cols);
-    std::copy_n(q, copy.q.size(), copy.q.begin());
-    std::copy_n(scale, copy.scale.size(), copy.scale.begin());
-    sum_rows(copy);
+    require_shape(rows, cols);
+    const CpuKernels& kernels = cpu_kernels();
+    Copy& copy = copies_[w];
+    copy.rows = rows;
+    copy.cols = cols;
+    copy.product = kernels.int8_product_rows;
+    copy.scale.assign(scale, scale + rows);
+    copy.q_sum.resize(std::size_t(rows));
+    for (int r = 0; r < rows; ++r) {
+      const std::int8_t* row = q + std::size_t(r) * std::size_t(cols);
+      copy.q_sum[std::size_t(r)] = std::accumulate(row, row + cols, std::int32_t(0));
+    }
+    if (kernels.int8_blocked) {
+      copy.ldq = int8_block_width(cols);
+      copy.q.resize(int8_blocked_bytes(rows, cols));
+      std::int8_t* blocks = copy.q.data();
+      const long width = copy.ldq;
+      parallel_ranges(
+          rows, long(rows) * cols > kParallelWork,
+          [=](long lo, long hi) { pack_int8_blocks(int(hi - lo), cols, q + lo * cols, cols, blocks + lo * width); },
+          kInt8BlockRows);
+    } else {
+      copy.ldq = cols;
+      copy.q.assign(q, q + std::size_t(rows) * std::size_t(cols));
+    }
   }
   void drop_copies() { copies_.clear(); }
   std::size_t copy_bytes() const {
@@ -113,31 +141,26 @@ class Int8Products {
     for (const auto& [w, c] : copies_) n += c.q.size() + c.scale.size() * (sizeof(float) + sizeof(std::int32_t));
     return n;
   }
+  // The bytes a copy of a rows x cols matrix takes at the level in use.
+  static std::size_t copy_bytes(int rows, int cols) {
+    const std::size_t q =
+        cpu_kernels().int8_blocked ? int8_blocked_bytes(rows, cols) : std::size_t(rows) * std::size_t(cols);
+    return q + std::size_t(rows) * (sizeof(float) + sizeof(std::int32_t));
+  }
 
  private:
   struct Copy {
     int rows = 0, cols = 0;
+    long ldq = 0;  // bytes from a row of q to the next (within a block when blocked)
+    decltype(CpuKernels::int8_product_rows) product = nullptr;  // the kernel that reads q's layout
     std::vector<std::int8_t> q;
     std::vector<float> scale;
     std::vector<std::int32_t> q_sum;  // sum_k q_rk, for the activations' zero points
   };
-  Copy& make_copy(const float* w, int rows, int cols) {
+  static void require_shape(int rows, int cols) {
     require(rows > 0 && cols > 0, "int8 weight copy of a ", rows, " x ", cols, " matrix");
     require(cols <= kMaxCols, "int8 weight copy of a ", rows, " x ", cols, " matrix: rows of at most ", kMaxCols,
             " columns keep the int32 sums exact");
-    Copy& copy = copies_[w];
-    copy.rows = rows;
-    copy.cols = cols;
-    copy.q.resize(std::size_t(rows) * std::size_t(cols));
-    copy.scale.resize(std::size_t(rows));
-    copy.q_sum.resize(std::size_t(rows));
-    return copy;
-  }
-  static void sum_rows(Copy& copy) {
-    for (int r = 0; r < copy.rows; ++r) {
-      const std::int8_t* q = copy.q.data() + std::size_t(r) * std::size_t(copy.cols);
-      copy.q_sum[std::size_t(r)] = std::accumulate(q, q + copy.cols, std::int32_t(0));
-    }
   }
   std::unordered_map<const float*, Copy> copies_;  // by weight
   std::vector<std::uint8_t> quantised_;             // a product's rows of A as uint8, 64-byte multiples apart

@@ -30,6 +30,7 @@
 // int32, are the same bits at every level.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -75,12 +76,15 @@ struct CpuKernels {
   // sums float32. Null: no such kernel (bf16::gemm then).
   void (*gemv_rows_bf16)(int n0, int n1, int K, const std::uint16_t* W, long ldw, const float* x, float* y);
   // Rows [n0, n1) of C (M, N) = the int8 product of U's M quantised rows
-  // (ldu apart, their scales in `rows`) and Q (N, K) int8 with leading
-  // dimension ldq, a scale and a sum of its q a row (int8_products.hpp
-  // gives the formula).
+  // (ldu apart, their scales in `rows`) and Q (N, K) int8, a scale and a
+  // sum of its q a row (int8_products.hpp gives the formula). Q is laid out
+  // as int8_blocked says: false, its rows with leading dimension ldq; true,
+  // in blocks of 16 rows (pack_int8_blocks below, ldq = int8_block_width(K))
+  // with n0 a multiple of 16.
   void (*int8_product_rows)(int n0, int n1, int M, int K, const std::int8_t* Q, long ldq, const float* scale,
                             const std::int32_t* q_sum, const std::uint8_t* U, long ldu, const ActivationScale* rows,
                             float* C, long ldc);
+  bool int8_blocked;
   const char* int8_isa;  // "VNNI", "AVX2", "plain loop"
   // out[0, Tk) = the softmax of in[0, n) over the keys that pad (Tk bytes or
   // null) leaves, zero at padded keys and from n on; all zero when no key is
@@ -90,6 +94,33 @@ struct CpuKernels {
 
 // The level in use's kernels.
 const CpuKernels& cpu_kernels();
+
+// The blocked layout of int8 weights (CpuKernels::int8_blocked): rows in
+// blocks of 16 (the last padded with rows of zeros), each block K's
+// columns in groups of four (the last padded with zeros), a group's 64
+// bytes the four q of each of the block's 16 rows in turn. One 512-bit
+// load is a group, which VNNI's vpdpbusd multiplies by four bytes of an
+// activation row broadcast to every lane and sums into the block's 16
+// outputs, so no output needs a horizontal sum; and a block, a thread's
+// rows, are each one stream of consecutive bytes, which the processor
+// prefetches best. Packing once, when a copy is kept, costs nothing per
+// product.
+inline constexpr int kInt8BlockRows = 16;
+// The bytes of a row in a block: K rounded up to whole groups of four.
+inline long int8_block_width(int K) {
+  return (long(K) + 3) / 4 * 4;
+}
+inline std::size_t int8_blocked_bytes(int N, int K) {
+  return std::size_t((N + kInt8BlockRows - 1) / kInt8BlockRows) * kInt8BlockRows * std::size_t(int8_block_width(K));
+}
+// Q (N, K), leading dimension ldq, into P's int8_blocked_bytes(N, K) bytes.
+inline void pack_int8_blocks(int N, int K, const std::int8_t* Q, long ldq, std::int8_t* P) {
+  const long width = int8_block_width(K);
+  for (int r0 = 0; r0 < N; r0 += kInt8BlockRows)
+    for (long k = 0; k < width; k += 4)
+      for (int r = r0; r < r0 + kInt8BlockRows; ++r)
+        for (long i = k; i < k + 4; ++i) *P++ = r < N && i < K ? Q[r * ldq + i] : std::int8_t(0);
+}
 
 // One output of the int8 product from its exact integer sum, in the
 // formula's order (every level's).
