@@ -31,7 +31,7 @@ inline namespace XFMR_CPU_OPS_NS {
 // The ids already checked.
 template <class S>
 void embedding_forward(int n, int D, const std::int32_t* ids, const S* table, S* y) {
-  parallel_ranges(long(n), long(n) * D > kParallelWork, [=](long lo, long hi) {
+  parallel_ranges(long(n), long(n) * D > kLightParallelWork, [=](long lo, long hi) {
     for (int i = int(lo); i < int(hi); ++i) std::copy_n(table + long(ids[i]) * D, D, y + long(i) * D);
   });
 }

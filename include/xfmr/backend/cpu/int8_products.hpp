@@ -51,7 +51,7 @@ inline namespace XFMR_CPU_OPS_NS {
 // (cpu/ops.hpp), where std::nearbyint is one instruction (x86-64's
 // baseline calls libm for it), in the same bits at every level.
 inline void quantise_rows(int M, int K, const float* A, long lda, std::uint8_t* U, long ldu, ActivationScale* rows) {
-  parallel_ranges(M, long(M) * K > kParallelWork, [=](long lo, long hi) {
+  parallel_ranges(M, long(M) * K > kLightParallelWork, [=](long lo, long hi) {
     for (long m = lo; m < hi; ++m) rows[m] = quantise_activation_u8(A + m * lda, K, U + m * ldu);
   });
 }

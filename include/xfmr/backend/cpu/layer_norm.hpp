@@ -32,7 +32,7 @@ template <class S>
 void layer_norm_forward(int rows, int n, const S* x, const S* gamma, const S* beta, S eps, S* y, S* mean, S* rstd) {
   using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   const Eigen::Map<const Vec> g(gamma, n), bt(beta, n);
-  parallel_ranges(long(rows), long(rows) * n > kParallelWork, [=](long lo, long hi) {
+  parallel_ranges(long(rows), long(rows) * n > kLightParallelWork, [=](long lo, long hi) {
     for (int r = int(lo); r < int(hi); ++r) {
       const Eigen::Map<const Vec> xr(x + long(r) * n, n);
       const S m = xr.mean();

@@ -71,7 +71,7 @@ inline namespace XFMR_CPU_OPS_NS {
 
 template <class S>
 void bias_add(int rows, int n, const S* bias, S* y) {
-  parallel_ranges(long(rows), long(rows) * n > kParallelWork, [=](long lo, long hi) {
+  parallel_ranges(long(rows), long(rows) * n > kLightParallelWork, [=](long lo, long hi) {
     for (long r = lo; r < hi; ++r) {
       S* yr = y + r * n;
       for (int c = 0; c < n; ++c) yr[c] += bias[c];

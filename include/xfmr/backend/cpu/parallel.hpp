@@ -16,6 +16,13 @@ namespace xfmr {
 namespace detail {
 // Below this many scalar operations a loop runs on one thread.
 inline constexpr long kParallelWork = 1L << 12;
+// Below this many elements a light pass (an add, a bias, a norm's or an
+// embedding's rows, an activation row's quantisation: a few operations an
+// element, bound by memory) runs on one thread: a fork and join costs more
+// than one thread's pass over 32K floats (128 KiB, in cache). The rows of a
+// step of continuous batching (a few hundred to a few thousand elements a
+// row) stay on one thread, where each such pass had forked.
+inline constexpr long kLightParallelWork = 1L << 15;
 // From this many multiply-adds a GEMM goes to BLAS (when built with it).
 inline constexpr long kBlasWork = 1L << 16;
 inline constexpr int kBlasMinSide = 8;

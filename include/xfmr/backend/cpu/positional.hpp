@@ -36,7 +36,7 @@ inline namespace XFMR_CPU_OPS_NS {
 
 template <class S>
 void add_positions_forward(int B, int T, int D, const S* x, const S* table, S* y) {
-  parallel_ranges(long(B) * T, long(B) * T * D > kParallelWork, [=](long lo, long hi) {
+  parallel_ranges(long(B) * T, long(B) * T * D > kLightParallelWork, [=](long lo, long hi) {
     for (long i_ = lo; i_ < hi; ++i_) {
       const int b = int(i_ / T), t = int(i_ % T);
       const long off = (long(b) * T + t) * D;
@@ -60,7 +60,7 @@ void add_positions_backward(int B, int T, int D, const S* dy, S* dtable) {
 // Each (2i, 2i+1) pair of each head turned by its angle (sign -1: back).
 template <class S>
 void rotate_pairs(int B, int T, int offset, int H, int hd, const S* table, S* x, int ld, S sign) {
-  parallel_ranges(long(B) * T, long(B) * T * H * hd > kParallelWork, [=](long lo, long hi) {
+  parallel_ranges(long(B) * T, long(B) * T * H * hd > kLightParallelWork, [=](long lo, long hi) {
     for (long r = lo; r < hi; ++r) {
       const S* cs = table + long(offset + int(r % T)) * hd;
       for (int h = 0; h < H; ++h) {

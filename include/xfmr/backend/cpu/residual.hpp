@@ -29,7 +29,7 @@ inline namespace XFMR_CPU_OPS_NS {
 template <class S>
 void add(std::size_t n, const S* a, const S* b, S* y) {
   const long ln = static_cast<long>(n);
-  parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
+  parallel_ranges(ln, ln > kLightParallelWork, [=](long lo, long hi) {
     for (long i = lo; i < hi; ++i) y[i] = a[i] + b[i];
   });
 }
@@ -37,7 +37,7 @@ void add(std::size_t n, const S* a, const S* b, S* y) {
 template <class S>
 void add_to(std::size_t n, const S* x, S* y) {
   const long ln = static_cast<long>(n);
-  parallel_ranges(ln, ln > kParallelWork, [=](long lo, long hi) {
+  parallel_ranges(ln, ln > kLightParallelWork, [=](long lo, long hi) {
     for (long i = lo; i < hi; ++i) y[i] += x[i];
   });
 }

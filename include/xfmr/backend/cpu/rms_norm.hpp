@@ -31,7 +31,7 @@ template <class S>
 void rms_norm_forward(int rows, int n, const S* x, const S* gamma, S eps, S* y, S* rstd) {
   using Vec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   const Eigen::Map<const Vec> g(gamma, n);
-  parallel_ranges(long(rows), long(rows) * n > kParallelWork, [=](long lo, long hi) {
+  parallel_ranges(long(rows), long(rows) * n > kLightParallelWork, [=](long lo, long hi) {
     for (int r = int(lo); r < int(hi); ++r) {
       const Eigen::Map<const Vec> xr(x + long(r) * n, n);
       const S rs = S(1) / std::sqrt(xr.array().square().mean() + eps);
