@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "http_connection.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/infer/continuous_batching.hpp"
 #include "xfmr/infer/stop_strings.hpp"
@@ -231,7 +232,7 @@ class Service {
     bool include_usage = false;
     if (const auto so = body.find("stream_options"); so != body.end() && so->is_object())
       include_usage = field<bool>(*so, "include_usage").value_or(false);
-    run(std::move(r), std::move(stops), chat, stream, include_usage, res);
+    run(std::move(r), std::move(stops), chat, stream, include_usage, req, res);
   }
 
   void tokenize(const httplib::Request& req, httplib::Response& res) {
@@ -350,7 +351,7 @@ class Service {
 
   // Submits the request and answers it, whole or streamed.
   void run(BatchRequest r, std::vector<std::string> stops, bool chat, bool stream, bool include_usage,
-           httplib::Response& res) {
+           const httplib::Request& req, httplib::Response& res) {
     auto s = std::make_shared<Stream>();
     auto matcher = std::make_shared<StopStrings>(std::move(stops));
     auto prev = std::make_shared<std::int32_t>(r.prompt.back());
@@ -399,8 +400,17 @@ class Service {
       return "stop";
     };
     if (!stream) {
+      // A client that has gone (http_connection.hpp) is noticed within a
+      // wait, and its request cancelled: no slot decodes for nobody.
+      const int socket = xfmr_serve::connection_socket(req);
       std::unique_lock lock(s->m);
-      s->cv.wait(lock, [&] { return s->done; });
+      bool gone = false;
+      while (!s->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return s->done; }))
+        if (!gone && xfmr_serve::connection_closed(socket)) {
+          batcher_->cancel(s->id);
+          gone = true;
+        }
+      if (gone) return;  // nobody to answer
       if (s->result.reason == FinishReason::error)
         throw HttpError{500, "generation failed: " + s->result.error, "", "server_error"};
       json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason(s->result)}};

@@ -1,11 +1,10 @@
 // xfmr-serve as its clients see it, over loopback: a Llama-shaped model of
 // the family fixtures. Greedy completions equal `xfmr-lm sample
 // --temperature 0`, alone and eight at once; streams carry the same text
-// and end with [DONE]; every bad request is a 4xx naming the field; a load
-// of 64 clients (streams, cancelled streams, malformed bodies) loses no
-// request, leaks no slot and leaves the memory flat; SIGTERM exits 0.
-#include <boost/test/unit_test.hpp>
-
+// and end with [DONE]; every bad request is a 4xx naming the field; a
+// client that has gone is noticed; a load of 64 clients (streams, dropped
+// streams, answers not waited for, malformed bodies) loses no request,
+// leaks no slot and leaves the memory flat; SIGTERM exits 0.
 #include <httplib.h>
 #include <signal.h>
 #include <spawn.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "http_connection.hpp"
 #include "xfmr/text/text.hpp"
 
 extern char** environ;
@@ -312,6 +313,48 @@ BOOST_AUTO_TEST_CASE(stop_strings_end_the_text) {
 // 64 clients x 20 requests: whole, streamed, streams dropped after their
 // first event, malformed. Each gets one answer; afterwards no slot is
 // busy, every accepted request has finished, and the memory is flat.
+// The probe that cancels an answer nobody waits for (http_connection.hpp),
+// on an httplib server of the test's own: open while its client waits,
+// closed once the client has given up.
+BOOST_AUTO_TEST_CASE(a_gone_client_is_noticed) {
+  httplib::Server http;
+  std::atomic<int> open_socket = -2, closed_socket = -2;
+  std::atomic<bool> noticed = false;
+  http.Get("/open", [&](const httplib::Request& req, httplib::Response& res) {
+    const int fd = xfmr_serve::connection_socket(req);
+    open_socket = fd;
+    res.set_content(xfmr_serve::connection_closed(fd) ? "closed" : "open", "text/plain");
+  });
+  http.Get("/wait", [&](const httplib::Request& req, httplib::Response& res) {
+    const int fd = xfmr_serve::connection_socket(req);
+    closed_socket = fd;
+    for (int i = 0; i < 600 && !noticed; ++i) {
+      noticed = xfmr_serve::connection_closed(fd);
+      if (!noticed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    res.set_content("late", "text/plain");
+  });
+  const int port = http.bind_to_any_port("127.0.0.1");
+  std::jthread listener([&] { http.listen_after_bind(); });
+  {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60);
+    auto r = c.Get("/open");
+    BOOST_REQUIRE(r);
+    BOOST_TEST(r->body == "open");
+    BOOST_TEST(open_socket.load() >= 0);
+  }
+  {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(0, 300 * 1000);  // gives up, and closes its socket, before an answer
+    BOOST_TEST(!c.Get("/wait"));
+  }
+  for (int i = 0; i < 600 && !noticed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  BOOST_TEST(closed_socket.load() >= 0);
+  BOOST_TEST(noticed.load());
+  http.stop();
+}
+
 BOOST_AUTO_TEST_CASE(a_load_of_64_clients_loses_nothing) {
   auto metric = [](const std::string& name) {
     auto r = server().client().Get("/metrics");
@@ -344,6 +387,13 @@ BOOST_AUTO_TEST_CASE(a_load_of_64_clients_loses_nothing) {
             auto r = client->Post("/v1/completions", kAuth, "{\"prompt\": [", "application/json");
             if (r && r->status == 400) ++rejected;
             else ++failed, note(r, kind, i);
+          } else if (kind == 2 && i % 2 == 1) {  // a whole answer the client does not wait for
+            client->set_read_timeout(0, 1000);
+            json whole = body;
+            whole["max_tokens"] = 40;
+            (void)client->Post("/v1/completions", kAuth, whole.dump(), "application/json");
+            ++dropped;
+            client = server().connect();
           } else if (kind == 2) {  // a stream the client drops after its first event
             bool first = true;
             httplib::Request req;
@@ -387,7 +437,7 @@ BOOST_AUTO_TEST_CASE(a_load_of_64_clients_loses_nothing) {
   for (const auto& f : failures) BOOST_TEST_MESSAGE("failed: " << f);
   BOOST_TEST(ok.load() + rejected.load() + dropped.load() == 64 * 20);
   BOOST_TEST(rejected.load() == 64 * 20 / 5);
-  // Dropped streams are cancelled at the next step: let the engine take them in.
+  // Dropped requests are cancelled at the next step: let the engine take them in.
   for (int i = 0; i < 200 && metric("slots_busy") + metric("queue_length") > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   BOOST_TEST(metric("slots_busy") == 0);
