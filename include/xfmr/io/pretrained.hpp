@@ -75,6 +75,7 @@ struct Pretrained {
 template <class Backend>
 Pretrained<Backend> load_pretrained(const std::filesystem::path& path, DecoderOptions opts = {}) {
   opts.head_bias = false;
+  opts.initialise = false;  // every loader below writes every parameter
   switch (const CheckpointFormat f = checkpoint_format(path)) {
     case CheckpointFormat::gpt2: {
       const Gpt2Checkpoint ck = open_gpt2(path);
@@ -121,6 +122,7 @@ Pretrained<Backend> load_model(const std::filesystem::path& path, DecoderOptions
   const int vocab = int(p.saved->info("tok_emb.weight").shape[0]);
   opts.tie_weights = !p.saved->contains("lm_head.weight");
   opts.head_bias = p.saved->contains("lm_head.bias");
+  opts.initialise = false;  // load_parameters writes every parameter
   p.model = make_language_model<Backend>(arch, vocab, 0, opts);
   load_parameters(*p.model, *p.saved);
   return p;

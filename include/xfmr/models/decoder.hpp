@@ -29,6 +29,9 @@ struct DecoderOptions {
   bool tie_weights = false;
   bool head_bias = true;
   Recompute recompute = Recompute::none;  // activation recompute of the blocks (block_stack.hpp)
+  // false: no GPT-2 initialisation (init_gpt2), for a loader that then
+  // writes every parameter (load_model's); a third of a load's time.
+  bool initialise = true;
 };
 
 template <BlockConfig Cfg, class Backend>
@@ -56,7 +59,7 @@ class Decoder {
     } else {
       head_.emplace(dims.d_model, vocab, rng_, opts.head_bias);
     }
-    init_gpt2(*this, rng_);
+    if (opts.initialise) init_gpt2(*this, rng_);
     set_recompute(opts.recompute);
   }
   Decoder(const Decoder&) = delete;  // the tied head points into this object
