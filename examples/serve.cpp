@@ -120,8 +120,7 @@ struct Counters {
 struct Stream {
   std::mutex m;
   std::condition_variable cv;
-  std::vector<std::string> pieces;  // a token's text each, UTF-8 (text/text.hpp's utf8_repaired), not yet sent
-  std::string raw;                  // a character whose last bytes have not come yet
+  std::vector<std::string> pieces;  // a token's text each, UTF-8 (TokenText), not yet sent
   bool done = false;
   BatchResult result;
   std::uint64_t id = 0;
@@ -353,25 +352,19 @@ class Service {
   void run(BatchRequest r, std::vector<std::string> stops, bool chat, bool stream, bool include_usage,
            const httplib::Request& req, httplib::Response& res) {
     auto s = std::make_shared<Stream>();
-    auto matcher = std::make_shared<StopStrings>(std::move(stops));
-    auto prev = std::make_shared<std::int32_t>(r.prompt.back());
+    auto token_text = std::make_shared<TokenText>(tokenizer(), r.prompt.back(), std::move(stops));
     const std::vector<std::int32_t> stop_ids = r.stop_ids;
-    r.on_token = [this, s, matcher, prev, stop_ids](std::int32_t id) {
+    r.on_token = [s, token_text, stop_ids](std::int32_t id) {
       const bool end = std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
-      const std::string text = end ? std::string() : matcher->feed(tokenizer().piece(*prev, id));
-      *prev = id;
+      std::string piece = token_text->feed(id, !end);
       std::lock_guard lock(s->m);
-      s->raw += text;
-      const std::size_t complete = utf8_complete_prefix(s->raw);
-      if (complete > 0) s->pieces.push_back(utf8_repaired(std::string_view(s->raw).substr(0, complete)));
-      s->raw.erase(0, complete);
+      if (!piece.empty()) s->pieces.push_back(std::move(piece));
       s->cv.notify_all();
-      return !matcher->stopped();
+      return !token_text->stopped();
     };
-    r.on_finish = [s, matcher](const BatchResult& result) {
+    r.on_finish = [s, token_text](const BatchResult& result) {
       std::lock_guard lock(s->m);
-      if (std::string rest = utf8_repaired(s->raw + matcher->flush()); !rest.empty()) s->pieces.push_back(rest);
-      s->raw.clear();
+      if (std::string rest = token_text->flush(); !rest.empty()) s->pieces.push_back(rest);
       s->result = result;
       s->done = true;
       s->cv.notify_all();

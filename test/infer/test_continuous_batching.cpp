@@ -277,4 +277,31 @@ BOOST_AUTO_TEST_CASE(stop_strings_are_never_sent) {
   BOOST_TEST(none.feed("text") == "text");
 }
 
+// A stream's text: whole characters a part (a byte-level tokenizer splits
+// them), an end token shown as nothing, and the text cut at a stop string.
+BOOST_AUTO_TEST_CASE(token_text_hands_out_whole_characters_up_to_a_stop_string) {
+  const ModelTokenizer tok = ModelTokenizer::load(std::string(XFMR_FIXTURE_DIR) + "/lm/tokenizer.json");
+  const std::string text = "Größe – naïve ✓ end. more";
+  const std::vector<std::int32_t> ids = tok.encode(text);
+  BOOST_REQUIRE(tok.decode(ids) == text);
+  TokenText stream(tok, tok.start() >= 0 ? tok.start() : ids.front(), {" end."});
+  std::string sent;
+  int parts = 0;
+  for (std::int32_t id : ids) {
+    const std::string part = stream.feed(id);
+    BOOST_TEST(utf8_repaired(part) == part);  // valid UTF-8, never half a character
+    sent += part, parts += !part.empty();
+    if (stream.stopped()) break;
+  }
+  BOOST_TEST(stream.stopped());
+  BOOST_TEST(sent == "Größe – naïve ✓");
+  BOOST_TEST(parts > 1);
+  TokenText open(tok, ids.front());
+  std::string all;
+  for (std::int32_t id : std::span(ids).subspan(1)) all += open.feed(id);
+  all += open.feed(ids.front(), false);  // an end token: no text
+  all += open.flush();
+  BOOST_TEST(all == tok.decode(std::span(ids).subspan(1)));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

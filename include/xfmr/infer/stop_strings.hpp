@@ -9,12 +9,18 @@
 // a stop string once one has appeared (then stopped() is true and the rest
 // is dropped), else everything but the longest tail that could still begin
 // one. flush() returns that tail when generation ends another way.
+// TokenText puts a tokenizer's pieces, the stop strings and whole UTF-8
+// characters together, as a server or a binding streams text.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "xfmr/text/model_tokenizer.hpp"
+#include "xfmr/text/text.hpp"
 
 namespace xfmr {
 
@@ -58,6 +64,44 @@ class StopStrings {
   std::vector<std::string> stops_;
   std::string held_;
   bool stopped_ = false;
+};
+
+// The text of tokens as they are drawn, for a stream: each token's piece
+// (ModelTokenizer::piece, after the token before it), cut at the first
+// stop string, and handed out in whole UTF-8 characters, ill-formed bytes
+// as U+FFFD (text/text.hpp), so that every part is valid UTF-8.
+//
+//   xfmr::TokenText text(tok, prompt.back(), {"\n\n"});
+//   on each token id:  send(text.feed(id));  if (text.stopped()) stop;
+//   at the end:        send(text.flush());
+class TokenText {
+ public:
+  TokenText(const ModelTokenizer& tok, std::int32_t last_prompt_id, std::vector<std::string> stops = {})
+      : tok_(tok), prev_(last_prompt_id), stops_(std::move(stops)) {}
+
+  // The text id completes. An id whose text is not to be shown (an end
+  // token) passes show = false: it is only the next piece's context.
+  std::string feed(std::int32_t id, bool show = true) {
+    if (show) raw_ += stops_.feed(tok_.piece(prev_, id));
+    prev_ = id;
+    const std::size_t complete = utf8_complete_prefix(raw_);
+    std::string out = utf8_repaired(std::string_view(raw_).substr(0, complete));
+    raw_.erase(0, complete);
+    return out;
+  }
+  // What is held back, when generation ends another way than a stop string.
+  std::string flush() {
+    std::string out = utf8_repaired(raw_ + stops_.flush());
+    raw_.clear();
+    return out;
+  }
+  bool stopped() const { return stops_.stopped(); }
+
+ private:
+  const ModelTokenizer& tok_;
+  std::int32_t prev_;
+  StopStrings stops_;
+  std::string raw_;  // a character whose last bytes have not come yet
 };
 
 }  // namespace xfmr
