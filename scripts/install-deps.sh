@@ -13,6 +13,8 @@ packages=(
   libcpp-httplib-dev curl            # xfmr-serve's HTTP layer; curl for its tests
   libpcre2-dev                       # GPT-2's pre-tokenizer (regular expressions with Unicode properties)
   libopenmpi-dev openmpi-bin         # training across processes (mpirun; train/distributed.hpp)
+  python3-dev pybind11-dev           # the Python module (python/)
+  python3-numpy python3-pytest       # its arrays and its tests
   "$@"
 )
 # libxsmm (the CPU backend's small GEMMs: JIT kernels, no packing) and

@@ -12,6 +12,18 @@ if(MODE STREQUAL "package")
     message(FATAL_ERROR "installing xfmr failed (${rc})")
   endif()
   list(APPEND consumer_args "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release)
+  # The Python module, where the build has one: imported from where it was
+  # installed (docs/python.md's PYTHONPATH), it loads a model.
+  file(GLOB module "${WORK_DIR}/prefix/lib/python3*/dist-packages/xfmr*.so")
+  if(module)
+    get_filename_component(site "${module}" DIRECTORY)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env "PYTHONPATH=${site}" /usr/bin/python3 -c
+                            "import xfmr; print(xfmr.load('${XFMR_SOURCE_DIR}/test/reference/fixtures/hf_llama').config['format'])"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+    if(rc OR NOT out STREQUAL "llama\n")
+      message(FATAL_ERROR "the installed Python module did not load a model (${rc}): ${out}")
+    endif()
+  endif()
 else()
   # What this mode adds to the package's test is xfmr's CMake as a
   # subproject: it configures, and its usage requirements (include paths,

@@ -1,0 +1,256 @@
+"""The Python module against the library and its references: each published
+format's fixture loads and gives PyTorch's logits and greedy tokens; greedy
+text equals `xfmr-lm sample --temperature 0`; a stream is the same
+generation; errors are xfmr.Error with the library's message; Ctrl-C ends
+a generation at the next token.
+
+Run by ctest (python/CMakeLists.txt), which sets PYTHONPATH to the built
+module, XFMR_FIXTURES to test/reference/fixtures and XFMR_LM to xfmr-lm.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import xfmr
+
+FIXTURES = os.environ["XFMR_FIXTURES"]
+XFMR_LM = os.environ["XFMR_LM"]
+TOKENIZER = os.path.join(FIXTURES, "lm", "tokenizer.json")
+SMOLLM = os.path.join(FIXTURES, "families", "smollm2")
+
+
+def read_safetensors(path):
+    """The tensors of a safetensors file, read as the format says (an 8-byte
+    little-endian header size, a JSON header, the data): not through xfmr."""
+    dtypes = {"F32": "<f4", "F64": "<f8", "I64": "<i8", "I32": "<i4"}
+    with open(path, "rb") as f:
+        data = f.read()
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + size])
+    body = data[8 + size :]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        out[name] = np.frombuffer(body[begin:end], dtype=dtypes[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+def close_to(got, want, rel=1e-4):
+    """As test_families: every logit within rel of the largest's size."""
+    scale = np.abs(want).max()
+    worst = np.abs(got.astype(np.float64) - want).max()
+    assert worst <= rel * scale, f"logits differ by {worst} at scale {scale}"
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    return xfmr.load(SMOLLM, tokenizer=TOKENIZER)
+
+
+@pytest.mark.parametrize("family", ["gpt2-ctx2048", "llama3-scaled", "qwen2", "smollm2"])
+def test_each_family_gives_pytorchs_logits_and_greedy_tokens(family):
+    d = os.path.join(FIXTURES, "families", family)
+    m = xfmr.load(d)
+    assert m.tokenizer is None  # the fixture has none: logits and ids still work
+    expected = read_safetensors(os.path.join(d, "expected.safetensors"))
+    ids = expected["ids"].astype(np.int32)
+    logits = m.logits(ids)
+    assert logits.shape == (len(ids), m.config["vocab"]) and logits.dtype == np.float32
+    close_to(logits, expected["logits"])
+    out = m.generate(list(ids[:4]), max_tokens=len(expected["greedy"]), temperature=0)
+    assert out.ids == list(expected["greedy"])
+    assert out.text is None
+    with pytest.raises(xfmr.Error, match="tokenizer"):
+        m.generate("text needs a tokenizer")
+
+
+def test_gpt2_and_llama_checkpoints_and_a_batch_of_sequences():
+    gpt2 = xfmr.load(os.path.join(FIXTURES, "gpt2_tiny"))
+    assert gpt2.config["format"] == "gpt2"
+    expected = read_safetensors(os.path.join(FIXTURES, "gpt2_tiny", "expected.safetensors"))
+    ids = expected["ids"].astype(np.int32)  # (2, 7): a batch
+    logits = gpt2.logits(ids)
+    assert logits.shape == (2, 7, 61)
+    close_to(logits.reshape(14, 61), expected["logits"])
+    # Each row of a batch is that sequence alone, to the bit.
+    for b in range(2):
+        assert np.array_equal(logits[b], gpt2.logits(ids[b]))
+    llama = xfmr.load(os.path.join(FIXTURES, "hf_llama"))
+    expected = read_safetensors(os.path.join(FIXTURES, "hf_llama", "expected.safetensors"))
+    close_to(llama.logits(expected["ids"]), expected["logits"])
+
+
+@pytest.mark.parametrize("file", ["model_v0.bin", "model_v1.bin"])
+def test_llama2c_files(file):
+    d = os.path.join(FIXTURES, "llama2c")
+    m = xfmr.load(os.path.join(d, file))  # (the tokenizer.bin beside it is another model's: 328 tokens)
+    assert m.config["format"] == "llama2.c" and m.tokenizer is None
+    with open(os.path.join(d, "expected.json")) as f:
+        expected = json.load(f)
+    want = np.array(expected["models"][file]["logits"]).reshape(len(expected["ids"]), -1)
+    close_to(m.logits(expected["ids"]), want)
+
+
+def sampled(prompt, tokens):
+    """What `xfmr-lm sample --temperature 0` prints after the prompt."""
+    out = subprocess.run([XFMR_LM, "sample", "--model", SMOLLM, "--tokenizer", TOKENIZER, "--temperature", "0",
+                          "--tokens", str(tokens), "--prompt", prompt], capture_output=True, check=True).stdout
+    assert out.startswith(prompt.encode()) and out.endswith(b"\n")
+    return out[len(prompt):-1].decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("prompt", ["Once upon", "The cat", "a"])
+def test_greedy_generate_equals_xfmr_lm_sample(smollm, prompt):
+    # xfmr-lm sample goes past the end-of-text token; ignore_eos does too.
+    out = smollm.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True)
+    assert out.text == sampled(prompt, 40)
+    assert len(out.ids) == 40 and out.finish_reason == "length"
+    # By default it ends at the end-of-text token, if one comes.
+    ended = smollm.generate(prompt, max_tokens=40, temperature=0)
+    start = smollm.tokenizer.start
+    if start in out.ids:
+        assert ended.ids == out.ids[: out.ids.index(start) + 1] and ended.finish_reason == "stop"
+    else:
+        assert ended.ids == out.ids
+
+
+def test_a_stream_is_the_same_generation(smollm):
+    whole = smollm.generate("The cat", max_tokens=30, temperature=0.8, top_k=20, seed=7, ignore_eos=True)
+    stream = smollm.stream("The cat", max_tokens=30, temperature=0.8, top_k=20, seed=7, ignore_eos=True)
+    parts = list(stream)
+    assert "".join(parts) == whole.text and len(parts) > 1
+    assert stream.ids == whole.ids and stream.finish_reason == "length"
+    # Closed early, it says so.
+    early = smollm.stream("The cat", max_tokens=30, ignore_eos=True)
+    next(early)
+    early.close()
+    assert early.finish_reason == "cancelled" and 0 < len(early.ids) < 30
+    # The same seed draws the same tokens; another draws others.
+    assert smollm.generate("The cat", max_tokens=30, temperature=0.8, seed=7, ignore_eos=True).ids != \
+        smollm.generate("The cat", max_tokens=30, temperature=0.8, seed=8, ignore_eos=True).ids
+
+
+def test_stop_strings_cut_the_text(smollm):
+    whole = smollm.generate("Once upon", max_tokens=40, temperature=0, ignore_eos=True)
+    stop = next(c for c in whole.text[3:] if c.isascii() and c.isprintable())
+    cut = smollm.generate("Once upon", max_tokens=40, temperature=0, ignore_eos=True, stop=[stop])
+    assert cut.text == whole.text[: whole.text.index(stop)] and cut.finish_reason == "stop"
+
+
+def test_config_and_tokenizer(smollm):
+    c = smollm.config
+    assert c["name"] == "llama" and c["vocab"] == 257 and c["precision"] == "fp32"
+    assert c["dims"]["d_model"] == 48 and c["dims"]["n_kv_heads"] == 2
+    assert len(smollm.tokenizer) == 257
+    ids = smollm.tokenizer.encode("héllo wörld")
+    assert smollm.tokenizer.decode(ids) == "héllo wörld"
+    assert smollm.logits(ids).shape == (len(ids), 257)
+
+
+def test_int8_and_bf16_run():
+    m = xfmr.load(SMOLLM, tokenizer=TOKENIZER, precision="int8")
+    assert m.config["precision"] == "int8"
+    assert len(m.generate("a", max_tokens=5, temperature=0, ignore_eos=True).ids) == 5
+
+
+def test_errors_are_xfmr_errors_with_the_librarys_message(smollm):
+    assert issubclass(xfmr.Error, ValueError)
+    with pytest.raises(xfmr.Error, match="no-such-model"):
+        xfmr.load("/no-such-model")
+    with pytest.raises(xfmr.Error, match="precision"):
+        xfmr.load(SMOLLM, precision="fp8")
+    with pytest.raises(xfmr.Error, match="backend 'tpu'"):
+        xfmr.load(SMOLLM, backend="tpu")
+    with pytest.raises(xfmr.Error, match=r"id 300 at 1 outside \[0, 257\)"):
+        smollm.logits([1, 300])
+    with pytest.raises(xfmr.Error, match="context is 64"):
+        smollm.logits(np.zeros(65, dtype=np.int32))
+    with pytest.raises(xfmr.Error, match="temperature -1"):
+        smollm.generate("a", temperature=-1)
+    with pytest.raises(xfmr.Error, match="max_tokens -2"):
+        smollm.generate("a", max_tokens=-2)
+    with pytest.raises(xfmr.Error, match="top-p 0"):
+        smollm.stream("a", top_p=0)
+    with pytest.raises(xfmr.Error, match="decode: id -1"):
+        smollm.tokenizer.decode([-1])
+    # The model still works after each.
+    assert len(smollm.generate("a", max_tokens=3, ignore_eos=True).ids) == 3
+
+
+def run_python(script):
+    """script in a fresh interpreter (its own signals); its stdout."""
+    env = dict(os.environ, SMOLLM=SMOLLM, TOKENIZER=TOKENIZER)
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_ctrl_c_ends_a_generation_at_the_next_token():
+    # Uninterrupted, each would decode 10^8 tokens (hours): the timeout above
+    # fails the test if Ctrl-C did not end them.
+    out = run_python("""
+        import os, signal, threading, xfmr
+        m = xfmr.load(os.environ["SMOLLM"], tokenizer=os.environ["TOKENIZER"])
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            m.generate("a", max_tokens=10**8, ignore_eos=True)
+        except KeyboardInterrupt:
+            print("generate interrupted")
+        try:
+            for i, _ in enumerate(m.stream("a", max_tokens=10**8, ignore_eos=True)):
+                if i == 5:
+                    os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            print("stream interrupted")
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        s = m.stream("a", max_tokens=10**8, ignore_eos=True)
+        try:
+            while True:
+                next(s)
+        except KeyboardInterrupt:
+            print("stream interrupted while waiting")
+        print(len(m.generate("a", max_tokens=4, ignore_eos=True).ids))
+    """)
+    assert out.split("\n") == ["generate interrupted", "stream interrupted", "stream interrupted while waiting", "4",
+                               ""]
+
+
+def test_export_then_load_is_the_same_model(smollm, tmp_path):
+    out = tmp_path / "hf"
+    smollm.export_hf(out)
+    back = xfmr.load(out)  # its tokenizer comes with it
+    ids = smollm.tokenizer.encode("Once upon a time")
+    assert np.array_equal(back.logits(ids), smollm.logits(ids))
+    assert back.generate("a", max_tokens=8, temperature=0).ids == smollm.generate("a", max_tokens=8, temperature=0).ids
+    with pytest.raises(xfmr.Error, match="exists"):
+        smollm.export_hf(out)  # never over what is there, unless asked
+    smollm.export_hf(out, overwrite=True)
+
+
+def test_an_xfmr_checkpoint_and_its_int8_copy(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("hello world, this is a tiny corpus for a test. " * 40)
+    ck = tmp_path / "ck"
+    subprocess.run([XFMR_LM, "train", "--init", SMOLLM, "--tokenizer", TOKENIZER, "--data", str(corpus), "--steps", "2",
+                    "--out", str(ck)], capture_output=True, check=True, cwd=tmp_path)  # (its log and report there)
+    m = xfmr.load(ck)
+    assert m.config["format"] == "xfmr" and m.config["precision"] == "fp32" and m.tokenizer is not None
+    wrote = xfmr.quantise(ck, tmp_path / "ck8")
+    assert wrote["matrices"] > 0 and wrote["int8_bytes"] < wrote["float_bytes"]
+    q = xfmr.load(tmp_path / "ck8")
+    assert q.config["precision"] == "int8"  # the checkpoint's own
+    # Its logits are the float32 model's, to int8's error (its embedding rows are dequantised too).
+    ids = m.tokenizer.encode("hello world, this is")
+    close_to(q.logits(ids), m.logits(ids).astype(np.float64), rel=0.1)
+    assert len(q.generate("hello", max_tokens=12, temperature=0, ignore_eos=True).ids) == 12
+    with pytest.raises(xfmr.Error, match="int8"):
+        xfmr.quantise(tmp_path / "ck8", tmp_path / "again")
