@@ -40,6 +40,9 @@
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/text/text.hpp"
+#include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/schedules.hpp"
+#include "xfmr/train/trainer.hpp"
 
 namespace py = pybind11;
 using namespace xfmr;
@@ -87,12 +90,11 @@ struct State {
 // cache serves call after call.
 class Model {
  public:
+  // xfmr.load: any model load_model reads.
   Model(const std::string& path, const std::optional<std::string>& precision, const std::string& backend,
         const std::string& tokenizer) {
-    require(backend == "cpu", "backend '", backend, "': the Python module runs on the CPU backend ('cpu')");
+    check_backend(backend);
     Pretrained<Be> p = load_model<Be>(path);
-    precision_ = precision ? *precision : is_int8_checkpoint(p.metadata) ? "int8" : "fp32";
-    check_precision_name(precision_);
     // A model without a tokenizer still gives logits and generates ids;
     // text asks for one (tokenizer_() says why there is none).
     try {
@@ -103,7 +105,34 @@ class Model {
     }
     format_ = std::string(format_name(p.format));
     saved_ = std::move(p.saved);
-    model_ = std::move(p.model);
+    start(std::move(p.model), precision ? *precision : is_int8_checkpoint(p.metadata) ? "int8" : "fp32", backend);
+  }
+  // xfmr.create: a new model of an architecture, initialised from seed.
+  Model(const PresetInfo& arch, std::optional<int> vocab, std::uint64_t seed, std::optional<float> dropout,
+        const std::string& tokenizer, const std::string& backend) {
+    check_backend(backend);
+    if (!tokenizer.empty()) {
+      tok_.emplace(FoundTokenizer{ModelTokenizer::load(tokenizer), std::filesystem::absolute(tokenizer)});
+      tok_->padding = tok_->tokenizer.check_fits(vocab.value_or(tok_->tokenizer.size()), arch.name);
+    } else {
+      no_tokenizer_ = "the model was created without a tokenizer";
+    }
+    require(vocab || tok_, "create: give vocab, or a tokenizer whose size it is");
+    const DecoderOptions opts = published_head(arch, {.dropout = dropout.value_or(arch.dropout)});
+    format_ = "xfmr";
+    start(make_language_model<Be>(arch, vocab.value_or(tok_ ? tok_->tokenizer.size() : 0), seed, opts), "fp32",
+          backend);
+  }
+
+  static void check_backend(const std::string& backend) {
+    require(backend == "cpu", "backend '", backend, "': the Python module runs on the CPU backend ('cpu')");
+  }
+  // The rest of a constructor: the backend in `precision`, its weight
+  // copies, the Generator.
+  void start(std::unique_ptr<Lm> model, std::string precision, const std::string& backend) {
+    check_precision_name(precision);
+    precision_ = std::move(precision);
+    model_ = std::move(model);
     model_->set_training(false);
     be_ = std::make_unique<Be>(make_backend<Be>(backend, precision_));
     copies_ = saved_ ? std::make_unique<WeightCopies<Be>>(*be_, *model_, *saved_)
@@ -113,6 +142,12 @@ class Model {
   }
 
   bool has_tokenizer() const { return tok_.has_value(); }
+  Lm& lm() { return *model_; }
+  const std::string& precision() const { return precision_; }
+  std::mutex& busy() { return busy_; }
+  std::vector<AttachedFile> tokenizer_files() const {
+    return tok_ ? tok_->tokenizer.attached_files() : std::vector<AttachedFile>{};
+  }
   const ModelTokenizer& tokenizer_() const {
     require(tok_.has_value(), no_tokenizer_, " (load the model with tokenizer=PATH)");
     return tok_->tokenizer;
@@ -355,6 +390,158 @@ class TokenStream {
   std::thread worker_;
 };
 
+// xfmr.Trainer: train/trainer.hpp's Trainer with AdamW and a learning-rate
+// schedule over a model of this module. A batch is an integer array
+// (B, T + 1), each row's first T ids the input and its last T the targets;
+// or inputs (B, T) and targets (B, T), where -100 is not counted (PyTorch's
+// ignore_index).
+class PyTrainer {
+ public:
+  using Ids = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>;
+  struct Options {
+    double lr = 3e-4;
+    std::string schedule = "cosine";
+    long steps = 1000;
+    double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0, label_smoothing = 0.0;
+    int grad_accum = 1, shards = 0;
+    std::string precision = "fp32", recompute = "none";
+    std::uint64_t data_seed = 0;
+  };
+
+  PyTrainer(std::shared_ptr<Model> model, const Options& o) : model_(std::move(model)) {
+    require(model_->precision() == "fp32", "Trainer: the model was loaded for decoding in ", model_->precision(),
+            "; train one loaded in fp32 (Trainer(precision='bf16') trains with bf16 products)");
+    check_training_precision(o.precision, "Trainer: precision");
+    Lm& lm = model_->lm();
+    lm.set_recompute(parse_recompute(o.recompute));
+    be_ = std::make_unique<Be>(make_backend<Be>("cpu", o.precision));
+    opt_ = std::make_unique<AdamW<Be>>(
+        lm, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+    trainer_ =
+        std::make_unique<Trainer<Lm, Be>>(lm, *be_, *opt_,
+                                          TrainerOptions{.grad_accum = o.grad_accum,
+                                                         .clip = o.clip,
+                                                         .label_smoothing = o.label_smoothing,
+                                                         .schedule = LrSchedule::parse(o.schedule, o.lr, o.steps),
+                                                         .data_seed = o.data_seed,
+                                                         .split = {.shards = o.shards}});
+  }
+
+  double step(const Ids& batch, const std::optional<Ids>& targets) {
+    const int B = take(batch, targets, "step"), micro = B / trainer_->options().grad_accum;
+    require(micro * trainer_->options().grad_accum == B, "step: ", B, " sequences do not split into grad_accum ",
+            trainer_->options().grad_accum, " micro-batches");
+    StepResult r;
+    {
+      py::gil_scoped_release release;
+      model_->end_open_stream();
+      std::lock_guard lock(model_->busy());
+      int first = 0;  // the micro-batch's first sequence
+      r = trainer_->step(
+          [&](int m) {
+            first = m * micro;
+            return BatchTargets{micro, std::span<const std::int32_t>(targets_).subspan(std::size_t(first) * T_,
+                                                                                       std::size_t(micro) * T_)};
+          },
+          [&](const Shard& sh, Lm& lm, Be& be) { return forward(lm, be, first + sh.begin, sh.size()); });
+      model_->lm().set_training(false);
+    }
+    grad_norm_ = r.grad_norm;
+    return r.loss;
+  }
+
+  // The mean loss over batch's counted targets, without a step.
+  double evaluate(const Ids& batch, const std::optional<Ids>& targets) {
+    const int B = take(batch, targets, "evaluate");
+    py::gil_scoped_release release;
+    model_->end_open_stream();
+    std::lock_guard lock(model_->busy());
+    const LossSum sum = trainer_->evaluate(BatchTargets{B, targets_}, [&](const Shard& sh, Lm& lm, Be& be) {
+      return forward(lm, be, sh.begin, sh.size());
+    });
+    model_->lm().set_training(false);
+    return sum.checked_mean("evaluate");
+  }
+
+  // A checkpoint xfmr.load (and xfmr-lm) reads, with the tokenizer's files.
+  void save(const std::filesystem::path& dir, bool overwrite) {
+    py::gil_scoped_release release;
+    require(!std::filesystem::exists(dir) || (overwrite && is_checkpoint(dir)) ||
+                (std::filesystem::is_directory(dir) && std::filesystem::is_empty(dir)),
+            "save: ", dir.string(),
+            is_checkpoint(dir) ? " holds a checkpoint (save(dir, overwrite=True) replaces it)"
+                               : " exists and is not a checkpoint");
+    std::lock_guard lock(model_->busy());
+    // xfmr-lm's metadata, so that its sample, eval and export, and
+    // xfmr-serve, read the checkpoint as one of its own.
+    const Lm& lm = model_->lm();
+    Metadata metadata = language_model_metadata(lm);
+    metadata["format"] = "xfmr-lm";
+    metadata["vocab"] = std::to_string(lm.vocab());
+    metadata["tie_weights"] = lm.options().tie_weights ? "1" : "0";
+    metadata["head_bias"] = lm.options().head_bias ? "1" : "0";
+    trainer_->save(dir, metadata, model_->tokenizer_files());
+  }
+  // Continues from save's checkpoint, bit for bit.
+  long resume(const std::filesystem::path& dir) {
+    py::gil_scoped_release release;
+    std::lock_guard lock(model_->busy());
+    trainer_->resume(dir);
+    model_->lm().set_training(false);
+    return trainer_->steps();
+  }
+
+  long steps() const { return trainer_->steps(); }
+  double lr() const { return trainer_->lr(); }
+  double grad_norm() const { return grad_norm_; }
+
+ private:
+  // batch's inputs and targets into ids_ and targets_; its row count.
+  // Without targets, batch is (B, T + 1); with them, both are (B, T).
+  int take(const Ids& batch, const std::optional<Ids>& targets, const char* what) {
+    const int extra = targets ? 0 : 1;
+    require(batch.ndim() == 2 && batch.shape(0) > 0 && batch.shape(1) > extra, what, ": a batch is ",
+            targets ? "(B, T) ids with targets (B, T)" : "(B, T + 1) ids, T >= 1", "; this one has ", batch.ndim(),
+            " dimensions",
+            batch.ndim() == 2 ? " (" + std::to_string(batch.shape(0)) + ", " + std::to_string(batch.shape(1)) + ")"
+                              : std::string());
+    const int B = int(batch.shape(0)), T = int(batch.shape(1)) - extra;
+    if (targets)
+      require(targets->ndim() == 2 && targets->shape(0) == B && targets->shape(1) == T, what,
+              ": targets must have the batch's shape (", B, ", ", T, ")");
+    require(T <= model_->lm().max_t(), what, ": sequences of ", T, " inputs; the model's context is ",
+            model_->lm().max_t());
+    T_ = T;
+    ids_.resize(std::size_t(B) * T);
+    targets_.resize(std::size_t(B) * T);
+    const std::int32_t* in = batch.data();
+    const std::size_t row = std::size_t(T + extra);
+    for (int b = 0; b < B; ++b) {
+      std::copy(in + b * row, in + b * row + T, ids_.begin() + std::size_t(b) * T);
+      if (!targets) std::copy(in + b * row + 1, in + b * row + 1 + T, targets_.begin() + std::size_t(b) * T);
+    }
+    if (targets) std::copy(targets->data(), targets->data() + targets_.size(), targets_.begin());
+    model_->check_ids(ids_, what);
+    for (std::size_t i = 0; i < targets_.size(); ++i)
+      require(targets_[i] == kIgnoreIndex || (targets_[i] >= 0 && targets_[i] < model_->lm().vocab()), what,
+              ": target ", targets_[i], " outside [0, ", model_->lm().vocab(), ") (or -100, not counted)");
+    return B;
+  }
+  std::span<const float> forward(Lm& lm, Be& be, int first, int sequences) {
+    return lm.forward(be,
+                      std::span<const std::int32_t>(ids_).subspan(std::size_t(first) * T_, std::size_t(sequences) * T_),
+                      Shape{sequences, T_});
+  }
+
+  std::shared_ptr<Model> model_;
+  std::unique_ptr<Be> be_;
+  std::unique_ptr<AdamW<Be>> opt_;
+  std::unique_ptr<Trainer<Lm, Be>> trainer_;
+  std::vector<std::int32_t> ids_, targets_;
+  int T_ = 0;
+  double grad_norm_ = 0.0;
+};
+
 // model.tokenizer: the model's, kept alive by it.
 struct Tokenizer {
   std::shared_ptr<Model> model;
@@ -443,6 +630,62 @@ PYBIND11_MODULE(xfmr, m) {
       .def("logits", &Model::logits, py::arg("ids"),
            "the logits of ids (T) or of a batch (B, T): a float32 array (T, vocab) or (B, T, vocab)");
 
+  const PyTrainer::Options t;
+  py::class_<PyTrainer>(m, "Trainer", "Trains a model: AdamW, a learning-rate schedule, batches of ids")
+      .def(py::init([](std::shared_ptr<Model> model, double lr, std::string schedule, long steps, double weight_decay,
+                       double beta1, double beta2, double eps, double clip, int grad_accum, double label_smoothing,
+                       int shards, std::string precision, std::string recompute, std::uint64_t data_seed) {
+             return std::make_unique<PyTrainer>(
+                 std::move(model), PyTrainer::Options{lr, std::move(schedule), steps, weight_decay, beta1, beta2, eps,
+                                                      clip, label_smoothing, grad_accum, shards, std::move(precision),
+                                                      std::move(recompute), data_seed});
+           }),
+           py::arg("model"), py::kw_only(), py::arg("lr") = t.lr, py::arg("schedule") = t.schedule,
+           py::arg("steps") = t.steps, py::arg("weight_decay") = t.weight_decay, py::arg("beta1") = t.beta1,
+           py::arg("beta2") = t.beta2, py::arg("eps") = t.eps, py::arg("clip") = t.clip,
+           py::arg("grad_accum") = t.grad_accum, py::arg("label_smoothing") = t.label_smoothing,
+           py::arg("shards") = t.shards, py::arg("precision") = t.precision, py::arg("recompute") = t.recompute,
+           py::arg("data_seed") = t.data_seed,
+           "schedule: 'constant', 'cosine' (a tenth of the steps' warmup, then down to lr / 10) or 'onecycle', over "
+           "`steps`; "
+           "shards: the CPU's data-parallel replicas (0: its default); precision: 'fp32' or 'bf16'; recompute: "
+           "'none', 'cheap' or 'block'")
+      .def("step", &PyTrainer::step, py::arg("batch"), py::arg("targets") = py::none(),
+           "one optimizer step; returns the loss. batch: integer ids (B, T + 1), inputs [:, :-1] and targets "
+           "[:, 1:]; or ids (B, T) with targets (B, T), where -100 is not counted")
+      .def("evaluate", &PyTrainer::evaluate, py::arg("batch"), py::arg("targets") = py::none(),
+           "the mean loss on a batch as step takes it, without a step")
+      .def("save", &PyTrainer::save, py::arg("dir"), py::kw_only(), py::arg("overwrite") = false,
+           "a checkpoint of the model, the optimizer and the step (xfmr.load reads it; resume continues it)")
+      .def("resume", &PyTrainer::resume, py::arg("dir"),
+           "continues from a checkpoint save wrote, bit for bit; returns its step")
+      .def_property_readonly("steps", &PyTrainer::steps, "the steps taken")
+      .def_property_readonly("lr", &PyTrainer::lr, "the next step's learning rate")
+      .def_property_readonly("grad_norm", &PyTrainer::grad_norm, "the last step's gradient norm (before clipping)");
+
+  m.def(
+      "create",
+      [](const py::object& architecture, std::optional<int> vocab, std::uint64_t seed, std::optional<float> dropout,
+         const std::optional<std::filesystem::path>& tokenizer, const std::string& backend) {
+        const PresetInfo arch =
+            py::isinstance<py::str>(architecture)
+                ? LanguageModelPresets::info(architecture.cast<std::string>())
+                : architecture_from_json(py::module_::import("json").attr("dumps")(architecture).cast<std::string>(),
+                                         "create: architecture");
+        py::gil_scoped_release release;
+        return std::make_shared<Model>(arch, vocab, seed, dropout, tokenizer ? tokenizer->string() : "", backend);
+      },
+      py::arg("architecture"), py::kw_only(), py::arg("vocab") = py::none(), py::arg("seed") = 0,
+      py::arg("dropout") = py::none(), py::arg("tokenizer") = py::none(), py::arg("backend") = "cpu",
+      "A new model, initialised from seed: architecture is a preset's name (xfmr.presets()) or a dict as "
+      "model.config gives; vocab defaults to the tokenizer's size, dropout to the architecture's");
+  m.def(
+      "presets",
+      [] {
+        const auto names = LanguageModelPresets::names();
+        return std::vector<std::string>(names.begin(), names.end());
+      },
+      "the names of the shipped language-model presets");
   m.def(
       "quantise",
       [](const std::filesystem::path& from, const std::filesystem::path& to) {

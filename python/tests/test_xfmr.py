@@ -219,9 +219,19 @@ def test_ctrl_c_ends_a_generation_at_the_next_token():
         except KeyboardInterrupt:
             print("stream interrupted while waiting")
         print(len(m.generate("a", max_tokens=4, ignore_eos=True).ids))
+        # A training loop stops at a step's end: every step taken is whole.
+        import numpy as np
+        trainer = xfmr.Trainer(m, steps=10**6)
+        batch = np.ones((2, 9), dtype=np.int32)
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            while True:
+                trainer.step(batch)
+        except KeyboardInterrupt:
+            print("training interrupted", trainer.steps > 0, np.isfinite(trainer.evaluate(batch)))
     """)
     assert out.split("\n") == ["generate interrupted", "stream interrupted", "stream interrupted while waiting", "4",
-                               ""]
+                               "training interrupted True True", ""]
 
 
 def test_export_then_load_is_the_same_model(smollm, tmp_path):
@@ -254,3 +264,97 @@ def test_an_xfmr_checkpoint_and_its_int8_copy(tmp_path):
     assert len(q.generate("hello", max_tokens=12, temperature=0, ignore_eos=True).ids) == 12
     with pytest.raises(xfmr.Error, match="int8"):
         xfmr.quantise(tmp_path / "ck8", tmp_path / "again")
+
+
+def corpus_batches(model, count, B=4, T=24, seed=0):
+    text = "the cat sat on the mat, and the dog sat on the log. " * 30
+    ids = np.array(model.tokenizer.encode(text), dtype=np.int32)
+    rng = np.random.default_rng(seed)
+    return [np.stack([ids[s : s + T + 1] for s in rng.integers(0, len(ids) - T - 1, B)]) for _ in range(count)]
+
+
+def fresh(dropout=0.1):
+    return xfmr.create(xfmr.load(SMOLLM).config, seed=5, dropout=dropout, tokenizer=TOKENIZER)
+
+
+def test_training_2n_steps_equals_n_then_resumed_n_byte_for_byte(tmp_path):
+    options = dict(lr=3e-3, steps=6, schedule="cosine", grad_accum=2, shards=2)
+    batches = corpus_batches(fresh(), 6)
+    whole = fresh()
+    trainer = xfmr.Trainer(whole, **options)
+    losses = [trainer.step(b) for b in batches]
+    assert losses[-1] < losses[0] and trainer.steps == 6
+    trainer.save(tmp_path / "whole")
+    first = fresh()
+    trainer = xfmr.Trainer(first, **options)
+    for b in batches[:3]:
+        trainer.step(b)
+    trainer.save(tmp_path / "half")
+    second = fresh()
+    trainer = xfmr.Trainer(second, **options)
+    assert trainer.resume(tmp_path / "half") == 3
+    assert [trainer.step(b) for b in batches[3:]] == losses[3:]
+    trainer.save(tmp_path / "resumed")
+    for f in ["model.safetensors", "optimizer.safetensors"]:
+        assert (tmp_path / "whole" / f).read_bytes() == (tmp_path / "resumed" / f).read_bytes()
+    # The checkpoint loads as any model does, with its tokenizer; the trained model generates.
+    back = xfmr.load(tmp_path / "whole")
+    ids = whole.tokenizer.encode("the cat")
+    assert np.array_equal(back.logits(ids), whole.logits(ids))
+    assert back.generate("the cat", max_tokens=6, temperature=0).ids == whole.generate("the cat", max_tokens=6,
+                                                                                        temperature=0).ids
+    with pytest.raises(xfmr.Error, match="holds a checkpoint"):
+        trainer.save(tmp_path / "whole")
+    # xfmr-lm reads it as its own: the same greedy text.
+    out = subprocess.run([XFMR_LM, "sample", "--model", str(tmp_path / "whole"), "--temperature", "0", "--tokens", "12",
+                          "--prompt", "the cat"], capture_output=True, check=True).stdout
+    assert out[len("the cat"):-1].decode("utf-8", errors="replace") == whole.generate(
+        "the cat", max_tokens=12, temperature=0, ignore_eos=True).text
+
+
+def test_evaluate_and_training_errors(tmp_path):
+    m = fresh(dropout=0.0)
+    trainer = xfmr.Trainer(m, steps=10)
+    batch = corpus_batches(m, 1)[0]
+    before = trainer.evaluate(batch)
+    assert before == trainer.evaluate(batch) and trainer.steps == 0  # no step
+    # Targets of their own: -100 is not counted.
+    assert trainer.evaluate(batch[:, :-1], batch[:, 1:]) == before
+    one = np.full_like(batch[:, 1:], -100)
+    one[0, 3] = batch[0, 4]
+    assert trainer.evaluate(batch[:, :-1], one) != before
+    with pytest.raises(xfmr.Error, match=r"targets must have the batch's shape \(4, 24\)"):
+        trainer.evaluate(batch[:, :-1], batch)
+    with pytest.raises(xfmr.Error, match=r"a batch is \(B, T \+ 1\)"):
+        trainer.step(batch[0])
+    with pytest.raises(xfmr.Error, match="context is 64"):
+        trainer.step(np.zeros((2, 70), dtype=np.int32))
+    with pytest.raises(xfmr.Error, match="id 999"):
+        trainer.step(np.full((2, 5), 999, dtype=np.int32))
+    with pytest.raises(xfmr.Error, match="grad_accum 3"):
+        xfmr.Trainer(m, grad_accum=3).step(batch)
+    with pytest.raises(xfmr.Error, match="int8"):
+        xfmr.Trainer(xfmr.load(SMOLLM, precision="int8"))
+    with pytest.raises(xfmr.Error, match="int8 is for decoding"):
+        xfmr.Trainer(m, precision="int8")
+    with pytest.raises(xfmr.Error, match="schedule"):
+        xfmr.Trainer(m, schedule="sometimes")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("mine")
+    with pytest.raises(xfmr.Error, match="not a checkpoint"):
+        trainer.save(tmp_path / "notes")
+    assert (tmp_path / "notes" / "mine.txt").read_text() == "mine"
+
+
+def test_create_from_a_preset_or_a_config():
+    assert "gpt2-small" in xfmr.presets()
+    m = xfmr.create("tiny", vocab=100, seed=1)
+    assert m.config["name"] == "tiny" and m.config["vocab"] == 100 and m.tokenizer is None
+    same = xfmr.create("tiny", vocab=100, seed=1)
+    other = xfmr.create("tiny", vocab=100, seed=2)
+    assert np.array_equal(m.logits([1, 2, 3]), same.logits([1, 2, 3]))
+    assert not np.array_equal(m.logits([1, 2, 3]), other.logits([1, 2, 3]))
+    with pytest.raises(xfmr.Error, match="no-such-preset"):
+        xfmr.create("no-such-preset", vocab=10)
+    with pytest.raises(xfmr.Error, match="vocab"):
+        xfmr.create("tiny")
