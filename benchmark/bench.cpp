@@ -5,7 +5,7 @@
 //   xfmr-bench --model shakespeare-small [--batch 16] [--modes train,forward,generate]
 //              [--min-time 2] [--json FILE] [--smoke]
 //   xfmr-bench --translator multi30k [--vocab 8000]   (translator decoding only)
-//   xfmr-bench --pretrained PATH [--decode-tokens 128]  (a published checkpoint's decoding only)
+//   xfmr-bench --pretrained PATH [--decode-tokens 128] [--batch B]  (a published checkpoint's decoding only)
 //
 // Modes (every time is the median of many repetitions after a warm-up):
 //   train     one full step: forward, cross-entropy, backward, AdamW; under
@@ -31,7 +31,12 @@
 // greedy decoding after its start token (<|endoftext|>, BOS) with the KV
 // cache, per token, with the weights' bytes a token streams against the
 // read bandwidth (as benchmark/pytorch_reference.py --gpt2 does in PyTorch
-// for GPT-2); it prints the greedy ids, which the two must share.
+// for GPT-2); it prints the greedy ids, which the two must share. With
+// --batch B it also decodes B such sequences together through the
+// server's engine (ContinuousBatcher, stepped on the calling thread: no
+// HTTP, no other thread), per step, with the tokens a second of all B
+// against one sequence's, each sequence's tokens checked against one
+// alone.
 // GFLOP/s count matrix products only (the exact count of the model's GEMMs
 // and attention products, full T x T scores as computed), divided by the
 // machine's single-precision GEMM ceiling, which the bench measures itself.
@@ -53,6 +58,7 @@
 #include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/infer/generate.hpp"
+#include "xfmr/infer/continuous_batching.hpp"
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/models/translation_model.hpp"
@@ -632,6 +638,33 @@ json run_pretrained(const Args& a) {
               {"greedy", greedy},
               {"results", {{"generate_cached", summarize(t, n, flops, ceiling, n)}}},
               {"memory", {{"peak_rss_mb", peak_rss_mb()}}}};
+  if (a.batch > 1) {
+    // --batch B: B sequences decoded together by the server's engine
+    // (infer/continuous_batching.hpp), each step on this thread: a step's
+    // time, the tokens a second of all B, and that against one sequence's.
+    ContinuousBatcher<LanguageModel<Be>, Be> batcher(model, be, {.slots = a.batch, .context = n + 1});
+    std::vector<std::vector<std::int32_t>> drawn(a.batch);
+    const auto tb = time_calls(a, be, [&] {
+      for (int i = 0; i < a.batch; ++i) {
+        drawn[i].clear();
+        batcher.submit({.prompt = {start},
+                        .sampling = {.temperature = 0},
+                        .max_tokens = n,
+                        .on_token = [&drawn, i](std::int32_t id) {
+                          drawn[i].push_back(id);
+                          return true;
+                        }});
+      }
+      while (batcher.step()) {
+      }
+    });
+    for (const auto& d : drawn) require(d == greedy, "a batched sequence's greedy tokens differ from one alone");
+    auto& r = out["results"];
+    r["generate_batched"] = summarize(tb, double(a.batch) * n, double(a.batch) * flops, ceiling, n);
+    r["generate_batched"]["speedup_vs_one"] =
+        r["generate_batched"]["tokens_per_s"].get<double>() / r["generate_cached"]["tokens_per_s"].get<double>();
+    out["shape"]["B"] = a.batch;
+  }
   if (std::string(Be::name) == "cpu") {
     // A token reads every weight once, but of a learned position table one row.
     const double table = p.positions == "learned" ? double(p.max_t - 1) * p.d_model : 0.0;
@@ -729,6 +762,8 @@ void print(const json& r) {
     if (m.contains("mfu"))
       std::cout << std::setprecision(1) << "  MFU " << 100 * m["mfu"].get<double>() << "% (of "
                 << m["mfu_peak_tflops"].get<double>() << " TFLOP/s)";
+    if (m.contains("speedup_vs_one"))
+      std::cout << std::setprecision(2) << "  " << m["speedup_vs_one"].get<double>() << "x one sequence's tokens/s";
     if (m.contains("bandwidth_fraction"))
       std::cout << std::setprecision(1) << "  weights " << m["weight_gbs"].get<double>() << " GB/s ("
                 << std::setprecision(0) << 100 * m["bandwidth_fraction"].get<double>() << "% of the read bandwidth)";
@@ -760,7 +795,7 @@ int main(int argc, char** argv) {
     po::options_description opts("xfmr-bench options");
     opts.add_options()("help,h", "show this help")
       ("model", po::value(&a.model)->default_value(a.model), preset_help<LanguageModelPresets>().c_str())
-      ("batch", po::value(&a.batch)->default_value(a.batch), "sequences per batch (0: 64 for shakespeare-large, else 16)")
+      ("batch", po::value(&a.batch)->default_value(a.batch), "sequences per batch (0: 64 for shakespeare-large, else 16); with --pretrained, B > 1 also times B sequences decoded together (the server's engine)")
       ("seq-len", po::value(&a.seq_len)->default_value(a.seq_len), "train and forward: positions per sequence (0: MAX_T)")
       ("recompute-tokens", po::value(&a.recompute_tokens)->default_value(a.recompute_tokens),
        "generate: tokens the recompute loop times (0: all MAX_T - 1 up to MAX_T 256, else 64)")
