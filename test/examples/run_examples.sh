@@ -912,8 +912,9 @@ case "$case_name" in
     expect_error "it holds notes.txt, which is not part of an export" "$lm" export --model pre --hf hf3 --overwrite
     [[ -f hf3/notes.txt ]] || fail "the refused export deleted notes.txt"
     bench="$bin/../benchmark/xfmr-bench"
-    "$bench" --pretrained hf --decode-tokens 8 --smoke > bench.txt || fail "xfmr-bench --pretrained failed"
-    grep -q "tiny gpt2 checkpoint" bench.txt || fail "xfmr-bench --pretrained: $(cat bench.txt)"
+    "$bench" --pretrained hf --decode-tokens 8 --batch 3 --smoke > bench.txt || fail "xfmr-bench --pretrained failed"
+    grep -q "tiny gpt2 checkpoint (B3" bench.txt || fail "xfmr-bench --pretrained: $(cat bench.txt)"
+    grep -q "generate_batched.*x one sequence's tokens/s" bench.txt || fail "xfmr-bench --batch 3: $(cat bench.txt)"
     "$lm" train --init hf --data corpus2.txt --steps 60 --batch 8 --lr 1e-3 --eval-every 30 --eval-windows 8 \
       --out ft --metrics-json ft.json --log-csv ft.csv --report ft.html > ft.log || fail "fine-tuning failed: $(cat ft.log)"
     start=$(json_value ft.json start_val_loss) end=$(json_value ft.json val_loss)
