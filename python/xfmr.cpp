@@ -593,6 +593,12 @@ PYBIND11_MODULE(xfmr, m) {
   const SamplingOptions sampling;
   py::class_<Model, std::shared_ptr<Model>>(m, "Model", "A language model loaded by xfmr.load")
       .def_property_readonly("config", &Model::config, "its architecture, vocabulary, format and precision")
+      .def("__repr__",
+           [](Model& self) {
+             const PresetInfo& p = self.lm().preset();
+             return "<xfmr.Model " + p.name + " " + p.shape() + " V" + std::to_string(self.lm().vocab()) + ", " +
+                    self.precision() + ">";
+           })
       .def_property_readonly(
           "tokenizer",
           [](std::shared_ptr<Model> self) -> std::optional<Tokenizer> {

@@ -146,6 +146,7 @@ def test_stop_strings_cut_the_text(smollm):
 
 
 def test_config_and_tokenizer(smollm):
+    assert repr(smollm) == "<xfmr.Model llama D48 H6 KV2 L2 T64 FF64 V257, fp32>"
     c = smollm.config
     assert c["name"] == "llama" and c["vocab"] == 257 and c["precision"] == "fp32"
     assert c["dims"]["d_model"] == 48 and c["dims"]["n_kv_heads"] == 2
