@@ -32,6 +32,7 @@
 
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/factory.hpp"
+#include "xfmr/infer/continuous_batching.hpp"
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/infer/stop_strings.hpp"
 #include "xfmr/infer/weight_copies.hpp"
@@ -245,6 +246,67 @@ class Model {
     }
     if (interrupted) throw py::error_already_set();
     return c;
+  }
+
+  // Many generations decoded together (infer/continuous_batching.hpp, the
+  // server's engine, stepped here): `batch_size` at a time, each with its own
+  // seed (seed + its index), so that each gets the tokens it would get
+  // alone. Every prompt and its max_tokens must fit the model's context.
+  std::vector<Completion> generate_batch(const std::vector<Request>& requests, int batch_size) {
+    require(batch_size >= 1, "generate_batch: batch_size ", batch_size, " must be at least 1");
+    std::vector<Completion> out(requests.size());
+    if (requests.empty()) return out;
+    bool interrupted = false;
+    {
+      py::gil_scoped_release release;
+      end_open_stream();
+      std::lock_guard lock(busy_);
+      // The cache holds what the longest asks for (not max_t: a slot of
+      // Llama 3's 131072 positions for a few tokens).
+      const int slots = int(std::min<std::size_t>(requests.size(), std::size_t(batch_size)));
+      long context = 2;
+      for (const Request& r : requests) context = std::max(context, long(r.prompt.size()) + r.opts.max_tokens);
+      ContinuousBatcher<Lm, Be> batcher(
+          *model_, *be_,
+          {.slots = slots, .context = int(std::min<long>(context, model_->max_t())), .queue = int(requests.size())});
+      std::vector<std::optional<TokenText>> text(requests.size());
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        const Request& r = requests[i];
+        Completion& c = out[i];
+        if (tok_) text[i].emplace(tokenizer_(), r.prompt.back(), r.stops), c.text.emplace();
+        c.finish_reason = "length";
+        if (r.opts.max_tokens == 0) continue;
+        batcher.submit({.prompt = r.prompt,
+                        .sampling = r.opts.sampling,
+                        .max_tokens = r.opts.max_tokens,
+                        .stop_ids = r.end_ids,
+                        .vocabulary = r.opts.vocabulary,
+                        .seed = r.seed,
+                        .on_token =
+                            [&c, &t = text[i], &end = r.end_ids](std::int32_t id) {
+                              c.ids.push_back(id);
+                              if (!t) return true;
+                              *c.text += t->feed(id, std::find(end.begin(), end.end(), id) == end.end());
+                              return !t->stopped();
+                            },
+                        .on_finish =
+                            [&c, &t = text[i]](const BatchResult& b) {
+                              if (t) *c.text += t->flush();
+                              c.finish_reason = b.reason == FinishReason::length      ? "length"
+                                                : b.reason == FinishReason::cancelled ? "cancelled"
+                                                                                      : "stop";
+                            }});
+      }
+      while (batcher.step()) {
+        py::gil_scoped_acquire acquire;
+        if (PyErr_CheckSignals() != 0) {
+          interrupted = true;
+          break;
+        }
+      }
+    }
+    if (interrupted) throw py::error_already_set();
+    return out;
   }
 
   // Logits of ids (T) or a batch (B, T): numpy float32 (T, vocab) or (B, T, vocab).
@@ -633,6 +695,24 @@ PYBIND11_MODULE(xfmr, m) {
       .def("export_hf", &Model::export_hf, py::arg("dir"), py::kw_only(), py::arg("overwrite") = false,
            "writes a Hugging Face directory (GPT2LMHeadModel or LlamaForCausalLM, with the tokenizer's files); an "
            "existing one only with overwrite=True")
+      .def(
+          "generate_batch",
+          [](Model& self, const std::vector<py::object>& prompts, int max_tokens, double temperature, int top_k,
+             double top_p, std::optional<std::uint64_t> seed, std::optional<std::vector<std::string>> stop,
+             bool ignore_eos, int batch_size) {
+            const std::uint64_t base = seed ? *seed : std::random_device{}();
+            std::vector<Request> requests;
+            for (std::size_t i = 0; i < prompts.size(); ++i)
+              requests.push_back(
+                  self.request(prompts[i], max_tokens, temperature, top_k, top_p, base + i, stop, ignore_eos));
+            return self.generate_batch(requests, batch_size);
+          },
+          py::arg("prompts"), py::kw_only(), py::arg("max_tokens") = 100, py::arg("temperature") = sampling.temperature,
+          py::arg("top_k") = sampling.top_k, py::arg("top_p") = sampling.top_p, py::arg("seed") = py::none(),
+          py::arg("stop") = py::none(), py::arg("ignore_eos") = false, py::arg("batch_size") = 8,
+          "generate for each of prompts, batch_size of them decoded together (one weight read serves them all); "
+          "prompt i draws with seed + i, so it gets what generate(prompt, seed=seed + i) gets while the prompt and "
+          "max_tokens fit the context")
       .def("logits", &Model::logits, py::arg("ids"),
            "the logits of ids (T) or of a batch (B, T): a float32 array (T, vocab) or (B, T, vocab)");
 

@@ -138,6 +138,22 @@ def test_a_stream_is_the_same_generation(smollm):
         smollm.generate("The cat", max_tokens=30, temperature=0.8, seed=8, ignore_eos=True).ids
 
 
+def test_a_batch_of_generations_is_each_one_alone(smollm):
+    prompts = ["Once upon", "The cat", "a", [104, 105], "hello hello", "We", "42 is"]
+    for kw in [dict(temperature=0), dict(temperature=0.9, top_k=30, seed=11), dict(temperature=0.7, seed=3, stop=["e"])]:
+        batch = smollm.generate_batch(prompts, max_tokens=20, batch_size=3, **kw)
+        assert len(batch) == len(prompts)
+        for i, (p, b) in enumerate(zip(prompts, batch)):
+            alone = dict(kw, seed=kw["seed"] + i) if "seed" in kw else kw
+            one = smollm.generate(p, max_tokens=20, **alone)
+            assert (b.ids, b.text, b.finish_reason) == (one.ids, one.text, one.finish_reason), (i, kw)
+    assert smollm.generate_batch([], max_tokens=5) == []
+    with pytest.raises(xfmr.Error, match="exceed the context of 64"):
+        smollm.generate_batch(["a"], max_tokens=64)
+    with pytest.raises(xfmr.Error, match="batch_size 0"):
+        smollm.generate_batch(["a"], batch_size=0)
+
+
 def test_stop_strings_cut_the_text(smollm):
     whole = smollm.generate("Once upon", max_tokens=40, temperature=0, ignore_eos=True)
     stop = next(c for c in whole.text[3:] if c.isascii() and c.isprintable())
