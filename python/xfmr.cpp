@@ -136,10 +136,18 @@ class Model {
     model_ = std::move(model);
     model_->set_training(false);
     be_ = std::make_unique<Be>(make_backend<Be>(backend, precision_));
-    copies_ = saved_ ? std::make_unique<WeightCopies<Be>>(*be_, *model_, *saved_)
-                     : std::make_unique<WeightCopies<Be>>(*be_, *model_);
+    open_copies();
     generator_ = std::make_unique<Generator<Lm, Be>>(*model_, *be_);
     if (tok_ && tokenizer_().start() >= 0) end_ids_.push_back(tokenizer_().start());
+  }
+
+  // The weights' decoding copies (float32's panels, bf16's, int8's), for
+  // the model's life; after a training step, made again from the new
+  // weights.
+  void open_copies() {
+    copies_.reset();
+    copies_ = saved_ ? std::make_unique<WeightCopies<Be>>(*be_, *model_, *saved_)
+                     : std::make_unique<WeightCopies<Be>>(*be_, *model_);
   }
 
   bool has_tokenizer() const { return tok_.has_value(); }
@@ -507,6 +515,7 @@ class PyTrainer {
           },
           [&](const Shard& sh, Lm& lm, Be& be) { return forward(lm, be, first + sh.begin, sh.size()); });
       model_->lm().set_training(false);
+      model_->open_copies();  // the model's decoding panels are of the old weights
     }
     grad_norm_ = r.grad_norm;
     return r.loss;
@@ -550,6 +559,7 @@ class PyTrainer {
     std::lock_guard lock(model_->busy());
     trainer_->resume(dir);
     model_->lm().set_training(false);
+    model_->open_copies();
     return trainer_->steps();
   }
 

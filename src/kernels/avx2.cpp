@@ -146,6 +146,74 @@ void gemv_rows_multi(int M, int n0, int n1, int K, const float* W, long ldw, con
   }
 }
 
+// NB panels from panel b for M rows of X (kernels.hpp's float panels), a
+// panel's 16 rows in two 8-wide halves: 2 x NB x M chains of
+// multiply-adds, every panel's stream prefetched 4 KiB ahead. The sums are
+// avx512.cpp's, in the same order: the same bits.
+template <int M, int NB>
+void panel_pass(int b, int N, int K, const float* P, long stride, const float* X, long ldx, float* Y, long ldy) {
+  __m256 acc[NB][M][2];
+  for (auto& a : acc)
+    for (auto& m : a) m[0] = m[1] = _mm256_setzero_ps();
+  const float* p = P + b * stride;
+  for (int k = 0; k < K; ++k, p += kPanelRows) {
+    __m256 w[NB][2];
+    for (int j = 0; j < NB; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + j * stride) + 4096, _MM_HINT_T0);
+      w[j][0] = _mm256_loadu_ps(p + j * stride);
+      w[j][1] = _mm256_loadu_ps(p + j * stride + 8);
+    }
+    for (int m = 0; m < M; ++m) {
+      const __m256 x = _mm256_broadcast_ss(X + m * ldx + k);
+      for (int j = 0; j < NB; ++j) {
+        acc[j][m][0] = _mm256_fmadd_ps(w[j][0], x, acc[j][m][0]);
+        acc[j][m][1] = _mm256_fmadd_ps(w[j][1], x, acc[j][m][1]);
+      }
+    }
+  }
+  for (int j = 0; j < NB; ++j) {
+    const int r = (b + j) * kPanelRows;
+    for (int m = 0; m < M; ++m) {
+      _mm256_maskstore_ps(Y + m * ldy + r, first_lanes(N - r), acc[j][m][0]);
+      _mm256_maskstore_ps(Y + m * ldy + r + 8, first_lanes(N - r - 8), acc[j][m][1]);
+    }
+  }
+}
+
+// Panels [b0, b1) for M <= 4 rows (sixteen registers: at most 8 chains),
+// the rest half as many panels at a time.
+template <int M, int NB>
+void panel_passes(int& b, int b1, int N, int K, const float* P, long stride, const float* X, long ldx, float* Y,
+                  long ldy) {
+  for (; b + NB <= b1; b += NB) panel_pass<M, NB>(b, N, K, P, stride, X, ldx, Y, ldy);
+  if constexpr (NB > 1) panel_passes<M, NB / 2>(b, b1, N, K, P, stride, X, ldx, Y, ldy);
+}
+template <int M>
+void panel_rows_m(int b0, int b1, int N, int K, const float* P, long stride, const float* X, long ldx, float* Y,
+                  long ldy) {
+  panel_passes<M, M == 1 ? 4 : M == 2 ? 2 : 1>(b0, b1, N, K, P, stride, X, ldx, Y, ldy);
+}
+
+// Four rows of X at a time over each panel, read again from cache for the
+// rest.
+void panel_rows(int b0, int b1, int N, int M, int K, const float* P, long stride, const float* X, long ldx, float* Y,
+                long ldy) {
+  const int group = M > 4 ? 1 : b1 - b0;
+  for (int g = b0; g < b1; g += group) {
+    const int g1 = b1 - g < group ? b1 : g + group;
+    for (int m0 = 0; m0 < M; m0 += 4) {
+      const float* x = X + m0 * ldx;
+      float* y = Y + m0 * ldy;
+      switch (M - m0 < 4 ? M - m0 : 4) {
+        case 1: panel_rows_m<1>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        case 2: panel_rows_m<2>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        case 3: panel_rows_m<3>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        default: panel_rows_m<4>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+      }
+    }
+  }
+}
+
 // bfloat16 bits widen to their float32 exactly: a shift into the high half.
 __m256 widen_bf16(__m128i bits) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16)); }
 __m256 load_bf16(const std::uint16_t* p, int lanes) {
@@ -283,6 +351,7 @@ CpuKernels kernels() {
   k.gemv_rows = gemv_rows;
   k.multi_rows = 16;
   k.gemv_rows_multi = gemv_rows_multi;
+  k.panel_rows = panel_rows;
   k.gemv_rows_bf16 = gemv_rows_bf16;
   k.int8_product_rows = int8_product_rows;
   k.int8_isa = "AVX2";

@@ -186,6 +186,73 @@ void gemv_rows_multi(int M, int n0, int n1, int K, const float* W, long ldw, con
   }
 }
 
+// NB panels from panel b for M rows of X (kernels.hpp's float panels):
+// NB x M chains of multiply-adds, one 64-byte load a panel and one
+// broadcast a row for each k, every panel's stream prefetched 4 KiB ahead
+// (with only the processor's prefetchers, eight rows read it at a third of
+// the bandwidth).
+template <int M, int NB>
+void panel_pass(int b, int N, int K, const float* P, long stride, const float* X, long ldx, float* Y, long ldy) {
+  __m512 acc[NB][M];
+  for (auto& a : acc)
+    for (auto& v : a) v = _mm512_setzero_ps();
+  const float* p = P + b * stride;
+  for (int k = 0; k < K; ++k, p += kPanelRows) {
+    __m512 w[NB];
+    for (int j = 0; j < NB; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + j * stride) + 4096, _MM_HINT_T0);
+      w[j] = _mm512_loadu_ps(p + j * stride);
+    }
+    for (int m = 0; m < M; ++m) {
+      const __m512 x = _mm512_set1_ps(X[m * ldx + k]);
+      for (int j = 0; j < NB; ++j) acc[j][m] = _mm512_fmadd_ps(w[j], x, acc[j][m]);
+    }
+  }
+  for (int j = 0; j < NB; ++j) {
+    const int r = (b + j) * kPanelRows;
+    for (int m = 0; m < M; ++m) _mm512_mask_storeu_ps(Y + m * ldy + r, first_lanes(N - r), acc[j][m]);
+  }
+}
+
+// Panels [b0, b1) for M <= 8 rows: as many panels at once as keep 8 to 16
+// chains (one row's alone would wait on its multiply-adds' latency), the
+// rest half as many at a time.
+template <int M, int NB>
+void panel_passes(int& b, int b1, int N, int K, const float* P, long stride, const float* X, long ldx, float* Y,
+                  long ldy) {
+  for (; b + NB <= b1; b += NB) panel_pass<M, NB>(b, N, K, P, stride, X, ldx, Y, ldy);
+  if constexpr (NB > 1) panel_passes<M, NB / 2>(b, b1, N, K, P, stride, X, ldx, Y, ldy);
+}
+template <int M>
+void panel_rows_m(int b0, int b1, int N, int K, const float* P, long stride, const float* X, long ldx, float* Y,
+                  long ldy) {
+  panel_passes<M, M == 1 ? 8 : M <= 4 ? 4 : 2>(b0, b1, N, K, P, stride, X, ldx, Y, ldy);
+}
+
+void panel_rows(int b0, int b1, int N, int M, int K, const float* P, long stride, const float* X, long ldx, float* Y,
+                long ldy) {
+  // Past eight rows, eight at a time over each pair of panels, read again
+  // from cache.
+  const int group = M > 8 ? 2 : b1 - b0;
+  for (int g = b0; g < b1; g += group) {
+    const int g1 = b1 - g < group ? b1 : g + group;
+    for (int m0 = 0; m0 < M; m0 += 8) {
+      const float* x = X + m0 * ldx;
+      float* y = Y + m0 * ldy;
+      switch (M - m0 < 8 ? M - m0 : 8) {
+        case 1: panel_rows_m<1>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        case 2: panel_rows_m<2>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        case 3: panel_rows_m<3>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        case 4: panel_rows_m<4>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        case 5: panel_rows_m<5>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        case 6: panel_rows_m<6>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        case 7: panel_rows_m<7>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+        default: panel_rows_m<8>(g, g1, N, K, P, stride, x, ldx, y, ldy); break;
+      }
+    }
+  }
+}
+
 // Rows [n0, n1) of y = W x with W in bfloat16: each widens to its float32
 // exactly (a shift). The rows side by side: sixteen independent chains of
 // multiply-adds share each load of x, and each cache line of the next
@@ -261,6 +328,7 @@ CpuKernels kernels() {
   k.gemv_rows = gemv_rows;
   k.multi_rows = 16;
   k.gemv_rows_multi = gemv_rows_multi;
+  k.panel_rows = panel_rows;
   k.gemv_rows_bf16 = gemv_rows_bf16;
   k.softmax_row = softmax_row;
   return k;  // int8: levels.cpp picks VNNI's or AVX2's

@@ -1,7 +1,8 @@
 // The CPU's row kernels at every level this processor runs
 // (backend/cpu/kernels.hpp), each forced in turn with set_cpu_level:
 // single rows against a double sum; a few rows at once, each the bits of
-// its single row; bf16 rows against their exact products summed in double;
+// its single row; float panels' outputs each its multiply-adds in order,
+// bit for bit; bf16 rows against their exact products summed in double;
 // int8 products equal to their formula, bit for bit, and so at every level
 // the same bits; softmax rows against double, with padded keys, infinities
 // and tails. The families' operations (backend/cpu/ops.hpp) follow the
@@ -124,6 +125,49 @@ BOOST_AUTO_TEST_CASE(a_few_rows_give_each_rows_single_row_bits_at_every_level) {
           BOOST_TEST_CONTEXT("N " << N << ", K " << K << ", M " << M << ", row " << m) {
             BOOST_TEST(std::memcmp(y.data(), Y.data() + std::size_t(m) * ldy, y.size() * sizeof(float)) == 0);
             BOOST_TEST(Y[std::size_t(m) * ldy + N] == 9.0f);
+          }
+        }
+      }
+    }
+  });
+}
+
+// Float panels: each output is std::fma over k in order from zero, bit for
+// bit, for 1 to kPanelMaxRows rows of X (strided), any panel range (the
+// threads' split), a last panel of fewer than 16 rows and fewer columns
+// than packed; nothing written outside the range. Being that chain, a row's
+// bits are the same whatever rows come with it and at every level.
+BOOST_AUTO_TEST_CASE(float_panels_give_each_output_its_fma_chain_in_order_at_every_level) {
+  at_every_level([](const detail::CpuKernels& k) {
+    if (!k.panel_rows) return;
+    for (auto [N, K] : kShapes) {
+      const int ldw = K + 3, ldx = K + 2, ldy = N + 5;
+      const auto W = uniform(std::size_t(N) * ldw, 11);
+      const long panels = detail::float_panel_count(N);
+      std::vector<float> P(std::size_t(panels) * detail::kPanelRows * K, 5.0f);
+      detail::pack_float_panels(0, panels, N, K, W.data(), ldw, P.data());
+      for (int M = 1; M <= detail::kPanelMaxRows; ++M) {
+        const auto X = uniform(std::size_t(M) * ldx, 12 + M);
+        for (const int used : {K, (K + 1) / 2}) {  // all the columns, or the first ones
+          for (const long b0 : {0L, panels / 2}) {
+            std::vector<float> Y(std::size_t(M) * ldy, 9.0f);
+            k.panel_rows(int(b0), int(panels), N, M, used, P.data(), long(K) * detail::kPanelRows, X.data(), ldx,
+                         Y.data(), ldy);
+            BOOST_TEST_CONTEXT("N " << N << ", K " << K << " (" << used << " used), M " << M << ", from panel " << b0) {
+              int wrong = 0;
+              for (int m = 0; m < M; ++m)
+                for (int n = 0; n < ldy; ++n) {
+                  float want = 9.0f;
+                  if (n >= b0 * detail::kPanelRows && n < N) {
+                    want = 0.0f;
+                    for (int i = 0; i < used; ++i)
+                      want = std::fma(W[std::size_t(n) * ldw + i], X[std::size_t(m) * ldx + i], want);
+                  }
+                  const float got = Y[std::size_t(m) * ldy + n];
+                  wrong += std::memcmp(&got, &want, sizeof got) != 0;
+                }
+              BOOST_TEST(wrong == 0);
+            }
           }
         }
       }

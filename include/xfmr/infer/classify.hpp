@@ -34,7 +34,7 @@ ClassifierScore evaluate_classifier(Model& model, Backend& be, const EncodedExam
                                     ProcessGroup& group = ProcessGroup::world(),
                                     FunctionRef<bool()> stop = [] { return false; }) {
   model.set_training(false);
-  const WeightCopies weight_copies(be, model);
+  const WeightCopies weight_copies(be, model, {.panels = false});  // one forward a batch: no decoding panels
   CrossEntropyLoss<Backend> ce;
   Accuracy acc;
   double loss = 0;

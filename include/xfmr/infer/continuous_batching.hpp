@@ -22,8 +22,8 @@
 // up to the rounding of a product over more rows. The context is fixed: a
 // prompt and its max_tokens must fit in it together (no sliding window).
 //
-// In bf16 or int8 precision, open a WeightCopies scope (weight_copies.hpp)
-// for the batcher's life, as for generate.
+// Open a WeightCopies scope (weight_copies.hpp) for the batcher's life: the
+// steps read the weights' decoding copies (bf16's, int8's, float32's panels).
 //
 // Threads: submit, cancel, close and stats from any thread; step and run on
 // one (the engine's), which also runs every request's callbacks, so they

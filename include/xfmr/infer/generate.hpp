@@ -20,7 +20,8 @@
 // drawn (streaming); returning false from it ends generation there. In bf16
 // or int8 precision the weights are read from bfloat16 or int8 copies
 // (WeightCopies: made for the call, unless a scope the caller opened holds
-// them already).
+// them already). In float32 the faster decoding panels are read only in a
+// scope the caller opened (a program decoding many times opens one).
 // The model is left in evaluation mode. A Generator keeps the cache and
 // buffers for its next call.
 #pragma once
@@ -74,7 +75,7 @@ class Generator {
     require(opts.max_tokens >= 0, "generate: max_tokens ", opts.max_tokens, " is negative");
     Sampler sampler(opts.sampling);
     model_.set_training(false);
-    const WeightCopies weight_copies(be_, model_);
+    const WeightCopies weight_copies(be_, model_, {.panels = false});  // a scope for the call: no panels
     const int V = model_.vocab(), max_t = model_.max_t();
     require(opts.vocabulary >= 0 && opts.vocabulary <= V, "generate: vocabulary ", opts.vocabulary, " outside [0, ", V,
             "], the model's");

@@ -66,13 +66,14 @@ std::vector<Hypothesis> translate(Model& model, Backend& be, std::span<const std
 // Sentences of text translated through a TranslationVocabs
 // (text/translation.hpp): encoded (a sentence over max_len tokens an error
 // naming `file`'s line, or cut with `truncate`), translated in batches,
-// decoded; bf16 or int8 precision reads the weights' copies (WeightCopies).
+// decoded, the weights read from their decoding copies (WeightCopies: in
+// float32 the panels of a step of a few beams).
 template <class Model, class Backend>
 std::vector<std::string> translate_sentences(Model& model, Backend& be, const TranslationVocabs& v,
                                              const std::vector<std::string>& lines, const BeamOptions& beam, int batch,
                                              int max_len, bool truncate, const std::string& file) {
   const auto srcs = encode_sentences(v.src, lines, max_len, truncate, file);
-  const WeightCopies weight_copies(be, model);  // bf16 or int8 precision: the products read the weights' copies
+  const WeightCopies weight_copies(be, model);  // the steps' products read the weights' copies
   std::vector<std::string> out;
   for (const Hypothesis& h : translate(model, be, std::span(srcs), v.pad(), beam, batch))
     out.push_back(v.tgt.decode(h.tokens));

@@ -1,7 +1,10 @@
-// weight_copies.hpp: WeightCopies, a scope in which a backend in a
-// decoding precision reads a model's weight matrices from copies made once:
-// bfloat16 in bf16 precision (half the bytes a token streams), int8 with a
-// scale a row in int8 precision (a quarter; backend/cpu/int8_products.hpp).
+// weight_copies.hpp: WeightCopies, a scope in which a backend reads a
+// model's weight matrices from copies made for decoding: bfloat16 in bf16
+// precision (half the bytes a token streams), int8 with a scale a row in
+// int8 precision (a quarter; backend/cpu/int8_products.hpp), and in
+// float32 panels that a step of one or a few rows streams at the read
+// bandwidth (backend/cpu/float_panels.hpp; each matrix packed at the first
+// such product that reads it, so twice its bytes from then on).
 //
 //   {
 //     xfmr::WeightCopies copies(be, model);  // rounds or quantises every matrix once
@@ -17,8 +20,14 @@
 // the scope they must not change (no optimizer step, no load): the products
 // would go on reading the copies. Scopes nest: one opened while the backend
 // holds copies already (an outer scope's) neither makes nor drops any. On a
-// backend in float32, or without copies (double, CUDA today), the scope
-// does nothing, so decoding code can open it unconditionally.
+// backend without copies (double, CUDA today) the scope does nothing, so
+// decoding code can open it unconditionally.
+//
+// The float32 panels pay for themselves over many tokens; a scope for one
+// call (generate's, classify's, translate's own, under no outer scope)
+// opens with {.panels = false}: the copies its precision needs, no panels.
+// A program that decodes (a server, a sampling loop) opens one scope for
+// its life.
 #pragma once
 
 #include <cstdint>
@@ -31,12 +40,17 @@
 
 namespace xfmr {
 
+struct WeightCopyOptions {
+  bool panels = true;  // float32: keep the decoding panels too
+};
+
 template <class Backend>
 class WeightCopies {
   static constexpr bool kHasCopies = requires(Backend& be, const typename Backend::Scalar* w) {
     be.keep_weight_copy(w, 1, 1);
+    be.keep_decoding_copy(w, 1, 1);
     be.drop_weight_copies();
-    be.weight_copy_bytes();
+    be.holds_weight_copies();
   };
   static constexpr bool kKeepsSavedRows =
       requires(Backend& be, const typename Backend::Scalar* w, const std::int8_t* q, const float* s) {
@@ -47,23 +61,27 @@ class WeightCopies {
   // Every two-dimensional parameter of model (the products' weights; a tied
   // output projection's is its embedding's, listed by the embedding).
   template <class Model>
-  WeightCopies(Backend& be, Model& model) : be_(be) {
+  WeightCopies(Backend& be, Model& model, WeightCopyOptions opts = {}) : be_(be) {
     if constexpr (kHasCopies) {
-      owner_ = be.weight_copy_bytes() == 0;
+      owner_ = !be.holds_weight_copies();
       if (!owner_) return;
       model.visit([&](std::string_view, auto& value, auto&) {
-        if (value.shape().size() == 2) be.keep_weight_copy(value.data(), int(value.dim(0)), int(value.dim(1)));
+        if (value.shape().size() != 2) return;
+        const int rows = int(value.dim(0)), cols = int(value.dim(1));
+        be.keep_weight_copy(value.data(), rows, cols);
+        if (opts.panels) be.keep_decoding_copy(value.data(), rows, cols);
       });
     }
   }
   template <class Model>
-  WeightCopies(Backend& be, Model& model, const SafeTensors& saved) : be_(be) {
+  WeightCopies(Backend& be, Model& model, const SafeTensors& saved, WeightCopyOptions opts = {}) : be_(be) {
     if constexpr (kHasCopies) {
-      owner_ = be.weight_copy_bytes() == 0;
+      owner_ = !be.holds_weight_copies();
       if (!owner_) return;
       model.visit([&](std::string_view name, auto& value, auto&) {
         if (value.shape().size() != 2) return;
         const int rows = int(value.dim(0)), cols = int(value.dim(1));
+        if (opts.panels) be.keep_decoding_copy(value.data(), rows, cols);
         const std::string key(name);
         if constexpr (kKeepsSavedRows) {
           if (saved.contains(key) && saved.info(key).dtype == DType::I8) {

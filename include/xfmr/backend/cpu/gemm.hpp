@@ -7,7 +7,9 @@
 //   split over the OpenMP threads, so each core streams its part of the
 //   matrix; in float two to multi_rows (16) rows (a batch of decoding
 //   steps) likewise through gemv_rows_multi where the level has it, W read
-//   once for all of them, each row the bits it gets alone;
+//   once for all of them, each row the bits it gets alone (inside a
+//   WeightCopies scope CpuLinear sends a large matrix's products of one to
+//   sixteen rows to its panels instead: float_panels.hpp);
 // - from kBlasWork multiply-adds and kBlasMinSide rows and columns: one
 //   block of C's rows (or columns) per thread, through a libxsmm kernel
 //   when the weight-sized operand stays in cache (cpu/small_gemm.hpp), else

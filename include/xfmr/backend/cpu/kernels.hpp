@@ -3,10 +3,11 @@
 // (cpu/ops.hpp: each level's copy of them is in its table, CpuKernels::ops).
 //
 // A decoding step's single rows (y = W x), a few rows against one weight
-// matrix (continuous batching), the bf16 and int8 weight copies' products
-// and one masked softmax row are each a few hundred nanoseconds to a few
-// microseconds of work, where general kernels (Eigen's, BLAS's) spend a good
-// part of it on horizontal sums, packing or scalar tails. They are written
+// matrix (continuous batching), float32's decoding panels, the bf16 and
+// int8 weight copies' products and one masked softmax row are each a few
+// hundred nanoseconds to a few microseconds of work, where general kernels
+// (Eigen's, BLAS's) spend a good part of it on horizontal sums, packing or
+// scalar tails. They are written
 // for each instruction-set level that matters, each level in its own
 // translation unit compiled for it (src/kernels/), all in the one library:
 //
@@ -27,7 +28,8 @@
 // Within a level a row's outputs do not depend on the rows computed with it
 // (a row of a batch gets the bits it gets alone); across levels float sums
 // run in another order (8 or 16 lanes), while the int8 products, exact in
-// int32, are the same bits at every level.
+// int32, and the float panels' chains of multiply-adds are the same bits
+// at every level.
 #pragma once
 
 #include <cstddef>
@@ -71,6 +73,14 @@ struct CpuKernels {
   int multi_rows;
   void (*gemv_rows_multi)(int M, int n0, int n1, int K, const float* W, long ldw, const float* X, long ldx, float* Y,
                           long ldy);
+  // Panels [b0, b1) of Y = X W^T (rows [16 b0, min(16 b1, N)) of each of
+  // Y's rows, ldy apart) for 1 <= M <= kPanelMaxRows rows of X (ldx
+  // apart), from W's float32 panels (pack_float_panels below, panel_stride
+  // floats apart) over K columns: each output one chain of multiply-adds
+  // over k in order from zero, so the same bits whatever M, whatever rows
+  // come with it, at every level that has the kernel. Null: none.
+  void (*panel_rows)(int b0, int b1, int N, int M, int K, const float* P, long panel_stride, const float* X, long ldx,
+                     float* Y, long ldy);
   // Rows [n0, n1) of y = W x with W's bfloat16 bits (bf16.hpp) and x float
   // (already rounded to bfloat16 by the caller): the products exact, the
   // sums float32. Null: no such kernel (bf16::gemm then).
@@ -120,6 +130,32 @@ inline void pack_int8_blocks(int N, int K, const std::int8_t* Q, long ldq, std::
     for (long k = 0; k < width; k += 4)
       for (int r = r0; r < r0 + kInt8BlockRows; ++r)
         for (long i = k; i < k + 4; ++i) *P++ = r < N && i < K ? Q[r * ldq + i] : std::int8_t(0);
+}
+
+// float32 weights for decoding (a few rows at a time, cpu/float_panels.hpp):
+// rows in panels of 16 (the last padded with rows of zeros), a panel K
+// groups of 16 floats, group k the panel's 16 rows' column k. One 64-byte
+// load is a group, multiplied by an activation row's x_k broadcast and
+// summed into the panel's 16 outputs: no horizontal sums, every output's
+// sum in k's order (the same for any number of rows, unlike gemv_rows'
+// 16 lanes), and a panel one stream of consecutive bytes. A few rows of
+// gpt2-small's shapes stream their panels at the read bandwidth, where
+// gemv_rows_multi's pairs of rows reach a third of it.
+inline constexpr int kPanelRows = 16;
+inline constexpr int kPanelMaxRows = 16;  // the most rows of X a panel product takes
+inline long float_panel_count(int N) {
+  return (long(N) + kPanelRows - 1) / kPanelRows;
+}
+// W (N, K), leading dimension ldw: its panels [b0, b1) into P (all of W's
+// panels, K * kPanelRows floats each).
+inline void pack_float_panels(long b0, long b1, int N, int K, const float* W, long ldw, float* P) {
+  for (long b = b0; b < b1; ++b) {
+    float* panel = P + b * K * kPanelRows;
+    for (int i = 0; i < kPanelRows; ++i) {
+      const long r = b * kPanelRows + i;
+      for (int k = 0; k < K; ++k) panel[long(k) * kPanelRows + i] = r < N ? W[r * ldw + k] : 0.0f;
+    }
+  }
 }
 
 // One output of the int8 product from its exact integer sum, in the

@@ -21,9 +21,12 @@
 //  keep_weight_copy(w, rows, cols)   in bf16 (int8) precision, products whose B is w read its bfloat16
 //  drop_weight_copies()              (int8, a scale a row) copy until drop_weight_copies(); w must not
 //  weight_copy_bytes()               change meanwhile (WeightCopies, infer/weight_copies.hpp). In float32
-//                                    they do nothing.
+//  holds_weight_copies()             keep_weight_copy does nothing.
 //  keep_weight_copy(w, rows, cols, q, scale)  the same with w's int8 rows and scales given (a saved
 //                                    int8 model's; w holds scale_r q_rk): int8 precision keeps them as they are.
+//  keep_decoding_copy(w, rows, cols) in float32 precision, products of a few rows (a decoding step's)
+//                                    whose B is w read its panels (float_panels.hpp), packed at the first
+//                                    one, until drop_weight_copies(); in bf16 and int8 it does nothing.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +35,7 @@
 
 #include "xfmr/backend/cpu/bf16_products.hpp"
 #include "xfmr/backend/cpu/family.hpp"
+#include "xfmr/backend/cpu/float_panels.hpp"
 #include "xfmr/backend/cpu/gemm.hpp"
 #include "xfmr/backend/cpu/int8_products.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
@@ -50,6 +54,7 @@ class CpuLinear {
       if (bf16_) return products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       if (int8_ && int8_products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cpu_ops<S>().quantise_rows))
         return;
+      if (panels_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
     }
     cpu_ops<S>().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
@@ -58,13 +63,16 @@ class CpuLinear {
 
   void keep_weight_copy(const S* w, int rows, int cols);
   void keep_weight_copy(const S* w, int rows, int cols, const std::int8_t* q, const float* scale);
+  void keep_decoding_copy(const S* w, int rows, int cols);
   void drop_weight_copies();
   std::size_t weight_copy_bytes() const;
+  bool holds_weight_copies() const { return weight_copy_bytes() > 0 || panels_.kept(); }
 
  private:
   bool bf16_, int8_;
   Bf16Products products_;       // bf16 precision's products, and the weight copies they read
   Int8Products int8_products_;  // int8 precision's
+  FloatPanels panels_;          // float32 precision's decoding copies
 };
 
 inline namespace XFMR_CPU_OPS_NS {
@@ -113,14 +121,24 @@ void CpuLinear<S>::keep_weight_copy(const S* w, int rows, int cols, const std::i
 }
 
 template <class S>
+void CpuLinear<S>::keep_decoding_copy(const S* w, int rows, int cols) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (!bf16_ && !int8_) panels_.keep_copy(w, rows, cols);
+  } else {
+    (void)w, (void)rows, (void)cols;
+  }
+}
+
+template <class S>
 void CpuLinear<S>::drop_weight_copies() {
   products_.drop_copies();
   int8_products_.drop_copies();
+  panels_.drop_copies();
 }
 
 template <class S>
 std::size_t CpuLinear<S>::weight_copy_bytes() const {
-  return products_.copy_bytes() + int8_products_.copy_bytes();
+  return products_.copy_bytes() + int8_products_.copy_bytes() + panels_.copy_bytes();
 }
 
 XFMR_CPU_FAMILY(CpuLinear);
