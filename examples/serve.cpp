@@ -156,7 +156,6 @@ class Service {
       else chat_stop_strings_.push_back(s);
     }
     if (tokenizer().start() >= 0) end_ids_.push_back(tokenizer().start());
-    engine_ = std::jthread([this](std::stop_token st) { batcher_->run(st); });
     ready_ = true;
     std::cerr << "xfmr-serve: " << name_ << " (" << model_->preset().name << ", " << describe(*be_) << "), "
               << args_.slots << " slots of " << context << " tokens, chat template " << chat_.name() << "\n"
@@ -168,14 +167,6 @@ class Service {
   const ModelTokenizer& tokenizer() const { return found_->tokenizer; }
   ContinuousBatcher<LanguageModel<Be>, Be>& batcher() { return *batcher_; }
   Counters& counters() { return counters_; }
-
-  // Stops the engine once the batcher has nothing left (cancel_all bounds it).
-  void stop_engine() {
-    if (engine_.joinable()) {
-      engine_.request_stop();
-      engine_.join();
-    }
-  }
 
   void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
     const json body = parse_body(req);
@@ -512,7 +503,6 @@ class Service {
   std::vector<std::string> chat_stop_strings_;
   std::string name_;
   Counters counters_;
-  std::jthread engine_;
 };
 
 int serve(int argc, char** argv) {
@@ -657,14 +647,23 @@ int serve(int argc, char** argv) {
     pthread_kill(signal_waiter.native_handle(), SIGTERM);
     throw;
   }
-  while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // Drain: no new requests; the running ones get --drain seconds.
-  service.batcher().close();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(a.drain);
-  while (!service.batcher().idle() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  service.batcher().cancel_all();
-  service.stop_engine();
+  // Drain, once a signal came: no new requests; the running ones get
+  // --drain seconds, then are cancelled, and the engine returns.
+  std::jthread drainer([&] {
+    while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    service.batcher().close();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(a.drain);
+    while (!service.batcher().idle() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    service.batcher().cancel_all();
+  });
+  // The engine runs here, on the thread that loaded the model: libgomp keeps
+  // a team of threads for each thread that starts parallel regions, and with
+  // more threads in teams than cores it stops spinning between regions, so
+  // every product's fork would wait for a sleeping thread to wake (steps of
+  // an engine thread of its own took 1.8x as long; continuous_batching.hpp).
+  service.batcher().run({});
+  drainer.join();
   http.stop();
   listener.join();
   released = true;

@@ -28,6 +28,12 @@
 // Threads: submit, cancel, close and stats from any thread; step and run on
 // one (the engine's), which also runs every request's callbacks, so they
 // must be quick (a server's push the token to its connection's queue).
+// Make the engine's thread the one that loaded the model (xfmr-serve runs
+// it on its main thread): libgomp keeps a team of threads for each thread
+// that starts parallel regions, and with more threads in teams than cores
+// it stops spinning between regions, so that every product's fork waits
+// for a sleeping thread to wake. On the 2-core VM of BENCHMARKS.md an
+// engine thread of its own took 1.8x as long a step.
 #pragma once
 
 #include <algorithm>
