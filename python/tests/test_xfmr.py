@@ -329,6 +329,21 @@ def test_training_2n_steps_equals_n_then_resumed_n_byte_for_byte(tmp_path):
         "the cat", max_tokens=12, temperature=0, ignore_eos=True).text
 
 
+def test_decoding_after_a_training_step_reads_the_new_weights(tmp_path):
+    # A head of 4200 x 32 weights is large enough for float32's decoding
+    # panels (a copy made at the first product of a few rows): a training
+    # step must leave none of the old weights' panels behind.
+    m = xfmr.create("tiny", vocab=4200, seed=1, dropout=0.0)
+    ids = [5, 17, 4000]
+    before = m.logits(ids)
+    trainer = xfmr.Trainer(m, lr=1e-2, steps=1)
+    trainer.step(np.random.default_rng(0).integers(0, 4200, (2, 9)).astype(np.int32))
+    after = m.logits(ids)
+    assert not np.array_equal(before, after)
+    trainer.save(tmp_path / "stepped")
+    assert np.array_equal(xfmr.load(tmp_path / "stepped").logits(ids), after)
+
+
 def test_evaluate_and_training_errors(tmp_path):
     m = fresh(dropout=0.0)
     trainer = xfmr.Trainer(m, steps=10)
