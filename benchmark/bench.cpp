@@ -5,7 +5,7 @@
 //   xfmr-bench --model shakespeare-small [--batch 16] [--modes train,forward,generate]
 //              [--min-time 2] [--json FILE] [--smoke]
 //   xfmr-bench --translator multi30k [--vocab 8000]   (translator decoding only)
-//   xfmr-bench --pretrained PATH [--decode-tokens 128] [--batch B]  (a published checkpoint's decoding only)
+//   xfmr-bench --pretrained PATH [--decode-tokens 128] [--batch B] [--memory]  (a checkpoint's load and decoding)
 //
 // Modes (every time is the median of many repetitions after a warm-up):
 //   train     one full step: forward, cross-entropy, backward, AdamW; under
@@ -26,8 +26,10 @@
 // MAX_T / 2 tokens: with the caches (self-attention keys/values and the
 // memory's cross-attention keys/values, computed once), and by the seeds'
 // loop, which re-runs the whole decoder over the prefix for every token.
-// The pretrained measurement loads a published checkpoint (io/pretrained.hpp:
-// GPT-2 or Llama in the Hugging Face layout, a llama2.c .bin) and times
+// The pretrained measurement loads a checkpoint (io/pretrained.hpp's
+// load_model: GPT-2 or Llama in the Hugging Face layout, a llama2.c .bin,
+// an xfmr checkpoint), times the load and the first token (the decoding
+// precision's copies made from the file), and times
 // greedy decoding after its start token (<|endoftext|>, BOS) with the KV
 // cache, per token, with the weights' bytes a token streams against the
 // read bandwidth (as benchmark/pytorch_reference.py --gpt2 does in PyTorch
@@ -91,6 +93,7 @@ struct Args {
   std::string recompute = "none";  // train: activation recompute (none or block)
   int attention = 0;               // > 0: time attention alone at this length, tiled and materialised
   bool materialise_attention = false;  // the model's attention keeps its probabilities (not tiled)
+  bool memory = false;  // --pretrained: no GEMM ceiling or bandwidth measurement (their buffers would count)
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -145,7 +148,7 @@ json summarize(const std::vector<double>& secs, double tokens_per_call, double f
   j["tokens_per_s"] = tokens_per_call / per / med;
   if (flops_per_call > 0) {
     j["gflops"] = flops_per_call / per / med * 1e-9;
-    j["ceiling_fraction"] = flops_per_call / per / med * 1e-9 / ceiling;
+    if (ceiling > 0) j["ceiling_fraction"] = flops_per_call / per / med * 1e-9 / ceiling;
   }
   return j;
 }
@@ -303,13 +306,13 @@ std::int32_t argmax(std::span<const float> row) {
 }
 
 // The bytes a decoding step reads a weight element in, on the CPU: its
-// copy's in bf16 (2) or int8 (1; the scales, 4 bytes a row, left out)
-// precision, float32's otherwise.
+// copy's in bf16 (2), int8 (1; the scales, 4 bytes a row, left out) or
+// q4 (18 bytes a block of 32) precision, float32's otherwise.
 template <class Be>
 double weight_element_bytes(const Be& be) {
   if (std::string(Be::name) != "cpu") return sizeof(float);
   const std::string precision = precision_of(be);
-  return precision == "bf16" ? 2.0 : precision == "int8" ? 1.0 : double(sizeof(float));
+  return precision == "bf16" ? 2.0 : precision == "int8" ? 1.0 : precision == "q4" ? 18.0 / 32 : double(sizeof(float));
 }
 
 template <class Be>
@@ -606,12 +609,15 @@ json run_attention(const Args& a) {
 template <class Be>
 json run_pretrained(const Args& a) {
   Be be = make_backend<Be>(a.backend, a.precision);
-  const Pretrained<Be> loaded = load_pretrained<Be>(a.pretrained);
+  // Load (the matrices deferred to the mapped file), then the first token:
+  // the scope's copies made as its products first read each matrix.
+  const auto t_load = Clock::now();
+  const Pretrained<Be> loaded = load_model<Be>(a.pretrained);
+  const double load_s = seconds_since(t_load);
   LanguageModel<Be>& model = *loaded.model;
   const PresetInfo& p = model.preset();
   const int V = model.vocab(), n = a.decode_tokens;
   require(n < p.max_t, "--decode-tokens ", n, " must be below the model's context ", p.max_t);
-  const double ceiling = gemm_ceiling(a, be);
   const WeightCopies weight_copies(be, model);
   double flops = 0;
   for (int i = 0; i < n; ++i) flops += cached_step_flops(p, i, V);
@@ -621,10 +627,14 @@ json run_pretrained(const Args& a) {
                                                                           : 0;
   Generator<LanguageModel<Be>, Be> generator(model, be);
   Rng unused(0);
+  (void)generator({start}, {.sampling = {.temperature = 0}, .max_tokens = 1}, unused);
+  const double first_token_s = seconds_since(t_load);
   std::vector<std::int32_t> greedy;
   const auto t = time_calls(a, be, [&] {
     greedy = generator({start}, {.sampling = {.temperature = 0}, .max_tokens = n}, unused);
   });
+  const double decoding_rss_mb = peak_rss_mb();
+  const double ceiling = a.memory ? 0.0 : gemm_ceiling(a, be);  // (its operands would count in the peak)
   json out = {{"impl", "xfmr"},
               {"backend", describe(be)},
               {"model", std::string(p.name) + " " + std::string(format_name(loaded.format)) + " checkpoint"},
@@ -637,7 +647,8 @@ json run_pretrained(const Args& a) {
               {"parameters", model.parameter_count()},
               {"greedy", greedy},
               {"results", {{"generate_cached", summarize(t, n, flops, ceiling, n)}}},
-              {"memory", {{"peak_rss_mb", peak_rss_mb()}}}};
+              {"load", {{"load_s", load_s}, {"first_token_s", first_token_s}, {"precision", precision_of(be)}}},
+              {"memory", {{"peak_rss_mb", decoding_rss_mb}}}};
   if (a.batch > 1) {
     // --batch B: B sequences decoded together by the server's engine
     // (infer/continuous_batching.hpp), each step on this thread: a step's
@@ -666,14 +677,18 @@ json run_pretrained(const Args& a) {
     out["shape"]["B"] = a.batch;
   }
   if (std::string(Be::name) == "cpu") {
-    // A token reads every weight once, but of a learned position table one row.
-    const double table = p.positions == "learned" ? double(p.max_t - 1) * p.d_model : 0.0;
-    const double bytes = (double(model.parameter_count()) - table) * weight_element_bytes(be);  // bf16, int8: the copies
-    const double bw = read_bandwidth_gbs(a.smoke);
+    // A token reads every weight once, but of an embedding not tied to the
+    // head (or a learned position table) one row.
+    const double tables = (p.positions == "learned" ? double(p.max_t - 1) * p.d_model : 0.0) +
+                          (model.options().tie_weights ? 0.0 : double(V - 1) * p.d_model);
+    const double bytes = (double(model.parameter_count()) - tables) * weight_element_bytes(be);  // the copies'
+    const double bw = a.memory ? 0.0 : read_bandwidth_gbs(a.smoke);
     auto& m = out["results"]["generate_cached"];
     m["weight_gbs"] = bytes / (m["median_ms"].get<double>() * 1e-3) * 1e-9;
-    m["bandwidth_fraction"] = m["weight_gbs"].get<double>() / bw;
-    out["read_bandwidth_gbs"] = bw;
+    if (bw > 0) {
+      m["bandwidth_fraction"] = m["weight_gbs"].get<double>() / bw;
+      out["read_bandwidth_gbs"] = bw;
+    }
   }
   return out;
 }
@@ -749,14 +764,21 @@ void print(const json& r) {
             << " H" << s["H"] << " L" << s["L"] << "), " << r["backend"].get<std::string>()
             << (r.value("graph_steps", false) ? " (CUDA graph steps)" : "") << ", " << r["threads"]
             << " threads, " << r["blas"].get<std::string>() << ", kernels "
-            << r.value("cpu_kernels", std::string("?")) << "; GEMM ceiling " << std::fixed
-            << std::setprecision(1) << r["gemm_ceiling_gflops"].get<double>() << " GFLOP/s\n";
+            << r.value("cpu_kernels", std::string("?")) << std::fixed << std::setprecision(1);
+  if (r["gemm_ceiling_gflops"].get<double>() > 0)
+    std::cout << "; GEMM ceiling " << r["gemm_ceiling_gflops"].get<double>() << " GFLOP/s";
+  std::cout << "\n";
+  if (r.contains("load"))
+    std::cout << "  load " << std::setprecision(2) << r["load"]["load_s"].get<double>() << " s, first token after "
+              << r["load"]["first_token_s"].get<double>() << " s (the " << r["load"]["precision"].get<std::string>()
+              << " copies made), peak RSS while decoding " << std::setprecision(0)
+              << r["memory"]["peak_rss_mb"].get<double>() << " MB\n";
   for (const auto& [name, m] : r["results"].items()) {
     std::cout << "  " << std::left << std::setw(24) << name << std::right << std::setprecision(3) << std::setw(10)
               << m["median_ms"].get<double>() << " ms  [" << m["p10_ms"].get<double>() << ", "
               << m["p90_ms"].get<double>() << "]  " << std::setprecision(0) << std::setw(9)
               << m["tokens_per_s"].get<double>() << " tok/s";
-    if (m.contains("gflops"))
+    if (m.contains("gflops") && m.contains("ceiling_fraction"))
       std::cout << std::setprecision(1) << std::setw(8) << m["gflops"].get<double>() << " GFLOP/s ("
                 << std::setprecision(0) << 100 * m["ceiling_fraction"].get<double>() << "% of ceiling)";
     if (m.contains("mfu"))
@@ -767,6 +789,8 @@ void print(const json& r) {
     if (m.contains("bandwidth_fraction"))
       std::cout << std::setprecision(1) << "  weights " << m["weight_gbs"].get<double>() << " GB/s ("
                 << std::setprecision(0) << 100 * m["bandwidth_fraction"].get<double>() << "% of the read bandwidth)";
+    else if (m.contains("weight_gbs"))
+      std::cout << std::setprecision(1) << "  weights " << m["weight_gbs"].get<double>() << " GB/s";
     std::cout << "\n";
   }
   if (r.contains("read_bandwidth_gbs"))
@@ -803,7 +827,10 @@ int main(int argc, char** argv) {
       ("translator", po::value(&a.translator), ("time translation decoding of this preset instead: " +
                                                 TranslatorPresets::list()).c_str())
       ("pretrained", po::value(&a.pretrained), "time greedy decoding of this checkpoint instead (a Hugging Face GPT-2 "
-       "or Llama directory, or a llama2.c .bin, of a shipped preset's shape)")
+       "or Llama directory, a llama2.c .bin, or an xfmr checkpoint: a quantised one in its precision unless "
+       "--precision says), with its load time and the time to its first token")
+      ("memory", po::bool_switch(&a.memory), "with --pretrained: measure neither the GEMM ceiling nor the read "
+       "bandwidth, whose buffers would count in the process's peak memory (/usr/bin/time -v)")
       ("decode-tokens", po::value(&a.decode_tokens)->default_value(a.decode_tokens),
        "with --pretrained: tokens per generation (below the model's context)")
       ("modes", po::value(&a.modes)->default_value(a.modes), "comma-separated: train, forward, generate; under mpirun: train, or allreduce (its cost by size)")
@@ -834,9 +861,12 @@ int main(int argc, char** argv) {
     po::variables_map vm;
     if (!parse_options(argc, argv, opts, vm)) return 0;
     (void)LanguageModelPresets::info(a.model);
-    check_backend(a.backend, a.precision, "--backend", "--precision");
-    require(a.precision != "int8" || a.modes == "generate" || !a.pretrained.empty() || !a.translator.empty(),
-            "--precision int8 times decoding: --modes generate, --gpt2 or --translator");
+    if (!a.pretrained.empty() && is_checkpoint(a.pretrained))
+      a.precision = decoding_precision(vm, a.precision, read_checkpoint_metadata(a.pretrained));
+    check_decoding_backend(vm, a.backend, a.precision);
+    require(!is_decoding_precision(a.precision) || a.modes == "generate" || !a.pretrained.empty() ||
+                !a.translator.empty(),
+            "--precision ", a.precision, " times decoding: --modes generate, --pretrained or --translator");
     (void)parse_recompute(a.recompute);
     require(a.batch >= 0, "--batch ", a.batch, " is negative");
     require(a.seq_len >= 0, "--seq-len ", a.seq_len, " is negative");

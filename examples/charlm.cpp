@@ -257,7 +257,7 @@ void sample(const SampleArgs& args, const Metadata& metadata) {
   const Pretrained<Be> p = load_model<Be>(args.checkpoint);  // its recorded architecture and saved tensors
   LanguageModel<Be>& model = *p.model;
   require(model.vocab() == tok.size(), args.checkpoint, ": ", model.vocab(), " token rows, ", tok.size(), " tokens");
-  const WeightCopies copies(be, model, *p.saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
+  const WeightCopies copies(be, model);  // bf16, int8 or q4: made once, from the file (a quantised checkpoint's weights as saved)
   std::vector<std::int32_t> context;
   try {
     context = tok.encode(args.prompt);
@@ -392,7 +392,7 @@ void eval(const EvalArgs& args, const Metadata& metadata) {
   LanguageModel<Be>& model = *p.model;
   require(model.vocab() == V, args.checkpoint, ": ", model.vocab(), " token rows, ", V, " tokens");
   model.set_training(false);
-  const WeightCopies copies(be, model, *p.saved);
+  const WeightCopies copies(be, model);
   CrossEntropyLoss<Be> ce;
   std::vector<std::int32_t> ids(std::size_t(run.batch) * T), targets(ids.size());
   LossSum sum;

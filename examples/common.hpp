@@ -179,21 +179,23 @@ inline constexpr const char* kDecodePrecisionHelp =
     "once, a float32 scale a row (a quarter of the bytes), activations and sums float32";
 
 // The precision a decoding command runs in: --precision when given, else
-// int8 for an int8 checkpoint (its weights as they were saved) and fp32
-// for the others.
+// a quantised checkpoint's (int8, q4: its weights as they were saved) and
+// fp32 for the others.
 inline std::string decoding_precision(const boost::program_options::variables_map& vm, const std::string& precision,
                                       const Metadata& checkpoint) {
   if (vm.count("precision") && !vm["precision"].defaulted()) return precision;
-  return is_int8_checkpoint(checkpoint) ? kInt8Weights : precision;
+  const std::string quantised = quantised_weights(checkpoint);
+  return quantised.empty() ? precision : quantised;
 }
 
 // xfmr::check_backend for a decoding command once decoding_precision has
-// chosen: int8 that the checkpoint chose is named as the checkpoint's.
+// chosen: a precision the checkpoint chose is named as the checkpoint's.
 inline void check_decoding_backend(const boost::program_options::variables_map& vm, const std::string& backend,
                                    const std::string& precision) {
   const bool given = vm.count("precision") && !vm["precision"].defaulted();
   check_backend(backend, precision, "--backend",
-                given || precision != kInt8Weights ? "--precision" : "precision (the checkpoint's int8 weights)");
+                given || !is_decoding_precision(precision) ? "--precision"
+                                                          : "precision (the checkpoint's " + precision + " weights)");
 }
 
 // --out, --metrics-json (what goes in it: `metrics`), --log-csv and
@@ -245,29 +247,37 @@ inline ProcessGroup& join_ranks(RunOptions& r, std::string_view backend, const s
   return nullptr;
 }
 
-// `program quantise --checkpoint DIR --out DIR8`: io/checkpoint.hpp's
-// quantise_checkpoint on a checkpoint of this program's (`format` in its
-// metadata), with a line saying what it wrote.
+// What a quantisation wrote, as a program says it.
+inline void print_quantised(const char* program, const QuantisedCheckpoint& q, const std::string& precision,
+                            const std::string& out) {
+  std::cout << program << ": " << q.matrices << " weight matrices as " << precision << " in " << out << ": "
+            << std::fixed << std::setprecision(2) << double(q.float_bytes) / 1e6 << " MB -> "
+            << double(q.quantised_bytes) / 1e6 << " MB (" << std::setprecision(1)
+            << 100.0 * double(q.quantised_bytes) / double(q.float_bytes) << "%)\n";
+}
+
+// `program quantise --checkpoint DIR --out DIR8 [--precision int8|q4]`:
+// io/checkpoint.hpp's quantise_checkpoint on a checkpoint of this
+// program's (`format` in its metadata), with a line saying what it wrote.
 inline int run_quantise(const char* program, const char* format, int argc, char** argv) {
   namespace po = boost::program_options;
-  std::string checkpoint, out;
-  po::options_description opts(std::string(program) +
-                               " quantise: an int8 checkpoint for decoding (every weight matrix int8, a scale a row)");
+  std::string checkpoint, out, precision = "int8";
+  po::options_description opts(std::string(program) + " quantise: a checkpoint for decoding (every weight matrix "
+                               "int8 with a scale a row, or 4-bit in blocks of 32 with a scale each)");
   opts.add_options()("help", "show this help")("checkpoint", po::value(&checkpoint), "float32 checkpoint (required)")
-      ("out", po::value(&out), "directory of the int8 checkpoint (required; replaces only an int8 checkpoint)");
+      ("out", po::value(&out), "directory of the quantised checkpoint (required; replaces only a quantised checkpoint)")
+      ("precision", po::value(&precision)->default_value(precision), "int8 or q4");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!checkpoint.empty() && !out.empty(), "--checkpoint DIR and --out DIR are required");
+  require(is_decoding_precision(precision), "--precision '", precision, "': a checkpoint is quantised to int8 or q4");
   (void)read_checkpoint_metadata(checkpoint, format);
   check_writable_directory("--out", out, true);
 #ifdef XFMR_FUZZ_CLI  // the work stops here, as in dispatch_backend
   return 0;
 #endif
   const CheckpointLock lock(out);
-  const QuantisedCheckpoint q = quantise_checkpoint(checkpoint, out);
-  std::cout << program << ": " << q.matrices << " weight matrices as int8 in " << out << ": " << std::fixed
-            << std::setprecision(2) << double(q.float_bytes) / 1e6 << " MB -> " << double(q.int8_bytes) / 1e6
-            << " MB (" << std::setprecision(1) << 100.0 * double(q.int8_bytes) / double(q.float_bytes) << "%)\n";
+  print_quantised(program, quantise_checkpoint(checkpoint, out, precision), precision, out);
   return 0;
 }
 

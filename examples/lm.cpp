@@ -49,7 +49,6 @@ template <class Be>
 struct Loaded {
   std::unique_ptr<LanguageModel<Be>> model;
   std::optional<FoundTokenizer> tok;
-  std::optional<SafeTensors> saved;  // a checkpoint's tensors (an int8 one's rows for WeightCopies)
 };
 
 // The ids of `text` (--prompt, --data), saying on stderr how many bytes the
@@ -73,7 +72,7 @@ Loaded<Be> load_lm(const std::string& path, const std::string& tokenizer, Decode
   Pretrained<Be> p = load_model<Be>(path, opts);
   try {
     FoundTokenizer tok = load_model_tokenizer(p, tokenizer);
-    return {std::move(p.model), std::move(tok), std::move(p.saved)};
+    return {std::move(p.model), std::move(tok)};
   } catch (const Error& e) {
     fail(e.what(), tokenizer.empty() ? " (name one with --tokenizer)" : "");
   }
@@ -103,8 +102,7 @@ void sample(const SampleArgs& a) {
   Loaded<Be> l = load_lm<Be>(a.model, a.tokenizer, {});
   const ModelTokenizer& tok = l.tok->tokenizer;
   Be be = make_backend<Be>(a.backend, a.precision);
-  const auto copies = l.saved ? std::make_unique<WeightCopies<Be>>(be, *l.model, *l.saved)
-                              : std::make_unique<WeightCopies<Be>>(be, *l.model);
+  const WeightCopies copies(be, *l.model);  // the precision's copies, from the file (the model holds no weights)
   std::vector<std::int32_t> context = encode_text(tok, a.prompt, "--prompt", false);
   if (context.empty()) {
     require(tok.start() >= 0, "the tokenizer has no token a text starts after; give a --prompt");
@@ -153,7 +151,8 @@ int run_sample(int argc, char** argv) {
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.model.empty(), "--model PATH is required");
   require(a.tokens >= 0 && a.tokens <= kMaxTokens, "--tokens ", a.tokens, " outside 0..", kMaxTokens);
-  check_backend(a.backend, a.precision, "--backend", "--precision");
+  if (is_checkpoint(a.model)) a.precision = decoding_precision(vm, a.precision, read_checkpoint_metadata(a.model));
+  check_decoding_backend(vm, a.backend, a.precision);
   a.sampling.validate();
   dispatch_backend(a.backend, [&]<class Be>() { sample<Be>(a); });
   return 0;
@@ -174,8 +173,7 @@ void eval(const EvalArgs& a) {
   const int T = a.context > 0 ? a.context : std::min(l.model->max_t(), 256);
   require(T <= l.model->max_t(), "--context ", T, " exceeds the model's ", l.model->max_t());
   Be be = make_backend<Be>(a.backend, a.precision);
-  const auto copies = l.saved ? std::make_unique<WeightCopies<Be>>(be, *l.model, *l.saved)
-                              : std::make_unique<WeightCopies<Be>>(be, *l.model);
+  const WeightCopies copies(be, *l.model);  // the precision's copies, from the file (the model holds no weights)
   const auto t0 = Clock::now();
   const LossSum sum = window_loss(*l.model, be, tokens, T, a.batch, a.windows);
   const double s = seconds_since(t0), loss = sum.checked_mean(a.model + " on --data " + a.data);
@@ -209,7 +207,8 @@ int run_eval(int argc, char** argv) {
   require(!a.model.empty(), "--model PATH is required");
   require(a.context >= 0 && a.windows >= 0, "--context and --windows must not be negative");
   check_batch(a.batch);
-  check_backend(a.backend, a.precision, "--backend", "--precision");
+  if (is_checkpoint(a.model)) a.precision = decoding_precision(vm, a.precision, read_checkpoint_metadata(a.model));
+  check_decoding_backend(vm, a.backend, a.precision);
   check_output_paths({{"--metrics-json", a.metrics_json}}, {{"--model", a.model}, {"--data", a.data}});
   dispatch_backend(a.backend, [&]<class Be>() { eval<Be>(a); });
   return 0;
@@ -474,10 +473,43 @@ int run_export(int argc, char** argv) {
   return 0;
 }
 
+// quantise ------------------------------------------------------------------
+
+int run_quantise_lm(int argc, char** argv) {
+  std::string model, tokenizer, out, precision = "q4";
+  po::options_description opts("xfmr-lm quantise: a checkpoint for decoding, from any model sample reads (every weight "
+                               "matrix 4-bit in blocks of 32 with a scale each, or int8 with a scale a row); decoding "
+                               "from it loads no float32 weights");
+  opts.add_options()("help", "show this help")("model", po::value(&model), "the model, as sample's (required)")
+      ("tokenizer", po::value(&tokenizer), "as sample's; the checkpoint carries its files")
+      ("out", po::value(&out), "directory of the checkpoint (required; replaces only a quantised checkpoint)")
+      ("precision", po::value(&precision)->default_value(precision), "q4 or int8");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(!model.empty() && !out.empty(), "--model PATH and --out DIR are required");
+  require(is_decoding_precision(precision), "--precision '", precision, "': a checkpoint is quantised to int8 or q4");
+  require(!same_file(model, out), "--out ", out, " is the --model input");
+  if (is_checkpoint(model)) {
+    const std::string already = quantised_weights(read_checkpoint_metadata(model, kFormat));
+    require(already.empty(), "--model ", model, " holds ", already, " weights already");
+  }
+  check_writable_directory("--out", out, true);
+#ifdef XFMR_FUZZ_CLI  // the work stops here, as in dispatch_backend
+  return 0;
+#endif
+  const CheckpointLock lock(out);
+  print_quantised("xfmr-lm", quantise_language_model<CpuBackend<float>>(model, out, precision, tokenizer), precision,
+                  out);
+  return 0;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   return run_commands("xfmr-lm", argc, argv,
-                      {{"sample", run_sample}, {"eval", run_eval}, {"train", run_train}, {"export", run_export}});
+                      {{"sample", run_sample},
+                       {"eval", run_eval},
+                       {"train", run_train},
+                       {"export", run_export},
+                       {"quantise", run_quantise_lm}});
 }

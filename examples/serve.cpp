@@ -2,7 +2,7 @@
 // requests decoded together (infer/continuous_batching.hpp), and a chat page.
 //
 //   xfmr-serve --model PATH [--host 127.0.0.1] [--port 8080] [--slots 8] [--context T]
-//              [--precision fp32|bf16|int8] [--api-key KEY] [--chat-template chatml|llama3|plain]
+//              [--precision fp32|bf16|int8|q4] [--api-key KEY] [--chat-template chatml|llama3|plain]
 //
 // GET  /                      the chat page (examples/chat.html, compiled in)
 // GET  /health                503 {"status": "loading"} until the model is loaded, then 200
@@ -136,10 +136,8 @@ class Service {
     Pretrained<Be> p = load_model<Be>(args_.model, {});
     found_.emplace(load_model_tokenizer(p, args_.tokenizer));
     model_ = std::move(p.model);
-    saved_ = std::move(p.saved);
     be_.emplace(make_backend<Be>("cpu", args_.precision));
-    copies_ = saved_ ? std::make_unique<WeightCopies<Be>>(*be_, *model_, *saved_)
-                     : std::make_unique<WeightCopies<Be>>(*be_, *model_);
+    copies_ = std::make_unique<WeightCopies<Be>>(*be_, *model_);
     const int context = args_.context > 0 ? args_.context : std::min(model_->max_t(), 2048);
     require(context <= model_->max_t(), "--context ", context, " exceeds the model's ", model_->max_t());
     batcher_.emplace(
@@ -494,7 +492,6 @@ class Service {
   std::atomic<bool> ready_{false};
   std::unique_ptr<LanguageModel<Be>> model_;
   std::optional<FoundTokenizer> found_;
-  std::optional<SafeTensors> saved_;
   std::optional<Be> be_;
   std::unique_ptr<WeightCopies<Be>> copies_;
   std::optional<ContinuousBatcher<LanguageModel<Be>, Be>> batcher_;
@@ -533,7 +530,8 @@ int serve(int argc, char** argv) {
   require(a.context >= 0, "--context ", a.context, " must be >= 0");
   require(a.queue >= 0 && a.queue <= 4096, "--queue ", a.queue, " outside [0, 4096]");
   require(a.drain >= 0, "--drain ", a.drain, " must be >= 0");
-  check_backend("cpu", a.precision, "--backend", "--precision");
+  if (is_checkpoint(a.model)) a.precision = decoding_precision(vm, a.precision, read_checkpoint_metadata(a.model));
+  check_decoding_backend(vm, "cpu", a.precision);
   if (!a.chat_template.empty()) (void)ChatTemplate::named(a.chat_template);
 
   // SIGINT and SIGTERM go to one thread (sigwait), whatever thread they hit.

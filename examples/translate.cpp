@@ -292,10 +292,9 @@ void use(const PresetInfo& p, const UseArgs& a, const Metadata& metadata, bool e
   Be be = make_backend<Be>(a.backend, a.precision);
   const auto model_ptr = make_translation_model<Be>(p, v.src.size(), v.tgt.size(), 0, {.share_embeddings = v.shared});
   TranslationModel<Be>& model = *model_ptr;
-  const SafeTensors saved = SafeTensors::load(fs::path(a.checkpoint) / kModelFile);
-  load_parameters(model, saved);
+  defer_parameters(model, SafeTensors::load(fs::path(a.checkpoint) / kModelFile));  // read as needed
   model.set_training(false);
-  const WeightCopies copies(be, model, saved);  // bf16 or int8: made once (an int8 checkpoint's rows as saved)
+  const WeightCopies copies(be, model);  // bf16, int8 or q4: made once (a quantised checkpoint's weights as saved)
   const int max_len = p.max_t - 1;
   const BeamOptions beam{.beam = a.beam, .length_penalty = a.length_penalty, .max_len = max_len + 1,
                          .bos = v.bos(), .eos = v.eos()};

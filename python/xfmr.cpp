@@ -105,8 +105,8 @@ class Model {
       no_tokenizer_ = e.what();
     }
     format_ = std::string(format_name(p.format));
-    saved_ = std::move(p.saved);
-    start(std::move(p.model), precision ? *precision : is_int8_checkpoint(p.metadata) ? "int8" : "fp32", backend);
+    const std::string quantised = quantised_weights(p.metadata);  // a quantised checkpoint decodes in its precision
+    start(std::move(p.model), precision ? *precision : quantised.empty() ? "fp32" : quantised, backend);
   }
   // xfmr.create: a new model of an architecture, initialised from seed.
   Model(const PresetInfo& arch, std::optional<int> vocab, std::uint64_t seed, std::optional<float> dropout,
@@ -146,8 +146,7 @@ class Model {
   // weights.
   void open_copies() {
     copies_.reset();
-    copies_ = saved_ ? std::make_unique<WeightCopies<Be>>(*be_, *model_, *saved_)
-                     : std::make_unique<WeightCopies<Be>>(*be_, *model_);
+    copies_ = std::make_unique<WeightCopies<Be>>(*be_, *model_);
   }
 
   bool has_tokenizer() const { return tok_.has_value(); }
@@ -364,7 +363,6 @@ class Model {
  private:
   std::optional<FoundTokenizer> tok_;
   std::string format_, precision_;
-  std::optional<SafeTensors> saved_;
   std::unique_ptr<Lm> model_;
   std::unique_ptr<Be> be_;
   std::unique_ptr<WeightCopies<Be>> copies_;
@@ -784,21 +782,29 @@ PYBIND11_MODULE(xfmr, m) {
       "the names of the shipped language-model presets");
   m.def(
       "quantise",
-      [](const std::filesystem::path& from, const std::filesystem::path& to) {
+      [](const std::filesystem::path& from, const std::filesystem::path& to, const std::string& precision,
+         const std::string& tokenizer) {
         QuantisedCheckpoint q;
         {
           py::gil_scoped_release release;
-          q = quantise_checkpoint(from, to);
+          require(is_decoding_precision(precision), "quantise: precision '", precision, "' (int8 or q4)");
+          // A language model's (xfmr-lm's checkpoints, published models) through the model; another
+          // program's checkpoint by its tensors.
+          const bool other_program = is_checkpoint(from) && read_checkpoint_metadata(from).count("format") &&
+                                     read_checkpoint_metadata(from).at("format") != "xfmr-lm";
+          q = other_program ? quantise_checkpoint(from, to, precision)
+                            : quantise_language_model<Be>(from, to, precision, tokenizer);
         }
         py::dict d;
         d["matrices"] = q.matrices;
         d["float_bytes"] = q.float_bytes;
-        d["int8_bytes"] = q.int8_bytes;
+        d["quantised_bytes"] = q.quantised_bytes;
         return d;
       },
-      py::arg("src"), py::arg("dst"),
-      "Writes an int8 copy of the xfmr checkpoint src (every float32 matrix, per row) to dst, for decoding; returns "
-      "what it wrote");
+      py::arg("src"), py::arg("dst"), py::arg("precision") = "q4", py::arg("tokenizer") = "",
+      "Writes a copy of the model src (an xfmr checkpoint or a published model) for decoding to dst, every matrix "
+      "in `precision` ('q4': 4-bit blocks of 32 with a scale each; 'int8': a scale a row); returns what it wrote. "
+      "xfmr.load(dst) decodes in that precision, without float32 weights");
   m.def(
       "load",
       [](const std::filesystem::path& path, std::optional<std::string> precision, const std::string& backend,

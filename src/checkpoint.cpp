@@ -1,6 +1,8 @@
 // checkpoint.cpp: atomic checkpoint directories (see checkpoint.hpp).
 #include "xfmr/io/checkpoint.hpp"
 
+#include "xfmr/core/q4.hpp"
+
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <stdio.h>
@@ -233,7 +235,7 @@ void write_directory(const fs::path& dir, std::span<const NewFile> files, const 
   const fs::path tmp = tmpl;
   try {
     // Errors name each file by its final place: the temporary is hidden.
-    for (const NewFile& f : files) write_new_file(tmp / f.name, f.bytes, dir / f.name);
+    for (const NewFile& f : files) write_new_file(tmp / f.name, f.bytes, dir / f.name, f.stream);
     ::chmod(tmp.c_str(), 0755);
     fsync_path(tmp, true);
     // One atomic swap when the target exists: the new directory takes the
@@ -261,10 +263,9 @@ void write_checkpoint_files(const fs::path& target, const SafeTensorsWriter& mod
                             std::span<const AttachedFile> attached) {
   const fs::path dir = detail::as_target(target);
   check_checkpoint_destination(dir);
-  const std::vector<std::byte> model_bytes = model.serialize();
   const std::vector<std::byte> optimizer_bytes = optimizer ? optimizer->serialize() : std::vector<std::byte>();
   const std::string state = trainer_state_json(trainer_state);
-  std::vector<detail::NewFile> files = {{kModelFile, model_bytes}};
+  std::vector<detail::NewFile> files = {{kModelFile, {}, [&](int fd) { return model.write_to(fd); }}};
   if (optimizer) files.push_back({kOptimizerFile, optimizer_bytes});
   files.push_back({kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size()))});
   for (const AttachedFile& a : attached) {
@@ -286,61 +287,132 @@ void write_checkpoint(const fs::path& dir, const SafeTensorsWriter& model, const
   write_checkpoint_files(dir, model, nullptr, state, attached);
 }
 
-bool is_int8_checkpoint(const Metadata& metadata) {
+std::string quantised_weights(const Metadata& metadata) {
   const auto it = metadata.find(kWeightsKey);
-  return it != metadata.end() && it->second == kInt8Weights;
+  return it != metadata.end() && (it->second == kInt8Weights || it->second == kQ4Weights) ? it->second : "";
 }
 
-QuantisedCheckpoint quantise_checkpoint(const fs::path& from, const fs::path& to) {
-  const TrainerState state = read_trainer_state(from);
-  const fs::path model_path = from / kModelFile;
-  const SafeTensors st = SafeTensors::load(model_path);
-  require(!is_int8_checkpoint(st.metadata()), from.string(), ": holds int8 weights already");
-  std::error_code ec;
-  require(!fs::equivalent(from, to, ec), "refusing to quantise ", from.string(),
-          " into itself: its float32 weights would be lost; choose another directory");
-  if (fs::exists(fs::symlink_status(to, ec)))
-    require(is_checkpoint(to) && is_int8_checkpoint(read_checkpoint_metadata(to)), "refusing to replace ",
-            to.string(), " with an int8 checkpoint: it exists and is not one (a float32 checkpoint would be lost)");
+namespace {
 
-  QuantisedCheckpoint report;
-  SafeTensorsWriter w;
-  for (const std::string& name : st.names()) {
-    const TensorInfo& info = st.info(name);
-    const auto bytes = st.bytes(name);
-    if (info.shape.size() != 2 || info.elements() == 0 || (info.dtype != DType::F32 && info.dtype != DType::F64)) {
-      w.add(name, info.dtype, info.shape, bytes.data());
-      continue;
-    }
-    require(info.dtype == DType::F32, model_path.string(), ": matrix '", name, "' is ", dtype_name(info.dtype),
-            "; int8 weights are made from float32 models");
-    require(!st.contains(name + kScaleSuffix), model_path.string(), ": tensor '", name, kScaleSuffix,
-            "' would be the scales of '", name, "'");
-    const int rows = int(info.shape[0]), cols = int(info.shape[1]);
-    const std::vector<float> values = st.values<float>(name);
-    const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
-    require(bad == values.end(), model_path.string(), ": tensor '", name, "' holds ",
-            bad == values.end() ? 0.0f : *bad, " at element ", bad - values.begin(),
-            "; a checkpoint's values must be finite");
-    std::vector<std::int8_t> q(values.size());
-    std::vector<float> scale(std::size_t(rows), 0.0f);
-    for (int r = 0; r < rows; ++r)
-      scale[std::size_t(r)] = detail::quantise_row_int8(values.data() + std::size_t(r) * std::size_t(cols), cols,
-                                                        q.data() + std::size_t(r) * std::size_t(cols));
-    w.add<std::int8_t>(name, info.shape, std::span<const std::int8_t>(q));
-    w.add<float>(name + kScaleSuffix, {rows}, std::span<const float>(scale));
-    ++report.matrices;
-  }
-  for (const auto& [key, value] : st.metadata()) w.set_metadata(key, value);
-  w.set_metadata(kWeightsKey, kInt8Weights);
+std::vector<AttachedFile> tokenizer_files_of(const fs::path& dir) {
   std::vector<AttachedFile> attached;  // the tokenizer the checkpoint carries, if any
-  for (const auto& e : fs::directory_iterator(detail::as_target(from)))
+  for (const auto& e : fs::directory_iterator(detail::as_target(dir)))
     if (is_tokenizer_file_name(e.path().filename().string()))
       attached.push_back({e.path().filename().string(), detail::read_whole_file(e.path())});
   std::sort(attached.begin(), attached.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return attached;
+}
+
+// Rows of a matrix read from its source a block at a time into `f(r0, r1, values)`.
+template <class F>
+void for_each_rows(const WeightSource& source, std::int64_t block, F&& f) {
+  std::vector<float> values;
+  for (std::int64_t r0 = 0; r0 < source.rows(); r0 += block) {
+    const std::int64_t r1 = std::min(source.rows(), r0 + block);
+    values.resize(std::size_t((r1 - r0) * source.cols()));
+    source.read_rows(r0, r1, values.data());
+    f(r0, r1, values.data());
+  }
+}
+
+}  // namespace
+
+QuantisedCheckpoint write_quantised_checkpoint(const fs::path& to, const std::vector<NamedWeights>& weights,
+                                               std::string_view precision, Metadata metadata,
+                                               const TrainerState& state, std::span<const AttachedFile> attached) {
+  require(precision == kInt8Weights || precision == kQ4Weights, "quantised weights are int8 or q4, not '", precision,
+          "'");
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(to, ec)))
+    require(is_checkpoint(to) && !quantised_weights(read_checkpoint_metadata(to)).empty(), "refusing to replace ",
+            to.string(), " with a ", precision, " checkpoint: it exists and is not a quantised one (a float32 "
+            "checkpoint would be lost)");
+  const bool q4 = precision == kQ4Weights;
+  QuantisedCheckpoint report;
+  SafeTensorsWriter w;
+  for (const NamedWeights& p : weights) {
+    const WeightSource* source = p.source.get();
+    const std::int64_t rows = source->rows(), cols = source->cols();
+    if (p.shape.size() != 2 || rows * cols == 0) {
+      w.add_filled(p.name, DType::F32, p.shape, [source](std::span<std::byte> out) {
+        const std::vector<float> v = read_all(*source);
+        std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
+      });
+      continue;
+    }
+    ++report.matrices;
+    report.float_bytes += std::uintmax_t(rows * cols) * sizeof(float);
+    const std::string where = p.name;
+    if (q4) {
+      w.add_filled(p.name, DType::U8, {detail::q4_panels(rows), detail::q4_blocks(cols), detail::kQ4BlockBytes},
+                   [source, cols, where](std::span<std::byte> out) {
+                     for_each_rows(*source, detail::kQ4PanelRows, [&](std::int64_t r0, std::int64_t r1, const float* v) {
+                       for (std::int64_t i = 0; i < (r1 - r0) * cols; ++i)
+                         require(std::fabs(v[i]) <= detail::kQ4MaxWeight, "q4 weights: '", where, "' holds ", v[i],
+                                 " in row ", r0 + i / cols, ", past the largest a float16 scale holds (",
+                                 detail::kQ4MaxWeight, ")");
+                       detail::q4_pack_panel(0, int(r1 - r0), int(cols), v, cols,
+                                             out.data() + detail::q4_offset(cols, r0 / detail::kQ4PanelRows, 0));
+                     });
+                   });
+      continue;
+    }
+    require(cols <= 2147483647 / (255 * 127), "int8 weights: '", p.name, "' has rows of ", cols,
+            " values; past ", 2147483647 / (255 * 127), " the products' int32 sums could overflow");
+    auto scales = std::make_shared<std::vector<float>>(std::size_t(rows));
+    w.add_filled(p.name, DType::I8, p.shape, [source, cols, scales](std::span<std::byte> out) {
+      auto* q = reinterpret_cast<std::int8_t*>(out.data());
+      for_each_rows(*source, 256, [&](std::int64_t r0, std::int64_t r1, const float* v) {
+        for (std::int64_t r = r0; r < r1; ++r)
+          (*scales)[std::size_t(r)] = detail::quantise_row_int8(v + (r - r0) * cols, int(cols), q + r * cols);
+      });
+    });
+    w.add_filled(p.name + kScaleSuffix, DType::F32, {rows}, [scales](std::span<std::byte> out) {
+      std::memcpy(out.data(), scales->data(), scales->size() * sizeof(float));  // filled with the rows, just before
+    });
+  }
+  metadata[kWeightsKey] = std::string(precision);
+  for (const NamedWeights& p : weights)
+    if (q4 && p.name == "tok_emb.weight" && p.shape.size() == 2) metadata[kVocabKey] = std::to_string(p.shape[0]);
+  for (const auto& [key, value] : metadata) w.set_metadata(key, value);
   write_checkpoint(to, w, state, attached);
+  report.quantised_bytes = fs::file_size(detail::as_target(to) / kModelFile);
+  return report;
+}
+
+QuantisedCheckpoint quantise_checkpoint(const fs::path& from, const fs::path& to, std::string_view precision) {
+  const TrainerState state = read_trainer_state(from);
+  const fs::path model_path = from / kModelFile;
+  const SafeTensors st = SafeTensors::load(model_path);
+  const std::string already = quantised_weights(st.metadata());
+  require(already.empty(), from.string(), ": holds ", already, " weights already");
+  std::error_code ec;
+  require(!fs::equivalent(from, to, ec), "refusing to quantise ", from.string(),
+          " into itself: its float32 weights would be lost; choose another directory");
+  std::vector<NamedWeights> weights;
+  for (const std::string& name : st.names()) {
+    const TensorInfo& info = st.info(name);
+    require(info.dtype == DType::F32 || info.shape.size() != 2, model_path.string(), ": matrix '", name, "' is ",
+            dtype_name(info.dtype), "; quantised weights are made from float32 models");
+    require(info.shape.size() != 2 || !st.contains(name + kScaleSuffix), model_path.string(), ": tensor '", name,
+            kScaleSuffix, "' would be the scales of '", name, "'");
+    const bool matrix = info.shape.size() == 2;
+    const std::int64_t rows = matrix ? info.shape[0] : std::int64_t(info.elements()), cols = matrix ? info.shape[1] : 1;
+    if (!matrix && (info.dtype == DType::F32 || info.dtype == DType::F64)) {
+      weights.push_back({name, info.shape, safetensors_weights(st, {{name}}, rows, cols)});
+    } else if (!matrix) {  // kept as it is
+      weights.push_back({name, info.shape, nullptr});
+    } else {
+      weights.push_back({name, info.shape, safetensors_weights(st, {{name}}, rows, cols)});
+    }
+  }
+  // Tensors that are neither float matrices nor float vectors are not the
+  // model's parameters: a float checkpoint holds none.
+  for (const NamedWeights& p : weights)
+    require(p.source != nullptr, model_path.string(), ": tensor '", p.name, "' is not a float parameter");
+  QuantisedCheckpoint report =
+      write_quantised_checkpoint(to, weights, precision, st.metadata(), state, tokenizer_files_of(from));
   report.float_bytes = fs::file_size(model_path);
-  report.int8_bytes = fs::file_size(detail::as_target(to) / kModelFile);
   return report;
 }
 

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,11 +54,19 @@ inline int write_all(int fd, std::span<const std::byte> bytes) {
 
 // Creates (or truncates) `path`, writes `bytes`, fsyncs and closes it; every
 // failure throws naming `shown` (the path the user knows) and the errno's text.
+// With `stream`, the bytes are what it writes to the file (returning 0 or
+// an errno), a part at a time, instead.
 inline void write_new_file(const std::filesystem::path& path, std::span<const std::byte> bytes,
-                           const std::filesystem::path& shown) {
+                           const std::filesystem::path& shown, const std::function<int(int fd)>& stream = {}) {
   const int fd = system_call([&] { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); },
                              shown.string(), ": cannot open for writing");
-  int err = write_all(fd, bytes);
+  int err = 0;
+  try {
+    err = stream ? stream(fd) : write_all(fd, bytes);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   if (err == 0 && ::fsync(fd) != 0 && errno != EINVAL) err = errno;  // EINVAL: a device that does not sync
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) fail(shown.string(), ": ", std::strerror(err));
@@ -88,6 +97,7 @@ inline std::vector<std::byte> read_whole_file(const std::filesystem::path& path)
 struct NewFile {
   std::string name;
   std::span<const std::byte> bytes;
+  std::function<int(int fd)> stream = {};  // when set, writes the file's bytes instead (write_new_file)
 };
 
 // Writes `files` into a new hidden directory beside `dir` (made with its

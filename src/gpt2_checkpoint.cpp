@@ -179,24 +179,16 @@ Gpt2Tensor gpt2_tensor(std::string_view x) {
 
 std::string gpt2_prefix(const SafeTensors& st) { return st.contains("transformer.wte.weight") ? "transformer." : ""; }
 
-template <class S>
-std::vector<S> gpt2_read(const SafeTensors& st, const std::string& name, const std::vector<std::int64_t>& shape,
-                         bool transposed) {
+std::shared_ptr<const WeightSource> gpt2_source(const SafeTensors& st, const std::string& name,
+                                                const std::vector<std::int64_t>& shape, bool transposed) {
   require(st.contains(name), st.source(), ": no tensor '", name, "' (is this a GPT-2 checkpoint of this depth?)");
   const std::vector<std::int64_t> stored = transposed ? std::vector<std::int64_t>{shape[1], shape[0]} : shape;
   const auto& info = st.info(name);
   require(info.shape == stored, st.source(), ": tensor '", name, "' has shape ", shape_string(info.shape),
           " but this model needs ", shape_string(stored));
-  auto v = st.values<S>(name);
-  const auto bad = std::find_if(v.begin(), v.end(), [](S x) { return !std::isfinite(x); });
-  require(bad == v.end(), st.source(), ": tensor '", name, "' holds ", bad == v.end() ? S(0) : *bad, " at element ",
-          bad - v.begin(), "; a checkpoint's values must be finite");
-  return transposed ? transpose(v, stored[0], stored[1]) : v;
+  const std::int64_t rows = shape.empty() ? 0 : shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+  return safetensors_weights(st, {{name, transposed ? WeightPiece::columns : WeightPiece::rows}}, rows, cols);
 }
-template std::vector<float> gpt2_read<float>(const SafeTensors&, const std::string&, const std::vector<std::int64_t>&,
-                                             bool);
-template std::vector<double> gpt2_read<double>(const SafeTensors&, const std::string&,
-                                               const std::vector<std::int64_t>&, bool);
 
 void gpt2_check_rest(const SafeTensors& st, const std::string& prefix, const std::set<std::string>& used) {
   for (const auto& n : st.names()) {

@@ -204,67 +204,53 @@ HfLlamaCheckpoint open_hf_llama(const fs::path& path) {
 namespace detail {
 
 namespace {
-std::vector<float> finite(const HfLlamaCheckpoint& ck, const std::string& name) {
-  auto v = ck.tensors.values<float>(name);
-  const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
-  require(bad == v.end(), ck.file.string(), ": tensor '", name, "' holds ", bad == v.end() ? 0.0f : *bad,
-          " at element ", bad - v.begin(), "; a checkpoint's values must be finite");
-  return v;
-}
-// Each head's rows from Hugging Face's rotate-half order to pairs (2i, 2i+1)
-// (or back, `to_pairs` false).
-std::vector<float> interleave_heads(const std::vector<float>& w, int heads, int head, int cols, bool to_pairs = true) {
+// Each head's rows from xfmr's pairs (2i, 2i+1) back to Hugging Face's
+// rotate-half order (reading turns them the other way: WeightPiece's
+// rotary_pairs).
+std::vector<float> rotate_half_heads(const std::vector<float>& w, int heads, int head, int cols) {
   std::vector<float> out(w.size());
   for (int h = 0; h < heads; ++h)
     for (int i = 0; i < head / 2; ++i)
       for (int half = 0; half < 2; ++half) {
         const std::ptrdiff_t hf = std::ptrdiff_t(h) * head + half * head / 2 + i, ours = std::ptrdiff_t(h) * head + 2 * i + half;
-        std::copy_n(w.begin() + (to_pairs ? hf : ours) * cols, cols, out.begin() + (to_pairs ? ours : hf) * cols);
+        std::copy_n(w.begin() + ours * cols, cols, out.begin() + hf * cols);
       }
   return out;
 }
 }  // namespace
 
-std::vector<float> hf_llama_values(const HfLlamaCheckpoint& ck, std::string_view xfmr_name,
-                                   const std::vector<std::int64_t>& shape) {
+std::shared_ptr<const WeightSource> hf_llama_source(const HfLlamaCheckpoint& ck, std::string_view xfmr_name,
+                                                    const std::vector<std::int64_t>& shape) {
   const HfLlamaConfig& c = ck.config;
-  const int D = c.hidden_size, head = D / c.num_attention_heads;
+  const int head = c.hidden_size / c.num_attention_heads;
   const std::string name(xfmr_name);
-  std::vector<float> v;
+  std::vector<WeightPiece> pieces;
   if (name == "tok_emb.weight") {
-    v = finite(ck, "model.embed_tokens.weight");
+    pieces = {{"model.embed_tokens.weight"}};
   } else if (name == "ln_f.weight") {
-    v = finite(ck, "model.norm.weight");
+    pieces = {{"model.norm.weight"}};
   } else if (name == "lm_head.weight") {
-    v = finite(ck, c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    pieces = {{c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}};
   } else {
     require(name.starts_with("blocks."), "Llama checkpoint: no counterpart for the model's '", name, "'");
     const std::size_t dot = name.find('.', 7);
     const std::string l = "model.layers." + name.substr(7, dot - 7) + ".", part = name.substr(dot + 1);
-    auto append = [&](const std::vector<float>& w) { v.insert(v.end(), w.begin(), w.end()); };
-    if (part == "ln1.weight") v = finite(ck, l + "input_layernorm.weight");
-    else if (part == "ln2.weight") v = finite(ck, l + "post_attention_layernorm.weight");
-    else if (part == "attn.proj.weight") v = finite(ck, l + "self_attn.o_proj.weight");
-    else if (part == "ff.fc2.weight") v = finite(ck, l + "mlp.down_proj.weight");
-    else if (part == "attn.qkv.weight") {
-      append(interleave_heads(finite(ck, l + "self_attn.q_proj.weight"), c.num_attention_heads, head, D));
-      append(interleave_heads(finite(ck, l + "self_attn.k_proj.weight"), c.num_key_value_heads, head, D));
-      append(finite(ck, l + "self_attn.v_proj.weight"));
-    } else if (part == "attn.qkv.bias" && c.qkv_bias) {  // a bias is a column: its rows reorder as the weight's
-      append(interleave_heads(finite(ck, l + "self_attn.q_proj.bias"), c.num_attention_heads, head, 1));
-      append(interleave_heads(finite(ck, l + "self_attn.k_proj.bias"), c.num_key_value_heads, head, 1));
-      append(finite(ck, l + "self_attn.v_proj.bias"));
-    } else if (part == "ff.fc1.weight") {
-      append(finite(ck, l + "mlp.gate_proj.weight"));
-      append(finite(ck, l + "mlp.up_proj.weight"));
-    } else {
-      detail::fail("Llama checkpoint: no counterpart for the model's '", name, "'");
-    }
+    const auto pairs = WeightPiece::rotary_pairs;
+    if (part == "ln1.weight") pieces = {{l + "input_layernorm.weight"}};
+    else if (part == "ln2.weight") pieces = {{l + "post_attention_layernorm.weight"}};
+    else if (part == "attn.proj.weight") pieces = {{l + "self_attn.o_proj.weight"}};
+    else if (part == "ff.fc2.weight") pieces = {{l + "mlp.down_proj.weight"}};
+    else if (part == "attn.qkv.weight")
+      pieces = {{l + "self_attn.q_proj.weight", pairs, head}, {l + "self_attn.k_proj.weight", pairs, head},
+                {l + "self_attn.v_proj.weight"}};
+    else if (part == "attn.qkv.bias" && c.qkv_bias)  // a bias is a column: its rows reorder as the weight's
+      pieces = {{l + "self_attn.q_proj.bias", pairs, head}, {l + "self_attn.k_proj.bias", pairs, head},
+                {l + "self_attn.v_proj.bias"}};
+    else if (part == "ff.fc1.weight") pieces = {{l + "mlp.gate_proj.weight"}, {l + "mlp.up_proj.weight"}};
+    else detail::fail("Llama checkpoint: no counterpart for the model's '", name, "'");
   }
-  std::size_t n = 1;
-  for (auto s : shape) n *= std::size_t(s);
-  require(v.size() == n, ck.file.string(), ": '", name, "' has ", v.size(), " values, the model's ", shape_string(shape));
-  return v;
+  const std::int64_t rows = shape.empty() ? 0 : shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+  return safetensors_weights(ck.tensors, std::move(pieces), rows, cols);
 }
 
 void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, const PresetInfo& p, bool tied, bool head_bias) {
@@ -339,8 +325,8 @@ void hf_llama_add(SafeTensorsWriter& w, std::string_view xfmr_name, const std::v
     return add(l + "mlp.up_proj.weight", {F, D}, std::size_t(F * D), std::size_t(F * D));
   }
   if (part == "attn.qkv.bias" && c.qkv_bias) {  // [q heads | k heads | v heads], each head's pairs as the rows'
-    const auto q = interleave_heads({v.begin(), v.begin() + D}, c.num_attention_heads, int(head), 1, false);
-    const auto k = interleave_heads({v.begin() + D, v.begin() + D + kv}, c.num_key_value_heads, int(head), 1, false);
+    const auto q = rotate_half_heads({v.begin(), v.begin() + D}, c.num_attention_heads, int(head), 1);
+    const auto k = rotate_half_heads({v.begin() + D, v.begin() + D + kv}, c.num_key_value_heads, int(head), 1);
     w.add<float>(l + "self_attn.q_proj.bias", {D}, std::span<const float>(q));
     w.add<float>(l + "self_attn.k_proj.bias", {kv}, std::span<const float>(k));
     return add(l + "self_attn.v_proj.bias", {kv}, std::size_t(D + kv), std::size_t(kv));
@@ -349,8 +335,8 @@ void hf_llama_add(SafeTensorsWriter& w, std::string_view xfmr_name, const std::v
   const auto rows = [&](std::int64_t first, std::int64_t n) {
     return std::vector<float>(v.begin() + first * D, v.begin() + (first + n) * D);
   };
-  const auto q = interleave_heads(rows(0, D), c.num_attention_heads, int(head), int(D), false);
-  const auto k = interleave_heads(rows(D, kv), c.num_key_value_heads, int(head), int(D), false);
+  const auto q = rotate_half_heads(rows(0, D), c.num_attention_heads, int(head), int(D));
+  const auto k = rotate_half_heads(rows(D, kv), c.num_key_value_heads, int(head), int(D));
   w.add<float>(l + "self_attn.q_proj.weight", {D, D}, std::span<const float>(q));
   w.add<float>(l + "self_attn.k_proj.weight", {kv, D}, std::span<const float>(k));
   add(l + "self_attn.v_proj.weight", {kv, D}, std::size_t((D + kv) * D), std::size_t(kv * D));

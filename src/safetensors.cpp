@@ -2,6 +2,7 @@
 #include "xfmr/io/safetensors.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "json_bounds.hpp"
 #include "file_writes.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/half.hpp"
 #include "xfmr/text/text.hpp"
 
 namespace xfmr {
@@ -61,26 +63,6 @@ std::uint64_t read_u64_le(const std::byte* p) {
   return v;
 }
 
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: renormalise
-    exp = 113;
-    while (!(mant & 0x400u)) {
-      mant <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
 template <class T>
 T load_as(const std::byte* p) {
   T v;
@@ -110,11 +92,36 @@ std::size_t TensorInfo::elements() const {
 
 // ---- reading ---------------------------------------------------------------
 
+namespace detail {
+// The bytes of a file: held (parse) or mapped read-only and private (load).
+struct FileBytes {
+  std::vector<std::byte> held;
+  void* map = nullptr;
+  std::size_t mapped = 0;
+  FileBytes() = default;
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+  ~FileBytes() {
+    if (map) ::munmap(map, mapped);
+  }
+  std::span<const std::byte> bytes() const {
+    return map ? std::span<const std::byte>(static_cast<const std::byte*>(map), mapped) : std::span<const std::byte>(held);
+  }
+};
+}  // namespace detail
+
 SafeTensors SafeTensors::parse(std::vector<std::byte> bytes, std::string source) {
+  auto file = std::make_shared<detail::FileBytes>();
+  file->held = std::move(bytes);
+  return parse_bytes(std::move(file), std::move(source));
+}
+
+SafeTensors SafeTensors::parse_bytes(std::shared_ptr<const detail::FileBytes> file, std::string source) {
   static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
   SafeTensors st;
   st.source_ = std::move(source);
   const std::string& src = st.source_;
+  const std::span<const std::byte> bytes = file->bytes();
   require(bytes.size() >= 8, src, ": file has ", bytes.size(), " bytes, too short for the 8-byte header length");
   const std::uint64_t n = read_u64_le(bytes.data());
   require(n <= kMaxHeaderBytes, src, ": header length ", n, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
@@ -206,7 +213,7 @@ SafeTensors SafeTensors::parse(std::vector<std::byte> bytes, std::string source)
   const std::size_t data_size = bytes.size() - st.data_start_;
   require(expected == data_size, src, ": tensors end at data byte ", expected, " but the file holds ", data_size,
           " data bytes");
-  st.bytes_ = std::move(bytes);
+  st.file_ = std::move(file);
   return st;
 }
 
@@ -215,16 +222,29 @@ SafeTensors SafeTensors::load(const std::filesystem::path& path) {
   const auto type = std::filesystem::status(path, ec).type();
   require(type == std::filesystem::file_type::not_found || type == std::filesystem::file_type::regular, path.string(),
           ": is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  require(in.good(), path.string(), ": cannot open for reading");
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  require(size >= 0, path.string(), ": cannot determine file size");
-  in.seekg(0);
-  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
-  in.read(reinterpret_cast<char*>(bytes.data()), size);
-  require(in.gcount() == size, path.string(), ": short read (", in.gcount(), " of ", size, " bytes)");
-  return parse(std::move(bytes), path.string());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  require(fd >= 0, path.string(), ": cannot open for reading");
+  struct stat info {};
+  const bool sized = ::fstat(fd, &info) == 0;
+  auto file = std::make_shared<detail::FileBytes>();
+  if (sized && info.st_size > 0) {
+    void* map = ::mmap(nullptr, std::size_t(info.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map != MAP_FAILED) file->map = map, file->mapped = std::size_t(info.st_size);
+  }
+  ::close(fd);
+  require(sized, path.string(), ": cannot determine file size");
+  require(info.st_size == 0 || file->map, path.string(), ": cannot be mapped into memory");
+  return parse_bytes(std::move(file), path.string());
+}
+
+void SafeTensors::release(const std::string& name) const {
+  if (!file_->map) return;
+  const TensorInfo& i = info(name);
+  static const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<std::uintptr_t>(file_->map);
+  const std::uintptr_t begin = base + data_start_ + i.begin, end = base + data_start_ + i.end;
+  const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages only
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 std::map<std::string, std::string> SafeTensors::read_metadata(const std::filesystem::path& path) {
@@ -270,7 +290,7 @@ const TensorInfo& SafeTensors::info(const std::string& name) const {
 
 std::span<const std::byte> SafeTensors::bytes(const std::string& name) const {
   const TensorInfo& i = info(name);
-  return {bytes_.data() + data_start_ + i.begin, i.end - i.begin};
+  return {file_->bytes().data() + data_start_ + i.begin, i.end - i.begin};
 }
 
 template <class T>
@@ -288,7 +308,7 @@ std::vector<T> SafeTensors::values(const std::string& name) const {
       for (std::size_t k = 0; k < n; ++k) out[k] = T(load_as<float>(p + 4 * k));
       break;
     case DType::F16:
-      for (std::size_t k = 0; k < n; ++k) out[k] = T(half_to_float(load_as<std::uint16_t>(p + 2 * k)));
+      for (std::size_t k = 0; k < n; ++k) out[k] = T(detail::half_to_float(load_as<std::uint16_t>(p + 2 * k)));
       break;
     case DType::BF16:
       for (std::size_t k = 0; k < n; ++k)
@@ -347,7 +367,8 @@ bool well_formed_utf8(std::string_view s) {
 }
 }  // namespace
 
-void SafeTensorsWriter::add(const std::string& name, DType dtype, std::vector<std::int64_t> shape, const void* data) {
+std::size_t SafeTensorsWriter::checked_bytes(const std::string& name, DType dtype,
+                                             const std::vector<std::int64_t>& shape) const {
   require(name != "__metadata__", "a tensor cannot be named __metadata__");
   require(!name.empty(), "a tensor needs a non-empty name");
   require(well_formed_utf8(name), "tensor name '", name, "' is not UTF-8");
@@ -359,10 +380,22 @@ void SafeTensorsWriter::add(const std::string& name, DType dtype, std::vector<st
   }
   std::size_t nbytes = 0;
   require(checked_mul(n, dtype_size(dtype), nbytes), "tensor '", name, "' byte size overflows");
+  return nbytes;
+}
+
+void SafeTensorsWriter::add(const std::string& name, DType dtype, std::vector<std::int64_t> shape, const void* data) {
+  const std::size_t nbytes = checked_bytes(name, dtype, shape);
   require(data != nullptr || nbytes == 0, "tensor '", name, "' has no data");
-  Entry e{name, dtype, std::move(shape), std::vector<std::byte>(nbytes)};
+  Entry e{name, dtype, std::move(shape), std::vector<std::byte>(nbytes), nbytes, {}};
   if (nbytes) std::memcpy(e.data.data(), data, nbytes);
   entries_.push_back(std::move(e));
+}
+
+void SafeTensorsWriter::add_filled(const std::string& name, DType dtype, std::vector<std::int64_t> shape,
+                                   std::function<void(std::span<std::byte>)> fill) {
+  const std::size_t nbytes = checked_bytes(name, dtype, shape);
+  require(bool(fill), "tensor '", name, "' has no data");
+  entries_.push_back({name, dtype, std::move(shape), {}, nbytes, std::move(fill)});
 }
 
 void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) {
@@ -371,7 +404,7 @@ void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& 
   metadata_[key] = value;
 }
 
-std::vector<std::byte> SafeTensorsWriter::serialize() const {
+std::string SafeTensorsWriter::header() const {
   // ordered_json keeps insertion order, so the header lists tensors in data order.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) {
@@ -381,23 +414,46 @@ std::vector<std::byte> SafeTensorsWriter::serialize() const {
   }
   std::size_t offset = 0;
   for (const auto& e : entries_) {
-    header[e.name] = {{"dtype", dtype_name(e.dtype)},
-                      {"shape", e.shape},
-                      {"data_offsets", {offset, offset + e.data.size()}}};
-    offset += e.data.size();
+    header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes}}};
+    offset += e.bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::vector<std::byte> out(8 + text.size() + offset);
-  std::uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out[i] = std::byte((n >> (8 * i)) & 0xff);
-  std::memcpy(out.data() + 8, text.data(), text.size());
-  std::size_t at = 8 + text.size();
+  std::string out(8, '\0');
+  const std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[std::size_t(i)] = char((n >> (8 * i)) & 0xff);
+  return out + text;
+}
+
+std::vector<std::byte> SafeTensorsWriter::serialize() const {
+  const std::string head = header();
+  std::size_t total = head.size();
+  for (const auto& e : entries_) total += e.bytes;
+  std::vector<std::byte> out(total);
+  std::memcpy(out.data(), head.data(), head.size());
+  std::size_t at = head.size();
   for (const auto& e : entries_) {
-    if (!e.data.empty()) std::memcpy(out.data() + at, e.data.data(), e.data.size());
-    at += e.data.size();
+    if (e.fill) e.fill(std::span<std::byte>(out.data() + at, e.bytes));
+    else if (e.bytes) std::memcpy(out.data() + at, e.data.data(), e.bytes);
+    at += e.bytes;
   }
   return out;
+}
+
+int SafeTensorsWriter::write_to(int fd) const {
+  const std::string head = header();
+  if (const int err = detail::write_all(fd, std::as_bytes(std::span<const char>(head.data(), head.size())))) return err;
+  std::vector<std::byte> filled;
+  for (const auto& e : entries_) {
+    std::span<const std::byte> bytes(e.data);
+    if (e.fill) {
+      filled.resize(e.bytes);
+      e.fill(std::span<std::byte>(filled));
+      bytes = filled;
+    }
+    if (const int err = detail::write_all(fd, bytes)) return err;
+  }
+  return 0;
 }
 
 void SafeTensorsWriter::write(const std::filesystem::path& path) const {

@@ -232,8 +232,9 @@ void check_run_options(const RunOptions& r, const std::vector<NamedPath>& inputs
   std::vector<NamedPath> files = inputs;
   if (!resume.empty()) {
     files.push_back({"--resume", resume});
-    require(!is_int8_checkpoint(read_checkpoint_metadata(resume)), "--resume ", resume,
-            " holds int8 weights for decoding; resume from the float32 checkpoint they were made from");
+    const std::string quantised = quantised_weights(read_checkpoint_metadata(resume));
+    require(quantised.empty(), "--resume ", resume, " holds ", quantised,
+            " weights for decoding; resume from the float32 checkpoint they were made from");
   }
   if (!r.out.empty()) {
     check_checkpoint_destination(r.out);  // before any training, not at the first save

@@ -11,8 +11,10 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/levels.hpp"
+#include "xfmr/core/q4.hpp"
 #include "kernels/vector_exp.hpp"
 
 namespace xfmr::detail::avx2 {
@@ -303,6 +305,130 @@ void int8_product_rows(int n0, int n1, int M, int K, const std::int8_t* Q, long 
   }
 }
 
+// 4-bit products (core/q4.hpp): half h of a panel (rows 8h..8h+7: each
+// group's second 32 bytes for h = 1) against MT rows of activations. A
+// group's low nibbles times four activations broadcast, and its high ones
+// times four others, through vpmaddubsw (unsigned 4-bit times signed 8-bit,
+// pairs summed in 16 bits: at most 2 x 15 x 127); a block's eight such
+// products summed in 16 bits (at most 30480, exact) and widened once.
+template <int MT>
+void q4_half(const std::byte* P, long blocks, int h, const std::int8_t* Q, long ldq, const float* scale,
+             const std::int32_t* offset, long lds, __m256* acc) {
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
+  for (long b = 0; b < blocks; ++b) {
+    const std::byte* block = P + b * kQ4BlockBytes;
+    for (int line = 0; line < kQ4BlockBytes; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(block) + 16384 + line, _MM_HINT_T0);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * h)));
+    __m256i w[8];
+    for (int g = 0; g < 4; ++g) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 + 64 * g + 32 * h));
+      w[2 * g] = _mm256_and_si256(v, low);
+      w[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    }
+    for (int m = 0; m < MT; ++m) {
+      const std::int8_t* a = Q + m * ldq + b * kQ4Block;
+      const auto four = [&](int k) {
+        std::int32_t v;
+        std::memcpy(&v, a + k, sizeof v);
+        return _mm256_set1_epi32(v);
+      };
+      __m256i p = _mm256_maddubs_epi16(w[0], four(0));
+      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[1], four(16)));
+      for (int g = 1; g < 4; ++g) {
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[2 * g], four(4 * g)));
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[2 * g + 1], four(16 + 4 * g)));
+      }
+      const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(offset[m * lds + b]));
+      acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(scale[m * lds + b])), acc[m]);
+    }
+  }
+}
+
+// One row of activations against NP panels, both halves of each at once
+// (2 NP streams of weights, where one half at a time left them streaming
+// at two thirds of int8's speed): each group's activations broadcast once
+// for all of them; acc[2 j + h] is panel j's half h.
+template <int NP>
+void q4_one_row(const std::byte* P, long blocks, const std::int8_t* a_row, const float* scale,
+                const std::int32_t* offset, __m256* acc) {
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const long panel_bytes = blocks * kQ4BlockBytes;
+  for (int i = 0; i < 2 * NP; ++i) acc[i] = _mm256_setzero_ps();
+  for (long b = 0; b < blocks; ++b) {
+    const std::int8_t* a = a_row + b * kQ4Block;
+    const auto four = [&](int k) {
+      std::int32_t v;
+      std::memcpy(&v, a + k, sizeof v);
+      return _mm256_set1_epi32(v);
+    };
+    __m256i p[2 * NP];
+    for (int i = 0; i < 2 * NP; ++i) p[i] = _mm256_setzero_si256();
+    for (int g = 0; g < 4; ++g) {
+      const __m256i a_lo = four(4 * g), a_hi = four(16 + 4 * g);
+      for (int i = 0; i < 2 * NP; ++i) {
+        const std::byte* block = P + (i / 2) * panel_bytes + b * kQ4BlockBytes;
+        if (g == 0)
+          for (int line = 0; line < kQ4BlockBytes; line += 128)
+            _mm_prefetch(reinterpret_cast<const char*>(block) + 16384 + line + 64 * (i % 2), _MM_HINT_T0);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 + 64 * g + 32 * (i % 2)));
+        p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(_mm256_and_si256(v, low), a_lo));
+        p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), a_hi));
+      }
+    }
+    const __m256i o = _mm256_set1_epi32(offset[b]);
+    const __m256 s = _mm256_set1_ps(scale[b]);
+    for (int i = 0; i < 2 * NP; ++i) {
+      const std::byte* block = P + (i / 2) * panel_bytes + b * kQ4BlockBytes;
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * (i % 2))));
+      const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(p[i], ones), o);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, s), acc[i]);
+    }
+  }
+}
+
+}  // namespace
+
+void q4_product_rows(int n0, int n1, int M, int K, const std::byte* P, const std::int8_t* Q, long ldq,
+                     const float* scale, const std::int32_t* offset, long lds, float* C, long ldc) {
+  const long blocks = (long(K) + kQ4Block - 1) / kQ4Block;  // (q4.hpp's functions would be compiled here for AVX2)
+  if (M == 1) {  // two panels at a time
+    for (int r0 = n0; r0 < n1; r0 += 2 * kQ4PanelRows) {
+      const std::byte* panel = P + r0 / kQ4PanelRows * blocks * kQ4BlockBytes;
+      __m256 acc[4];
+      if (n1 - r0 > kQ4PanelRows) q4_one_row<2>(panel, blocks, Q, scale, offset, acc);
+      else q4_one_row<1>(panel, blocks, Q, scale, offset, acc);
+      for (int i = 0; i < 4 && r0 + 8 * i < n1; ++i) _mm256_maskstore_ps(C + r0 + 8 * i, first_lanes(n1 - r0 - 8 * i), acc[i]);
+    }
+    return;
+  }
+  for (int r0 = n0; r0 < n1; r0 += kQ4PanelRows) {
+    const std::byte* panel = P + r0 / kQ4PanelRows * blocks * kQ4BlockBytes;
+    for (int h = 0; h < 2; ++h) {
+      const int first = r0 + 8 * h, live_rows = n1 - first < 8 ? n1 - first : 8;
+      if (live_rows <= 0) break;
+      const __m256i live = first_lanes(live_rows);
+      for (int m0 = 0; m0 < M; m0 += 4) {
+        const int m_n = M - m0 < 4 ? M - m0 : 4;
+        const std::int8_t* q = Q + long(m0) * ldq;
+        const float* s = scale + long(m0) * lds;
+        const std::int32_t* o = offset + long(m0) * lds;
+        __m256 acc[4];
+        switch (m_n) {
+          case 1: q4_half<1>(panel, blocks, h, q, ldq, s, o, lds, acc); break;
+          case 2: q4_half<2>(panel, blocks, h, q, ldq, s, o, lds, acc); break;
+          case 3: q4_half<3>(panel, blocks, h, q, ldq, s, o, lds, acc); break;
+          default: q4_half<4>(panel, blocks, h, q, ldq, s, o, lds, acc); break;
+        }
+        for (int m = 0; m < m_n; ++m) _mm256_maskstore_ps(C + long(m0 + m) * ldc + first, live, acc[m]);
+      }
+    }
+  }
+}
+
+namespace {
+
 // The lanes of keys [j, j + 8) that are below n and not padded (pad: n
 // bytes or null), as an int32 lane mask.
 __m256i allowed_keys(int j, int n, const std::uint8_t* pad) {
@@ -355,6 +481,8 @@ CpuKernels kernels() {
   k.gemv_rows_bf16 = gemv_rows_bf16;
   k.int8_product_rows = int8_product_rows;
   k.int8_isa = "AVX2";
+  k.q4_product_rows = q4_product_rows;
+  k.q4_isa = "AVX2";
   k.softmax_row = softmax_row;
   return k;
 }

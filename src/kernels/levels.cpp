@@ -73,6 +73,8 @@ const detail::CpuKernels& table(CpuLevel level) {
     k.int8_product_rows = features().vnni ? detail::avx512_vnni::int8_product_rows : avx2.int8_product_rows;
     k.int8_blocked = features().vnni;
     k.int8_isa = features().vnni ? "VNNI" : avx2.int8_isa;
+    k.q4_product_rows = features().vnni ? detail::avx512_vnni::q4_product_rows : avx2.q4_product_rows;
+    k.q4_isa = features().vnni ? "VNNI" : avx2.q4_isa;
     return k;
   }();
   if (level == CpuLevel::avx512) return avx512;

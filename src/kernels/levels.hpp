@@ -24,7 +24,13 @@ CpuKernels kernels();
 namespace avx512 {
 CpuKernels kernels();  // no int8 products: VNNI's or AVX2's
 }
+namespace avx2 {
+void q4_product_rows(int n0, int n1, int M, int K, const std::byte* P, const std::int8_t* Q, long ldq,
+                     const float* scale, const std::int32_t* offset, long lds, float* C, long ldc);
+}
 namespace avx512_vnni {
+void q4_product_rows(int n0, int n1, int M, int K, const std::byte* P, const std::int8_t* Q, long ldq,
+                     const float* scale, const std::int32_t* offset, long lds, float* C, long ldc);
 void int8_product_rows(int n0, int n1, int M, int K, const std::int8_t* Q, long ldq, const float* scale,
                        const std::int32_t* q_sum, const std::uint8_t* U, long ldu, const ActivationScale* rows,
                        float* C, long ldc);

@@ -206,7 +206,7 @@ case "$case_name" in
     "$charlm" train --data corpus.txt --resume half --log-csv "" --report "" > r.log 2>&1 \
       || { cat r.log; fail "the bf16 checkpoint did not resume in float32"; }
     grep -q "^step 60: train loss" r.log || { cat r.log; fail "the resumed run did not reach step 60"; }
-    expect_error "unknown --precision 'fp16' (expected fp32, bf16 or int8)" "$charlm" train --data corpus.txt --precision fp16
+    expect_error "unknown --precision 'fp16' (expected fp32, bf16, int8 or q4)" "$charlm" train --data corpus.txt --precision fp16
     expect_error "--precision int8 is for decoding" "$charlm" train --data corpus.txt --precision int8
     # sample --precision bf16 decodes from bf16 weight copies: as many
     # characters as asked, greedy, whether or not the processor has bf16.
@@ -214,7 +214,7 @@ case "$case_name" in
       || { cat s.err; fail "bf16 sampling failed"; }
     [ "$(head -c 40 s.txt | wc -m)" -eq 40 ] || { cat s.txt; fail "bf16 sampling printed too little"; }
     grep -q "40 tokens in .* KV cache" s.err || { cat s.err; fail "bf16 sampling gave no speed line"; }
-    expect_error "unknown --precision 'int4' (expected fp32, bf16 or int8)" "$charlm" sample --checkpoint f32 --precision int4
+    expect_error "unknown --precision 'int4' (expected fp32, bf16, int8 or q4)" "$charlm" sample --checkpoint f32 --precision int4
     # sample --precision int8 decodes from int8 weight copies; greedy, its
     # first characters those of float32 on this small model.
     "$charlm" sample --checkpoint f32 --tokens 40 --temperature 0 --precision int8 > s8.txt 2> s8.err \

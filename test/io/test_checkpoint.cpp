@@ -317,8 +317,8 @@ BOOST_AUTO_TEST_CASE(int8_checkpoint_round_trip) {
   BOOST_TEST(read_trainer_state(d.path / "i8").step == 5);
   const Metadata meta = read_checkpoint_metadata(d.path / "i8");
   BOOST_TEST(meta.at("preset") == "tiny");
-  BOOST_TEST(is_int8_checkpoint(meta));
-  BOOST_TEST(report.int8_bytes == fs::file_size(d.path / "i8" / kModelFile));
+  BOOST_TEST(quantised_weights(meta) == "int8");
+  BOOST_TEST(report.quantised_bytes == fs::file_size(d.path / "i8" / kModelFile));
 
   const SafeTensors st = SafeTensors::load(d.path / "i8" / kModelFile);
   int matrices = 0;

@@ -155,7 +155,9 @@ BOOST_AUTO_TEST_CASE(mismatches_are_refused_by_name) {
         return true;
       })),
       "no tensor 'model.norm.weight'");
-  // Opening checks names and shapes; loading reads the values.
+  // Opening checks names and shapes; loading defers the matrices to the
+  // file (core/tensor.hpp), whose values are read, and checked, when first
+  // needed.
   const fs::path with_nan = edited(same_config, [](std::string& n, std::vector<float>& v) {
     if (n == "model.layers.0.self_attn.q_proj.weight") v[5] = std::nanf("");
     return true;
@@ -164,6 +166,7 @@ BOOST_AUTO_TEST_CASE(mismatches_are_refused_by_name) {
   has(test::error_of([&] {
         Lm m(kVocab, 1, {.head_bias = false});
         load_hf_llama(m, open_hf_llama(with_nan));
+        (void)test::host_parameters(m);
       }),
       "tensor 'model.layers.0.self_attn.q_proj.weight' holds nan at element 5");
   has(test::error_of([] {

@@ -114,6 +114,20 @@ class CpuBackend : public detail::CpuLinear<S>,
     this->gelu_backward(std::size_t(rows) * in, h, dh, dh);
   }
 
+  // y[i, :] = table[ids[i], :] (embedding.hpp); a lent deferred table
+  // (core/tensor.hpp: a model decoding in a WeightCopies scope) gives its
+  // rows from its source, as its values are stored, not from a decoding copy.
+  void embedding_forward(int n, int V, int D, const std::int32_t* ids, const S* table, S* y) {
+    if constexpr (std::is_same_v<S, float>) {
+      if (const auto source = detail::any_lent() ? detail::lent_source(table) : nullptr) {
+        detail::check_token_ids(n, V, ids);
+        for (int i = 0; i < n; ++i) source->read_rows(ids[i], ids[i] + 1, y + std::size_t(i) * D);
+        return;
+      }
+    }
+    detail::CpuEmbedding<S>::embedding_forward(n, V, D, ids, table, y);
+  }
+
   // Results for host code (sampling, accuracy): already host memory here.
   std::span<const S> host_view(std::span<const S> x, std::vector<S>&) { return x; }
   // Waits for queued work (a device's); the CPU's is done on return.
@@ -133,7 +147,8 @@ CpuBackend<S>::CpuBackend(CpuOptions opts)
   require(!opts.bf16 || std::is_same_v<S, float>, "bf16 precision runs on the float CPU backend");
   require(!opts.bf16 || bf16::available(), "bf16 precision: ", bf16::unavailable_reason());
   require(!opts.int8 || std::is_same_v<S, float>, "int8 precision runs on the float CPU backend");
-  require(!(opts.int8 && opts.bf16), "one precision at a time: bf16 or int8");
+  require(!opts.q4 || std::is_same_v<S, float>, "4-bit precision runs on the float CPU backend");
+  require(int(opts.int8) + int(opts.bf16) + int(opts.q4) <= 1, "one precision at a time: bf16, int8 or 4-bit");
   detail::cpu_kernels();
 }
 

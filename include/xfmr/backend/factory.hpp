@@ -12,8 +12,8 @@
 // in bfloat16, bf16 products, float32 master weights; its precision is
 // bf16), which need an xfmr built with CUDA and, when run, a GPU.
 // Precisions: fp32, bf16 (bf16 products: CpuOptions::bf16,
-// CudaOptions::bf16), or int8 on the CPU (int8 weights when decoding:
-// CpuOptions::int8). Under mpirun the ranks of a machine take its GPUs in
+// CudaOptions::bf16), or on the CPU int8 and q4 (int8 and 4-bit weights
+// when decoding: CpuOptions::int8, CpuOptions::q4). Under mpirun the ranks of a machine take its GPUs in
 // turn. Unknown names are xfmr::Error listing the choices.
 #pragma once
 
@@ -32,7 +32,7 @@
 namespace xfmr {
 
 inline constexpr const char* kBackendNames = "cpu, cuda, cuda-tf32 or cuda-bf16";
-inline constexpr const char* kPrecisionNames = "fp32, bf16 or int8";
+inline constexpr const char* kPrecisionNames = "fp32, bf16, int8 or q4";
 
 // An unknown name is an xfmr::Error naming `what` (a program's option, say).
 inline void check_backend_name(std::string_view name, std::string_view what = "backend") {
@@ -40,14 +40,16 @@ inline void check_backend_name(std::string_view name, std::string_view what = "b
           "' (expected ", kBackendNames, ")");
 }
 inline void check_precision_name(std::string_view precision, std::string_view what = "precision") {
-  require(precision == "fp32" || precision == "bf16" || precision == "int8", "unknown ", what, " '", precision,
-          "' (expected ", kPrecisionNames, ")");
+  require(precision == "fp32" || precision == "bf16" || precision == "int8" || precision == "q4", "unknown ", what,
+          " '", precision, "' (expected ", kPrecisionNames, ")");
 }
-// int8 is a decoding precision (weights quantised once, WeightCopies):
-// training refuses it, naming `what`.
+// int8 and q4 are decoding precisions (weights quantised once, WeightCopies).
+inline bool is_decoding_precision(std::string_view precision) { return precision == "int8" || precision == "q4"; }
+// Training refuses them, naming `what`.
 inline void check_training_precision(std::string_view precision, std::string_view what = "precision") {
   check_precision_name(precision, what);
-  require(precision != "int8", what, " int8 is for decoding (sample, translate, eval); training runs in fp32 or bf16");
+  require(!is_decoding_precision(precision), what, " ", precision,
+          " is for decoding (sample, translate, eval); training runs in fp32 or bf16");
 }
 
 // The backend `name` in `precision` can run here, or xfmr::Error naming
@@ -61,7 +63,8 @@ inline void check_backend(std::string_view name, std::string_view precision, std
   check_backend_name(name, name_option);
   check_precision_name(precision, precision_option);
   if (name == "cpu") return;
-  require(precision != "int8", precision_option, " int8 runs on the CPU backend (not ", name_option, " ", name, ")");
+  require(!is_decoding_precision(precision), precision_option, " ", precision, " runs on the CPU backend (not ",
+          name_option, " ", name, ")");
   require(precision != "bf16" || name != "cuda-tf32", precision_option, " bf16 goes with ", name_option,
           " cpu, cuda or cuda-bf16 (not ", name, ")");
 #ifdef XFMR_WITH_CUDA
@@ -98,18 +101,19 @@ Be make_backend([[maybe_unused]] std::string_view name, std::string_view precisi
       std::cerr << "note: bf16 precision unavailable (" << bf16::unavailable_reason() << "); running in float32\n";
     }
     if (precision == "int8") return Be({.int8 = true});
+    if (precision == "q4") return Be({.q4 = true});
     return Be{};
   }
 #ifdef XFMR_WITH_CUDA
   if constexpr (std::is_same_v<Be, CudaBackend>) {
-    require(precision != "int8", "int8 precision runs on the CPU backend (not ", name, ")");
+    require(!is_decoding_precision(precision), precision, " precision runs on the CPU backend (not ", name, ")");
     require(precision == "fp32" || name == "cuda", "bf16 precision goes with the cuda backend (not ", name, ")");
     // Under mpirun, one GPU a rank: the ranks of a machine take its devices in turn.
     const int device = ProcessGroup::world().local_rank() % std::max(1, cuda::device_count());
     return CudaBackend({.device = device, .tf32 = name == "cuda-tf32", .bf16 = precision == "bf16"});
   }
   if constexpr (std::is_same_v<Be, CudaBf16Backend>) {  // bf16 storage: bf16 whatever the precision asked
-    require(precision != "int8", "int8 precision runs on the CPU backend (not ", name, ")");
+    require(!is_decoding_precision(precision), precision, " precision runs on the CPU backend (not ", name, ")");
     const int device = ProcessGroup::world().local_rank() % std::max(1, cuda::device_count());
     return CudaBf16Backend({.device = device});
   }
@@ -120,13 +124,15 @@ Be make_backend([[maybe_unused]] std::string_view name, std::string_view precisi
 }
 
 // The precision a backend runs in: "bf16" (bf16 products), "int8" (int8
-// weights) or "fp32".
+// weights), "q4" (4-bit weights) or "fp32".
 template <class Be>
 std::string precision_of(const Be& be) {
   if constexpr (requires(const Be& b) { b.options().bf16; })
     if (be.options().bf16) return "bf16";
   if constexpr (requires(const Be& b) { b.options().int8; })
     if (be.options().int8) return "int8";
+  if constexpr (requires(const Be& b) { b.options().q4; })
+    if (be.options().q4) return "q4";
   (void)be;
   return "fp32";
 }
@@ -145,6 +151,7 @@ std::string describe(const Be& be) {
   if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
     if (be.options().bf16) return "cpu (bf16 products)";
     if (be.options().int8) return "cpu (int8 weights)";
+    if (be.options().q4) return "cpu (4-bit weights)";
   }
   (void)be;
   return Be::name;

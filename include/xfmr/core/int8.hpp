@@ -8,17 +8,31 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace xfmr::detail {
+
+// The largest |x[k]| of n finite values, as their bits' largest (an
+// integer maximum, which vectorises where a float one does not).
+[[gnu::always_inline]] inline float largest_magnitude(const float* x, long n) {
+  std::uint32_t largest = 0;
+  for (long k = 0; k < n; ++k) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + k, sizeof bits);
+    largest = std::max(largest, bits & 0x7fffffffu);
+  }
+  float v;
+  std::memcpy(&v, &largest, sizeof v);
+  return v;
+}
 
 // One row's symmetric int8 quantisation: q[k] = round(w[k] / scale), scale
 // = max |w| / 127 (0 for a row of zeros, whose q are all 0), so that
 // |w[k] - scale q[k]| <= scale / 2 and q[k] lies in [-127, 127]. Returns
 // scale.
-inline float quantise_row_int8(const float* w, int n, std::int8_t* q) {
-  float amax = 0.0f;
-  for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(w[k]));
+[[gnu::always_inline]] inline float quantise_row_int8(const float* w, int n, std::int8_t* q) {
+  const float amax = largest_magnitude(w, n);
   const float scale = amax / 127.0f;
   for (int k = 0; k < n; ++k)
     q[k] = scale > 0.0f ? std::int8_t(std::clamp(std::nearbyint(w[k] / scale), -127.0f, 127.0f)) : std::int8_t(0);

@@ -40,6 +40,11 @@ constexpr bool dropout_keeps(std::uint64_t key, std::uint64_t i, float p) { retu
 class Rng {
  public:
   explicit Rng(std::uint64_t seed = 0) : state_(seed) {}
+  // initialises false: the layers built from this Rng leave their weights
+  // unwritten (and unallocated, core/tensor.hpp), for a loader that gives
+  // them their values (DecoderOptions::initialise).
+  Rng(std::uint64_t seed, bool initialises) : state_(seed), initialises_(initialises) {}
+  bool initialises() const { return initialises_; }
 
   std::uint64_t next_u64() {
     state_ += 0x9e3779b97f4a7c15ULL;
@@ -63,6 +68,7 @@ class Rng {
 
  private:
   std::uint64_t state_;
+  bool initialises_ = true;
 };
 
 }  // namespace xfmr

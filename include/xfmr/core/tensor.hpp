@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -17,6 +18,7 @@
 
 #include "xfmr/core/config.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/weight_source.hpp"
 
 namespace xfmr {
 
@@ -174,6 +176,35 @@ class ShapedStorage {
   std::size_t size_ = 0;
 };
 
+namespace detail {
+// Address space of `bytes` that may be neither read nor written (mapped
+// PROT_NONE, no memory behind it): a deferred tensor's address, which its
+// decoding copies are found by, and which faults if anything reads it.
+std::shared_ptr<void> reserve_address_space(std::size_t bytes);
+// The lent deferred tensors' addresses and their sources, process-wide: a
+// backend given such an address for which it holds no copy (a model lent
+// to one backend's copies, run on another) reads the source instead.
+void register_lent(const void* key, std::shared_ptr<const WeightSource> source);
+void unregister_lent(const void* key);
+std::shared_ptr<const WeightSource> lent_source(const void* key);  // null when not lent
+bool any_lent();  // a relaxed read: false before anything was lent
+}  // namespace detail
+
+// A host tensor's values are in one of three states:
+//   - not yet allocated: resize() records the shape, and the storage (zero)
+//     is allocated at the first access, so that a model's gradients cost
+//     nothing until a backward pass or a Trainer touches them;
+//   - held: contiguous row-major storage, 64-byte aligned;
+//   - deferred (defer()): a WeightSource (core/weight_source.hpp) holds the
+//     values, in a mapped file, in their stored type. The first access
+//     through data() (or any view) reads them into storage as float32 and
+//     drops the source. While a WeightCopies scope has lent the tensor to a
+//     backend (lend()), product_data() gives its reserved address instead,
+//     by which the backend finds the decoding copy it made from the source,
+//     so a decoding model never holds its matrices in float32.
+// The first access allocates or reads: it is not safe from several threads
+// at once (a Trainer and WeightCopies settle a model's tensors before their
+// parallel work).
 template <class S>
 class Tensor : public ShapedStorage<Tensor<S>, S> {
   using Base = ShapedStorage<Tensor<S>, S>;
@@ -186,39 +217,117 @@ class Tensor : public ShapedStorage<Tensor<S>, S> {
   Tensor(std::initializer_list<std::int64_t> shape) : Tensor(std::vector<std::int64_t>(shape)) {}
 
   // Sets the shape; storage only ever grows, so resizing back and forth between
-  // (B, T) sizes seen before allocates nothing. New elements are zero.
+  // (B, T) sizes seen before allocates nothing. New elements are zero. The
+  // storage itself is allocated at the first access.
   void resize(std::vector<std::int64_t> shape) {
-    const std::size_t n = this->set_shape(std::move(shape));
-    if (storage_.size() < n) storage_.resize(n, S(0));
+    std::size_t n = 1;
+    for (auto d : shape) n *= d > 0 ? static_cast<std::size_t>(d) : 0;
+    if (source_ && n != size()) settle();
+    this->set_shape(std::move(shape));
   }
 
-  S* data() { return storage_.data(); }
-  const S* data() const { return storage_.data(); }
+  S* data() {
+    settle();
+    return storage_.data();
+  }
+  const S* data() const {
+    settle();
+    return storage_.data();
+  }
   // The values a backend's products read in its activations' type
-  // (backend.hpp): these, where that type is S.
-  const S* product_data() const { return data(); }
+  // (backend.hpp): these, where that type is S; a lent deferred tensor's
+  // reserved address (see above).
+  const S* product_data() const {
+    if (source_ && lent_ > 0) return static_cast<const S*>(key_.get());
+    return data();
+  }
 
-  S& operator[](std::size_t i) { return storage_[i]; }
-  const S& operator[](std::size_t i) const { return storage_[i]; }
+  S& operator[](std::size_t i) { return data()[i]; }
+  const S& operator[](std::size_t i) const { return data()[i]; }
   S* begin() { return data(); }
   S* end() { return data() + size(); }
   const S* begin() const { return data(); }
   const S* end() const { return data() + size(); }
 
-  void fill(S v) { std::fill(begin(), end(), v); }
+  void fill(S v) {
+    overwrite();
+    std::fill(begin(), end(), v);
+  }
   void zero() { fill(S(0)); }
   // Sets every element, in order, to f(). With copy_from_host() and
   // copy_to_host() this is how values reach a tensor whatever memory it
   // lives in (cuda::Tensor has the same three).
   template <class F>
   void generate(F&& f) {
+    overwrite();
     for (auto& x : *this) x = f();
   }
-  void copy_from_host(const S* src) { std::copy(src, src + size(), data()); }
+  void copy_from_host(const S* src) {
+    overwrite();
+    std::copy(src, src + size(), data());
+  }
   void copy_to_host(S* dst) const { std::copy(begin(), end(), dst); }
 
+  // Deferred values (see above): `source` gives this tensor's size() values
+  // as source->rows() rows of source->cols(). Storage is given back.
+  void defer(std::shared_ptr<const WeightSource> source) {
+    require(source && std::size_t(source->rows() * source->cols()) == size(), "a tensor of shape ",
+            shape_string(this->shape()), " deferred to ", source ? source->name() : std::string("no source"), " of ",
+            source ? source->rows() * source->cols() : 0, " values");
+    AlignedVector<S>().swap(storage_);
+    key_ = detail::reserve_address_space(size() * sizeof(S));
+    source_ = std::move(source);
+  }
+  bool deferred() const { return source_ != nullptr; }
+  // The source of a deferred tensor (null otherwise).
+  const std::shared_ptr<const WeightSource>& source() const { return source_; }
+  // WeightCopies' loan of a deferred tensor to a backend's copies, and its return.
+  void lend() {
+    if (lent_++ == 0 && source_) detail::register_lent(key_.get(), source_);
+  }
+  void give_back() {
+    if (lent_ == 0) return;
+    if (--lent_ > 0) return;
+    if (source_) detail::unregister_lent(key_.get());
+    else key_.reset();
+  }
+  // The bytes of storage allocated (0 while not yet allocated or deferred).
+  std::size_t allocated_bytes() const { return storage_.capacity() * sizeof(S); }
+
  private:
-  AlignedVector<S> storage_;
+  // Allocated, and holding the values (read from the source if deferred).
+  void settle() const {
+    if (source_) materialise();
+    if (storage_.size() < size()) storage_.resize(size(), S(0));
+  }
+  // A lent tensor keeps its reserved address until given back: no other
+  // allocation may take it while a backend finds its copy by it.
+  void materialise() const {
+    const auto source = std::move(source_);
+    source_.reset();
+    if (lent_ == 0) key_.reset();
+    else detail::unregister_lent(key_.get());
+    storage_.resize(std::max(storage_.size(), size()));
+    if constexpr (std::is_same_v<S, float>) {
+      source->read_rows(0, source->rows(), storage_.data());
+    } else {
+      std::vector<float> values(size());
+      source->read_rows(0, source->rows(), values.data());
+      std::copy(values.begin(), values.end(), storage_.begin());
+    }
+    source->release();
+  }
+  // Every value is about to be written: a deferred tensor's source is not read.
+  void overwrite() {
+    if (source_ && lent_ > 0) detail::unregister_lent(key_.get());
+    source_.reset();
+    if (lent_ == 0) key_.reset();
+  }
+
+  mutable AlignedVector<S> storage_;
+  mutable std::shared_ptr<const WeightSource> source_;  // deferred while set
+  mutable std::shared_ptr<void> key_;                   // a deferred tensor's reserved address
+  int lent_ = 0;
 };
 
 }  // namespace xfmr

@@ -1,60 +1,63 @@
 // weight_copies.hpp: WeightCopies, a scope in which a backend reads a
 // model's weight matrices from copies made for decoding: bfloat16 in bf16
 // precision (half the bytes a token streams), int8 with a scale a row in
-// int8 precision (a quarter; backend/cpu/int8_products.hpp), and in
-// float32 panels that a step of one or a few rows streams at the read
-// bandwidth (backend/cpu/float_panels.hpp; each matrix packed at the first
-// such product that reads it, so twice its bytes from then on).
+// int8 precision (a quarter; backend/cpu/int8_products.hpp), 4-bit blocks
+// in q4 precision (backend/cpu/q4_products.hpp), and in float32 panels
+// that a step of one or a few rows streams at the read bandwidth
+// (backend/cpu/float_panels.hpp). Each copy is made at the first product
+// that reads its matrix, so a matrix no product reads (an embedding that
+// is not the head) costs nothing.
 //
 //   {
-//     xfmr::WeightCopies copies(be, model);  // rounds or quantises every matrix once
+//     xfmr::WeightCopies copies(be, model);  // registers every matrix
 //     ... start_cache / forward_cached / beam search ...
 //   }                                      // copies dropped
 //
-// Opened with a SafeTensors holding int8 matrices (an int8 checkpoint's
-// model file, which load_parameters loaded into model), a scope in int8
-// precision keeps the file's rows and scales as they are instead of
-// quantising the model's (dequantised) weights again.
+// A model that holds its weights (trained, or built) keeps them: the
+// copies are made from them and add their bytes. A model loaded to decode
+// (load_model: its matrices deferred to the file, core/tensor.hpp) never
+// holds them in float32: the scope lends each matrix to the backend,
+// whose copy is made from the file (the file's pages given back after
+// each; an int8 or 4-bit checkpoint's stored rows as they are, a 4-bit
+// one's panels read in place), and whose token embedding rows are read
+// from the file; a float32 matrix that the precision keeps as it is
+// (fewer than 2^17 weights) is read into memory instead.
 //
 // The float32 weights stay the master copy (checkpoints, training); inside
 // the scope they must not change (no optimizer step, no load): the products
 // would go on reading the copies. Scopes nest: one opened while the backend
 // holds copies already (an outer scope's) neither makes nor drops any. On a
-// backend without copies (double, CUDA today) the scope does nothing, so
-// decoding code can open it unconditionally.
+// backend without copies (double, CUDA today) the scope does nothing but
+// read deferred matrices into memory, so decoding code can open it
+// unconditionally.
 //
 // The float32 panels pay for themselves over many tokens; a scope for one
 // call (generate's, classify's, translate's own, under no outer scope)
-// opens with {.panels = false}: the copies its precision needs, no panels.
-// A program that decodes (a server, a sampling loop) opens one scope for
-// its life.
+// opens with {.panels = false}: a model that holds its weights then keeps
+// no panels (a deferred one's panels are its matrices' only copy, made as
+// ever). A program that decodes (a server, a sampling loop) opens one
+// scope for its life.
 #pragma once
 
-#include <cstdint>
-#include <string>
+#include <memory>
 #include <string_view>
 #include <vector>
 
-#include "xfmr/io/checkpoint.hpp"
-#include "xfmr/io/safetensors.hpp"
+#include "xfmr/core/weight_source.hpp"
 
 namespace xfmr {
 
 struct WeightCopyOptions {
-  bool panels = true;  // float32: keep the decoding panels too
+  bool panels = true;  // float32: keep the decoding panels of matrices held in memory too
 };
 
 template <class Backend>
 class WeightCopies {
-  static constexpr bool kHasCopies = requires(Backend& be, const typename Backend::Scalar* w) {
-    be.keep_weight_copy(w, 1, 1);
-    be.keep_decoding_copy(w, 1, 1);
-    be.drop_weight_copies();
-    be.holds_weight_copies();
-  };
-  static constexpr bool kKeepsSavedRows =
-      requires(Backend& be, const typename Backend::Scalar* w, const std::int8_t* q, const float* s) {
-        be.keep_weight_copy(w, 1, 1, q, s);
+  static constexpr bool kHasCopies =
+      requires(Backend& be, const typename Backend::Scalar* w, std::shared_ptr<const WeightSource> s) {
+        be.keep_weight_copy(w, 1, 1, s, true);
+        be.drop_weight_copies();
+        be.holds_weight_copies();
       };
 
  public:
@@ -67,40 +70,31 @@ class WeightCopies {
       if (!owner_) return;
       model.visit([&](std::string_view, auto& value, auto&) {
         if (value.shape().size() != 2) return;
+        using S = typename std::remove_cvref_t<decltype(value)>::value_type;
         const int rows = int(value.dim(0)), cols = int(value.dim(1));
-        be.keep_weight_copy(value.data(), rows, cols);
-        if (opts.panels) be.keep_decoding_copy(value.data(), rows, cols);
-      });
-    }
-  }
-  template <class Model>
-  WeightCopies(Backend& be, Model& model, const SafeTensors& saved, WeightCopyOptions opts = {}) : be_(be) {
-    if constexpr (kHasCopies) {
-      owner_ = !be.holds_weight_copies();
-      if (!owner_) return;
-      model.visit([&](std::string_view name, auto& value, auto&) {
-        if (value.shape().size() != 2) return;
-        const int rows = int(value.dim(0)), cols = int(value.dim(1));
-        if (opts.panels) be.keep_decoding_copy(value.data(), rows, cols);
-        const std::string key(name);
-        if constexpr (kKeepsSavedRows) {
-          if (saved.contains(key) && saved.info(key).dtype == DType::I8) {
-            require(saved.info(key).shape == value.shape(), saved.source(), ": tensor '", key, "' has shape ",
-                    shape_string(saved.info(key).shape), " but the model expects ", shape_string(value.shape()));
-            const std::vector<float> scale = saved.values<float>(key + kScaleSuffix);
-            require(scale.size() == std::size_t(rows), saved.source(), ": '", key, kScaleSuffix, "' holds ",
-                    scale.size(), " scales for ", rows, " rows");
-            const auto q = saved.bytes(key);
-            be.keep_weight_copy(value.data(), rows, cols, reinterpret_cast<const std::int8_t*>(q.data()),
-                                scale.data());
+        if constexpr (requires { value.deferred(); }) {
+          if (value.deferred()) {
+            value.lend();  // product_data() is now its reserved address
+            if (be.keep_weight_copy(value.product_data(), rows, cols, value.source(), true)) {
+              lent_.push_back(&value);
+            } else {
+              value.give_back();
+              value.data();  // a matrix the precision reads as it is: into memory
+            }
             return;
           }
+          if constexpr (std::is_same_v<S, float>)
+            be.keep_weight_copy(value.data(), rows, cols,
+                                std::make_shared<MemoryWeights>(value.data(), rows, cols), opts.panels);
         }
-        be.keep_weight_copy(value.data(), rows, cols);
       });
+    } else {
+      settle(model);
     }
   }
   ~WeightCopies() {
+    if constexpr (requires(typename Backend::Tensor& t) { t.give_back(); })
+      for (auto* value : lent_) value->give_back();
     if constexpr (kHasCopies)
       if (owner_) be_.drop_weight_copies();
   }
@@ -108,8 +102,19 @@ class WeightCopies {
   WeightCopies& operator=(const WeightCopies&) = delete;
 
  private:
+  // Without copies, every deferred matrix read into memory now, before
+  // decoding's parallel work would (core/tensor.hpp).
+  template <class Model>
+  static void settle(Model& model) {
+    model.visit([&](std::string_view, auto& value, auto&) {
+      if constexpr (requires { value.deferred(); })
+        if (value.deferred()) value.data();
+    });
+  }
+
   Backend& be_;
   bool owner_ = false;  // this scope made the copies (the outermost)
+  std::vector<typename Backend::Tensor*> lent_;  // the deferred matrices lent to the backend
 };
 
 }  // namespace xfmr

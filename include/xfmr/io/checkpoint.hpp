@@ -46,6 +46,7 @@
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/safetensors.hpp"
+#include "xfmr/io/weight_sources.hpp"
 #include "xfmr/models/model.hpp"
 
 namespace xfmr {
@@ -53,10 +54,6 @@ namespace xfmr {
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
-// An int8 checkpoint's metadata key and value, and its scales' suffix.
-inline constexpr const char* kWeightsKey = "weights";
-inline constexpr const char* kInt8Weights = "int8";
-inline constexpr const char* kScaleSuffix = "_scale";
 
 // The caller's strings a checkpoint carries with its parameters.
 using Metadata = std::map<std::string, std::string>;
@@ -158,6 +155,45 @@ void load_parameters(Model& model, const SafeTensors& st, std::string_view prefi
       require(used.count(n) != 0, st.source(), ": tensor '", n, "' matches no parameter of this model");
 }
 
+// load_parameters for decoding: the same checks, but each matrix of a CPU
+// float model deferred to the file (core/tensor.hpp; io/weight_sources.hpp),
+// read when first needed, and the vectors read now. An int8 matrix's rows
+// and a 4-bit one's panels (a decoding checkpoint's: quantise_model) are
+// then read as stored by decoding in that precision (WeightCopies), or as
+// their dequantised values otherwise. A tensor that cannot be deferred (a
+// GPU's, a double model's) is loaded as load_parameters loads it.
+template <class Model>
+void defer_parameters(Model& model, const SafeTensors& st) {
+  static_assert(Parameterized<Model>, "defer_parameters: the model must list its parameters with visit(f) "
+                                      "(models/model.hpp)");
+  std::set<std::string> used;
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    using Tensor = std::remove_cvref_t<decltype(value)>;
+    const std::string key(name);
+    require(st.contains(key), st.source(), ": no tensor '", key, "' (the checkpoint is from a different model?)");
+    const auto& info = st.info(key);
+    const bool matrix = value.shape().size() == 2;
+    const std::int64_t rows = matrix ? value.dim(0) : std::int64_t(value.size()), cols = matrix ? value.dim(1) : 1;
+    if (info.dtype == DType::U8) {
+      require(matrix, st.source(), ": tensor '", key, "' is 4-bit, but the model's is ", shape_string(value.shape()),
+              "; only matrices are stored in 4 bits");
+    } else {
+      require(info.shape == value.shape(), st.source(), ": tensor '", key, "' has shape ", shape_string(info.shape),
+              " but the model expects ", shape_string(value.shape()));
+    }
+    used.insert(key);
+    if (info.dtype == DType::I8) used.insert(key + kScaleSuffix);
+    if (std::is_same_v<Tensor, xfmr::Tensor<float>> || info.dtype == DType::U8)
+      assign_weights(value, safetensors_weights(st, {{key}}, rows, cols));
+    else if (info.dtype == DType::I8)
+      detail::load_int8_tensor(st, key, value);
+    else
+      detail::load_tensor(st, key, value);
+  });
+  for (const auto& n : st.names())
+    require(used.count(n) != 0, st.source(), ": tensor '", n, "' matches no parameter of this model");
+}
+
 // The optimizer's state tensors, through its visit_state().
 template <class Optimizer>
 void add_optimizer_state(SafeTensorsWriter& w, Optimizer& opt) {
@@ -220,23 +256,66 @@ void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter&
 void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model, const TrainerState& state,
                       std::span<const AttachedFile> attached = {});
 
-// What quantise_checkpoint wrote.
+// What a quantisation wrote.
 struct QuantisedCheckpoint {
-  int matrices = 0;                    // parameters stored as int8
-  std::uintmax_t float_bytes = 0;      // model.safetensors before
-  std::uintmax_t int8_bytes = 0;       // and after
+  int matrices = 0;                  // parameters stored as int8 or 4-bit
+  std::uintmax_t float_bytes = 0;    // the matrices' values in float32
+  std::uintmax_t quantised_bytes = 0;  // model.safetensors written
 };
-// Writes into `to` the int8 checkpoint of the float32 checkpoint `from` (see
-// above): every F32 matrix quantised symmetric and per row as int8
-// precision quantises it (scale_r = max_k |w_rk| / 127, q_rk = round(w_rk /
-// scale_r)), so that decoding from it in int8 reads exactly the rows
-// decoding from `from` in int8 would. Refuses a `from` that is int8 already
-// or holds F64 matrices, `to` the same directory as `from`, and a `to` that
-// exists and is not an int8 checkpoint (a float32 one would be lost).
-QuantisedCheckpoint quantise_checkpoint(const std::filesystem::path& from, const std::filesystem::path& to);
-// True when the model file's metadata says int8 weights.
-bool is_int8_checkpoint(const Metadata& metadata);
-
+// A parameter a decoding checkpoint is written from: its name, the model's
+// shape of it, and where its values are.
+struct NamedWeights {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::shared_ptr<const WeightSource> source;
+};
+// Writes into `to` a checkpoint for decoding in `precision` ("int8" or
+// "q4"): every matrix of `weights` quantised as that precision's products
+// quantise it (int8: I8 rows "<name>" and a F32 scale a row
+// "<name>_scale", core/int8.hpp; q4: core/q4.hpp's panels, U8 of shape
+// (panels, blocks, 288), which decoding reads in place), every vector F32;
+// `metadata` with "weights": the precision (and for q4 "vocab", the rows of
+// "tok_emb.weight", where it is one); the trainer state `state` and the
+// `attached` files. One matrix is in memory at a time, read from its
+// source. Refuses a `to` that exists and is not a decoding checkpoint (a
+// float32 one would be lost).
+QuantisedCheckpoint write_quantised_checkpoint(const std::filesystem::path& to, const std::vector<NamedWeights>& weights,
+                                               std::string_view precision, Metadata metadata,
+                                               const TrainerState& state, std::span<const AttachedFile> attached);
+// The decoding checkpoint in `precision` of the float checkpoint `from`
+// (any program's: its tensors, metadata, trainer state and tokenizer), so
+// that decoding from it reads exactly the weights decoding from `from` in
+// that precision would. Refuses a `from` that is quantised already, `to`
+// the same directory as `from`, and what write_quantised_checkpoint refuses.
+QuantisedCheckpoint quantise_checkpoint(const std::filesystem::path& from, const std::filesystem::path& to,
+                                        std::string_view precision = "int8");
+// The same for any model (a published one load_model read, its matrices
+// deferred to its file): its parameters by their names, `metadata` (what
+// makes it loadable: a language model's architecture, vocabulary, tying,
+// tokenizer) and its `attached` tokenizer.
+template <class Model>
+QuantisedCheckpoint quantise_model(Model& model, const std::filesystem::path& to, std::string_view precision,
+                                   Metadata metadata, std::span<const AttachedFile> attached = {}) {
+  std::vector<NamedWeights> weights;
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    const bool matrix = value.shape().size() == 2;
+    const std::int64_t rows = matrix ? value.dim(0) : std::int64_t(value.size()), cols = matrix ? value.dim(1) : 1;
+    std::shared_ptr<const WeightSource> source;
+    if constexpr (requires { value.deferred(); })
+      if (value.deferred()) source = value.source();
+    if (!source) {  // values in memory (a GPU's brought to the host)
+      using S = typename std::remove_cvref_t<decltype(value)>::value_type;
+      std::vector<S> host(value.size());
+      value.copy_to_host(host.data());
+      source = std::make_shared<HeldWeights>(std::vector<float>(host.begin(), host.end()), rows, cols);
+    }
+    weights.push_back({std::string(name), value.shape(), std::move(source)});
+  });
+  return write_quantised_checkpoint(to, weights, precision, std::move(metadata), TrainerState{}, attached);
+}
+// The precision of a decoding checkpoint's weights ("int8", "q4"), from its
+// metadata, or "" for a float one.
+std::string quantised_weights(const Metadata& metadata);
 // True when `dir` holds a checkpoint (the three files).
 bool is_checkpoint(const std::filesystem::path& dir);
 

@@ -39,6 +39,7 @@
 #include "xfmr/blocks/residual.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/safetensors.hpp"
+#include "xfmr/io/weight_sources.hpp"
 #include "xfmr/layers/activation.hpp"
 #include "xfmr/layers/layer_norm.hpp"
 #include "xfmr/layers/positional.hpp"
@@ -97,11 +98,6 @@ struct Gpt2Tensor {
 Gpt2Tensor gpt2_tensor(std::string_view xfmr_name);
 // "transformer." when the file's tensors carry it, else "".
 std::string gpt2_prefix(const SafeTensors& st);
-// The tensor `name` of `st` in xfmr's layout and `shape`: checked against
-// the shape GPT-2 stores (transposed for Conv1D) and for finite values.
-template <class S>
-std::vector<S> gpt2_read(const SafeTensors& st, const std::string& name, const std::vector<std::int64_t>& shape,
-                         bool transposed);
 // Every tensor of `st` not in `used` is one GPT-2 files may hold beside the
 // parameters, or an error naming it.
 void gpt2_check_rest(const SafeTensors& st, const std::string& prefix, const std::set<std::string>& used);
@@ -128,15 +124,21 @@ void gpt2_check_options(const DecoderOptions& o);
 // gpt2_check_preset: gpt2_shaped, or an xfmr::Error naming the preset.
 void gpt2_check_preset(const PresetInfo& p);
 
-// Every parameter of `model` from `st`, by its GPT-2 name.
+// The tensor `name` of `st` in xfmr's layout and `shape`, read as needed:
+// checked against the shape GPT-2 stores (transposed for Conv1D) now, for
+// finite values when read.
+std::shared_ptr<const WeightSource> gpt2_source(const SafeTensors& st, const std::string& name,
+                                                const std::vector<std::int64_t>& shape, bool transposed);
+
+// Every parameter of `model` from `st`, by its GPT-2 name (the matrices
+// of a CPU model deferred to the file: io/weight_sources.hpp).
 template <class S, class Model>
 void gpt2_fill(Model& model, const SafeTensors& st) {
   const std::string prefix = gpt2_prefix(st);
   std::set<std::string> used;
   model.visit([&](std::string_view name, auto& value, auto&) {
     const auto t = gpt2_tensor(name);
-    const auto host = gpt2_read<S>(st, prefix + t.name, value.shape(), t.transposed);
-    value.copy_from_host(host.data());
+    assign_weights(value, gpt2_source(st, prefix + t.name, value.shape(), t.transposed));
     used.insert(prefix + t.name);
   });
   gpt2_check_rest(st, prefix, used);

@@ -2,7 +2,9 @@
 // same block, Qwen2ForCausalLM (biases on q, k and v) and
 // MistralForCausalLM without a sliding window (a directory of
 // model.safetensors and config.json; F32, F16 or BF16 tensors, read as
-// float), into a Llama-shaped Decoder of any size.
+// float when read), into a Llama-shaped Decoder of any size: its matrices
+// deferred to the mapped file on the CPU (io/weight_sources.hpp), read
+// when the model first needs them.
 //
 // Tensors, for each layer i under "model.layers.<i>.": input_layernorm,
 // self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj
@@ -46,6 +48,7 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/llama.hpp"
 #include "xfmr/io/safetensors.hpp"
+#include "xfmr/io/weight_sources.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/presets.hpp"
@@ -80,9 +83,9 @@ PresetInfo hf_llama_architecture(const HfLlamaConfig& c);
 
 namespace detail {
 // The values of the Decoder parameter `xfmr_name` (shape `shape`) from the
-// checkpoint's tensors: fused, reordered and checked.
-std::vector<float> hf_llama_values(const HfLlamaCheckpoint& ck, std::string_view xfmr_name,
-                                   const std::vector<std::int64_t>& shape);
+// checkpoint's tensors: fused and reordered as they are read (checked then).
+std::shared_ptr<const WeightSource> hf_llama_source(const HfLlamaCheckpoint& ck, std::string_view xfmr_name,
+                                                    const std::vector<std::int64_t>& shape);
 void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, const PresetInfo& p, bool tied, bool head_bias);
 // The config of a model of preset `p`.
 HfLlamaConfig hf_llama_config_of(const PresetInfo& p, int vocab, bool tied);
@@ -95,11 +98,8 @@ void hf_llama_write(const std::filesystem::path& dir, const SafeTensorsWriter& w
 
 template <class Model>
 void hf_llama_fill(Model& model, const HfLlamaCheckpoint& ck) {
-  using S = typename std::remove_cvref_t<decltype(model)>::S;
   model.visit([&](std::string_view name, auto& value, auto&) {
-    const auto v = hf_llama_values(ck, name, value.shape());
-    const std::vector<S> host(v.begin(), v.end());
-    value.copy_from_host(host.data());
+    assign_weights(value, hf_llama_source(ck, name, value.shape()));
   });
 }
 

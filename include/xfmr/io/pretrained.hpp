@@ -54,6 +54,7 @@
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/text/model_tokenizer.hpp"
+#include "xfmr/train/run.hpp"
 
 namespace xfmr {
 
@@ -69,7 +70,6 @@ struct Pretrained {
   CheckpointFormat format;
   std::filesystem::path file;  // the weights read
   Metadata metadata;           // an xfmr checkpoint's (load_model)
-  std::optional<SafeTensors> saved;  // an xfmr checkpoint's parameters as saved (an int8 one's rows: WeightCopies)
 };
 
 template <class Backend>
@@ -82,21 +82,21 @@ Pretrained<Backend> load_pretrained(const std::filesystem::path& path, DecoderOp
       opts.tie_weights = true;
       auto m = make_language_model<Backend>(gpt2_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_gpt2(*m, ck.tensors, ck.config);
-      return {std::move(m), f, ck.file, {}, std::nullopt};
+      return {std::move(m), f, ck.file, {}};
     }
     case CheckpointFormat::hf_llama: {
       const HfLlamaCheckpoint ck = open_hf_llama(path);
       opts.tie_weights = ck.config.tie_word_embeddings;
       auto m = make_language_model<Backend>(hf_llama_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_hf_llama(*m, ck);
-      return {std::move(m), f, ck.file, {}, std::nullopt};
+      return {std::move(m), f, ck.file, {}};
     }
     case CheckpointFormat::llama2c: {
       const Llama2cCheckpoint ck = read_llama2c(path);
       opts.tie_weights = ck.config.shared_classifier;
       auto m = make_language_model<Backend>(llama2c_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_llama2c(*m, ck);
-      return {std::move(m), f, ck.file, {}, std::nullopt};
+      return {std::move(m), f, ck.file, {}};
     }
     case CheckpointFormat::xfmr: break;  // checkpoint_format names published formats only (load_model reads xfmr's)
   }
@@ -115,16 +115,18 @@ Pretrained<Backend> load_model(const std::filesystem::path& path, DecoderOptions
   p.format = CheckpointFormat::xfmr;
   p.metadata = read_checkpoint_metadata(path);
   p.file = path / kModelFile;
-  p.saved.emplace(SafeTensors::load(p.file));
+  const SafeTensors saved = SafeTensors::load(p.file);
   const PresetInfo arch = architecture_of(p.metadata, path);
-  require(p.saved->contains("tok_emb.weight") && p.saved->info("tok_emb.weight").shape.size() == 2, p.file.string(),
+  require(saved.contains("tok_emb.weight") && saved.info("tok_emb.weight").shape.size() >= 2, p.file.string(),
           ": no token embedding 'tok_emb.weight' (vocab, width): not a language model's checkpoint");
-  const int vocab = int(p.saved->info("tok_emb.weight").shape[0]);
-  opts.tie_weights = !p.saved->contains("lm_head.weight");
-  opts.head_bias = p.saved->contains("lm_head.bias");
-  opts.initialise = false;  // load_parameters writes every parameter
+  const int vocab = saved.info("tok_emb.weight").dtype == DType::U8  // 4-bit panels: the rows are in the metadata
+                        ? parse_integer<int>(saved.metadata(kVocabKey), p.file.string() + ": metadata 'vocab'")
+                        : int(saved.info("tok_emb.weight").shape[0]);
+  opts.tie_weights = !saved.contains("lm_head.weight");
+  opts.head_bias = saved.contains("lm_head.bias");
+  opts.initialise = false;  // defer_parameters gives every parameter its values
   p.model = make_language_model<Backend>(arch, vocab, 0, opts);
-  load_parameters(*p.model, *p.saved);
+  defer_parameters(*p.model, saved);
   return p;
 }
 
@@ -139,6 +141,34 @@ FoundTokenizer load_model_tokenizer(CheckpointFormat format, const std::filesyst
 template <class Backend>
 FoundTokenizer load_model_tokenizer(const Pretrained<Backend>& p, const std::filesystem::path& given = {}) {
   return load_model_tokenizer(p.format, p.file, p.metadata, p.model->vocab(), given);
+}
+
+// quantise_language_model<Backend>(path, to, precision, tokenizer): a
+// checkpoint for decoding in `precision` ("int8" or "q4": quantise_model)
+// of any language model load_model reads (a float checkpoint or a
+// published model, its matrices read from the file one at a time), with
+// xfmr-lm's metadata (architecture, vocabulary, head, tokenizer) and its
+// tokenizer's files (`tokenizer`, or the model's own): xfmr-lm, xfmr-serve
+// and xfmr.load read it, and decode it in that precision.
+template <class Backend>
+QuantisedCheckpoint quantise_language_model(const std::filesystem::path& path, const std::filesystem::path& to,
+                                            std::string_view precision, const std::filesystem::path& tokenizer = {}) {
+  if (is_checkpoint(path)) {
+    const std::string already = quantised_weights(read_checkpoint_metadata(path, "xfmr-lm"));
+    require(already.empty(), path.string(), " holds ", already, " weights already");
+  }
+  Pretrained<Backend> p = load_model<Backend>(path);
+  const FoundTokenizer tok = load_model_tokenizer(p, tokenizer);
+  const LanguageModel<Backend>& m = *p.model;
+  Metadata metadata = language_model_metadata(m);
+  metadata["format"] = "xfmr-lm";
+  metadata["vocab"] = std::to_string(m.vocab());
+  metadata["tie_weights"] = m.options().tie_weights ? "1" : "0";
+  metadata["head_bias"] = m.options().head_bias ? "1" : "0";
+  metadata["tokenizer"] = tok.source.string();
+  metadata["tokenizer_hash"] = hex(tok.tokenizer.content_hash());
+  metadata["quantised_from"] = std::filesystem::absolute(path).string();
+  return quantise_model(*p.model, to, precision, std::move(metadata), tok.tokenizer.attached_files());
 }
 
 inline DecoderOptions published_head(const PresetInfo& p, DecoderOptions opts = {}) {

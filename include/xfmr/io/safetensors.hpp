@@ -21,7 +21,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -44,10 +46,21 @@ struct TensorInfo {
   std::size_t elements() const;
 };
 
+namespace detail {
+struct FileBytes;  // a file's bytes, held in memory or mapped
+}
+
+// A file's tensors. load() maps the file (read-only, private): a tensor's
+// bytes come into memory when read, and release() gives them back, so that
+// a model converted tensor by tensor from a file never holds the whole of
+// it. Copies share the bytes. A mapped file must not be truncated while a
+// SafeTensors reads it (xfmr replaces files by renaming new ones over them,
+// which leaves a mapped one whole).
 class SafeTensors {
  public:
   // Parses and validates a whole file held in memory; `source` names it in errors.
   static SafeTensors parse(std::vector<std::byte> bytes, std::string source = "<memory>");
+  // Maps the file at `path` and parses it as parse() does.
   static SafeTensors load(const std::filesystem::path& path);
   // The __metadata__ of the file at `path`, read from its header alone (the
   // header checked as parse() checks it, the tensors not read).
@@ -79,10 +92,15 @@ class SafeTensors {
   void copy_to(const std::string& name, const std::vector<std::int64_t>& shape, std::span<T> out) const;
 
   const std::string& source() const { return source_; }
+  // Gives back the memory of the pages of tensor `name` that reading has
+  // brought in (a loaded file's; nothing for parsed bytes). Reading the
+  // tensor again reads them from the file again.
+  void release(const std::string& name) const;
 
  private:
+  static SafeTensors parse_bytes(std::shared_ptr<const detail::FileBytes> file, std::string source);
   std::string source_;
-  std::vector<std::byte> bytes_;
+  std::shared_ptr<const detail::FileBytes> file_;
   std::size_t data_start_ = 0;
   std::map<std::string, TensorInfo> tensors_;
   std::vector<std::string> order_;
@@ -96,10 +114,18 @@ class SafeTensorsWriter {
   void add(const std::string& name, DType dtype, std::vector<std::int64_t> shape, const void* data);
   template <class T>
   void add(const std::string& name, std::vector<std::int64_t> shape, std::span<const T> data);
+  // Adds a tensor whose bytes (its dtype's size times its elements) fill
+  // writes when the file is serialised or written: a file made tensor by
+  // tensor (a quantised model's) holds one tensor in memory at a time.
+  void add_filled(const std::string& name, DType dtype, std::vector<std::int64_t> shape,
+                  std::function<void(std::span<std::byte>)> fill);
   void set_metadata(const std::string& key, const std::string& value);
 
   std::vector<std::byte> serialize() const;
   void write(const std::filesystem::path& path) const;
+  // serialize()'s bytes written to `fd` a tensor at a time; returns 0 or the
+  // errno of a failed write.
+  int write_to(int fd) const;
 
  private:
   struct Entry {
@@ -107,7 +133,11 @@ class SafeTensorsWriter {
     DType dtype;
     std::vector<std::int64_t> shape;
     std::vector<std::byte> data;
+    std::size_t bytes = 0;
+    std::function<void(std::span<std::byte>)> fill;  // add_filled's (data empty)
   };
+  std::size_t checked_bytes(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) const;
+  std::string header() const;  // with its length before it and the padding after
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };

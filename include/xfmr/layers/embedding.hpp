@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
@@ -38,14 +39,19 @@ class Embedding {
     }
     weight_.resize({vocab, D});
     dweight_.resize({vocab, D});
-    weight_.generate([&] { return S(rng.normal()); });
+    if (rng.initialises()) weight_.generate([&] { return S(rng.normal()); });
   }
 
   void forward(Backend& be, std::span<const std::int32_t> ids, Rows<A, D_> y) {
     require_rows(y, static_cast<int>(ids.size()), "Embedding output");
     require_width(y, D, "Embedding output");
     ids_ = ids;
-    be.embedding_forward(static_cast<int>(ids.size()), vocab_, D, ids.data(), weight().data(), y.data);  // (n, D)
+    // A host table lent to decoding copies is read from its source by the
+    // backend, found by its address (core/tensor.hpp's product_data()).
+    const S* table;
+    if constexpr (std::is_same_v<Tensor, xfmr::Tensor<S>>) table = weight().product_data();
+    else table = weight().data();
+    be.embedding_forward(static_cast<int>(ids.size()), vocab_, D, ids.data(), table, y.data);  // (n, D)
   }
 
   void backward(Backend& be, ConstRows<A, D_> dy) {

@@ -36,11 +36,11 @@ class Linear {
     weight_.resize({OUT, IN});
     dweight_.resize({OUT, IN});
     const double bound = 1.0 / std::sqrt(double(IN));
-    weight_.generate([&] { return S(rng.uniform(-bound, bound)); });
+    if (rng.initialises()) weight_.generate([&] { return S(rng.uniform(-bound, bound)); });
     if (has_bias_) {
       bias_.resize({OUT});
       dbias_.resize({OUT});
-      bias_.generate([&] { return S(rng.uniform(-bound, bound)); });
+      if (rng.initialises()) bias_.generate([&] { return S(rng.uniform(-bound, bound)); });
     }
   }
 

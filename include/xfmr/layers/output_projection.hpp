@@ -36,7 +36,7 @@ class OutputProjection {
     weight_ = &own_weight_;
     dweight_ = &own_dweight_;
     const double bound = 1.0 / std::sqrt(double(IN));
-    own_weight_.generate([&] { return S(rng.uniform(-bound, bound)); });
+    if (rng.initialises()) own_weight_.generate([&] { return S(rng.uniform(-bound, bound)); });
     init_bias(rng, bound);
   }
 
@@ -81,7 +81,7 @@ class OutputProjection {
     if (!has_bias_) return;
     bias_.resize({out_});
     dbias_.resize({out_});
-    bias_.generate([&] { return S(rng.uniform(-bound, bound)); });
+    if (rng.initialises()) bias_.generate([&] { return S(rng.uniform(-bound, bound)); });
   }
 
   [[no_unique_address]] Dim<IN_> IN;

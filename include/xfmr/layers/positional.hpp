@@ -118,7 +118,7 @@ class LearnedPositions {
       : LearnedPositions(MAX_T_, D_, rng) {}
   LearnedPositions(int max_t, int width, Rng& rng)
       : MAX_T(max_t, "context length"), D(width, "positions width"), weight_{MAX_T, D}, dweight_{MAX_T, D} {
-    weight_.generate([&] { return S(rng.normal()); });
+    if (rng.initialises()) weight_.generate([&] { return S(rng.normal()); });
   }
 
   // offset: the position of the first row of each sequence (incremental

@@ -29,8 +29,9 @@ struct DecoderOptions {
   bool tie_weights = false;
   bool head_bias = true;
   Recompute recompute = Recompute::none;  // activation recompute of the blocks (block_stack.hpp)
-  // false: no GPT-2 initialisation (init_gpt2), for a loader that then
-  // writes every parameter (load_model's); a third of a load's time.
+  // false: no initialisation at all (the layers' own nor init_gpt2's), for
+  // a loader that then gives every parameter its values (load_model's): the
+  // weights are not even allocated until then (core/tensor.hpp).
   bool initialise = true;
 };
 
@@ -52,7 +53,7 @@ class Decoder {
       : Decoder(model_dims<Cfg>(), vocab, seed, opts) {}
   // dims: the sizes (those Cfg fixes must agree) and knobs.
   Decoder(const ModelDims& dims, int vocab, std::uint64_t seed, DecoderOptions opts = {})
-      : rng_(seed), trunk_(dims, vocab, rng_, opts.dropout, opts.attention_dropout), opts_(opts) {
+      : rng_(seed, opts.initialise), trunk_(dims, vocab, rng_, opts.dropout, opts.attention_dropout), opts_(opts) {
     if (opts.tie_weights) {
       auto& emb = trunk_.token_embedding();
       head_.emplace(emb.weight(), emb.grad(), rng_, opts.head_bias);

@@ -152,6 +152,13 @@ class Trainer {
       : model_(model), be_(be), opt_(opt), opts_(opts), exchange_(model, be, opt, opts.split),
         dp_(model, be, std::move(make_replica), opts.split.shards), data_rng_(opts.data_seed) {
     require(opts.grad_accum >= 1, "Trainer: grad_accum ", opts.grad_accum, " must be at least 1");
+    // The master weights in memory as float32, and the gradients allocated,
+    // before any parallel work touches them: a model loaded to decode holds
+    // neither (core/tensor.hpp).
+    model.visit([](std::string_view, auto& value, auto& grad) {
+      value.data();
+      grad.data();
+    });
     require(opts.clip >= 0.0, "Trainer: clip ", opts.clip, " must not be negative");
     if (exchange_.distributed()) dp_.set_first_stream(exchange_.first_stream(dp_.shards()));
     for (int r = 0; r < dp_.shards(); ++r) {
@@ -267,8 +274,9 @@ class Trainer {
     require(total <= 0 || st.step <= total, dir.string(), ": the checkpoint is at step ", st.step,
             "; the run ends at step ", total);
     const SafeTensors model_file = SafeTensors::load(dir / kModelFile);
-    require(!is_int8_checkpoint(model_file.metadata()), dir.string(),
-            ": holds int8 weights for decoding; training resumes from the float32 checkpoint they were made from");
+    const std::string quantised = quantised_weights(model_file.metadata());
+    require(quantised.empty(), dir.string(), ": holds ", quantised,
+            " weights for decoding; training resumes from the float32 checkpoint they were made from");
     load_parameters(model_, model_file);
     load_optimizer_state(opt_, SafeTensors::load(dir / kOptimizerFile));
     restore(st);

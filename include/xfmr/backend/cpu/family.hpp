@@ -39,6 +39,10 @@ struct CpuOptions {
   // (int8_products.hpp); every other product and operation stays float32.
   // Training does not run in it: its weights change every step.
   bool int8 = false;
+  // 4-bit precision (float only; decoding): products whose weight has a
+  // 4-bit copy read it, blocks of 32 weights with a scale each
+  // (q4_products.hpp); every other product and operation stays float32.
+  bool q4 = false;
 };
 
 }  // namespace xfmr

@@ -14,14 +14,20 @@
 // whatever rows come with it (1 to kPanelMaxRows) and at every level with
 // the kernel (AVX2's, AVX-512's), though not gemv_rows' bits.
 //
-// keep_copy(w, rows, cols) registers a contiguous rows x cols matrix; its
-// panels are packed at the first product that reads them (B is w: the same
-// pointer and leading dimension, no more rows or columns than kept, B
-// transposed as a weight is, 1 to kPanelMaxRows rows of A, alpha 1, beta
-// 0), so a matrix no such product reads (an embedding, a classifier's
-// batches) costs nothing. They double the bytes of the matrices decoding
-// reads while kept. w must not change until drop_copies(); WeightCopies
-// (infer/weight_copies.hpp) keeps a model's matrices for one scope.
+// keep_copy(w, rows, cols, source) registers a rows x cols matrix, whose
+// values `source` gives (the tensor's memory at w, or the file a deferred
+// tensor reads: core/tensor.hpp); its panels are packed from the source at
+// the first product that reads them (B is w: the same pointer and leading
+// dimension, no more rows or columns than kept, B transposed as a weight
+// is, alpha 1, beta 0), so a matrix no product reads (an embedding) costs
+// nothing. Products of more than kPanelMaxRows rows (a prompt) run over
+// the panels a chunk of rows at a time, each panel pair read from cache
+// for every chunk: every row of a product then has the bits it has alone.
+// The panels add the matrix's bytes to what the model holds in memory
+// (for a deferred matrix, the source's pages are given back once packed:
+// they are its only bytes in memory). w must not change until
+// drop_copies(); WeightCopies (infer/weight_copies.hpp) keeps a model's
+// matrices for one scope.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +35,7 @@
 #include <new>
 #include <unordered_map>
 
+#include "xfmr/backend/cpu/copy_source.hpp"
 #include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/backend/cpu/parallel.hpp"
 
@@ -37,33 +44,52 @@ namespace xfmr::detail {
 class FloatPanels {
  public:
   // Row-major C = A B^T through B's panels when the product qualifies (see
-  // above) and the level has the kernel; false otherwise, C untouched.
+  // above); false otherwise, C untouched.
   bool gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) {
-    if (copies_.empty() || M < 1 || M > kPanelMaxRows || ta || !tb || alpha != 1.0f || beta != 0.0f) return false;
-    const auto it = copies_.find(B);
-    if (it == copies_.end()) return false;
-    Copy& copy = it->second;
+    if (!serves(ta, tb, M, N, K, alpha, B, ldb, beta)) return false;
+    Copy& copy = copies_.find(B)->second;
     const auto kernel = cpu_kernels().panel_rows;
-    if (!kernel || copy.cols != ldb || K > copy.cols || N > copy.rows) return false;
-    if (!copy.panels) pack(B, copy);
-    const float* P = copy.panels.get();
+    if (!copy.panels) pack(copy);
+    const float* P = reinterpret_cast<const float*>(copy.panels.get());
     const long stride = long(copy.cols) * kPanelRows;
-    parallel_ranges(
-        float_panel_count(N), long(N) * K >= kGemvSplitWork,
-        [=](long b0, long b1) { kernel(int(b0), int(b1), N, M, K, P, stride, A, lda, C, ldc); }, 8);
+    if (M <= kPanelMaxRows) {
+      parallel_ranges(
+          float_panel_count(N), long(N) * K >= kGemvSplitWork,
+          [=](long b0, long b1) { kernel(int(b0), int(b1), N, M, K, P, stride, A, lda, C, ldc); }, 8);
+      return true;
+    }
+    parallel_ranges(float_panel_count(N), true, [=](long b0, long b1) {
+      for (long b = b0; b < b1; b += 2)
+        for (int m0 = 0; m0 < M; m0 += kPanelMaxRows)
+          kernel(int(b), int(b + 2 < b1 ? b + 2 : b1), N, M - m0 < kPanelMaxRows ? M - m0 : kPanelMaxRows, K, P,
+                 stride, A + long(m0) * lda, lda, C + long(m0) * ldc, ldc);
+    });
     return true;
   }
 
-  // A matrix of fewer than kGemvSplitWork weights is not kept: it stays in
-  // cache, where a product of one row is bound by its chains of
-  // multiply-adds (K long here, K / 16 in gemv_rows' lanes), not by the
+  // Whether this product reads panels (see above).
+  bool serves(bool ta, bool tb, int M, int N, int K, float alpha, const float* B, int ldb, float beta) const {
+    if (copies_.empty() || M < 1 || ta || !tb || alpha != 1.0f || beta != 0.0f) return false;
+    const auto it = copies_.find(B);
+    return it != copies_.end() && cpu_kernels().panel_rows && it->second.cols == ldb && K <= it->second.cols &&
+           N <= it->second.rows;
+  }
+  // Whether a rows x cols matrix is kept in panels: the level has the
+  // kernel, and the matrix has kGemvSplitWork weights or more. A smaller
+  // one stays in cache, where a product of one row is bound by its chains
+  // of multiply-adds (K long here, K / 16 in gemv_rows' lanes), not by the
   // bytes (shakespeare-small's tokens were 30% slower through panels).
-  void keep_copy(const float* w, int rows, int cols) {
-    if (long(rows) * cols < kGemvSplitWork) return;
+  static bool keeps(int rows, int cols) {
+    return cpu_kernels().panel_rows && long(rows) * cols >= kGemvSplitWork;
+  }
+  // Registers the matrix (see above) where keeps(); false otherwise.
+  bool keep_copy(const float* w, int rows, int cols, std::shared_ptr<const WeightSource> source) {
+    if (!keeps(rows, cols)) return false;
     Copy& copy = copies_[w];
-    if (copy.rows == rows && copy.cols == cols) return;
-    copy = Copy{rows, cols, nullptr};
+    if (copy.rows == rows && copy.cols == cols) return true;
+    copy = Copy{rows, cols, nullptr, std::move(source)};
+    return true;
   }
   void drop_copies() { copies_.clear(); }
   // Matrices kept (packed or not yet), and the bytes of those packed.
@@ -80,20 +106,22 @@ class FloatPanels {
   }
 
  private:
-  struct AlignedDelete {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
   struct Copy {
     int rows = 0, cols = 0;
-    std::unique_ptr<float[], AlignedDelete> panels;  // null until the first product
+    LargeBuffer panels;                          // null until the first product
+    std::shared_ptr<const WeightSource> source;  // until then
   };
   // Not zeroed first: the threads' packing touches each page once.
-  static void pack(const float* w, Copy& copy) {
-    float* P = static_cast<float*>(::operator new[](bytes(copy.rows, copy.cols), std::align_val_t{64}));
-    copy.panels.reset(P);
-    const int rows = copy.rows, cols = copy.cols;
-    parallel_ranges(float_panel_count(rows), long(rows) * cols > kParallelWork,
-                    [=](long b0, long b1) { pack_float_panels(b0, b1, rows, cols, w, cols, P); });
+  static void pack(Copy& copy) {
+    LargeBuffer panels = allocate_large(bytes(copy.rows, copy.cols));
+    float* P = reinterpret_cast<float*>(panels.get());
+    const int cols = copy.cols;
+    for_each_row_chunk(*copy.source, kPanelRows, [=](long r0, long r1, const float* values) {
+      pack_float_panels(0, 1, int(r1 - r0), cols, values, cols, P + r0 * cols);
+    });
+    copy.panels = std::move(panels);
+    copy.source->release();
+    copy.source.reset();
   }
   std::unordered_map<const float*, Copy> copies_;  // by weight
 };

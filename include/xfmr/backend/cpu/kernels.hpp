@@ -96,6 +96,14 @@ struct CpuKernels {
                             float* C, long ldc);
   bool int8_blocked;
   const char* int8_isa;  // "VNNI", "AVX2", "plain loop"
+  // Rows [n0, n1) of C (M, N) = the 4-bit product of core/q4.hpp: M rows of
+  // activations quantised a block at a time (Q, ldq apart; their blocks'
+  // scales and offsets lds apart) and the panels P of W (N, K); n0 a
+  // multiple of 16. The same bits at every level (the sums exact, then one
+  // fused multiply-add a block in the blocks' order).
+  void (*q4_product_rows)(int n0, int n1, int M, int K, const std::byte* P, const std::int8_t* Q, long ldq,
+                          const float* scale, const std::int32_t* offset, long lds, float* C, long ldc);
+  const char* q4_isa;  // "VNNI", "AVX2", "plain loop"
   // out[0, Tk) = the softmax of in[0, n) over the keys that pad (Tk bytes or
   // null) leaves, zero at padded keys and from n on; all zero when no key is
   // left. in and out may alias.
@@ -148,13 +156,14 @@ inline long float_panel_count(int N) {
 }
 // W (N, K), leading dimension ldw: its panels [b0, b1) into P (all of W's
 // panels, K * kPanelRows floats each).
+// Written a group at a time (64 consecutive bytes), the 16 rows read side by side.
 inline void pack_float_panels(long b0, long b1, int N, int K, const float* W, long ldw, float* P) {
   for (long b = b0; b < b1; ++b) {
     float* panel = P + b * K * kPanelRows;
-    for (int i = 0; i < kPanelRows; ++i) {
-      const long r = b * kPanelRows + i;
-      for (int k = 0; k < K; ++k) panel[long(k) * kPanelRows + i] = r < N ? W[r * ldw + k] : 0.0f;
-    }
+    const float* rows[kPanelRows];
+    for (int i = 0; i < kPanelRows; ++i) rows[i] = b * kPanelRows + i < N ? W + (b * kPanelRows + i) * ldw : nullptr;
+    for (int k = 0; k < K; ++k)
+      for (int i = 0; i < kPanelRows; ++i) panel[long(k) * kPanelRows + i] = rows[i] ? rows[i][k] : 0.0f;
   }
 }
 

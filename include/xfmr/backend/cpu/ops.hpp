@@ -32,6 +32,9 @@ struct CpuOps {
   decltype(&detail::bias_add<S>) bias_add;
   decltype(&detail::bias_grad<S>) bias_grad;
   decltype(&detail::quantise_rows) quantise_rows;  // int8_products.hpp (float)
+  decltype(&detail::quantise_rows_q4) quantise_rows_q4;  // q4_products.hpp (float)
+  decltype(&detail::quantise_weight_rows) quantise_weight_rows;  // int8_products.hpp (float)
+  decltype(&detail::pack_panel_q4) pack_panel_q4;                // q4_products.hpp (float)
   // residual.hpp
   decltype(&detail::add<S>) add;
   decltype(&detail::add_to<S>) add_to;
@@ -88,6 +91,9 @@ CpuOps<S> ops(CpuLevel level) {
       .bias_add = &bias_add<S>,
       .bias_grad = &bias_grad<S>,
       .quantise_rows = &quantise_rows,
+      .quantise_rows_q4 = &quantise_rows_q4,
+      .quantise_weight_rows = &quantise_weight_rows,
+      .pack_panel_q4 = &pack_panel_q4,
       .add = &add<S>,
       .add_to = &add_to<S>,
       .add_positions_forward = &add_positions_forward<S>,

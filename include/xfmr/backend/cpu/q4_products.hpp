@@ -1,0 +1,146 @@
+// q4_products.hpp: detail::Q4Products, CpuBackend<float>'s matrix products
+// in 4-bit precision (CpuOptions::q4): 4-bit weights (core/q4.hpp) times
+// int8 activations quantised a block of 32 at a time, each block's sum
+// exact in int32. A decoding step streams 4.5 bits a weight, against
+// int8's 8.25 and float32's 32.
+//
+// keep_copy(w, rows, cols, source) registers a rows x cols matrix whose
+// values `source` gives (the tensor's memory at w, or the file of a
+// deferred tensor: core/tensor.hpp); the first product that reads it
+// quantises it into panels once, or reads the source's panels in place
+// where it is stored so (a 4-bit checkpoint's, mapped: no copy). A product
+// whose B operand is w (the same pointer and leading dimension, no more
+// rows than kept, transposed as a weight is, alpha 1, beta 0) quantises
+// each row of A afresh (q4_quantise_activations) and gives q4.hpp's
+// formula through the level's kernel (cpu/kernels.hpp's q4_product_rows:
+// AVX-512 VNNI's, AVX2's or a plain loop), the same bits at every level and
+// for any rows beside a row: a prompt's rows and a decoding step's, one
+// stream's and a batch's. Products of other operands (attention's) stay
+// float32. w must not change until drop_copies(); WeightCopies
+// (infer/weight_copies.hpp) keeps a model's matrices for one scope.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "xfmr/backend/cpu/copy_source.hpp"
+#include "xfmr/backend/cpu/family.hpp"
+#include "xfmr/backend/cpu/kernels.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/q4.hpp"
+
+namespace xfmr::detail {
+
+inline namespace XFMR_CPU_OPS_NS {
+
+// M rows of A (lda apart) quantised by q4_quantise_activations into Q
+// (ldq apart), their blocks' scales and offsets (lds apart), over the
+// threads: an operation of the level (cpu/ops.hpp), where std::nearbyint is
+// one instruction, in the same bits at every level.
+inline void quantise_rows_q4(int M, int K, const float* A, long lda, std::int8_t* Q, long ldq, float* scale,
+                             std::int32_t* offset, long lds) {
+  parallel_ranges(M, long(M) * K > kLightParallelWork, [=](long lo, long hi) {
+    for (long m = lo; m < hi; ++m) q4_quantise_activations(A + m * lda, K, Q + m * ldq, scale + m * lds, offset + m * lds);
+  });
+}
+
+// Rows [0, n) (n <= 16) of W (ldw apart) quantised into a panel's blocks
+// at P (core/q4.hpp), compiled for the level (std::nearbyint and the
+// division vectorised), the same bits everywhere.
+inline void pack_panel_q4(int n, int K, const float* W, long ldw, std::byte* P) {
+  q4_pack_panel(0, n, K, W, ldw, P);
+}
+
+}  // namespace XFMR_CPU_OPS_NS
+
+class Q4Products {
+ public:
+  // Row-major C = alpha op(A) op(B) + beta C (CpuBackend::gemm's arguments)
+  // through B's 4-bit copy when it has one and the product is a weight's
+  // (see above); false otherwise, C untouched (the caller's float32
+  // product). `quantise` and `pack_panel` are the level's (cpu/ops.hpp).
+  bool gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+            float beta, float* C, int ldc, decltype(&quantise_rows_q4) quantise, decltype(&pack_panel_q4) pack_panel) {
+    if (!serves(ta, tb, N, K, alpha, B, ldb, beta)) return false;
+    Copy& copy = copies_.find(B)->second;
+    if (!copy.panels) pack(copy, pack_panel);
+    const long blocks = q4_blocks(K), ldq = blocks * kQ4Block;
+    quantised_.resize(std::size_t(M) * std::size_t(ldq));
+    scales_.resize(std::size_t(M) * std::size_t(blocks));
+    offsets_.resize(std::size_t(M) * std::size_t(blocks));
+    quantise(M, K, A, lda, quantised_.data(), ldq, scales_.data(), offsets_.data(), blocks);
+    const auto product = cpu_kernels().q4_product_rows;
+    const std::byte* P = copy.panels;
+    const std::int8_t* Q = quantised_.data();
+    const float* s = scales_.data();
+    const std::int32_t* o = offsets_.data();
+    parallel_ranges(
+        N, long(N) * K * M >= kGemvSplitWork,
+        [=](long n0, long n1) { product(int(n0), int(n1), M, K, P, Q, ldq, s, o, blocks, C, ldc); }, kQ4PanelRows);
+    return true;
+  }
+
+  // Whether this product reads B's copy: a weight's, over all its columns.
+  bool serves(bool ta, bool tb, int N, int K, float alpha, const float* B, int ldb, float beta) const {
+    const auto it = copies_.find(B);
+    return it != copies_.end() && it->second.cols == ldb && K == ldb && N <= it->second.rows && tb && !ta &&
+           alpha == 1.0f && beta == 0.0f;
+  }
+
+  void keep_copy(const float* w, int rows, int cols, std::shared_ptr<const WeightSource> source) {
+    require(rows > 0 && cols > 0, "4-bit weight copy of a ", rows, " x ", cols, " matrix");
+    copies_[w] = Copy{rows, cols, nullptr, nullptr, std::move(source)};
+  }
+  void drop_copies() { copies_.clear(); }
+  // The bytes of the copies made here (panels read in place from a file are
+  // the file's).
+  std::size_t copy_bytes() const {
+    std::size_t n = 0;
+    for (const auto& [w, c] : copies_)
+      if (c.owned) n += q4_bytes(c.rows, c.cols);
+    return n;
+  }
+
+ private:
+  struct Copy {
+    int rows = 0, cols = 0;
+    const std::byte* panels = nullptr;     // null until the first product
+    LargeBuffer owned;                     // quantised here, or
+    std::shared_ptr<const WeightSource> source;  // until then (kept while its panels are read in place)
+  };
+  // The copy, made with the level's pack_panel_q4 where the source is not
+  // stored in 4 bits.
+  static void pack(Copy& copy, decltype(&pack_panel_q4) pack_panel) {
+    if (const StoredWeights s = copy.source->stored(); s.layout == StoredLayout::q4_panels) {
+      copy.panels = s.data;
+      return;
+    }
+    const int cols = copy.cols;
+    LargeBuffer owned = allocate_large(q4_bytes(copy.rows, cols));
+    std::byte* P = owned.get();
+    const std::string name = copy.source->name();
+    for_each_row_chunk(*copy.source, kQ4PanelRows, [=, &name](long r0, long r1, const float* values) {
+      const float amax = largest_magnitude(values, (r1 - r0) * cols);
+      require(amax <= kQ4MaxWeight, name, ": a weight of magnitude ", amax, " in rows ", r0, "-", r1 - 1,
+              " is past the largest 4-bit weights hold (", kQ4MaxWeight, ": 8 float16 scales)");
+      pack_panel(int(r1 - r0), cols, values, cols, P + q4_offset(cols, r0 / kQ4PanelRows, 0));
+    });
+    copy.owned = std::move(owned);
+    copy.panels = copy.owned.get();
+    copy.source->release();
+    copy.source.reset();
+  }
+  std::unordered_map<const float*, Copy> copies_;  // by weight
+  std::vector<std::int8_t> quantised_;              // a product's rows of A, a block at a time
+  std::vector<float> scales_;                       // their blocks' scales
+  std::vector<std::int32_t> offsets_;               // and -8 times their sums
+};
+
+}  // namespace xfmr::detail
