@@ -238,11 +238,18 @@ SafeTensors SafeTensors::load(const std::filesystem::path& path) {
 }
 
 void SafeTensors::release(const std::string& name) const {
+  const TensorInfo& i = info(name);
+  release(name, 0, i.end - i.begin);
+}
+
+void SafeTensors::release(const std::string& name, std::size_t from, std::size_t to) const {
   if (!file_->map) return;
   const TensorInfo& i = info(name);
+  to = std::min(to, i.end - i.begin);
+  if (from >= to) return;
   static const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
   const auto base = reinterpret_cast<std::uintptr_t>(file_->map);
-  const std::uintptr_t begin = base + data_start_ + i.begin, end = base + data_start_ + i.end;
+  const std::uintptr_t begin = base + data_start_ + i.begin + from, end = base + data_start_ + i.begin + to;
   const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages only
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }

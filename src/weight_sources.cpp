@@ -190,30 +190,35 @@ class SafeTensorsWeights final : public WeightSource {
     }
   }
 
-  StoredWeights stored() const override {
+  StoredWeights stored(StoredLayout layout) const override {
     if (pieces_.size() != 1 || pieces_[0].spec.order != WeightPiece::rows) return {};
     const Piece& p = pieces_[0];
     const std::byte* data = file_.bytes(p.spec.tensor).data();
-    switch (p.q4 ? DType::U8 : p.info.dtype) {
-      case DType::BF16: {
-        std::call_once(checked_, [&] { check_finite_bf16(p, data); });
-        return {StoredLayout::bf16_rows, data, {}};
-      }
-      case DType::I8: {
-        std::call_once(checked_, [&] { check_int8(p, data); });
-        return {StoredLayout::int8_rows, data, p.scales};
-      }
-      case DType::U8: {
-        std::call_once(checked_, [&] { check_q4_scales(p, data); });
-        return {StoredLayout::q4_panels, data, {}};
-      }
-      default:
-        return {};
-    }
+    const StoredLayout mine = p.q4                          ? StoredLayout::q4_panels
+                              : p.info.dtype == DType::BF16 ? StoredLayout::bf16_rows
+                              : p.info.dtype == DType::I8   ? StoredLayout::int8_rows
+                                                            : StoredLayout::none;
+    if (mine != layout || mine == StoredLayout::none) return {};
+    std::call_once(checked_, [&] {
+      if (mine == StoredLayout::bf16_rows) check_finite_bf16(p, data);
+      else if (mine == StoredLayout::int8_rows) check_int8(p, data);
+      else check_q4_scales(p, data);
+    });
+    return {mine, data, mine == StoredLayout::int8_rows ? p.scales : std::vector<float>{}};
   }
 
   void release() const override {
     for (const Piece& p : pieces_) file_.release(p.spec.tensor);
+  }
+  // Only a piece read as its rows, whose rows' bytes lie apart from the
+  // others' (a reordered or transposed piece's are given back whole).
+  void release_rows(std::int64_t r0, std::int64_t r1) const override {
+    for (const Piece& p : pieces_) {
+      const std::int64_t a = std::max(r0, p.first), b = std::min(r1, p.first + p.rows);
+      if (a >= b || p.q4 || p.spec.order != WeightPiece::rows) continue;
+      const std::size_t row_bytes = std::size_t(cols()) * dtype_size(p.info.dtype);
+      file_.release(p.spec.tensor, std::size_t(a - p.first) * row_bytes, std::size_t(b - p.first) * row_bytes);
+    }
   }
 
   std::string name() const override {
@@ -311,8 +316,14 @@ class SafeTensorsWeights final : public WeightSource {
   void check_int8(const Piece& p, const std::byte* data) const {
     const auto* q = reinterpret_cast<const std::int8_t*>(data);
     const std::int64_t n = p.rows * cols();
-    for (std::int64_t e = 0; e < n; ++e)
-      if (q[e] == -128) int8_out_of_range(p, e);
+    std::uint32_t bad = 0;  // a test that vectorises, then the first one found
+#ifdef _OPENMP
+#pragma omp simd reduction(| : bad)
+#endif
+    for (std::int64_t e = 0; e < n; ++e) bad |= q[e] == -128;
+    if (bad)
+      for (std::int64_t e = 0; e < n; ++e)
+        if (q[e] == -128) int8_out_of_range(p, e);
   }
   void check_q4_scales(const Piece& p, const std::byte* data) const {
     const std::int64_t blocks = detail::q4_blocks(cols()), n = detail::q4_panels(rows()) * blocks;

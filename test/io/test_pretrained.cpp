@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 #include <unistd.h>
 
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,10 @@
 #include "support/errors.hpp"
 #include "support/parameters.hpp"
 #include "xfmr/backend/cpu.hpp"
+#include "xfmr/backend/factory.hpp"
+#include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/train/optimizers.hpp"
+#include "xfmr/train/trainer.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/text/model_tokenizer.hpp"
@@ -142,6 +147,64 @@ BOOST_AUTO_TEST_CASE(save_pretrained_then_load_pretrained_is_bitwise) {
   BOOST_TEST((!published_head(small).tie_weights && published_head(small).head_bias));
   const auto relu = make_language_model<Cpu>("shakespeare-small", 11, 3, kGpt2Options);
   check_has(test::error_of([&] { save_pretrained(*relu, fresh_dir("relu")); }), "'shakespeare-small' (D64 H4 L4 T32 FF256) is not Llama-shaped");
+}
+
+// A model loaded to decode (load_model) holds no gradients, and none of
+// its matrices in float32 until asked: they stay in the mapped file. In a
+// WeightCopies scope each precision's copies are made from the file (in
+// bf16, int8 and q4 no matrix is ever read into float32), and the logits
+// are those of the same model held in memory, bit for bit; nothing of
+// training is allocated. A Trainer converts the model to float32 master
+// weights and gradients, the file's values.
+BOOST_AUTO_TEST_CASE(a_loaded_model_holds_no_gradients_and_decodes_from_its_file) {
+  const fs::path d = fresh_dir("deferred");
+  {
+    const auto model = make_language_model<Cpu>("shakespeare-llama", 71, 3, {.tie_weights = false, .head_bias = false});
+    save_pretrained(*model, d);
+  }
+  auto count = [](LanguageModel<Cpu>& m) {
+    std::size_t deferred = 0, matrices = 0, gradient_bytes = 0;
+    m.visit([&](std::string_view, auto& value, auto& grad) {
+      matrices += value.shape().size() == 2;
+      deferred += value.deferred();
+      gradient_bytes += grad.allocated_bytes();
+    });
+    return std::array<std::size_t, 3>{deferred, matrices, gradient_bytes};
+  };
+  std::vector<std::string> precisions = {"fp32", "int8", "q4"};
+  if (bf16::available()) precisions.push_back("bf16");
+  const std::vector<std::int32_t> ids = {1, 8, 15, 22, 29, 36, 43, 50};
+  for (const std::string& precision : precisions) {
+    BOOST_TEST_CONTEXT(precision) {
+      auto loaded = load_model<Cpu>(d), held = load_model<Cpu>(d);
+      LanguageModel<Cpu>& m = *loaded.model;
+      m.set_training(false), held.model->set_training(false);
+      auto c = count(m);
+      BOOST_TEST((c[0] == c[1] && c[1] > 0 && c[2] == 0u));  // every matrix deferred, no gradient
+      (void)test::host_parameters(*held.model);            // read into memory
+      BOOST_TEST(count(*held.model)[0] == 0u);
+      Cpu be = make_backend<Cpu>("cpu", precision), be_held = make_backend<Cpu>("cpu", precision);
+      std::vector<float> a, b;
+      {
+        const WeightCopies copies(be, m), copies_held(be_held, *held.model);
+        const auto la = m.forward(be, ids, Shape{1, 8});
+        a.assign(la.begin(), la.end());
+        const auto lb = held.model->forward(be_held, ids, Shape{1, 8});
+        b.assign(lb.begin(), lb.end());
+        BOOST_TEST(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+        c = count(m);
+        BOOST_TEST(c[2] == 0u);
+        if (precision != "fp32") BOOST_TEST(c[0] == c[1]);  // the copies made from the file; no float32 matrix
+      }
+      AdamW<Cpu> opt(m);
+      Trainer<LanguageModel<Cpu>, Cpu> trainer(m, be_held, opt, {});
+      c = count(m);
+      BOOST_TEST(c[0] == 0u);  // float32 master weights now,
+      m.visit([&](std::string_view, auto&, auto& grad) { BOOST_TEST(grad.allocated_bytes() == grad.size() * 4); });
+      BOOST_TEST((test::host_parameters(m) == test::host_parameters(*held.model)));  // the file's values
+    }
+  }
+  fs::remove_all(d);
 }
 
 // An export is one directory xfmr-lm and transformers both load: the

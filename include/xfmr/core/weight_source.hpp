@@ -53,13 +53,23 @@ class WeightSource {
     (void)r0, (void)r1;
     return nullptr;
   }
-  // The matrix as stored, where a kernel can read it in place (layout none:
-  // nowhere; read_rows then).
-  virtual StoredWeights stored() const { return {}; }
+  // The matrix as stored, where it is stored in `layout` and a kernel can
+  // read it in place (checked as read_rows checks values, once); else
+  // layout none: read_rows then.
+  virtual StoredWeights stored(StoredLayout layout) const {
+    (void)layout;
+    return {};
+  }
   // Gives back what reading has brought into memory (a mapped file's pages;
   // they are read again from the file if read again). A copy made from the
   // source calls it once made.
   virtual void release() const {}
+  // The same for what reading rows [r0, r1) brought in, where that can be
+  // told apart (a copy made a chunk of rows at a time gives back each
+  // chunk's pages as it goes).
+  virtual void release_rows(std::int64_t r0, std::int64_t r1) const {
+    (void)r0, (void)r1;
+  }
   // "FILE: tensor 'NAME'", for errors.
   virtual std::string name() const = 0;
 

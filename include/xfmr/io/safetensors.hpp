@@ -96,6 +96,8 @@ class SafeTensors {
   // brought in (a loaded file's; nothing for parsed bytes). Reading the
   // tensor again reads them from the file again.
   void release(const std::string& name) const;
+  // The same for bytes [from, to) of the tensor's.
+  void release(const std::string& name, std::size_t from, std::size_t to) const;
 
  private:
   static SafeTensors parse_bytes(std::shared_ptr<const detail::FileBytes> file, std::string source);

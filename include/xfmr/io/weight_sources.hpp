@@ -17,9 +17,9 @@
 // blocks, 288) for a rows x cols matrix). Reading converts to float32 and
 // refuses, naming the file, the tensor and the element, a value that is
 // not finite, an int8 value of -128 or a scale a kernel cannot use.
-// stored() gives the bytes as they are where one piece is read as its
-// rows and a kernel reads its type (BF16, I8 with scales, 4-bit panels),
-// checked once. The source keeps the file's bytes mapped while it lives.
+// stored(layout) gives the bytes as they are where one piece is read as
+// its rows and they are in that layout (BF16 rows, I8 rows with scales,
+// 4-bit panels), checked once. The source keeps the file's bytes mapped while it lives.
 #pragma once
 
 #include <cstdint>

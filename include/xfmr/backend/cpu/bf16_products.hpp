@@ -84,7 +84,7 @@ class Bf16Products {
     const std::uint16_t* read() {
       if (stored) return stored;
       if (bits) return reinterpret_cast<const std::uint16_t*>(bits.get());
-      if (const StoredWeights s = source->stored(); s.layout == StoredLayout::bf16_rows)
+      if (const StoredWeights s = source->stored(StoredLayout::bf16_rows); s.layout == StoredLayout::bf16_rows)
         return stored = reinterpret_cast<const std::uint16_t*>(s.data);
       LargeBuffer rounded = allocate_large(std::size_t(rows) * std::size_t(cols) * sizeof(std::uint16_t));
       std::uint16_t* out = reinterpret_cast<std::uint16_t*>(rounded.get());

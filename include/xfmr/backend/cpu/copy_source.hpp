@@ -27,7 +27,7 @@ LargeBuffer allocate_large(std::size_t bytes);
 // f(r0, r1, values) for the rows of `source` in chunks of `chunk` rows (the
 // last may be short), the chunks split over the threads: values the rows
 // as float32, cols() apart (where they lie in memory so, there; else read
-// through read_rows). An error reading is rethrown on the caller's
+// through read_rows, and the pages read given back, release_rows). An error reading is rethrown on the caller's
 // thread once every thread is done (none leaves an OpenMP region).
 template <class F>
 void for_each_row_chunk(const WeightSource& source, long chunk, F f) {
@@ -40,14 +40,19 @@ void for_each_row_chunk(const WeightSource& source, long chunk, F f) {
       [=](long lo, long hi) {
         try {
           std::vector<float> values;
+          long kept = lo;  // rows read whose pages are not given back yet: a few MiB at a time (each a syscall)
           for (long r0 = lo; r0 < hi; r0 += chunk) {
             const long r1 = r0 + chunk < hi ? r0 + chunk : hi;
             if (const float* in_memory = src->rows_in_memory(r0, r1)) {
               f(r0, r1, in_memory);
-            } else {
-              values.resize(std::size_t((r1 - r0) * cols));
-              src->read_rows(r0, r1, values.data());
-              f(r0, r1, static_cast<const float*>(values.data()));
+              continue;
+            }
+            values.resize(std::size_t((r1 - r0) * cols));
+            src->read_rows(r0, r1, values.data());
+            f(r0, r1, static_cast<const float*>(values.data()));
+            if ((r1 - kept) * cols >= (1L << 21) || r1 == hi) {
+              src->release_rows(kept, r1);
+              kept = r1;
             }
           }
         } catch (...) {

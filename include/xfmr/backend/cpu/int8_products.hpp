@@ -163,7 +163,7 @@ class Int8Products {
       if (blocked) pack_int8_blocks(int(r1 - r0), cols, rows_q, cols, pq + r0 * width);
       else std::copy(rows_q, rows_q + (r1 - r0) * cols, pq + r0 * cols);
     };
-    if (StoredWeights s = copy.source->stored(); s.layout == StoredLayout::int8_rows) {
+    if (StoredWeights s = copy.source->stored(StoredLayout::int8_rows); s.layout == StoredLayout::int8_rows) {
       const auto* stored = reinterpret_cast<const std::int8_t*>(s.data);
       std::copy(s.scales.begin(), s.scales.end(), ps);
       parallel_ranges(

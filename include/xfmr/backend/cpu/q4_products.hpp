@@ -118,7 +118,7 @@ class Q4Products {
   // The copy, made with the level's pack_panel_q4 where the source is not
   // stored in 4 bits.
   static void pack(Copy& copy, decltype(&pack_panel_q4) pack_panel) {
-    if (const StoredWeights s = copy.source->stored(); s.layout == StoredLayout::q4_panels) {
+    if (const StoredWeights s = copy.source->stored(StoredLayout::q4_panels); s.layout == StoredLayout::q4_panels) {
       copy.panels = s.data;
       return;
     }
