@@ -5,7 +5,8 @@
 //   xfmr-bench --model shakespeare-small [--batch 16] [--modes train,forward,generate]
 //              [--min-time 2] [--json FILE] [--smoke]
 //   xfmr-bench --translator multi30k [--vocab 8000]   (translator decoding only)
-//   xfmr-bench --pretrained PATH [--decode-tokens 128] [--batch B] [--memory]  (a checkpoint's load and decoding)
+//   xfmr-bench --pretrained PATH [--decode-tokens 128] [--batch B] [--prefill N] [--memory]
+//              (a checkpoint's load, decoding and prompt)
 //
 // Modes (every time is the median of many repetitions after a warm-up):
 //   train     one full step: forward, cross-entropy, backward, AdamW; under
@@ -94,6 +95,7 @@ struct Args {
   int attention = 0;               // > 0: time attention alone at this length, tiled and materialised
   bool materialise_attention = false;  // the model's attention keeps its probabilities (not tiled)
   bool memory = false;  // --pretrained: no GEMM ceiling or bandwidth measurement (their buffers would count)
+  int prefill = 0;      // --pretrained: also time a prompt of this many tokens
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -635,6 +637,17 @@ json run_pretrained(const Args& a) {
   });
   const double decoding_rss_mb = peak_rss_mb();
   const double ceiling = a.memory ? 0.0 : gemm_ceiling(a, be);  // (its operands would count in the peak)
+  std::vector<double> tp;  // --prefill: a prompt of that many tokens through the cache, its logits
+  if (a.prefill > 0) {
+    require(a.prefill < p.max_t, "--prefill ", a.prefill, " must be below the model's context ", p.max_t);
+    std::vector<std::int32_t> prompt(std::size_t(a.prefill));
+    for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = std::int32_t((i * 7919 + 1) % std::size_t(V));
+    DecodingCache<Be> cache;
+    tp = time_calls(a, be, [&] {
+      model.start_cache(cache, 1, a.prefill);
+      (void)model.forward_cached(be, prompt, 1, cache);
+    });
+  }
   json out = {{"impl", "xfmr"},
               {"backend", describe(be)},
               {"model", std::string(p.name) + " " + std::string(format_name(loaded.format)) + " checkpoint"},
@@ -649,6 +662,7 @@ json run_pretrained(const Args& a) {
               {"results", {{"generate_cached", summarize(t, n, flops, ceiling, n)}}},
               {"load", {{"load_s", load_s}, {"first_token_s", first_token_s}, {"precision", precision_of(be)}}},
               {"memory", {{"peak_rss_mb", decoding_rss_mb}}}};
+  if (!tp.empty()) out["results"]["prefill"] = summarize(tp, a.prefill, 0, ceiling);
   if (a.batch > 1) {
     // --batch B: B sequences decoded together by the server's engine
     // (infer/continuous_batching.hpp), each step on this thread: a step's
@@ -831,6 +845,8 @@ int main(int argc, char** argv) {
        "--precision says), with its load time and the time to its first token")
       ("memory", po::bool_switch(&a.memory), "with --pretrained: measure neither the GEMM ceiling nor the read "
        "bandwidth, whose buffers would count in the process's peak memory (/usr/bin/time -v)")
+      ("prefill", po::value(&a.prefill)->default_value(a.prefill), "with --pretrained: also time a prompt of this "
+       "many tokens through the KV cache (its tokens a second)")
       ("decode-tokens", po::value(&a.decode_tokens)->default_value(a.decode_tokens),
        "with --pretrained: tokens per generation (below the model's context)")
       ("modes", po::value(&a.modes)->default_value(a.modes), "comma-separated: train, forward, generate; under mpirun: train, or allreduce (its cost by size)")
@@ -886,6 +902,7 @@ int main(int argc, char** argv) {
     }
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
     require(a.decode_tokens >= 1 && a.decode_tokens < (1 << 20), "--decode-tokens ", a.decode_tokens, " is not positive");
+    require(a.prefill >= 0 && a.prefill < (1 << 20), "--prefill ", a.prefill, " is negative");
     json result;
     if (a.modes == "allreduce") {
       result = run_allreduce(a);

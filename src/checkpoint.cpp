@@ -1,6 +1,7 @@
 // checkpoint.cpp: atomic checkpoint directories (see checkpoint.hpp).
 #include "xfmr/io/checkpoint.hpp"
 
+#include "xfmr/backend/bf16.hpp"
 #include "xfmr/core/q4.hpp"
 
 #include <fcntl.h>
@@ -333,6 +334,7 @@ QuantisedCheckpoint write_quantised_checkpoint(const fs::path& to, const std::ve
   for (const NamedWeights& p : weights) {
     const WeightSource* source = p.source.get();
     const std::int64_t rows = source->rows(), cols = source->cols();
+    report.float_bytes += std::uintmax_t(rows * cols) * sizeof(float);
     if (p.shape.size() != 2 || rows * cols == 0) {
       w.add_filled(p.name, DType::F32, p.shape, [source](std::span<std::byte> out) {
         const std::vector<float> v = read_all(*source);
@@ -340,8 +342,23 @@ QuantisedCheckpoint write_quantised_checkpoint(const fs::path& to, const std::ve
       });
       continue;
     }
+    // A 4-bit checkpoint keeps its embedding tables (looked up a row at a
+    // time; a tied head's products quantise the table when they first read
+    // it) in bfloat16: stored in 4 bits, they cost a character model's
+    // validation loss as much again as its 4-bit products (BENCHMARKS.md).
+    if (q4 && (p.name.ends_with("tok_emb.weight") || p.name.ends_with("pos_emb.weight"))) {
+      w.add_filled(p.name, DType::BF16, p.shape, [source](std::span<std::byte> out) {
+        for_each_rows(*source, 256, [&](std::int64_t r0, std::int64_t r1, const float* v) {
+          const std::int64_t n = (r1 - r0) * source->cols();
+          for (std::int64_t i = 0; i < n; ++i) {
+            const std::uint16_t b = bf16::from_float(v[i]);
+            std::memcpy(out.data() + 2 * (r0 * source->cols() + i), &b, 2);
+          }
+        });
+      });
+      continue;
+    }
     ++report.matrices;
-    report.float_bytes += std::uintmax_t(rows * cols) * sizeof(float);
     const std::string where = p.name;
     if (q4) {
       w.add_filled(p.name, DType::U8, {detail::q4_panels(rows), detail::q4_blocks(cols), detail::kQ4BlockBytes},
@@ -372,8 +389,6 @@ QuantisedCheckpoint write_quantised_checkpoint(const fs::path& to, const std::ve
     });
   }
   metadata[kWeightsKey] = std::string(precision);
-  for (const NamedWeights& p : weights)
-    if (q4 && p.name == "tok_emb.weight" && p.shape.size() == 2) metadata[kVocabKey] = std::to_string(p.shape[0]);
   for (const auto& [key, value] : metadata) w.set_metadata(key, value);
   write_checkpoint(to, w, state, attached);
   report.quantised_bytes = fs::file_size(detail::as_target(to) / kModelFile);

@@ -286,7 +286,7 @@ def test_an_xfmr_checkpoint_and_its_int8_copy(tmp_path):
 def test_a_published_model_quantised_to_4_bits(tmp_path):
     m = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
     wrote = xfmr.quantise(SMOLLM, tmp_path / "q4", tokenizer=TOKENIZER)  # 4-bit by default
-    assert wrote["matrices"] > 0 and wrote["quantised_bytes"] < 0.25 * wrote["float_bytes"]
+    assert wrote["matrices"] > 0 and wrote["quantised_bytes"] < 0.35 * wrote["float_bytes"]  # (its embedding bfloat16)
     q = xfmr.load(tmp_path / "q4")  # the checkpoint carries the tokenizer, and decodes in its precision
     assert q.config["precision"] == "q4"
     # The float model's logits to 4-bit's error (about ten times int8's on this tiny random model: 0.49 and

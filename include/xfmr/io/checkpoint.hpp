@@ -259,7 +259,7 @@ void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter&
 // What a quantisation wrote.
 struct QuantisedCheckpoint {
   int matrices = 0;                  // parameters stored as int8 or 4-bit
-  std::uintmax_t float_bytes = 0;    // the matrices' values in float32
+  std::uintmax_t float_bytes = 0;    // the parameters' values in float32
   std::uintmax_t quantised_bytes = 0;  // model.safetensors written
 };
 // A parameter a decoding checkpoint is written from: its name, the model's
@@ -273,10 +273,10 @@ struct NamedWeights {
 // "q4"): every matrix of `weights` quantised as that precision's products
 // quantise it (int8: I8 rows "<name>" and a F32 scale a row
 // "<name>_scale", core/int8.hpp; q4: core/q4.hpp's panels, U8 of shape
-// (panels, blocks, 288), which decoding reads in place), every vector F32;
-// `metadata` with "weights": the precision (and for q4 "vocab", the rows of
-// "tok_emb.weight", where it is one); the trainer state `state` and the
-// `attached` files. One matrix is in memory at a time, read from its
+// (panels, blocks, 288), which decoding reads in place, but the embedding
+// tables "*tok_emb.weight" and "*pos_emb.weight" BF16), every vector F32;
+// `metadata` with "weights": the precision; the trainer state `state` and
+// the `attached` files. One matrix is in memory at a time, read from its
 // source. Refuses a `to` that exists and is not a decoding checkpoint (a
 // float32 one would be lost).
 QuantisedCheckpoint write_quantised_checkpoint(const std::filesystem::path& to, const std::vector<NamedWeights>& weights,

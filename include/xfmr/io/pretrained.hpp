@@ -117,11 +117,9 @@ Pretrained<Backend> load_model(const std::filesystem::path& path, DecoderOptions
   p.file = path / kModelFile;
   const SafeTensors saved = SafeTensors::load(p.file);
   const PresetInfo arch = architecture_of(p.metadata, path);
-  require(saved.contains("tok_emb.weight") && saved.info("tok_emb.weight").shape.size() >= 2, p.file.string(),
+  require(saved.contains("tok_emb.weight") && saved.info("tok_emb.weight").shape.size() == 2, p.file.string(),
           ": no token embedding 'tok_emb.weight' (vocab, width): not a language model's checkpoint");
-  const int vocab = saved.info("tok_emb.weight").dtype == DType::U8  // 4-bit panels: the rows are in the metadata
-                        ? parse_integer<int>(saved.metadata(kVocabKey), p.file.string() + ": metadata 'vocab'")
-                        : int(saved.info("tok_emb.weight").shape[0]);
+  const int vocab = int(saved.info("tok_emb.weight").shape[0]);
   opts.tie_weights = !saved.contains("lm_head.weight");
   opts.head_bias = saved.contains("lm_head.bias");
   opts.initialise = false;  // defer_parameters gives every parameter its values

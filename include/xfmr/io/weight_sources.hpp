@@ -70,7 +70,5 @@ inline constexpr const char* kWeightsKey = "weights";
 inline constexpr const char* kInt8Weights = "int8";
 inline constexpr const char* kQ4Weights = "q4";
 inline constexpr const char* kScaleSuffix = "_scale";
-// A 4-bit checkpoint's vocabulary (its embedding's rows, which its panels do not say).
-inline constexpr const char* kVocabKey = "vocab";
 
 }  // namespace xfmr
