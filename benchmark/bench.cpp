@@ -436,7 +436,7 @@ json run(const Args& a) {
     double cached_flops = 0, recompute_flops = 0;
     for (int i = 0; i < n; ++i) cached_flops += cached_step_flops(p, i, V);
     for (int i = 0; i < nr; ++i) recompute_flops += forward_flops(p, 1, i + 1, V);
-    const WeightCopies weight_copies(be, model);  // in bf16 or int8 precision, the weights a token reads are copies
+    const WeightCopies weight_copies(be, model);  // in bf16, int8 or q4 precision, the weights a token reads are copies
     Generator<Model, Be> generator(model, be);        // its cache kept from call to call
     std::vector<std::int32_t> greedy, seq;
     Rng unused(0);
@@ -470,7 +470,7 @@ json run(const Args& a) {
             plan_attention(AttentionDims{my_rows, p.n_heads, T, T, hd, hd}, AttentionUse::training,
                            be.attention_kernels()) == AttentionPath::tiled;
   // The weight matrices' elements: bfloat16 activations keep bfloat16 copies
-  // of them, and so does the CPU's decoding in bf16 or int8 (below).
+  // of them, and so does the CPU's decoding in bf16, int8 or q4 (below).
   constexpr double activation_bytes = sizeof(typename Be::Activation);
   double matrices = 0;
   model.visit([&](std::string_view, auto& value, auto&) {
@@ -492,7 +492,7 @@ json run(const Args& a) {
   if constexpr (std::is_same_v<Be, CudaBackend> || std::is_same_v<Be, CudaBf16Backend>)
     out["memory"]["peak_device_mb"] = double(cuda::memory_use().peak_bytes) / 1e6;
 #endif
-  // In bf16 or int8 precision the CPU decodes from copies of the weight
+  // In bf16, int8 or q4 precision the CPU decodes from copies of the weight
   // matrices (WeightCopies), which the count adds.
   const double copy_element_bytes = weight_element_bytes(be);
   if (copy_element_bytes < sizeof(float) && has("generate")) {
@@ -862,8 +862,9 @@ int main(int argc, char** argv) {
        "(DataParallel); 0: one per thread, or 1 for models over 64 MiB of parameters; 1: one model, each operation "
        "threaded instead")
       ("precision", po::value(&a.precision)->default_value(a.precision),
-       "fp32; bf16: matrix products on bfloat16 operands summed in float32 (CPU: AVX512-BF16, or float32 products of the rounded operands); or int8 "
-       "(CPU, decoding): weights quantised to int8 once, a float32 scale a row")
+       "fp32; bf16: matrix products on bfloat16 operands summed in float32 (CPU: AVX512-BF16, or float32 products of the rounded operands); int8 "
+       "(CPU, decoding): weights quantised to int8 once, a float32 scale a row; or q4 (CPU, decoding): 4-bit "
+       "blocks of 32 with a scale each. A quantised checkpoint decodes in its own by default")
       ("zero", po::value(&a.zero)->default_value(a.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 keeps them whole")
       ("recompute", po::value(&a.recompute)->default_value(a.recompute),

@@ -68,16 +68,17 @@ def main():
                 runs.setdefault((level, p), []).append(m)
                 print(f"round {r + 1}, {level}, {p}: {m}", file=sys.stderr, flush=True)
     med = lambda v: statistics.median(v)
-    print(f"| level | precision | load | first token | peak memory | decode, ms a token | tokens/s | prompt of {prefill}, tokens/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    prompt_column = f" prompt of {prefill}, tokens/s |" if prefill else ""
+    print(f"| kernels | precision | load | first token | peak memory | decode, ms a token | tokens/s |{prompt_column}")
+    print("|---|---|---|---|---|---|---|" + ("---|" if prefill else ""))
     for (level, p), ms in runs.items():
         tps = [1e3 / m["ms"] for m in ms]
         pre = [m["prefill_tps"] for m in ms if m["prefill_tps"]]
         decode = ", ".join("%.1f" % m["ms"] for m in ms)
-        prompt = "%.0f" % med(pre) if pre else "-"
-        print(f"| {level} ({ms[0]['kernels']}) | {p} | {med([m['load_s'] for m in ms]):.2f} s | "
+        prompt = f" {med(pre):.0f} |" if pre else ""
+        print(f"| {ms[0]['kernels']} | {p} | {med([m['load_s'] for m in ms]):.2f} s | "
               f"{med([m['first_token_s'] for m in ms]):.2f} s | {med([m['peak_gb'] for m in ms]):.2f} GB | "
-              f"{decode} | {med(tps):.1f} | {prompt} |")
+              f"{decode} | {med(tps):.1f} |{prompt}")
 
 
 if __name__ == "__main__":

@@ -175,8 +175,10 @@ std::string preset_help() {
 inline constexpr const char* kDecodePrecisionHelp =
     "fp32; bf16: the products read bfloat16 copies of the weights (half the bytes they stream) and round "
     "their other operand so, summing in float32 (CPU with AVX512-BF16, elsewhere float32 with a notice; --backend "
-    "cuda: bf16 tensor-core products, without weight copies so far); or int8 (CPU): every weight matrix quantised "
-    "once, a float32 scale a row (a quarter of the bytes), activations and sums float32";
+    "cuda: bf16 tensor-core products, without weight copies so far); int8 (CPU): every weight matrix quantised "
+    "once, a float32 scale a row (a quarter of the bytes), activations quantised a row at a time, sums in int32; "
+    "or q4 (CPU): 4-bit weights in blocks of 32 with a float16 scale each, activations int8 a block at a time. "
+    "Default: a quantised checkpoint's precision, else fp32";
 
 // The precision a decoding command runs in: --precision when given, else
 // a quantised checkpoint's (int8, q4: its weights as they were saved) and

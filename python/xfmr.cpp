@@ -141,7 +141,7 @@ class Model {
     if (tok_ && tokenizer_().start() >= 0) end_ids_.push_back(tokenizer_().start());
   }
 
-  // The weights' decoding copies (float32's panels, bf16's, int8's), for
+  // The weights' decoding copies (float32's panels, bf16's, int8's, q4's), for
   // the model's life; after a training step, made again from the new
   // weights.
   void open_copies() {
@@ -815,6 +815,6 @@ PYBIND11_MODULE(xfmr, m) {
       py::arg("path"), py::kw_only(), py::arg("precision") = py::none(), py::arg("backend") = "cpu",
       py::arg("tokenizer") = py::none(),
       "A language model: an xfmr checkpoint, a Hugging Face GPT-2, Llama or Qwen2 directory, or a llama2.c file. "
-      "precision: 'fp32', 'bf16' or 'int8' (default: the checkpoint's); tokenizer: a file or directory, when the "
+      "precision: 'fp32', 'bf16', 'int8' or 'q4' (default: the checkpoint's); tokenizer: a file or directory, when the "
       "model does not come with one");
 }
