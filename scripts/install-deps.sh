@@ -15,6 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin         # training across processes (mpirun; train/distributed.hpp)
   python3-dev pybind11-dev           # the Python module (python/)
   python3-numpy python3-pytest       # its arrays and its tests
+  python3-torch                      # PyTorch 1.13: the checks against it (gpt2_small_pytorch, example_lm_export_pytorch) run, not skip
   "$@"
 )
 # libxsmm (the CPU backend's small GEMMs: JIT kernels, no packing) and
