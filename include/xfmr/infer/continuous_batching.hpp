@@ -2,10 +2,12 @@
 // server runs them.
 //
 //   xfmr::ContinuousBatcher batcher(model, be, {.slots = 8, .context = 1024});
-//   std::jthread engine([&](std::stop_token st) { batcher.run(st); });
-//   const auto id = batcher.submit({.prompt = ids, .max_tokens = 64,
-//                                   .on_token = [&](std::int32_t t) { ...; return true; },
-//                                   .on_finish = [&](const xfmr::BatchResult& r) { ... }});
+//   std::jthread front([&] {  // requests come from another thread (a server's connections)
+//     const auto id = batcher.submit({.prompt = ids, .max_tokens = 64,
+//                                     .on_token = [&](std::int32_t t) { ...; return true; },
+//                                     .on_finish = [&](const xfmr::BatchResult& r) { ... }});
+//   });
+//   batcher.run(stop_source.get_token());  // the engine: on the thread that loaded the model (below)
 //
 // Up to `slots` sequences decode together. Each owns one row of a cache
 // pool made once (slots x context positions a layer), so a token's step
