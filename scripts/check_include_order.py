@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""The layers' order among include/xfmr's folders (docs/DESIGN.md, "The
+layers"): a header includes headers of its own folder and of the folders
+below it, never above.
+
+    check_include_order.py [INCLUDE_DIR]   (default: include/xfmr beside this script)
+
+Exits 1, naming each file, line and edge, when a header includes upward,
+or when an edge listed in KNOWN_UPWARD is gone (take it off the list: the
+list only shrinks). Exits 0 otherwise."""
+import os
+import re
+import sys
+
+# Bottom to top. presets.hpp (the shipped configurations, the families)
+# sits with the models; xfmr.hpp, the umbrella, above everything.
+ORDER = ["core", "backend", "layers", "blocks", "models", "text", "io", "infer", "train"]
+TOP_LEVEL = {"presets.hpp": "models", "xfmr.hpp": None}
+
+# Upward edges that exist today, each to be removed by moving what it needs
+# down (issue "One engine and one run"): a new one fails the check.
+KNOWN_UPWARD = {
+    ("backend/factory.hpp", "train/distributed.hpp"),  # ProcessGroup picks a rank's device
+    ("text/model_tokenizer.hpp", "io/safetensors.hpp"),  # a checkpoint's attached tokenizer files
+    ("io/pretrained.hpp", "train/run.hpp"),
+    ("infer/classify.hpp", "train/losses.hpp"),
+    ("infer/classify.hpp", "train/run.hpp"),
+    ("infer/window_loss.hpp", "train/losses.hpp"),
+    ("infer/window_loss.hpp", "train/trainer.hpp"),
+    ("infer/translate.hpp", "train/distributed.hpp"),
+    ("infer/translate.hpp", "train/report.hpp"),
+}
+
+
+def level(path):
+    """The folder's place in ORDER (None: above every folder)."""
+    parts = path.split("/")
+    if len(parts) == 1:
+        if path not in TOP_LEVEL:
+            sys.exit(f"check_include_order: {path}: a header outside the folders; give it a level in TOP_LEVEL")
+        folder = TOP_LEVEL[path]
+    else:
+        folder = parts[0]
+    if folder is None:
+        return None
+    if folder not in ORDER:
+        sys.exit(f"check_include_order: {path}: folder {folder!r} is not in ORDER; give it its place")
+    return ORDER.index(folder)
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "include", "xfmr")
+    include = re.compile(r'\s*#\s*include\s+"xfmr/([^"]+)"')
+    problems, seen, headers = [], set(), 0
+    for directory, _, files in os.walk(root):
+        for name in sorted(files):
+            if not name.endswith((".hpp", ".h", ".cuh")):
+                continue
+            path = os.path.relpath(os.path.join(directory, name), root).replace(os.sep, "/")
+            headers += 1
+            own = level(path)
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    m = include.match(line)
+                    if not m:
+                        continue
+                    target = m.group(1)
+                    theirs = level(target)
+                    if own is None or (theirs is not None and theirs <= own):
+                        continue
+                    if (path, target) in KNOWN_UPWARD:
+                        seen.add((path, target))
+                        continue
+                    problems.append(f"{path}:{number}: includes {target}, a layer above "
+                                    f"({ORDER[own]} < {target.split('/')[0] if '/' in target else target})")
+    for path, target in sorted(KNOWN_UPWARD - seen):
+        problems.append(f"{path}: no longer includes {target}: take the edge off KNOWN_UPWARD")
+    if headers == 0:
+        problems.append(f"no headers under {root}")
+    for p in problems:
+        print(p)
+    print(f"check_include_order: {headers} headers, {len(seen)} known upward edges, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
