@@ -19,7 +19,7 @@
 #include "xfmr/text/classification.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/text.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
 

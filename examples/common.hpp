@@ -33,7 +33,7 @@
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/safetensors.hpp"
 #include "xfmr/presets.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/distributed.hpp"
 #include "xfmr/train/stop_signals.hpp"
 #include "xfmr/train/report.hpp"

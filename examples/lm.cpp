@@ -29,7 +29,7 @@
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/text/model_tokenizer.hpp"
 #include "xfmr/text/text.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
 

@@ -11,6 +11,6 @@
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/text/text.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"

@@ -28,7 +28,7 @@
 #include "xfmr/presets.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/text/translation.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
 

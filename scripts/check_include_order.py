@@ -22,13 +22,9 @@ TOP_LEVEL = {"presets.hpp": "models", "xfmr.hpp": None}
 KNOWN_UPWARD = {
     ("backend/factory.hpp", "train/distributed.hpp"),  # ProcessGroup picks a rank's device
     ("text/model_tokenizer.hpp", "io/safetensors.hpp"),  # a checkpoint's attached tokenizer files
-    ("io/pretrained.hpp", "train/run.hpp"),
-    ("infer/classify.hpp", "train/losses.hpp"),
-    ("infer/classify.hpp", "train/run.hpp"),
-    ("infer/window_loss.hpp", "train/losses.hpp"),
-    ("infer/window_loss.hpp", "train/trainer.hpp"),
-    ("infer/translate.hpp", "train/distributed.hpp"),
-    ("infer/translate.hpp", "train/report.hpp"),
+    ("io/pretrained.hpp", "train/run.hpp"),  # a run's checks
+    ("infer/classify.hpp", "train/run.hpp"),  # the rows of a batch a rank takes
+    ("infer/translate.hpp", "train/distributed.hpp"),  # translations across ranks
 }
 
 

@@ -5,7 +5,7 @@
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/hash.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 
 namespace xfmr {
 

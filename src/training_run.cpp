@@ -87,20 +87,6 @@ void CsvLog::save() const {
   if (!path_.empty()) write_text_atomic(path_, text_.str());
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 void write_html_report(const std::filesystem::path& path, const std::string& title,
                        const std::vector<std::pair<std::string, std::string>>& summary,
                        const std::vector<std::pair<long, double>>& batch_loss, const std::vector<LossPoint>& evals) {

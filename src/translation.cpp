@@ -7,7 +7,7 @@
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/datasets.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 
 namespace xfmr {
 

@@ -48,7 +48,7 @@
 #include "xfmr/train/distributed.hpp"
 #include "xfmr/train/gradient_exchange.hpp"
 #include "xfmr/train/gradients.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/schedules.hpp"
 #include "xfmr/train/report.hpp"

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "support/gradcheck.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_cpu_backend)
 

@@ -32,7 +32,7 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/models/decoder.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 
 using namespace xfmr;

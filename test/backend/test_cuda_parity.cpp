@@ -29,7 +29,7 @@
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/train/distributed.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 
 using namespace xfmr;
 using namespace xfmr::test;

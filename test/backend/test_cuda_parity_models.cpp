@@ -30,7 +30,7 @@
 #include "xfmr/models/encoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
 #include "xfmr/train/gradients.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 
 #include "backend/parity.hpp"

@@ -17,7 +17,7 @@
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/models/decoder.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
 

@@ -25,6 +25,6 @@
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/models/seq2seq.hpp"
 #include "xfmr/text/text.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"

@@ -10,7 +10,7 @@
 #include "support/gradcheck.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/train/data_parallel.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_data_parallel)

@@ -4,7 +4,7 @@
 #include "support/gradcheck.hpp"
 #include "xfmr/models/decoder.hpp"
 #include "xfmr/train/gradients.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/schedules.hpp"
 

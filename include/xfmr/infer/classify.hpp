@@ -19,7 +19,7 @@
 #include "xfmr/core/function_ref.hpp"
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/text/classification.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/run.hpp"
 
 namespace xfmr {

@@ -27,8 +27,8 @@
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/models/translation_model.hpp"
 #include "xfmr/text/translation.hpp"
+#include "xfmr/text/text.hpp"
 #include "xfmr/train/distributed.hpp"
-#include "xfmr/train/report.hpp"
 
 namespace xfmr {
 

@@ -20,8 +20,7 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/function_ref.hpp"
 #include "xfmr/core/tensor.hpp"
-#include "xfmr/train/losses.hpp"
-#include "xfmr/train/trainer.hpp"
+#include "xfmr/layers/losses.hpp"
 
 namespace xfmr {
 

@@ -62,6 +62,8 @@ std::vector<std::string> pretokenize(std::string_view text, bool lowercase = fal
 // The whitespace-separated words of text, as WordVocab reads them.
 std::vector<std::string_view> split_words(std::string_view text);
 std::string detokenize(std::span<const std::string> words);
+// s with HTML's special characters as entities (reports, attention maps).
+std::string html_escape(const std::string& s);
 
 class CharTokenizer {
  public:

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "xfmr/text/text.hpp"  // html_escape
+
 namespace xfmr {
 
 using Clock = std::chrono::steady_clock;
@@ -70,9 +72,6 @@ class CsvLog {
   std::filesystem::path path_;
   std::ostringstream text_;
 };
-
-// s with HTML's special characters as entities.
-std::string html_escape(const std::string& s);
 
 // A self-contained HTML page: a summary table and an SVG chart of the batch
 // loss (thin) and the evaluation losses (train, val). Nothing without a path.

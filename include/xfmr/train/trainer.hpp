@@ -80,7 +80,7 @@
 #include "xfmr/train/distributed.hpp"
 #include "xfmr/train/gradient_exchange.hpp"
 #include "xfmr/train/gradients.hpp"
-#include "xfmr/train/losses.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/schedules.hpp"
 #include "xfmr/train/step_result.hpp"
@@ -105,27 +105,6 @@ struct TrainerOptions {
 struct BatchTargets {
   int sequences = 0;
   std::span<const std::int32_t> targets;
-};
-
-// A loss summed over batches without gradients: the sum of each target's
-// loss and the number of targets counted.
-struct LossSum {
-  double total = 0.0;
-  long counted = 0;
-  double mean() const { return counted ? total / double(counted) : 0.0; }
-  // An evaluation's result: the mean, which must be a number (`what` names
-  // the evaluation): logits that overflow (a checkpoint's weights) are an
-  // error, not a loss of "nan" reported as a success.
-  double checked_mean(const std::string& what) const {
-    require(std::isfinite(total), what, ": the loss over ", counted, " targets is ", total,
-            ": the model's logits are not finite numbers (are its weights?)");
-    return mean();
-  }
-  LossSum& operator+=(const LossSum& o) {
-    total += o.total;
-    counted += o.counted;
-    return *this;
-  }
 };
 
 // Targets that count towards a loss (not kIgnoreIndex, the padding).

@@ -1,4 +1,4 @@
-// losses.hpp: the CPU's softmax cross-entropy (train/losses.hpp; CUDA:
+// losses.hpp: the CPU's softmax cross-entropy (layers/losses.hpp; CUDA:
 // cuda/losses.cu).
 //
 //  cross_entropy_forward(rows, V, logits, targets, ignore_index, probs, smoothing) -> mean loss

@@ -1,4 +1,5 @@
-// losses.hpp: training objectives and metrics over logits (rows, classes).
+// losses.hpp: objectives and metrics over logits (rows, classes), for
+// training and for evaluation (infer/window_loss.hpp, infer/classify.hpp).
 //
 // CrossEntropyLoss: softmax cross-entropy, mean over rows whose target is not
 // ignore_index, optional label smoothing (torch's definition). forward()
@@ -11,14 +12,37 @@
 // accuracy(): fraction of counted rows whose arg-max is the target.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "xfmr/core/error.hpp"
 
 namespace xfmr {
 
 inline constexpr int kIgnoreIndex = -100;
+
+// A loss summed over batches without gradients: the sum of each target's
+// loss and the number of targets counted.
+struct LossSum {
+  double total = 0.0;
+  long counted = 0;
+  double mean() const { return counted ? total / double(counted) : 0.0; }
+  // An evaluation's result: the mean, which must be a number (`what` names
+  // the evaluation): logits that overflow (a checkpoint's weights) are an
+  // error, not a loss of "nan" reported as a success.
+  double checked_mean(const std::string& what) const {
+    require(std::isfinite(total), what, ": the loss over ", counted, " targets is ", total,
+            ": the model's logits are not finite numbers (are its weights?)");
+    return mean();
+  }
+  LossSum& operator+=(const LossSum& o) {
+    total += o.total;
+    counted += o.counted;
+    return *this;
+  }
+};
 
 template <class Backend>
 class CrossEntropyLoss {
