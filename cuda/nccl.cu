@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common.cuh"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 
 #ifdef XFMR_WITH_NCCL
 #include <nccl.h>

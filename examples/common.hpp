@@ -34,7 +34,7 @@
 #include "xfmr/io/safetensors.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/layers/losses.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 #include "xfmr/train/stop_signals.hpp"
 #include "xfmr/train/report.hpp"
 #include "xfmr/train/run.hpp"

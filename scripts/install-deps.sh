@@ -12,7 +12,7 @@ packages=(
   nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev curl            # xfmr-serve's HTTP layer; curl for its tests
   libpcre2-dev                       # GPT-2's pre-tokenizer (regular expressions with Unicode properties)
-  libopenmpi-dev openmpi-bin         # training across processes (mpirun; train/distributed.hpp)
+  libopenmpi-dev openmpi-bin         # training across processes (mpirun; core/distributed.hpp)
   python3-dev pybind11-dev           # the Python module (python/)
   python3-numpy python3-pytest       # its arrays and its tests
   python3-torch                      # PyTorch 1.13: the checks against it (gpt2_small_pytorch, example_lm_export_pytorch) run, not skip

@@ -1,6 +1,6 @@
 // distributed.cpp: ProcessGroup (distributed.hpp) on MPI's C API, or one
 // process alone when xfmr is built without MPI.
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -193,6 +193,12 @@ void ProcessGroup::abort_on_error() {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
 #endif
+}
+
+std::pair<int, int> rank_rows(const ProcessGroup& group, int n) {
+  const int k = std::min(group.size(), n), r = group.rank();
+  if (r >= k) return {n, n};
+  return {int(long(n) * r / k), int(long(n) * (r + 1) / k)};
 }
 
 }  // namespace xfmr

@@ -150,12 +150,6 @@ void write_html_report(const std::filesystem::path& path, const std::string& tit
 
 // run.hpp ---------------------------------------------------------------------
 
-std::string hex(std::uint64_t v) {
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
   std::error_code ec;
   if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
@@ -283,12 +277,6 @@ ProcessGroup& join_ranks(RunOptions& r, std::span<const std::string> arguments, 
     if (!group.root()) r.log_csv.clear(), r.report.clear(), r.metrics_json.clear();
   }
   return group;
-}
-
-std::pair<int, int> rank_rows(const ProcessGroup& group, int n) {
-  const int k = std::min(group.size(), n), r = group.rank();
-  if (r >= k) return {n, n};
-  return {int(long(n) * r / k), int(long(n) * (r + 1) / k)};
 }
 
 void check_vocabulary(std::size_t size, std::size_t specials, int d_model, const std::string& what,

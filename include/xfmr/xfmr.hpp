@@ -45,7 +45,7 @@
 #include "xfmr/models/translation_model.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/train/data_parallel.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 #include "xfmr/train/gradient_exchange.hpp"
 #include "xfmr/train/gradients.hpp"
 #include "xfmr/layers/losses.hpp"

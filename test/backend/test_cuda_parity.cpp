@@ -28,7 +28,7 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/core/error.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 #include "xfmr/layers/losses.hpp"
 
 using namespace xfmr;

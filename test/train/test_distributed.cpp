@@ -1,4 +1,4 @@
-// Training across processes (train/distributed.hpp): run by CTest as
+// Training across processes (core/distributed.hpp): run by CTest as
 // `mpiexec -n 2 test_distributed` (XFMR_EXPECT_RANKS=2). Two ranks with half
 // the batch each take the steps one process takes on the whole batch split
 // in two shards (DataParallel), bit for bit: both sum the halves' gradients

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "xfmr/core/rng.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 #include "xfmr/train/training_loop.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_training_loop)

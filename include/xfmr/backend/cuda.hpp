@@ -243,7 +243,7 @@ constexpr Launch elementwise_launch(std::size_t n, unsigned max_blocks = 65535) 
 
 namespace xfmr {
 
-class ProcessGroup;  // train/distributed.hpp
+class ProcessGroup;  // core/distributed.hpp
 
 struct CudaOptions {
   int device = 0;
@@ -433,7 +433,7 @@ class BasicCudaBackend {
                                 const A* k, int ldk, const A* v, int ldv, const S* lse, const AttentionMask& mask,
                                 A* dq, A* dk, A* dv);
 
-  // Training across processes, one GPU a rank (train/distributed.hpp): every
+  // Training across processes, one GPU a rank (core/distributed.hpp): every
   // tensor (device memory) summed over the ranks of `group`, in place,
   // through NCCL on this backend's stream, the tensors' calls grouped into
   // one launch (ncclGroupStart/End). The communicator is made on the first

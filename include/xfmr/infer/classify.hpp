@@ -5,7 +5,7 @@
 //
 // In evaluation mode (no dropout; the model is left in training mode);
 // bf16 or int8 precision reads the weights' copies (WeightCopies). Across
-// processes each rank takes its rows of every batch (train/run.hpp's
+// processes each rank takes its rows of every batch (core/distributed.hpp's
 // rank_rows) and the sums are added over the ranks of `group`. stop(),
 // asked before each batch (TrainingLoop::interrupted: a signal), ends the
 // evaluation there, its numbers partial.
@@ -20,7 +20,7 @@
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/text/classification.hpp"
 #include "xfmr/layers/losses.hpp"
-#include "xfmr/train/run.hpp"
+#include "xfmr/core/distributed.hpp"
 
 namespace xfmr {
 

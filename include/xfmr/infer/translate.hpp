@@ -28,7 +28,7 @@
 #include "xfmr/models/translation_model.hpp"
 #include "xfmr/text/translation.hpp"
 #include "xfmr/text/text.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 
 namespace xfmr {
 

@@ -54,7 +54,7 @@
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/text/model_tokenizer.hpp"
-#include "xfmr/train/run.hpp"
+#include "xfmr/core/hash.hpp"
 
 namespace xfmr {
 

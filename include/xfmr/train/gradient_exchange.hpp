@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "xfmr/core/error.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 #include "xfmr/train/gradients.hpp"
 
 namespace xfmr {

@@ -37,7 +37,7 @@
 #include "xfmr/backend/backend.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/tensor.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 
 namespace xfmr {
 

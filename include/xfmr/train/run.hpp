@@ -22,11 +22,10 @@
 #include "xfmr/core/hash.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/presets.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 
 namespace xfmr {
 
-std::string hex(std::uint64_t v);  // 16 digits
 
 // The outputs and placement of a training run: the checkpoint directory,
 // the metrics, the log and the report, the shard count of a CPU step, the
@@ -81,11 +80,6 @@ std::unique_ptr<CheckpointLock> lock_checkpoint_directory(const std::string& out
 // process: nothing to check.
 ProcessGroup& join_ranks(RunOptions& r, std::span<const std::string> arguments, std::string_view backend,
                          bool gpu_ranks, const std::string& settings, const std::string& data);
-// The sequences [first, second) of a batch of n that this rank trains on:
-// DataParallel's split (over min(N, n) ranks: ranks past n have none of a
-// short batch), so that N ranks of one shard take the shards, and draw the
-// dropout masks, one process of N shards takes.
-std::pair<int, int> rank_rows(const ProcessGroup& group, int n);
 
 // The most tokens a vocabulary built from training data may hold (an
 // embedding row each), and the check of one: more than its `specials` (a

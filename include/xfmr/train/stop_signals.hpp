@@ -11,7 +11,7 @@
 #include <string>
 
 #include "xfmr/core/error.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 
 namespace xfmr {
 

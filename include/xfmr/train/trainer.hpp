@@ -77,7 +77,7 @@
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/train/data_parallel.hpp"
 #include "xfmr/models/model.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 #include "xfmr/train/gradient_exchange.hpp"
 #include "xfmr/train/gradients.hpp"
 #include "xfmr/layers/losses.hpp"

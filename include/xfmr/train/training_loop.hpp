@@ -31,7 +31,7 @@
 #include "xfmr/core/function_ref.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/io/checkpoint.hpp"
-#include "xfmr/train/distributed.hpp"
+#include "xfmr/core/distributed.hpp"
 #include "xfmr/train/report.hpp"
 #include "xfmr/train/stop_signals.hpp"
 #include "xfmr/train/step_result.hpp"

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xfmr {
@@ -89,5 +90,11 @@ class ProcessGroup {
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   std::vector<std::byte> recv_;  // reduce_scatter_sum's, kept (no page faults a call)
 };
+
+// The sequences [first, second) of a batch of n that this rank trains on:
+// DataParallel's split (over min(N, n) ranks: ranks past n have none of a
+// short batch), so that N ranks of one shard take the shards, and draw the
+// dropout masks, one process of N shards takes.
+std::pair<int, int> rank_rows(const ProcessGroup& group, int n);
 
 }  // namespace xfmr
