@@ -27,7 +27,7 @@
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/text/datasets.hpp"
-#include "xfmr/text/model_tokenizer.hpp"
+#include "xfmr/io/model_tokenizer.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"

@@ -48,7 +48,7 @@
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/text/chat_template.hpp"
-#include "xfmr/text/model_tokenizer.hpp"
+#include "xfmr/io/model_tokenizer.hpp"
 #include "xfmr/text/text.hpp"
 
 namespace po = boost::program_options;

@@ -1,5 +1,5 @@
-// model_tokenizer.cpp: ModelTokenizer (text/model_tokenizer.hpp).
-#include "xfmr/text/model_tokenizer.hpp"
+// model_tokenizer.cpp: ModelTokenizer (io/model_tokenizer.hpp).
+#include "xfmr/io/model_tokenizer.hpp"
 
 #include "file_writes.hpp"
 #include "xfmr/core/error.hpp"

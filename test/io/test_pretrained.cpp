@@ -22,7 +22,7 @@
 #include "xfmr/train/trainer.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/io/pretrained.hpp"
-#include "xfmr/text/model_tokenizer.hpp"
+#include "xfmr/io/model_tokenizer.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_pretrained)
 

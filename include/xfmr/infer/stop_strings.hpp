@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "xfmr/text/model_tokenizer.hpp"
+#include "xfmr/io/model_tokenizer.hpp"
 #include "xfmr/text/text.hpp"
 
 namespace xfmr {

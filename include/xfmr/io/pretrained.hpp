@@ -53,7 +53,7 @@
 #include "xfmr/io/hf_llama.hpp"
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/models/language_model.hpp"
-#include "xfmr/text/model_tokenizer.hpp"
+#include "xfmr/io/model_tokenizer.hpp"
 #include "xfmr/core/hash.hpp"
 
 namespace xfmr {

@@ -156,7 +156,7 @@ void write_file_atomic(const std::filesystem::path& path, std::span<const std::b
 
 // A file a checkpoint or an export carries beside its own: `bytes` under
 // `name`, a tokenizer file's name (a language model's tokenizer, as it was
-// read: ModelTokenizer::attached_files(), text/model_tokenizer.hpp), held
+// read: ModelTokenizer::attached_files(), io/model_tokenizer.hpp), held
 // in memory so that a save never depends on the source file still being there.
 struct AttachedFile {
   std::string name;
