@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "support/random.hpp"
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/core/rng.hpp"
@@ -30,12 +31,7 @@ BOOST_AUTO_TEST_SUITE(test_bf16)
 using namespace xfmr;
 
 namespace {
-std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = scale * float(rng.normal());
-  return v;
-}
+using xfmr::test::randn;  // support/random.hpp
 // The products' cases run where bf16 products can (skipped otherwise, with the reason).
 struct Bf16Here {
   boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "support/random.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/factory.hpp"
 #include "xfmr/core/rng.hpp"
@@ -34,12 +35,7 @@ using namespace xfmr;
 namespace {
 using Cpu = CpuBackend<float>;
 
-std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = scale * float(rng.normal());
-  return v;
-}
+using xfmr::test::randn;  // support/random.hpp
 
 // C (M, N) = A (M, K) W^T through the backend, as a linear layer multiplies.
 std::vector<float> product(Cpu& be, const std::vector<float>& A, const std::vector<float>& W, int M, int N, int K) {

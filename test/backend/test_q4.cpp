@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "support/random.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/factory.hpp"
 #include "xfmr/core/half.hpp"
@@ -33,12 +34,7 @@ using namespace xfmr;
 namespace {
 using Cpu = CpuBackend<float>;
 
-std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = scale * float(rng.normal());
-  return v;
-}
+using xfmr::test::randn;  // support/random.hpp
 
 std::vector<float> product(Cpu& be, const std::vector<float>& A, const float* W, int M, int N, int K) {
   std::vector<float> C(std::size_t(M) * N, -1.0f);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "support/random.hpp"
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/models/classifier.hpp"
@@ -56,12 +57,7 @@ std::vector<std::int32_t> ids(std::size_t n, int vocab, std::uint64_t seed) {
   for (auto& i : v) i = static_cast<std::int32_t>(rng.below(vocab));
   return v;
 }
-std::vector<float> randn(std::size_t n, std::uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = float(rng.normal());
-  return v;
-}
+using xfmr::test::randn;  // support/random.hpp
 
 // Every parameter gradient, in visiting order.
 template <class Model>
