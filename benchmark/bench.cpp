@@ -60,8 +60,8 @@
 #include "xfmr/backend/attention_plan.hpp"
 #include "xfmr/backend/cpu/kernels.hpp"
 #include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/infer/engine.hpp"
 #include "xfmr/infer/generate.hpp"
-#include "xfmr/infer/continuous_batching.hpp"
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/models/translation_model.hpp"
@@ -608,103 +608,91 @@ json run_attention(const Args& a) {
   return out;
 }
 
-template <class Be>
-json run_pretrained(const Args& a) {
-  Be be = make_backend<Be>(a.backend, a.precision);
+// Decoding a checkpoint through the Engine (infer/engine.hpp), as xfmr-lm,
+// xfmr-serve and Python decode it: load, first token, a token's step, a
+// prompt's prefill, and B sequences decoded together.
+json run_pretrained(const Args& a, const std::string& precision) {
   // Load (the matrices deferred to the mapped file), then the first token:
-  // the scope's copies made as its products first read each matrix.
+  // the copies made as its products first read each matrix.
   const auto t_load = Clock::now();
-  const Pretrained<Be> loaded = load_model<Be>(a.pretrained);
+  Engine engine = Engine::load(
+      a.pretrained, {.backend = a.backend, .precision = precision, .tokenizer_required = false});
   const double load_s = seconds_since(t_load);
-  LanguageModel<Be>& model = *loaded.model;
-  const PresetInfo& p = model.preset();
-  const int V = model.vocab(), n = a.decode_tokens;
+  const PresetInfo& p = engine.architecture();
+  const int V = engine.vocab(), n = a.decode_tokens;
   require(n < p.max_t, "--decode-tokens ", n, " must be below the model's context ", p.max_t);
-  const WeightCopies weight_copies(be, model);
   double flops = 0;
   for (int i = 0; i < n; ++i) flops += cached_step_flops(p, i, V);
   // <|endoftext|> (GPT-2), BOS (llama2.c: 1; SmolLM: 0).
-  const std::int32_t start = loaded.format == CheckpointFormat::gpt2   ? (V > 50256 ? 50256 : 0)
-                             : loaded.format == CheckpointFormat::llama2c ? 1
-                                                                          : 0;
-  Generator<LanguageModel<Be>, Be> generator(model, be);
-  Rng unused(0);
-  (void)generator({start}, {.sampling = {.temperature = 0}, .max_tokens = 1}, unused);
+  const std::string_view format = engine.format();
+  const std::int32_t start = format == "gpt2" ? (V > 50256 ? 50256 : 0) : format == "llama2.c" ? 1 : 0;
+  const auto greedy_request = [&](int tokens) {
+    return CompletionRequest{.prompt = {start}, .sampling = {.temperature = 0}, .max_tokens = tokens, .ignore_eos = true};
+  };
+  (void)engine.generate(greedy_request(1));
   const double first_token_s = seconds_since(t_load);
-  std::vector<std::int32_t> greedy;
-  const auto t = time_calls(a, be, [&] {
-    greedy = generator({start}, {.sampling = {.temperature = 0}, .max_tokens = n}, unused);
-  });
-  const double decoding_rss_mb = peak_rss_mb();
-  const double ceiling = a.memory ? 0.0 : gemm_ceiling(a, be);  // (its operands would count in the peak)
-  std::vector<double> tp;  // --prefill: a prompt of that many tokens through the cache, its logits
-  if (a.prefill > 0) {
-    require(a.prefill < p.max_t, "--prefill ", a.prefill, " must be below the model's context ", p.max_t);
-    std::vector<std::int32_t> prompt(std::size_t(a.prefill));
-    for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = std::int32_t((i * 7919 + 1) % std::size_t(V));
-    DecodingCache<Be> cache;
-    tp = time_calls(a, be, [&] {
-      model.start_cache(cache, 1, a.prefill);
-      (void)model.forward_cached(be, prompt, 1, cache);
-    });
-  }
-  json out = {{"impl", "xfmr"},
-              {"backend", describe(be)},
-              {"model", std::string(p.name) + " " + std::string(format_name(loaded.format)) + " checkpoint"},
-              {"shape", {{"B", 1}, {"T", n}, {"D", p.d_model}, {"H", p.n_heads}, {"L", p.n_layers},
-                         {"FF", p.d_ff}, {"V", V}, {"dropout", 0}}},
-              {"threads", cpu_threads()},
-              {"blas", blas_kernel()},
-              {"cpu_kernels", cpu_level_description()},
-              {"gemm_ceiling_gflops", ceiling},
-              {"parameters", model.parameter_count()},
-              {"greedy", greedy},
-              {"results", {{"generate_cached", summarize(t, n, flops, ceiling, n)}}},
-              {"load", {{"load_s", load_s}, {"first_token_s", first_token_s}, {"precision", precision_of(be)}}},
-              {"memory", {{"peak_rss_mb", decoding_rss_mb}}}};
-  if (!tp.empty()) out["results"]["prefill"] = summarize(tp, a.prefill, 0, ceiling);
-  if (a.batch > 1) {
-    // --batch B: B sequences decoded together by the server's engine
-    // (infer/continuous_batching.hpp), each step on this thread: a step's
-    // time, the tokens a second of all B, and that against one sequence's.
-    ContinuousBatcher<LanguageModel<Be>, Be> batcher(model, be, {.slots = a.batch, .context = n + 1});
-    std::vector<std::vector<std::int32_t>> drawn(a.batch);
-    const auto tb = time_calls(a, be, [&] {
-      for (int i = 0; i < a.batch; ++i) {
-        drawn[i].clear();
-        batcher.submit({.prompt = {start},
-                        .sampling = {.temperature = 0},
-                        .max_tokens = n,
-                        .on_token = [&drawn, i](std::int32_t id) {
-                          drawn[i].push_back(id);
-                          return true;
-                        }});
-      }
-      while (batcher.step()) {
-      }
-    });
-    for (const auto& d : drawn) require(d == greedy, "a batched sequence's greedy tokens differ from one alone");
-    auto& r = out["results"];
-    r["generate_batched"] = summarize(tb, double(a.batch) * n, double(a.batch) * flops, ceiling, n);
-    r["generate_batched"]["speedup_vs_one"] =
-        r["generate_batched"]["tokens_per_s"].get<double>() / r["generate_cached"]["tokens_per_s"].get<double>();
-    out["shape"]["B"] = a.batch;
-  }
-  if (std::string(Be::name) == "cpu") {
-    // A token reads every weight once, but of an embedding not tied to the
-    // head (or a learned position table) one row.
-    const double tables = (p.positions == "learned" ? double(p.max_t - 1) * p.d_model : 0.0) +
-                          (model.options().tie_weights ? 0.0 : double(V - 1) * p.d_model);
-    const double bytes = (double(model.parameter_count()) - tables) * weight_element_bytes(be);  // the copies'
-    const double bw = a.memory ? 0.0 : read_bandwidth_gbs(a.smoke);
-    auto& m = out["results"]["generate_cached"];
-    m["weight_gbs"] = bytes / (m["median_ms"].get<double>() * 1e-3) * 1e-9;
-    if (bw > 0) {
-      m["bandwidth_fraction"] = m["weight_gbs"].get<double>() / bw;
-      out["read_bandwidth_gbs"] = bw;
+  return engine.visit([&]<class Be>(LanguageModel<Be>& model, Be& be) {
+    std::vector<std::int32_t> greedy;
+    const auto t = time_calls(a, be, [&] { greedy = engine.generate(greedy_request(n)).ids; });
+    const double decoding_rss_mb = peak_rss_mb();
+    const double ceiling = a.memory ? 0.0 : gemm_ceiling(a, be);  // (its operands would count in the peak)
+    std::vector<double> tp;  // --prefill: a prompt of that many tokens through the cache, its logits
+    if (a.prefill > 0) {
+      require(a.prefill < p.max_t, "--prefill ", a.prefill, " must be below the model's context ", p.max_t);
+      std::vector<std::int32_t> prompt(std::size_t(a.prefill));
+      for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = std::int32_t((i * 7919 + 1) % std::size_t(V));
+      DecodingCache<Be> cache;
+      tp = time_calls(a, be, [&] {
+        model.start_cache(cache, 1, a.prefill);
+        (void)model.forward_cached(be, prompt, 1, cache);
+      });
     }
-  }
-  return out;
+    json out = {{"impl", "xfmr"},
+                {"backend", engine.describe()},
+                {"model", std::string(p.name) + " " + std::string(format) + " checkpoint"},
+                {"shape", {{"B", 1}, {"T", n}, {"D", p.d_model}, {"H", p.n_heads}, {"L", p.n_layers},
+                           {"FF", p.d_ff}, {"V", V}, {"dropout", 0}}},
+                {"threads", cpu_threads()},
+                {"blas", blas_kernel()},
+                {"cpu_kernels", cpu_level_description()},
+                {"gemm_ceiling_gflops", ceiling},
+                {"parameters", engine.parameter_count()},
+                {"greedy", greedy},
+                {"results", {{"generate_cached", summarize(t, n, flops, ceiling, n)}}},
+                {"load", {{"load_s", load_s}, {"first_token_s", first_token_s}, {"precision", engine.precision()}}},
+                {"memory", {{"peak_rss_mb", decoding_rss_mb}}}};
+    if (!tp.empty()) out["results"]["prefill"] = summarize(tp, a.prefill, 0, ceiling);
+    if (a.batch > 1) {
+      // --batch B: B sequences decoded together by the server's batcher
+      // (infer/continuous_batching.hpp), each step on this thread: a step's
+      // time, the tokens a second of all B, and that against one sequence's.
+      const std::vector<CompletionRequest> requests(std::size_t(a.batch), greedy_request(n));
+      std::vector<Completion> drawn;
+      const auto tb = time_calls(a, be, [&] { drawn = engine.generate_batch(requests, a.batch); });
+      for (const Completion& d : drawn)
+        require(d.ids == greedy, "a batched sequence's greedy tokens differ from one alone");
+      auto& r = out["results"];
+      r["generate_batched"] = summarize(tb, double(a.batch) * n, double(a.batch) * flops, ceiling, n);
+      r["generate_batched"]["speedup_vs_one"] =
+          r["generate_batched"]["tokens_per_s"].get<double>() / r["generate_cached"]["tokens_per_s"].get<double>();
+      out["shape"]["B"] = a.batch;
+    }
+    if (std::string(Be::name) == "cpu") {
+      // A token reads every weight once, but of an embedding not tied to the
+      // head (or a learned position table) one row.
+      const double tables = (p.positions == "learned" ? double(p.max_t - 1) * p.d_model : 0.0) +
+                            (model.options().tie_weights ? 0.0 : double(V - 1) * p.d_model);
+      const double bytes = (double(engine.parameter_count()) - tables) * weight_element_bytes(be);  // the copies'
+      const double bw = a.memory ? 0.0 : read_bandwidth_gbs(a.smoke);
+      auto& m = out["results"]["generate_cached"];
+      m["weight_gbs"] = bytes / (m["median_ms"].get<double>() * 1e-3) * 1e-9;
+      if (bw > 0) {
+        m["bandwidth_fraction"] = m["weight_gbs"].get<double>() / bw;
+        out["read_bandwidth_gbs"] = bw;
+      }
+    }
+    return out;
+  });
 }
 
 // Greedy translation decoding, per token, with and without the caches.
@@ -932,7 +920,7 @@ int main(int argc, char** argv) {
       if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");
       return 0;
     } else if (!a.pretrained.empty()) {
-      dispatch_backend(a.backend, [&]<class Be>() { result = run_pretrained<Be>(a); });
+      result = run_pretrained(a, a.precision);
     } else if (a.translator.empty()) {
       dispatch_backend(a.backend, [&]<class Be>() { result = run<Be>(a); });
     } else {

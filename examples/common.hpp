@@ -30,6 +30,7 @@
 
 #include "xfmr/backend/factory.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/infer/engine.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/safetensors.hpp"
 #include "xfmr/presets.hpp"
@@ -42,6 +43,14 @@
 #include "xfmr/train/training_loop.hpp"
 
 namespace xfmr::examples {
+
+// A program built to fuzz its command line (test/fuzz: XFMR_FUZZ_CLI) stops
+// once its options are checked: the work that follows is not run.
+#ifdef XFMR_FUZZ_CLI
+inline constexpr bool kFuzzingCommandLine = true;
+#else
+inline constexpr bool kFuzzingCommandLine = false;
+#endif
 
 // Parses argv into vm; prints the options and returns false on --help.
 // What no option of these programs means is refused here, for every option
@@ -185,9 +194,19 @@ inline constexpr const char* kDecodePrecisionHelp =
 // fp32 for the others.
 inline std::string decoding_precision(const boost::program_options::variables_map& vm, const std::string& precision,
                                       const Metadata& checkpoint) {
-  if (vm.count("precision") && !vm["precision"].defaulted()) return precision;
-  const std::string quantised = quantised_weights(checkpoint);
-  return quantised.empty() ? precision : quantised;
+  return xfmr::decoding_precision(vm.count("precision") && !vm["precision"].defaulted() ? precision : "", checkpoint);
+}
+
+// A language model's decoding options as Engine (infer/engine.hpp) takes
+// them: --backend, --precision when given (else Engine decides), --tokenizer.
+inline EngineOptions engine_options(const boost::program_options::variables_map& vm, const std::string& backend,
+                                    const std::string& precision, const std::string& tokenizer) {
+  return {.backend = backend,
+          .precision = vm.count("precision") && !vm["precision"].defaulted() ? precision : std::string(),
+          .tokenizer = tokenizer,
+          .backend_option = "--backend",
+          .precision_option = "--precision",
+          .tokenizer_option = "--tokenizer"};
 }
 
 // xfmr::check_backend for a decoding command once decoding_precision has

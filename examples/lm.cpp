@@ -20,8 +20,7 @@
 #include <vector>
 
 #include "common.hpp"
-#include "xfmr/infer/generate.hpp"
-#include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/infer/engine.hpp"
 #include "xfmr/infer/window_loss.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/pretrained.hpp"
@@ -51,17 +50,13 @@ struct Loaded {
   std::optional<FoundTokenizer> tok;
 };
 
-// The ids of `text` (--prompt, --data), saying on stderr how many bytes the
-// tokenizer dropped (a byte-level BPE without a token for each byte).
-std::vector<std::int32_t> encode_text(const ModelTokenizer& tok, std::string_view text, const std::string& what,
-                                      bool corpus) {
-  std::size_t dropped = 0;
-  std::vector<std::int32_t> ids = corpus ? tok.encode_corpus(text, &dropped) : tok.encode(text, &dropped);
+// Says on stderr how many bytes of `what` the tokenizer dropped (a
+// byte-level BPE without a token for each byte).
+void warn_dropped(const ModelTokenizer& tok, std::size_t dropped, std::size_t bytes, const std::string& what) {
   if (dropped > 0)
-    std::cerr << "xfmr-lm: warning: " << dropped << " of the " << text.size() << " bytes of " << what
+    std::cerr << "xfmr-lm: warning: " << dropped << " of the " << bytes << " bytes of " << what
               << " were dropped: the tokenizer " << tok.files().front().string() << " has no token for "
               << tok.missing_bytes() << " of the 256 byte values (Hugging Face drops them too)\n";
-  return ids;
 }
 
 // `path`: a checkpoint of this program's or a published one, and
@@ -82,7 +77,9 @@ Loaded<Be> load_lm(const std::string& path, const std::string& tokenizer, Decode
 std::vector<std::int32_t> corpus_tokens(const std::string& path, const ModelTokenizer& tok) {
   require(!path.empty(), "--data FILE is required");
   const std::string text = read_text_file(path);
-  std::vector<std::int32_t> ids = encode_text(tok, text, "--data " + path, true);
+  std::size_t dropped = 0;
+  std::vector<std::int32_t> ids = tok.encode_corpus(text, &dropped);
+  warn_dropped(tok, dropped, text.size(), "--data " + path);
   require(ids.size() >= 2, "--data ", path, ": ", ids.size(), " tokens, too few to predict one");
   return ids;
 }
@@ -97,36 +94,28 @@ struct SampleArgs {
   bool no_cache = false;
 };
 
-template <class Be>
-void sample(const SampleArgs& a) {
-  Loaded<Be> l = load_lm<Be>(a.model, a.tokenizer, {});
-  const ModelTokenizer& tok = l.tok->tokenizer;
-  Be be = make_backend<Be>(a.backend, a.precision);
-  const WeightCopies copies(be, *l.model);  // the precision's copies, from the file (the model holds no weights)
-  std::vector<std::int32_t> context = encode_text(tok, a.prompt, "--prompt", false);
-  if (context.empty()) {
-    require(tok.start() >= 0, "the tokenizer has no token a text starts after; give a --prompt");
-    context.push_back(tok.start());
-  }
-  require(int(context.size()) < l.model->max_t(), "--prompt is ", context.size(), " tokens; the model's context is ",
-          l.model->max_t());
-  Rng rng(a.seed);
+void sample(const SampleArgs& a, const EngineOptions& o) {
+  Engine engine = Engine::load(a.model, o);
+  std::size_t dropped = 0;
+  std::vector<std::int32_t> context = engine.tokenizer().encode(a.prompt, &dropped);
+  warn_dropped(engine.tokenizer(), dropped, a.prompt.size(), "--prompt");
+  if (context.empty()) context = engine.prompt("");
+  require(int(context.size()) < engine.max_t(), "--prompt is ", context.size(), " tokens; the model's context is ",
+          engine.max_t());
   std::cout << a.prompt;
-  std::int32_t prev = context.back();
   const auto t0 = Clock::now();
-  generate(*l.model, be, context,
-                            {.sampling = a.sampling,
-                             .max_tokens = a.tokens,
-                             .use_cache = !a.no_cache,
-                             .vocabulary = l.tok->padding > 0 ? tok.size() : 0},
-                            rng,
-                            [&](std::int32_t id) {
-                              std::cout << tok.piece(prev, id) << std::flush;
-                              prev = id;
-                            });
+  // Past the end-of-text token too: --tokens of them.
+  const Completion c = engine.generate(
+      {.prompt = std::move(context), .sampling = a.sampling, .max_tokens = a.tokens, .seed = a.seed,
+       .ignore_eos = true, .use_cache = !a.no_cache},
+      [](std::string_view text) {
+        std::cout << text << std::flush;
+        return true;
+      });
   const double s = seconds_since(t0);
-  std::cerr << "\n[" << a.tokens << " tokens in " << s << " s, " << a.tokens / s << " tokens/s, "
-            << l.model->preset().name << ", " << describe(be) << (a.no_cache ? ", no cache" : ", KV cache") << "]";
+  std::cerr << "\n[" << c.ids.size() << " tokens in " << s << " s, " << double(c.ids.size()) / s << " tokens/s, "
+            << engine.architecture().name << ", " << engine.describe() << (a.no_cache ? ", no cache" : ", KV cache")
+            << "]";
   std::cout << "\n";
 }
 
@@ -151,10 +140,11 @@ int run_sample(int argc, char** argv) {
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!a.model.empty(), "--model PATH is required");
   require(a.tokens >= 0 && a.tokens <= kMaxTokens, "--tokens ", a.tokens, " outside 0..", kMaxTokens);
-  if (is_checkpoint(a.model)) a.precision = decoding_precision(vm, a.precision, read_checkpoint_metadata(a.model));
-  check_decoding_backend(vm, a.backend, a.precision);
   a.sampling.validate();
-  dispatch_backend(a.backend, [&]<class Be>() { sample<Be>(a); });
+  const EngineOptions o = engine_options(vm, a.backend, a.precision, a.tokenizer);
+  (void)Engine::check(a.model, o);
+  if (kFuzzingCommandLine) return 0;
+  sample(a, o);
   return 0;
 }
 
@@ -166,26 +156,24 @@ struct EvalArgs {
   long windows = 0;
 };
 
-template <class Be>
-void eval(const EvalArgs& a) {
-  Loaded<Be> l = load_lm<Be>(a.model, a.tokenizer, {});
-  const std::vector<std::int32_t> tokens = corpus_tokens(a.data, l.tok->tokenizer);
-  const int T = a.context > 0 ? a.context : std::min(l.model->max_t(), 256);
-  require(T <= l.model->max_t(), "--context ", T, " exceeds the model's ", l.model->max_t());
-  Be be = make_backend<Be>(a.backend, a.precision);
-  const WeightCopies copies(be, *l.model);  // the precision's copies, from the file (the model holds no weights)
+void eval(const EvalArgs& a, const EngineOptions& o) {
+  Engine engine = Engine::load(a.model, o);
+  const std::vector<std::int32_t> tokens = corpus_tokens(a.data, engine.tokenizer());
+  const int T = a.context > 0 ? a.context : std::min(engine.max_t(), 256);
+  require(T <= engine.max_t(), "--context ", T, " exceeds the model's ", engine.max_t());
   const auto t0 = Clock::now();
-  const LossSum sum = window_loss(*l.model, be, tokens, T, a.batch, a.windows);
+  const LossSum sum = engine.loss(tokens, T, a.batch, a.windows);
   const double s = seconds_since(t0), loss = sum.checked_mean(a.model + " on --data " + a.data);
+  const std::string& name = engine.architecture().name;
   std::cout << "loss " << std::fixed << std::setprecision(6) << loss << ", perplexity " << std::setprecision(3)
-            << std::exp(loss) << " (" << sum.counted << " tokens in windows of " << T << ", "
-            << l.model->preset().name << ", " << describe(be) << ", " << std::setprecision(1) << s << " s)\n";
+            << std::exp(loss) << " (" << sum.counted << " tokens in windows of " << T << ", " << name << ", "
+            << engine.describe() << ", " << std::setprecision(1) << s << " s)\n";
   if (!a.metrics_json.empty())
     write_text_atomic(a.metrics_json, json{{"loss", loss},
                                            {"perplexity", std::exp(loss)},
                                            {"tokens", sum.counted},
                                            {"context", T},
-                                           {"preset", l.model->preset().name},
+                                           {"preset", name},
                                            {"wall_s", s}}
                                               .dump(2) + "\n");
 }
@@ -207,10 +195,11 @@ int run_eval(int argc, char** argv) {
   require(!a.model.empty(), "--model PATH is required");
   require(a.context >= 0 && a.windows >= 0, "--context and --windows must not be negative");
   check_batch(a.batch);
-  if (is_checkpoint(a.model)) a.precision = decoding_precision(vm, a.precision, read_checkpoint_metadata(a.model));
-  check_decoding_backend(vm, a.backend, a.precision);
+  const EngineOptions o = engine_options(vm, a.backend, a.precision, a.tokenizer);
+  (void)Engine::check(a.model, o);
   check_output_paths({{"--metrics-json", a.metrics_json}}, {{"--model", a.model}, {"--data", a.data}});
-  dispatch_backend(a.backend, [&]<class Be>() { eval<Be>(a); });
+  if (kFuzzingCommandLine) return 0;
+  eval(a, o);
   return 0;
 }
 
@@ -465,10 +454,10 @@ int run_export(int argc, char** argv) {
   require(!model.empty() && !hf.empty(), "--model PATH and --hf DIR are required");
   require(!same_file(model, hf), "--hf ", hf, " is the --model input");
   check_writable_directory("--hf", hf, true);  // missing parents are made, as for --out
-  Loaded<CpuBackend<float>> l = load_lm<CpuBackend<float>>(model, tokenizer, {});
-  save_pretrained(*l.model, hf, overwrite, l.tok->tokenizer.attached_files());
-  std::cout << "xfmr-lm: " << l.model->preset().name << " (" << l.model->parameter_count() << " parameters) to " << hf
-            << " as " << (gpt2_shaped(l.model->preset()) ? "GPT2LMHeadModel" : "LlamaForCausalLM")
+  Engine engine = Engine::load(model, {.tokenizer = tokenizer, .tokenizer_option = "--tokenizer"});
+  engine.export_hf(hf, overwrite);
+  std::cout << "xfmr-lm: " << engine.architecture().name << " (" << engine.parameter_count() << " parameters) to "
+            << hf << " as " << (gpt2_shaped(engine.architecture()) ? "GPT2LMHeadModel" : "LlamaForCausalLM")
             << ", with its tokenizer\n";
   return 0;
 }

@@ -41,15 +41,8 @@
 
 #include "common.hpp"
 #include "http_connection.hpp"
-#include "xfmr/backend/cpu.hpp"
-#include "xfmr/infer/continuous_batching.hpp"
-#include "xfmr/infer/stop_strings.hpp"
-#include "xfmr/infer/weight_copies.hpp"
-#include "xfmr/io/pretrained.hpp"
-#include "xfmr/models/language_model.hpp"
+#include "xfmr/infer/engine.hpp"
 #include "xfmr/text/chat_template.hpp"
-#include "xfmr/io/model_tokenizer.hpp"
-#include "xfmr/text/text.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -62,14 +55,14 @@ extern const char kXfmrChatPage[];
 
 namespace {
 
-using Be = CpuBackend<float>;
 // JSON text of answers: a byte that is not UTF-8 (in an error message that
 // quotes the input) becomes U+FFFD instead of an exception.
 constexpr int kIndent = -1;
 constexpr auto kReplace = json::error_handler_t::replace;
 
 struct ServeArgs {
-  std::string model, tokenizer, host = "127.0.0.1", precision = "fp32", api_key, chat_template, name;
+  std::string model, tokenizer, host = "127.0.0.1", backend = "cpu", precision = "fp32", api_key, chat_template, name;
+  EngineOptions engine;  // from the options above
   int port = 8080, slots = 8, context = 0, queue = 64, drain = 10;
   std::size_t max_body = 1 << 20;
 };
@@ -122,7 +115,7 @@ struct Stream {
   std::condition_variable cv;
   std::vector<std::string> pieces;  // a token's text each, UTF-8 (TokenText), not yet sent
   bool done = false;
-  BatchResult result;
+  Completion result;
   std::uint64_t id = 0;
 };
 
@@ -132,17 +125,10 @@ class Service {
 
   // Loading happens while /health says 503.
   void load() {
-    if (is_checkpoint(args_.model)) (void)read_checkpoint_metadata(args_.model, "xfmr-lm");
-    Pretrained<Be> p = load_model<Be>(args_.model, {});
-    found_.emplace(load_model_tokenizer(p, args_.tokenizer));
-    model_ = std::move(p.model);
-    be_.emplace(make_backend<Be>("cpu", args_.precision));
-    copies_ = std::make_unique<WeightCopies<Be>>(*be_, *model_);
-    const int context = args_.context > 0 ? args_.context : std::min(model_->max_t(), 2048);
-    require(context <= model_->max_t(), "--context ", context, " exceeds the model's ", model_->max_t());
-    batcher_.emplace(
-        *model_, *be_,
-        BatchOptions{.slots = args_.slots, .context = context, .prefill_chunk = 128, .queue = args_.queue});
+    engine_.emplace(Engine::load(args_.model, args_.engine));
+    const int context = args_.context > 0 ? args_.context : std::min(engine_->max_t(), 2048);
+    require(context <= engine_->max_t(), "--context ", context, " exceeds the model's ", engine_->max_t());
+    engine_->start_batching({.slots = args_.slots, .context = context, .prefill_chunk = 128, .queue = args_.queue});
     if (!args_.chat_template.empty()) chat_ = ChatTemplate::named(args_.chat_template);
     else if (fs::is_directory(args_.model)) chat_ = ChatTemplate::for_model(args_.model);
     name_ = args_.name.empty() ? fs::path(args_.model).lexically_normal().filename().string() : args_.name;
@@ -153,17 +139,16 @@ class Service {
       if (ids.size() == 1) chat_stop_ids_.push_back(ids[0]);
       else chat_stop_strings_.push_back(s);
     }
-    if (tokenizer().start() >= 0) end_ids_.push_back(tokenizer().start());
     ready_ = true;
-    std::cerr << "xfmr-serve: " << name_ << " (" << model_->preset().name << ", " << describe(*be_) << "), "
+    std::cerr << "xfmr-serve: " << name_ << " (" << engine_->architecture().name << ", " << engine_->describe() << "), "
               << args_.slots << " slots of " << context << " tokens, chat template " << chat_.name() << "\n"
               << std::flush;
   }
 
   bool ready() const { return ready_; }
   const std::string& name() const { return name_; }
-  const ModelTokenizer& tokenizer() const { return found_->tokenizer; }
-  ContinuousBatcher<LanguageModel<Be>, Be>& batcher() { return *batcher_; }
+  const ModelTokenizer& tokenizer() const { return engine_->tokenizer(); }
+  Engine& engine() { return *engine_; }
   Counters& counters() { return counters_; }
 
   void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -184,7 +169,7 @@ class Service {
       if (tokenizer().start() < 0) bad_request("'prompt' is empty", "prompt");
       prompt.push_back(tokenizer().start());
     }
-    const int context = batcher_->context();
+    const int context = engine_->batch_context();
     if (int(prompt.size()) >= context)
       bad_request(
           "the prompt is " + std::to_string(prompt.size()) + " tokens; the context is " + std::to_string(context),
@@ -197,7 +182,7 @@ class Service {
                       "]: the prompt's " + std::to_string(prompt.size()) + " tokens leave " + std::to_string(room) +
                       " of the context's " + std::to_string(context),
                   "max_tokens");
-    BatchRequest r;
+    CompletionRequest r;
     r.prompt = std::move(prompt);
     r.max_tokens = max_tokens.value_or(chat ? room : std::min(16, room));
     r.sampling.temperature = field<double>(body, "temperature").value_or(1.0);
@@ -208,19 +193,18 @@ class Service {
     if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) bad_request("'top_p' must be in (0, 1]", "top_p");
     if (r.sampling.top_k < 0) bad_request("'top_k' must be >= 0", "top_k");
     r.seed = field<std::uint64_t>(body, "seed").value_or(std::random_device{}());
-    r.vocabulary = found_->padding > 0 ? tokenizer().size() : 0;
     // ignore_eos (an extension, llama.cpp's and vLLM's): decode past the end-of-text token (benchmarks).
-    if (!field<bool>(body, "ignore_eos").value_or(false)) r.stop_ids = end_ids_;
-    std::vector<std::string> stops = stop_strings(body);
+    r.ignore_eos = field<bool>(body, "ignore_eos").value_or(false);
+    r.stop = stop_strings(body);
     if (chat) {
-      r.stop_ids.insert(r.stop_ids.end(), chat_stop_ids_.begin(), chat_stop_ids_.end());
-      stops.insert(stops.end(), chat_stop_strings_.begin(), chat_stop_strings_.end());
+      r.stop_ids = chat_stop_ids_;
+      r.stop.insert(r.stop.end(), chat_stop_strings_.begin(), chat_stop_strings_.end());
     }
     const bool stream = field<bool>(body, "stream").value_or(false);
     bool include_usage = false;
     if (const auto so = body.find("stream_options"); so != body.end() && so->is_object())
       include_usage = field<bool>(*so, "include_usage").value_or(false);
-    run(std::move(r), std::move(stops), chat, stream, include_usage, req, res);
+    run(std::move(r), chat, stream, include_usage, req, res);
   }
 
   void tokenize(const httplib::Request& req, httplib::Response& res) {
@@ -238,7 +222,7 @@ class Service {
   }
 
   std::string metrics() {
-    const BatchStats s = batcher_ ? batcher_->stats() : BatchStats{};
+    const BatchStats s = ready_ ? engine_->stats() : BatchStats{};
     std::ostringstream o;
     auto metric = [&](const char* name, const char* type, const char* help, auto value) {
       o << "# HELP xfmr_" << name << " " << help << "\n# TYPE xfmr_" << name << " " << type << "\nxfmr_" << name << " "
@@ -338,28 +322,23 @@ class Service {
   }
 
   // Submits the request and answers it, whole or streamed.
-  void run(BatchRequest r, std::vector<std::string> stops, bool chat, bool stream, bool include_usage,
-           const httplib::Request& req, httplib::Response& res) {
+  void run(CompletionRequest r, bool chat, bool stream, bool include_usage, const httplib::Request& req,
+           httplib::Response& res) {
     auto s = std::make_shared<Stream>();
-    auto token_text = std::make_shared<TokenText>(tokenizer(), r.prompt.back(), std::move(stops));
-    const std::vector<std::int32_t> stop_ids = r.stop_ids;
-    r.on_token = [s, token_text, stop_ids](std::int32_t id) {
-      const bool end = std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
-      std::string piece = token_text->feed(id, !end);
+    const auto on_text = [s](std::string_view piece) {
       std::lock_guard lock(s->m);
-      if (!piece.empty()) s->pieces.push_back(std::move(piece));
+      if (!piece.empty()) s->pieces.emplace_back(piece);
       s->cv.notify_all();
-      return !token_text->stopped();
+      return true;
     };
-    r.on_finish = [s, token_text](const BatchResult& result) {
+    const auto on_finish = [s](const Completion& result) {
       std::lock_guard lock(s->m);
-      if (std::string rest = token_text->flush(); !rest.empty()) s->pieces.push_back(rest);
       s->result = result;
       s->done = true;
       s->cv.notify_all();
     };
     try {
-      s->id = batcher_->submit(std::move(r));
+      s->id = engine_->submit(std::move(r), on_text, on_finish);
     } catch (const QueueFull& e) {
       ++counters_.rejected_busy;
       res.set_header("Retry-After", "1");
@@ -372,12 +351,12 @@ class Service {
     const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(s->id);
     const std::int64_t created = std::time(nullptr);
     const std::string object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-    auto usage = [](const BatchResult& b) {
+    auto usage = [](const Completion& b) {
       return json{{"prompt_tokens", b.prompt_tokens},
-                  {"completion_tokens", b.completion_tokens},
-                  {"total_tokens", b.prompt_tokens + b.completion_tokens}};
+                  {"completion_tokens", b.completion_tokens()},
+                  {"total_tokens", b.prompt_tokens + b.completion_tokens()}};
     };
-    auto reason = [](const BatchResult& b) -> json {
+    auto reason = [](const Completion& b) -> json {
       if (b.reason == FinishReason::length) return "length";
       return "stop";
     };
@@ -389,7 +368,7 @@ class Service {
       bool gone = false;
       while (!s->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return s->done; }))
         if (!gone && xfmr_serve::connection_closed(socket)) {
-          batcher_->cancel(s->id);
+          engine_->cancel(s->id);
           gone = true;
         }
       if (gone) return;  // nobody to answer
@@ -442,7 +421,7 @@ class Service {
             *started = true;
             std::vector<std::string> pieces;
             bool done = false;
-            BatchResult result;
+            Completion result;
             {
               std::unique_lock lock(s->m);
               s->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return s->done || !s->pieces.empty(); });
@@ -484,19 +463,15 @@ class Service {
         [this, s](bool) {
           // Whatever ended the response (done, or the client gone), the slot is freed.
           std::lock_guard lock(s->m);
-          if (!s->done) batcher_->cancel(s->id);
+          if (!s->done) engine_->cancel(s->id);
         });
   }
 
   ServeArgs args_;
   std::atomic<bool> ready_{false};
-  std::unique_ptr<LanguageModel<Be>> model_;
-  std::optional<FoundTokenizer> found_;
-  std::optional<Be> be_;
-  std::unique_ptr<WeightCopies<Be>> copies_;
-  std::optional<ContinuousBatcher<LanguageModel<Be>, Be>> batcher_;
+  std::optional<Engine> engine_;
   ChatTemplate chat_;
-  std::vector<std::int32_t> chat_stop_ids_, end_ids_;
+  std::vector<std::int32_t> chat_stop_ids_;
   std::vector<std::string> chat_stop_strings_;
   std::string name_;
   Counters counters_;
@@ -515,6 +490,7 @@ int serve(int argc, char** argv) {
       "tokens a slot holds, prompt and answer (0: the model's context, at most 2048)")(
       "queue", po::value(&a.queue)->default_value(a.queue), "requests waiting for a slot before 503")(
       "precision", po::value(&a.precision)->default_value(a.precision), kDecodePrecisionHelp)(
+      "backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp)(
       "api-key", po::value(&a.api_key), "require 'Authorization: Bearer KEY' on /v1 routes")(
       "chat-template", po::value(&a.chat_template),
       "chatml, llama3 or plain (default: the model's "
@@ -530,8 +506,8 @@ int serve(int argc, char** argv) {
   require(a.context >= 0, "--context ", a.context, " must be >= 0");
   require(a.queue >= 0 && a.queue <= 4096, "--queue ", a.queue, " outside [0, 4096]");
   require(a.drain >= 0, "--drain ", a.drain, " must be >= 0");
-  if (is_checkpoint(a.model)) a.precision = decoding_precision(vm, a.precision, read_checkpoint_metadata(a.model));
-  check_decoding_backend(vm, "cpu", a.precision);
+  a.engine = engine_options(vm, a.backend, a.precision, a.tokenizer);
+  (void)Engine::check(a.model, a.engine);
   if (!a.chat_template.empty()) (void)ChatTemplate::named(a.chat_template);
 
   // SIGINT and SIGTERM go to one thread (sigwait), whatever thread they hit.
@@ -592,7 +568,7 @@ int serve(int argc, char** argv) {
                                                          {"object", "model"},
                                                          {"created", 0},
                                                          {"owned_by", "xfmr"},
-                                                         {"max_model_len", service.batcher().context()}}})}}
+                                                         {"max_model_len", service.engine().batch_context()}}})}}
                                  .dump(kIndent, ' ', false, kReplace),
                              "application/json");
            }));
@@ -633,7 +609,7 @@ int serve(int argc, char** argv) {
       std::cerr << "xfmr-serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": finishing the running requests\n";
     stopping = true;
     sigwait(&signals, &sig);  // a second one cancels what runs
-    if (service.ready()) service.batcher().cancel_all();
+    if (service.ready()) service.engine().cancel_all();
   });
   try {
     service.load();
@@ -649,18 +625,18 @@ int serve(int argc, char** argv) {
   // --drain seconds, then are cancelled, and the engine returns.
   std::jthread drainer([&] {
     while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    service.batcher().close();
+    service.engine().close();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(a.drain);
-    while (!service.batcher().idle() && std::chrono::steady_clock::now() < deadline)
+    while (!service.engine().idle() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    service.batcher().cancel_all();
+    service.engine().cancel_all();
   });
   // The engine runs here, on the thread that loaded the model: libgomp keeps
   // a team of threads for each thread that starts parallel regions, and with
   // more threads in teams than cores it stops spinning between regions, so
   // every product's fork would wait for a sleeping thread to wake (steps of
   // an engine thread of its own took 1.8x as long; continuous_batching.hpp).
-  service.batcher().run({});
+  service.engine().run({});
   drainer.join();
   http.stop();
   listener.join();

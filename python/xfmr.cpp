@@ -1,7 +1,6 @@
 // xfmr.cpp: the Python module `xfmr` (pybind11), a thin layer over the
-// library: every number comes from the C++ calls a program makes
-// (io/pretrained.hpp's load_model, infer/generate.hpp's Generator,
-// LanguageModel::forward). docs/python.md shows it in use.
+// library: a model is infer/engine.hpp's Engine, which xfmr-lm and
+// xfmr-serve decode through too. docs/python.md shows it in use.
 //
 //   model = xfmr.load("models/smollm", precision="int8")
 //   out = model.generate("Once upon a time", max_tokens=64, temperature=0)
@@ -32,10 +31,7 @@
 
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/factory.hpp"
-#include "xfmr/infer/continuous_batching.hpp"
-#include "xfmr/infer/generate.hpp"
-#include "xfmr/infer/stop_strings.hpp"
-#include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/infer/engine.hpp"
 #include "xfmr/io/architecture.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/pretrained.hpp"
@@ -53,17 +49,9 @@ namespace {
 using Be = CpuBackend<float>;
 using Lm = LanguageModel<Be>;
 
-// What a generation asks for, as generate() and stream() take it.
-struct Request {
-  std::vector<std::int32_t> prompt;
-  GenerateOptions opts;
-  std::uint64_t seed = 0;
-  std::vector<std::string> stops;
-  std::vector<std::int32_t> end_ids;  // tokens that end it, shown as nothing
-};
-
-// The result of generate().
-struct Completion {
+// The result of generate(): the engine's Completion, its text None
+// without a tokenizer.
+struct PyCompletion {
   std::vector<std::int32_t> ids;    // the tokens drawn after the prompt
   std::optional<std::string> text;  // their text, cut at a stop string (None: the model has no tokenizer)
   std::string finish_reason;        // "stop" (an end token or a stop string), "length" or "cancelled"
@@ -86,233 +74,116 @@ struct State {
   }
 };
 
-// A loaded model with what runs it: its tokenizer, a backend in the asked
-// precision, the weights' copies for that precision, and a Generator whose
-// cache serves call after call.
+// A loaded model: the library's Engine (infer/engine.hpp), with the
+// module's rules for calls from Python (one at a time; a stream ends when
+// another call starts).
 class Model {
  public:
-  // xfmr.load: any model load_model reads.
-  Model(const std::string& path, const std::optional<std::string>& precision, const std::string& backend,
-        const std::string& tokenizer) {
-    check_backend(backend);
-    Pretrained<Be> p = load_model<Be>(path);
-    // A model without a tokenizer still gives logits and generates ids;
-    // text asks for one (tokenizer_() says why there is none).
-    try {
-      tok_.emplace(load_model_tokenizer(p, tokenizer));
-    } catch (const Error& e) {
-      if (!tokenizer.empty()) throw;
-      no_tokenizer_ = e.what();
-    }
-    format_ = std::string(format_name(p.format));
-    const std::string quantised = quantised_weights(p.metadata);  // a quantised checkpoint decodes in its precision
-    start(std::move(p.model), precision ? *precision : quantised.empty() ? "fp32" : quantised, backend);
-  }
-  // xfmr.create: a new model of an architecture, initialised from seed.
-  Model(const PresetInfo& arch, std::optional<int> vocab, std::uint64_t seed, std::optional<float> dropout,
-        const std::string& tokenizer, const std::string& backend) {
-    check_backend(backend);
-    if (!tokenizer.empty()) {
-      tok_.emplace(FoundTokenizer{ModelTokenizer::load(tokenizer), std::filesystem::absolute(tokenizer)});
-      tok_->padding = tok_->tokenizer.check_fits(vocab.value_or(tok_->tokenizer.size()), arch.name);
-    } else {
-      no_tokenizer_ = "the model was created without a tokenizer";
-    }
-    require(vocab || tok_, "create: give vocab, or a tokenizer whose size it is");
-    const DecoderOptions opts = published_head(arch, {.dropout = dropout.value_or(arch.dropout)});
-    format_ = "xfmr";
-    start(make_language_model<Be>(arch, vocab.value_or(tok_ ? tok_->tokenizer.size() : 0), seed, opts), "fp32",
-          backend);
-  }
+  explicit Model(Engine engine) : engine_(std::move(engine)) {}
 
-  static void check_backend(const std::string& backend) {
-    require(backend == "cpu", "backend '", backend, "': the Python module runs on the CPU backend ('cpu')");
+  Engine& engine() { return engine_; }
+  // The model the CPU backend runs (xfmr.Trainer's).
+  Lm& lm() {
+    Lm* lm = engine_.visit([]<class B>(LanguageModel<B>& m, B&) -> Lm* {
+      if constexpr (std::is_same_v<B, Be>) return &m;
+      else return nullptr;
+    });
+    require(lm != nullptr, "the model runs on backend '", engine_.backend_name(),
+            "'; xfmr.Trainer trains on the CPU backend (load with backend='cpu')");
+    return *lm;
   }
-  // The rest of a constructor: the backend in `precision`, its weight
-  // copies, the Generator.
-  void start(std::unique_ptr<Lm> model, std::string precision, const std::string& backend) {
-    check_precision_name(precision);
-    precision_ = std::move(precision);
-    model_ = std::move(model);
-    model_->set_training(false);
-    be_ = std::make_unique<Be>(make_backend<Be>(backend, precision_));
-    open_copies();
-    generator_ = std::make_unique<Generator<Lm, Be>>(*model_, *be_);
-    if (tok_ && tokenizer_().start() >= 0) end_ids_.push_back(tokenizer_().start());
-  }
-
-  // The weights' decoding copies (float32's panels, bf16's, int8's, q4's), for
-  // the model's life; after a training step, made again from the new
-  // weights.
-  void open_copies() {
-    copies_.reset();
-    copies_ = std::make_unique<WeightCopies<Be>>(*be_, *model_);
-  }
-
-  bool has_tokenizer() const { return tok_.has_value(); }
-  Lm& lm() { return *model_; }
-  const std::string& precision() const { return precision_; }
+  const std::string& precision() const { return engine_.precision(); }
   std::mutex& busy() { return busy_; }
+  bool has_tokenizer() const { return engine_.has_tokenizer(); }
+  const ModelTokenizer& tokenizer_() const { return engine_.tokenizer(); }
   std::vector<AttachedFile> tokenizer_files() const {
-    return tok_ ? tok_->tokenizer.attached_files() : std::vector<AttachedFile>{};
-  }
-  const ModelTokenizer& tokenizer_() const {
-    require(tok_.has_value(), no_tokenizer_, " (load the model with tokenizer=PATH)");
-    return tok_->tokenizer;
+    return engine_.has_tokenizer() ? engine_.tokenizer().attached_files() : std::vector<AttachedFile>{};
   }
 
   py::dict config() const {
-    py::dict d = py::module_::import("json").attr("loads")(architecture_json(model_->preset()));
-    d["vocab"] = model_->vocab();
-    d["parameters"] = model_->parameter_count();
-    d["format"] = format_;
-    d["precision"] = precision_;
-    d["tokenizer"] = tok_ ? py::cast(tok_->source.string()) : py::none();
+    py::dict d = py::module_::import("json").attr("loads")(architecture_json(engine_.architecture()));
+    d["vocab"] = engine_.vocab();
+    d["parameters"] = engine_.parameter_count();
+    d["format"] = std::string(engine_.format());
+    d["precision"] = engine_.precision();
+    d["backend"] = engine_.backend_name();
+    d["tokenizer"] = engine_.has_tokenizer() ? py::cast(engine_.tokenizer_source().string()) : py::none();
     return d;
   }
 
   // The ids of `prompt` (text or ids), checked against the model.
   std::vector<std::int32_t> prompt_ids(const py::object& prompt) const {
-    std::vector<std::int32_t> ids;
-    if (py::isinstance<py::str>(prompt))
-      ids = tokenizer_().encode(prompt.cast<std::string>());
-    else
-      ids = prompt.cast<std::vector<std::int32_t>>();
-    if (ids.empty()) {
-      require(tokenizer_().start() >= 0, "the prompt is empty, and the tokenizer has no token a text starts after");
-      ids.push_back(tokenizer_().start());
-    }
-    check_ids(ids, "prompt");
+    if (py::isinstance<py::str>(prompt)) return engine_.prompt(prompt.cast<std::string>());
+    std::vector<std::int32_t> ids = prompt.cast<std::vector<std::int32_t>>();
+    if (ids.empty()) return engine_.prompt("");
+    engine_.check_ids(ids, "prompt");
     return ids;
   }
-  void check_ids(std::span<const std::int32_t> ids, const char* what) const {
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      require(ids[i] >= 0 && ids[i] < model_->vocab(), what, " id ", ids[i], " at ", i, " outside [0, ",
-              model_->vocab(), "), the model's vocabulary");
-  }
+  void check_ids(std::span<const std::int32_t> ids, const char* what) const { engine_.check_ids(ids, what); }
 
-  Request request(const py::object& prompt, int max_tokens, double temperature, int top_k, double top_p,
-                  std::optional<std::uint64_t> seed, std::optional<std::vector<std::string>> stop,
-                  bool ignore_eos) const {
-    Request r;
+  CompletionRequest request(const py::object& prompt, int max_tokens, double temperature, int top_k, double top_p,
+                            std::optional<std::uint64_t> seed, std::optional<std::vector<std::string>> stop,
+                            bool ignore_eos) const {
+    CompletionRequest r;
     r.prompt = prompt_ids(prompt);
-    r.opts.sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
-    r.opts.sampling.validate();
+    r.sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
+    r.sampling.validate();
     require(max_tokens >= 0, "max_tokens ", max_tokens, " is negative");
-    r.opts.max_tokens = max_tokens;
-    r.opts.vocabulary = tok_ && tok_->padding > 0 ? tokenizer_().size() : 0;
+    r.max_tokens = max_tokens;
     r.seed = seed ? *seed : std::random_device{}();
-    if (stop) r.stops = *stop;
-    if (!ignore_eos) r.end_ids = end_ids_;
+    if (stop) r.stop = *stop;
+    r.ignore_eos = ignore_eos;
     return r;
   }
 
-  // Runs r on the calling thread, the GIL released; on_text(text) for each
-  // token's text (returning false ends it). interrupt() is asked after each
-  // token (true ends it).
-  template <class OnText, class Interrupt>
-  Completion run(const Request& r, OnText&& on_text, Interrupt&& interrupt) {
-    std::lock_guard lock(busy_);
-    Completion c;
-    c.finish_reason = "length";
-    std::optional<TokenText> text;
-    if (tok_) text.emplace(tokenizer_(), r.prompt.back(), r.stops), c.text.emplace();
-    Rng rng(r.seed);
-    c.ids = (*generator_)(r.prompt, r.opts, rng, [&](std::int32_t id) {
-      const bool end = std::find(r.end_ids.begin(), r.end_ids.end(), id) != r.end_ids.end();
-      std::string piece = text ? text->feed(id, !end) : std::string();
-      const bool stopped = end || (text && text->stopped());
-      if (stopped) c.finish_reason = "stop";
-      if (text) *c.text += piece;
-      if (!on_text(std::move(piece)) || stopped) return false;
-      if (!interrupt()) return true;
-      c.finish_reason = "cancelled";
-      return false;
-    });
-    if (text) {
-      std::string rest = text->flush();
-      *c.text += rest;
-      if (!rest.empty()) on_text(std::move(rest));
-    }
-    return c;
+  PyCompletion completion(const Completion& c) const {
+    PyCompletion out{c.ids, std::nullopt, finish_reason_name(c.reason)};
+    if (engine_.has_tokenizer()) out.text = c.text;
+    if (c.reason == FinishReason::error) out.finish_reason = "stop";
+    return out;
   }
 
-  Completion generate(const Request& r) {
+  // Runs r on the calling thread, the GIL released; on_text(text) for each
+  // token's text (returning false ends it, cancelled).
+  Completion run(const CompletionRequest& r, const OnText& on_text) {
+    std::lock_guard lock(busy_);
+    return engine_.generate(r, on_text);
+  }
+
+  PyCompletion generate(const CompletionRequest& r) {
     bool interrupted = false;
     Completion c;
     {
       py::gil_scoped_release release;
       end_open_stream();
-      c = run(
-          r, [](std::string) { return true; },
-          [&] {
-            py::gil_scoped_acquire acquire;
-            interrupted = PyErr_CheckSignals() != 0;
-            return interrupted;
-          });
+      c = run(r, [&](std::string_view) {
+        py::gil_scoped_acquire acquire;
+        interrupted = PyErr_CheckSignals() != 0;
+        return !interrupted;
+      });
     }
     if (interrupted) throw py::error_already_set();
-    return c;
+    return completion(c);
   }
 
-  // Many generations decoded together (infer/continuous_batching.hpp, the
-  // server's engine, stepped here): `batch_size` at a time, each with its own
-  // seed (seed + its index), so that each gets the tokens it would get
-  // alone. Every prompt and its max_tokens must fit the model's context.
-  std::vector<Completion> generate_batch(const std::vector<Request>& requests, int batch_size) {
-    require(batch_size >= 1, "generate_batch: batch_size ", batch_size, " must be at least 1");
-    std::vector<Completion> out(requests.size());
-    if (requests.empty()) return out;
+  // Many generations decoded together (Engine::generate_batch), each with
+  // its own seed, so that each gets the tokens it would get alone.
+  std::vector<PyCompletion> generate_batch(const std::vector<CompletionRequest>& requests, int batch_size) {
     bool interrupted = false;
+    std::vector<Completion> done;
     {
       py::gil_scoped_release release;
       end_open_stream();
       std::lock_guard lock(busy_);
-      // The cache holds what the longest asks for (not max_t: a slot of
-      // Llama 3's 131072 positions for a few tokens).
-      const int slots = int(std::min<std::size_t>(requests.size(), std::size_t(batch_size)));
-      long context = 2;
-      for (const Request& r : requests) context = std::max(context, long(r.prompt.size()) + r.opts.max_tokens);
-      ContinuousBatcher<Lm, Be> batcher(
-          *model_, *be_,
-          {.slots = slots, .context = int(std::min<long>(context, model_->max_t())), .queue = int(requests.size())});
-      std::vector<std::optional<TokenText>> text(requests.size());
-      for (std::size_t i = 0; i < requests.size(); ++i) {
-        const Request& r = requests[i];
-        Completion& c = out[i];
-        if (tok_) text[i].emplace(tokenizer_(), r.prompt.back(), r.stops), c.text.emplace();
-        c.finish_reason = "length";
-        if (r.opts.max_tokens == 0) continue;
-        batcher.submit({.prompt = r.prompt,
-                        .sampling = r.opts.sampling,
-                        .max_tokens = r.opts.max_tokens,
-                        .stop_ids = r.end_ids,
-                        .vocabulary = r.opts.vocabulary,
-                        .seed = r.seed,
-                        .on_token =
-                            [&c, &t = text[i], &end = r.end_ids](std::int32_t id) {
-                              c.ids.push_back(id);
-                              if (!t) return true;
-                              *c.text += t->feed(id, std::find(end.begin(), end.end(), id) == end.end());
-                              return !t->stopped();
-                            },
-                        .on_finish =
-                            [&c, &t = text[i]](const BatchResult& b) {
-                              if (t) *c.text += t->flush();
-                              c.finish_reason = b.reason == FinishReason::length      ? "length"
-                                                : b.reason == FinishReason::cancelled ? "cancelled"
-                                                                                      : "stop";
-                            }});
-      }
-      while (batcher.step()) {
+      done = engine_.generate_batch(requests, batch_size, [&] {
         py::gil_scoped_acquire acquire;
-        if (PyErr_CheckSignals() != 0) {
-          interrupted = true;
-          break;
-        }
-      }
+        interrupted = PyErr_CheckSignals() != 0;
+        return interrupted;
+      });
     }
     if (interrupted) throw py::error_already_set();
+    std::vector<PyCompletion> out;
+    for (const Completion& c : done) out.push_back(completion(c));
     return out;
   }
 
@@ -321,33 +192,27 @@ class Model {
     require(ids.ndim() == 1 || ids.ndim() == 2, "logits: ids of ", ids.ndim(), " dimensions (1: T, or 2: B, T)");
     const int B = ids.ndim() == 2 ? int(ids.shape(0)) : 1, T = int(ids.shape(ids.ndim() - 1));
     require(B > 0 && T > 0, "logits: no ids");
-    require(T <= model_->max_t(), "logits: ", T, " positions; the model's context is ", model_->max_t());
     const std::span<const std::int32_t> in(ids.data(), std::size_t(B) * T);
-    check_ids(in, "logits:");
-    const int V = model_->vocab();
-    std::vector<py::ssize_t> shape = {T, V};
+    std::vector<py::ssize_t> shape = {T, engine_.vocab()};
     if (ids.ndim() == 2) shape.insert(shape.begin(), B);
-    py::array_t<float> out(shape);
-    float* dst = out.mutable_data();
+    std::vector<float> values;
     {
       py::gil_scoped_release release;
       end_open_stream();
       std::lock_guard lock(busy_);
-      model_->set_training(false);
-      const auto logits = model_->forward(*be_, in, Shape{B, T});
-      std::copy(logits.begin(), logits.end(), dst);
+      values = engine_.logits(in, B, T);
     }
+    py::array_t<float> out(shape);
+    std::copy(values.begin(), values.end(), out.mutable_data());
     return out;
   }
 
-  // save_pretrained: a Hugging Face directory (GPT-2 or Llama), with the
-  // tokenizer's files when it has one.
+  // A Hugging Face directory (GPT-2 or Llama), with the tokenizer's files.
   void export_hf(const std::filesystem::path& dir, bool overwrite) {
     py::gil_scoped_release release;
     end_open_stream();
     std::lock_guard lock(busy_);
-    const std::vector<AttachedFile> attached = tok_ ? tok_->tokenizer.attached_files() : std::vector<AttachedFile>{};
-    save_pretrained(*model_, dir, overwrite, attached);
+    engine_.export_hf(dir, overwrite);
   }
 
   // A stream still open on the model ends before another call runs.
@@ -361,15 +226,8 @@ class Model {
   }
 
  private:
-  std::optional<FoundTokenizer> tok_;
-  std::string format_, precision_;
-  std::unique_ptr<Lm> model_;
-  std::unique_ptr<Be> be_;
-  std::unique_ptr<WeightCopies<Be>> copies_;
-  std::unique_ptr<Generator<Lm, Be>> generator_;
-  std::vector<std::int32_t> end_ids_;
-  std::string no_tokenizer_;  // why there is no tokenizer
-  std::mutex busy_;           // held by the call running the model
+  Engine engine_;
+  std::mutex busy_;  // held by the call running the model
   std::mutex streams_;
   std::weak_ptr<State> open_stream_;
 };
@@ -382,25 +240,23 @@ class TokenStream {
  public:
   static constexpr std::size_t kReadAhead = 4;
 
-  TokenStream(std::shared_ptr<Model> model, Request r) : model_(std::move(model)), state_(std::make_shared<State>()) {
+  TokenStream(std::shared_ptr<Model> model, CompletionRequest r) : model_(std::move(model)), state_(std::make_shared<State>()) {
     model_->end_open_stream();
     model_->set_open_stream(state_);
     worker_ = std::thread([model = model_, state = state_, r = std::move(r)] {
       try {
-        Completion c = model->run(
-            r,
-            [&state](std::string text) {
-              std::unique_lock lock(state->m);
-              if (text.empty()) return true;
-              state->pieces.push_back(std::move(text));
-              state->changed.notify_all();
-              state->changed.wait(lock, [&] { return state->pieces.size() < kReadAhead || state->cancelled; });
-              return true;
-            },
-            [&state] { return state->cancelled.load(); });
+        const Completion c = model->run(r, [&state](std::string_view text) {
+          std::unique_lock lock(state->m);
+          if (!text.empty()) {
+            state->pieces.emplace_back(text);
+            state->changed.notify_all();
+            state->changed.wait(lock, [&] { return state->pieces.size() < kReadAhead || state->cancelled; });
+          }
+          return !state->cancelled.load();
+        });
         std::lock_guard lock(state->m);
-        state->ids = std::move(c.ids);
-        state->finish_reason = c.finish_reason;
+        state->ids = c.ids;
+        state->finish_reason = finish_reason_name(c.reason);
       } catch (...) {
         std::lock_guard lock(state->m);
         state->error = std::current_exception();
@@ -513,7 +369,7 @@ class PyTrainer {
           },
           [&](const Shard& sh, Lm& lm, Be& be) { return forward(lm, be, first + sh.begin, sh.size()); });
       model_->lm().set_training(false);
-      model_->open_copies();  // the model's decoding panels are of the old weights
+      model_->engine().weights_changed();  // the decoding copies are of the old weights
     }
     grad_norm_ = r.grad_norm;
     return r.loss;
@@ -557,7 +413,7 @@ class PyTrainer {
     std::lock_guard lock(model_->busy());
     trainer_->resume(dir);
     model_->lm().set_training(false);
-    model_->open_copies();
+    model_->engine().weights_changed();
     return trainer_->steps();
   }
 
@@ -624,12 +480,12 @@ PYBIND11_MODULE(xfmr, m) {
   m.doc() = "xfmr: transformer models with hand-derived backward passes (docs/python.md)";
   py::register_exception<Error>(m, "Error", PyExc_ValueError);
 
-  py::class_<Completion>(m, "Completion", "What generate() returns")
-      .def_readonly("ids", &Completion::ids, "the tokens drawn after the prompt")
-      .def_readonly("text", &Completion::text, "their text, cut at a stop string (None without a tokenizer)")
-      .def_readonly("finish_reason", &Completion::finish_reason,
+  py::class_<PyCompletion>(m, "Completion", "What generate() returns")
+      .def_readonly("ids", &PyCompletion::ids, "the tokens drawn after the prompt")
+      .def_readonly("text", &PyCompletion::text, "their text, cut at a stop string (None without a tokenizer)")
+      .def_readonly("finish_reason", &PyCompletion::finish_reason,
                     "'stop' (an end token or a stop string) or 'length' (max_tokens)")
-      .def("__repr__", [](const Completion& c) {
+      .def("__repr__", [](const PyCompletion& c) {
         return "Completion(" + std::to_string(c.ids.size()) + " tokens, finish_reason='" + c.finish_reason + "')";
       });
 
@@ -665,8 +521,8 @@ PYBIND11_MODULE(xfmr, m) {
       .def_property_readonly("config", &Model::config, "its architecture, vocabulary, format and precision")
       .def("__repr__",
            [](Model& self) {
-             const PresetInfo& p = self.lm().preset();
-             return "<xfmr.Model " + p.name + " " + p.shape() + " V" + std::to_string(self.lm().vocab()) + ", " +
+             const PresetInfo& p = self.engine().architecture();
+             return "<xfmr.Model " + p.name + " " + p.shape() + " V" + std::to_string(self.engine().vocab()) + ", " +
                     self.precision() + ">";
            })
       .def_property_readonly(
@@ -693,7 +549,7 @@ PYBIND11_MODULE(xfmr, m) {
              double top_p, std::optional<std::uint64_t> seed, std::optional<std::vector<std::string>> stop,
              bool ignore_eos) {
             (void)self->tokenizer_();  // a stream is text
-            Request r = self->request(prompt, max_tokens, temperature, top_k, top_p, seed, stop, ignore_eos);
+            CompletionRequest r = self->request(prompt, max_tokens, temperature, top_k, top_p, seed, stop, ignore_eos);
             return std::make_unique<TokenStream>(std::move(self), std::move(r));
           },
           py::arg("prompt"), py::kw_only(), py::arg("max_tokens") = 100, py::arg("temperature") = sampling.temperature,
@@ -709,7 +565,7 @@ PYBIND11_MODULE(xfmr, m) {
              double top_p, std::optional<std::uint64_t> seed, std::optional<std::vector<std::string>> stop,
              bool ignore_eos, int batch_size) {
             const std::uint64_t base = seed ? *seed : std::random_device{}();
-            std::vector<Request> requests;
+            std::vector<CompletionRequest> requests;
             for (std::size_t i = 0; i < prompts.size(); ++i)
               requests.push_back(
                   self.request(prompts[i], max_tokens, temperature, top_k, top_p, base + i, stop, ignore_eos));
@@ -767,7 +623,9 @@ PYBIND11_MODULE(xfmr, m) {
                 : architecture_from_json(py::module_::import("json").attr("dumps")(architecture).cast<std::string>(),
                                          "create: architecture");
         py::gil_scoped_release release;
-        return std::make_shared<Model>(arch, vocab, seed, dropout, tokenizer ? tokenizer->string() : "", backend);
+        return std::make_shared<Model>(Engine::create(
+            arch, vocab.value_or(0), seed, published_head(arch, {.dropout = dropout.value_or(arch.dropout)}),
+            {.backend = backend, .tokenizer = tokenizer.value_or(""), .tokenizer_required = false}));
       },
       py::arg("architecture"), py::kw_only(), py::arg("vocab") = py::none(), py::arg("seed") = 0,
       py::arg("dropout") = py::none(), py::arg("tokenizer") = py::none(), py::arg("backend") = "cpu",
@@ -810,7 +668,10 @@ PYBIND11_MODULE(xfmr, m) {
       [](const std::filesystem::path& path, std::optional<std::string> precision, const std::string& backend,
          const std::optional<std::filesystem::path>& tokenizer) {
         py::gil_scoped_release release;
-        return std::make_shared<Model>(path.string(), precision, backend, tokenizer ? tokenizer->string() : "");
+        return std::make_shared<Model>(Engine::load(path, {.backend = backend,
+                                                           .precision = precision.value_or(""),
+                                                           .tokenizer = tokenizer.value_or(""),
+                                                           .tokenizer_required = false}));
       },
       py::arg("path"), py::kw_only(), py::arg("precision") = py::none(), py::arg("backend") = "cpu",
       py::arg("tokenizer") = py::none(),

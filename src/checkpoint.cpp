@@ -293,6 +293,12 @@ std::string quantised_weights(const Metadata& metadata) {
   return it != metadata.end() && (it->second == kInt8Weights || it->second == kQ4Weights) ? it->second : "";
 }
 
+std::string decoding_precision(std::string_view asked, const Metadata& metadata) {
+  if (!asked.empty()) return std::string(asked);
+  const std::string quantised = quantised_weights(metadata);
+  return quantised.empty() ? "fp32" : quantised;
+}
+
 namespace {
 
 std::vector<AttachedFile> tokenizer_files_of(const fs::path& dir) {

@@ -1,3 +1,4 @@
+#include "support/temp_dir.hpp"
 #include "xfmr/io/checkpoint.hpp"
 
 #include <unistd.h>
@@ -24,10 +25,8 @@ namespace fs = std::filesystem;
 using Be = CpuBackend<float>;
 
 namespace {
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("xfmr_ckpt_" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : xfmr::test::TempDir {
+  TempDir() : xfmr::test::TempDir("ckpt") {}
 };
 template <class M>
 std::vector<float> flat(M& m) {

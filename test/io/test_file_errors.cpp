@@ -14,12 +14,15 @@
 #include <functional>
 #include <string>
 
+#include "support/temp_dir.hpp"
 #include "support/errors.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/train/run.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_file_errors)
+
+using xfmr::test::TempDir;
 
 using namespace xfmr;
 namespace fs = std::filesystem;
@@ -42,19 +45,6 @@ struct DirectoryFlags {
     const bool ok = ::ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
     ::close(fd);
     return ok;
-  }
-};
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "xfmr_file_errors.XXXXXX").string();
-    BOOST_REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
   }
 };
 

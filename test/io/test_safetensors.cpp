@@ -1,3 +1,4 @@
+#include "support/temp_dir.hpp"
 #include "xfmr/io/safetensors.hpp"
 
 #include <sys/stat.h>
@@ -15,6 +16,8 @@
 #include "xfmr/text/text.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_safetensors)
+
+using xfmr::test::TempDir;
 
 using namespace xfmr;
 namespace fs = std::filesystem;
@@ -43,11 +46,6 @@ std::string error_of(std::vector<std::byte> bytes) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("xfmr_st_" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 }  // namespace
 

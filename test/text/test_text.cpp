@@ -9,6 +9,7 @@
 #include <iterator>
 #include <thread>
 
+#include "support/temp_dir.hpp"
 #include "support/errors.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/text/bpe.hpp"
@@ -23,14 +24,8 @@ using xfmr::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("xfmr_text_" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path write(const std::string& name, const std::string& content) const {
-    std::ofstream(path / name, std::ios::binary) << content;
-    return path / name;
-  }
+struct TempDir : xfmr::test::TempDir {
+  TempDir() : xfmr::test::TempDir("text") {}
   fs::path write_gz(const std::string& name, const std::string& content) const {
     gzFile f = gzopen((path / name).c_str(), "wb");
     gzwrite(f, content.data(), static_cast<unsigned>(content.size()));

@@ -316,6 +316,9 @@ QuantisedCheckpoint quantise_model(Model& model, const std::filesystem::path& to
 // The precision of a decoding checkpoint's weights ("int8", "q4"), from its
 // metadata, or "" for a float one.
 std::string quantised_weights(const Metadata& metadata);
+// The precision a model decodes in: `asked` when not empty, else its
+// checkpoint's quantised weights' (int8, q4: as they were saved), else fp32.
+std::string decoding_precision(std::string_view asked, const Metadata& metadata);
 // True when `dir` holds a checkpoint (the three files).
 bool is_checkpoint(const std::filesystem::path& dir);
 

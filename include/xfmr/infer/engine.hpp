@@ -1,0 +1,196 @@
+// engine.hpp: Engine, a language model ready to decode: the model, its
+// tokenizer, the backend and precision it runs in, the weights' decoding
+// copies, and what turns tokens into a completion (end ids, stop strings,
+// finish reasons, text in whole UTF-8 characters). xfmr-lm's sample and
+// eval, xfmr-serve, the Python module and xfmr-bench --pretrained all
+// decode through it; none assembles a model, a backend and a Generator
+// itself.
+//
+//   auto engine = xfmr::Engine::load("SmolLM-135M", {.precision = "int8"});
+//   const xfmr::Completion c = engine.generate({.prompt = engine.prompt("Once upon a time"), .max_tokens = 64},
+//                                              [](std::string_view text) { std::cout << text; return true; });
+//   // c.text, c.ids, c.reason (stop: an end token or a stop string; length: max_tokens)
+//
+// load(path, opts): any model load_model reads (io/pretrained.hpp). The
+//   backend is a setting (opts.backend: backend/factory.hpp's names), not a
+//   type; the precision is opts.precision, or when empty a quantised
+//   checkpoint's (int8, q4: its weights as saved), else fp32. The tokenizer
+//   is opts.tokenizer, else the model's own; with opts.tokenizer_required
+//   false a model without one still decodes ids (Python's logits).
+// create(arch, vocab, seed, opts): a new model of an architecture.
+// generate(request, on_text): one sequence, through the KV cache (or, with
+//   use_cache false, the context recomputed a token: the reference path);
+//   on_text sees each token's text as it comes (streaming; returning false
+//   ends it, reason cancelled). The cache serves call after call.
+// generate_batch(requests, batch_size): many at once, batch_size decoded
+//   together (infer/continuous_batching.hpp), each getting what generate
+//   gives it alone.
+// start_batching(opts), then submit / cancel / step / run: the server's
+//   engine, requests coming from any thread and decoded together on the
+//   thread that runs it (continuous_batching.hpp's rules).
+// loss, logits: the model's numbers on token windows and ids.
+// visit(f): f(LanguageModel<Be>&, Be&) with the backend's type, for what
+//   needs the model itself (a trainer, a benchmark's ceilings); after the
+//   weights change, weights_changed() makes the copies again.
+//
+// Compiled once (src/engine.cpp), for every backend this xfmr has. One call
+// that runs the model at a time; submit, cancel and stats from any thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+#include <vector>
+
+#include "xfmr/backend/factory.hpp"
+#include "xfmr/infer/continuous_batching.hpp"
+#include "xfmr/infer/sampling.hpp"
+#include "xfmr/io/pretrained.hpp"
+#include "xfmr/layers/losses.hpp"
+#include "xfmr/models/language_model.hpp"
+
+namespace xfmr {
+
+struct EngineOptions {
+  std::string backend = "cpu";  // cpu, cuda, cuda-tf32, cuda-bf16
+  std::string precision{};      // fp32, bf16, int8, q4; empty: the checkpoint's (int8, q4), else fp32
+  std::filesystem::path tokenizer{};  // a tokenizer file or directory; empty: the model's own
+  bool tokenizer_required = true;     // false: a model without a tokenizer decodes ids only
+  // The names errors give the settings (a program's options: "--backend").
+  std::string backend_option = "backend", precision_option = "precision", tokenizer_option = "tokenizer";
+};
+
+// One generation. The end-of-text id (the tokenizer's start()) ends it
+// unless ignore_eos; stop_ids end it too; neither is shown in the text. A
+// stop string ends it before the string, which is never shown.
+struct CompletionRequest {
+  std::vector<std::int32_t> prompt{};  // ids (Engine::prompt makes them from text)
+  SamplingOptions sampling{};
+  int max_tokens = 100;
+  std::uint64_t seed = 0;
+  std::vector<std::string> stop{};
+  std::vector<std::int32_t> stop_ids{};
+  bool ignore_eos = false;
+  bool use_cache = true;  // generate only: false recomputes the context for every token
+};
+
+struct Completion {
+  std::vector<std::int32_t> ids{};  // the tokens drawn after the prompt
+  std::string text{};               // their text, cut at a stop string (empty without a tokenizer)
+  FinishReason reason = FinishReason::length;
+  int prompt_tokens = 0;
+  std::string error{};  // reason error: what the step threw
+  int completion_tokens() const { return int(ids.size()); }
+};
+
+// A token's text as it comes (it may be empty: an end token, a character
+// whose last bytes have not come); false ends the generation (cancelled).
+using OnText = std::function<bool(std::string_view)>;
+using OnCompletion = std::function<void(const Completion&)>;
+
+namespace detail {
+// What runs on the backend's type (src/engine.cpp's EngineCoreFor<Be>).
+class EngineCore {
+ public:
+  virtual ~EngineCore() = default;
+  virtual const std::type_info& backend_type() const = 0;
+  virtual void* model() = 0;
+  virtual void* backend() = 0;
+};
+}  // namespace detail
+
+class Engine {
+ public:
+  static Engine load(const std::filesystem::path& path, EngineOptions opts = {});
+  // What load checks before it reads the model (the names, the precision
+  // decided and the backend that runs it): the precision, or the Error.
+  static std::string check(const std::filesystem::path& path, const EngineOptions& opts);
+  // A new model of `arch` (vocab: the tokenizer's size when 0), initialised
+  // from seed; opts' precision must be fp32 or bf16 (its weights are float).
+  static Engine create(const PresetInfo& arch, int vocab, std::uint64_t seed, DecoderOptions model,
+                       EngineOptions opts = {});
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+  ~Engine();
+
+  // What it runs.
+  const PresetInfo& architecture() const;
+  int vocab() const;
+  int max_t() const;
+  std::size_t parameter_count() const;
+  const DecoderOptions& model_options() const;
+  std::string_view format() const;  // "gpt2", "llama", "llama2.c", "xfmr" (a checkpoint of xfmr's, or created)
+  const std::string& backend_name() const { return backend_; }
+  const std::string& precision() const { return precision_; }
+  std::string describe() const;  // "cpu (int8 weights)": the backend as a program's line says it
+  const Metadata& metadata() const;  // an xfmr checkpoint's
+
+  // Its tokenizer (an Error saying why there is none).
+  bool has_tokenizer() const { return tokenizer_ != nullptr; }
+  const ModelTokenizer& tokenizer() const;
+  const std::filesystem::path& tokenizer_source() const;
+  // The ids of `text`, or the start token for an empty one (an Error
+  // without one); checked against the model and its context.
+  std::vector<std::int32_t> prompt(std::string_view text) const;
+  // Each id in [0, vocab), or an Error naming `what`, the id and its place.
+  void check_ids(std::span<const std::int32_t> ids, std::string_view what) const;
+  // The ids drawn are below it: the tokenizer's size when the model's
+  // vocabulary is padded past it, else the model's.
+  int drawn_vocabulary() const;
+
+  Completion generate(const CompletionRequest& r, const OnText& on_text = {});
+  // interrupted(), asked after each step, ends them all (cancelled).
+  std::vector<Completion> generate_batch(std::span<const CompletionRequest> requests, int batch_size,
+                                         const std::function<bool()>& interrupted = {});
+
+  // Serving: the batcher, for the engine's life.
+  void start_batching(BatchOptions opts);
+  int batch_context() const;  // positions a slot holds
+  // Queues r (QueueFull past the bound, an Error naming a bad field);
+  // on_text and on_finish run on the thread that steps.
+  std::uint64_t submit(CompletionRequest r, OnText on_text, OnCompletion on_finish);
+  void cancel(std::uint64_t id);
+  void cancel_all();
+  void close();
+  bool idle() const;
+  BatchStats stats() const;
+  bool step();
+  void run(std::stop_token stop);
+
+  // The loss on `tokens` in windows of `context` (infer/window_loss.hpp).
+  LossSum loss(std::span<const std::int32_t> tokens, int context, int batch, long windows);
+  // The logits (B*T, vocab) of ids (B*T), on the host.
+  std::vector<float> logits(std::span<const std::int32_t> ids, int B, int T);
+  // save_pretrained with the tokenizer's files.
+  void export_hf(const std::filesystem::path& dir, bool overwrite);
+  // The backend waits for its work (a benchmark's clock).
+  void synchronize();
+  // The weights changed (a training step, a resume): the copies again.
+  void weights_changed();
+
+  // f(LanguageModel<Be>& model, Be& be), Be the backend's type.
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    return with_backend(backend_, [&]<class Be>() -> decltype(auto) {
+      require(core_->backend_type() == typeid(Be), "Engine::visit: the backend's type");
+      return f(*static_cast<LanguageModel<Be>*>(core_->model()), *static_cast<Be*>(core_->backend()));
+    });
+  }
+
+  struct Impl;  // src/engine.cpp
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  detail::EngineCore* core_ = nullptr;
+  const ModelTokenizer* tokenizer_ = nullptr;
+  std::string backend_, precision_;
+};
+
+}  // namespace xfmr

@@ -1,0 +1,430 @@
+// engine.cpp: Engine (infer/engine.hpp), compiled once for every backend
+// this xfmr has: what runs on the backend's type is EngineCoreFor<Be>;
+// what turns tokens into completions (end ids, stop strings, finish
+// reasons, whole UTF-8 text) is Engine's own, above it.
+#include "xfmr/infer/engine.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "xfmr/backend/factory.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/infer/generate.hpp"
+#include "xfmr/infer/stop_strings.hpp"
+#include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/infer/window_loss.hpp"
+#include "xfmr/io/checkpoint.hpp"
+
+namespace xfmr {
+
+namespace {
+
+// The operations Engine needs of the model on its backend.
+class Core : public detail::EngineCore {
+ public:
+  virtual const PresetInfo& preset() const = 0;
+  virtual int vocab() const = 0;
+  virtual std::size_t parameter_count() const = 0;
+  virtual const DecoderOptions& options() const = 0;
+  virtual std::string describe() const = 0;
+  virtual std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, const GenerateOptions& opts, Rng& rng,
+                                             const std::function<bool(std::int32_t)>& on_token) = 0;
+  // A batcher for the engine's life (serving) or for one call (generate_batch).
+  virtual void start_batching(BatchOptions opts) = 0;
+  virtual bool batching() const = 0;
+  virtual void stop_batching() = 0;
+  virtual int batch_context() const = 0;
+  virtual std::uint64_t submit(BatchRequest r) = 0;
+  virtual void cancel(std::uint64_t id) = 0;
+  virtual void cancel_all() = 0;
+  virtual void close() = 0;
+  virtual bool idle() const = 0;
+  virtual BatchStats stats() const = 0;
+  virtual bool step() = 0;
+  virtual void run(std::stop_token stop) = 0;
+  virtual LossSum loss(std::span<const std::int32_t> tokens, int context, int batch, long windows) = 0;
+  virtual std::vector<float> logits(std::span<const std::int32_t> ids, int B, int T) = 0;
+  virtual void export_hf(const std::filesystem::path& dir, bool overwrite, std::span<const AttachedFile> files) = 0;
+  virtual void synchronize() = 0;
+  virtual void weights_changed() = 0;
+};
+
+template <class Be>
+class CoreFor final : public Core {
+ public:
+  using Lm = LanguageModel<Be>;
+  CoreFor(std::unique_ptr<Lm> model, const std::string& backend, const std::string& precision)
+      : model_(std::move(model)), be_(make_backend<Be>(backend, precision)) {
+    model_->set_training(false);
+    copies_.emplace(be_, *model_);
+    generator_.emplace(*model_, be_);
+  }
+  ~CoreFor() override {
+    batcher_.reset();  // before the copies it reads
+  }
+
+  const std::type_info& backend_type() const override { return typeid(Be); }
+  void* model() override { return model_.get(); }
+  void* backend() override { return &be_; }
+  const PresetInfo& preset() const override { return model_->preset(); }
+  int vocab() const override { return model_->vocab(); }
+  std::size_t parameter_count() const override { return model_->parameter_count(); }
+  const DecoderOptions& options() const override { return model_->options(); }
+  std::string describe() const override { return xfmr::describe(be_); }
+
+  std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, const GenerateOptions& opts, Rng& rng,
+                                     const std::function<bool(std::int32_t)>& on_token) override {
+    return (*generator_)(std::move(prompt), opts, rng, [&](std::int32_t id) { return on_token(id); });
+  }
+
+  void start_batching(BatchOptions opts) override {
+    batcher_.reset();
+    batcher_.emplace(*model_, be_, opts);
+  }
+  bool batching() const override { return batcher_.has_value(); }
+  void stop_batching() override { batcher_.reset(); }
+  int batch_context() const override { return batcher().context(); }
+  std::uint64_t submit(BatchRequest r) override { return batcher().submit(std::move(r)); }
+  void cancel(std::uint64_t id) override { batcher().cancel(id); }
+  void cancel_all() override { batcher().cancel_all(); }
+  void close() override { batcher().close(); }
+  bool idle() const override { return batcher().idle(); }
+  BatchStats stats() const override { return batcher_ ? batcher_->stats() : BatchStats{}; }
+  bool step() override { return batcher().step(); }
+  void run(std::stop_token stop) override { batcher().run(std::move(stop)); }
+
+  LossSum loss(std::span<const std::int32_t> tokens, int context, int batch, long windows) override {
+    return window_loss(*model_, be_, tokens, context, batch, windows);
+  }
+  std::vector<float> logits(std::span<const std::int32_t> ids, int B, int T) override {
+    model_->set_training(false);
+    const auto out = be_.host_view(model_->forward(be_, ids, Shape{B, T}), staging_);
+    return std::vector<float>(out.begin(), out.end());
+  }
+  void export_hf(const std::filesystem::path& dir, bool overwrite, std::span<const AttachedFile> files) override {
+    save_pretrained(*model_, dir, overwrite, files);
+  }
+  void synchronize() override { be_.synchronize(); }
+  void weights_changed() override {
+    batcher_.reset();
+    copies_.reset();
+    model_->set_training(false);
+    copies_.emplace(be_, *model_);
+  }
+
+ private:
+  ContinuousBatcher<Lm, Be>& batcher() const {
+    require(batcher_.has_value(), "the engine is not batching (start_batching first)");
+    return const_cast<ContinuousBatcher<Lm, Be>&>(*batcher_);
+  }
+
+  std::unique_ptr<Lm> model_;
+  Be be_;
+  std::optional<WeightCopies<Be>> copies_;  // the precision's copies, for the engine's life
+  std::optional<Generator<Lm, Be>> generator_;
+  std::optional<ContinuousBatcher<Lm, Be>> batcher_;
+  std::vector<typename Be::Scalar> staging_;
+};
+
+// check_backend, naming a precision the checkpoint chose as the checkpoint's.
+void check_engine_backend(const EngineOptions& o, const std::string& precision) {
+  check_backend(o.backend, precision, o.backend_option,
+                !o.precision.empty() || !is_decoding_precision(precision)
+                    ? o.precision_option
+                    : "precision (the checkpoint's " + precision + " weights)");
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  std::unique_ptr<Core> core;
+  std::optional<FoundTokenizer> tok;
+  std::string no_tokenizer;  // why there is none
+  CheckpointFormat format = CheckpointFormat::xfmr;
+  Metadata metadata;
+  std::vector<std::int32_t> end_ids;  // the end-of-text id, when the tokenizer has one
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  core_ = impl_->core.get();
+  tokenizer_ = impl_->tok ? &impl_->tok->tokenizer : nullptr;
+  if (tokenizer_ && tokenizer_->start() >= 0) impl_->end_ids.push_back(tokenizer_->start());
+}
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+Engine::~Engine() = default;
+
+std::string Engine::check(const std::filesystem::path& path, const EngineOptions& opts) {
+  check_backend_name(opts.backend, opts.backend_option);
+  if (!opts.precision.empty()) check_precision_name(opts.precision, opts.precision_option);
+  const Metadata metadata = is_checkpoint(path) ? read_checkpoint_metadata(path, "xfmr-lm") : Metadata{};
+  const std::string precision = decoding_precision(opts.precision, metadata);
+  check_engine_backend(opts, precision);
+  return precision;
+}
+
+Engine Engine::load(const std::filesystem::path& path, EngineOptions opts) {
+  const std::string precision = check(path, opts);
+  return with_backend(opts.backend, [&]<class Be>() {
+    auto impl = std::make_unique<Impl>();
+    Pretrained<Be> p = load_model<Be>(path);
+    try {
+      impl->tok.emplace(load_model_tokenizer(p, opts.tokenizer));
+    } catch (const Error& e) {
+      if (opts.tokenizer_required || !opts.tokenizer.empty())
+        detail::fail(e.what(), opts.tokenizer.empty() ? " (name one with " + opts.tokenizer_option + ")" : "");
+      impl->no_tokenizer = e.what();
+    }
+    impl->format = p.format;
+    impl->metadata = std::move(p.metadata);
+    impl->core = std::make_unique<CoreFor<Be>>(std::move(p.model), opts.backend, precision);
+    Engine e(std::move(impl));
+    e.backend_ = opts.backend;
+    e.precision_ = precision;
+    return e;
+  });
+}
+
+Engine Engine::create(const PresetInfo& arch, int vocab, std::uint64_t seed, DecoderOptions model,
+                      EngineOptions opts) {
+  const std::string precision = opts.precision.empty() ? "fp32" : opts.precision;
+  check_training_precision(precision, opts.precision_option);
+  check_backend(opts.backend, precision, opts.backend_option, opts.precision_option);
+  auto impl = std::make_unique<Impl>();
+  if (!opts.tokenizer.empty()) {
+    impl->tok.emplace(FoundTokenizer{ModelTokenizer::load(opts.tokenizer), std::filesystem::absolute(opts.tokenizer)});
+    if (vocab == 0) vocab = impl->tok->tokenizer.size();
+    impl->tok->padding = impl->tok->tokenizer.check_fits(vocab, arch.name);
+  } else {
+    require(!opts.tokenizer_required, "a new model needs a tokenizer (or tokenizer_required false)");
+    impl->no_tokenizer = "the model was created without a tokenizer";
+  }
+  require(vocab > 0, "a new model needs a vocabulary: give its size, or a tokenizer whose size it is");
+  return with_backend(opts.backend, [&]<class Be>() {
+    impl->core = std::make_unique<CoreFor<Be>>(make_language_model<Be>(arch, vocab, seed, model), opts.backend,
+                                               precision);
+    Engine e(std::move(impl));
+    e.backend_ = opts.backend;
+    e.precision_ = precision;
+    return e;
+  });
+}
+
+const PresetInfo& Engine::architecture() const { return static_cast<Core*>(core_)->preset(); }
+int Engine::vocab() const { return static_cast<Core*>(core_)->vocab(); }
+int Engine::max_t() const { return architecture().max_t; }
+std::size_t Engine::parameter_count() const { return static_cast<Core*>(core_)->parameter_count(); }
+const DecoderOptions& Engine::model_options() const { return static_cast<Core*>(core_)->options(); }
+std::string_view Engine::format() const { return format_name(impl_->format); }
+std::string Engine::describe() const { return static_cast<Core*>(core_)->describe(); }
+const Metadata& Engine::metadata() const { return impl_->metadata; }
+
+const ModelTokenizer& Engine::tokenizer() const {
+  require(tokenizer_ != nullptr, impl_->no_tokenizer, " (load the model with a tokenizer)");
+  return *tokenizer_;
+}
+const std::filesystem::path& Engine::tokenizer_source() const {
+  (void)tokenizer();
+  return impl_->tok->source;
+}
+int Engine::drawn_vocabulary() const {
+  return impl_->tok && impl_->tok->padding > 0 ? impl_->tok->tokenizer.size() : vocab();
+}
+
+std::vector<std::int32_t> Engine::prompt(std::string_view text) const {
+  std::vector<std::int32_t> ids = tokenizer().encode(text);
+  if (ids.empty()) {
+    require(tokenizer().start() >= 0, "the prompt is empty, and the tokenizer has no token a text starts after");
+    ids.push_back(tokenizer().start());
+  }
+  check_ids(ids, "prompt");
+  return ids;
+}
+
+void Engine::check_ids(std::span<const std::int32_t> ids, std::string_view what) const {
+  const int V = vocab();
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    require(ids[i] >= 0 && ids[i] < V, what, " id ", ids[i], " at ", i, " outside [0, ", V,
+            "), the model's vocabulary");
+}
+
+namespace {
+
+// A completion's text and end as its tokens come: the end ids (not
+// shown), the stop strings, whole UTF-8 characters.
+class CompletionText {
+ public:
+  CompletionText(const ModelTokenizer* tok, const CompletionRequest& r, std::span<const std::int32_t> end_ids)
+      : ends_(r.stop_ids) {
+    if (!r.ignore_eos) ends_.insert(ends_.end(), end_ids.begin(), end_ids.end());
+    if (tok) text_.emplace(*tok, r.prompt.back(), r.stop);
+  }
+  // The text `id` completes; ended() once it ends the completion.
+  std::string feed(std::int32_t id) {
+    const bool end = std::find(ends_.begin(), ends_.end(), id) != ends_.end();
+    std::string piece = text_ ? text_->feed(id, !end) : std::string();
+    ended_ = end || (text_ && text_->stopped());
+    return piece;
+  }
+  bool ended() const { return ended_; }
+  std::string flush() { return text_ ? text_->flush() : std::string(); }
+  const std::vector<std::int32_t>& end_ids() const { return ends_; }
+
+ private:
+  std::vector<std::int32_t> ends_;
+  std::optional<TokenText> text_;
+  bool ended_ = false;
+};
+
+}  // namespace
+
+Completion Engine::generate(const CompletionRequest& r, const OnText& on_text) {
+  require(!r.prompt.empty(), "the prompt is empty (give at least one token)");
+  check_ids(r.prompt, "prompt");
+  r.sampling.validate();
+  require(r.max_tokens >= 0, "max_tokens ", r.max_tokens, " is negative");
+  Completion c;
+  c.prompt_tokens = int(r.prompt.size());
+  CompletionText text(tokenizer_, r, impl_->end_ids);
+  Rng rng(r.seed);
+  const GenerateOptions opts{.sampling = r.sampling,
+                             .max_tokens = r.max_tokens,
+                             .use_cache = r.use_cache,
+                             .vocabulary = drawn_vocabulary() < vocab() ? drawn_vocabulary() : 0};
+  c.ids = static_cast<Core*>(core_)->generate(r.prompt, opts, rng, [&](std::int32_t id) {
+    const std::string piece = text.feed(id);
+    c.text += piece;
+    if (text.ended()) c.reason = FinishReason::stop;
+    if (on_text && !on_text(piece) && !text.ended()) {
+      c.reason = FinishReason::cancelled;
+      return false;
+    }
+    return !text.ended();
+  });
+  const std::string rest = text.flush();
+  c.text += rest;
+  if (!rest.empty() && on_text) on_text(rest);
+  return c;
+}
+
+namespace {
+
+// A request for the batcher, its text and end kept by `state` (which the
+// callbacks share), as a Completion when it finishes.
+struct Pending {
+  Completion completion;
+  std::optional<CompletionText> text;
+  bool cancelled = false;  // on_text said stop
+};
+
+BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std::shared_ptr<Pending>& p,
+                           OnText on_text, OnCompletion on_finish) {
+  p->completion.prompt_tokens = int(r.prompt.size());
+  return BatchRequest{.prompt = r.prompt,
+                      .sampling = r.sampling,
+                      .max_tokens = r.max_tokens,
+                      .stop_ids = p->text->end_ids(),
+                      .vocabulary = vocabulary,
+                      .seed = r.seed,
+                      .on_token =
+                          [p, on_text](std::int32_t id) {
+                            p->completion.ids.push_back(id);
+                            const std::string piece = p->text->feed(id);
+                            p->completion.text += piece;
+                            if (on_text && !on_text(piece) && !p->text->ended()) {
+                              p->cancelled = true;
+                              return false;
+                            }
+                            return !p->text->ended();
+                          },
+                      .on_finish =
+                          [p, on_text, on_finish = std::move(on_finish)](const BatchResult& b) {
+                            Completion& c = p->completion;
+                            const std::string rest = p->text->flush();
+                            c.text += rest;
+                            if (!rest.empty() && on_text) on_text(rest);
+                            c.reason = p->cancelled ? FinishReason::cancelled : b.reason;
+                            c.error = b.error;
+                            if (on_finish) on_finish(c);
+                          }};
+}
+
+}  // namespace
+
+std::vector<Completion> Engine::generate_batch(std::span<const CompletionRequest> requests, int batch_size,
+                                               const std::function<bool()>& interrupted) {
+  require(batch_size >= 1, "generate_batch: batch_size ", batch_size, " must be at least 1");
+  Core& core = *static_cast<Core*>(core_);
+  require(!core.batching(), "generate_batch: the engine is serving (its batcher runs the requests: submit)");
+  std::vector<Completion> out(requests.size());
+  if (requests.empty()) return out;
+  // The cache holds what the longest asks for (not max_t: a slot of Llama
+  // 3's 131072 positions for a few tokens).
+  long context = 2;
+  for (const CompletionRequest& r : requests) context = std::max(context, long(r.prompt.size()) + r.max_tokens);
+  core.start_batching({.slots = int(std::min<std::size_t>(requests.size(), std::size_t(batch_size))),
+                       .context = int(std::min<long>(context, max_t())),
+                       .queue = int(requests.size())});
+  struct StopBatching {
+    Core& core;
+    ~StopBatching() { core.stop_batching(); }
+  } stop_batching{core};
+  const int vocabulary = drawn_vocabulary() < vocab() ? drawn_vocabulary() : 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const CompletionRequest& r = requests[i];
+    check_ids(r.prompt, "prompt");
+    auto p = std::make_shared<Pending>();
+    p->text.emplace(tokenizer_, r, impl_->end_ids);
+    out[i].prompt_tokens = int(r.prompt.size());
+    if (r.max_tokens == 0) continue;
+    core.submit(batch_request(r, vocabulary, p, {}, [&c = out[i]](const Completion& done) { c = done; }));
+  }
+  while (core.step())
+    if (interrupted && interrupted()) {
+      core.cancel_all();
+      while (core.step()) {
+      }
+      break;
+    }
+  return out;
+}
+
+void Engine::start_batching(BatchOptions opts) { static_cast<Core*>(core_)->start_batching(opts); }
+int Engine::batch_context() const { return static_cast<Core*>(core_)->batch_context(); }
+std::uint64_t Engine::submit(CompletionRequest r, OnText on_text, OnCompletion on_finish) {
+  require(!r.prompt.empty(), "the prompt is empty (give at least one token)");
+  auto p = std::make_shared<Pending>();
+  p->text.emplace(tokenizer_, r, impl_->end_ids);
+  const int vocabulary = drawn_vocabulary() < vocab() ? drawn_vocabulary() : 0;
+  return static_cast<Core*>(core_)->submit(batch_request(r, vocabulary, p, std::move(on_text), std::move(on_finish)));
+}
+void Engine::cancel(std::uint64_t id) { static_cast<Core*>(core_)->cancel(id); }
+void Engine::cancel_all() { static_cast<Core*>(core_)->cancel_all(); }
+void Engine::close() { static_cast<Core*>(core_)->close(); }
+bool Engine::idle() const { return static_cast<Core*>(core_)->idle(); }
+BatchStats Engine::stats() const { return static_cast<Core*>(core_)->stats(); }
+bool Engine::step() { return static_cast<Core*>(core_)->step(); }
+void Engine::run(std::stop_token stop) { static_cast<Core*>(core_)->run(std::move(stop)); }
+
+LossSum Engine::loss(std::span<const std::int32_t> tokens, int context, int batch, long windows) {
+  require(context >= 1 && context <= max_t(), "context ", context, " outside [1, ", max_t(), "], the model's");
+  check_ids(tokens, "token");
+  return static_cast<Core*>(core_)->loss(tokens, context, batch, windows);
+}
+std::vector<float> Engine::logits(std::span<const std::int32_t> ids, int B, int T) {
+  require(B > 0 && T > 0 && ids.size() == std::size_t(B) * T, "logits: ", ids.size(), " ids for a batch of ", B,
+          " x ", T);
+  require(T <= max_t(), "logits: ", T, " positions; the model's context is ", max_t());
+  check_ids(ids, "logits:");
+  return static_cast<Core*>(core_)->logits(ids, B, T);
+}
+void Engine::export_hf(const std::filesystem::path& dir, bool overwrite) {
+  const std::vector<AttachedFile> files = tokenizer_ ? tokenizer_->attached_files() : std::vector<AttachedFile>{};
+  static_cast<Core*>(core_)->export_hf(dir, overwrite, files);
+}
+void Engine::synchronize() { static_cast<Core*>(core_)->synchronize(); }
+void Engine::weights_changed() { static_cast<Core*>(core_)->weights_changed(); }
+
+}  // namespace xfmr

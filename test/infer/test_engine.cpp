@@ -1,0 +1,225 @@
+// Engine (infer/engine.hpp): what it decodes is what the parts it owns
+// give (Generator, ContinuousBatcher, TokenText) when wired by hand; the
+// completion logic (end ids, stop strings, cancellation, finish reasons)
+// ends a generation as documented; a quantised checkpoint decodes in its
+// precision unless another is asked; bad settings and ids are Errors
+// naming them.
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "support/errors.hpp"
+#include "support/temp_dir.hpp"
+#include "xfmr/backend/cpu.hpp"
+#include "xfmr/infer/engine.hpp"
+#include "xfmr/infer/generate.hpp"
+#include "xfmr/infer/stop_strings.hpp"
+#include "xfmr/infer/weight_copies.hpp"
+#include "xfmr/io/pretrained.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_engine)
+
+using namespace xfmr;
+using namespace xfmr::test;
+namespace fs = std::filesystem;
+using Be = CpuBackend<float>;
+
+namespace {
+
+const fs::path kModel = fs::path(XFMR_FIXTURE_DIR) / "families" / "smollm2";
+const fs::path kTokenizer = fs::path(XFMR_FIXTURE_DIR) / "lm" / "tokenizer.json";
+
+Engine smollm(std::string precision = "") {
+  return Engine::load(kModel, {.precision = std::move(precision), .tokenizer = kTokenizer});
+}
+
+// What a Generator over the same model gives, wired by hand: the reference.
+std::vector<std::int32_t> by_hand(const std::vector<std::int32_t>& prompt, int tokens, std::uint64_t seed,
+                                  SamplingOptions sampling) {
+  Pretrained<Be> p = load_model<Be>(kModel);
+  Be be;
+  const WeightCopies copies(be, *p.model);
+  Rng rng(seed);
+  return generate(*p.model, be, prompt, {.sampling = sampling, .max_tokens = tokens}, rng);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(generates_what_a_generator_gives_and_its_text) {
+  Engine e = smollm();
+  BOOST_TEST(e.precision() == "fp32");
+  BOOST_TEST(e.format() == "llama");
+  const std::vector<std::int32_t> prompt = e.prompt("Once upon");
+  for (const SamplingOptions s : {SamplingOptions{.temperature = 0}, SamplingOptions{.temperature = 0.9, .top_k = 20}}) {
+    std::string streamed;
+    const Completion c = e.generate({.prompt = prompt, .sampling = s, .max_tokens = 20, .seed = 7, .ignore_eos = true},
+                                    [&](std::string_view t) {
+                                      streamed += t;
+                                      return true;
+                                    });
+    BOOST_TEST(c.ids == by_hand(prompt, 20, 7, s));
+    BOOST_TEST(c.reason == FinishReason::length);
+    BOOST_TEST(c.prompt_tokens == int(prompt.size()));
+    // The text is TokenText's over the same ids, and what on_text saw.
+    TokenText text(e.tokenizer(), prompt.back());
+    std::string expected;
+    for (std::int32_t id : c.ids) expected += text.feed(id);
+    expected += text.flush();
+    BOOST_TEST(c.text == expected);
+    BOOST_TEST(streamed == c.text);
+  }
+  // The reference path (no cache) agrees token for token.
+  const Completion cached = e.generate({.prompt = prompt, .sampling = {.temperature = 0}, .max_tokens = 12, .ignore_eos = true});
+  const Completion plain = e.generate(
+      {.prompt = prompt, .sampling = {.temperature = 0}, .max_tokens = 12, .ignore_eos = true, .use_cache = false});
+  BOOST_TEST(plain.ids == cached.ids);
+}
+
+BOOST_AUTO_TEST_CASE(end_ids_stop_strings_and_cancellation_end_it) {
+  Engine e = smollm();
+  const std::vector<std::int32_t> prompt = e.prompt("The cat");
+  const Completion whole = e.generate({.prompt = prompt, .sampling = {.temperature = 0}, .max_tokens = 16, .ignore_eos = true});
+  BOOST_REQUIRE(whole.ids.size() == 16u);
+  // A stop id: the generation ends at it, which is drawn but not shown.
+  const std::int32_t at = whole.ids[5];
+  const Completion by_id = e.generate(
+      {.prompt = prompt, .sampling = {.temperature = 0}, .max_tokens = 16, .stop_ids = {at}, .ignore_eos = true});
+  const auto first = std::find(whole.ids.begin(), whole.ids.end(), at);
+  BOOST_TEST(by_id.ids == std::vector<std::int32_t>(whole.ids.begin(), first + 1), boost::test_tools::per_element());
+  BOOST_TEST(by_id.reason == FinishReason::stop);
+  // A stop string: the text ends before it.
+  const auto ascii = std::find_if(whole.text.begin() + 1, whole.text.end(), [](char c) { return c > 32 && c < 0x7f; });
+  if (ascii != whole.text.end()) {
+    const std::string stop(1, *ascii);
+    const Completion cut = e.generate(
+        {.prompt = prompt, .sampling = {.temperature = 0}, .max_tokens = 16, .stop = {stop}, .ignore_eos = true});
+    BOOST_TEST(cut.text == whole.text.substr(0, whole.text.find(stop)));
+    BOOST_TEST(cut.reason == FinishReason::stop);
+  }
+  // on_text returning false cancels after that token.
+  int seen = 0;
+  const Completion cancelled = e.generate(
+      {.prompt = prompt, .sampling = {.temperature = 0}, .max_tokens = 16, .ignore_eos = true},
+      [&](std::string_view) { return ++seen < 3; });
+  BOOST_TEST(cancelled.ids.size() == 3u);
+  BOOST_TEST(cancelled.reason == FinishReason::cancelled);
+  // The end-of-text id ends it unless ignore_eos.
+  const std::int32_t eos = e.tokenizer().start();
+  BOOST_REQUIRE(eos >= 0);
+  const Completion ended = e.generate({.prompt = prompt, .sampling = {.temperature = 1.5}, .max_tokens = 400, .seed = 3});
+  const bool drew_eos = std::find(ended.ids.begin(), ended.ids.end(), eos) != ended.ids.end();
+  if (drew_eos) {
+    BOOST_TEST(ended.ids.back() == eos);
+    BOOST_TEST(ended.reason == FinishReason::stop);
+  } else {
+    BOOST_TEST(ended.reason == FinishReason::length);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(batched_and_served_requests_get_what_one_alone_gets) {
+  Engine e = smollm();
+  std::vector<CompletionRequest> requests;
+  for (const char* p : {"Once upon", "a", "The cat sat", "Why"})
+    requests.push_back({.prompt = e.prompt(p),
+                        .sampling = {.temperature = 0.8, .top_p = 0.9},
+                        .max_tokens = 10,
+                        .seed = 11 + requests.size(),
+                        .ignore_eos = true});
+  requests[2].stop = {"e"};
+  const std::vector<Completion> batched = e.generate_batch(requests, 3);
+  BOOST_REQUIRE(batched.size() == requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const Completion alone = e.generate(requests[i]);
+    BOOST_TEST(batched[i].ids == alone.ids);
+    BOOST_TEST(batched[i].text == alone.text);
+    BOOST_TEST(batched[i].reason == alone.reason);
+  }
+  // Served: submitted, then stepped on this thread.
+  e.start_batching({.slots = 2, .context = 32});
+  std::vector<Completion> served(requests.size());
+  std::vector<std::string> streamed(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    e.submit(
+        requests[i],
+        [&, i](std::string_view t) {
+          streamed[i] += t;
+          return true;
+        },
+        [&, i](const Completion& c) { served[i] = c; });
+  while (e.step()) {
+  }
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    BOOST_TEST(served[i].ids == batched[i].ids);
+    BOOST_TEST(served[i].text == batched[i].text);
+    BOOST_TEST(streamed[i] == served[i].text);
+  }
+  BOOST_TEST(e.stats().finished == requests.size());
+  BOOST_TEST(error_of([&] { (void)e.generate_batch(requests, 2); }).find("serving") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_quantised_checkpoint_decodes_in_its_precision) {
+  const TempDir dir("engine");
+  const fs::path int8 = dir.path / "int8";
+  (void)quantise_language_model<Be>(kModel, int8, "int8", kTokenizer);
+  BOOST_TEST(Engine::check(int8, {}) == "int8");
+  Engine e = Engine::load(int8);
+  BOOST_TEST(e.precision() == "int8");
+  BOOST_TEST(e.describe().find("int8") != std::string::npos);
+  // Asked for another, the checkpoint's weights are read in that one.
+  BOOST_TEST(Engine::load(int8, {.precision = "q4"}).precision() == "q4");
+  // The checkpoint's precision on another backend names the checkpoint.
+  BOOST_TEST(error_of([&] { (void)Engine::check(int8, {.backend = "cuda"}); }).find("checkpoint's int8") !=
+             std::string::npos);
+  // int8 greedy text is float32's, near enough to share its first tokens on this model.
+  const Completion c = e.generate({.prompt = e.prompt("a"), .sampling = {.temperature = 0}, .max_tokens = 4});
+  BOOST_TEST(!c.ids.empty());
+}
+
+BOOST_AUTO_TEST_CASE(bad_settings_and_ids_are_errors_naming_them) {
+  BOOST_TEST(error_of([] { (void)Engine::load(kModel, {.backend = "tpu", .backend_option = "--backend"}); })
+                 .find("unknown --backend 'tpu'") != std::string::npos);
+  BOOST_TEST(error_of([] { (void)Engine::load(kModel, {.precision = "fp8"}); }).find("unknown precision 'fp8'") !=
+             std::string::npos);
+  BOOST_TEST(error_of([] { (void)Engine::load(kModel, {.tokenizer_option = "--tokenizer"}); }).find("--tokenizer") !=
+             std::string::npos);
+  Engine none = Engine::load(kModel, {.tokenizer_required = false});
+  BOOST_TEST(!none.has_tokenizer());
+  BOOST_TEST(error_of([&] { (void)none.tokenizer(); }).find("tokenizer") != std::string::npos);
+  const Completion ids = none.generate({.prompt = {1, 2}, .sampling = {.temperature = 0}, .max_tokens = 3});
+  BOOST_TEST(ids.ids.size() == 3u);
+  BOOST_TEST(ids.text.empty());
+  Engine e = smollm();
+  BOOST_TEST(error_of([&] { (void)e.generate({.prompt = {1, 9999}}); }).find("prompt id 9999 at 1 outside") !=
+             std::string::npos);
+  BOOST_TEST(error_of([&] { (void)e.generate({}); }).find("the prompt is empty") != std::string::npos);
+  BOOST_TEST(error_of([&] { (void)e.logits(std::vector<std::int32_t>(65, 1), 1, 65); }).find("context is 64") !=
+             std::string::npos);
+  BOOST_TEST(error_of([&] { e.submit({.prompt = {1}}, {}, {}); }).find("start_batching") != std::string::npos);
+  BOOST_TEST(error_of([] {
+               (void)Engine::create(LanguageModelPresets::info("shakespeare-small"), 0, 1, {}, {.tokenizer_required = false});
+             }).find("vocabulary") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(logits_and_loss_are_the_models) {
+  Engine e = smollm();
+  Pretrained<Be> p = load_model<Be>(kModel);
+  Be be;
+  const std::vector<std::int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6};
+  const auto want = p.model->forward(be, ids, Shape{2, 4});
+  const std::vector<float> got = e.logits(ids, 2, 4);
+  BOOST_REQUIRE(got.size() == want.size());
+  float worst = 0;  // (the engine's products may read its decoding copies: float32 panels, summed in another order)
+  for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  BOOST_TEST(worst < 1e-5f);
+  const LossSum sum = e.loss(ids, 3, 2, 0);
+  BOOST_TEST(sum.counted == 6);
+  BOOST_TEST(std::isfinite(sum.mean()));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
