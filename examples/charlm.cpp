@@ -23,7 +23,7 @@
 #include "xfmr/text/char_corpus.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/train/optimizers.hpp"
-#include "xfmr/train/trainer.hpp"
+#include "xfmr/train/training_run.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -60,13 +60,12 @@ struct RunSettings : LmTrainingSettings {
 // trainer state, checked here so that a malformed one costs no work.
 struct Resumed {
   Metadata metadata;
-  std::string data, data_hash;
+  std::string data;
 
   static Resumed read(const std::string& dir) {
-    Resumed r{read_checkpoint_metadata(dir, kFormat), {}, {}};
+    Resumed r{read_checkpoint_metadata(dir, kFormat), {}};
     (void)read_trainer_state(dir);
     r.data = metadata_value(r.metadata, "data", dir);
-    r.data_hash = metadata_value(r.metadata, "data_hash", dir);
     return r;
   }
 };
@@ -104,8 +103,8 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   // Tokenizer: built from the whole corpus, or the checkpoint's.
   CharTokenizer tok = CharTokenizer::byte_level();
   if (resumed) {
-    require(resumed->data_hash == hex(corpus.hash), "--data ", args.data,
-            " is not the text the checkpoint was trained on (", resumed->data, ")");
+    check_resume(args.resume, {{"data_hash", hex(corpus.hash), "--data " + args.data +
+                                " is not the text the checkpoint was trained on (" + resumed->data + ")"}});
     tok = CharTokenizer::from_json(metadata_value(resumed->metadata, "tokenizer", args.resume));
   } else {
     tok = CharTokenizer::from_corpus(corpus.all_text());
@@ -128,22 +127,21 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   Be be = make_backend<Be>(args.backend, args.precision);
   const auto model_ptr = make_language_model<Be>(run.model, V, run.seed, model_opts);
   Model& model = *model_ptr;
-  AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = run.weight_decay});
-  Trainer<Model, Be> trainer(model, be, opt,
-                             {.grad_accum = run.grad_accum,
-                              .clip = run.clip,
-                              .schedule = LrSchedule::parse(run.schedule, run.lr, args.steps),
-                              .data_seed = seed_for(run.seed, 0xda7a),
-                              .split = {.shards = args.shards, .group = &group, .zero = args.zero}});
-  if (resumed) trainer.resume(args.resume, args.steps);
-  const long start = trainer.steps();
-
   const int rows = run.batch * T;
-  TrainingLoop loop({.total = args.steps,
-                     .stop_after = args.stop_after,
-                     .eval_every = args.eval_every,
-                     .tokens_per_step = long(rows) * run.grad_accum,
-                     .log_csv = args.log_csv});
+  TrainingRun<Model, Be> session(model, be, {.optimizer = adamw_recipe(AdamWRecipe::standard, run.weight_decay),
+                                         .trainer = {.grad_accum = run.grad_accum,
+                                                     .clip = run.clip,
+                                                     .schedule = LrSchedule::parse(run.schedule, run.lr, args.steps),
+                                                     .data_seed = seed_for(run.seed, 0xda7a),
+                                                     .split = {.shards = args.shards, .group = &group, .zero = args.zero}},
+                                         .loop = {.total = args.steps,
+                                                  .stop_after = args.stop_after,
+                                                  .eval_every = args.eval_every,
+                                                  .tokens_per_step = long(rows) * run.grad_accum,
+                                                  .log_csv = args.log_csv}});
+  auto& trainer = session.trainer();
+  if (resumed) session.resume(args.resume);  // its data checked above
+  const long start = trainer.steps();
   std::cout << "xfmr-charlm: " << run.model << " on " << describe(be) << ", " << model.parameter_count()
             << " parameters, vocabulary " << V << ", " << train_batches.size() << " train / " << val_batches.size()
             << (run.mode == "names" ? " val names" : " val tokens") << ", batch " << run.batch << " x " << T
@@ -163,15 +161,15 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
   // mode pads; in text mode every target counts).
   auto evaluate = [&](const CharBatches& b) {
     LossSum sum;
-    for (int i = 0; i < b.eval_count(args.eval_batches) && !loop.interrupted(group); ++i) {
+    for (int i = 0; i < b.eval_count(args.eval_batches) && !session.interrupted(group); ++i) {
       b.eval_batch(i, ids.data(), targets.data());
       sum += trainer.evaluate({my_rows, my_targets()}, forward);
     }
     return sum.mean();
   };
   const Metadata metadata = run_metadata(args, tok, corpus.hash);
-  const TrainingOutcome o = loop.run(
-      start, group,
+  const TrainingOutcome o = session.run(
+      group,
       [&](long) {
         return trainer.step(
             [&](int) {
@@ -185,11 +183,11 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
         return Evaluation{train, val, ": train loss " + fixed(train, 4) + ", val loss " + fixed(val, 4)};
       },
       [&] {
-        if (!args.out.empty()) trainer.save(args.out, metadata);  // every rank (join_ranks); rank 0 writes
+        if (!args.out.empty()) session.save(args.out, metadata);  // every rank (join_ranks); rank 0 writes
       });
 
   std::string sample;
-  if (args.samples > 0 && group.root() && !loop.stopped()) {
+  if (args.samples > 0 && group.root() && !session.stopped()) {
     Rng sample_rng(run.seed);
     const auto nl = tok.find("\n");
     std::cout << "--- sample ---\n";
@@ -221,7 +219,7 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
               {"tokens_per_s", o.tokens_per_s},  {"wall_s", o.wall_s}};
     write_text_atomic(args.metrics_json, m.dump(2) + "\n");
   }
-  loop.finish(trainer.steps(), args.out);
+  session.finish(args.out);
 }
 
 struct SampleArgs {

@@ -21,7 +21,7 @@
 #include "xfmr/text/text.hpp"
 #include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
-#include "xfmr/train/trainer.hpp"
+#include "xfmr/train/training_run.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -101,12 +101,9 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   for (const auto& r : train_rows) classes = std::max(classes, r.label + 1);
   const bool cls = a.pooling == "cls";
   require(cls || a.pooling == "mean", "unknown --pooling '", a.pooling, "' (expected mean or cls)");
-  if (resumed) {
-    require(metadata_value(*resumed, "train_hash", a.resume) == train_hash, "--train ", a.train,
-            " is not the data the checkpoint was trained on");
-    require(metadata_value(*resumed, "dev_hash", a.resume) == dev_hash, "--dev ", a.dev,
-            " is not the data the checkpoint was evaluated on");
-  }
+  if (resumed)
+    check_resume(a.resume, {{"train_hash", train_hash, "--train " + a.train + " is not the data the checkpoint was trained on"},
+                            {"dev_hash", dev_hash, "--dev " + a.dev + " is not the data the checkpoint was evaluated on"}});
   const ClassificationTokens tok =
       resumed ? ClassificationTokens::from_json(metadata_value(*resumed, "tokens", a.resume))
               : ClassificationTokens::build(a.tokens, a.normalize, train_rows, a.min_freq, a.max_vocab, cls, a.train,
@@ -125,25 +122,25 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                                     .recompute = parse_recompute(a.recompute)};
   const auto model_ptr = make_classifier<Be>(p, tok.size(), classes, a.seed, model_opts);
   Model& model = *model_ptr;
-  AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = a.weight_decay});
   const long steps_per_epoch = long((train_data.seqs.size() + a.batch - 1) / a.batch);
   const long total = steps_per_epoch * a.epochs;
   // Batches change shape from step to step, so no graph steps on a GPU.
-  Trainer<Model, Be> trainer(model, be, opt,
-                             {.clip = a.clip,
-                              .label_smoothing = a.label_smoothing,
-                              .schedule = LrSchedule::parse(a.schedule, a.lr, total),
-                              .data_seed = seed_for(a.seed, 0xc1a55),
-                              .split = {.shards = a.shards, .group = &group, .zero = a.zero},
-                              .graph_steps = false});
-  if (resumed) trainer.resume(a.resume, total);
+  TrainingRun<Model, Be> session(model, be, {.optimizer = adamw_recipe(AdamWRecipe::standard, a.weight_decay),
+                                         .trainer = {.clip = a.clip,
+                                                     .label_smoothing = a.label_smoothing,
+                                                     .schedule = LrSchedule::parse(a.schedule, a.lr, total),
+                                                     .data_seed = seed_for(a.seed, 0xc1a55),
+                                                     .split = {.shards = a.shards, .group = &group, .zero = a.zero},
+                                                     .graph_steps = false},
+                                         .loop = {.total = total,
+                                                  .stop_after = a.stop_after,
+                                                  .eval_every = a.eval_every,
+                                                  .tokens_per_step = long(a.batch) * p.max_t / 2,
+                                                  .log_csv = a.log_csv}});
+  auto& trainer = session.trainer();
+  if (resumed) session.resume(a.resume);  // its data checked above
   const long start = trainer.steps();
   Epochs epochs(steps_per_epoch, start, trainer.data_rng(), resumed, a.resume);  // an epoch's order: drawn at its start
-  TrainingLoop loop({.total = total,
-                     .stop_after = a.stop_after,
-                     .eval_every = a.eval_every,
-                     .tokens_per_step = long(a.batch) * p.max_t / 2,
-                     .log_csv = a.log_csv});
   std::cout << "xfmr-classify: " << p.name << " on " << describe(be) << ", " << model.parameter_count()
             << " parameters, " << a.tokens << " vocabulary " << tok.size() << ", " << classes << " classes, "
             << train_data.seqs.size() << " train / " << dev_data.seqs.size() << " dev examples, " << total
@@ -155,7 +152,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   ClassifierScore dev{};
   auto save = [&] {
     if (a.out.empty()) return;
-    trainer.save(a.out, {{"format", kFormat},
+    session.save(a.out, {{"format", kFormat},
                          {"preset", p.name},
                          {"classes", std::to_string(classes)},
                          {"pooling", a.pooling},
@@ -171,8 +168,8 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   std::vector<std::vector<std::int32_t>> seqs;
   std::vector<int> labels;
   long tokens_seen = 0;
-  const TrainingOutcome o = loop.run(
-      start, group,
+  const TrainingOutcome o = session.run(
+      group,
       [&](long step) {
         if (epochs.draw_at(step, trainer.data_rng())) order = epoch_order(train_data.seqs.size(), trainer.data_rng());
         const long k = step % steps_per_epoch;
@@ -196,7 +193,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
       },
       [&](const StepResult& r) {
         dev = evaluate_classifier(model, be, dev_data, tok.pad, tok.cls, p.max_t, 256, group,
-                                  [&] { return loop.interrupted(group); });
+                                  [&] { return session.interrupted(group); });
         return Evaluation{r.loss, dev.loss,
                           " (epoch " + std::to_string((r.step - 1) / steps_per_epoch + 1) + "): batch loss " +
                               fixed(r.loss, 4) + ", dev loss " + fixed(dev.loss, 4) + ", dev accuracy " +
@@ -222,7 +219,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                     {"train_truncated", train_data.cut}, {"dev_truncated", dev_data.cut}, {"truncate", a.truncate}};
     write_text_atomic(a.metrics_json, m.dump(2) + "\n");
   }
-  loop.finish(trainer.steps(), a.out);
+  session.finish(a.out);
 }
 
 template <class Be>

@@ -30,7 +30,7 @@
 #include "xfmr/text/text.hpp"
 #include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
-#include "xfmr/train/trainer.hpp"
+#include "xfmr/train/training_run.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -282,8 +282,9 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
       hex(fnv1a(text) ^ (resumed && !resumed->count("tokenizer_hash") ? fnv1a(metadata_value(*resumed, "tokenizer", a.resume))
                                                                       : l.tok->tokenizer.content_hash()));
   if (resumed)
-    require(metadata_value(*resumed, "data_hash", a.resume) == data_hash, "--data ", a.data,
-            " (with its tokenizer) is not what the checkpoint trained on (", metadata_value(*resumed, "data", a.resume), ")");
+    check_resume(a.resume, {{"data_hash", data_hash, "--data " + a.data +
+                             " (with its tokenizer) is not what the checkpoint trained on (" +
+                             metadata_value(*resumed, "data", a.resume) + ")"}});
   const std::vector<std::int32_t> tokens = corpus_tokens(a.data, l.tok->tokenizer);
   const std::size_t n_train = std::size_t(double(tokens.size()) * (1.0 - run.val_fraction));
   const std::span<const std::int32_t> train_ids(tokens.data(), n_train), val_ids(tokens.data() + n_train, tokens.size() - n_train);
@@ -294,14 +295,20 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   ProcessGroup& group = ProcessGroup::world();
   require(group.size() == 1, "xfmr-lm trains in one process");
   Be be = make_backend<Be>(a.backend, a.precision);
-  AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = run.weight_decay});
-  Trainer<LanguageModel<Be>, Be> trainer(model, be, opt,
-                                         {.grad_accum = run.grad_accum,
-                                          .clip = run.clip,
-                                          .schedule = LrSchedule::parse(run.schedule, run.lr, a.steps),
-                                          .data_seed = seed_for(run.seed, 0xda7a),
-                                          .split = {.shards = a.shards}});
-  if (resumed) trainer.resume(a.resume, a.steps);
+  TrainingRun<LanguageModel<Be>, Be> session(
+      model, be, {.optimizer = adamw_recipe(AdamWRecipe::language_model, run.weight_decay),
+              .trainer = {.grad_accum = run.grad_accum,
+                          .clip = run.clip,
+                          .schedule = LrSchedule::parse(run.schedule, run.lr, a.steps),
+                          .data_seed = seed_for(run.seed, 0xda7a),
+                          .split = {.shards = a.shards}},
+              .loop = {.total = a.steps,
+                       .stop_after = a.stop_after,
+                       .eval_every = a.eval_every,
+                       .tokens_per_step = long(run.batch) * T * run.grad_accum,
+                       .log_csv = a.log_csv}});
+  auto& trainer = session.trainer();
+  if (resumed) session.resume(a.resume);  // its data checked above
   const long start = trainer.steps();
   const Metadata metadata = {{"format", kFormat},
                              {"preset", preset},
@@ -319,18 +326,15 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
             << ", " << model.parameter_count() << " parameters, vocabulary " << V << ", " << train_ids.size()
             << " train / " << val_ids.size() << " val tokens, batch " << run.batch << " x " << T
             << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << std::endl;
-  TrainingLoop loop({.total = a.steps,
-                     .stop_after = a.stop_after,
-                     .eval_every = a.eval_every,
-                     .tokens_per_step = long(run.batch) * T * run.grad_accum,
-                     .log_csv = a.log_csv});
   auto val_loss = [&] {
-    const double loss = window_loss(model, be, val_ids, T, run.batch, a.eval_windows, [&] { return loop.interrupted(group); }).mean();
+    const double loss =
+        window_loss(model, be, val_ids, T, run.batch, a.eval_windows, [&] { return session.interrupted(group); })
+            .mean();
     model.set_training(true);
     return loss;
   };
   double start_val = start == 0 ? val_loss() : -1;
-  if (loop.stopped()) start_val = -1;  // a signal cut the evaluation short: the run stops after one step
+  if (session.stopped()) start_val = -1;  // a signal cut the evaluation short: the run stops after one step
   else if (start == 0) std::cout << "step 0: val loss " << std::fixed << std::setprecision(4) << start_val << std::defaultfloat << std::endl;
 
   std::vector<std::int32_t> ids(std::size_t(run.batch) * T), targets(ids.size());
@@ -338,8 +342,8 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
     return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
                      Shape{s.size(), T});
   };
-  const TrainingOutcome o = loop.run(
-      start, group,
+  const TrainingOutcome o = session.run(
+      group,
       [&](long) {
         return trainer.step(
             [&](int) {
@@ -353,7 +357,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
         return Evaluation{r.loss, val, ": train batch loss " + fixed(r.loss, 4) + ", val loss " + fixed(val, 4)};
       },
       [&] {
-        if (!a.out.empty()) trainer.save(a.out, metadata, tokenizer_files);
+        if (!a.out.empty()) session.save(a.out, metadata, tokenizer_files);
       });
   const double last_val = o.evals.empty() ? start_val : o.last.val;
   write_html_report(a.report, "xfmr-lm: " + preset,
@@ -375,7 +379,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                                            {"tokens_per_s", o.tokens_per_s},
                                            {"wall_s", o.wall_s}}
                                               .dump(2) + "\n");
-  loop.finish(trainer.steps(), a.out);
+  session.finish(a.out);
 }
 
 int run_train(int argc, char** argv) {

@@ -30,7 +30,7 @@
 #include "xfmr/text/translation.hpp"
 #include "xfmr/layers/losses.hpp"
 #include "xfmr/train/optimizers.hpp"
-#include "xfmr/train/trainer.hpp"
+#include "xfmr/train/training_run.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -104,8 +104,8 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   };
   const std::string data_hash = hex(hash(tgt_val, hash(src_val, hash(tgt_lines, hash(src_lines, fnv1a(""))))));
   if (resumed)
-    require(metadata_value(*resumed, "data_hash", a.resume) == data_hash,
-            "the training and validation files are not those the checkpoint was trained on");
+    check_resume(a.resume,
+                 {{"data_hash", data_hash, "the training and validation files are not those the checkpoint was trained on"}});
   auto learn = [&](const std::vector<std::string>& lines) {
     return a.tokens == "bpe" ? TranslationCodec::bpe(lines, a.bpe_vocab, a.lowercase)
                              : TranslationCodec::words(lines, a.min_freq, a.lowercase, std::size_t(max_len));
@@ -148,17 +148,22 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                                   .recompute = parse_recompute(a.recompute)};
   const auto model_ptr = make_translation_model<Be>(p, v.src.size(), v.tgt.size(), a.seed, model_opts);
   Model& model = *model_ptr;
-  AdamW<Be> opt(model, {.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = a.weight_decay});
   const long per_epoch = long((data.size() + a.batch - 1) / a.batch), total = per_epoch * a.epochs;
   // Batches change shape from step to step, so no graph steps on a GPU.
-  Trainer<Model, Be> trainer(model, be, opt,
-                             {.clip = a.clip,
-                              .label_smoothing = a.label_smoothing,
-                              .schedule = LrSchedule::parse(a.schedule, a.lr, total),
-                              .data_seed = seed_for(a.seed, 0x7a5),
-                              .split = {.shards = a.shards, .group = &group, .zero = a.zero},
-                              .graph_steps = false});
-  if (resumed) trainer.resume(a.resume, total);
+  TrainingRun<Model, Be> session(model, be, {.optimizer = adamw_recipe(AdamWRecipe::translator, a.weight_decay),
+                                             .trainer = {.clip = a.clip,
+                                                         .label_smoothing = a.label_smoothing,
+                                                         .schedule = LrSchedule::parse(a.schedule, a.lr, total),
+                                                         .data_seed = seed_for(a.seed, 0x7a5),
+                                                         .split = {.shards = a.shards, .group = &group, .zero = a.zero},
+                                                         .graph_steps = false},
+                                             .loop = {.total = total,
+                                                      .stop_after = a.stop_after,
+                                                      .eval_every = a.eval_every,
+                                                      .tokens_per_step = long(a.batch) * 14,
+                                                      .log_csv = a.log_csv}});
+  auto& trainer = session.trainer();
+  if (resumed) session.resume(a.resume);  // its data checked above
   const long start = trainer.steps();
   Epochs epochs(per_epoch, start, trainer.data_rng(), resumed, a.resume);  // an epoch's batches: drawn at its start
   // The model's logits for a shard of the sentence pairs in b from `mine` on
@@ -172,11 +177,6 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                        Shape{s.size(), b.tgt.T}, b.tgt_pad.data() + first * T);
     };
   };
-  TrainingLoop loop({.total = total,
-                     .stop_after = a.stop_after,
-                     .eval_every = a.eval_every,
-                     .tokens_per_step = long(a.batch) * 14,
-                     .log_csv = a.log_csv});
   std::cout << "xfmr-translate: " << p.name << " on " << describe(be) << ", "
             << model.parameter_count() << " parameters, "
             << (v.shared ? "one joint " : "") << v.src.kind() << " vocabular" << (v.shared ? "y " : "ies ")
@@ -195,7 +195,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   // Mean loss over the validation pairs' counted (non-pad) target tokens.
   auto val_loss = [&]() {
     LossSum sum;
-    for (std::size_t i = 0; i < val.size() && !loop.interrupted(group); i += 128) {
+    for (std::size_t i = 0; i < val.size() && !session.interrupted(group); i += 128) {
       std::vector<int> which(std::min<std::size_t>(128, val.size() - i));
       std::iota(which.begin(), which.end(), int(i));
       const PairBatch b = make_pair_batch(val, which, v);
@@ -213,14 +213,14 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                    {"data_hash", data_hash},
                    {"epoch_rng", std::to_string(epochs.state())}};
     if (bleu) md["val_bleu"] = number(*bleu);
-    trainer.save(a.out, md);  // every rank (join_ranks); rank 0 writes
+    session.save(a.out, md);  // every rank (join_ranks); rank 0 writes
   };
 
   long tokens = 0;
   double vloss = 0;
   std::vector<std::vector<int>> batches;  // this epoch's
-  const TrainingOutcome o = loop.run(
-      start, group,
+  const TrainingOutcome o = session.run(
+      group,
       [&](long step) {
         if (epochs.draw_at(step, trainer.data_rng())) batches = bucket_batches(data, a.batch, trainer.data_rng());
         const PairBatch b = make_pair_batch(data, batches[std::size_t(step % per_epoch)], v);
@@ -248,7 +248,7 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
   };
   if (stop < total) {  // stopped early, to be resumed: no BLEU yet
     report("- (stopped at step " + std::to_string(stop) + " of " + std::to_string(total) + ")");
-    loop.finish(stop, a.out);
+    session.finish(a.out);
     return;
   }
   // BLEU on the validation set (or its first --bleu-sentences) with beam search.

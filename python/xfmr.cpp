@@ -37,9 +37,8 @@
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/text/text.hpp"
-#include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/schedules.hpp"
-#include "xfmr/train/trainer.hpp"
+#include "xfmr/train/training_run.hpp"
 
 namespace py = pybind11;
 using namespace xfmr;
@@ -314,19 +313,23 @@ class TokenStream {
   std::thread worker_;
 };
 
-// xfmr.Trainer: train/trainer.hpp's Trainer with AdamW and a learning-rate
-// schedule over a model of this module. A batch is an integer array
+// xfmr.Trainer: the library's TrainingRun (train/training_run.hpp: AdamW,
+// the language models' recipe by default, and a learning-rate schedule)
+// over a model of this module, stepped by the caller. A batch is an integer array
 // (B, T + 1), each row's first T ids the input and its last T the targets;
 // or inputs (B, T) and targets (B, T), where -100 is not counted (PyTorch's
 // ignore_index).
 class PyTrainer {
  public:
   using Ids = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>;
+  static inline const AdamWOptions kRecipe = adamw_recipe(AdamWRecipe::language_model, 0.1);
   struct Options {
     double lr = 3e-4;
     std::string schedule = "cosine";
     long steps = 1000;
-    double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0, label_smoothing = 0.0;
+    // AdamW: the language models' recipe, as xfmr-lm trains.
+    double weight_decay = 0.1, beta1 = kRecipe.beta1, beta2 = kRecipe.beta2, eps = kRecipe.eps, clip = 1.0,
+           label_smoothing = 0.0;
     int grad_accum = 1, shards = 0;
     std::string precision = "fp32", recompute = "none";
     std::uint64_t data_seed = 0;
@@ -339,16 +342,17 @@ class PyTrainer {
     Lm& lm = model_->lm();
     lm.set_recompute(parse_recompute(o.recompute));
     be_ = std::make_unique<Be>(make_backend<Be>("cpu", o.precision));
-    opt_ = std::make_unique<AdamW<Be>>(
-        lm, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
-    trainer_ =
-        std::make_unique<Trainer<Lm, Be>>(lm, *be_, *opt_,
-                                          TrainerOptions{.grad_accum = o.grad_accum,
-                                                         .clip = o.clip,
-                                                         .label_smoothing = o.label_smoothing,
-                                                         .schedule = LrSchedule::parse(o.schedule, o.lr, o.steps),
-                                                         .data_seed = o.data_seed,
-                                                         .split = {.shards = o.shards}});
+    run_ = std::make_unique<TrainingRun<Lm, Be>>(
+        lm, *be_,
+        TrainingRunOptions{
+            .optimizer = {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay},
+            .trainer = {.grad_accum = o.grad_accum,
+                        .clip = o.clip,
+                        .label_smoothing = o.label_smoothing,
+                        .schedule = LrSchedule::parse(o.schedule, o.lr, o.steps),
+                        .data_seed = o.data_seed,
+                        .split = {.shards = o.shards}}});
+    trainer_ = &run_->trainer();
   }
 
   double step(const Ids& batch, const std::optional<Ids>& targets) {
@@ -405,13 +409,13 @@ class PyTrainer {
     metadata["vocab"] = std::to_string(lm.vocab());
     metadata["tie_weights"] = lm.options().tie_weights ? "1" : "0";
     metadata["head_bias"] = lm.options().head_bias ? "1" : "0";
-    trainer_->save(dir, metadata, model_->tokenizer_files());
+    run_->save(dir, metadata, model_->tokenizer_files());
   }
   // Continues from save's checkpoint, bit for bit.
   long resume(const std::filesystem::path& dir) {
     py::gil_scoped_release release;
     std::lock_guard lock(model_->busy());
-    trainer_->resume(dir);
+    run_->resume(dir);
     model_->lm().set_training(false);
     model_->engine().weights_changed();
     return trainer_->steps();
@@ -461,8 +465,8 @@ class PyTrainer {
 
   std::shared_ptr<Model> model_;
   std::unique_ptr<Be> be_;
-  std::unique_ptr<AdamW<Be>> opt_;
-  std::unique_ptr<Trainer<Lm, Be>> trainer_;
+  std::unique_ptr<TrainingRun<Lm, Be>> run_;
+  decltype(&run_->trainer()) trainer_ = nullptr;
   std::vector<std::int32_t> ids_, targets_;
   int T_ = 0;
   double grad_norm_ = 0.0;

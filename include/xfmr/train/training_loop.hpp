@@ -43,7 +43,7 @@ struct LoopPlan {
   long stop_after = 0;   // stop at this step, evaluated and saved, to resume later (0: at total)
   long eval_every = 1;   // evaluate, then save, every this many steps (and at the stop)
   long tokens_per_step = 0;  // for the progress line's tokens/s
-  std::string log_csv;   // the CSV log (none when empty)
+  std::string log_csv{};  // the CSV log (none when empty)
 };
 
 // What an evaluation found: the losses for the curves and the log (val < 0:
