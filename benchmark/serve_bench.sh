@@ -9,7 +9,7 @@ set -euo pipefail
 build=$1 model=$2 tokenizer=$3 precision=$4
 shift 4
 log=$(mktemp)
-"$build/examples/xfmr-serve" --model "$model" --tokenizer "$tokenizer" --precision "$precision" --port 0 \
+"$build/server/xfmr-serve" --model "$model" --tokenizer "$tokenizer" --precision "$precision" --port 0 \
   --slots 16 --context 512 2> "$log" &
 pid=$!
 trap 'kill $pid 2> /dev/null || true; rm -f "$log"' EXIT

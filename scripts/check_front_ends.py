@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The front ends assemble nothing the library's engine and run own.
 
-The programs (examples/), the server and the Python module (python/) decode
+The programs (examples/), the server (server/) and the Python module (python/) decode
 through xfmr::Engine (infer/engine.hpp) and train through the library's
 run: none of them names WeightCopies, Generator, ContinuousBatcher, AdamW
 or Trainer in its code (comments and strings aside). KNOWN lists the
@@ -15,7 +15,7 @@ import re
 import sys
 
 NAMES = ("WeightCopies", "Generator", "ContinuousBatcher", "AdamW", "Trainer")
-FOLDERS = ("examples", "python")
+FOLDERS = ("examples", "server", "python")
 
 # (file, name): a front end that builds it itself still.
 KNOWN = {

@@ -321,15 +321,15 @@ BOOST_AUTO_TEST_CASE(a_gone_client_is_noticed) {
   std::atomic<int> open_socket = -2, closed_socket = -2;
   std::atomic<bool> noticed = false;
   http.Get("/open", [&](const httplib::Request& req, httplib::Response& res) {
-    const int fd = xfmr_serve::connection_socket(req);
+    const int fd = xfmr::server::connection_socket(req);
     open_socket = fd;
-    res.set_content(xfmr_serve::connection_closed(fd) ? "closed" : "open", "text/plain");
+    res.set_content(xfmr::server::connection_closed(fd) ? "closed" : "open", "text/plain");
   });
   http.Get("/wait", [&](const httplib::Request& req, httplib::Response& res) {
-    const int fd = xfmr_serve::connection_socket(req);
+    const int fd = xfmr::server::connection_socket(req);
     closed_socket = fd;
     for (int i = 0; i < 600 && !noticed; ++i) {
-      noticed = xfmr_serve::connection_closed(fd);
+      noticed = xfmr::server::connection_closed(fd);
       if (!noticed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     res.set_content("late", "text/plain");

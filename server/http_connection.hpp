@@ -17,7 +17,7 @@
 #include <filesystem>
 #include <system_error>
 
-namespace xfmr_serve {
+namespace xfmr::server {
 
 inline int port_of(const sockaddr_storage& a) {
   if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
@@ -51,4 +51,4 @@ inline bool connection_closed(int fd) {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-}  // namespace xfmr_serve
+}  // namespace xfmr::server

@@ -1,0 +1,51 @@
+// xfmr-serve: the server (server.hpp) as a program: its options, and one
+// line on stderr and status 1 for an error.
+//
+//   xfmr-serve --model PATH [--host 127.0.0.1] [--port 8080] [--slots 8] [--context T]
+//              [--precision fp32|bf16|int8|q4] [--backend cpu] [--api-key KEY]
+//              [--chat-template chatml|llama3|plain]
+#include <boost/program_options.hpp>
+#include <string>
+
+#include "common.hpp"
+#include "server.hpp"
+
+namespace po = boost::program_options;
+using namespace xfmr;
+using namespace xfmr::examples;
+
+namespace {
+
+int run(int argc, char** argv) {
+  server::ServerOptions o;
+  std::string tokenizer, backend = "cpu", precision = "fp32";
+  po::options_description opts("xfmr-serve: an OpenAI-compatible server for a language model");
+  opts.add_options()("help", "show this help")(
+      "model", po::value(&o.model), "a Hugging Face directory, a llama2.c .bin, or an xfmr-lm checkpoint (required)")(
+      "tokenizer", po::value(&tokenizer), "as xfmr-lm sample's (default: the model's)")(
+      "host", po::value(&o.host)->default_value(o.host), "address to listen on (0.0.0.0: every interface)")(
+      "port", po::value(&o.port)->default_value(o.port), "port to listen on (0: any free one, printed)")(
+      "slots", po::value(&o.slots)->default_value(o.slots), "sequences decoded together")(
+      "context", po::value(&o.context)->default_value(o.context),
+      "tokens a slot holds, prompt and answer (0: the model's context, at most 2048)")(
+      "queue", po::value(&o.queue)->default_value(o.queue), "requests waiting for a slot before 503")(
+      "precision", po::value(&precision)->default_value(precision), kDecodePrecisionHelp)(
+      "backend", po::value(&backend)->default_value(backend), kBackendHelp)(
+      "api-key", po::value(&o.api_key), "require 'Authorization: Bearer KEY' on /v1 routes")(
+      "chat-template", po::value(&o.chat_template),
+      "chatml, llama3 or plain (default: the model's tokenizer_config.json's, else plain)")(
+      "name", po::value(&o.name), "the model's id in the API (default: the model path's last part)")(
+      "max-body", po::value(&o.max_body)->default_value(o.max_body), "largest request body, bytes (413 past it)")(
+      "drain", po::value(&o.drain)->default_value(o.drain), "seconds running requests get to finish after SIGTERM");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, opts, vm)) return 0;
+  require(!o.model.empty(), "--model PATH is required");
+  o.engine = engine_options(vm, backend, precision, tokenizer);
+  return server::serve(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_command("xfmr-serve", [&] { return run(argc, argv); });
+}

@@ -1,0 +1,69 @@
+// request.hpp: an HTTP request's JSON read and checked: OpenAI's error
+// object for what is wrong, naming the field (a 4xx), and the fields'
+// types and ranges.
+#pragma once
+
+#include <httplib.h>
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "xfmr/text/chat_template.hpp"
+#include "xfmr/io/model_tokenizer.hpp"
+
+namespace xfmr::server {
+
+using json = nlohmann::json;
+
+// JSON text of answers: a byte that is not UTF-8 (in an error message that
+// quotes the input) becomes U+FFFD instead of an exception.
+inline std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A 4xx (or 5xx) with OpenAI's error object.
+struct HttpError {
+  int status = 400;
+  std::string message{}, param{};
+  const char* type = "invalid_request_error";
+};
+[[noreturn]] inline void bad_request(std::string message, std::string param = {}) {
+  throw HttpError{400, std::move(message), std::move(param)};
+}
+void send_error(httplib::Response& res, const HttpError& e);
+
+// The request's field `key` as T when present (a wrong type names the field).
+template <class T>
+std::optional<T> field(const json& body, const char* key) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) bad_request(std::string("'") + key + "' must be a boolean", key);
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) bad_request(std::string("'") + key + "' must be an integer", key);
+    if (it->is_number_unsigned() ? it->get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max())
+                                 : it->get<std::int64_t>() < std::int64_t(std::numeric_limits<T>::min()))
+      bad_request(std::string("'") + key + "' is out of range", key);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number()) bad_request(std::string("'") + key + "' must be a number", key);
+  } else {
+    if (!it->is_string()) bad_request(std::string("'") + key + "' must be a string", key);
+  }
+  return it->get<T>();
+}
+
+// The body, a JSON object.
+json parse_body(const httplib::Request& req);
+// A list of token ids below `vocab`, field `what`.
+std::vector<std::int32_t> token_ids(const json& list, const char* what, int vocab);
+// "prompt": a text, a list of one text, or a list of token ids.
+std::vector<std::int32_t> completion_prompt(const json& body, const ModelTokenizer& tok);
+// "messages", which `chat` must render.
+std::vector<ChatMessage> chat_messages(const json& body, const ChatTemplate& chat);
+// "stop": a string or a list of up to 4.
+std::vector<std::string> stop_strings(const json& body);
+
+}  // namespace xfmr::server

@@ -1,0 +1,60 @@
+// server.hpp: xfmr-serve as a component: a language model behind an
+// OpenAI-compatible HTTP API, many requests decoded together by the
+// library's Engine (infer/engine.hpp), and a chat page.
+//
+//   xfmr::server::ServerOptions o;
+//   o.model = "SmolLM2-135M-Instruct";
+//   o.engine.precision = "int8";
+//   return xfmr::server::serve(o);  // until SIGINT or SIGTERM
+//
+// GET  /                      the chat page (server/chat.html, compiled in)
+// GET  /health                503 {"status": "loading"} until the model is loaded, then 200
+// GET  /v1/models             the one model, named `name` (default: the model path's last part), and
+//                             its context (max_model_len, as vLLM's)
+// POST /v1/completions        OpenAI's shapes, "stream": true as server-sent events ending "data: [DONE]"
+// POST /v1/chat/completions   the same for a conversation, rendered by the chat template (text/chat_template.hpp)
+// POST /tokenize, /detokenize {"content": text} <-> {"tokens": [ids]}
+// GET  /metrics               Prometheus text: requests, tokens, queue, slots
+//
+// Every bad request is a 4xx with {"error": {"message", "type", "param", "code"}}
+// naming the field; past the queue's bound, 503 with Retry-After. SIGINT or
+// SIGTERM: no new requests, those running finish (at most `drain` seconds,
+// then they are cancelled), and serve returns 0; a second signal cancels
+// them at once.
+//
+// The folder is split as llama.cpp's server is: request.cpp (parsing and
+// validation), service.cpp (a request into the engine's CompletionRequest,
+// the model's routes), tasks.cpp (a submitted request answered, whole or
+// streamed), routes.cpp (the HTTP routes, authentication, errors),
+// server.cpp (listening, signals, the engine's steps, draining); main.cpp
+// is the program.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "xfmr/infer/engine.hpp"
+
+namespace xfmr::server {
+
+struct ServerOptions {
+  std::string model;      // any model Engine::load reads
+  EngineOptions engine;   // backend, precision, tokenizer
+  std::string host = "127.0.0.1";
+  int port = 8080;        // 0: any free one (printed)
+  int slots = 8;          // sequences decoded together
+  int context = 0;        // tokens a slot holds (0: the model's, at most 2048)
+  int queue = 64;         // requests waiting for a slot before 503
+  int drain = 10;         // seconds running requests get after SIGTERM
+  std::size_t max_body = 1 << 20;  // largest request body (413 past it)
+  std::string api_key;        // required as a Bearer token on /v1 when not empty
+  std::string chat_template;  // chatml, llama3 or plain (empty: the model's, else plain)
+  std::string name;           // the model's id in the API (empty: the model path's last part)
+};
+
+// Listens, loads the model (while /health says 503), serves until a signal,
+// drains; 0 then. Errors (a port in use, a model that does not load) are
+// xfmr::Error.
+int serve(const ServerOptions& options);
+
+}  // namespace xfmr::server

@@ -1,0 +1,60 @@
+// service.hpp: what the routes call: the model (the library's Engine) and
+// what the server adds to it (its name, the chat template and its stops,
+// the counters), loaded while /health says 503.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "request.hpp"
+#include "server.hpp"
+#include "xfmr/infer/engine.hpp"
+#include "xfmr/text/chat_template.hpp"
+
+namespace xfmr::server {
+
+// The counters /metrics shows beyond the engine's.
+struct Counters {
+  std::atomic<std::uint64_t> http_requests{0}, client_errors{0}, rejected_busy{0};
+};
+
+class Service {
+ public:
+  explicit Service(const ServerOptions& o) : options_(o) {}
+
+  void load();
+  bool ready() const { return ready_; }
+  const std::string& name() const { return name_; }
+  const ModelTokenizer& tokenizer() const { return engine_->tokenizer(); }
+  Engine& engine() { return *engine_; }
+  Counters& counters() { return counters_; }
+
+  // POST /v1/completions (chat false) and /v1/chat/completions.
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  std::string metrics();
+
+ private:
+  // tasks.cpp: submits r to the engine and answers it, whole or streamed.
+  void answer(CompletionRequest r, bool chat, bool stream, bool include_usage, const httplib::Request& req,
+              httplib::Response& res);
+
+  ServerOptions options_;
+  std::atomic<bool> ready_{false};
+  std::optional<Engine> engine_;
+  ChatTemplate chat_;
+  std::vector<std::int32_t> chat_stop_ids_;
+  std::vector<std::string> chat_stop_strings_;
+  std::string name_;
+  Counters counters_;
+};
+
+}  // namespace xfmr::server
