@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include "xfmr/core/error.hpp"
-#include "xfmr/train/run.hpp"
 
 namespace xfmr {
 

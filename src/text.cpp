@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -550,6 +551,19 @@ std::string html_escape(const std::string& s) {
     }
   }
   return out;
+}
+
+void check_vocabulary(std::size_t size, std::size_t specials, int d_model, const std::string& what,
+                      const std::string& options) {
+  require(size > specials, what, " holds only its ", specials, " special tokens: every word would read as <unk> (",
+          options, " keeps too few words)");
+  require(size <= kMaxVocabulary, what, " has ", size, " tokens, over the limit of ", kMaxVocabulary, " (", options,
+          ")");
+  const double bytes = 16.0 * double(size) * d_model;
+  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  require(memory <= 0 || bytes <= memory / 2, what, " has ", size, " tokens, whose embedding of width ", d_model,
+          " would take ", std::lround(bytes / 1e9), " GB to train, more than half this machine's ",
+          std::lround(memory / 1e9), " GB (", options, ")");
 }
 
 }  // namespace xfmr

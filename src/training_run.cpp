@@ -279,19 +279,6 @@ ProcessGroup& join_ranks(RunOptions& r, std::span<const std::string> arguments, 
   return group;
 }
 
-void check_vocabulary(std::size_t size, std::size_t specials, int d_model, const std::string& what,
-                      const std::string& options) {
-  require(size > specials, what, " holds only its ", specials, " special tokens: every word would read as <unk> (",
-          options, " keeps too few words)");
-  require(size <= kMaxVocabulary, what, " has ", size, " tokens, over the limit of ", kMaxVocabulary, " (", options,
-          ")");
-  const double bytes = 16.0 * double(size) * d_model;
-  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
-  require(memory <= 0 || bytes <= memory / 2, what, " has ", size, " tokens, whose embedding of width ", d_model,
-          " would take ", std::lround(bytes / 1e9), " GB to train, more than half this machine's ",
-          std::lround(memory / 1e9), " GB (", options, ")");
-}
-
 void check_batch_memory(const PresetInfo& p, int layers, long batch, long length, long vocab,
                         const std::string& option) {
   const double per_position = 4.0 * (double(layers) * (10.0 * p.d_model + 2.0 * p.d_ff) + 2.0 * double(vocab));

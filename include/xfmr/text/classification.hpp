@@ -39,7 +39,7 @@ struct ClassificationTokens {
   // From the training rows: words seen at least `min_freq` times (at most
   // `max_vocab`, 0: all), of the part of each text a model of context
   // `max_t` reads (`truncate`); or every character. The vocabulary is
-  // checked (train/run.hpp's check_vocabulary) for a model of width
+  // checked (text/text.hpp's check_vocabulary) for a model of width
   // `d_model`; `source` names the file in errors.
   static ClassificationTokens build(const std::string& kind, const std::string& normalize,
                                     const std::vector<LabeledText>& train, int min_freq, int max_vocab, bool cls,

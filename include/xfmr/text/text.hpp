@@ -27,6 +27,16 @@
 
 namespace xfmr {
 
+// The most tokens a vocabulary built from training data may hold (an
+// embedding row each), and the check of one: more than its `specials` (a
+// vocabulary of specials alone reads every word as <unk>), at most
+// kMaxVocabulary, and an embedding that trains (its weights, gradients and
+// AdamW's two moments: 16 bytes a parameter) in half the machine's memory.
+// `what` names the vocabulary and its file, `options` what makes it smaller.
+inline constexpr std::size_t kMaxVocabulary = std::size_t(1) << 20;
+void check_vocabulary(std::size_t size, std::size_t specials, int d_model, const std::string& what,
+                      const std::string& options);
+
 // The most bytes a text file may hold, before and after decompression.
 inline constexpr std::size_t kMaxTextBytes = std::size_t(1) << 30;
 // How long reading a FIFO waits for its writer's first bytes, and writing

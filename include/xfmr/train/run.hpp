@@ -23,6 +23,7 @@
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/core/distributed.hpp"
+#include "xfmr/text/text.hpp"
 
 namespace xfmr {
 
@@ -81,15 +82,7 @@ std::unique_ptr<CheckpointLock> lock_checkpoint_directory(const std::string& out
 ProcessGroup& join_ranks(RunOptions& r, std::span<const std::string> arguments, std::string_view backend,
                          bool gpu_ranks, const std::string& settings, const std::string& data);
 
-// The most tokens a vocabulary built from training data may hold (an
-// embedding row each), and the check of one: more than its `specials` (a
-// vocabulary of specials alone reads every word as <unk>), at most
-// kMaxVocabulary, and an embedding that trains (its weights, gradients and
-// AdamW's two moments: 16 bytes a parameter) in half the machine's memory.
-// `what` names the vocabulary and its file, `options` what makes it smaller.
-inline constexpr std::size_t kMaxVocabulary = std::size_t(1) << 20;
-void check_vocabulary(std::size_t size, std::size_t specials, int d_model, const std::string& what,
-                      const std::string& options);
+// (check_vocabulary, a vocabulary built from training data: text/text.hpp.)
 // The memory a training batch of `batch` sequences of `length` positions
 // takes at least, estimated from the model's shape (`p`, `layers` blocks in
 // all): per position and block what the backward keeps (about ten rows of
