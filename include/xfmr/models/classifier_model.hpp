@@ -4,7 +4,7 @@
 // Decoder's (language_model.hpp): the same members and the same numbers,
 // bit for bit, behind a virtual interface. The families' Classifiers are
 // compiled once in the library (src/classifier_models.cpp, and
-// cuda/classifier_models.cpp for CUDA), so a program that picks its model
+// src/cuda/classifier_models.cpp for CUDA), so a program that picks its model
 // at run time compiles none of its own.
 //
 //   auto model = xfmr::make_classifier<Be>(xfmr::ClassifierPresets::info("sst2"), vocab, classes, seed);

@@ -16,7 +16,7 @@
 // Dynamic configuration (presets.hpp's DynamicParts: the parts as types,
 // every size held at run time), compiled once a family in the library
 // (src/language_models.cpp and one file a family for CpuBackend<float>,
-// cuda/language_models.cpp for CUDA), so a program that picks its model at
+// src/cuda/language_models.cpp for CUDA), so a program that picks its model at
 // run time compiles none itself, and any shape of a family runs without a
 // recompile. A static configuration of one's own goes in the same way:
 // make_decoder_model<MyCfg, Be>(vocab, seed, opts).

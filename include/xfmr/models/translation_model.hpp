@@ -4,7 +4,7 @@
 // architecture), as LanguageModel is a Decoder's (language_model.hpp): the
 // same members and the same numbers, bit for bit, behind a virtual
 // interface. The families' Seq2Seq models are compiled once in the library
-// (src/translation_models.cpp, and cuda/translation_models.cpp for CUDA).
+// (src/translation_models.cpp, and src/cuda/translation_models.cpp for CUDA).
 //
 //   auto model = xfmr::make_translation_model<Be>(xfmr::TranslatorPresets::info("multi30k"), V_src, V_tgt, seed);
 //   const auto hyps = xfmr::translate(*model, be, sources, pad, {.beam = 4, .max_len = 63}, 32);
