@@ -155,9 +155,11 @@ class Model {
     {
       py::gil_scoped_release release;
       end_open_stream();
+      // Once a signal has come it stays come: the text held back is flushed
+      // through here after the generation has stopped.
       c = run(r, [&](std::string_view) {
         py::gil_scoped_acquire acquire;
-        interrupted = PyErr_CheckSignals() != 0;
+        interrupted = interrupted || PyErr_CheckSignals() != 0;
         return !interrupted;
       });
     }
@@ -480,18 +482,22 @@ struct Tokenizer {
 
 }  // namespace
 
-PYBIND11_MODULE(xfmr, m) {
+PYBIND11_MODULE(_xfmr, m) {
   m.doc() = "xfmr: transformer models with hand-derived backward passes (docs/python.md)";
-  py::register_exception<Error>(m, "Error", PyExc_ValueError);
+  py::register_exception<Error>(m, "Error", PyExc_ValueError).attr("__doc__") =
+      "Every error of the library, with its message (a ValueError)";
 
   py::class_<PyCompletion>(m, "Completion", "What generate() returns")
       .def_readonly("ids", &PyCompletion::ids, "the tokens drawn after the prompt")
       .def_readonly("text", &PyCompletion::text, "their text, cut at a stop string (None without a tokenizer)")
       .def_readonly("finish_reason", &PyCompletion::finish_reason,
                     "'stop' (an end token or a stop string) or 'length' (max_tokens)")
-      .def("__repr__", [](const PyCompletion& c) {
-        return "Completion(" + std::to_string(c.ids.size()) + " tokens, finish_reason='" + c.finish_reason + "')";
-      });
+      .def(
+          "__repr__",
+          [](const PyCompletion& c) {
+            return "Completion(" + std::to_string(c.ids.size()) + " tokens, finish_reason='" + c.finish_reason + "')";
+          },
+          "its token count and finish_reason");
 
   py::class_<Tokenizer>(m, "Tokenizer", "The model's tokenizer")
       .def(
@@ -504,7 +510,8 @@ PYBIND11_MODULE(xfmr, m) {
             return utf8_repaired(t.tok().decode(ids));
           },
           py::arg("ids"), "the text of ids (bytes that are not UTF-8 as U+FFFD)")
-      .def("__len__", [](const Tokenizer& t) { return t.tok().size(); })
+      .def(
+          "__len__", [](const Tokenizer& t) { return t.tok().size(); }, "the vocabulary's size")
       .def_property_readonly(
           "start",
           [](const Tokenizer& t) -> std::optional<int> {
@@ -513,8 +520,9 @@ PYBIND11_MODULE(xfmr, m) {
           "the token a text starts after (GPT-2's <|endoftext|>), or None");
 
   py::class_<TokenStream>(m, "TokenStream", "Iterates over a generation's text, token by token")
-      .def("__iter__", [](TokenStream& s) -> TokenStream& { return s; })
-      .def("__next__", &TokenStream::next)
+      .def(
+          "__iter__", [](TokenStream& s) -> TokenStream& { return s; }, "itself")
+      .def("__next__", &TokenStream::next, "the next token's text, as it is drawn")
       .def("close", &TokenStream::close, "ends the generation")
       .def_property_readonly("ids", &TokenStream::ids, "the tokens drawn, once it has ended")
       .def_property_readonly("finish_reason", &TokenStream::finish_reason,
@@ -528,7 +536,8 @@ PYBIND11_MODULE(xfmr, m) {
              const PresetInfo& p = self.engine().architecture();
              return "<xfmr.Model " + p.name + " " + p.shape() + " V" + std::to_string(self.engine().vocab()) + ", " +
                     self.precision() + ">";
-           })
+           },
+           "its architecture, shape, vocabulary and precision")
       .def_property_readonly(
           "tokenizer",
           [](std::shared_ptr<Model> self) -> std::optional<Tokenizer> {

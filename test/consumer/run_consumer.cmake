@@ -14,9 +14,10 @@ if(MODE STREQUAL "package")
   list(APPEND consumer_args "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release)
   # The Python module, where the build has one: imported from where it was
   # installed (docs/python.md's PYTHONPATH), it loads a model.
-  file(GLOB module "${WORK_DIR}/prefix/lib/python3*/dist-packages/xfmr*.so")
+  file(GLOB module "${WORK_DIR}/prefix/lib/python3*/dist-packages/xfmr/_xfmr*.so")
   if(module)
-    get_filename_component(site "${module}" DIRECTORY)
+    get_filename_component(package "${module}" DIRECTORY)  # .../dist-packages/xfmr
+    get_filename_component(site "${package}" DIRECTORY)
     execute_process(COMMAND ${CMAKE_COMMAND} -E env "PYTHONPATH=${site}" /usr/bin/python3 -c
                             "import xfmr; print(xfmr.load('${XFMR_SOURCE_DIR}/test/reference/fixtures/hf_llama').config['format'])"
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out)
