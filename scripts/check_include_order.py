@@ -27,7 +27,7 @@ SOURCE_LEVELS = {
     # The compiled sources' own helpers: the files' writes, JSON's bounds.
     "file_writes.hpp": "core", "json_bounds.hpp": "core",
     # A family's models instantiated for a backend: the models' level.
-    "language_models.cpp": "models", "gpt2_models.cpp": "models", "llama_models.cpp": "models",
+    "language_models.cpp": "models",
     "classifier_models.cpp": "models", "translation_models.cpp": "models",
 }
 

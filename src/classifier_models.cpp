@@ -1,5 +1,5 @@
-// classifier_models.cpp: the classifier families' Classifiers on the CPU,
-// every size Dynamic (models/classifier_model.hpp).
+// classifier_models.cpp: the Classifier on the CPU, every size and every
+// part Dynamic (AnyParts) (models/classifier_model.hpp).
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/models/classifier_model.hpp"
 

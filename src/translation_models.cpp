@@ -1,5 +1,5 @@
-// translation_models.cpp: the translator families' Seq2Seq models on the
-// CPU, every size Dynamic (models/translation_model.hpp).
+// translation_models.cpp: the Seq2Seq model on the CPU, every size and
+// every part Dynamic (AnyParts) (models/translation_model.hpp).
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/models/translation_model.hpp"
 

@@ -30,6 +30,7 @@
 #include "xfmr/core/config.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/layers/activation.hpp"
+#include "xfmr/layers/any_norm.hpp"
 #include "xfmr/layers/positional.hpp"
 #include "xfmr/layers/rms_norm.hpp"
 
@@ -38,7 +39,7 @@ namespace xfmr {
 // A configuration's shape, parts and knobs at run time: a model's
 // architecture (a configuration without a NAME is "custom", without a
 // DROPOUT 0). make_language_model builds a LanguageModel of any
-// architecture whose parts a compiled family has (LanguageModelFamilies).
+// architecture (its parts chosen at run time: AnyParts).
 struct PresetInfo {
   std::string name = "custom";
   int max_t = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, n_layers = 0, d_ff = 0;
@@ -63,8 +64,26 @@ struct PresetInfo {
     return std::string(pre_norm ? "pre-norm " : "post-norm ") + (rms_norm ? "rms-norm " : "layer-norm ") +
            std::string(activation) + " " + std::string(positions);
   }
+  // The parts as ModelParts: what a model of Dynamic parts is built with.
+  ModelParts model_parts() const {
+    ModelParts m;
+    m.pre_norm = pre_norm, m.rms_norm = rms_norm;
+    using Act = ModelParts::Activation;
+    using Pos = ModelParts::Positions;
+    m.activation = activation == "relu"     ? Act::relu
+                   : activation == "gelu"   ? Act::gelu
+                   : activation == "swiglu" ? Act::swiglu
+                   : activation == "geglu"  ? Act::geglu
+                                            : (detail::fail("unknown activation '", activation, "'"), Act::gelu);
+    m.positions = positions == "learned"      ? Pos::learned
+                  : positions == "sinusoidal" ? Pos::sinusoidal
+                  : positions == "rope"       ? Pos::rope
+                                              : (detail::fail("unknown positions '", positions, "'"), Pos::learned);
+    return m;
+  }
   ModelDims dims() const {
     ModelDims d;
+    d.parts = model_parts();
     d.max_t = max_t, d.d_model = d_model, d.n_heads = n_heads, d.n_kv_heads = n_kv_heads, d.n_layers = n_layers;
     d.d_ff = d_ff, d.qk_head_dim = qk_head_dim, d.v_head_dim = v_head_dim, d.norm_eps = norm_eps;
     d.rope_theta = rope_theta, d.rope_scaling = rope_scaling, d.bias = bias, d.qkv_bias = qkv_bias;
@@ -122,6 +141,28 @@ struct DynamicParts {
 template <BlockConfig Cfg>
 using dynamic_of_t = DynamicParts<typename Cfg::Norm, detail::rms_norm<Cfg>(), typename Cfg::Activation,
                                   typename detail::positions_tag<Cfg>::type>;
+
+// AnyParts: every size and every part Dynamic: the norms' place and kind,
+// the activation and the positions are the architecture's (ModelParts,
+// given at construction with the sizes), so one compiled model serves every
+// architecture the layers can build: GPT-2's, Llama's, the 2017
+// Transformer's post-norm blocks, GeGLU with sinusoidal positions. The
+// same bits as the static parts (each part calls the same operations).
+struct AnyParts {
+  static constexpr int MAX_T = Dynamic, D_MODEL = Dynamic, N_HEADS = Dynamic, N_KV_HEADS = Dynamic;
+  static constexpr int N_LAYERS = Dynamic, D_FF = Dynamic;
+  using Norm = DynamicNorm;
+  template <int W, class Be>
+  using NormLayer = AnyNorm<W, Be>;
+  using Activation = DynamicActivation;
+  using Positions = DynamicPositions;
+};
+
+// Whether a configuration's parts are chosen at run time (AnyParts').
+template <class Cfg>
+constexpr bool has_dynamic_parts() {
+  return std::is_same_v<typename Cfg::Norm, DynamicNorm>;
+}
 
 template <class... Presets>
 struct PresetList {
@@ -360,20 +401,27 @@ inline std::string preset_name_of(const PresetInfo& p, std::string otherwise) {
   return otherwise;
 }
 
-// The families make_language_model compiles (models/language_model.hpp):
-// between them, the parts of every LanguageModelPresets preset.
+// The published families' parts as Dynamic configurations (the typed
+// formats' checks and readers name them), and Any: every part Dynamic, the
+// one model make_language_model compiles (models/language_model.hpp).
 namespace families {
 using Gpt = DynamicParts<PreNorm, false, Gelu, Learned>;       // GPT-2, tiny, names
 using GptRelu = DynamicParts<PreNorm, false, Relu, Learned>;   // the Shakespeare models
 using Llama = DynamicParts<PreNorm, true, SwiGlu, Rope>;       // Llama, Qwen2, Mistral, llama2.c
+using Any = AnyParts;                                          // every architecture: the one compiled
 }  // namespace families
 
 using ClassifierPresets = PresetList<presets::ClassifierTiny, presets::Sst2, presets::Imdb>;
 using TranslatorPresets = PresetList<presets::TranslatorTiny, presets::Multi30k>;
 
-// `arch`, whose parts must be Cfg's: what a family's model is built to.
+// `arch`, whose parts must be Cfg's: what a family's model is built to
+// (a configuration of Dynamic parts takes any).
 template <class Cfg>
 const PresetInfo& checked_parts(const PresetInfo& arch) {
+  if constexpr (has_dynamic_parts<Cfg>()) {
+    (void)arch.model_parts();  // (known names)
+    return arch;
+  }
   const PresetInfo own = preset_info<Cfg>();
   require(arch.parts() == own.parts(), "the architecture '", arch.name, "' (", arch.parts(), ") is not this model's (",
           own.parts(), ")");
@@ -390,9 +438,14 @@ auto make_of_family(const PresetInfo& arch, Make&& make) {
   decltype(make.template operator()<std::tuple_element_t<0, Families>>()) model{};
   std::string have;
   auto one = [&]<class F>() {
-    const std::string parts = preset_info<F>().parts();
-    if (!model && parts == arch.parts()) model = make.template operator()<F>();
-    have += (have.empty() ? "" : "; ") + parts;
+    if constexpr (has_dynamic_parts<F>()) {
+      if (!model) model = make.template operator()<F>();
+      have += (have.empty() ? "" : "; ") + std::string("any parts");
+    } else {
+      const std::string parts = preset_info<F>().parts();
+      if (!model && parts == arch.parts()) model = make.template operator()<F>();
+      have += (have.empty() ? "" : "; ") + parts;
+    }
   };
   [&]<class... F>(std::tuple<F...>*) { (one.template operator()<F>(), ...); }(static_cast<Families*>(nullptr));
   require(model != nullptr, "the architecture '", arch.name, "' has parts (", arch.parts(),

@@ -1,5 +1,5 @@
-// classifier_models.cpp: the classifier families' Classifiers on CUDA,
-// float32 and bfloat16 activations, every size Dynamic
+// classifier_models.cpp: the Classifier on CUDA, float32 and bfloat16
+// activations, every size and every part Dynamic (AnyParts)
 // (models/classifier_model.hpp).
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/models/classifier_model.hpp"

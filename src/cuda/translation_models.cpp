@@ -1,5 +1,5 @@
-// translation_models.cpp: the translator families' Seq2Seq models on CUDA,
-// float32 and bfloat16 activations, every size Dynamic
+// translation_models.cpp: the Seq2Seq model on CUDA, float32 and bfloat16
+// activations, every size and every part Dynamic (AnyParts)
 // (models/translation_model.hpp).
 #include "xfmr/backend/cuda.hpp"
 #include "xfmr/models/translation_model.hpp"

@@ -39,9 +39,9 @@ class DecoderBlock {
         self_attn_(d, rng),
         cross_attn_(d, rng),
         ff_(d, rng),
-        r1_(d.d_model, d.norm_eps, dropout, rng.next_u64()),
-        r2_(d.d_model, d.norm_eps, dropout, rng.next_u64()),
-        r3_(d.d_model, d.norm_eps, dropout, rng.next_u64()) {
+        r1_(d, dropout, rng.next_u64()),
+        r2_(d, dropout, rng.next_u64()),
+        r3_(d, dropout, rng.next_u64()) {
     // Seeded from the branches' seeds (see encoder_block.hpp).
     self_attn_.set_dropout(attention_dropout, detail::mix64(~r1_.dropout().seed()));
     cross_attn_.set_dropout(attention_dropout, detail::mix64(~r2_.dropout().seed()));

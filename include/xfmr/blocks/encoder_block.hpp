@@ -43,8 +43,8 @@ class SelfAttentionBlock {
       : width_(d.d_model, "block width"),
         attn_(d, rng),
         ff_(d, rng),
-        r1_(d.d_model, d.norm_eps, dropout, rng.next_u64()),
-        r2_(d.d_model, d.norm_eps, dropout, rng.next_u64()) {
+        r1_(d, dropout, rng.next_u64()),
+        r2_(d, dropout, rng.next_u64()) {
     attn_.set_dropout(attention_dropout, detail::mix64(~r1_.dropout().seed()));
   }
 

@@ -1,7 +1,9 @@
 // residual.hpp: one residual sublayer with its norm and dropout, under a
 // Norm policy:
-//   PreNorm   y = x + dropout(f(LN(x)))   (GPT-2, the seeds' char models)
-//   PostNorm  y = LN(x + dropout(f(x)))   (Vaswani et al. 2017)
+//   PreNorm      y = x + dropout(f(LN(x)))   (GPT-2, the seeds' char models)
+//   PostNorm     y = LN(x + dropout(f(x)))   (Vaswani et al. 2017)
+//   DynamicNorm  either, chosen at run time (ModelParts::pre_norm): a
+//                configuration of Dynamic parts
 // LN is the configuration's norm layer (norm_layer_t): LayerNorm, or
 // RmsNorm for a configuration with
 //   template <int D, class Be> using NormLayer = xfmr::RmsNorm<D, Be>;
@@ -21,6 +23,8 @@
 #include <type_traits>
 
 #include "xfmr/core/tensor.hpp"
+#include "xfmr/core/config.hpp"
+#include "xfmr/layers/any_norm.hpp"
 #include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/layer_norm.hpp"
 #include "xfmr/layers/rms_norm.hpp"
@@ -32,6 +36,9 @@ struct PreNorm {
 };
 struct PostNorm {
   static constexpr const char* name = "post-norm";
+};
+struct DynamicNorm {
+  static constexpr const char* name = "dynamic";
 };
 
 namespace detail {
@@ -53,9 +60,9 @@ using norm_layer_t = typename detail::NormLayerOf<Cfg, D, Backend>::type;
 
 template <class Norm, int D_, class Backend, class NormLayer = LayerNorm<D_, Backend>>
 class Residual {
-  static_assert(std::is_same_v<Norm, PreNorm> || std::is_same_v<Norm, PostNorm>,
-                "Norm must be xfmr::PreNorm or xfmr::PostNorm");
-  static constexpr bool PRE = std::is_same_v<Norm, PreNorm>;
+  static_assert(std::is_same_v<Norm, PreNorm> || std::is_same_v<Norm, PostNorm> || std::is_same_v<Norm, DynamicNorm>,
+                "Norm must be xfmr::PreNorm, xfmr::PostNorm or xfmr::DynamicNorm");
+  static constexpr bool DYNAMIC = std::is_same_v<Norm, DynamicNorm>;
 
  public:
   using A = typename Backend::Activation;
@@ -65,16 +72,29 @@ class Residual {
   Residual(float dropout, std::uint64_t seed)
     requires(D_ != Dynamic)
       : Residual(D_, 1e-5, dropout, seed) {}
-  // width and eps: the norm's.
+  // width and eps: the norm's (a static Norm and norm layer).
   Residual(int width, double eps, float dropout, std::uint64_t seed)
+    requires(!DYNAMIC)
       : D(width, "residual width"), norm_(width, typename Backend::Scalar(eps)), drop_(dropout, seed) {}
+  // d: the width, the norm's epsilon, and for Dynamic parts the norm's place and kind.
+  Residual(const ModelDims& d, float dropout, std::uint64_t seed)
+      : D(d.d_model, "residual width"),
+        norm_(make_norm<NormLayer>(d.d_model, typename Backend::Scalar(d.norm_eps), d.parts.rms_norm)),
+        drop_(dropout, seed),
+        pre_(d.parts.pre_norm) {}
+
+  // y = x + f(LN(x)), else LN(x + f(x)).
+  bool pre_norm() const {
+    if constexpr (DYNAMIC) return pre_;
+    else return std::is_same_v<Norm, PreNorm>;
+  }
 
   template <class F>
   void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y, F&& f) {
     require_rows(y, x.rows, "residual output");
     auto scratch = be.workspace().frame();
     const auto sub = scratch.rows(x.rows, D);  // (rows, D) f's output, dropped in place
-    if constexpr (PRE) {
+    if (pre_norm()) {
       const auto h = (shared_ ? *shared_ : inner_).rows(x.rows, D);  // LN(x)
       x_ = x;
       norm_.forward(be, x, h);
@@ -95,7 +115,7 @@ class Residual {
     require_rows(dx, dy.rows, "residual input gradient");
     auto scratch = be.workspace().frame();
     const auto dsub = scratch.rows(dy.rows, D);  // (rows, D)
-    if constexpr (PRE) {
+    if (pre_norm()) {
       const auto dh = scratch.rows(dy.rows, D);  // d LN(x)
       drop_.backward(be, dy, dsub);
       if (shared_) norm_.forward(be, x_, shared_->rows(dy.rows, D));  // LN(x) again, where f saved it
@@ -129,7 +149,7 @@ class Residual {
   // its own buffer. PostNorm keeps its own (its norm's input is the
   // sublayer's output: not cheap to recompute).
   void share_norm_output(Buffer<A>* shared) {
-    if constexpr (PRE) shared_ = shared;
+    if (pre_norm()) shared_ = shared;
   }
   // f(buffer, the same buffer of others...) for what the last forward saved
   // (block_stack.hpp's block recompute frees or trades it); others are
@@ -148,6 +168,7 @@ class Residual {
   Buffer<A> inner_;              // LN(x) (PreNorm) or x + dropout(f(x)) (PostNorm)
   Buffer<A>* shared_ = nullptr;  // LN(x) under cheap recompute (PreNorm)
   ConstRows<A, D_> x_;           // the input, for that recompute
+  bool pre_ = true;              // DynamicNorm's place
 };
 
 }  // namespace xfmr

@@ -24,7 +24,11 @@
 // run-time sizes, so the two compute the same bits (test_dynamic).
 // ModelDims also carries the run-time knobs of an architecture: the norms'
 // epsilon, rotary positions' theta and scaling, and the projections'
-// biases (a static configuration's defaults: model_dims<Cfg>()).
+// biases (a static configuration's defaults: model_dims<Cfg>()); and its
+// parts (ModelParts), which a configuration whose parts are Dynamic
+// (DynamicNorm, AnyNorm, DynamicActivation, DynamicPositions) builds
+// from, as it builds its Dynamic sizes from the sizes; a configuration
+// with static parts keeps its own, and the ModelParts given are not read.
 #pragma once
 
 #include <concepts>
@@ -82,6 +86,22 @@ struct RopeScaling {
   bool operator==(const RopeScaling&) const = default;
 };
 
+// An architecture's parts at run time: the norms' place (before the
+// sublayer, or after the residual sum) and kind, the feed-forward's
+// activation, and the position scheme.
+struct ModelParts {
+  enum class Activation { relu, gelu, swiglu, geglu };
+  enum class Positions { learned, sinusoidal, rope };
+  bool pre_norm = true;  // PreNorm, else PostNorm
+  bool rms_norm = false;  // RmsNorm, else LayerNorm
+  Activation activation = Activation::gelu;
+  Positions positions = Positions::learned;
+  bool operator==(const ModelParts&) const = default;
+
+  bool gated() const { return activation == Activation::swiglu || activation == Activation::geglu; }
+  bool rope() const { return positions == Positions::rope; }
+};
+
 // A model's sizes and knobs at run time: what a Dynamic configuration is
 // built from, and what a static one is (model_dims<Cfg>()). head dims of 0
 // mean d_model / n_heads; n_kv_heads 0 means n_heads.
@@ -93,6 +113,7 @@ struct ModelDims {
   RopeScaling rope_scaling{};
   bool bias = true;       // the blocks' projections (attention and feed-forward)
   bool qkv_bias = false;  // biases on the query, key and value projections even without `bias` (Qwen2)
+  ModelParts parts{};     // read by a configuration whose parts are Dynamic
   bool operator==(const ModelDims&) const = default;
 
   int kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }

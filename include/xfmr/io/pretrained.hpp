@@ -18,8 +18,8 @@
 //   SwiGLU, rotary positions, no biases but Qwen2's on q/k/v) with the
 //   config's sizes (context included: a GPT-2's position table, a Llama's
 //   max_position_embeddings or seq_len) and knobs (epsilon, rotary theta
-//   and scaling). The model is the family's Dynamic Decoder
-//   (make_language_model): no shape needs a preset compiled in.
+//   and scaling). The model is the Decoder of every part Dynamic
+//   (make_language_model): no shape or part needs a preset compiled in.
 // load_pretrained(path, opts): the model, its format and architecture;
 //   the head's tying and bias are the checkpoint's, opts' dropout,
 //   attention dropout and recompute apply (fine-tuning).

@@ -8,11 +8,14 @@
 //   it (feed_forward.hpp), the layer below does not.
 // GeGlu (GATED): gelu(g) u with Gelu's tanh form, the same way (T5 v1.1's
 //   gated-GELU feed-forward).
+// DynamicActivation: one of the four, chosen at run time
+//   (ModelParts::activation): a configuration of Dynamic parts.
 // Saves: a pointer to x. Backward: dx assigned (dx may alias dy). No parameters.
 #pragma once
 
 #include <cstddef>
 
+#include "xfmr/core/config.hpp"
 #include "xfmr/core/tensor.hpp"
 
 namespace xfmr {
@@ -59,6 +62,11 @@ struct GeGlu {
   }
 };
 
+struct DynamicActivation {
+  static constexpr const char* name = "dynamic";
+  static constexpr bool GATED = false;  // (decided at run time: FeedForward asks the parts)
+};
+
 template <class Kind, int D, class Backend>
 class Activation {
  public:
@@ -81,6 +89,34 @@ class Activation {
 
  private:
   ConstRows<A, D> x_;
+};
+
+// An elementwise activation chosen at run time: Relu or Gelu (set_kind).
+template <int D, class Backend>
+class Activation<DynamicActivation, D, Backend> {
+ public:
+  using A = typename Backend::Activation;
+
+  void set_kind(ModelParts::Activation kind) { gelu_ = kind == ModelParts::Activation::gelu; }
+
+  void forward(Backend& be, ConstRows<A, D> x, Rows<A, D> y) {
+    require_rows(y, x.rows, "activation output");
+    x_ = x;
+    if (gelu_) Gelu::forward(be, x.size(), x.data, y.data);
+    else Relu::forward(be, x.size(), x.data, y.data);
+  }
+  void backward(Backend& be, ConstRows<A, D> dy, Rows<A, D> dx) {
+    require_rows(dy, x_.rows, "activation output gradient");
+    require_rows(dx, x_.rows, "activation input gradient");
+    if (gelu_) Gelu::backward(be, x_.size(), x_.data, dy.data, dx.data);
+    else Relu::backward(be, x_.size(), x_.data, dy.data, dx.data);
+  }
+  template <class F>
+  void visit(F&&) {}
+
+ private:
+  ConstRows<A, D> x_;
+  bool gelu_ = false;
 };
 
 }  // namespace xfmr

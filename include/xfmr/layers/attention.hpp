@@ -31,6 +31,7 @@
 // are scratch from the backend's workspace (core/workspace.hpp).
 #pragma once
 
+#include <optional>
 #include <algorithm>
 #include <exception>
 #include <mutex>
@@ -170,6 +171,7 @@ template <AttentionConfig Cfg, class Backend>
 class SelfAttention {
   using Sz = detail::AttentionSizes<Cfg>;
   static constexpr bool ROPE = rotary_positions<Cfg>();
+  static constexpr bool DYNAMIC_ROPE = dynamic_positions<Cfg>();  // rotary when the parts say so
   struct NoRotation {};
   static constexpr int D_ = Sz::D_, MAX_T_ = Cfg::MAX_T;
   // Static widths where every size they derive from is static.
@@ -210,7 +212,7 @@ class SelfAttention {
     const auto qkv = qkv_out_.rows(x.rows, QKV);  // (B*T, QKV)
     const auto ctx = ctx_.rows(x.rows, CTX);      // (B*T, H*V)
     qkv_.forward(be, x, qkv);
-    if constexpr (ROPE) rope_.forward(be, bt.B, bt.T, 0, H + KV_HEADS, qkv.data, QKV);  // q and k heads, adjacent
+    rope_forward(be, bt.B, bt.T, 0, H + KV_HEADS, qkv.data, QKV);  // q and k heads, adjacent
     const A* q = qkv.data;
     attention_.forward(be, dims_, q, QKV, q + K_COL, QKV, q + V_COL, QKV, ctx.data, CTX, mask);
     proj_.forward(be, ctx, y);
@@ -226,7 +228,7 @@ class SelfAttention {
     A* dq = dqkv.data;
     attention_.backward(be, dims_, dctx.data, CTX, ctx_.data(), CTX, q, QKV, q + K_COL, QKV, q + V_COL, QKV, dq,
                         dq + K_COL, dq + V_COL);
-    if constexpr (ROPE) rope_.backward(be, bt_.B, bt_.T, 0, H + KV_HEADS, dq, QKV);
+    rope_backward(be, bt_.B, bt_.T, 0, H + KV_HEADS, dq, QKV);
     qkv_.backward(be, dqkv, dx);
   }
 
@@ -243,7 +245,7 @@ class SelfAttention {
     const auto qkv = qkv_out_.rows(x.rows, QKV);
     const auto ctx = ctx_.rows(x.rows, CTX);
     qkv_.forward(be, x, qkv);
-    if constexpr (ROPE) rope_.forward(be, B, n, t0, H + KV_HEADS, qkv.data, QKV);
+    rope_forward(be, B, n, t0, H + KV_HEADS, qkv.data, QKV);
     cache.append(be, qkv.data, QKV, K_COL, V_COL, n);
     const AttentionDims dims{B, H, n, t0 + n, QK_HEAD_DIM, V_HEAD_DIM, cache.capacity(), KV_HEADS};
     dims_ = dims;
@@ -287,7 +289,7 @@ class SelfAttention {
               " outside the cache's ", cache.batch(), " slots of ", cache.capacity(), " positions or the step's ",
               x.rows, " rows");
       A* q = qkv.row(r);
-      if constexpr (ROPE) rope_.forward(be, 1, s.rows, s.start, H + KV_HEADS, q, QKV);
+      rope_forward(be, 1, s.rows, s.start, H + KV_HEADS, q, QKV);
       for (int t = 0; t < s.rows; ++t) {
         be.copy(kw, q + std::size_t(t) * QKV + K_COL, cache.k_row(s.slot, s.start + t));
         be.copy(vw, q + std::size_t(t) * QKV + V_COL, cache.v_row(s.slot, s.start + t));
@@ -362,13 +364,31 @@ class SelfAttention {
   }
 
  private:
-  using Rotation = std::conditional_t<ROPE, RotaryPositions<MAX_T_, Sz::QK_, Backend>, NoRotation>;
+  using Rotary = RotaryPositions<MAX_T_, Sz::QK_, Backend>;
+  using Rotation = std::conditional_t<ROPE, Rotary, std::conditional_t<DYNAMIC_ROPE, std::optional<Rotary>, NoRotation>>;
+  // The rotary turns of the queries' and keys' heads, where the configuration (or its parts) has them.
+  template <class... Args>
+  void rope_forward(Args&&... args) {
+    if constexpr (ROPE) rope_.forward(std::forward<Args>(args)...);
+    else if constexpr (DYNAMIC_ROPE)
+      if (rope_) rope_->forward(std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  void rope_backward(Args&&... args) {
+    if constexpr (ROPE) rope_.backward(std::forward<Args>(args)...);
+    else if constexpr (DYNAMIC_ROPE)
+      if (rope_) rope_->backward(std::forward<Args>(args)...);
+  }
   // A ragged step's segment's attention, alone in its batch.
   AttentionDims segment_dims(const StepSegment& s, const KvCache<Backend>& cache) const {
     return {1, H, s.rows, s.start + s.rows, QK_HEAD_DIM, V_HEAD_DIM, cache.capacity(), KV_HEADS};
   }
   static Rotation make_rope(const ModelDims& d) {
     if constexpr (ROPE) return Rotation(d.max_t, d.qk_head(), d.rope_theta, d.rope_scaling);
+    else if constexpr (DYNAMIC_ROPE) {
+      if (!d.parts.rope()) return std::nullopt;
+      return Rotation(std::in_place, d.max_t, d.qk_head(), d.rope_theta, d.rope_scaling);
+    }
     else return {};
   }
 

@@ -1,7 +1,8 @@
 // feed_forward.hpp: position-wise feed-forward, y = fc2(act(fc1(x))), hidden
-// width Cfg::D_FF, activation Cfg::Activation (Relu, Gelu or SwiGlu). With a
-// gated activation (SwiGlu) fc1 has 2 D_FF outputs, [gate | up] per row, and
-// the activation halves them: y = fc2(silu(gate) * up).
+// width Cfg::D_FF, activation Cfg::Activation (Relu, Gelu, SwiGlu, GeGlu, or
+// DynamicActivation: the one ModelParts names, chosen at run time). With a
+// gated activation (SwiGlu, GeGlu) fc1 has 2 D_FF outputs, [gate | up] per
+// row, and the activation halves them: y = fc2(silu(gate) * up).
 //
 // Saves: what fc1, the activation and fc2 save (x by pointer, the hidden
 // pre- and post-activation in owned buffers); the backward's hidden
@@ -25,15 +26,24 @@ namespace xfmr {
 template <BlockConfig Cfg, class Backend>
 class FeedForward {
   using Act = typename Cfg::Activation;
+  static constexpr bool DYNAMIC = std::is_same_v<Act, DynamicActivation>;
+  using Kind = ModelParts::Activation;
 
   static constexpr int D_ = Cfg::D_MODEL, FF_ = Cfg::D_FF;
-  static constexpr int HIDDEN_ = static_or_dynamic(Act::GATED ? 2 * FF_ : FF_, {FF_});
+  static constexpr int HIDDEN_ = DYNAMIC ? Dynamic : static_or_dynamic(Act::GATED ? 2 * FF_ : FF_, {FF_});
+  static_assert(!DYNAMIC || FF_ == Dynamic, "a Dynamic activation needs a Dynamic D_FF (its hidden width is decided with it)");
+  // An activation that is not gated can run: fc1's outputs are the hidden width.
+  static constexpr bool CAN_UNGATED = DYNAMIC || !Act::GATED;
+
+  // The activation a static Act is.
+  static constexpr Kind static_kind() {
+    if constexpr (std::is_same_v<Act, Relu>) return Kind::relu;
+    else if constexpr (std::is_same_v<Act, SwiGlu>) return Kind::swiglu;
+    else if constexpr (std::is_same_v<Act, GeGlu>) return Kind::geglu;
+    else return Kind::gelu;
+  }
 
  public:
-  static constexpr bool GATED = Act::GATED;
-  // GELU goes through fc1's and fc2's fused products (Linear::forward_gelu,
-  // backward_gelu); the other activations through their own operations.
-  static constexpr bool FUSED_GELU = std::is_same_v<Act, Gelu>;
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   template <class T>
@@ -44,24 +54,41 @@ class FeedForward {
       : FeedForward(model_dims<Cfg>(), rng) {}
   // d: the widths (those Cfg fixes must agree) and whether the projections have biases.
   FeedForward(const ModelDims& d, Rng& rng)
-      : FF(d.d_ff, "feed-forward width"), HIDDEN(GATED ? 2 * d.d_ff : d.d_ff),
-        fc1_(d.d_model, HIDDEN, rng, d.bias), fc2_(FF, d.d_model, rng, d.bias) {
+      : kind_(DYNAMIC ? d.parts.activation : static_kind()),
+        FF(d.d_ff, "feed-forward width"),
+        HIDDEN(gated() ? 2 * d.d_ff : d.d_ff),
+        fc1_(d.d_model, HIDDEN, rng, d.bias),
+        fc2_(FF, d.d_model, rng, d.bias) {
     check_model_dims<Cfg>(d);
+    if constexpr (DYNAMIC) act_.set_kind(kind_);
   }
 
   int d_ff() const { return FF; }
+  // A gated activation (SwiGlu, GeGlu): fc1 has 2 D_FF outputs.
+  Kind kind() const {
+    if constexpr (DYNAMIC) return kind_;
+    else return static_kind();
+  }
+  bool gated() const { return kind() == Kind::swiglu || kind() == Kind::geglu; }
+  // GELU goes through fc1's and fc2's fused products (Linear::forward_gelu,
+  // backward_gelu); the other activations through their own operations.
+  bool fused_gelu() const { return kind() == Kind::gelu; }
 
+  // The paths below run for the activation there is: at run time for
+  // Dynamic parts, and for a static one only its own path is compiled (a
+  // gated activation's widths differ from the others').
   void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y) {
     const auto h = hidden_.rows(x.rows, HIDDEN);                       // (rows, HIDDEN) pre-activation
     const auto a = (shared_ ? *shared_ : activated_).rows(x.rows, FF);  // (rows, D_FF)
-    if constexpr (FUSED_GELU) {
-      fc1_.forward_gelu(be, x, h, a);
+    if (fused_gelu()) {
+      if constexpr (CAN_UNGATED) fc1_.forward_gelu(be, x, h, a);
     } else {
       fc1_.forward(be, x, h);
-      if constexpr (GATED)
-        Act::forward(be, x.rows, FF, h.data, a.data);
-      else
-        act_.forward(be, h, a);
+      if (gated()) {
+        gated_forward(be, x.rows, h.data, a.data);
+      } else {
+        if constexpr (CAN_UNGATED) act_.forward(be, h, a);
+      }
     }
     fc2_.forward(be, a, y);
   }
@@ -71,22 +98,26 @@ class FeedForward {
     const auto da = scratch.rows(dy.rows, FF);  // (rows, D_FF), reused for dh when not gated
     if (shared_) {  // the activation again, where fc2 saved it
       const auto a = shared_->rows(dy.rows, FF);
-      if constexpr (GATED)
-        Act::forward(be, dy.rows, FF, hidden_.data(), a.data);
-      else
-        act_.forward(be, ConstRows<A, HIDDEN_>(hidden_.data(), dy.rows, HIDDEN), a);
+      if (gated()) {
+        gated_forward(be, dy.rows, hidden_.data(), a.data);
+      } else {
+        if constexpr (CAN_UNGATED) act_.forward(be, ConstRows<A, HIDDEN_>(hidden_.data(), dy.rows, HIDDEN), a);
+      }
     }
-    if constexpr (FUSED_GELU) {
-      fc2_.backward_gelu(be, dy, ConstRows<A, FF_>(hidden_.data(), dy.rows, FF), da);  // da holds dh
-      fc1_.backward(be, da, dx);
+    if (fused_gelu()) {
+      if constexpr (CAN_UNGATED) {
+        fc2_.backward_gelu(be, dy, ConstRows<A, FF_>(hidden_.data(), dy.rows, FF), da);  // da holds dh
+        fc1_.backward(be, da, dx);
+      }
       return;
     }
     fc2_.backward(be, dy, da);
-    if constexpr (GATED) {
+    if (gated()) {
       const auto dh = scratch.rows(dy.rows, HIDDEN);  // (rows, 2 D_FF)
-      Act::backward(be, dy.rows, FF, hidden_.data(), da.data, dh.data);
+      if (kind() == Kind::swiglu) SwiGlu::backward(be, dy.rows, int(FF), hidden_.data(), da.data, dh.data);
+      else GeGlu::backward(be, dy.rows, int(FF), hidden_.data(), da.data, dh.data);
       fc1_.backward(be, dh, dx);
-    } else {
+    } else if constexpr (CAN_UNGATED) {
       act_.backward(be, da, da);
       fc1_.backward(be, da, dx);
     }
@@ -112,10 +143,18 @@ class FeedForward {
   }
 
  private:
+  void gated_forward(Backend& be, int rows, const A* h, A* y) {
+    if (kind() == Kind::swiglu) SwiGlu::forward(be, rows, int(FF), h, y);
+    else GeGlu::forward(be, rows, int(FF), h, y);
+  }
+
+  Kind kind_;
   [[no_unique_address]] Dim<FF_> FF;
   [[no_unique_address]] Dim<HIDDEN_> HIDDEN;  // fc1's outputs
   Linear<D_, HIDDEN_, Backend> fc1_;
-  Activation<Act, FF_, Backend> act_;  // elementwise activations only (unused when gated)
+  // Elementwise activations only (unused when gated; a static gated Act's is a placeholder).
+  using Elementwise = std::conditional_t<DYNAMIC, DynamicActivation, std::conditional_t<Act::GATED, Relu, Act>>;
+  Activation<Elementwise, FF_, Backend> act_;
   Linear<FF_, D_, Backend> fc2_;
   Buffer<A> hidden_, activated_;  // (rows, HIDDEN), (rows, D_FF)
   Buffer<A>* shared_ = nullptr;  // the activation's output under cheap recompute

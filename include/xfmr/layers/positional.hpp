@@ -13,16 +13,21 @@
 //   (RotaryPositions; theta 10000 unless ModelDims::rope_theta says, each
 //   frequency scaled as ModelDims::rope_scaling says), in training, in
 //   cached decoding and in beam search.
+// DynamicPositions: one of the three, chosen at run time
+//   (ModelParts::positions): AnyPositions in the token stem, and rotary
+//   turns in self-attention when the parts say rope.
 // MAX_T and D may be Dynamic (core/config.hpp): given at construction.
 #pragma once
 
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 #include <type_traits>
 #include <vector>
 
+#include "xfmr/core/config.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
@@ -38,6 +43,9 @@ struct Sinusoidal {
 };
 struct Rope {
   static constexpr const char* name = "rope";
+};
+struct DynamicPositions {
+  static constexpr const char* name = "dynamic";
 };
 
 namespace detail {
@@ -56,8 +64,9 @@ template <class Cfg>
   requires requires { typename Cfg::Positions; }
 struct positions_tag<Cfg> {
   using type = typename Cfg::Positions;
-  static_assert(std::is_same_v<type, Learned> || std::is_same_v<type, Sinusoidal> || std::is_same_v<type, Rope>,
-                "Positions must be xfmr::Learned, xfmr::Sinusoidal or xfmr::Rope");
+  static_assert(std::is_same_v<type, Learned> || std::is_same_v<type, Sinusoidal> || std::is_same_v<type, Rope> ||
+                    std::is_same_v<type, DynamicPositions>,
+                "Positions must be xfmr::Learned, xfmr::Sinusoidal, xfmr::Rope or xfmr::DynamicPositions");
 };
 
 // The divisor of the positions of pair i (columns 2i, 2i+1) of a width:
@@ -323,13 +332,64 @@ template <class Cfg>
 constexpr bool rotary_positions() {
   return std::is_same_v<typename detail::positions_tag<Cfg>::type, Rope>;
 }
+template <class Cfg>
+constexpr bool dynamic_positions() {
+  return std::is_same_v<typename detail::positions_tag<Cfg>::type, DynamicPositions>;
+}
+
+// The token stem's positions chosen at run time (ModelParts::positions):
+// learned (its parameter "weight", drawn from the generator as
+// LearnedPositions draws it), sinusoidal, or none (rotary: the attention
+// turns queries and keys), each as its own layer computes it.
+template <int MAX_T_, int D_, class Backend>
+class AnyPositions {
+ public:
+  using A = typename Backend::Activation;
+  using Kind = ModelParts::Positions;
+
+  AnyPositions(int max_t, int width, Rng& rng, Kind kind) {
+    if (kind == Kind::learned) learned_.emplace(max_t, width, rng);
+    else if (kind == Kind::sinusoidal) sinusoidal_.emplace(max_t, width, rng);
+    else none_.emplace(max_t, width, rng);
+  }
+
+  void forward(Backend& be, ConstRows<A, D_> x, Rows<A, D_> y, Shape bt, int offset = 0) {
+    if (learned_) learned_->forward(be, x, y, bt, offset);
+    else if (sinusoidal_) sinusoidal_->forward(be, x, y, bt, offset);
+    else none_->forward(be, x, y, bt, offset);
+  }
+  void backward(Backend& be, ConstRows<A, D_> dy, Rows<A, D_> dx) {
+    if (learned_) learned_->backward(be, dy, dx);
+    else if (sinusoidal_) sinusoidal_->backward(be, dy, dx);
+    else none_->backward(be, dy, dx);
+  }
+  template <class F>
+  void visit(F&& f) {
+    if (learned_) learned_->visit(f);
+  }
+
+ private:
+  std::optional<LearnedPositions<MAX_T_, D_, Backend>> learned_;
+  std::optional<SinusoidalPositions<MAX_T_, D_, Backend>> sinusoidal_;
+  std::optional<NoPositions<MAX_T_, D_, Backend>> none_;
+};
 
 // The positions layer a configuration's token stem asks for.
 template <class Cfg, class Backend>
 using PositionsFor = std::conditional_t<
-    rotary_positions<Cfg>(), NoPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>,
-    std::conditional_t<std::is_same_v<typename detail::positions_tag<Cfg>::type, Sinusoidal>,
-                       SinusoidalPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>,
-                       LearnedPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>>>;
+    dynamic_positions<Cfg>(), AnyPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>,
+    std::conditional_t<
+        rotary_positions<Cfg>(), NoPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>,
+        std::conditional_t<std::is_same_v<typename detail::positions_tag<Cfg>::type, Sinusoidal>,
+                           SinusoidalPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>,
+                           LearnedPositions<Cfg::MAX_T, Cfg::D_MODEL, Backend>>>>;
+
+// A configuration's positions layer for the token stem: the parts' kind to an AnyPositions.
+template <class Positions>
+Positions make_positions(const ModelDims& d, Rng& rng) {
+  if constexpr (std::is_constructible_v<Positions, int, int, Rng&, ModelParts::Positions>)
+    return Positions(d.max_t, d.d_model, rng, d.parts.positions);
+  else return Positions(d.max_t, d.d_model, rng);
+}
 
 }  // namespace xfmr

@@ -45,7 +45,9 @@ class TokenStem {
     requires(is_static_config<Cfg>())
       : TokenStem(model_dims<Cfg>(), vocab, rng, share) {}
   TokenStem(const ModelDims& d, int vocab, Rng& rng, Embedding<D, Backend>* share = nullptr)
-      : max_t_(d.max_t), tok_emb_(vocab, d.d_model, rng, share), pos_(d.max_t, d.d_model, rng) {}
+      : max_t_(d.max_t),
+        tok_emb_(vocab, d.d_model, rng, share),
+        pos_(make_positions<PositionsFor<Cfg, Backend>>(d, rng)) {}
 
   // offset: position of each sequence's first id (incremental decoding).
   void forward(Backend& be, std::span<const std::int32_t> ids, Rows<A, D> x, Shape bt, int offset = 0) {

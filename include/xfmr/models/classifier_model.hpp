@@ -97,8 +97,9 @@ std::unique_ptr<ClassifierModel<Backend>> make_classifier_family(const PresetInf
   return std::make_unique<TypedClassifierModel<Family, Backend>>(arch, vocab, classes, seed, opts);
 }
 
-// The families make_classifier builds from: the parts of the classifier presets.
-using ClassifierFamilies = std::tuple<dynamic_of_t<presets::Sst2>, dynamic_of_t<presets::Imdb>>;
+// The family make_classifier builds from: every part Dynamic (AnyParts),
+// every architecture the layers build.
+using ClassifierFamilies = std::tuple<AnyParts>;
 
 // A ClassifierModel of architecture `arch` (its parts a family's, else an
 // xfmr::Error naming them) with `classes` classes, initialised from `seed`
@@ -116,7 +117,7 @@ class CpuBackend;
 #define XFMR_CLASSIFIER_FAMILY(KEYWORDS, F, Be)                                                          \
   KEYWORDS std::unique_ptr<ClassifierModel<Be>> make_classifier_family<F, Be>(const PresetInfo&, int, int, \
                                                                               std::uint64_t, const ClassifierOptions&);
-#define XFMR_CLASSIFIER_FAMILIES(X, Be) X(dynamic_of_t<presets::Sst2>, Be) X(dynamic_of_t<presets::Imdb>, Be)
+#define XFMR_CLASSIFIER_FAMILIES(X, Be) X(AnyParts, Be)
 #define XFMR_EXTERN_CLASSIFIER(F, Be) XFMR_CLASSIFIER_FAMILY(extern template, F, Be)
 XFMR_CLASSIFIER_FAMILIES(XFMR_EXTERN_CLASSIFIER, CpuBackend<float>)
 #ifdef XFMR_WITH_CUDA

@@ -1,7 +1,6 @@
 // language_model.hpp: LanguageModel<Backend>, a Decoder whose architecture
 // is chosen at run time: by a preset's name (LanguageModelPresets,
-// presets.hpp), or as any PresetInfo (sizes and knobs) whose parts one of
-// the compiled families has (LanguageModelFamilies below).
+// presets.hpp), or as any PresetInfo (parts, sizes and knobs).
 //
 //   auto model = xfmr::make_language_model<Be>("shakespeare-small", vocab, seed, {.dropout = 0.1});
 //   auto llama = xfmr::make_language_model<Be>(arch, vocab, seed);   // arch: a PresetInfo of any shape
@@ -12,14 +11,15 @@
 // It is a Decoder<Cfg, Backend> behind a virtual interface: the same
 // members (forward, backward, start_cache, forward_cached, visit,
 // for_each_dropout, set_training, recompute) and the same numbers, bit for
-// bit. What make_language_model builds is the Decoder of a family's
-// Dynamic configuration (presets.hpp's DynamicParts: the parts as types,
-// every size held at run time), compiled once a family in the library
-// (src/language_models.cpp and one file a family for CpuBackend<float>,
-// src/cuda/language_models.cpp for CUDA), so a program that picks its model at
-// run time compiles none itself, and any shape of a family runs without a
-// recompile. A static configuration of one's own goes in the same way:
-// make_decoder_model<MyCfg, Be>(vocab, seed, opts).
+// bit. What make_language_model builds is the Decoder of presets.hpp's
+// AnyParts (every size and every part held at run time: the norms' place
+// and kind, the activation, the positions), compiled once in the library
+// (src/language_models.cpp for CpuBackend<float>,
+// src/cuda/language_models.cpp for CUDA), so a program that picks its model
+// at run time compiles none itself, and every decoder architecture the
+// layers build runs without a recompile, with the bits of the static
+// configuration of its parts (test_dynamic). A static configuration of
+// one's own goes in the same way: make_decoder_model<MyCfg, Be>(vocab, seed, opts).
 #pragma once
 
 #include <cstddef>
@@ -151,15 +151,14 @@ std::unique_ptr<LanguageModel<Backend>> make_family_model(const PresetInfo& arch
   return std::make_unique<DecoderModel<Family, Backend>>(arch, vocab, seed, opts);
 }
 
-// The families make_language_model builds from (presets.hpp's families).
-using LanguageModelFamilies = std::tuple<families::Gpt, families::GptRelu, families::Llama>;
+// The model make_language_model builds: every part Dynamic (families::Any).
+using LanguageModelFamilies = std::tuple<families::Any>;
 
-// A LanguageModel of architecture `arch` (any shape; its parts those of a
-// family in LanguageModelFamilies, else an xfmr::Error naming them),
-// vocabulary `vocab`, initialised from `seed` as Decoder is: the same bits
-// as the static configuration of that shape. The families' Decoders are
-// compiled in the library for CpuBackend<float> and, with CUDA, the CUDA
-// backends.
+// A LanguageModel of architecture `arch` (any shape and parts; a part the
+// layers lack is an xfmr::Error naming it), vocabulary `vocab`, initialised
+// from `seed` as Decoder is: the same bits as the static configuration of
+// that shape and those parts. Compiled in the library for CpuBackend<float>
+// and, with CUDA, the CUDA backends.
 template <class Backend>
 std::unique_ptr<LanguageModel<Backend>> make_language_model(const PresetInfo& arch, int vocab, std::uint64_t seed,
                                                            const DecoderOptions& opts = {}) {
@@ -180,7 +179,7 @@ class CpuBackend;
 #define XFMR_LANGUAGE_MODEL_FAMILY(KEYWORDS, F, Be)                                                       \
   KEYWORDS std::unique_ptr<LanguageModel<Be>> make_family_model<families::F, Be>(const PresetInfo&, int, \
                                                                                  std::uint64_t, const DecoderOptions&);
-#define XFMR_LANGUAGE_MODEL_FAMILIES(X) X(Gpt) X(GptRelu) X(Llama)
+#define XFMR_LANGUAGE_MODEL_FAMILIES(X) X(Any)
 #define XFMR_EXTERN_CPU_FAMILY(F) XFMR_LANGUAGE_MODEL_FAMILY(extern template, F, CpuBackend<float>)
 XFMR_LANGUAGE_MODEL_FAMILIES(XFMR_EXTERN_CPU_FAMILY)
 #undef XFMR_EXTERN_CPU_FAMILY

@@ -55,7 +55,6 @@ class Seq2Seq {
 
  public:
   static constexpr int D = DecCfg::D_MODEL;  // or Dynamic
-  static constexpr bool FINAL_NORM = detail::pre_norm<DecCfg>();
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   using Block = DecoderBlock<DecCfg, Backend>;
@@ -74,7 +73,8 @@ class Seq2Seq {
         width_(dec.d_model),
         stem_(dec, tgt_vocab, rng_, opts.share_embeddings ? &encoder_.token_embedding() : nullptr),
         blocks_(dec, rng_, opts.dropout, opts.attention_dropout),
-        ln_f_(dec.d_model, S(dec.norm_eps)),
+        ln_f_(make_norm<norm_layer_t<DecCfg, D, Backend>>(dec.d_model, S(dec.norm_eps), dec.parts.rms_norm)),
+        final_norm_(detail::final_norm<DecCfg>(dec)),
         opts_(opts) {
     if (opts.tie_output) {
       auto& emb = stem_.token_embedding();
@@ -172,7 +172,7 @@ class Seq2Seq {
     const auto dh = dh_.rows(rows, width_);  // into the last block
     const auto dx = dx_.rows(rows, width_);  // into the stem
     head_->backward(be, dlogits.data(), dtop);
-    if constexpr (FINAL_NORM) ln_f_.backward(be, dtop, dh);
+    if (final_norm_) ln_f_.backward(be, dtop, dh);
     else be.copy(dtop.size(), dtop.data, dh.data);
     blocks_.backward_each(be, dh, dx, [&](Block& b, int i, ConstRows<A, D> dout, Rows<A, D> din) {
       b.backward(be, dout, din, dmem);
@@ -189,7 +189,7 @@ class Seq2Seq {
     auto dec = prefixed("decoder.", f);
     stem_.visit(dec);
     blocks_.visit(dec);
-    if constexpr (FINAL_NORM) ln_f_.visit(prefixed("decoder.ln_f.", f));
+    if (final_norm_) ln_f_.visit(prefixed("decoder.ln_f.", f));
     head_->visit(prefixed("lm_head.", f));
   }
   template <class F>
@@ -223,7 +223,7 @@ class Seq2Seq {
   // The last block's output -> ln_f (PreNorm) -> lm_head -> logits.
   std::span<const A> project(Backend& be, ConstRows<A, D> top) {
     const int rows = top.rows;
-    if constexpr (FINAL_NORM) {
+    if (final_norm_) {
       const auto hn = hn_.rows(rows, width_);
       ln_f_.forward(be, top, hn);
       top = hn;
@@ -240,6 +240,7 @@ class Seq2Seq {
   TokenStem<DecCfg, Backend> stem_;
   BlockStack<Block, Backend> blocks_;
   norm_layer_t<DecCfg, D, Backend> ln_f_;
+  bool final_norm_;  // ln_f before the head (PreNorm blocks)
   std::optional<OutputProjection<D, Backend>> head_;
   Seq2SeqOptions opts_;
   Shape src_shape_, tgt_shape_;

@@ -31,6 +31,13 @@ template <class Cfg>
 constexpr bool pre_norm() {
   return std::is_same_v<typename Cfg::Norm, PreNorm>;
 }
+// Whether a trunk ends in a final norm: PreNorm blocks (PostNorm ones end
+// normalised), for DynamicNorm the parts' place.
+template <class Cfg>
+bool final_norm(const ModelDims& d) {
+  if constexpr (std::is_same_v<typename Cfg::Norm, DynamicNorm>) return d.parts.pre_norm;
+  else return pre_norm<Cfg>();
+}
 }  // namespace detail
 
 template <BlockConfig Cfg, class Backend, bool CAUSAL>
@@ -39,7 +46,6 @@ class Transformer {
                 "the backend lacks an operation the models call (backend/backend.hpp's Backend concept says which)");
  public:
   static constexpr int D = Cfg::D_MODEL;  // or Dynamic
-  static constexpr bool FINAL_NORM = detail::pre_norm<Cfg>();
   using S = typename Backend::Scalar;
   using A = typename Backend::Activation;
   using Config = Cfg;
@@ -56,7 +62,8 @@ class Transformer {
         width_(d.d_model, "model width"),
         stem_(d, vocab, rng),
         blocks_(d, rng, dropout, attention_dropout),
-        ln_f_(d.d_model, S(d.norm_eps)) {}
+        ln_f_(make_norm<norm_layer_t<Cfg, D, Backend>>(d.d_model, S(d.norm_eps), d.parts.rms_norm)),
+        final_norm_(detail::final_norm<Cfg>(d)) {}
 
   // key_padding: (B, T) bytes, nonzero = pad, or nullptr. Returns (B*T, D).
   ConstRows<A, D> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt,
@@ -126,7 +133,7 @@ class Transformer {
   void backward(Backend& be, ConstRows<A, D> dhidden) {
     require_rows(dhidden, bt_.rows(), "transformer output gradient");
     const auto dx = dx_.rows(bt_.rows(), width_);
-    if constexpr (FINAL_NORM) {
+    if (final_norm_) {
       const auto dh = dh_.rows(bt_.rows(), width_);
       ln_f_.backward(be, dhidden, dh);
       blocks_.backward(be, dh, dx);
@@ -140,7 +147,7 @@ class Transformer {
   void visit(F&& f) {
     stem_.visit(f);
     blocks_.visit(f);
-    if constexpr (FINAL_NORM) ln_f_.visit(prefixed("ln_f.", f));
+    if (final_norm_) ln_f_.visit(prefixed("ln_f.", f));
   }
   template <class F>
   void for_each_dropout(F&& f) {
@@ -162,7 +169,7 @@ class Transformer {
  private:
   // The last block's output, normalised by ln_f in PreNorm configurations.
   ConstRows<A, D> finish(Backend& be, ConstRows<A, D> h) {
-    if constexpr (FINAL_NORM) {
+    if (final_norm_) {
       const auto hn = hn_.rows(h.rows, width_);
       ln_f_.forward(be, h, hn);
       return hn;
@@ -176,6 +183,7 @@ class Transformer {
   TokenStem<Cfg, Backend> stem_;
   BlockStack<Block, Backend> blocks_;
   norm_layer_t<Cfg, D, Backend> ln_f_;
+  bool final_norm_;  // ln_f ends the trunk (PreNorm blocks)
   Shape bt_;
   Buffer<A> x_, h_, hn_, dh_, dx_;
 };

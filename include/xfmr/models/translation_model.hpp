@@ -122,8 +122,9 @@ std::unique_ptr<TranslationModel<Backend>> make_translation_family(const PresetI
   return std::make_unique<TypedTranslationModel<Family, Backend>>(arch, src_vocab, tgt_vocab, seed, opts);
 }
 
-// The families make_translation_model builds from: the translator presets' parts.
-using TranslationFamilies = std::tuple<dynamic_of_t<presets::Multi30k>>;
+// The family make_translation_model builds from: every part Dynamic
+// (AnyParts), every architecture the layers build.
+using TranslationFamilies = std::tuple<AnyParts>;
 
 // A TranslationModel of architecture `arch` (its parts a family's, else an
 // xfmr::Error naming them), initialised from `seed` as Seq2Seq is.
@@ -141,7 +142,7 @@ class CpuBackend;
 #define XFMR_TRANSLATION_FAMILY(KEYWORDS, F, Be)                                                       \
   KEYWORDS std::unique_ptr<TranslationModel<Be>> make_translation_family<F, Be>(const PresetInfo&, int, int, \
                                                                                 std::uint64_t, const Seq2SeqOptions&);
-#define XFMR_TRANSLATION_FAMILIES(X, Be) X(dynamic_of_t<presets::Multi30k>, Be)
+#define XFMR_TRANSLATION_FAMILIES(X, Be) X(AnyParts, Be)
 #define XFMR_EXTERN_TRANSLATION(F, Be) XFMR_TRANSLATION_FAMILY(extern template, F, Be)
 XFMR_TRANSLATION_FAMILIES(XFMR_EXTERN_TRANSLATION, CpuBackend<float>)
 #ifdef XFMR_WITH_CUDA
