@@ -230,32 +230,24 @@ struct SampleArgs {
   std::uint64_t seed = 1;
 };
 
-// Streams `tokens` tokens after `prompt` to stdout, then "[500 tokens in
-// 1.2 s, 416 tokens/s, KV cache]" on stderr.
-template <class Be, class Piece>
-void stream(LanguageModel<Be>& model, Be& be, const SampleArgs& args, std::vector<std::int32_t> prompt,
-            std::optional<std::int32_t> restart, const Piece& piece) {
-  Rng rng(args.seed);
-  std::cout << args.prompt;
-  const auto t0 = Clock::now();
-  generate(model, be, std::move(prompt),
-           {.sampling = args.sampling, .max_tokens = args.tokens, .restart = restart, .use_cache = !args.no_cache}, rng,
-           [&](std::int32_t id) { std::cout << piece(id) << std::flush; });
-  const double s = seconds_since(t0);
-  std::cerr << "\n[" << args.tokens << " tokens in " << s << " s, " << args.tokens / s << " tokens/s, "
-            << (args.no_cache ? "no cache" : "KV cache") << "]";
-  std::cout << "\n";
+// A checkpoint of this program's through the library's Engine
+// (infer/engine.hpp): its precision the one given, else the checkpoint's;
+// its characters are the program's (the CharTokenizer in its metadata).
+Engine load_engine(const std::string& checkpoint, const boost::program_options::variables_map& vm,
+                   const std::string& backend, const std::string& precision) {
+  EngineOptions o = engine_options(vm, backend, precision, "");
+  o.format = kFormat;
+  o.tokenizer_required = false;
+  return Engine::load(checkpoint, o);
 }
 
-template <class Be>
-void sample(const SampleArgs& args, const Metadata& metadata) {
+// Streams `tokens` characters after the prompt to stdout, then "[500
+// tokens in 1.2 s, 416 tokens/s, KV cache]" on stderr.
+void sample(const SampleArgs& args, const Metadata& metadata, const boost::program_options::variables_map& vm) {
   const auto tok = CharTokenizer::from_json(metadata_value(metadata, "tokenizer", args.checkpoint));
   const std::string mode = json::parse(metadata_value(metadata, "settings", args.checkpoint)).at("mode");
-  Be be = make_backend<Be>(args.backend, args.precision);
-  const Pretrained<Be> p = load_model<Be>(args.checkpoint);  // its recorded architecture and saved tensors
-  LanguageModel<Be>& model = *p.model;
-  require(model.vocab() == tok.size(), args.checkpoint, ": ", model.vocab(), " token rows, ", tok.size(), " tokens");
-  const WeightCopies copies(be, model);  // bf16, int8 or q4: made once, from the file (a quantised checkpoint's weights as saved)
+  Engine engine = load_engine(args.checkpoint, vm, args.backend, args.precision);
+  require(engine.vocab() == tok.size(), args.checkpoint, ": ", engine.vocab(), " token rows, ", tok.size(), " tokens");
   std::vector<std::int32_t> context;
   try {
     context = tok.encode(args.prompt);
@@ -266,7 +258,23 @@ void sample(const SampleArgs& args, const Metadata& metadata) {
   std::optional<std::int32_t> restart;
   if (mode == "names") restart = tok.find("\n");
   if (restart && context.front() != *restart) context.insert(context.begin(), *restart);  // a name starts after a separator
-  stream(model, be, args, context, restart, [&](std::int32_t id) { return tok.token(id); });
+  std::cout << args.prompt;
+  const auto t0 = Clock::now();
+  (void)engine.generate({.prompt = std::move(context),
+                         .sampling = args.sampling,
+                         .max_tokens = args.tokens,
+                         .seed = args.seed,
+                         .ignore_eos = true,
+                         .use_cache = !args.no_cache,
+                         .restart = restart},
+                        OnToken([&](std::int32_t id, std::string_view) {
+                          if (id >= 0) std::cout << tok.token(id) << std::flush;
+                          return true;
+                        }));
+  const double s = seconds_since(t0);
+  std::cerr << "\n[" << args.tokens << " tokens in " << s << " s, " << args.tokens / s << " tokens/s, "
+            << (args.no_cache ? "no cache" : "KV cache") << "]";
+  std::cout << "\n";
 }
 
 constexpr int kMaxSampleTokens = 1 << 24;
@@ -361,9 +369,11 @@ int run_sample(int argc, char** argv) {
   check_precision_name(a.precision, "--precision");
   a.sampling.validate();
   const Metadata metadata = read_charlm_checkpoint(a.checkpoint);
-  a.precision = decoding_precision(vm, a.precision, metadata);
-  check_decoding_backend(vm, a.backend, a.precision);
-  dispatch_backend(a.backend, [&]<class Be>() { sample<Be>(a, metadata); });
+  EngineOptions o = engine_options(vm, a.backend, a.precision, "");
+  o.format = kFormat;
+  (void)Engine::check(a.checkpoint, o);
+  if (kFuzzingCommandLine) return 0;
+  sample(a, metadata, vm);
   return 0;
 }
 
@@ -375,8 +385,7 @@ struct EvalArgs {
 // The validation loss of a checkpoint on the validation part of the text it
 // trained on: the windows (text mode) or names the training run evaluates
 // on, `batches` of them of the run's batch size.
-template <class Be>
-void eval(const EvalArgs& args, const Metadata& metadata) {
+void eval(const EvalArgs& args, const Metadata& metadata, const boost::program_options::variables_map& vm) {
   const RunSettings run = RunSettings::from_json(json::parse(metadata_value(metadata, "settings", args.checkpoint)));
   const PresetInfo preset = LanguageModelPresets::info(run.model);
   const CharCorpus corpus = load_char_corpus(args.data, run.mode, run.val_fraction, run.seed, preset.max_t);
@@ -385,34 +394,34 @@ void eval(const EvalArgs& args, const Metadata& metadata) {
   const auto tok = CharTokenizer::from_json(metadata_value(metadata, "tokenizer", args.checkpoint));
   const int T = preset.max_t, V = tok.size();
   const CharBatches val(corpus, tok, run.mode, run.batch, T, false, args.data);
-  Be be = make_backend<Be>(args.backend, args.precision);
-  const Pretrained<Be> p = load_model<Be>(args.checkpoint);
-  LanguageModel<Be>& model = *p.model;
-  require(model.vocab() == V, args.checkpoint, ": ", model.vocab(), " token rows, ", V, " tokens");
-  model.set_training(false);
-  const WeightCopies copies(be, model);
-  CrossEntropyLoss<Be> ce;
-  std::vector<std::int32_t> ids(std::size_t(run.batch) * T), targets(ids.size());
-  LossSum sum;
-  const auto t0 = Clock::now();
-  const int n = val.eval_count(args.batches);
-  for (int i = 0; i < n; ++i) {
-    val.eval_batch(i, ids.data(), targets.data());
-    const long counted = counted_targets(targets);
-    if (counted == 0) continue;
-    const auto logits = model.forward(be, ids, Shape{run.batch, T});
-    sum += LossSum{ce.forward(be, logits, targets, V) * double(counted), counted};
-  }
-  const double s = seconds_since(t0);
+  Engine engine = load_engine(args.checkpoint, vm, args.backend, args.precision);
+  require(engine.vocab() == V, args.checkpoint, ": ", engine.vocab(), " token rows, ", V, " tokens");
+  // The loss of the padded batches the run evaluates on (names mode pads), with the engine's model and backend.
+  const auto [sum, n, s] = engine.visit([&]<class Be>(LanguageModel<Be>& model, Be& be) {
+    model.set_training(false);
+    CrossEntropyLoss<Be> ce;
+    std::vector<std::int32_t> ids(std::size_t(run.batch) * T), targets(ids.size());
+    LossSum total;
+    const auto t0 = Clock::now();
+    const int batches = val.eval_count(args.batches);
+    for (int i = 0; i < batches; ++i) {
+      val.eval_batch(i, ids.data(), targets.data());
+      const long counted = counted_targets(targets);
+      if (counted == 0) continue;
+      const auto logits = model.forward(be, ids, Shape{run.batch, T});
+      total += LossSum{ce.forward(be, logits, targets, V) * double(counted), counted};
+    }
+    return std::tuple(total, batches, seconds_since(t0));
+  });
   (void)sum.checked_mean(args.checkpoint + " on --data " + args.data);
   std::cout << "val loss " << std::fixed << std::setprecision(4) << sum.mean() << " (" << sum.counted
-            << " characters in " << n << " batches of " << run.batch << " x " << T << ", " << precision_of(be) << ", "
-            << std::setprecision(1) << s << " s)\n";
+            << " characters in " << n << " batches of " << run.batch << " x " << T << ", " << engine.precision()
+            << ", " << std::setprecision(1) << s << " s)\n";
   if (!args.metrics_json.empty())
     write_text_atomic(args.metrics_json, json{{"val_loss", sum.mean()},
                                               {"characters", sum.counted},
                                               {"batches", n},
-                                              {"precision", precision_of(be)},
+                                              {"precision", engine.precision()},
                                               {"wall_s", s}}
                                              .dump(2) + "\n");
 }
@@ -435,9 +444,11 @@ int run_eval(int argc, char** argv) {
   if (a.data.empty()) a.data = metadata_value(metadata, "data", a.checkpoint);
   check_output_paths({{"--metrics-json", a.metrics_json}}, {{"--checkpoint", a.checkpoint}, {"--data", a.data}},
                      a.checkpoint);
-  a.precision = decoding_precision(vm, a.precision, metadata);
-  check_decoding_backend(vm, a.backend, a.precision);
-  dispatch_backend(a.backend, [&]<class Be>() { eval<Be>(a, metadata); });
+  EngineOptions o = engine_options(vm, a.backend, a.precision, "");
+  o.format = kFormat;
+  (void)Engine::check(a.checkpoint, o);
+  if (kFuzzingCommandLine) return 0;
+  eval(a, metadata, vm);
   return 0;
 }
 

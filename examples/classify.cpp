@@ -237,7 +237,6 @@ void eval(const PresetInfo& p, const std::string& checkpoint, const Metadata& me
       make_classifier<Be>(p, tok.size(), classes, 0, {.dropout = 0.0f, .pooling = cls ? Pooling::Cls : Pooling::Mean});
   ClassifierModel<Be>& model = *model_ptr;
   defer_parameters(model, SafeTensors::load(fs::path(checkpoint) / kModelFile));  // read as needed
-  const WeightCopies copies(be, model);  // bf16, int8 or q4: made once (a quantised checkpoint's weights as saved)
   const EncodedExamples dev = encode_examples(tok, read_labeled_tsv(dev_path), classes, p.max_t, truncate, dev_path);
   report_cut(dev, "dev", p.max_t, truncate);
   const auto r = evaluate_classifier(model, be, dev, tok.pad, tok.cls, p.max_t, 256);

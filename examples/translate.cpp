@@ -294,7 +294,6 @@ void use(const PresetInfo& p, const UseArgs& a, const Metadata& metadata, bool e
   TranslationModel<Be>& model = *model_ptr;
   defer_parameters(model, SafeTensors::load(fs::path(a.checkpoint) / kModelFile));  // read as needed
   model.set_training(false);
-  const WeightCopies copies(be, model);  // bf16, int8 or q4: made once (a quantised checkpoint's weights as saved)
   const int max_len = p.max_t - 1;
   const BeamOptions beam{.beam = a.beam, .length_penalty = a.length_penalty, .max_len = max_len + 1,
                          .bos = v.bos(), .eos = v.eos()};

@@ -159,7 +159,7 @@ Engine::~Engine() = default;
 std::string Engine::check(const std::filesystem::path& path, const EngineOptions& opts) {
   check_backend_name(opts.backend, opts.backend_option);
   if (!opts.precision.empty()) check_precision_name(opts.precision, opts.precision_option);
-  const Metadata metadata = is_checkpoint(path) ? read_checkpoint_metadata(path, "xfmr-lm") : Metadata{};
+  const Metadata metadata = is_checkpoint(path) ? read_checkpoint_metadata(path, opts.format) : Metadata{};
   const std::string precision = decoding_precision(opts.precision, metadata);
   check_engine_backend(opts, precision);
   return precision;
@@ -281,6 +281,11 @@ class CompletionText {
 }  // namespace
 
 Completion Engine::generate(const CompletionRequest& r, const OnText& on_text) {
+  if (!on_text) return generate(r, OnToken{});
+  return generate(r, OnToken([&](std::int32_t, std::string_view text) { return on_text(text); }));
+}
+
+Completion Engine::generate(const CompletionRequest& r, const OnToken& on_token) {
   require(!r.prompt.empty(), "the prompt is empty (give at least one token)");
   check_ids(r.prompt, "prompt");
   r.sampling.validate();
@@ -291,13 +296,14 @@ Completion Engine::generate(const CompletionRequest& r, const OnText& on_text) {
   Rng rng(r.seed);
   const GenerateOptions opts{.sampling = r.sampling,
                              .max_tokens = r.max_tokens,
+                             .restart = r.restart,
                              .use_cache = r.use_cache,
                              .vocabulary = drawn_vocabulary() < vocab() ? drawn_vocabulary() : 0};
   c.ids = static_cast<Core*>(core_)->generate(r.prompt, opts, rng, [&](std::int32_t id) {
     const std::string piece = text.feed(id);
     c.text += piece;
     if (text.ended()) c.reason = FinishReason::stop;
-    if (on_text && !on_text(piece) && !text.ended()) {
+    if (on_token && !on_token(id, piece) && !text.ended()) {
       c.reason = FinishReason::cancelled;
       return false;
     }
@@ -305,7 +311,7 @@ Completion Engine::generate(const CompletionRequest& r, const OnText& on_text) {
   });
   const std::string rest = text.flush();
   c.text += rest;
-  if (!rest.empty() && on_text) on_text(rest);
+  if (!rest.empty() && on_token) on_token(-1, rest);
   return c;
 }
 
@@ -321,6 +327,8 @@ struct Pending {
 
 BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std::shared_ptr<Pending>& p,
                            OnText on_text, OnCompletion on_finish) {
+  require(!r.restart, "a restart id: one sequence at a time (Engine::generate)");
+  require(r.use_cache, "use_cache false: one sequence at a time (Engine::generate)");
   p->completion.prompt_tokens = int(r.prompt.size());
   return BatchRequest{.prompt = r.prompt,
                       .sampling = r.sampling,

@@ -74,6 +74,30 @@ BOOST_AUTO_TEST_CASE(generates_what_a_generator_gives_and_its_text) {
     BOOST_TEST(c.text == expected);
     BOOST_TEST(streamed == c.text);
   }
+  // With the ids (a caller with a tokenizer of its own): each id once, in order.
+  std::vector<std::int32_t> seen;
+  const Completion with_ids = e.generate(
+      {.prompt = prompt, .sampling = {.temperature = 0}, .max_tokens = 12, .ignore_eos = true},
+      OnToken([&](std::int32_t id, std::string_view) {
+        if (id >= 0) seen.push_back(id);
+        return true;
+      }));
+  BOOST_TEST(seen == with_ids.ids, boost::test_tools::per_element());
+  // A restart id begins a fresh context: what Generator gives with the same restart.
+  const std::int32_t restart = with_ids.ids[2];
+  const Completion restarted =
+      e.generate({.prompt = prompt, .sampling = {.temperature = 0}, .max_tokens = 12, .ignore_eos = true, .restart = restart});
+  {
+    Pretrained<Be> p = load_model<Be>(kModel);
+    Be be;
+    const WeightCopies copies(be, *p.model);
+    Rng rng(0);
+    BOOST_TEST(restarted.ids == generate(*p.model, be, prompt, {.sampling = {.temperature = 0}, .max_tokens = 12,
+                                                                 .restart = restart}, rng),
+               boost::test_tools::per_element());
+  }
+  BOOST_TEST(error_of([&] { (void)e.generate_batch(std::vector<CompletionRequest>{{.prompt = prompt, .restart = restart}}, 1); })
+                 .find("one sequence at a time") != std::string::npos);
   // The reference path (no cache) agrees token for token.
   const Completion cached = e.generate({.prompt = prompt, .sampling = {.temperature = 0}, .max_tokens = 12, .ignore_eos = true});
   const Completion plain = e.generate(

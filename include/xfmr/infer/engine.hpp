@@ -41,6 +41,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stop_token>
 #include <string>
@@ -62,6 +63,7 @@ struct EngineOptions {
   std::string precision{};      // fp32, bf16, int8, q4; empty: the checkpoint's (int8, q4), else fp32
   std::filesystem::path tokenizer{};  // a tokenizer file or directory; empty: the model's own
   bool tokenizer_required = true;     // false: a model without a tokenizer decodes ids only
+  std::string format = "xfmr-lm";     // the program whose checkpoints it reads (another's is refused)
   // The names errors give the settings (a program's options: "--backend").
   std::string backend_option = "backend", precision_option = "precision", tokenizer_option = "tokenizer";
 };
@@ -78,6 +80,8 @@ struct CompletionRequest {
   std::vector<std::int32_t> stop_ids{};
   bool ignore_eos = false;
   bool use_cache = true;  // generate only: false recomputes the context for every token
+  // generate only: this id starts a fresh context (a names model's separator, GenerateOptions').
+  std::optional<std::int32_t> restart = std::nullopt;
 };
 
 struct Completion {
@@ -92,6 +96,10 @@ struct Completion {
 // A token's text as it comes (it may be empty: an end token, a character
 // whose last bytes have not come); false ends the generation (cancelled).
 using OnText = std::function<bool(std::string_view)>;
+// The same with the token's id: for a caller with a tokenizer of its own (a
+// character model's). Text held back to the end (a character not yet
+// whole) comes last, with id -1.
+using OnToken = std::function<bool(std::int32_t, std::string_view)>;
 using OnCompletion = std::function<void(const Completion&)>;
 
 namespace detail {
@@ -145,6 +153,7 @@ class Engine {
   int drawn_vocabulary() const;
 
   Completion generate(const CompletionRequest& r, const OnText& on_text = {});
+  Completion generate(const CompletionRequest& r, const OnToken& on_token);
   // interrupted(), asked after each step, ends them all (cancelled).
   std::vector<Completion> generate_batch(std::span<const CompletionRequest> requests, int batch_size,
                                          const std::function<bool()>& interrupted = {});
