@@ -4,7 +4,8 @@
 //
 //   xfmr-lm sample --model PATH [--prompt TEXT] [--tokens N] ...
 //   xfmr-lm eval   --model PATH --data FILE [--context T] [--windows N]
-//   xfmr-lm train  --data FILE (--init PATH | --preset NAME --tokenizer PATH) --out DIR [--steps N] ...
+//   xfmr-lm train  --data FILE (--init PATH | (--preset NAME | --architecture FILE.json) --tokenizer PATH)
+//                  --out DIR [--steps N] ...
 //   xfmr-lm export --model PATH --hf DIR
 //
 // --model (and --init) is a Hugging Face model directory, a llama2.c .bin
@@ -208,6 +209,7 @@ int run_eval(int argc, char** argv) {
 // Settings that define a run; on --resume they come from the checkpoint.
 struct RunSettings : LmTrainingSettings {
   std::string preset, init, tokenizer;
+  std::string architecture;  // --architecture's, as architecture_json writes it
   int context = 0;
 
   RunSettings() {  // fine-tuning's defaults
@@ -217,6 +219,7 @@ struct RunSettings : LmTrainingSettings {
   }
   json to_json() const {
     json j = {{"preset", preset}, {"init", init}, {"tokenizer", tokenizer}, {"context", context}};
+    if (!architecture.empty()) j["architecture"] = architecture;
     write(j);
     return j;
   }
@@ -227,6 +230,7 @@ struct RunSettings : LmTrainingSettings {
     s.init = j.at("init");
     s.tokenizer = j.at("tokenizer");
     s.context = json_integer<int>(j, "context");
+    if (j.contains("architecture")) s.architecture = j.at("architecture").get<std::string>();
     return s;
   }
 };
@@ -257,10 +261,11 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                                            a.resume_tokenizer)
                     : FoundTokenizer{ModelTokenizer::load(run.tokenizer), fs::absolute(run.tokenizer)};
     // A GPT-2 or Llama shape gets its family's head, so that it exports.
-    const PresetInfo p = LanguageModelPresets::info(run.preset);
+    const PresetInfo p = run.architecture.empty() ? LanguageModelPresets::info(run.preset)
+                                                  : architecture_from_json(run.architecture, "the run's architecture");
     DecoderOptions opts = published_head(p, base);
     if (run.dropout < 0) opts.dropout = p.dropout;
-    l.model = make_language_model<Be>(run.preset, l.tok->tokenizer.size(), run.seed, opts);
+    l.model = make_language_model<Be>(p, l.tok->tokenizer.size(), run.seed, opts);
   }
   const std::string tokenizer_hash = hex(l.tok->tokenizer.content_hash());
   const std::vector<AttachedFile> tokenizer_files = l.tok->tokenizer.attached_files();  // each checkpoint carries them
@@ -384,11 +389,14 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
 
 int run_train(int argc, char** argv) {
   TrainArgs a;
+  std::string architecture_file;
   po::options_description opts("xfmr-lm train: train a model from scratch (--preset) or fine-tune one (--init)");
   opts.add_options()("help", "show this help")
       ("data", po::value(&a.data), "training text, plain or .gz (required); its last --val-fraction validates")
       ("init", po::value(&a.run.init), "start from this model's weights (as sample's --model): fine-tuning")
       ("preset", po::value(&a.run.preset), ("or start from scratch: " + preset_help<LanguageModelPresets>()).c_str())
+      ("architecture", po::value(&architecture_file), "or from scratch, any architecture: a JSON file as xfmr.Model's "
+       "config gives ({\"name\", \"parts\": {pre_norm, rms_norm, activation, positions}, \"dims\": {...}})")
       ("tokenizer", po::value(&a.run.tokenizer), "tokenizer (required with --preset; default with --init: the model's)")
       ("steps", po::value(&a.steps)->default_value(a.steps), "total optimisation steps (the schedule spans them)")
       ("stop-after", po::value(&a.stop_after), "stop at this step of the plan, with a checkpoint (resume later)")
@@ -401,6 +409,9 @@ int run_train(int argc, char** argv) {
   add_run_options(opts, a, "lm", "checkpoint directory, written at every evaluation", "the losses, tokens/s and wall time");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
+  if (!architecture_file.empty())  // the file read once, kept in the run's settings
+    a.run.architecture =
+        architecture_json(architecture_from_json(read_text_file(architecture_file), "--architecture " + architecture_file));
   std::optional<Metadata> resumed;
   if (!a.resume.empty()) {
     resumed = read_checkpoint_metadata(a.resume, kFormat);
@@ -413,6 +424,7 @@ int run_train(int argc, char** argv) {
     };
     agree("init", given.init == saved.init);
     agree("preset", given.preset == saved.preset);
+    agree("architecture", given.architecture == saved.architecture);
     agree("context", given.context == saved.context);
     given.agree_with(saved, agree);
     a.resume_tokenizer = given.tokenizer;  // compared by content, in train()
@@ -423,11 +435,12 @@ int run_train(int argc, char** argv) {
     if (!a.run.init.empty()) a.run.init = fs::absolute(a.run.init).string();
     if (!a.run.tokenizer.empty()) a.run.tokenizer = fs::absolute(a.run.tokenizer).string();
   }
-  require(a.run.init.empty() != a.run.preset.empty(), "give one of --init PATH (fine-tune) and --preset NAME (from scratch)");
-  if (!a.run.preset.empty()) {
-    (void)LanguageModelPresets::info(a.run.preset);
-    require(!a.run.tokenizer.empty(), "--preset needs --tokenizer (tokenizer.json, tokenizer.bin or GPT-2's files)");
-  }
+  require(int(!a.run.init.empty()) + int(!a.run.preset.empty()) + int(!a.run.architecture.empty()) == 1,
+          "give one of --init PATH (fine-tune), --preset NAME or --architecture FILE (from scratch)");
+  if (!a.run.preset.empty()) (void)LanguageModelPresets::info(a.run.preset);
+  if (a.run.init.empty())
+    require(!a.run.tokenizer.empty(), a.run.preset.empty() ? "--architecture" : "--preset",
+            " needs --tokenizer (tokenizer.json, tokenizer.bin or GPT-2's files)");
   require(a.steps > 0 && a.run.grad_accum > 0 && a.eval_every > 0 && a.eval_windows > 0 && a.run.context >= 0,
           "--steps, --grad-accum, --eval-every and --eval-windows must be positive, --context not negative");
   check_batch(a.run.batch);

@@ -997,6 +997,27 @@ open('big/model.safetensors', 'wb').write(b)"
     "$lm" eval --model ft-hf --tokenizer "$tok" --data corpus.txt --context 16 > ft-hf.eval || fail "eval of the export failed"
     [ "$(grep -o 'loss [0-9.]*' ft.eval)" = "$(grep -o 'loss [0-9.]*' ft-hf.eval)" ] ||
       fail "the export's loss differs: $(cat ft.eval) / $(cat ft-hf.eval)"
+    # An architecture no published family has (post-norm blocks, GeGLU,
+    # sinusoidal positions) from a JSON file: trained 10 steps, stopped and
+    # resumed bit for bit, sampled from its checkpoint.
+    cat > arch.json <<'JSON'
+{"name": "post-geglu", "dropout": 0.0, "parts": {"pre_norm": false, "rms_norm": false, "activation": "geglu", "positions": "sinusoidal"},
+ "dims": {"max_t": 32, "d_model": 32, "n_heads": 2, "n_kv_heads": 2, "n_layers": 2, "d_ff": 48, "qk_head_dim": 0,
+          "v_head_dim": 0, "norm_eps": 1e-5, "rope_theta": 10000.0, "bias": true, "qkv_bias": false,
+          "rope_scaling": {"kind": "none", "factor": 1.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_t": 8192}}}
+JSON
+    arch() { "$lm" train --architecture arch.json --tokenizer "$tok" --data corpus.txt --steps 10 --batch 4 \
+               --context 16 --lr 3e-3 --eval-every 5 --eval-windows 4 "$@" > /dev/null; }
+    arch --out pg || fail "training the post-norm GeGLU model failed"
+    arch --out pg-half --stop-after 5 || fail "training it to step 5 failed"
+    "$lm" train --data corpus.txt --resume pg-half > /dev/null || fail "resuming it failed"
+    same pg pg-half
+    "$lm" sample --model pg --prompt "the cat" --tokens 8 --temperature 0 > pg.txt 2> pg.err ||
+      fail "sampling it failed: $(cat pg.err)"
+    grep -q "post-geglu" pg.err || fail "the sample does not name its architecture: $(cat pg.err)"
+    expect_error "give one of --init PATH (fine-tune), --preset NAME or --architecture FILE" "$lm" train \
+      --architecture arch.json --preset tiny --tokenizer "$tok" --data corpus.txt
     ;;
   lm_export_pytorch)
     # A model xfmr-lm trained and exported, read by plain PyTorch
