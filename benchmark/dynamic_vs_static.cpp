@@ -1,9 +1,10 @@
 // dynamic_vs_static: the speed a Dynamic model pays against the static type
-// of the same shape (docs/DESIGN.md, "Static or Dynamic sizes"), side by
-// side in one run: a preset's static DecoderModel and the family's Dynamic
-// one (make_language_model), their Trainer steps (forward, backward, AdamW,
-// the batch split over the cores) or their cached decoding steps timed in
-// alternating rounds, the median of each. Built on demand (not by the tests):
+// of the same shape and parts (docs/DESIGN.md, "Static or Dynamic sizes"),
+// side by side in one run: a preset's static DecoderModel and the model of
+// every size and part Dynamic (make_language_model: AnyParts), their
+// Trainer steps (forward, backward, AdamW, the batch split over the cores)
+// or their cached decoding steps timed in alternating rounds, the median of
+// each. Built on demand (not by the tests):
 //
 //   cmake --build build/release --target xfmr-dynamic-vs-static
 //   build/release/benchmark/xfmr-dynamic-vs-static [rounds]
