@@ -609,7 +609,7 @@ PYBIND11_MODULE(_xfmr, m) {
            py::arg("grad_accum") = t.grad_accum, py::arg("label_smoothing") = t.label_smoothing,
            py::arg("shards") = t.shards, py::arg("precision") = t.precision, py::arg("recompute") = t.recompute,
            py::arg("data_seed") = t.data_seed,
-           "schedule: 'constant', 'cosine' (a tenth of the steps' warmup, then down to lr / 10) or 'onecycle', over "
+           "schedule: 'constant', 'cosine' (a tenth of the steps' warmup, at most 1000, then down to lr / 10) or 'onecycle', over "
            "`steps`; "
            "shards: the CPU's data-parallel replicas (0: its default); precision: 'fp32' or 'bf16'; recompute: "
            "'none', 'cheap' or 'block'")

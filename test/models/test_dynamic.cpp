@@ -3,7 +3,8 @@
 // greedy tokens through the cache, for each of the four models; a model of
 // Dynamic parts (AnyParts: the norms' place and kind, the activation and
 // the positions given at run time) computes the bits of the static
-// configuration with those parts, for every combination of parts; and a
+// configuration with those parts, for five combinations that cover every
+// value of each part; and a
 // Dynamic model's sizes that disagree are an xfmr::Error naming them.
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
