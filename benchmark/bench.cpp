@@ -209,7 +209,7 @@ double gemm_ceiling(const Args& a, Be& be) {
 }
 
 // Feed-forward matrices of a preset's blocks: two, three with a gated activation (SwiGLU).
-double ff_matrices(const PresetInfo& p) { return p.gated ? 3 : 2; }
+double ff_matrices(const PresetInfo& p) { return p.parts.gated() ? 3 : 2; }
 // Exact matrix-product FLOPs of a forward pass over B sequences of T
 // positions (full T x T attention scores, as computed).
 double forward_flops(const PresetInfo& p, double B, double T, double V) {
@@ -249,7 +249,7 @@ json analytical_memory(const PresetInfo& p, std::size_t params, double B, double
   const double masks = p.dropout > 0 ? 2 * D : 0;  // bytes
   // Bytes a row of a block keeps past its input: activations, statistics, masks.
   const double block = A * (2 * D + 3 * D + D + D + ff_matrices(p) * FF) + 4 * (2 * 2 + (tiled ? H : H * T)) + masks;
-  const bool pre = p.pre_norm;
+  const bool pre = p.parts.pre_norm;
   const double own = A * ((pre ? 2 * D : 0) + FF), shared = A * ((pre ? D : 0) + FF);  // cheap: each block's, the stack's
   const double blocks = recompute == Recompute::block   ? L * A * D + block
                         : recompute == Recompute::cheap ? L * (A * D + block - own) + shared
@@ -680,7 +680,7 @@ json run_pretrained(const Args& a, const std::string& precision) {
     if (std::string(Be::name) == "cpu") {
       // A token reads every weight once, but of an embedding not tied to the
       // head (or a learned position table) one row.
-      const double tables = (p.positions == "learned" ? double(p.max_t - 1) * p.d_model : 0.0) +
+      const double tables = (p.parts.positions == ModelParts::Positions::learned ? double(p.max_t - 1) * p.d_model : 0.0) +
                             (model.options().tie_weights ? 0.0 : double(V - 1) * p.d_model);
       const double bytes = (double(engine.parameter_count()) - tables) * weight_element_bytes(be);  // the copies'
       const double bw = a.memory ? 0.0 : read_bandwidth_gbs(a.smoke);

@@ -30,6 +30,25 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Static configurations of the presets timed (presets.hpp holds them as
+// values; static_of checks that the two agree).
+template <int T, int D, int H, int L, int FF, class Act>
+struct GptShape {
+  static constexpr int MAX_T = T, D_MODEL = D, N_HEADS = H, N_LAYERS = L, D_FF = FF;
+  using Norm = PreNorm;
+  using Activation = Act;
+  using Positions = Learned;
+};
+using ShakespeareSmall = GptShape<32, 64, 4, 4, 256, Relu>;
+using ShakespeareMid = GptShape<128, 128, 4, 4, 512, Relu>;
+using ShakespeareLarge = GptShape<256, 384, 6, 6, 1536, Relu>;
+using Gpt2Small = GptShape<1024, 768, 12, 12, 3072, Gelu>;
+template <class Cfg>
+void check_static(const char* name) {
+  require(preset_info<Cfg>().dims() == LanguageModelPresets::info(name).dims(), "the static ", name,
+          " is not the preset's architecture");
+}
+
 // Seconds a training step takes, `steps` steps a sample.
 struct Stepper {
   Stepper(std::unique_ptr<LanguageModel<Be>> m, Be& be, int batch, int length, const std::vector<std::int32_t>& text)
@@ -63,6 +82,7 @@ void training(const char* name, int B, int steps, int rounds) {
   const int V = 65, T = Cfg::MAX_T;
   std::vector<std::int32_t> text(20000);
   for (std::size_t i = 0; i < text.size(); ++i) text[i] = std::int32_t((i * 7 + i / 13) % V);
+  check_static<Cfg>(name);
   Stepper fixed(make_decoder_model<Cfg, Be>(V, 1, {}), be, B, T, text);
   Stepper dynamic(make_language_model<Be>(name, V, 1), be, B, T, text);
   fixed.time(2), dynamic.time(2);  // warm: buffers, the BLAS's threads
@@ -79,7 +99,8 @@ void training(const char* name, int B, int steps, int rounds) {
 void decoding(int tokens, int rounds) {
   Be be;
   const int V = 50257;
-  auto fixed = make_decoder_model<presets::Gpt2Small, Be>(V, 1, {.tie_weights = true, .head_bias = false});
+  check_static<Gpt2Small>("gpt2-small");
+  auto fixed = make_decoder_model<Gpt2Small, Be>(V, 1, {.tie_weights = true, .head_bias = false});
   auto dynamic = make_language_model<Be>("gpt2-small", V, 1, {.tie_weights = true, .head_bias = false});
   fixed->set_training(false), dynamic->set_training(false);
   auto time = [&](LanguageModel<Be>& m) {
@@ -109,9 +130,9 @@ void decoding(int tokens, int rounds) {
 int main(int argc, char** argv) try {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
   require(rounds > 0, "rounds ", rounds, " must be positive");
-  training<presets::ShakespeareSmall>("shakespeare-small", 64, 20, rounds);
-  training<presets::ShakespeareMid>("shakespeare-mid", 16, 4, rounds);
-  training<presets::ShakespeareLarge>("shakespeare-large", 8, 1, rounds);
+  training<ShakespeareSmall>("shakespeare-small", 64, 20, rounds);
+  training<ShakespeareMid>("shakespeare-mid", 16, 4, rounds);
+  training<ShakespeareLarge>("shakespeare-large", 8, 1, rounds);
   decoding(64, rounds);
   return 0;
 } catch (const std::exception& e) {

@@ -11,20 +11,6 @@ namespace xfmr {
 
 namespace {
 
-constexpr std::string_view kActivations[] = {Relu::name, Gelu::name, SwiGlu::name, GeGlu::name};
-constexpr std::string_view kPositions[] = {Learned::name, Sinusoidal::name, Rope::name};
-
-// The static name equal to `s` from `names` (PresetInfo keeps views of them).
-template <std::size_t N>
-std::string_view one_of(const std::string& s, const std::string_view (&names)[N], const std::string& what) {
-  std::string list;
-  for (std::string_view n : names) {
-    if (n == s) return n;
-    list += (list.empty() ? "" : ", ") + std::string(n);
-  }
-  detail::fail(what, " '", s, "' is none of ", list);
-}
-
 const char* scaling_name(RopeScaling::Kind k) {
   switch (k) {
     case RopeScaling::none: return "none";
@@ -40,15 +26,15 @@ std::string architecture_json(const PresetInfo& p) {
   const json j = {
       {"name", p.name},
       {"parts",
-       {{"pre_norm", p.pre_norm},
-        {"rms_norm", p.rms_norm},
-        {"activation", std::string(p.activation)},
-        {"positions", std::string(p.positions)}}},
+       {{"pre_norm", p.parts.pre_norm},
+        {"rms_norm", p.parts.rms_norm},
+        {"activation", std::string(p.parts.activation_name())},
+        {"positions", std::string(p.parts.positions_name())}}},
       {"dims",
        {{"max_t", p.max_t},
         {"d_model", p.d_model},
         {"n_heads", p.n_heads},
-        {"n_kv_heads", p.n_kv_heads},
+        {"n_kv_heads", p.kv_heads()},
         {"n_layers", p.n_layers},
         {"d_ff", p.d_ff},
         {"qk_head_dim", p.qk_head_dim},
@@ -95,11 +81,10 @@ PresetInfo architecture_from_json(std::string_view text, const std::string& sour
   PresetInfo p;
   p.name = string(j, "name", "");
   const json& parts = field(j, "parts", "");
-  p.pre_norm = boolean(parts, "pre_norm", "parts.");
-  p.rms_norm = boolean(parts, "rms_norm", "parts.");
-  p.activation = one_of(string(parts, "activation", "parts."), kActivations, source + ": parts.activation");
-  p.positions = one_of(string(parts, "positions", "parts."), kPositions, source + ": parts.positions");
-  p.gated = p.activation == SwiGlu::name || p.activation == GeGlu::name;
+  p.parts.pre_norm = boolean(parts, "pre_norm", "parts.");
+  p.parts.rms_norm = boolean(parts, "rms_norm", "parts.");
+  p.parts.activation = ModelParts::activation_named(string(parts, "activation", "parts."), source + ": parts.activation");
+  p.parts.positions = ModelParts::positions_named(string(parts, "positions", "parts."), source + ": parts.positions");
   const json& d = field(j, "dims", "");
   p.max_t = integer(d, "max_t", 1, 1 << 24);
   p.d_model = integer(d, "d_model", 1, 1 << 16);

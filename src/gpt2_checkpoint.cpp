@@ -87,9 +87,11 @@ std::string Gpt2Config::to_json() const {
 }
 
 bool gpt2_shaped(const PresetInfo& p) {
-  return p.pre_norm && !p.rms_norm && p.activation == "gelu" && p.positions == "learned" && p.bias &&
-         p.n_kv_heads == p.n_heads && !p.gated && p.dims().qk_head() * p.n_heads == p.d_model &&
-         p.dims().v_head() * p.n_heads == p.d_model;
+  using Act = ModelParts::Activation;
+  using Pos = ModelParts::Positions;
+  return p.parts.pre_norm && !p.parts.rms_norm && p.parts.activation == Act::gelu &&
+         p.parts.positions == Pos::learned && p.bias && p.kv_heads() == p.n_heads &&
+         p.qk_head() * p.n_heads == p.d_model && p.v_head() * p.n_heads == p.d_model;
 }
 
 Gpt2Config gpt2_config_of(const PresetInfo& p, int vocab) {
@@ -105,7 +107,8 @@ Gpt2Config gpt2_config_of(const PresetInfo& p, int vocab) {
 }
 
 PresetInfo gpt2_architecture(const Gpt2Config& c) {
-  PresetInfo p = preset_info<families::Gpt>();
+  PresetInfo p;
+  p.parts = presets::gpt(ModelParts::Activation::gelu);  // pre-norm LayerNorm, GELU, learned positions
   p.max_t = c.n_positions, p.d_model = c.n_embd, p.n_heads = p.n_kv_heads = c.n_head, p.n_layers = c.n_layer;
   p.d_ff = c.d_ff(), p.norm_eps = c.layer_norm_epsilon;
   p.name = preset_name_of(p, "gpt2");

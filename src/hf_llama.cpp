@@ -133,12 +133,15 @@ std::string HfLlamaConfig::to_json() const {
 }
 
 bool llama_shaped(const PresetInfo& p) {
-  return p.pre_norm && p.rms_norm && p.activation == "swiglu" && p.positions == "rope" && !p.bias &&
-         p.dims().qk_head() * p.n_heads == p.d_model && p.dims().v_head() * p.n_heads == p.d_model;
+  return p.parts.pre_norm && p.parts.rms_norm && p.parts.activation == ModelParts::Activation::swiglu &&
+         p.parts.positions == ModelParts::Positions::rope && !p.bias && p.qk_head() * p.n_heads == p.d_model &&
+         p.v_head() * p.n_heads == p.d_model;
 }
 
 PresetInfo hf_llama_architecture(const HfLlamaConfig& c) {
-  PresetInfo p = preset_info<families::Llama>();
+  PresetInfo p;
+  p.parts = {.pre_norm = true, .rms_norm = true, .activation = ModelParts::Activation::swiglu,
+             .positions = ModelParts::Positions::rope};
   p.name = c.model_type;  // unless a preset has this architecture (below)
   p.max_t = c.max_position_embeddings, p.d_model = c.hidden_size, p.n_heads = c.num_attention_heads;
   p.n_kv_heads = c.num_key_value_heads, p.n_layers = c.num_hidden_layers, p.d_ff = c.intermediate_size;
@@ -263,7 +266,7 @@ void hf_llama_check_model(const HfLlamaCheckpoint& ck, int vocab, const PresetIn
   same("hidden_size", c.hidden_size, "D_MODEL", p.d_model);
   same("num_hidden_layers", c.num_hidden_layers, "N_LAYERS", p.n_layers);
   same("num_attention_heads", c.num_attention_heads, "N_HEADS", p.n_heads);
-  same("num_key_value_heads", c.num_key_value_heads, "N_KV_HEADS", p.n_kv_heads);
+  same("num_key_value_heads", c.num_key_value_heads, "N_KV_HEADS", p.kv_heads());
   same("intermediate_size", c.intermediate_size, "D_FF", p.d_ff);
   auto knob = [&](const char* field, double file, const char* ours, double model) {
     require(std::abs(file - model) <= 1e-12 * std::abs(model), source, ": ", field, " is ", file, " but the model's ",
@@ -296,7 +299,7 @@ HfLlamaConfig hf_llama_config_of(const PresetInfo& p, int vocab, bool tied) {
   c.intermediate_size = p.d_ff;
   c.num_hidden_layers = p.n_layers;
   c.num_attention_heads = p.n_heads;
-  c.num_key_value_heads = p.n_kv_heads;
+  c.num_key_value_heads = p.kv_heads();
   c.max_position_embeddings = p.max_t;
   c.tie_word_embeddings = tied;
   return c;

@@ -12,8 +12,10 @@
 #include <functional>
 #include <string>
 
+#include "support/configs.hpp"
 #include "support/errors.hpp"
 #include "xfmr/backend/cpu.hpp"
+#include "xfmr/io/architecture.hpp"
 #include "xfmr/models/classifier.hpp"
 #include "xfmr/models/classifier_model.hpp"
 #include "xfmr/models/decoder.hpp"
@@ -202,7 +204,8 @@ BOOST_AUTO_TEST_CASE(language_model_is_the_static_decoder) {
   const auto ids = ids_of(bt.rows() + 1, V, 9);
   const std::vector<std::int32_t> x(ids.begin(), ids.end() - 1), y(ids.begin() + 1, ids.end());
   auto lm = make_language_model<Be>("shakespeare-small", V, 7);
-  Decoder<presets::ShakespeareSmall, Be> fixed(V, 7);
+  BOOST_TEST((preset_info<test::ShakespeareSmallStatic>().dims() == LanguageModelPresets::info("shakespeare-small").dims()));
+  Decoder<test::ShakespeareSmallStatic, Be> fixed(V, 7);
   train(*lm, V, y, [&](Be& be) { return lm->forward(be, x, bt); });
   train(fixed, V, y, [&](Be& be) { return fixed.forward(be, x, bt); });
   BOOST_TEST(weight_bytes(*lm) == weight_bytes(fixed));
@@ -278,9 +281,9 @@ BOOST_AUTO_TEST_CASE(seq2seq_static_and_dynamic_same_bits) {
   BOOST_TEST(decode(fixed) == decode(dynamic), boost::test_tools::per_element());
 }
 
-// make_classifier and make_translation_model build a family's Dynamic
-// model, compiled in the library: the same bits as the preset's static
-// type, in training and in decoding.
+// make_classifier and make_translation_model build the one compiled model
+// of every part Dynamic: the same bits as a static type of the preset's
+// architecture, in training and in decoding.
 BOOST_AUTO_TEST_CASE(classifier_model_is_the_static_classifier) {
   const int V = 23, C = 3;
   const Shape bt{4, 10};
@@ -288,12 +291,15 @@ BOOST_AUTO_TEST_CASE(classifier_model_is_the_static_classifier) {
   const auto labels = ids_of(bt.B, C, 6);
   for (const char* name : {"sst2", "imdb"}) {
     auto erased = make_classifier<Be>(ClassifierPresets::info(name), V, C, 5, {.dropout = 0.1f});
-    ClassifierPresets::with(name, [&]<class Cfg>() {
+    auto same_as = [&]<class Cfg>() {
+      BOOST_TEST((preset_info<Cfg>().dims() == ClassifierPresets::info(name).dims()));
       Classifier<Cfg, Be> fixed(V, C, 5, {.dropout = 0.1f});
       train(*erased, C, labels, [&](Be& be) { return erased->forward(be, x, bt); });
       train(fixed, C, labels, [&](Be& be) { return fixed.forward(be, x, bt); });
       BOOST_TEST(weight_bytes(*erased) == weight_bytes(fixed), name);
-    });
+    };
+    if (std::string(name) == "sst2") same_as.template operator()<test::Sst2Static>();
+    else same_as.template operator()<test::ImdbStatic>();
     BOOST_TEST(erased->parameter_count() == parameter_count(*erased->clone()));
   }
 }
@@ -305,7 +311,8 @@ BOOST_AUTO_TEST_CASE(translation_model_is_the_static_seq2seq) {
   const auto t = ids_of(tgt.rows() + 1, TV, 2);
   const std::vector<std::int32_t> x(t.begin(), t.end() - 1), y(t.begin() + 1, t.end());
   auto erased = make_translation_model<Be>(TranslatorPresets::info("tiny"), SV, TV, 3, {.dropout = 0.1f});
-  Seq2Seq<presets::TranslatorTiny, presets::TranslatorTiny, Be> fixed(SV, TV, 3, {.dropout = 0.1f});
+  BOOST_TEST((preset_info<test::TranslatorTinyStatic>().dims() == TranslatorPresets::info("tiny").dims()));
+  Seq2Seq<test::TranslatorTinyStatic, test::TranslatorTinyStatic, Be> fixed(SV, TV, 3, {.dropout = 0.1f});
   train(*erased, TV, y, [&](Be& be) { return erased->forward(be, s, src, nullptr, x, tgt); });
   train(fixed, TV, y, [&](Be& be) { return fixed.forward(be, s, src, nullptr, x, tgt); });
   BOOST_TEST(weight_bytes(*erased) == weight_bytes(fixed));
@@ -373,9 +380,10 @@ BOOST_AUTO_TEST_CASE(dynamic_sizes_are_checked) {
   says([&] { lin.forward(be, x.rows(2, Dim<Dynamic>(6)), y.rows(2, Dim<Dynamic>(4))); },
        "Linear input is 6 wide, expected 8");
   // Parts the layers do not have are refused by name.
-  PresetInfo arch = LanguageModelPresets::info("tiny");
-  arch.activation = "swish";
-  says([&] { make_language_model<Be>(arch, 11, 1); }, "unknown activation 'swish'");
+  says([] { (void)ModelParts::activation_named("swish"); }, "activation 'swish' is not one of relu, gelu");
+  std::string json = architecture_json(LanguageModelPresets::info("tiny"));
+  json.replace(json.find("\"gelu\""), 6, "\"swish\"");
+  says([&] { (void)architecture_from_json(json, "arch.json"); }, "arch.json: parts.activation 'swish' is not one of");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

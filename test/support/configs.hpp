@@ -4,6 +4,7 @@
 #include "xfmr/blocks/residual.hpp"
 #include "xfmr/layers/activation.hpp"
 #include "xfmr/layers/positional.hpp"
+#include "xfmr/layers/rms_norm.hpp"
 
 namespace xfmr::test {
 
@@ -60,6 +61,53 @@ struct TinyGqa : TinyPre {
 // Rotary positions alone.
 struct TinyRope : TinyPre {
   using Positions = Rope;
+};
+
+// Llama's block at a given shape, as a static configuration: pre-norm
+// RMSNorm, SwiGLU, rotary positions, no biases, no dropout.
+template <int T, int D, int H, int KV, int L, int FF>
+struct LlamaShape {
+  static constexpr int MAX_T = T, D_MODEL = D, N_HEADS = H, N_KV_HEADS = KV, N_LAYERS = L, D_FF = FF;
+  static constexpr float DROPOUT = 0.0f;
+  static constexpr bool BIAS = false;
+  using Norm = PreNorm;
+  template <int W, class Be>
+  using NormLayer = RmsNorm<W, Be>;
+  using Activation = SwiGlu;
+  using Positions = Rope;
+};
+
+// Static configurations of some shipped presets (presets.hpp's values: the
+// tests check the two agree), for the static-against-Dynamic comparisons.
+struct ShakespeareSmallStatic {
+  static constexpr const char* NAME = "shakespeare-small";
+  static constexpr int MAX_T = 32, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 4, D_FF = 256;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+struct Sst2Static {
+  static constexpr const char* NAME = "sst2";
+  static constexpr int MAX_T = 64, D_MODEL = 128, N_HEADS = 4, N_LAYERS = 2, D_FF = 512;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PostNorm;
+  using Activation = Relu;
+  using Positions = Learned;
+};
+struct ImdbStatic {
+  static constexpr const char* NAME = "imdb";
+  static constexpr int MAX_T = 512, D_MODEL = 64, N_HEADS = 4, N_LAYERS = 2, D_FF = 256;
+  static constexpr float DROPOUT = 0.1f;
+  using Norm = PreNorm;
+  using Activation = Gelu;
+  using Positions = Learned;
+};
+struct TranslatorTinyStatic {
+  static constexpr const char* NAME = "tiny";
+  static constexpr int MAX_T = 24, D_MODEL = 32, N_HEADS = 2, N_LAYERS = 1, D_FF = 64;
+  using Norm = PreNorm;
+  using Activation = Relu;
+  using Positions = Sinusoidal;
 };
 
 }  // namespace xfmr::test

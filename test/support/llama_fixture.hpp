@@ -9,11 +9,12 @@
 #include <span>
 #include <vector>
 
+#include "support/configs.hpp"
 #include "xfmr/presets.hpp"
 
 namespace xfmr::test {
 
-struct LlamaFixture : presets::LlamaShape<16, 32, 4, 2, 2, 48> {
+struct LlamaFixture : LlamaShape<16, 32, 4, 2, 2, 48> {
   static constexpr int VOCAB = 40;
 };
 

@@ -100,6 +100,24 @@ struct ModelParts {
 
   bool gated() const { return activation == Activation::swiglu || activation == Activation::geglu; }
   bool rope() const { return positions == Positions::rope; }
+
+  // The parts' names ("gelu", "rope"), as configurations, checkpoints and
+  // errors give them, and back (an unknown name is an xfmr::Error naming
+  // `what` and the choices).
+  static constexpr std::string_view kActivations[] = {"relu", "gelu", "swiglu", "geglu"};
+  static constexpr std::string_view kPositions[] = {"learned", "sinusoidal", "rope"};
+  std::string_view activation_name() const { return kActivations[int(activation)]; }
+  std::string_view positions_name() const { return kPositions[int(positions)]; }
+  static Activation activation_named(std::string_view name, std::string_view what = "activation") {
+    for (int i = 0; i < 4; ++i)
+      if (kActivations[i] == name) return Activation(i);
+    detail::fail(what, " '", name, "' is not one of relu, gelu, swiglu, geglu");
+  }
+  static Positions positions_named(std::string_view name, std::string_view what = "positions") {
+    for (int i = 0; i < 3; ++i)
+      if (kPositions[i] == name) return Positions(i);
+    detail::fail(what, " '", name, "' is not one of learned, sinusoidal, rope");
+  }
 };
 
 // A model's sizes and knobs at run time: what a Dynamic configuration is

@@ -67,7 +67,7 @@ struct Gpt2Config {
 };
 
 // The architecture of a GPT-2 checkpoint of config c: the GPT family
-// (families::Gpt) at the config's sizes and epsilon, named after the
+// (pre-norm LayerNorm, GELU, learned positions) at the config's sizes and epsilon, named after the
 // preset of its shape if one has it, else "gpt2".
 PresetInfo gpt2_architecture(const Gpt2Config& c);
 

@@ -77,7 +77,7 @@ struct HfLlamaCheckpoint {
 HfLlamaCheckpoint open_hf_llama(const std::filesystem::path& path);
 
 // The architecture of a checkpoint of config c: the Llama family
-// (families::Llama) at the config's sizes and knobs, named after the preset
+// (pre-norm RMSNorm, SwiGLU, rotary positions) at the config's sizes and knobs, named after the preset
 // of its shape if one has it, else after its model_type.
 PresetInfo hf_llama_architecture(const HfLlamaConfig& c);
 

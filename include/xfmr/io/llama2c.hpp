@@ -121,7 +121,7 @@ void load_llama2c(Decoder<Cfg, Backend>& model, const Llama2cCheckpoint& ckpt) {
   const PresetInfo p = preset_info<Cfg>(model.dims());
   detail::llama2c_check_architecture(p);
   detail::llama2c_check_config(ckpt.config, ckpt.file.string(), model.vocab(), p.d_model, p.n_layers, p.n_heads,
-                               p.n_kv_heads, p.d_ff);
+                               p.kv_heads(), p.d_ff);
   detail::llama2c_fill(model, ckpt);
 }
 
@@ -131,7 +131,7 @@ void load_llama2c(LanguageModel<Backend>& model, const Llama2cCheckpoint& ckpt) 
   const PresetInfo& p = model.preset();
   detail::llama2c_check_architecture(p);
   detail::llama2c_check_config(ckpt.config, ckpt.file.string(), model.vocab(), p.d_model, p.n_layers, p.n_heads,
-                               p.n_kv_heads, p.d_ff);
+                               p.kv_heads(), p.d_ff);
   detail::llama2c_fill(model, ckpt);
 }
 
