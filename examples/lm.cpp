@@ -297,8 +297,15 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
           " tokens, too few for windows of ", T, " + 1 in both the training and the validation part");
   const LmBatcher batches(train_ids, run.batch, T);
 
-  ProcessGroup& group = ProcessGroup::world();
-  require(group.size() == 1, "xfmr-lm trains in one process");
+  // Under mpirun, each of the N ranks trains on its batch / N sequences of
+  // every batch (all draw the same batches) and evaluates the same windows.
+  ProcessGroup& group = join_ranks(a, Be::name,
+                                   run.to_json().dump() + " steps " + std::to_string(a.steps) + " zero " +
+                                       std::to_string(a.zero),
+                                   "--data with hash " + data_hash);
+  const int ranks = group.size();
+  require(run.batch % ranks == 0, "--batch ", run.batch, " is not a multiple of the ", ranks, " ranks");
+  const int my_rows = run.batch / ranks, my_first = rank_rows(group, run.batch).first;
   Be be = make_backend<Be>(a.backend, a.precision);
   TrainingRun<LanguageModel<Be>, Be> session(
       model, be, {.optimizer = adamw_recipe(AdamWRecipe::language_model, run.weight_decay),
@@ -306,7 +313,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                           .clip = run.clip,
                           .schedule = LrSchedule::parse(run.schedule, run.lr, a.steps),
                           .data_seed = seed_for(run.seed, 0xda7a),
-                          .split = {.shards = a.shards}},
+                          .split = {.shards = a.shards, .group = &group, .zero = a.zero}},
               .loop = {.total = a.steps,
                        .stop_after = a.stop_after,
                        .eval_every = a.eval_every,
@@ -330,7 +337,9 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   std::cout << "xfmr-lm: " << preset << (run.init.empty() ? "" : " from " + run.init) << " on " << describe(be)
             << ", " << model.parameter_count() << " parameters, vocabulary " << V << ", " << train_ids.size()
             << " train / " << val_ids.size() << " val tokens, batch " << run.batch << " x " << T
-            << (resumed ? ", resuming at step " + std::to_string(start) : std::string()) << std::endl;
+            << (resumed ? ", resuming at step " + std::to_string(start) : std::string())
+            << (ranks > 1 ? ", " + std::to_string(ranks) + " ranks of " + std::to_string(my_rows) + " sequences" : "")
+            << std::endl;
   auto val_loss = [&] {
     const double loss =
         window_loss(model, be, val_ids, T, run.batch, a.eval_windows, [&] { return session.interrupted(group); })
@@ -343,9 +352,12 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   else if (start == 0) std::cout << "step 0: val loss " << std::fixed << std::setprecision(4) << start_val << std::defaultfloat << std::endl;
 
   std::vector<std::int32_t> ids(std::size_t(run.batch) * T), targets(ids.size());
+  // This rank's rows of the batch in ids.
+  const std::size_t mine = std::size_t(my_first) * T;
   auto forward = [&](const Shard& s, LanguageModel<Be>& m, Be& b) {
-    return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
-                     Shape{s.size(), T});
+    return m.forward(
+        b, std::span<const std::int32_t>(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+        Shape{s.size(), T});
   };
   const TrainingOutcome o = session.run(
       group,
@@ -353,7 +365,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
         return trainer.step(
             [&](int) {
               batches.sample(trainer.data_rng(), ids.data(), targets.data());
-              return BatchTargets{run.batch, targets};
+              return BatchTargets{my_rows, std::span<const std::int32_t>(targets).subspan(mine, std::size_t(my_rows) * T)};
             },
             forward);
       },

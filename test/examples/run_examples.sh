@@ -453,6 +453,13 @@ case "$case_name" in
     "$charlm" train --data corpus.txt --resume zhalf --shards 2 --log-csv "" --report "" > /dev/null 2>&1 \
       || fail "the ZeRO-1 checkpoint did not resume in one process"
     same one zhalf
+    # xfmr-lm too: two ranks train the checkpoint one process of two shards does.
+    lmrun=(train --preset tiny --tokenizer "$here/../reference/fixtures/lm/tokenizer.json" --data corpus.txt --steps 8
+           --batch 8 --eval-every 4 --eval-windows 4 --dropout 0 --log-csv "" --report "")
+    "$lm" "${lmrun[@]}" --shards 2 --out lm-one > lm-one.log 2>&1 || { cat lm-one.log; fail "xfmr-lm, one process"; }
+    $mpi "$lm" "${lmrun[@]}" --shards 1 --out lm-two > lm-two.log 2>&1 || { cat lm-two.log; fail "xfmr-lm, two ranks"; }
+    same lm-one lm-two
+    grep -q "2 ranks of 4 sequences" lm-two.log || fail "xfmr-lm says nothing of the ranks"
     # Different settings on the two ranks (mpiexec's A : B form).
     expect_error "ranks disagree on the options: at argument 22 rank 0 has 'nothing more', rank 1 has '--lr 0.002'" mpiexec -n 1 "$charlm" "${run[@]}" : -n 1 \
       "$charlm" "${run[@]}" --lr 0.002
@@ -943,7 +950,7 @@ case "$case_name" in
       --tokenizer tok-edited.json
     # Bad input is named.
     expect_error "--preset needs --tokenizer" "$lm" train --preset tiny --data corpus.txt
-    expect_error "give one of --init PATH (fine-tune) and --preset NAME" "$lm" train --init hf --preset tiny --data corpus.txt
+    expect_error "give one of --init PATH (fine-tune), --preset NAME" "$lm" train --init hf --preset tiny --data corpus.txt
     # A llama2.c file (legacy header, zero weights) of a shape no preset has
     # loads (the Llama family's Dynamic model); then its missing tokenizer is named.
     { printf '\x08\0\0\0\x10\0\0\0\x01\0\0\0\x02\0\0\0\x02\0\0\0\x04\0\0\0\x04\0\0\0'; head -c 2848 /dev/zero; } > odd.bin
