@@ -20,6 +20,20 @@ run_preset() {  # run_preset PRESET [build target]
   cmake --preset "$1"
   cmake --build --preset "$1" --parallel "$jobs" ${2:+--target "$2"}
 }
+# ctest PRESET [args]: the tests, then why each one that skipped did (the
+# line it printed: "skipped: ...", "...; skipped", a level "this CPU lacks
+# it"), which ctest's summary does not say.
+run_tests() {
+  local preset=$1 status=0
+  shift
+  ctest --preset "$preset" --parallel "$jobs" "$@" || status=$?
+  awk '/^[0-9]+\/[0-9]+ Test: / { name = $3 }
+       /^Output:/ { out = 1; next }
+       /^<end of output>/ { out = 0 }
+       out && ($0 ~ /^skipped/ || $0 ~ /; skipped$/ || $0 ~ /this CPU lacks it/) { print "skipped " name ": " $0 }' \
+    "build/$preset/Testing/Temporary/LastTest.log" 2> /dev/null || true
+  return "$status"
+}
 
 case "$what" in
   all)
@@ -30,17 +44,17 @@ case "$what" in
   release | debug)
     scripts/install-deps.sh
     run_preset "$what"
-    ctest --preset "$what" --parallel "$jobs"
+    run_tests "$what"
     ;;
   asan)
     scripts/install-deps.sh "${clang_packages[@]}"
     run_preset asan
-    ctest --preset asan --parallel "$jobs"
+    run_tests asan
     ;;
   sanitizer-lane)
     scripts/install-deps.sh "${clang_packages[@]}"
     run_preset asan sanitizer_lane
-    ctest --preset asan --parallel "$jobs" -L sanitizer-lane
+    run_tests asan -L sanitizer-lane
     ;;
   *)
     echo "usage: scripts/test.sh [release|sanitizer-lane|debug|asan]" >&2
