@@ -9,10 +9,11 @@
 //   xfmr-lm export --model PATH --hf DIR
 //
 // --model (and --init) is a Hugging Face model directory, a llama2.c .bin
-// file, or a checkpoint `train --out` wrote; the preset comes from its
-// config (io/pretrained.hpp). The tokenizer is --tokenizer, else the one
-// beside the model (tokenizer.json, vocab.json + merges.txt, tokenizer.bin)
-// or the one a checkpoint carries. Run each command with --help for the rest.
+// file, a GGUF llama file, or a checkpoint `train --out` wrote; the preset
+// comes from its config (io/pretrained.hpp). The tokenizer is --tokenizer,
+// else the one beside the model (tokenizer.json, vocab.json + merges.txt,
+// tokenizer.bin), a GGUF file's own, or the one a checkpoint carries. Run
+// each command with --help for the rest.
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <iostream>
@@ -124,7 +125,7 @@ int run_sample(int argc, char** argv) {
   SampleArgs a;
   po::options_description opts("xfmr-lm sample: generate text from a model");
   opts.add_options()("help", "show this help")
-      ("model", po::value(&a.model), "a Hugging Face directory (GPT-2 or Llama), a llama2.c .bin, or a train --out "
+      ("model", po::value(&a.model), "a Hugging Face directory (GPT-2 or Llama), a llama2.c .bin, a GGUF llama file, or a train --out "
        "checkpoint (required)")
       ("tokenizer", po::value(&a.tokenizer), "tokenizer.json, tokenizer.bin or a directory of GPT-2's files "
        "(default: the model's)")

@@ -34,6 +34,10 @@ Llama2cTokenizer Llama2cTokenizer::load(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   require(bool(in), source, ": cannot open it");
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return parse(bytes, source);
+}
+
+Llama2cTokenizer Llama2cTokenizer::parse(std::string_view bytes, const std::string& source) {
   std::size_t at = 0;
   auto read = [&](void* to, std::size_t n, const char* what, std::size_t entry) {
     require(bytes.size() - at >= n, source, ": ends inside ", what, entry == std::size_t(-1) ? std::string() : " of piece " + std::to_string(entry),

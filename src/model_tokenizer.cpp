@@ -4,6 +4,10 @@
 #include "file_writes.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/hash.hpp"
+#include "xfmr/io/gguf.hpp"
+
+#include <algorithm>
+#include <cstring>
 
 namespace fs = std::filesystem;
 
@@ -31,8 +35,46 @@ ModelTokenizer ModelTokenizer::load(const fs::path& path) {
   }
   if (path.extension() == ".json") return {Gpt2Tokenizer::load_json(path), {path}};
   if (path.extension() == ".bin") return {Llama2cTokenizer::load(path), {path}};
+  if (path.extension() == ".gguf") return from_gguf(path);
   detail::fail(path.string(), ": not a tokenizer file this library reads (tokenizer.json, tokenizer.bin, or a "
                "directory of GPT-2's vocab.json and merges.txt)");
+}
+
+ModelTokenizer ModelTokenizer::from_gguf(const fs::path& file) {
+  const GgufFile g = GgufFile::open(file);
+  const std::string model = g.has("tokenizer.ggml.model") ? g.string("tokenizer.ggml.model") : "";
+  require(model == "llama", file.string(), ": tokenizer.ggml.model '", model,
+          "': xfmr reads GGUF's 'llama' tokenizer (SentencePiece pieces with scores) so far");
+  const std::vector<std::string>& pieces = g.value("tokenizer.ggml.tokens").strings;
+  const std::vector<double>& scores = g.value("tokenizer.ggml.scores").numbers;
+  require(!pieces.empty() && scores.size() == pieces.size(), file.string(), ": ", pieces.size(), " tokens and ",
+          scores.size(), " scores");
+  for (const auto& [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", Llama2cTokenizer::kBos},
+                                std::pair{"tokenizer.ggml.eos_token_id", Llama2cTokenizer::kEos}})
+    if (g.has(key))
+      require(g.integer(key) == id, file.string(), ": ", key, " ", g.integer(key),
+              " (xfmr's SentencePiece tokenizer has BOS 1 and EOS 2)");
+  // As llama2.c's tokenizer.bin: the longest piece's length, then each
+  // piece's score, length and bytes, SentencePiece's U+2581 as a space.
+  std::string bin(4, '\0'), spaced;
+  std::int32_t longest = 1;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    spaced.clear();
+    for (std::size_t at = 0; at < pieces[i].size();) {
+      if (pieces[i].compare(at, 3, "\xe2\x96\x81") == 0) spaced += ' ', at += 3;
+      else spaced += pieces[i][at++];
+    }
+    const float score = float(scores[i]);
+    const auto length = std::int32_t(spaced.size());
+    longest = std::max(longest, length);
+    bin.append(reinterpret_cast<const char*>(&score), 4).append(reinterpret_cast<const char*>(&length), 4) += spaced;
+  }
+  std::memcpy(bin.data(), &longest, 4);
+  ModelTokenizer t(Llama2cTokenizer::parse(bin, file.string() + "'s tokenizer"), {});
+  t.files_ = {file};
+  t.bytes_.emplace_back(reinterpret_cast<const std::byte*>(bin.data()), reinterpret_cast<const std::byte*>(bin.data()) + bin.size());
+  t.hash_ = fnv1a("\xff", fnv1a(bin, fnv1a("")));
+  return t;
 }
 
 std::vector<AttachedFile> ModelTokenizer::attached_files() const {

@@ -1025,6 +1025,16 @@ JSON
     grep -q "post-geglu" pg.err || fail "the sample does not name its architecture: $(cat pg.err)"
     expect_error "give one of --init PATH (fine-tune), --preset NAME or --architecture FILE" "$lm" train \
       --architecture arch.json --preset tiny --tokenizer "$tok" --data corpus.txt
+    # llama.cpp's stories260K GGUF (../shared/DATA.md), where the data is:
+    # llama.cpp's greedy text from BOS, its tokenizer read from the file.
+    gguf=$here/../../../shared/data/gguf/stories260K.gguf
+    if [[ -f $gguf ]]; then
+      out=$("$lm" sample --model "$gguf" --temperature 0 --tokens 64 2> gguf.err) || fail "stories260K: $(cat gguf.err)"
+      [[ $out == "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high."* ]] ||
+        fail "stories260K.gguf's greedy text: $out"
+    else
+      echo "skipped the GGUF check: no $gguf"
+    fi
     ;;
   lm_export_pytorch)
     # A model xfmr-lm trained and exported, read by plain PyTorch

@@ -3,7 +3,8 @@
 // value type, arrays of numbers and strings, and a tensor of each type
 // read, whose values equal the plain decoder's in that script; a damaged
 // file is an Error naming what is wrong; and llama.cpp's stories260K
-// model (../shared/data/gguf) reads where the data is.
+// model (../shared/data/gguf), where the data is, decodes through the
+// engine to llama.cpp's greedy tokens and text, its tokenizer the file's.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "support/errors.hpp"
 #include "support/temp_dir.hpp"
+#include "xfmr/infer/engine.hpp"
 #include "xfmr/io/gguf.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_gguf)
@@ -117,13 +119,27 @@ BOOST_AUTO_TEST_CASE(a_damaged_file_is_an_error_naming_what) {
   BOOST_TEST(error_of([] { (void)GgufFile::open("/no/such.gguf"); }).find("no such file") != std::string::npos);
 }
 
-BOOST_AUTO_TEST_CASE(stories260k_reads_where_the_data_is) {
+// llama.cpp's stories260K (../shared/DATA.md): its tensors, and its greedy
+// tokens from BOS, which DATA.md gives as llama.cpp decodes them.
+BOOST_AUTO_TEST_CASE(stories260k_decodes_as_llama_cpp_does) {
   const fs::path p = fs::path(XFMR_FIXTURE_DIR) / ".." / ".." / ".." / ".." / "shared" / "data" / "gguf" /
                      "stories260K.gguf";
   if (!fs::exists(p)) {
     BOOST_TEST_MESSAGE("skipped: no " << p.string());
     return;
   }
+  Engine engine = Engine::load(p);
+  BOOST_TEST(engine.format() == "gguf");
+  BOOST_TEST(engine.vocab() == 512);
+  const Completion c = engine.generate(
+      {.prompt = {1}, .sampling = {.temperature = 0}, .max_tokens = 64, .ignore_eos = true});
+  const std::vector<std::int32_t> first(c.ids.begin(), c.ids.begin() + 10);
+  BOOST_TEST(first == (std::vector<std::int32_t>{403, 407, 261, 378, 432, 383, 286, 261, 376, 298}),
+             boost::test_tools::per_element());
+  BOOST_TEST(c.text.starts_with("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+                                "the park. One day, she saw a big, red ball. She wanted to play with it, but it was "
+                                "too high."),
+             c.text);
   const GgufFile f = GgufFile::open(p);
   BOOST_TEST(f.string("general.architecture") == "llama");
   BOOST_TEST(f.has("tokenizer.ggml.tokens"));

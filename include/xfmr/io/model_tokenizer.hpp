@@ -7,6 +7,10 @@
 //   const auto tok = xfmr::ModelTokenizer::load("SmolLM-135M");   // a file, or a directory holding one
 //   std::vector<std::int32_t> ids = tok.encode("Once upon a time");
 //
+// A GGUF model file (.gguf) carries its tokenizer: a "llama" one
+// (SentencePiece pieces with scores, U+2581 for the space) reads as the
+// llama2.c tokenizer.bin it is written out as (its attached file).
+//
 // encode(text): a prompt's ids (llama2.c's with BOS first, as run.c does).
 // encode_corpus(text): a training or evaluation text's: BPE over the whole
 //   text; llama2.c's line by line, each non-empty line with BOS first (its
@@ -71,6 +75,7 @@ class ModelTokenizer {
 
  private:
   ModelTokenizer(std::variant<Gpt2Tokenizer, Llama2cTokenizer> t, std::vector<std::filesystem::path> files);
+  static ModelTokenizer from_gguf(const std::filesystem::path& file);
 
   std::variant<Gpt2Tokenizer, Llama2cTokenizer> tok_;
   std::vector<std::filesystem::path> files_;

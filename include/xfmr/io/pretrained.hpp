@@ -58,8 +58,18 @@
 
 namespace xfmr {
 
-enum class CheckpointFormat { gpt2, hf_llama, llama2c, xfmr };
-std::string_view format_name(CheckpointFormat f);  // "gpt2", "llama", "llama2.c", "xfmr"
+enum class CheckpointFormat { gpt2, hf_llama, llama2c, xfmr, gguf };
+std::string_view format_name(CheckpointFormat f);  // "gpt2", "llama", "llama2.c", "xfmr", "gguf"
+
+// A GGUF file's llama model (io/gguf.hpp) as llama2.c's reader gives one:
+// the architecture from its metadata (sizes, epsilon, rotary theta) and
+// every tensor as float32 by xfmr's names. Other architectures, rope
+// scaling and partial rotary positions are refused by name.
+struct GgufLlama {
+  PresetInfo architecture;
+  Llama2cCheckpoint checkpoint;
+};
+GgufLlama read_gguf_llama(const std::filesystem::path& path);
 
 CheckpointFormat checkpoint_format(const std::filesystem::path& path);
 
@@ -97,6 +107,16 @@ Pretrained<Backend> load_pretrained(const std::filesystem::path& path, DecoderOp
       auto m = make_language_model<Backend>(llama2c_architecture(ck.config), ck.config.vocab_size, 0, opts);
       load_llama2c(*m, ck);
       return {std::move(m), f, ck.file, {}};
+    }
+    case CheckpointFormat::gguf: {
+      const GgufLlama ck = read_gguf_llama(path);
+      opts.tie_weights = ck.checkpoint.config.shared_classifier;
+      auto m = make_language_model<Backend>(ck.architecture, ck.checkpoint.config.vocab_size, 0, opts);
+      detail::llama2c_check_config(ck.checkpoint.config, path.string(), m->vocab(), m->preset().d_model,
+                                   m->preset().n_layers, m->preset().n_heads, m->preset().kv_heads(),
+                                   m->preset().d_ff);
+      detail::llama2c_fill(*m, ck.checkpoint);
+      return {std::move(m), f, path, {}};
     }
     case CheckpointFormat::xfmr: break;  // checkpoint_format names published formats only (load_model reads xfmr's)
   }

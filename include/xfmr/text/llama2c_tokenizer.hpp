@@ -36,6 +36,8 @@ class Llama2cTokenizer {
 
   // Errors name the path and the entry that is wrong.
   static Llama2cTokenizer load(const std::filesystem::path& file);
+  // The same from a tokenizer.bin's bytes; `source` names them in errors.
+  static Llama2cTokenizer parse(std::string_view bytes, const std::string& source);
 
   int vocab_size() const { return int(pieces_.size()); }
   const std::string& piece(std::int32_t id) const;
