@@ -6,7 +6,7 @@
 //   xfmr-lm eval   --model PATH --data FILE [--context T] [--windows N]
 //   xfmr-lm train  --data FILE (--init PATH | (--preset NAME | --architecture FILE.json) --tokenizer PATH)
 //                  --out DIR [--steps N] ...
-//   xfmr-lm export --model PATH --hf DIR
+//   xfmr-lm export --model PATH (--hf DIR | --gguf FILE [--type f16])
 //
 // --model (and --init) is a Hugging Face model directory, a llama2.c .bin
 // file, a GGUF llama file, or a checkpoint `train --out` wrote; the preset
@@ -472,19 +472,35 @@ int run_train(int argc, char** argv) {
 // export --------------------------------------------------------------------
 
 int run_export(int argc, char** argv) {
-  std::string model, tokenizer, hf;
+  std::string model, tokenizer, hf, gguf, type = "f16";
   bool overwrite = false;
-  po::options_description opts("xfmr-lm export: a model in the Hugging Face layout of its family (GPT-2 or Llama)");
+  po::options_description opts("xfmr-lm export: a model in the Hugging Face layout of its family (GPT-2 or Llama), or "
+                               "as a GGUF file llama.cpp reads (Llama)");
   opts.add_options()("help", "show this help")("model", po::value(&model), "the model, as sample's (required)")
       ("tokenizer", po::value(&tokenizer), "as sample's; its files are copied into the export under their usual names")
-      ("hf", po::value(&hf), "directory to write model.safetensors, config.json and the tokenizer to (required)")
+      ("hf", po::value(&hf), "directory to write model.safetensors, config.json and the tokenizer to")
+      ("gguf", po::value(&gguf), "or a GGUF file to write (a Llama-shaped model, with its SentencePiece tokenizer)")
+      ("type", po::value(&type)->default_value(type), "--gguf's matrices: f32, f16, bf16, q8_0 or q4_0 (rows that "
+       "are not whole blocks of 32 in f16; norms in f32)")
       ("overwrite", po::bool_switch(&overwrite), "replace an export already there");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
-  require(!model.empty() && !hf.empty(), "--model PATH and --hf DIR are required");
-  require(!same_file(model, hf), "--hf ", hf, " is the --model input");
-  check_writable_directory("--hf", hf, true);  // missing parents are made, as for --out
-  Engine engine = Engine::load(model, {.tokenizer = tokenizer, .tokenizer_option = "--tokenizer"});
+  require(!model.empty() && hf.empty() != gguf.empty(), "--model PATH and one of --hf DIR and --gguf FILE are required");
+  const GgmlType ggml = ggml_type_named(type, "--type");
+  const std::string out = hf.empty() ? gguf : hf;
+  require(!same_file(model, out), hf.empty() ? "--gguf " : "--hf ", out, " is the --model input");
+  check_writable_directory(hf.empty() ? "--gguf" : "--hf", out, !hf.empty());  // --hf makes missing parents, as --out
+  if (!gguf.empty())
+    require(overwrite || !fs::exists(gguf), "--gguf ", gguf, " exists already (--overwrite replaces it)");
+  Engine engine = Engine::load(model, {.tokenizer = tokenizer, .tokenizer_required = hf.empty() ? false : true,
+                                       .tokenizer_option = "--tokenizer"});
+  if (!gguf.empty()) {
+    engine.export_gguf(gguf, ggml);
+    std::cout << "xfmr-lm: " << engine.architecture().name << " (" << engine.parameter_count() << " parameters) to "
+              << gguf << " as GGUF, matrices " << ggml_type_name(ggml)
+              << (engine.has_tokenizer() ? ", with its tokenizer\n" : ", without a tokenizer\n");
+    return 0;
+  }
   engine.export_hf(hf, overwrite);
   std::cout << "xfmr-lm: " << engine.architecture().name << " (" << engine.parameter_count() << " parameters) to "
             << hf << " as " << (gpt2_shaped(engine.architecture()) ? "GPT2LMHeadModel" : "LlamaForCausalLM")

@@ -432,6 +432,9 @@ void Engine::export_hf(const std::filesystem::path& dir, bool overwrite) {
   const std::vector<AttachedFile> files = tokenizer_ ? tokenizer_->attached_files() : std::vector<AttachedFile>{};
   static_cast<Core*>(core_)->export_hf(dir, overwrite, files);
 }
+void Engine::export_gguf(const std::filesystem::path& file, GgmlType type) {
+  visit([&]<class Be>(LanguageModel<Be>& model, Be&) { save_gguf(model, file, type, tokenizer_); });
+}
 void Engine::synchronize() { static_cast<Core*>(core_)->synchronize(); }
 void Engine::weights_changed() { static_cast<Core*>(core_)->weights_changed(); }
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/half.hpp"
+#include "xfmr/io/safetensors.hpp"
 
 namespace xfmr {
 
@@ -151,6 +153,15 @@ void read_item(Cursor& c, GgufValue::Type t, GgufValue& v, const std::string& ke
 std::string ggml_type_name(GgmlType t) {
   const char* n = traits(t).name;
   return n ? n : "type " + std::to_string(std::uint32_t(t));
+}
+
+GgmlType ggml_type_named(std::string_view name, std::string_view what) {
+  if (name == "f32") return GgmlType::f32;
+  if (name == "f16") return GgmlType::f16;
+  if (name == "bf16") return GgmlType::bf16;
+  if (name == "q8_0") return GgmlType::q8_0;
+  if (name == "q4_0") return GgmlType::q4_0;
+  detail::fail("unknown ", what, " '", name, "' (f32, f16, bf16, q8_0 or q4_0)");
 }
 
 std::uint64_t ggml_bytes(GgmlType t, std::uint64_t count) {
@@ -387,6 +398,117 @@ std::vector<float> GgufFile::values(const GgufTensor& t) const {
   std::vector<float> out(std::size_t(t.elements));
   read_rows(t, 0, t.rows(), out.data());
   return out;
+}
+
+namespace {
+
+void put_string(std::string& out, std::string_view s) {
+  const std::uint64_t n = s.size();
+  out.append(reinterpret_cast<const char*>(&n), 8).append(s);
+}
+template <class T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+}  // namespace
+
+std::vector<std::byte> ggml_quantize(GgmlType t, std::span<const float> x) {
+  std::vector<std::byte> out(std::size_t(ggml_bytes(t, x.size())));
+  std::byte* p = out.data();
+  auto put16 = [](std::byte* at, std::uint16_t v) { std::memcpy(at, &v, 2); };
+  switch (t) {
+    case GgmlType::f32: std::memcpy(p, x.data(), x.size() * 4); break;
+    case GgmlType::f16:
+      for (std::size_t i = 0; i < x.size(); ++i) put16(p + 2 * i, detail::float_to_half(x[i]));
+      break;
+    case GgmlType::bf16:
+      for (std::size_t i = 0; i < x.size(); ++i) put16(p + 2 * i, bf16::from_float(x[i]));
+      break;
+    case GgmlType::q8_0:
+      for (std::size_t b = 0; b < x.size() / 32; ++b, p += 34) {
+        const float* v = x.data() + 32 * b;
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(v[j]));
+        const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+        put16(p, detail::float_to_half(d));
+        for (int j = 0; j < 32; ++j) p[2 + j] = std::byte(std::int8_t(std::lround(v[j] * id)));
+      }
+      break;
+    case GgmlType::q4_0:
+      for (std::size_t b = 0; b < x.size() / 32; ++b, p += 18) {
+        const float* v = x.data() + 32 * b;
+        float amax = 0, max = 0;  // the value of largest magnitude, with its sign
+        for (int j = 0; j < 32; ++j)
+          if (std::abs(v[j]) > amax) amax = std::abs(v[j]), max = v[j];
+        const float d = max / -8, id = d != 0 ? 1 / d : 0;
+        put16(p, detail::float_to_half(d));
+        for (int j = 0; j < 16; ++j) {
+          const int lo = std::min(15, int(std::int8_t(v[j] * id + 8.5f)));
+          const int hi = std::min(15, int(std::int8_t(v[j + 16] * id + 8.5f)));
+          p[2 + j] = std::byte(std::uint8_t(lo | (hi << 4)));
+        }
+      }
+      break;
+    default:
+      detail::fail("GGUF tensors are written as F32, F16, BF16, Q8_0 or Q4_0 (not ", ggml_type_name(t), ")");
+  }
+  return out;
+}
+
+void GgufWriter::add(const std::string& key, const std::string& value) {
+  put_string(meta_, key), put(meta_, std::uint32_t(GgufValue::Type::string)), put_string(meta_, value), ++keys_;
+}
+void GgufWriter::add(const std::string& key, std::uint32_t value) {
+  put_string(meta_, key), put(meta_, std::uint32_t(GgufValue::Type::u32)), put(meta_, value), ++keys_;
+}
+void GgufWriter::add(const std::string& key, float value) {
+  put_string(meta_, key), put(meta_, std::uint32_t(GgufValue::Type::f32)), put(meta_, value), ++keys_;
+}
+void GgufWriter::add(const std::string& key, bool value) {
+  put_string(meta_, key), put(meta_, std::uint32_t(GgufValue::Type::boolean)), put(meta_, std::uint8_t(value)), ++keys_;
+}
+void GgufWriter::add(const std::string& key, const std::vector<std::string>& values) {
+  put_string(meta_, key), put(meta_, std::uint32_t(GgufValue::Type::array)), put(meta_, std::uint32_t(GgufValue::Type::string));
+  put(meta_, std::uint64_t(values.size()));
+  for (const std::string& v : values) put_string(meta_, v);
+  ++keys_;
+}
+void GgufWriter::add(const std::string& key, const std::vector<float>& values) {
+  put_string(meta_, key), put(meta_, std::uint32_t(GgufValue::Type::array)), put(meta_, std::uint32_t(GgufValue::Type::f32));
+  put(meta_, std::uint64_t(values.size()));
+  for (float v : values) put(meta_, v);
+  ++keys_;
+}
+void GgufWriter::add(const std::string& key, const std::vector<std::int32_t>& values) {
+  put_string(meta_, key), put(meta_, std::uint32_t(GgufValue::Type::array)), put(meta_, std::uint32_t(GgufValue::Type::i32));
+  put(meta_, std::uint64_t(values.size()));
+  for (std::int32_t v : values) put(meta_, v);
+  ++keys_;
+}
+
+void GgufWriter::add_tensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type,
+                            std::span<const float> values) {
+  std::uint64_t n = 1;
+  for (std::uint64_t d : shape) n *= d;
+  require(n == values.size(), "GGUF tensor '", name, "': ", values.size(), " values for ", n, " elements");
+  const std::vector<std::byte> bytes = ggml_quantize(type, values);
+  put_string(infos_, name), put(infos_, std::uint32_t(shape.size()));
+  for (std::uint64_t d : shape) put(infos_, d);
+  put(infos_, std::uint32_t(type)), put(infos_, std::uint64_t(data_.size()));
+  data_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  data_.resize((data_.size() + 31) / 32 * 32, '\0');
+  ++tensors_;
+}
+
+void GgufWriter::write(const std::filesystem::path& path) const {
+  std::string out = "GGUF";
+  put(out, std::uint32_t(3)), put(out, tensors_), put(out, keys_);
+  out += meta_;
+  out += infos_;
+  out.resize((out.size() + 31) / 32 * 32, '\0');
+  out += data_;
+  write_file_atomic(path, std::span(reinterpret_cast<const std::byte*>(out.data()), out.size()));
 }
 
 }  // namespace xfmr

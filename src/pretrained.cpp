@@ -136,6 +136,87 @@ GgufLlama read_gguf_llama(const fs::path& path) {
   return out;
 }
 
+void write_gguf_llama(const PresetInfo& p, int vocab, bool tied, GgmlType type,
+                      const std::map<std::string, std::vector<float>>& t, const ModelTokenizer* tok,
+                      const fs::path& path) {
+  GgufWriter w;
+  w.add("general.architecture", std::string("llama"));
+  w.add("general.name", p.name);
+  w.add("llama.context_length", std::uint32_t(p.max_t));
+  w.add("llama.embedding_length", std::uint32_t(p.d_model));
+  w.add("llama.block_count", std::uint32_t(p.n_layers));
+  w.add("llama.feed_forward_length", std::uint32_t(p.d_ff));
+  w.add("llama.attention.head_count", std::uint32_t(p.n_heads));
+  w.add("llama.attention.head_count_kv", std::uint32_t(p.kv_heads()));
+  w.add("llama.attention.layer_norm_rms_epsilon", float(p.norm_eps));
+  w.add("llama.rope.freq_base", float(p.rope_theta));
+  w.add("llama.rope.dimension_count", std::uint32_t(p.qk_head()));
+  w.add("llama.vocab_size", std::uint32_t(vocab));
+  require(p.rope_scaling.kind == RopeScaling::none && !p.qkv_bias, path.string(),
+          ": rope scaling and q/k/v biases are not written to GGUF yet");
+  if (tok) {
+    const Llama2cTokenizer* sp = tok->sentencepiece();
+    require(sp != nullptr, path.string(), ": a GGUF carries a SentencePiece (llama) tokenizer so far; this model's is "
+            "byte-level BPE");
+    require(sp->vocab_size() == vocab, path.string(), ": the tokenizer's ", sp->vocab_size(), " pieces, the model's ",
+            vocab, " rows");
+    std::vector<std::string> pieces;
+    std::vector<float> scores;
+    std::vector<std::int32_t> types;  // llama.cpp's: 1 normal, 2 unknown, 3 control, 6 byte
+    for (std::int32_t id = 0; id < vocab; ++id) {
+      std::string piece;
+      for (char ch : sp->piece(id)) piece += ch == ' ' ? std::string("\xe2\x96\x81") : std::string(1, ch);
+      const bool byte = piece.size() == 6 && piece.starts_with("<0x") && piece.ends_with(">");
+      types.push_back(id == 0 ? 2 : id <= Llama2cTokenizer::kEos ? 3 : byte ? 6 : 1);
+      pieces.push_back(std::move(piece));
+      scores.push_back(sp->score(id));
+    }
+    w.add("tokenizer.ggml.model", std::string("llama"));
+    w.add("tokenizer.ggml.tokens", pieces);
+    w.add("tokenizer.ggml.scores", scores);
+    w.add("tokenizer.ggml.token_type", types);
+    w.add("tokenizer.ggml.bos_token_id", std::uint32_t(Llama2cTokenizer::kBos));
+    w.add("tokenizer.ggml.eos_token_id", std::uint32_t(Llama2cTokenizer::kEos));
+    w.add("tokenizer.ggml.unknown_token_id", std::uint32_t(0));
+    w.add("tokenizer.ggml.add_bos_token", true);
+  }
+  const std::uint64_t D = p.d_model, F = p.d_ff, Q = std::uint64_t(p.n_heads) * p.qk_head();
+  const std::uint64_t KV = std::uint64_t(p.kv_heads()) * p.qk_head();
+  auto at = [&](const std::string& name) -> const std::vector<float>& {
+    const auto it = t.find(name);
+    require(it != t.end(), "write_gguf_llama: no tensor '", name, "' in the model");
+    return it->second;
+  };
+  // A matrix of `rows` rows of `cols` from `first` of a stacked one.
+  auto rows_of = [](const std::vector<float>& m, std::uint64_t first, std::uint64_t rows, std::uint64_t cols) {
+    return std::span<const float>(m.data() + first * cols, rows * cols);
+  };
+  // A matrix whose rows are not whole blocks of `type` is written in F16
+  // (as llama.cpp's quantize falls back).
+  const auto matrix = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows, std::span<const float> v) {
+    const bool blocks = type != GgmlType::q8_0 && type != GgmlType::q4_0;
+    w.add_tensor(name, {cols, rows}, blocks || cols % 32 == 0 ? type : GgmlType::f16, v);
+  };
+  matrix("token_embd.weight", D, std::uint64_t(vocab), at("tok_emb.weight"));
+  w.add_tensor("output_norm.weight", {D}, GgmlType::f32, at("ln_f.weight"));
+  if (!tied) matrix("output.weight", D, std::uint64_t(vocab), at("lm_head.weight"));
+  for (int i = 0; i < p.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".", x = "blocks." + std::to_string(i) + ".";
+    const std::vector<float>& qkv = at(x + "attn.qkv.weight");
+    const std::vector<float>& fc1 = at(x + "ff.fc1.weight");
+    w.add_tensor(b + "attn_norm.weight", {D}, GgmlType::f32, at(x + "ln1.weight"));
+    matrix(b + "attn_q.weight", D, Q, rows_of(qkv, 0, Q, D));
+    matrix(b + "attn_k.weight", D, KV, rows_of(qkv, Q, KV, D));
+    matrix(b + "attn_v.weight", D, KV, rows_of(qkv, Q + KV, KV, D));
+    matrix(b + "attn_output.weight", Q, D, at(x + "attn.proj.weight"));
+    w.add_tensor(b + "ffn_norm.weight", {D}, GgmlType::f32, at(x + "ln2.weight"));
+    matrix(b + "ffn_gate.weight", D, F, rows_of(fc1, 0, F, D));
+    matrix(b + "ffn_up.weight", D, F, rows_of(fc1, F, F, D));
+    matrix(b + "ffn_down.weight", F, D, at(x + "ff.fc2.weight"));
+  }
+  w.write(path);
+}
+
 FoundTokenizer load_model_tokenizer(CheckpointFormat format, const fs::path& weights, const Metadata& metadata,
                                     int vocab, const fs::path& given) {
   const fs::path model = format == CheckpointFormat::xfmr ? weights.parent_path() : weights;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/errors.hpp"
@@ -146,6 +147,56 @@ BOOST_AUTO_TEST_CASE(stories260k_decodes_as_llama_cpp_does) {
   for (const GgufTensor& t : f.tensors()) {
     const std::vector<float> v = f.values(t);
     BOOST_TEST(std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }), t.name);
+  }
+}
+
+// save_gguf of a Llama-shaped model with the llama2.c fixture's tokenizer in each type
+// reads back through load_model: F32 with the model's own logits, bit for
+// bit, and its tokenizer's pieces; F16 and BF16 within their rounding;
+// Q8_0 and Q4_0 within their blocks' error.
+BOOST_AUTO_TEST_CASE(a_written_gguf_reads_back) {
+  const fs::path dir = fs::path(XFMR_FIXTURE_DIR) / "llama2c";
+  const TempDir tmp("gguf_write");
+  const PresetInfo arch = LanguageModelPresets::info("shakespeare-llama");
+  Engine original = Engine::create(arch, 0, 11, {.tie_weights = true, .head_bias = false},
+                                   {.tokenizer = dir / "tokenizer.bin"});
+  const std::vector<std::int32_t> ids = {1, 7, 3, 9, 12, 4};
+  const std::vector<float> want = original.logits(ids, 1, int(ids.size()));
+  float scale = 0;
+  for (float x : want) scale = std::max(scale, std::abs(x));
+  for (const auto& [type, tolerance] : {std::pair{GgmlType::f32, 0.0}, std::pair{GgmlType::f16, 2e-3},
+                                        std::pair{GgmlType::bf16, 2e-2}, std::pair{GgmlType::q8_0, 3e-2},
+                                        std::pair{GgmlType::q4_0, 0.3}}) {
+    BOOST_TEST_CONTEXT(ggml_type_name(type)) {
+      const fs::path file = tmp.path / (ggml_type_name(type) + ".gguf");
+      original.export_gguf(file, type);
+      const GgufFile g = GgufFile::open(file);
+      BOOST_TEST(g.string("general.architecture") == "llama");
+      BOOST_TEST(g.string("tokenizer.ggml.model") == "llama");
+      Engine back = Engine::load(file);
+      BOOST_TEST(back.tokenizer().decode(ids) == original.tokenizer().decode(ids));
+      const std::vector<float> got = back.logits(ids, 1, int(ids.size()));
+      double worst = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+      BOOST_TEST(worst <= tolerance * scale);
+    }
+  }
+  // Q8_0 as written is within half a step of a block's values; Q4_0 within
+  // one (its 16 levels are -8..7 steps: the side opposite the block's
+  // largest magnitude reaches 7 of its 8 steps).
+  std::vector<float> x(64);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f) * (i < 32 ? 1.0f : 0.01f);
+  for (const auto& [type, steps, within] :
+       {std::tuple{GgmlType::q8_0, 127.0f, 0.51f}, std::tuple{GgmlType::q4_0, 8.0f, 1.01f}}) {
+    const std::vector<std::byte> q = ggml_quantize(type, x);
+    std::vector<float> y(x.size());
+    ggml_dequantize(type, q.data(), x.size(), y.data());
+    for (int b = 0; b < 2; ++b) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[32 * b + j]));
+      for (int j = 0; j < 32; ++j)
+        BOOST_TEST(std::abs(y[32 * b + j] - x[32 * b + j]) <= amax / steps * within + 1e-7f);
+    }
   }
 }
 

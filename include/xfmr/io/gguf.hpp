@@ -47,6 +47,9 @@ enum class GgmlType : std::uint32_t {
 };
 // "Q4_K" and the like; "type 23" for one xfmr does not know.
 std::string ggml_type_name(GgmlType t);
+// The type a writer's option names: f32, f16, bf16, q8_0 or q4_0 (an
+// Error naming `what` and the choices otherwise).
+GgmlType ggml_type_named(std::string_view name, std::string_view what = "type");
 
 // A metadata value: one of the file's scalar types, a string, or an array
 // of either (kept as the numbers or the strings it holds).
@@ -108,6 +111,32 @@ class GgufFile {
   std::map<std::string, GgufValue, std::less<>> metadata_;
   std::vector<GgufTensor> tensors_;
 };
+
+// A GGUF file being written (version 3, alignment 32): metadata in the
+// order given, then tensors, each encoded in its type from float32 values
+// (ggml's reference quantisation for Q8_0 and Q4_0: a block's scale from
+// its largest magnitude, values rounded to it), written whole by write()
+// (the file swapped in atomically; an existing one is replaced).
+class GgufWriter {
+ public:
+  void add(const std::string& key, const std::string& value);
+  void add(const std::string& key, std::uint32_t value);
+  void add(const std::string& key, float value);
+  void add(const std::string& key, bool value);
+  void add(const std::string& key, const std::vector<std::string>& values);
+  void add(const std::string& key, const std::vector<float>& values);
+  void add(const std::string& key, const std::vector<std::int32_t>& values);
+  // shape innermost first (ggml's ne); values row after row.
+  void add_tensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type, std::span<const float> values);
+  void write(const std::filesystem::path& path) const;
+
+ private:
+  std::string meta_, infos_, data_;
+  std::uint64_t keys_ = 0, tensors_ = 0;
+};
+
+// `count` float32 values encoded as type t (F32, F16, BF16, Q8_0, Q4_0).
+std::vector<std::byte> ggml_quantize(GgmlType t, std::span<const float> values);
 
 // The elements of `count` values of type t stored in `bytes` (a whole
 // number of its blocks) as float32: the format's own decoding, for each

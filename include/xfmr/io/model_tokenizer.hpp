@@ -62,6 +62,8 @@ class ModelTokenizer {
   std::vector<AttachedFile> attached_files() const;
   std::uint64_t content_hash() const { return hash_; }
   int missing_bytes() const;
+  // The SentencePiece-style (llama2.c) tokenizer inside, or nullptr.
+  const Llama2cTokenizer* sentencepiece() const { return std::get_if<Llama2cTokenizer>(&tok_); }
 
   // Checks that the tokenizer fits a model whose embedding has `vocab` rows
   // (`model` names the model in the error). More tokens than rows is an

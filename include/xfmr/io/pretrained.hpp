@@ -42,12 +42,15 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <vector>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "xfmr/io/architecture.hpp"
+#include "xfmr/io/gguf.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/gpt2.hpp"
 #include "xfmr/io/hf_llama.hpp"
@@ -192,6 +195,28 @@ QuantisedCheckpoint quantise_language_model(const std::filesystem::path& path, c
 inline DecoderOptions published_head(const PresetInfo& p, DecoderOptions opts = {}) {
   if (gpt2_shaped(p) || llama_shaped(p)) opts.tie_weights = true, opts.head_bias = false;
   return opts;
+}
+
+// save_gguf(model, path, type, tokenizer): a llama-shaped model as a GGUF
+// file llama.cpp reads (general.architecture llama, its sizes and knobs,
+// q/k/v and gate/up apart again, the norms in F32 and every matrix in
+// `type`: F32, F16, BF16, Q8_0 or Q4_0), with a SentencePiece tokenizer's
+// pieces, scores and token types when one is given (U+2581 for the space;
+// byte pieces, BOS, EOS and <unk> typed as llama.cpp's are).
+void write_gguf_llama(const PresetInfo& arch, int vocab, bool tied, GgmlType type,
+                      const std::map<std::string, std::vector<float>>& tensors, const ModelTokenizer* tok,
+                      const std::filesystem::path& path);
+template <class Backend>
+void save_gguf(LanguageModel<Backend>& model, const std::filesystem::path& path, GgmlType type,
+               const ModelTokenizer* tok = nullptr) {
+  detail::llama_check_preset(model.preset());
+  std::map<std::string, std::vector<float>> tensors;
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    std::vector<typename Backend::Scalar> host(value.size());
+    value.copy_to_host(host.data());
+    tensors[std::string(name)].assign(host.begin(), host.end());
+  });
+  write_gguf_llama(model.preset(), model.vocab(), model.options().tie_weights, type, tensors, tok, path);
 }
 
 template <class Backend>
