@@ -623,9 +623,11 @@ json run_pretrained(const Args& a, const std::string& precision) {
   require(n < p.max_t, "--decode-tokens ", n, " must be below the model's context ", p.max_t);
   double flops = 0;
   for (int i = 0; i < n; ++i) flops += cached_step_flops(p, i, V);
-  // <|endoftext|> (GPT-2), BOS (llama2.c: 1; SmolLM: 0).
+  // <|endoftext|> (GPT-2), BOS (llama2.c and GGUF llama: 1; SmolLM: 0).
   const std::string_view format = engine.format();
-  const std::int32_t start = format == "gpt2" ? (V > 50256 ? 50256 : 0) : format == "llama2.c" ? 1 : 0;
+  const std::int32_t start = format == "gpt2"                             ? (V > 50256 ? 50256 : 0)
+                             : format == "llama2.c" || format == "gguf" ? 1
+                                                                         : 0;
   const auto greedy_request = [&](int tokens) {
     return CompletionRequest{.prompt = {start}, .sampling = {.temperature = 0}, .max_tokens = tokens, .ignore_eos = true};
   };
