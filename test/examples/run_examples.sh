@@ -1025,6 +1025,11 @@ JSON
     grep -q "post-geglu" pg.err || fail "the sample does not name its architecture: $(cat pg.err)"
     expect_error "give one of --init PATH (fine-tune), --preset NAME or --architecture FILE" "$lm" train \
       --architecture arch.json --preset tiny --tokenizer "$tok" --data corpus.txt
+    # export --gguf: a Llama-shaped model only, a known type, never over a file unasked.
+    expect_error "unknown --type 'q5_1' (f32, f16, bf16, q8_0 or q4_0)" "$lm" export --model pg --gguf pg.gguf --type q5_1
+    expect_error "is not Llama-shaped" "$lm" export --model pg --gguf pg.gguf
+    touch taken.gguf
+    expect_error "--gguf taken.gguf exists already (--overwrite replaces it)" "$lm" export --model ft --gguf taken.gguf
     # llama.cpp's stories260K GGUF (../shared/DATA.md), where the data is:
     # llama.cpp's greedy text from BOS, its tokenizer read from the file.
     gguf=$here/../../../shared/data/gguf/stories260K.gguf
