@@ -296,7 +296,9 @@ std::string quantised_weights(const Metadata& metadata) {
 std::string decoding_precision(std::string_view asked, const Metadata& metadata) {
   if (!asked.empty()) return std::string(asked);
   const std::string quantised = quantised_weights(metadata);
-  return quantised.empty() ? "fp32" : quantised;
+  if (!quantised.empty()) return quantised;
+  const auto it = metadata.find(kWeightsKey);
+  return it != metadata.end() && it->second == "bf16" ? "bf16" : "fp32";
 }
 
 namespace {

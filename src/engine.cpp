@@ -159,7 +159,9 @@ Engine::~Engine() = default;
 std::string Engine::check(const std::filesystem::path& path, const EngineOptions& opts) {
   check_backend_name(opts.backend, opts.backend_option);
   if (!opts.precision.empty()) check_precision_name(opts.precision, opts.precision_option);
-  const Metadata metadata = is_checkpoint(path) ? read_checkpoint_metadata(path, opts.format) : Metadata{};
+  Metadata metadata = is_checkpoint(path) ? read_checkpoint_metadata(path, opts.format) : Metadata{};
+  if (!is_checkpoint(path) && std::filesystem::is_regular_file(path) && checkpoint_format(path) == CheckpointFormat::gguf)
+    metadata[kWeightsKey] = gguf_precision(open_gguf_model(path));  // its matrices' type's
   const std::string precision = decoding_precision(opts.precision, metadata);
   check_engine_backend(opts, precision);
   return precision;
@@ -432,7 +434,8 @@ void Engine::export_hf(const std::filesystem::path& dir, bool overwrite) {
   const std::vector<AttachedFile> files = tokenizer_ ? tokenizer_->attached_files() : std::vector<AttachedFile>{};
   static_cast<Core*>(core_)->export_hf(dir, overwrite, files);
 }
-void Engine::export_gguf(const std::filesystem::path& file, GgmlType type) {
+void Engine::export_gguf(const std::filesystem::path& file, GgmlType type, bool overwrite) {
+  require(overwrite || !std::filesystem::exists(file), file.string(), " exists already (overwrite replaces it)");
   visit([&]<class Be>(LanguageModel<Be>& model, Be&) { save_gguf(model, file, type, tokenizer_); });
 }
 void Engine::synchronize() { static_cast<Core*>(core_)->synchronize(); }

@@ -394,6 +394,15 @@ void GgufFile::read_rows(const GgufTensor& t, std::uint64_t first, std::uint64_t
   ggml_dequantize(t.type, bytes(t).data() + first * row_bytes, count * t.shape[0], out);
 }
 
+void GgufFile::release(const GgufTensor& t, std::uint64_t from, std::uint64_t to) const {
+  to = std::min(to, t.bytes);
+  if (from >= to) return;
+  static const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes(t).data()) + from, end = begin + (to - from);
+  const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages only
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 std::vector<float> GgufFile::values(const GgufTensor& t) const {
   std::vector<float> out(std::size_t(t.elements));
   read_rows(t, 0, t.rows(), out.data());

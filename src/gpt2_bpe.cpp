@@ -5,6 +5,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <limits>
 #include <memory>
@@ -34,18 +35,29 @@ void append_utf8(std::string& s, std::uint32_t cp) {
   }
 }
 
-// GPT-2's pre-tokenizer, compiled once.
-const pcre2_code* pretokenizer() {
-  static const std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> code = [] {
-    const char* pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-    int err = 0;
-    PCRE2_SIZE at = 0;
-    pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
-                                  PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, nullptr);
-    require(c != nullptr, "GPT-2 pre-tokenizer: PCRE2 error ", err, " at ", at);
-    return std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)>(c, &pcre2_code_free);
+// The pre-tokenizers' patterns (Gpt2Tokenizer::Pattern's order): GPT-2's,
+// and the Split regexes of Qwen2's and Llama 3's tokenizer.json.
+constexpr const char* kPatterns[] = {
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+};
+
+// A pre-tokenizer's pattern, compiled once.
+const pcre2_code* pretokenizer(int pattern) {
+  using Code = std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)>;
+  static const std::array<Code, 3> codes = [] {
+    auto compile = [](const char* text) {
+      int err = 0;
+      PCRE2_SIZE at = 0;
+      pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text), PCRE2_ZERO_TERMINATED,
+                                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, nullptr);
+      require(c != nullptr, "BPE pre-tokenizer: PCRE2 error ", err, " at ", at);
+      return Code(c, &pcre2_code_free);
+    };
+    return std::array<Code, 3>{compile(kPatterns[0]), compile(kPatterns[1]), compile(kPatterns[2])};
   }();
-  return code.get();
+  return codes[std::size_t(pattern)].get();
 }
 
 // The entries of a JSON object of symbol -> id, ids checked to lie in [0, size).
@@ -143,16 +155,19 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& encoder_json, con
 }
 
 Gpt2Tokenizer Gpt2Tokenizer::load_json(const std::filesystem::path& tokenizer_json) {
+  return parse_json(read_text_file(tokenizer_json), tokenizer_json.string());
+}
+
+Gpt2Tokenizer Gpt2Tokenizer::parse_json(std::string_view text, const std::string& source) {
   try {
-    return read_tokenizer_json(tokenizer_json);
+    return read_tokenizer_json(text, source);
   } catch (const json::exception& e) {  // a field of another type than the format's
-    detail::fail(tokenizer_json.string(), ": not a tokenizer.json this library reads: ", e.what());
+    detail::fail(source, ": not a tokenizer.json this library reads: ", e.what());
   }
 }
 
-Gpt2Tokenizer Gpt2Tokenizer::read_tokenizer_json(const std::filesystem::path& tokenizer_json) {
-  const std::string source = tokenizer_json.string();
-  const json j = detail::parse_json_object(read_text_file(tokenizer_json), source, "a tokenizer.json");
+Gpt2Tokenizer Gpt2Tokenizer::read_tokenizer_json(std::string_view text, const std::string& source) {
+  const json j = detail::parse_json_object(std::string(text), source, "a tokenizer.json");
   auto field = [&](const json& obj, const char* key, const std::string& where) -> const json& {
     require(obj.is_object() && obj.contains(key), source, ": no ", where, key);
     return obj[key];
@@ -163,20 +178,32 @@ Gpt2Tokenizer Gpt2Tokenizer::read_tokenizer_json(const std::filesystem::path& to
     require(j["normalizer"].is_null(), source, ": normalizer ", j["normalizer"].dump(), " is not supported (null expected)");
   Gpt2Tokenizer t;
   const json& pre = field(j, "pre_tokenizer", "");
+  bool split = false;  // a Split step gave the pattern: ByteLevel then uses none of its own
   auto byte_level = [&](const json& p) {
     require(p.is_object() && p.value("type", "") == "ByteLevel", source, ": pre_tokenizer ", p.dump(),
-            " is not supported (ByteLevel, or Digits then ByteLevel)");
+            " is not supported (ByteLevel, after Digits or a Split of Qwen2's or Llama 3's pattern)");
     require(!p.value("add_prefix_space", false), source, ": pre_tokenizer ByteLevel with add_prefix_space is not supported");
-    require(p.value("use_regex", true), source, ": pre_tokenizer ByteLevel without use_regex is not supported");
+    require(p.value("use_regex", true) != split, source, ": pre_tokenizer ByteLevel ",
+            split ? "with use_regex after a Split" : "without use_regex", " is not supported");
   };
   if (pre.is_object() && pre.value("type", "") == "Sequence") {
     const json& steps = field(pre, "pretokenizers", "pre_tokenizer.");
-    require(steps.is_array() && !steps.empty(), source, ": pre_tokenizer.pretokenizers is not a list");
-    for (std::size_t i = 0; i + 1 < steps.size(); ++i) {
-      require(steps[i].is_object() && steps[i].value("type", "") == "Digits" && steps[i].value("individual_digits", false),
-              source, ": pre_tokenizer step ", steps[i].dump(),
-              " is not supported (Digits with individual_digits, then ByteLevel)");
-      t.split_digits_ = true;
+    require(steps.is_array() && !steps.empty() && steps.size() <= 2, source,
+            ": pre_tokenizer.pretokenizers is not a list of one or two steps");
+    if (steps.size() == 2) {
+      const json& s = steps[0];
+      const std::string type = s.is_object() ? s.value("type", "") : "";
+      if (type == "Digits" && s.value("individual_digits", false)) {
+        t.split_digits_ = true;
+      } else {
+        const std::string regex = type == "Split" && s.contains("pattern") && s["pattern"].is_object()
+                                      ? s["pattern"].value("Regex", "") : "";
+        for (int k = 1; k < 3; ++k)
+          if (regex == kPatterns[k]) t.pattern_ = Pattern(k), split = true;
+        require(split && s.value("behavior", "") == "Isolated" && !s.value("invert", true), source,
+                ": pre_tokenizer step ", s.dump(), " is not supported (Digits with individual_digits, or an "
+                "isolating Split of Qwen2's or Llama 3's pattern)");
+      }
     }
     byte_level(steps.back());
   } else {
@@ -276,7 +303,7 @@ void Gpt2Tokenizer::encode_text(std::string_view text, std::vector<std::int32_t>
 }
 
 void Gpt2Tokenizer::encode_run(std::string_view text, std::vector<std::int32_t>& out, std::size_t* dropped) const {
-  const pcre2_code* re = pretokenizer();
+  const pcre2_code* re = pretokenizer(int(pattern_));
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
       pcre2_match_data_create_from_pattern(re, nullptr), &pcre2_match_data_free);
   // PCRE2 looks at the subject from the start offset to its end on every
@@ -302,6 +329,66 @@ void Gpt2Tokenizer::encode_run(std::string_view text, std::vector<std::int32_t>&
     pos = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
   }
   if (pos < text.size()) encode_piece(text.substr(pos), out, dropped);
+}
+
+std::string Gpt2Tokenizer::json_of(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+                                   const std::vector<std::int32_t>& specials, std::string_view pre,
+                                   const std::string& source) {
+  json vocab = json::object(), added = json::array();
+  for (std::size_t id = 0; id < tokens.size(); ++id) vocab[tokens[id]] = id;
+  for (const std::int32_t id : specials) {
+    require(id >= 0 && std::size_t(id) < tokens.size(), source, ": special token id ", id, " outside the ",
+            tokens.size(), " tokens");
+    added.push_back({{"id", id}, {"content", tokens[std::size_t(id)]}, {"special", true}});
+  }
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  json pre_tokenizer;
+  if (pre == "gpt-2") {
+    pre_tokenizer = byte_level;
+  } else if (pre == "smollm") {
+    pre_tokenizer = {{"type", "Sequence"},
+                     {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level}}};
+  } else if (pre == "qwen2" || pre == "llama-bpe") {
+    json split = {{"type", "Split"}, {"pattern", {{"Regex", kPatterns[pre == "qwen2" ? 1 : 2]}}},
+                  {"behavior", "Isolated"}, {"invert", false}};
+    json bytes = byte_level;
+    bytes["use_regex"] = false;
+    pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", {split, bytes}}};
+  } else {
+    detail::fail(source, ": pre-tokenizer '", pre, "' is not built (gpt-2, smollm, qwen2, llama-bpe)");
+  }
+  const json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+                  {"added_tokens", added},
+                  {"pre_tokenizer", pre_tokenizer}};
+  return j.dump();
+}
+
+std::vector<std::string> Gpt2Tokenizer::symbols() const {
+  std::vector<std::string> out(bytes_.size());
+  for (const auto& [symbol, id] : ids_) out[std::size_t(id)] = symbol;
+  return out;
+}
+
+std::vector<std::string> Gpt2Tokenizer::merges() const {
+  std::vector<std::string> out(ranks_.size());
+  for (const auto& [pair, rank] : ranks_) out[std::size_t(rank)] = pair;
+  return out;
+}
+
+std::vector<std::int32_t> Gpt2Tokenizer::special_ids() const {
+  std::vector<std::int32_t> out;
+  for (const auto& [text, id] : specials_) out.push_back(id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string_view Gpt2Tokenizer::pre_tokenizer() const {
+  switch (pattern_) {
+    case Pattern::qwen2: return "qwen2";
+    case Pattern::llama3: return "llama-bpe";
+    case Pattern::gpt2: break;
+  }
+  return split_digits_ ? "smollm" : "gpt-2";
 }
 
 int Gpt2Tokenizer::missing_bytes() const {

@@ -43,8 +43,29 @@ ModelTokenizer ModelTokenizer::load(const fs::path& path) {
 ModelTokenizer ModelTokenizer::from_gguf(const fs::path& file) {
   const GgufFile g = GgufFile::open(file);
   const std::string model = g.has("tokenizer.ggml.model") ? g.string("tokenizer.ggml.model") : "";
-  require(model == "llama", file.string(), ": tokenizer.ggml.model '", model,
-          "': xfmr reads GGUF's 'llama' tokenizer (SentencePiece pieces with scores) so far");
+  require(model == "llama" || model == "gpt2", file.string(), ": tokenizer.ggml.model '", model,
+          "' is not one xfmr reads ('llama': SentencePiece pieces with scores; 'gpt2': byte-level BPE)");
+  if (model == "gpt2") {  // as the tokenizer.json it is written out as
+    const std::vector<std::string>& tokens = g.value("tokenizer.ggml.tokens").strings;
+    const std::vector<std::string>& merges = g.value("tokenizer.ggml.merges").strings;
+    std::vector<std::int32_t> specials;  // llama.cpp's token types 3 (control) and 4 (user-defined)
+    if (g.has("tokenizer.ggml.token_type")) {
+      const std::vector<std::int64_t>& types = g.value("tokenizer.ggml.token_type").integers;
+      require(types.size() == tokens.size(), file.string(), ": ", types.size(), " token types for ", tokens.size(),
+              " tokens");
+      for (std::size_t id = 0; id < types.size(); ++id)
+        if (types[id] == 3 || types[id] == 4) specials.push_back(std::int32_t(id));
+    }
+    const std::string pre = g.has("tokenizer.ggml.pre") ? g.string("tokenizer.ggml.pre") : "gpt-2";
+    const std::string source = file.string() + "'s tokenizer";
+    const std::string text = Gpt2Tokenizer::json_of(tokens, merges, specials, pre, source);
+    ModelTokenizer t(Gpt2Tokenizer::parse_json(text, source), {});
+    t.files_ = {file};
+    t.bytes_.emplace_back(reinterpret_cast<const std::byte*>(text.data()),
+                          reinterpret_cast<const std::byte*>(text.data()) + text.size());
+    t.hash_ = fnv1a("\xff", fnv1a(text, fnv1a("")));
+    return t;
+  }
   const std::vector<std::string>& pieces = g.value("tokenizer.ggml.tokens").strings;
   const std::vector<double>& scores = g.value("tokenizer.ggml.scores").numbers;
   require(!pieces.empty() && scores.size() == pieces.size(), file.string(), ": ", pieces.size(), " tokens and ",

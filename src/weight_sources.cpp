@@ -107,6 +107,20 @@ bool all_finite(const float* x, std::int64_t n) {
   return special == 0;
 }
 
+// The first of n bfloat16 values that is not finite, or -1: an integer
+// test over the bits first, which vectorises.
+std::int64_t first_bf16_not_finite(const std::byte* data, std::int64_t n) {
+  std::uint32_t special = 0;
+#ifdef _OPENMP
+#pragma omp simd reduction(| : special)
+#endif
+  for (std::int64_t e = 0; e < n; ++e) special |= (stored_as<std::uint16_t>(data + 2 * e) & 0x7f80u) == 0x7f80u;
+  if (special)
+    for (std::int64_t e = 0; e < n; ++e)
+      if ((stored_as<std::uint16_t>(data + 2 * e) & 0x7f80u) == 0x7f80u) return e;
+  return -1;
+}
+
 // One piece: a tensor of the file and how its rows become the matrix's.
 struct Piece {
   WeightPiece spec;
@@ -303,15 +317,8 @@ class SafeTensorsWeights final : public WeightSource {
                  "; symmetric int8 weights lie in [-127, 127]");
   }
   void check_finite_bf16(const Piece& p, const std::byte* data) const {
-    const std::int64_t n = p.rows * cols();
-    std::uint32_t special = 0;  // an integer test over the bits, which vectorises
-#ifdef _OPENMP
-#pragma omp simd reduction(| : special)
-#endif
-    for (std::int64_t e = 0; e < n; ++e) special |= (stored_as<std::uint16_t>(data + 2 * e) & 0x7f80u) == 0x7f80u;
-    if (special)
-      for (std::int64_t e = 0; e < n; ++e)
-        if ((stored_as<std::uint16_t>(data + 2 * e) & 0x7f80u) == 0x7f80u) not_finite(p, element(p, data, e), e);
+    const std::int64_t e = first_bf16_not_finite(data, p.rows * cols());
+    if (e >= 0) not_finite(p, element(p, data, e), e);
   }
   void check_int8(const Piece& p, const std::byte* data) const {
     const auto* q = reinterpret_cast<const std::int8_t*>(data);
@@ -341,11 +348,148 @@ class SafeTensorsWeights final : public WeightSource {
   mutable std::once_flag checked_;
 };
 
+// The pieces of a GGUF file's tensors (gguf_weights).
+class GgufWeights final : public WeightSource {
+ public:
+  GgufWeights(std::shared_ptr<const GgufFile> file, std::vector<WeightPiece> specs, std::int64_t rows,
+              std::int64_t cols)
+      : WeightSource(rows, cols), file_(std::move(file)) {
+    std::int64_t first = 0;
+    for (auto& spec : specs) {
+      const GgufTensor& t = file_->tensor(spec.tensor);
+      const std::string where = file_->path().string() + ": tensor '" + spec.tensor + "'";
+      GgufPiece p{spec, &t, first, 0};
+      if (t.shape.size() == 1) {
+        require(cols == 1, where, " is a vector of ", t.shape[0], "; the model's matrix has rows of ", cols);
+        p.rows = std::int64_t(t.shape[0]);
+      } else {
+        require(std::int64_t(t.shape[0]) == cols, where, " has rows of ", t.shape[0], " values; the model's of ",
+                cols);
+        p.rows = std::int64_t(t.rows());
+      }
+      if (spec.order == WeightPiece::rotary_pairs)
+        require(spec.head > 0 && spec.head % 2 == 0 && p.rows % spec.head == 0, where, ": ", p.rows,
+                " rows are not heads of ", spec.head, " rotary pairs");
+      require(spec.order != WeightPiece::columns, where, ": GGUF tensors are read by rows");
+      first += p.rows;
+      pieces_.push_back(std::move(p));
+    }
+    require(first == rows, name(), " give ", first, " rows, the model's matrix has ", rows);
+  }
+
+  void read_rows(std::int64_t r0, std::int64_t r1, float* out) const override {
+    const std::int64_t C = cols();
+    for (const GgufPiece& p : pieces_) {
+      const std::int64_t a = std::max(r0, p.first) - p.first, b = std::min(r1, p.first + p.rows) - p.first;
+      if (a >= b) continue;
+      float* o = out + (a + p.first - r0) * C;
+      if (p.tensor->shape.size() == 1) {  // a vector: small, decoded whole
+        const std::vector<float> all = file_->values(*p.tensor);
+        for (std::int64_t r = a; r < b; ++r) o[r - a] = all[std::size_t(stored_row(p, r))];
+      } else if (p.spec.order == WeightPiece::rows) {
+        file_->read_rows(*p.tensor, std::uint64_t(a), std::uint64_t(b - a), o);
+      } else {
+        for (std::int64_t r = a; r < b; ++r) file_->read_rows(*p.tensor, std::uint64_t(stored_row(p, r)), 1, o + (r - a) * C);
+      }
+      if (!all_finite(o, (b - a) * C))
+        for (std::int64_t e = 0; e < (b - a) * C; ++e)
+          require(std::isfinite(o[e]), file_->path().string(), ": tensor '", p.spec.tensor, "' holds ", o[e],
+                  " in row ", stored_row(p, a + e / C), "; a checkpoint's values must be finite");
+    }
+  }
+
+  StoredWeights stored(StoredLayout layout) const override {
+    if (layout != StoredLayout::bf16_rows || !whole_rows(GgmlType::bf16)) return {};
+    const GgufPiece& p = pieces_[0];
+    const std::byte* data = file_->bytes(*p.tensor).data();
+    std::call_once(checked_, [&] {
+      const std::int64_t e = first_bf16_not_finite(data, p.rows * cols());
+      require(e < 0, file_->path().string(), ": tensor '", p.spec.tensor, "' holds a value that is not finite at element ",
+              e, "; a checkpoint's values must be finite");
+    });
+    return {StoredLayout::bf16_rows, data, {}};
+  }
+
+  // A Q4_0 block is a float16 scale d and 16 bytes whose low nibbles are
+  // q[0, 16) and high nibbles q[16, 32), w = d (q - 8): a panel's group g
+  // of a row is that row's bytes 4g..4g+3 as they are (core/q4.hpp).
+  bool q4_panels(std::byte* P) const override {
+    if (!whole_rows(GgmlType::q4_0)) return false;
+    const GgufTensor& t = *pieces_[0].tensor;
+    const std::byte* data = file_->bytes(t).data();
+    const long N = long(rows()), K = long(cols()), blocks = detail::q4_blocks(K), panels = detail::q4_panels(N);
+    constexpr int kBlock = 18;  // ggml's block_q4_0
+    for (long pn = 0; pn < panels; ++pn)
+      for (long b = 0; b < blocks; ++b) {
+        std::byte* out = P + detail::q4_offset(K, pn, b);
+        for (int i = 0; i < detail::kQ4PanelRows; ++i) {
+          const long r = pn * detail::kQ4PanelRows + i;
+          if (r >= N) {  // a padding row: scale 0, q = 8
+            std::memset(out + 2 * i, 0, 2);
+            for (int g = 0; g < 4; ++g) std::memset(out + 32 + 64 * g + 4 * i, 0x88, 4);
+            continue;
+          }
+          const std::byte* block = data + (r * blocks + b) * kBlock;
+          const float d = detail::half_to_float(stored_as<std::uint16_t>(block));
+          require(std::isfinite(d), file_->path().string(), ": Q4_0 tensor '", t.name, "' holds a scale of ", d,
+                  " (row ", r, ", block ", b, "); a checkpoint's values must be finite");
+          std::memcpy(out + 2 * i, block, 2);
+          for (int g = 0; g < 4; ++g) std::memcpy(out + 32 + 64 * g + 4 * i, block + 2 + 4 * g, 4);
+        }
+      }
+    return true;
+  }
+
+  void release() const override {
+    for (const GgufPiece& p : pieces_) file_->release(*p.tensor);
+  }
+  void release_rows(std::int64_t r0, std::int64_t r1) const override {
+    for (const GgufPiece& p : pieces_) {
+      const std::int64_t a = std::max(r0, p.first), b = std::min(r1, p.first + p.rows);
+      if (a >= b || p.spec.order != WeightPiece::rows || p.tensor->shape.size() == 1) continue;
+      const std::uint64_t row_bytes = ggml_bytes(p.tensor->type, p.tensor->shape[0]);
+      file_->release(*p.tensor, std::uint64_t(a - p.first) * row_bytes, std::uint64_t(b - p.first) * row_bytes);
+    }
+  }
+
+  std::string name() const override {
+    std::string n = file_->path().string() + ": tensor" + (pieces_.size() > 1 ? "s" : "");
+    for (std::size_t i = 0; i < pieces_.size(); ++i) n += (i ? ", '" : " '") + pieces_[i].spec.tensor + "'";
+    return n;
+  }
+
+ private:
+  struct GgufPiece {
+    WeightPiece spec;
+    const GgufTensor* tensor;
+    std::int64_t first = 0, rows = 0;  // the matrix's rows it gives
+  };
+  // One matrix of `type` read as its rows.
+  bool whole_rows(GgmlType type) const {
+    return pieces_.size() == 1 && pieces_[0].spec.order == WeightPiece::rows && pieces_[0].tensor->type == type &&
+           pieces_[0].tensor->shape.size() >= 2;
+  }
+  static std::int64_t stored_row(const GgufPiece& p, std::int64_t r) {
+    if (p.spec.order != WeightPiece::rotary_pairs) return r;
+    const std::int64_t head = p.spec.head, h = r / head, j = r % head;
+    return h * head + (j % 2) * (head / 2) + j / 2;
+  }
+
+  std::shared_ptr<const GgufFile> file_;
+  std::vector<GgufPiece> pieces_;
+  mutable std::once_flag checked_;
+};
+
 }  // namespace
 
 std::shared_ptr<const WeightSource> safetensors_weights(const SafeTensors& file, std::vector<WeightPiece> pieces,
                                                         std::int64_t rows, std::int64_t cols) {
   return std::make_shared<SafeTensorsWeights>(file, std::move(pieces), rows, cols);
+}
+
+std::shared_ptr<const WeightSource> gguf_weights(std::shared_ptr<const GgufFile> file, std::vector<WeightPiece> pieces,
+                                                 std::int64_t rows, std::int64_t cols) {
+  return std::make_shared<GgufWeights>(std::move(file), std::move(pieces), rows, cols);
 }
 
 std::vector<float> read_all(const WeightSource& source) {

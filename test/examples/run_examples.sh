@@ -1025,7 +1025,7 @@ JSON
     grep -q "post-geglu" pg.err || fail "the sample does not name its architecture: $(cat pg.err)"
     expect_error "give one of --init PATH (fine-tune), --preset NAME or --architecture FILE" "$lm" train \
       --architecture arch.json --preset tiny --tokenizer "$tok" --data corpus.txt
-    # export --gguf: a Llama-shaped model only, a known type, never over a file unasked.
+    # export --gguf: a Llama- or GPT-2-shaped model only, a known type, never over a file unasked.
     expect_error "unknown --type 'q5_1' (f32, f16, bf16, q8_0 or q4_0)" "$lm" export --model pg --gguf pg.gguf --type q5_1
     expect_error "is not Llama-shaped" "$lm" export --model pg --gguf pg.gguf
     touch taken.gguf

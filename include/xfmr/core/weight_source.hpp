@@ -60,6 +60,15 @@ class WeightSource {
     (void)layout;
     return {};
   }
+  // Writes the matrix as core/q4.hpp's panels (q4_bytes(rows, cols) at P)
+  // where it is stored in blocks of the same numbers, exactly (a GGUF
+  // file's Q4_0: a float16 scale and 32 4-bit values, w = d (q - 8), the
+  // bytes reordered), and returns true; false otherwise: a 4-bit copy then
+  // quantises read_rows' values.
+  virtual bool q4_panels(std::byte* P) const {
+    (void)P;
+    return false;
+  }
   // Gives back what reading has brought into memory (a mapped file's pages;
   // they are read again from the file if read again). A copy made from the
   // source calls it once made.

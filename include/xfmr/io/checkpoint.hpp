@@ -317,7 +317,9 @@ QuantisedCheckpoint quantise_model(Model& model, const std::filesystem::path& to
 // metadata, or "" for a float one.
 std::string quantised_weights(const Metadata& metadata);
 // The precision a model decodes in: `asked` when not empty, else its
-// checkpoint's quantised weights' (int8, q4: as they were saved), else fp32.
+// weights' as the metadata "weights" gives it (a quantised checkpoint's
+// int8 or q4, as they were saved; a GGUF file's, io/gguf_model.hpp's
+// gguf_precision, bf16 too), else fp32.
 std::string decoding_precision(std::string_view asked, const Metadata& metadata);
 // True when `dir` holds a checkpoint (the three files).
 bool is_checkpoint(const std::filesystem::path& dir);

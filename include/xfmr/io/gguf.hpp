@@ -101,6 +101,9 @@ class GgufFile {
   // values), into out; every type above.
   void read_rows(const GgufTensor& t, std::uint64_t first, std::uint64_t count, float* out) const;
   std::vector<float> values(const GgufTensor& t) const;
+  // Gives back the pages of the tensor's bytes [from, to) (whole pages;
+  // read from the file again if read again).
+  void release(const GgufTensor& t, std::uint64_t from = 0, std::uint64_t to = ~std::uint64_t(0)) const;
 
  private:
   struct Mapping;

@@ -9,7 +9,10 @@
 //
 // A GGUF model file (.gguf) carries its tokenizer: a "llama" one
 // (SentencePiece pieces with scores, U+2581 for the space) reads as the
-// llama2.c tokenizer.bin it is written out as (its attached file).
+// llama2.c tokenizer.bin it is written out as (its attached file); a
+// "gpt2" one (byte-level BPE: tokens, merges, token types 3 and 4 special,
+// tokenizer.ggml.pre gpt-2, smollm, qwen2 or llama-bpe) as the
+// tokenizer.json Gpt2Tokenizer::json_of writes of it.
 //
 // encode(text): a prompt's ids (llama2.c's with BOS first, as run.c does).
 // encode_corpus(text): a training or evaluation text's: BPE over the whole
@@ -64,6 +67,8 @@ class ModelTokenizer {
   int missing_bytes() const;
   // The SentencePiece-style (llama2.c) tokenizer inside, or nullptr.
   const Llama2cTokenizer* sentencepiece() const { return std::get_if<Llama2cTokenizer>(&tok_); }
+  // The byte-level BPE inside, or nullptr.
+  const Gpt2Tokenizer* byte_level() const { return std::get_if<Gpt2Tokenizer>(&tok_); }
 
   // Checks that the tokenizer fits a model whose embedding has `vocab` rows
   // (`model` names the model in the error). More tokens than rows is an

@@ -50,7 +50,7 @@
 #include <string_view>
 
 #include "xfmr/io/architecture.hpp"
-#include "xfmr/io/gguf.hpp"
+#include "xfmr/io/gguf_model.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/gpt2.hpp"
 #include "xfmr/io/hf_llama.hpp"
@@ -63,16 +63,6 @@ namespace xfmr {
 
 enum class CheckpointFormat { gpt2, hf_llama, llama2c, xfmr, gguf };
 std::string_view format_name(CheckpointFormat f);  // "gpt2", "llama", "llama2.c", "xfmr", "gguf"
-
-// A GGUF file's llama model (io/gguf.hpp) as llama2.c's reader gives one:
-// the architecture from its metadata (sizes, epsilon, rotary theta) and
-// every tensor as float32 by xfmr's names. Other architectures, rope
-// scaling and partial rotary positions are refused by name.
-struct GgufLlama {
-  PresetInfo architecture;
-  Llama2cCheckpoint checkpoint;
-};
-GgufLlama read_gguf_llama(const std::filesystem::path& path);
 
 CheckpointFormat checkpoint_format(const std::filesystem::path& path);
 
@@ -112,14 +102,13 @@ Pretrained<Backend> load_pretrained(const std::filesystem::path& path, DecoderOp
       return {std::move(m), f, ck.file, {}};
     }
     case CheckpointFormat::gguf: {
-      const GgufLlama ck = read_gguf_llama(path);
-      opts.tie_weights = ck.checkpoint.config.shared_classifier;
-      auto m = make_language_model<Backend>(ck.architecture, ck.checkpoint.config.vocab_size, 0, opts);
-      detail::llama2c_check_config(ck.checkpoint.config, path.string(), m->vocab(), m->preset().d_model,
-                                   m->preset().n_layers, m->preset().n_heads, m->preset().kv_heads(),
-                                   m->preset().d_ff);
-      detail::llama2c_fill(*m, ck.checkpoint);
-      return {std::move(m), f, path, {}};
+      const GgufModel g = open_gguf_model(path);
+      opts.tie_weights = g.tied;
+      auto m = make_language_model<Backend>(g.architecture, g.vocab, 0, opts);
+      m->visit([&](std::string_view name, auto& value, auto&) {
+        assign_weights(value, detail::gguf_source(g, name, value.shape()));
+      });
+      return {std::move(m), f, path, {{kWeightsKey, gguf_precision(g)}}};
     }
     case CheckpointFormat::xfmr: break;  // checkpoint_format names published formats only (load_model reads xfmr's)
   }
@@ -197,26 +186,18 @@ inline DecoderOptions published_head(const PresetInfo& p, DecoderOptions opts = 
   return opts;
 }
 
-// save_gguf(model, path, type, tokenizer): a llama-shaped model as a GGUF
-// file llama.cpp reads (general.architecture llama, its sizes and knobs,
-// q/k/v and gate/up apart again, the norms in F32 and every matrix in
-// `type`: F32, F16, BF16, Q8_0 or Q4_0), with a SentencePiece tokenizer's
-// pieces, scores and token types when one is given (U+2581 for the space;
-// byte pieces, BOS, EOS and <unk> typed as llama.cpp's are).
-void write_gguf_llama(const PresetInfo& arch, int vocab, bool tied, GgmlType type,
-                      const std::map<std::string, std::vector<float>>& tensors, const ModelTokenizer* tok,
-                      const std::filesystem::path& path);
+// save_gguf(model, path, type, tokenizer): write_gguf_model
+// (io/gguf_model.hpp) of the model's tensors.
 template <class Backend>
 void save_gguf(LanguageModel<Backend>& model, const std::filesystem::path& path, GgmlType type,
                const ModelTokenizer* tok = nullptr) {
-  detail::llama_check_preset(model.preset());
   std::map<std::string, std::vector<float>> tensors;
   model.visit([&](std::string_view name, auto& value, auto&) {
     std::vector<typename Backend::Scalar> host(value.size());
     value.copy_to_host(host.data());
     tensors[std::string(name)].assign(host.begin(), host.end());
   });
-  write_gguf_llama(model.preset(), model.vocab(), model.options().tie_weights, type, tensors, tok, path);
+  write_gguf_model(model.preset(), model.vocab(), model.options().tie_weights, type, tensors, tok, path);
 }
 
 template <class Backend>

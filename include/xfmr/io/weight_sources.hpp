@@ -30,6 +30,7 @@
 
 #include "xfmr/core/tensor.hpp"
 #include "xfmr/core/weight_source.hpp"
+#include "xfmr/io/gguf.hpp"
 #include "xfmr/io/safetensors.hpp"
 
 namespace xfmr {
@@ -43,6 +44,16 @@ struct WeightPiece {
 
 std::shared_ptr<const WeightSource> safetensors_weights(const SafeTensors& file, std::vector<WeightPiece> pieces,
                                                         std::int64_t rows, std::int64_t cols);
+
+// gguf_weights(file, pieces, rows, cols): the same over a GGUF file's
+// tensors (io/gguf.hpp), each piece read as its rows or as rotary pairs (a
+// qwen2 file's q and k heads are Hugging Face's halves), a tensor of one
+// dimension as a column; in every type GgufFile reads, converted to
+// float32 as read (values not finite refused as above). Stored in place:
+// BF16 rows (stored(bf16_rows)), and a Q4_0 matrix's blocks, which hold
+// 4-bit panels' numbers and are copied into them exactly (q4_panels).
+std::shared_ptr<const WeightSource> gguf_weights(std::shared_ptr<const GgufFile> file, std::vector<WeightPiece> pieces,
+                                                 std::int64_t rows, std::int64_t cols);
 
 // The values of a source, all of them (a vector's, a small matrix's).
 std::vector<float> read_all(const WeightSource& source);

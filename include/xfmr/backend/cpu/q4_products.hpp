@@ -115,8 +115,8 @@ class Q4Products {
     LargeBuffer owned;                     // quantised here, or
     std::shared_ptr<const WeightSource> source;  // until then (kept while its panels are read in place)
   };
-  // The copy, made with the level's pack_panel_q4 where the source is not
-  // stored in 4 bits.
+  // The copy: the source's panels read in place, or its blocks reordered
+  // (WeightSource::q4_panels), or made with the level's pack_panel_q4.
   static void pack(Copy& copy, decltype(&pack_panel_q4) pack_panel) {
     if (const StoredWeights s = copy.source->stored(StoredLayout::q4_panels); s.layout == StoredLayout::q4_panels) {
       copy.panels = s.data;
@@ -126,12 +126,13 @@ class Q4Products {
     LargeBuffer owned = allocate_large(q4_bytes(copy.rows, cols));
     std::byte* P = owned.get();
     const std::string name = copy.source->name();
-    for_each_row_chunk(*copy.source, kQ4PanelRows, [=, &name](long r0, long r1, const float* values) {
-      const float amax = largest_magnitude(values, (r1 - r0) * cols);
-      require(amax <= kQ4MaxWeight, name, ": a weight of magnitude ", amax, " in rows ", r0, "-", r1 - 1,
-              " is past the largest 4-bit weights hold (", kQ4MaxWeight, ": 8 float16 scales)");
-      pack_panel(int(r1 - r0), cols, values, cols, P + q4_offset(cols, r0 / kQ4PanelRows, 0));
-    });
+    if (!copy.source->q4_panels(P))
+      for_each_row_chunk(*copy.source, kQ4PanelRows, [=, &name](long r0, long r1, const float* values) {
+        const float amax = largest_magnitude(values, (r1 - r0) * cols);
+        require(amax <= kQ4MaxWeight, name, ": a weight of magnitude ", amax, " in rows ", r0, "-", r1 - 1,
+                " is past the largest 4-bit weights hold (", kQ4MaxWeight, ": 8 float16 scales)");
+        pack_panel(int(r1 - r0), cols, values, cols, P + q4_offset(cols, r0 / kQ4PanelRows, 0));
+      });
     copy.owned = std::move(owned);
     copy.panels = copy.owned.get();
     copy.source->release();
