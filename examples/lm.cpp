@@ -490,12 +490,12 @@ int run_export(int argc, char** argv) {
   const std::string out = hf.empty() ? gguf : hf;
   require(!same_file(model, out), hf.empty() ? "--gguf " : "--hf ", out, " is the --model input");
   check_writable_directory(hf.empty() ? "--gguf" : "--hf", out, !hf.empty());  // --hf makes missing parents, as --out
-  if (!gguf.empty())
+  if (!gguf.empty())  // before the model is read (the engine checks again)
     require(overwrite || !fs::exists(gguf), "--gguf ", gguf, " exists already (--overwrite replaces it)");
   Engine engine = Engine::load(model, {.tokenizer = tokenizer, .tokenizer_required = hf.empty() ? false : true,
                                        .tokenizer_option = "--tokenizer"});
   if (!gguf.empty()) {
-    engine.export_gguf(gguf, ggml);
+    engine.export_gguf(gguf, ggml, overwrite);
     std::cout << "xfmr-lm: " << engine.architecture().name << " (" << engine.parameter_count() << " parameters) to "
               << gguf << " as GGUF, matrices " << ggml_type_name(ggml)
               << (engine.has_tokenizer() ? ", with its tokenizer\n" : ", without a tokenizer\n");

@@ -216,6 +216,15 @@ class Model {
     engine_.export_hf(dir, overwrite);
   }
 
+  // A GGUF file (llama, qwen2 or gpt2) with the tokenizer, its matrices in `type`.
+  void export_gguf(const std::filesystem::path& file, const std::string& type, bool overwrite) {
+    const GgmlType ggml = ggml_type_named(type, "type");
+    py::gil_scoped_release release;
+    end_open_stream();
+    std::lock_guard lock(busy_);
+    engine_.export_gguf(file, ggml, overwrite);
+  }
+
   // A stream still open on the model ends before another call runs.
   void end_open_stream() {
     std::lock_guard lock(streams_);
@@ -572,6 +581,10 @@ PYBIND11_MODULE(_xfmr, m) {
       .def("export_hf", &Model::export_hf, py::arg("dir"), py::kw_only(), py::arg("overwrite") = false,
            "writes a Hugging Face directory (GPT2LMHeadModel or LlamaForCausalLM, with the tokenizer's files); an "
            "existing one only with overwrite=True")
+      .def("export_gguf", &Model::export_gguf, py::arg("file"), py::arg("type") = "f32", py::kw_only(),
+           py::arg("overwrite") = false,
+           "writes a GGUF file llama.cpp reads (llama, qwen2 or gpt2, with the tokenizer), its matrices in type f32, "
+           "f16, bf16, q8_0 or q4_0; an existing file only with overwrite=True")
       .def(
           "generate_batch",
           [](Model& self, const std::vector<py::object>& prompts, int max_tokens, double temperature, int top_k,

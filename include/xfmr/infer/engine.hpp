@@ -178,8 +178,9 @@ class Engine {
   std::vector<float> logits(std::span<const std::int32_t> ids, int B, int T);
   // save_pretrained with the tokenizer's files.
   void export_hf(const std::filesystem::path& dir, bool overwrite);
-  // save_gguf (io/pretrained.hpp) with the tokenizer: a GGUF llama.cpp reads.
-  void export_gguf(const std::filesystem::path& file, GgmlType type);
+  // save_gguf (io/pretrained.hpp) with the tokenizer: a GGUF llama.cpp
+  // reads; an existing file is replaced only with overwrite.
+  void export_gguf(const std::filesystem::path& file, GgmlType type, bool overwrite = false);
   // The backend waits for its work (a benchmark's clock).
   void synchronize();
   // The weights changed (a training step, a resume): the copies again.
