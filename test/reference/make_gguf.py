@@ -140,6 +140,12 @@ def main(out):
         kv("test.strings", 9, (8, ["a", "", "ü"])), kv("test.floats", 9, (6, [1.5, -2.0])),
         kv("test.ints", 9, (5, [-1, 2, 3])),
     ]
+    write(out, meta, tensors)
+
+
+def write(out, meta, tensors):
+    """A GGUF v3 file of metadata `meta` (kv()'s) and `tensors`: (name, shape
+    innermost first, ggml type, raw bytes), each at an aligned offset."""
     infos, offset = b"", 0
     for name, shape, gtype, raw in tensors:
         infos += string(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", n) for n in shape)
