@@ -3,8 +3,8 @@
 #   run.sh openai|page XFMR_SERVE MODEL TOKENIZER WORK_DIR
 # Installs the locked npm packages (npm ci) in WORK_DIR, starts the server on
 # a free port, runs the client, and stops the server with SIGTERM (exit 0
-# expected). Exit 77 (skipped) without Node, npm or Chromium, or when the
-# npm registry cannot be reached.
+# expected). Exit 77 (skipped) without Node, npm or Chromium, or when npm
+# ci fails and the npm registry does not answer (a failure when it does).
 set -euo pipefail
 what=$1 serve=$2 model=$3 tokenizer=$4 work=$5
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,7 +12,12 @@ command -v node > /dev/null && command -v npm > /dev/null || { echo "no node/npm
 [[ $what != page || -x ${CHROMIUM:-/usr/bin/chromium} ]] || { echo "no chromium: skipped"; exit 77; }
 rm -rf "$work" && mkdir -p "$work" && cp "$here/package.json" "$here/package-lock.json" "$here"/*.mjs "$work/"
 cd "$work"
-npm ci --no-audit --no-fund > npm.log 2>&1 || { echo "npm ci failed (no registry?): skipped"; cat npm.log; exit 77; }
+if ! npm ci --no-audit --no-fund > npm.log 2>&1; then
+  cat npm.log
+  npm ping > /dev/null 2>&1 && { echo "npm ci failed with the registry answering"; exit 1; }
+  echo "npm ci failed and the npm registry does not answer: skipped"
+  exit 77
+fi
 key=serve-test-key
 args=(--model "$model" --tokenizer "$tokenizer" --port 0 --slots 4)
 [[ $what == openai ]] && args+=(--api-key "$key" --context 64) || args+=(--context 2048)
