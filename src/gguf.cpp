@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <utility>
 
@@ -392,6 +393,15 @@ void GgufFile::read_rows(const GgufTensor& t, std::uint64_t first, std::uint64_t
           " of tensor '", t.name, "', which has ", t.rows());
   const std::uint64_t row_bytes = ggml_bytes(t.type, t.shape[0]);
   ggml_dequantize(t.type, bytes(t).data() + first * row_bytes, count * t.shape[0], out);
+}
+
+bool is_gguf_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::string_view(magic, 4) == "GGUF";
 }
 
 void GgufFile::release(const GgufTensor& t, std::uint64_t from, std::uint64_t to) const {

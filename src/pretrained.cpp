@@ -31,12 +31,8 @@ CheckpointFormat checkpoint_format(const fs::path& path) {
           ".safetensors file, or a llama2.c .bin file)");
   // Any other file is read as llama2.c's: its reader checks the header and
   // names the field it refuses (a legacy header has no magic to test first).
-  if (fs::is_regular_file(path) && path.extension() != ".safetensors") {
-    std::ifstream in(path, std::ios::binary);
-    char magic[4] = {};
-    in.read(magic, 4);
-    return std::string_view(magic, 4) == "GGUF" ? CheckpointFormat::gguf : CheckpointFormat::llama2c;
-  }
+  if (fs::is_regular_file(path) && path.extension() != ".safetensors")
+    return is_gguf_file(path) ? CheckpointFormat::gguf : CheckpointFormat::llama2c;
   const fs::path file = fs::is_directory(path) ? path / "model.safetensors" : path;
   const fs::path config = file.parent_path() / "config.json";
   std::string type;

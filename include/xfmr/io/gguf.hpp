@@ -45,6 +45,8 @@ enum class GgmlType : std::uint32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9,
   q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15, bf16 = 30,
 };
+// Whether `path` is a file that starts as a GGUF file does ("GGUF").
+bool is_gguf_file(const std::filesystem::path& path);
 // "Q4_K" and the like; "type 23" for one xfmr does not know.
 std::string ggml_type_name(GgmlType t);
 // The type a writer's option names: f32, f16, bf16, q8_0 or q4_0 (an
