@@ -19,7 +19,11 @@
 #include "support/errors.hpp"
 #include "support/temp_dir.hpp"
 #include "xfmr/infer/engine.hpp"
+#include "xfmr/core/q4.hpp"
 #include "xfmr/io/gguf.hpp"
+#include "xfmr/io/gguf_model.hpp"
+#include "xfmr/io/weight_sources.hpp"
+#include "xfmr/text/chat_template.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_gguf)
 
@@ -197,6 +201,107 @@ BOOST_AUTO_TEST_CASE(a_written_gguf_reads_back) {
       for (int j = 0; j < 32; ++j)
         BOOST_TEST(std::abs(y[32 * b + j] - x[32 * b + j]) <= amax / steps * within + 1e-7f);
     }
+  }
+}
+
+// A Q4_0 matrix becomes 4-bit panels by its bytes alone (WeightSource::
+// q4_panels): the same panels as quantising its values afresh gives, since
+// ggml's Q4_0 and xfmr's 4-bit blocks hold the same numbers; rows past the
+// last whole panel are padding. Its default precision is q4; F16's fp32.
+BOOST_AUTO_TEST_CASE(q4_0_matrices_become_4_bit_panels_exactly) {
+  const TempDir tmp("gguf_q4");
+  const PresetInfo arch = LanguageModelPresets::info("shakespeare-llama");
+  Engine original = Engine::create(arch, 70, 5, {.tie_weights = true, .head_bias = false}, {.tokenizer_required = false});
+  for (const auto& [type, precision] : {std::pair{GgmlType::q4_0, "q4"}, std::pair{GgmlType::q8_0, "int8"},
+                                        std::pair{GgmlType::bf16, "bf16"}, std::pair{GgmlType::f16, "fp32"}}) {
+    const fs::path file = tmp.path / (ggml_type_name(type) + ".gguf");
+    original.export_gguf(file, type);
+    const GgufModel g = open_gguf_model(file);
+    BOOST_TEST(gguf_precision(g) == precision);
+    BOOST_TEST(Engine::check(file, {}) == precision);
+  }
+  const GgufModel g = open_gguf_model(tmp.path / "Q4_0.gguf");
+  for (const char* name : {"blk.0.attn_q.weight", "blk.1.ffn_up.weight", "token_embd.weight"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const GgufTensor& t = g.file->tensor(name);
+      const long N = long(t.rows()), K = long(t.shape[0]);
+      const auto source = gguf_weights(g.file, {{name}}, N, K);
+      std::vector<std::byte> in_place(detail::q4_bytes(N, K)), afresh(in_place.size());
+      BOOST_TEST(source->q4_panels(in_place.data()));
+      const std::vector<float> values = read_all(*source);
+      for (long p = 0; p < detail::q4_panels(N); ++p)
+        detail::q4_pack_panel(p, int(N), int(K), values.data(), K, afresh.data() + detail::q4_offset(K, p, 0));
+      BOOST_TEST((in_place == afresh));
+    }
+  }
+  const auto f32 = gguf_weights(open_gguf_model(tmp.path / "F16.gguf").file, {{"blk.0.attn_q.weight"}}, 64, 64);
+  std::vector<std::byte> none(detail::q4_bytes(64, 64));
+  BOOST_TEST(!f32->q4_panels(none.data()));  // another type: quantised from its values
+}
+
+// open_gguf_model checks the file before anything is allocated: another
+// architecture, a tensor missing, one of another shape, one it does not
+// know, partial rotary positions and rope scaling it does not build are
+// errors naming them.
+BOOST_AUTO_TEST_CASE(a_model_file_is_checked_before_anything_is_read) {
+  const TempDir tmp("gguf_model");
+  auto file = [&](const std::string& arch, std::uint32_t rotary, const std::string& scaling,
+                  std::vector<std::pair<std::string, std::vector<std::uint64_t>>> tensors) {
+    GgufWriter w;
+    w.add("general.architecture", arch);
+    for (const char* k : {"context_length", "embedding_length", "feed_forward_length"}) w.add(arch + "." + k, 32u);
+    w.add(arch + ".block_count", 1u);
+    w.add(arch + ".attention.head_count", 2u);
+    w.add(arch + ".rope.dimension_count", rotary);
+    if (!scaling.empty()) w.add(arch + ".rope.scaling.type", scaling);
+    for (const auto& [name, shape] : tensors) {
+      std::uint64_t n = 1;
+      for (auto d : shape) n *= d;
+      w.add_tensor(name, shape, GgmlType::f32, std::vector<float>(n, 0.5f));
+    }
+    const fs::path p = tmp.path / "m.gguf";
+    w.write(p);
+    return error_of([&] { (void)open_gguf_model(p); });
+  };
+  std::vector<std::pair<std::string, std::vector<std::uint64_t>>> llama = {
+      {"token_embd.weight", {32, 10}}, {"output_norm.weight", {32}}, {"blk.0.attn_norm.weight", {32}},
+      {"blk.0.ffn_norm.weight", {32}}, {"blk.0.attn_q.weight", {32, 32}}, {"blk.0.attn_k.weight", {32, 32}},
+      {"blk.0.attn_v.weight", {32, 32}}, {"blk.0.attn_output.weight", {32, 32}}, {"blk.0.ffn_gate.weight", {32, 32}},
+      {"blk.0.ffn_up.weight", {32, 32}}, {"blk.0.ffn_down.weight", {32, 32}}};
+  BOOST_TEST(file("llama", 16, "", llama) == "");
+  BOOST_TEST(file("mamba", 16, "", llama).find("general.architecture 'mamba' is not one xfmr reads (llama, qwen2, "
+                                               "gpt2)") != std::string::npos);
+  BOOST_TEST(file("llama", 8, "", llama).find("llama.rope.dimension_count is 8") != std::string::npos);
+  BOOST_TEST(file("llama", 16, "yarn", llama).find("llama.rope.scaling.type 'yarn' is not built") != std::string::npos);
+  auto missing = llama;
+  missing.pop_back();
+  BOOST_TEST(file("llama", 16, "", missing).find("no tensor 'blk.0.ffn_down.weight', which a llama of 1 layers needs") !=
+             std::string::npos);
+  auto wrong = llama;
+  wrong[4].second = {32, 16};
+  BOOST_TEST(file("llama", 16, "", wrong).find("tensor 'blk.0.attn_q.weight' has shape [32, 16]; the metadata's sizes "
+                                               "give [32, 32]") != std::string::npos);
+  auto extra = llama;
+  extra.push_back({"blk.0.attn_q_norm.weight", {16}});
+  BOOST_TEST(file("llama", 16, "", extra).find("tensor 'blk.0.attn_q_norm.weight' is not part of a llama xfmr builds") !=
+             std::string::npos);
+  // qwen2 needs its q/k/v biases.
+  BOOST_TEST(file("qwen2", 16, "", llama).find("no tensor 'blk.0.attn_k.bias'") != std::string::npos);
+}
+
+// The chat format a GGUF's tokenizer.chat_template is written for, by its
+// markers (text/chat_template.hpp); plain without one.
+BOOST_AUTO_TEST_CASE(a_gguf_chat_template_picks_the_chat_format) {
+  const TempDir tmp("gguf_chat");
+  for (const auto& [jinja, format] : {std::pair{"{% for m in messages %}<|im_start|>{{ m.role }}", "chatml"},
+                                      std::pair{"<|start_header_id|>{{ role }}<|end_header_id|>", "llama3"},
+                                      std::pair{"", "plain"}}) {
+    GgufWriter w;
+    w.add("general.architecture", std::string("llama"));
+    if (*jinja) w.add("tokenizer.chat_template", std::string(jinja));
+    const fs::path p = tmp.path / (std::string(format) + ".gguf");
+    w.write(p);
+    BOOST_TEST(ChatTemplate::for_model(p).name() == std::string(format));
   }
 }
 
