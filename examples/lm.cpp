@@ -9,7 +9,7 @@
 //   xfmr-lm export --model PATH (--hf DIR | --gguf FILE [--type f16])
 //
 // --model (and --init) is a Hugging Face model directory, a llama2.c .bin
-// file, a GGUF llama file, or a checkpoint `train --out` wrote; the preset
+// file, a GGUF file (llama, qwen2, gpt2), or a checkpoint `train --out` wrote; the preset
 // comes from its config (io/pretrained.hpp). The tokenizer is --tokenizer,
 // else the one beside the model (tokenizer.json, vocab.json + merges.txt,
 // tokenizer.bin), a GGUF file's own, or the one a checkpoint carries. Run
@@ -125,7 +125,7 @@ int run_sample(int argc, char** argv) {
   SampleArgs a;
   po::options_description opts("xfmr-lm sample: generate text from a model");
   opts.add_options()("help", "show this help")
-      ("model", po::value(&a.model), "a Hugging Face directory (GPT-2 or Llama), a llama2.c .bin, a GGUF llama file, or a train --out "
+      ("model", po::value(&a.model), "a Hugging Face directory (GPT-2 or Llama), a llama2.c .bin, a GGUF file (llama, qwen2, gpt2), or a train --out "
        "checkpoint (required)")
       ("tokenizer", po::value(&a.tokenizer), "tokenizer.json, tokenizer.bin or a directory of GPT-2's files "
        "(default: the model's)")
@@ -475,11 +475,11 @@ int run_export(int argc, char** argv) {
   std::string model, tokenizer, hf, gguf, type = "f16";
   bool overwrite = false;
   po::options_description opts("xfmr-lm export: a model in the Hugging Face layout of its family (GPT-2 or Llama), or "
-                               "as a GGUF file llama.cpp reads (Llama)");
+                               "as a GGUF file llama.cpp reads (llama, qwen2 or gpt2)");
   opts.add_options()("help", "show this help")("model", po::value(&model), "the model, as sample's (required)")
       ("tokenizer", po::value(&tokenizer), "as sample's; its files are copied into the export under their usual names")
       ("hf", po::value(&hf), "directory to write model.safetensors, config.json and the tokenizer to")
-      ("gguf", po::value(&gguf), "or a GGUF file to write (a Llama-shaped model, with its SentencePiece tokenizer)")
+      ("gguf", po::value(&gguf), "or a GGUF file to write (a Llama-, Qwen2- or GPT-2-shaped model, with its tokenizer)")
       ("type", po::value(&type)->default_value(type), "--gguf's matrices: f32, f16, bf16, q8_0 or q4_0 (rows that "
        "are not whole blocks of 32 in f16; norms in f32)")
       ("overwrite", po::bool_switch(&overwrite), "replace an export already there");

@@ -702,7 +702,7 @@ PYBIND11_MODULE(_xfmr, m) {
       py::arg("path"), py::kw_only(), py::arg("precision") = py::none(), py::arg("backend") = "cpu",
       py::arg("tokenizer") = py::none(),
       "A language model: an xfmr checkpoint, a Hugging Face GPT-2, Llama or Qwen2 directory, a llama2.c file, or a GGUF "
-      "llama file. "
+      "file (llama, qwen2, gpt2). "
       "precision: 'fp32', 'bf16', 'int8' or 'q4' (default: the checkpoint's); tokenizer: a file or directory, when the "
       "model does not come with one");
 }

@@ -21,7 +21,7 @@ int run(int argc, char** argv) {
   std::string tokenizer, backend = "cpu", precision = "fp32";
   po::options_description opts("xfmr-serve: an OpenAI-compatible server for a language model");
   opts.add_options()("help", "show this help")(
-      "model", po::value(&o.model), "a Hugging Face directory, a llama2.c .bin, a GGUF llama file, or an xfmr-lm checkpoint (required)")(
+      "model", po::value(&o.model), "a Hugging Face directory, a llama2.c .bin, a GGUF file, or an xfmr-lm checkpoint (required)")(
       "tokenizer", po::value(&tokenizer), "as xfmr-lm sample's (default: the model's)")(
       "host", po::value(&o.host)->default_value(o.host), "address to listen on (0.0.0.0: every interface)")(
       "port", po::value(&o.port)->default_value(o.port), "port to listen on (0: any free one, printed)")(
