@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <bit>
+#include <exception>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -19,6 +20,7 @@
 #include "xfmr/core/q4.hpp"
 #include "xfmr/core/tensor.hpp"
 #include "xfmr/backend/cpu/copy_source.hpp"
+#include "xfmr/backend/cpu/parallel.hpp"
 
 namespace xfmr {
 
@@ -412,31 +414,56 @@ class GgufWeights final : public WeightSource {
 
   // A Q4_0 block is a float16 scale d and 16 bytes whose low nibbles are
   // q[0, 16) and high nibbles q[16, 32), w = d (q - 8): a panel's group g
-  // of a row is that row's bytes 4g..4g+3 as they are (core/q4.hpp).
+  // of a row is that row's bytes 4g..4g+3 as they are (core/q4.hpp). Every
+  // piece must be a Q4_0 matrix (in any order: a row is found where it is
+  // stored). Each panel's rows are read in order into its bytes (a few KiB,
+  // in cache), the panels shared among the threads.
   bool q4_panels(std::byte* P) const override {
-    if (!whole_rows(GgmlType::q4_0)) return false;
-    const GgufTensor& t = *pieces_[0].tensor;
-    const std::byte* data = file_->bytes(t).data();
-    const long N = long(rows()), K = long(cols()), blocks = detail::q4_blocks(K), panels = detail::q4_panels(N);
+    for (const GgufPiece& p : pieces_)
+      if (p.tensor->type != GgmlType::q4_0 || p.tensor->shape.size() < 2) return false;
+    const long N = long(rows()), K = long(cols()), blocks = detail::q4_blocks(K);
     constexpr int kBlock = 18;  // ggml's block_q4_0
-    for (long pn = 0; pn < panels; ++pn)
-      for (long b = 0; b < blocks; ++b) {
-        std::byte* out = P + detail::q4_offset(K, pn, b);
-        for (int i = 0; i < detail::kQ4PanelRows; ++i) {
-          const long r = pn * detail::kQ4PanelRows + i;
-          if (r >= N) {  // a padding row: scale 0, q = 8
-            std::memset(out + 2 * i, 0, 2);
-            for (int g = 0; g < 4; ++g) std::memset(out + 32 + 64 * g + 4 * i, 0x88, 4);
-            continue;
+    // Row r's first block in the file.
+    auto row = [this, blocks](long r) {
+      const GgufPiece* p = &pieces_[0];
+      while (r >= p->first + p->rows) ++p;
+      return std::pair{p, file_->bytes(*p->tensor).data() + stored_row(*p, r - p->first) * blocks * kBlock};
+    };
+    std::vector<std::exception_ptr> errors(std::size_t(detail::thread_count()));
+    std::exception_ptr* error = errors.data();
+    detail::parallel_ranges(detail::q4_panels(N), N * K > detail::kParallelWork, [=, this](long lo, long hi) {
+      try {
+        for (long pn = lo; pn < hi; ++pn) {
+          std::byte* panel = P + detail::q4_offset(K, pn, 0);
+          for (int i = 0; i < detail::kQ4PanelRows; ++i) {
+            const long r = pn * detail::kQ4PanelRows + i;
+            if (r >= N) {  // a padding row: scale 0, q = 8
+              for (long b = 0; b < blocks; ++b) {
+                std::byte* out = panel + b * detail::kQ4BlockBytes;
+                std::memset(out + 2 * i, 0, 2);
+                for (int g = 0; g < 4; ++g) std::memset(out + 32 + 64 * g + 4 * i, 0x88, 4);
+              }
+              continue;
+            }
+            const auto [piece, first] = row(r);
+            for (long b = 0; b < blocks; ++b) {
+              std::byte* out = panel + b * detail::kQ4BlockBytes;
+              const std::byte* block = first + b * kBlock;
+              const float d = detail::half_to_float(stored_as<std::uint16_t>(block));
+              require(std::isfinite(d), file_->path().string(), ": Q4_0 tensor '", piece->spec.tensor,
+                      "' holds a scale of ", d, " (row ", stored_row(*piece, r - piece->first), ", block ", b,
+                      "); a checkpoint's values must be finite");
+              std::memcpy(out + 2 * i, block, 2);
+              for (int g = 0; g < 4; ++g) std::memcpy(out + 32 + 64 * g + 4 * i, block + 2 + 4 * g, 4);
+            }
           }
-          const std::byte* block = data + (r * blocks + b) * kBlock;
-          const float d = detail::half_to_float(stored_as<std::uint16_t>(block));
-          require(std::isfinite(d), file_->path().string(), ": Q4_0 tensor '", t.name, "' holds a scale of ", d,
-                  " (row ", r, ", block ", b, "); a checkpoint's values must be finite");
-          std::memcpy(out + 2 * i, block, 2);
-          for (int g = 0; g < 4; ++g) std::memcpy(out + 32 + 64 * g + 4 * i, block + 2 + 4 * g, 4);
         }
+      } catch (...) {
+        error[detail::thread_index()] = std::current_exception();
       }
+    });
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
     return true;
   }
 
