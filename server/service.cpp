@@ -20,7 +20,7 @@ void Service::load() {
   require(context <= engine_->max_t(), "--context ", context, " exceeds the model's ", engine_->max_t());
   engine_->start_batching({.slots = o.slots, .context = context, .prefill_chunk = 128, .queue = o.queue});
   if (!o.chat_template.empty()) chat_ = ChatTemplate::named(o.chat_template);
-  else if (fs::is_directory(o.model) || is_gguf_file(o.model)) chat_ = ChatTemplate::for_model(o.model);
+  else chat_ = model_chat_template(o.model);
   name_ = o.name.empty() ? fs::path(o.model).lexically_normal().filename().string() : o.name;
   if (name_.empty()) name_ = fs::path(o.model).lexically_normal().parent_path().filename().string();
   // Stop markers the tokenizer holds as one id end generation by id; the others as text.

@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include "xfmr/core/error.hpp"
-#include "xfmr/io/gguf.hpp"
 #include "xfmr/text/text.hpp"
 
 namespace xfmr {
@@ -24,10 +23,6 @@ ChatTemplate ChatTemplate::detect(std::string_view jinja) {
 
 ChatTemplate ChatTemplate::for_model(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
-  if (is_gguf_file(path)) {  // tokenizer.chat_template, where the file has one
-    const GgufFile g = GgufFile::open(path);
-    return g.has("tokenizer.chat_template") ? detect(g.string("tokenizer.chat_template")) : ChatTemplate(Format::plain);
-  }
   const fs::path file = fs::is_directory(path) ? path / "tokenizer_config.json" : path;
   if (!fs::is_regular_file(file)) return ChatTemplate(Format::plain);
   const auto j = nlohmann::json::parse(read_text_file(file.string()), nullptr, false);

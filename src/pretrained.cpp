@@ -57,6 +57,14 @@ CheckpointFormat checkpoint_format(const fs::path& path) {
                "\" is not one xfmr reads (\"gpt2\", \"llama\", \"qwen2\" or \"mistral\")");
 }
 
+ChatTemplate model_chat_template(const fs::path& path) {
+  if (fs::is_directory(path)) return ChatTemplate::for_model(path);
+  if (!is_gguf_file(path)) return ChatTemplate{};
+  const GgufFile g = GgufFile::open(path);
+  const char* key = "tokenizer.chat_template";
+  return g.has(key) ? ChatTemplate::detect(g.string(key)) : ChatTemplate{};
+}
+
 PresetInfo llama2c_architecture(const Llama2cConfig& c) {
   HfLlamaConfig h;
   h.max_position_embeddings = c.seq_len, h.hidden_size = c.dim, h.num_attention_heads = c.n_heads;

@@ -221,11 +221,20 @@ BOOST_AUTO_TEST_CASE(q4_0_matrices_become_4_bit_panels_exactly) {
     BOOST_TEST(Engine::check(file, {}) == precision);
   }
   const GgufModel g = open_gguf_model(tmp.path / "Q4_0.gguf");
-  for (const char* name : {"blk.0.attn_q.weight", "blk.1.ffn_up.weight", "token_embd.weight"}) {
-    BOOST_TEST_CONTEXT(name) {
-      const GgufTensor& t = g.file->tensor(name);
-      const long N = long(t.rows()), K = long(t.shape[0]);
-      const auto source = gguf_weights(g.file, {{name}}, N, K);
+  // One tensor; q, k and v stacked (in Meta's order, and in Hugging Face's
+  // halves, as a qwen2 file's); the embedding, whose rows are not panels'.
+  const auto pairs = WeightPiece::rotary_pairs;
+  const std::vector<std::vector<WeightPiece>> cases = {
+      {{"blk.0.attn_q.weight"}},
+      {{"blk.1.attn_q.weight"}, {"blk.1.attn_k.weight"}, {"blk.1.attn_v.weight"}},
+      {{"blk.1.attn_q.weight", pairs, 16}, {"blk.1.attn_k.weight", pairs, 16}, {"blk.1.attn_v.weight"}},
+      {{"token_embd.weight"}}};
+  for (const std::vector<WeightPiece>& pieces : cases) {
+    BOOST_TEST_CONTEXT(pieces.size() << " pieces from " << pieces[0].tensor << ", order " << int(pieces[0].order)) {
+      long N = 0;
+      for (const WeightPiece& p : pieces) N += long(g.file->tensor(p.tensor).rows());
+      const long K = long(g.file->tensor(pieces[0].tensor).shape[0]);
+      const auto source = gguf_weights(g.file, pieces, N, K);
       std::vector<std::byte> in_place(detail::q4_bytes(N, K)), afresh(in_place.size());
       BOOST_TEST(source->q4_panels(in_place.data()));
       const std::vector<float> values = read_all(*source);
@@ -290,7 +299,7 @@ BOOST_AUTO_TEST_CASE(a_model_file_is_checked_before_anything_is_read) {
 }
 
 // The chat format a GGUF's tokenizer.chat_template is written for, by its
-// markers (text/chat_template.hpp); plain without one.
+// markers (io/pretrained.hpp's model_chat_template); plain without one.
 BOOST_AUTO_TEST_CASE(a_gguf_chat_template_picks_the_chat_format) {
   const TempDir tmp("gguf_chat");
   for (const auto& [jinja, format] : {std::pair{"{% for m in messages %}<|im_start|>{{ m.role }}", "chatml"},
@@ -301,7 +310,7 @@ BOOST_AUTO_TEST_CASE(a_gguf_chat_template_picks_the_chat_format) {
     if (*jinja) w.add("tokenizer.chat_template", std::string(jinja));
     const fs::path p = tmp.path / (std::string(format) + ".gguf");
     w.write(p);
-    BOOST_TEST(ChatTemplate::for_model(p).name() == std::string(format));
+    BOOST_TEST(model_chat_template(p).name() == std::string(format));
   }
 }
 

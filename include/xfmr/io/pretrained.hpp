@@ -57,6 +57,7 @@
 #include "xfmr/io/llama2c.hpp"
 #include "xfmr/models/language_model.hpp"
 #include "xfmr/io/model_tokenizer.hpp"
+#include "xfmr/text/chat_template.hpp"
 #include "xfmr/core/hash.hpp"
 
 namespace xfmr {
@@ -65,6 +66,11 @@ enum class CheckpointFormat { gpt2, hf_llama, llama2c, xfmr, gguf };
 std::string_view format_name(CheckpointFormat f);  // "gpt2", "llama", "llama2.c", "xfmr", "gguf"
 
 CheckpointFormat checkpoint_format(const std::filesystem::path& path);
+
+// The chat format of a model (text/chat_template.hpp): a directory's
+// tokenizer_config.json's template, a GGUF file's tokenizer.chat_template;
+// plain for the others and where there is none.
+ChatTemplate model_chat_template(const std::filesystem::path& path);
 
 
 template <class Backend>

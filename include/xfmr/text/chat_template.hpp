@@ -39,8 +39,9 @@ class ChatTemplate {
   static ChatTemplate named(std::string_view name);
   // The format a Jinja chat template is written for, by its markers.
   static ChatTemplate detect(std::string_view jinja);
-  // A model directory's (or a tokenizer_config.json's, or a GGUF file's
-  // tokenizer.chat_template) template; plain where it has none.
+  // A model directory's (or a tokenizer_config.json's) template; plain
+  // where it has none (io/pretrained.hpp's model_chat_template reads a
+  // GGUF file's too).
   static ChatTemplate for_model(const std::filesystem::path& path);
 
   Format format() const { return format_; }
