@@ -150,7 +150,7 @@ struct Engine::Impl {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   core_ = impl_->core.get();
   tokenizer_ = impl_->tok ? &impl_->tok->tokenizer : nullptr;
-  if (tokenizer_ && tokenizer_->start() >= 0) impl_->end_ids.push_back(tokenizer_->start());
+  if (tokenizer_ && tokenizer_->end() >= 0) impl_->end_ids.push_back(tokenizer_->end());
 }
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;

@@ -42,6 +42,19 @@ ModelTokenizer ModelTokenizer::load(const fs::path& path) {
 
 ModelTokenizer ModelTokenizer::from_gguf(const fs::path& file) {
   const GgufFile g = GgufFile::open(file);
+  ModelTokenizer t = gguf_tokenizer(g, file);
+  const auto tokens = std::int64_t(g.value("tokenizer.ggml.tokens").strings.size());
+  auto id = [&](const char* key) {  // unset: missing, 0xFFFFFFFF, or no token of the vocabulary
+    const std::int64_t v = g.has(key) ? g.integer(key) : -1;
+    return v >= 0 && v < tokens ? std::int32_t(v) : -1;
+  };
+  t.bos_ = id("tokenizer.ggml.bos_token_id"), t.eos_ = id("tokenizer.ggml.eos_token_id");
+  const bool sentencepiece = t.sentencepiece() != nullptr;
+  t.add_bos_ = g.has("tokenizer.ggml.add_bos_token") ? g.boolean("tokenizer.ggml.add_bos_token") : sentencepiece;
+  return t;
+}
+
+ModelTokenizer ModelTokenizer::gguf_tokenizer(const GgufFile& g, const fs::path& file) {
   const std::string model = g.has("tokenizer.ggml.model") ? g.string("tokenizer.ggml.model") : "";
   require(model == "llama" || model == "gpt2", file.string(), ": tokenizer.ggml.model '", model,
           "' is not one xfmr reads ('llama': SentencePiece pieces with scores; 'gpt2': byte-level BPE)");
@@ -132,8 +145,12 @@ int ModelTokenizer::check_fits(int vocab, const std::string& model) const {
 }
 
 std::vector<std::int32_t> ModelTokenizer::encode(std::string_view text, std::size_t* dropped) const {
-  return std::visit(Overload{[&](const Gpt2Tokenizer& t) { return t.encode(text, dropped); },
-                             [&](const Llama2cTokenizer& t) { return t.encode(text, true, false); }},
+  return std::visit(Overload{[&](const Gpt2Tokenizer& t) {
+                               std::vector<std::int32_t> ids = t.encode(text, dropped);
+                               if (add_bos_ && bos_ >= 0) ids.insert(ids.begin(), bos_);
+                               return ids;
+                             },
+                             [&](const Llama2cTokenizer& t) { return t.encode(text, add_bos_, false); }},
                     tok_);
 }
 
@@ -169,7 +186,10 @@ int ModelTokenizer::size() const {
                     tok_);
 }
 
+std::int32_t ModelTokenizer::end() const { return eos_ >= 0 ? eos_ : start(); }
+
 std::int32_t ModelTokenizer::start() const {
+  if (bos_ >= 0) return bos_;
   return std::visit(Overload{[](const Gpt2Tokenizer& t) { return t.end_of_text(); },
                              [](const Llama2cTokenizer& t) { return t.vocab_size() > Llama2cTokenizer::kBos ? Llama2cTokenizer::kBos : -1; }},
                     tok_);

@@ -68,7 +68,7 @@ struct EngineOptions {
   std::string backend_option = "backend", precision_option = "precision", tokenizer_option = "tokenizer";
 };
 
-// One generation. The end-of-text id (the tokenizer's start()) ends it
+// One generation. The end-of-text id (the tokenizer's end()) ends it
 // unless ignore_eos; stop_ids end it too; neither is shown in the text. A
 // stop string ends it before the string, which is never shown.
 struct CompletionRequest {

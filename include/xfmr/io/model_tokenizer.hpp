@@ -12,7 +12,9 @@
 // llama2.c tokenizer.bin it is written out as (its attached file); a
 // "gpt2" one (byte-level BPE: tokens, merges, token types 3 and 4 special,
 // tokenizer.ggml.pre gpt-2, smollm, qwen2 or llama-bpe) as the
-// tokenizer.json Gpt2Tokenizer::json_of writes of it.
+// tokenizer.json Gpt2Tokenizer::json_of writes of it. Its special ids
+// (0xFFFFFFFF or missing: unset) give start() (bos_token_id) and end()
+// (eos_token_id), and add_bos_token whether encode() puts BOS first.
 //
 // encode(text): a prompt's ids (llama2.c's with BOS first, as run.c does).
 // encode_corpus(text): a training or evaluation text's: BPE over the whole
@@ -50,6 +52,8 @@
 
 namespace xfmr {
 
+class GgufFile;
+
 class ModelTokenizer {
  public:
   // Errors name the path and what was looked for.
@@ -61,6 +65,8 @@ class ModelTokenizer {
   std::string piece(std::int32_t prev, std::int32_t id) const;
   int size() const;
   std::int32_t start() const;
+  // The id that ends a text: a GGUF file's eos_token_id, else start().
+  std::int32_t end() const;
   const std::vector<std::filesystem::path>& files() const { return files_; }
   std::vector<AttachedFile> attached_files() const;
   std::uint64_t content_hash() const { return hash_; }
@@ -83,11 +89,15 @@ class ModelTokenizer {
  private:
   ModelTokenizer(std::variant<Gpt2Tokenizer, Llama2cTokenizer> t, std::vector<std::filesystem::path> files);
   static ModelTokenizer from_gguf(const std::filesystem::path& file);
+  static ModelTokenizer gguf_tokenizer(const GgufFile& g, const std::filesystem::path& file);
 
   std::variant<Gpt2Tokenizer, Llama2cTokenizer> tok_;
   std::vector<std::filesystem::path> files_;
   std::vector<std::vector<std::byte>> bytes_;  // the files' contents, as read
   std::uint64_t hash_ = 0;
+  // A GGUF file's special ids (-1: unset) and whether encode() puts BOS first.
+  std::int32_t bos_ = -1, eos_ = -1;
+  bool add_bos_ = true;  // a SentencePiece tokenizer's; a byte-level BPE's only where a GGUF says so
 };
 
 }  // namespace xfmr
