@@ -43,15 +43,19 @@ def bench(build, model, precision, level, tokens, prefill):
             "kernels": result.get("cpu_kernels", "")}
 
 
+def take_option(args, name, default):
+    """The value after `name` in args (both taken out of it), or default."""
+    if name in args:
+        i = args.index(name)
+        value = args[i + 1]
+        del args[i:i + 2]
+        return value
+    return default
+
+
 def main():
     args = [a for a in sys.argv[1:]]
-    def option(name, default):
-        if name in args:
-            i = args.index(name)
-            value = args[i + 1]
-            del args[i:i + 2]
-            return value
-        return default
+    option = lambda name, default: take_option(args, name, default)
     precisions = option("--precisions", "fp32,bf16,int8,q4").split(",")
     levels = option("--levels", "best").split(",")
     rounds, tokens, prefill = int(option("--rounds", "2")), int(option("--tokens", "64")), int(option("--prefill", "512"))
