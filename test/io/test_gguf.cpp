@@ -22,6 +22,7 @@
 #include "xfmr/core/q4.hpp"
 #include "xfmr/io/gguf.hpp"
 #include "xfmr/io/gguf_model.hpp"
+#include "xfmr/io/model_tokenizer.hpp"
 #include "xfmr/io/weight_sources.hpp"
 #include "xfmr/text/chat_template.hpp"
 
@@ -311,6 +312,49 @@ BOOST_AUTO_TEST_CASE(a_gguf_chat_template_picks_the_chat_format) {
     const fs::path p = tmp.path / (std::string(format) + ".gguf");
     w.write(p);
     BOOST_TEST(model_chat_template(p).name() == std::string(format));
+  }
+}
+
+// A GGUF's byte-level BPE tokenizer: its pieces, special ids and
+// add_bos_token (a Llama 3 file's BOS first; 0xFFFFFFFF unset).
+BOOST_AUTO_TEST_CASE(a_gguf_bpe_tokenizer_keeps_its_special_ids) {
+  const TempDir tmp("gguf_bpe");
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) {  // GPT-2's printable stand-ins: the bytes 'a' and 'b' stand for themselves
+    if ((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff)) {
+      std::string u;
+      if (b < 0x80) u += char(b);
+      else u += char(0xc0 | (b >> 6)), u += char(0x80 | (b & 0x3f));
+      tokens.push_back(u);
+    } else {
+      tokens.push_back("<" + std::to_string(b) + ">");  // a symbol of its own (never met below)
+    }
+  }
+  tokens.push_back("ab");
+  tokens.push_back("<|begin_of_text|>");
+  tokens.push_back("<|end_of_text|>");
+  std::vector<std::int32_t> types(tokens.size(), 1);
+  types[257] = types[258] = 3;
+  for (const auto& [add_bos, eos] : {std::pair{true, 258u}, std::pair{false, 0xFFFFFFFFu}}) {
+    GgufWriter w;
+    w.add("general.architecture", std::string("llama"));
+    w.add("tokenizer.ggml.model", std::string("gpt2"));
+    w.add("tokenizer.ggml.pre", std::string("llama-bpe"));
+    w.add("tokenizer.ggml.tokens", tokens);
+    w.add("tokenizer.ggml.token_type", types);
+    w.add("tokenizer.ggml.merges", std::vector<std::string>{"a b"});
+    w.add("tokenizer.ggml.bos_token_id", 257u);
+    w.add("tokenizer.ggml.eos_token_id", eos);
+    w.add("tokenizer.ggml.add_bos_token", add_bos);
+    const fs::path p = tmp.path / "t.gguf";
+    w.write(p);
+    const ModelTokenizer t = ModelTokenizer::load(p);
+    const std::vector<std::int32_t> ab = t.encode("ab<|end_of_text|>");
+    BOOST_TEST(ab == (add_bos ? std::vector<std::int32_t>{257, 256, 258} : std::vector<std::int32_t>{256, 258}),
+               add_bos);
+    BOOST_TEST(t.start() == 257);
+    BOOST_TEST(t.end() == (add_bos ? 258 : 257));  // unset: start()
+    BOOST_TEST(t.decode(std::vector<std::int32_t>{256}) == "ab");
   }
 }
 
