@@ -73,23 +73,42 @@ def q4_0(blocks):
     return raw, vals
 
 
+def pack_q4_k(d, dmin, sc, mn, nib):
+    """A Q4_K super-block: float16 bits d and dmin, eight 6-bit scales and
+    minimums, 256 4-bit values (value = d sc[s] nib - dmin mn[s], s = i / 32)."""
+    s = [0] * 12
+    for j in range(4):
+        s[j] = int(sc[j]) | ((int(sc[j + 4]) >> 4) << 6)
+        s[j + 4] = int(mn[j]) | ((int(mn[j + 4]) >> 4) << 6)
+        s[j + 8] = (int(sc[j + 4]) & 15) | ((int(mn[j + 4]) & 15) << 4)
+    qs = bytearray(128)
+    for i in range(4):  # 64 values from 32 bytes: low nibbles sub-block 2i, high 2i + 1
+        for l in range(32):
+            qs[32 * i + l] = int(nib[64 * i + l]) | (int(nib[64 * i + 32 + l]) << 4)
+    return struct.pack("<HH", d, dmin) + bytes(s) + bytes(qs)
+
+
+def pack_q6_k(q, sc, d):
+    """A Q6_K super-block: 256 6-bit values q (value = d sc[i / 16] (q - 32)),
+    sixteen int8 scales, float16 bits d."""
+    ql, qh = bytearray(128), bytearray(64)
+    for h in range(2):  # halves of 128: values l, l+32, l+64, l+96
+        for l in range(32):
+            a, b, c, e = (int(q[128 * h + l + k]) for k in (0, 32, 64, 96))
+            ql[64 * h + l] = (a & 15) | ((c & 15) << 4)
+            ql[64 * h + l + 32] = (b & 15) | ((e & 15) << 4)
+            qh[32 * h + l] = (a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6)
+    return bytes(ql) + bytes(qh) + np.asarray(sc, dtype=np.int8).tobytes() + struct.pack("<H", d)
+
+
 def q4_k(blocks):
     raw, vals = b"", []
     for _ in range(blocks):
         d, dmin = f16(rng.uniform(0.001, 0.05)), f16(rng.uniform(0.001, 0.05))
         sc = rng.integers(0, 64, 8)
         mn = rng.integers(0, 64, 8)
-        s = [0] * 12
-        for j in range(4):
-            s[j] = int(sc[j]) | ((int(sc[j + 4]) >> 4) << 6)
-            s[j + 4] = int(mn[j]) | ((int(mn[j + 4]) >> 4) << 6)
-            s[j + 8] = (int(sc[j + 4]) & 15) | ((int(mn[j + 4]) & 15) << 4)
         nib = rng.integers(0, 16, 256)
-        qs = bytearray(128)
-        for i in range(4):  # 64 values from 32 bytes: low nibbles sub-block 2i, high 2i + 1
-            for l in range(32):
-                qs[32 * i + l] = int(nib[64 * i + l]) | (int(nib[64 * i + 32 + l]) << 4)
-        raw += struct.pack("<HH", d, dmin) + bytes(s) + bytes(qs)
+        raw += pack_q4_k(d, dmin, sc, mn, nib)
         for sub in range(8):
             for l in range(32):
                 vals.append(half(d) * int(sc[sub]) * int(nib[32 * sub + l]) - half(dmin) * int(mn[sub]))
@@ -102,14 +121,7 @@ def q6_k(blocks):
         q = rng.integers(0, 64, 256)  # stored 6-bit values; a value is q - 32
         sc = rng.integers(-128, 128, 16).astype(np.int8)
         d = f16(rng.uniform(0.0005, 0.01))
-        ql, qh = bytearray(128), bytearray(64)
-        for h in range(2):  # halves of 128: values l, l+32, l+64, l+96
-            for l in range(32):
-                a, b, c, e = (int(q[128 * h + l + k]) for k in (0, 32, 64, 96))
-                ql[64 * h + l] = (a & 15) | ((c & 15) << 4)
-                ql[64 * h + l + 32] = (b & 15) | ((e & 15) << 4)
-                qh[32 * h + l] = (a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6)
-        raw += bytes(ql) + bytes(qh) + sc.tobytes() + struct.pack("<H", d)
+        raw += pack_q6_k(q, sc, d)
         for i in range(256):
             vals.append(half(d) * int(sc[i // 16]) * (int(q[i]) - 32))
     return raw, vals

@@ -12,18 +12,20 @@ Hugging Face's halves, a byte-level BPE tokenizer with Qwen2's
 pre-tokenizer) or gpt2 (LayerNorm, GELU, learned positions, biases, a head
 tied to the embedding, a byte-level BPE tokenizer with GPT-2's
 pre-tokenizer).
-TYPE: f32, f16, bf16, q8_0 or q4_0, the type of every matrix; norms,
-biases and learned positions stay F32.
+TYPE: f32, f16, bf16, q8_0, q4_0, q4_k or q6_k, the type of every matrix;
+norms, biases and learned positions stay F32. Q4_K and Q6_K matrices are
+random super-blocks of 256 (their reference quantiser is a search; the
+model's weights are what the blocks decode to), the model 256 wide.
 """
 import struct
 import sys
 
 import numpy as np
 
-from make_gguf import kv, write
+from make_gguf import kv, pack_q4_k, pack_q6_k, write
 
-TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
-D, HEADS, KV_HEADS, LAYERS, FF, CONTEXT = 64, 4, 2, 2, 96, 128
+TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q4_k": 12, "q6_k": 14, "bf16": 30}
+HEADS, KV_HEADS, LAYERS, CONTEXT = 4, 2, 2, 128
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "in", "sun", "and", "he", "she", "it", "was"]
 
 
@@ -55,6 +57,21 @@ def encode(values, gtype):
             inv = np.float32(1) / d if d else np.float32(0)
             q = np.minimum(15, np.trunc(b * inv + np.float32(8.5))).astype(np.uint8)
             out += f16_bits(d).tobytes() + bytes(int(q[j]) | (int(q[j + 16]) << 4) for j in range(16))
+    return bytes(out)
+
+
+def k_blocks(rng, count, sigma, gtype):
+    """count random Q4_K or Q6_K super-blocks whose values spread about sigma."""
+    out = bytearray()
+    for _ in range(count):
+        if gtype == 12:  # d sc (nib - 7.5) about: the minimum centres the values
+            sc = rng.integers(4, 9, 8)
+            mn = np.rint(7.5 * sc).astype(int)
+            d = f16_bits(sigma / (6 * 4.6)).item()
+            out += pack_q4_k(d, d, sc, mn, rng.integers(0, 16, 256))
+        else:  # d sc (q - 32)
+            sc = rng.integers(20, 61, 16)
+            out += pack_q6_k(rng.integers(0, 64, 256), sc, f16_bits(sigma / (40 * 18.5)).item())
     return bytes(out)
 
 
@@ -118,6 +135,7 @@ def bpe_tokenizer(pre):
 def main(arch, type_name, out, seed):
     rng = np.random.default_rng(seed)
     gtype = TYPES[type_name]
+    D, FF = (256, 512) if gtype in (12, 14) else (64, 96)  # rows of whole super-blocks for the K types
     gpt2 = arch == "gpt2"
     kv_heads = HEADS if gpt2 else KV_HEADS
     head = D // HEADS
@@ -136,6 +154,9 @@ def main(arch, type_name, out, seed):
     tensors = []
 
     def matrix(name, cols, rows, scale):
+        if gtype in (12, 14):
+            tensors.append((name, [cols, rows], gtype, k_blocks(rng, rows * cols // 256, scale, gtype)))
+            return
         w = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
         tensors.append((name, [cols, rows], gtype, encode(w, gtype)))
 

@@ -34,10 +34,13 @@
 //   panels exactly, BF16 rows are read in place, others are converted
 //   chunk by chunk as a decoding copy is made.
 // gguf_precision(g): the decoding precision of the type most of the
-//   layers' matrix weights are stored in: q4 for Q4_0 and Q4_K (a Q4_K_M
-//   file), int8 for Q8_0 and Q6_K (a scale a row, requantised from the
-//   file's blocks: a quarter of float32's bytes, not the file's values
-//   exactly), bf16 for BF16, fp32 for F16 and F32 (their values exactly).
+//   layers' matrix weights are stored in, for about the file's bytes: q4
+//   for Q4_0 (its values exactly) and Q4_K (a Q4_K_M file; its asymmetric
+//   blocks requantised into symmetric ones), int8 for Q8_0 and Q6_K (a
+//   scale a row, requantised from the file's blocks), bf16 for BF16, fp32
+//   for F16 and F32 (their values exactly). A requantised file's logits
+//   move more than llama.cpp's (test/llama_cpp/agreement.py measures it);
+//   precision fp32 reads every type's values exactly.
 //   load_model gives it as the metadata "weights", the engine's default
 //   precision (io/checkpoint.hpp's decoding_precision).
 //
