@@ -7,7 +7,7 @@ decoding in C++ (xfmr-bench --pretrained), in one run:
 A small model (the fixtures' families/smollm2: some 6 us a token) shows the
 overhead best. generate() and stream() draw greedy tokens past the end
 token; a token's cost is the difference between a call of N tokens and one
-of 1, over N - 1, the best of five rounds. BENCHMARKS.md ("Python") has
+of 1, over N - 1, the best of five rounds. BENCHMARKS.md (History: "a token through the Python module") has
 the numbers.
 """
 import argparse

@@ -11,7 +11,7 @@ of random ids (vocabulary 65) and targets at its full context, AdamW (lr
 each side's median step over every round's samples; "Python / C++" is what
 the Python call adds to xfmr-bench's train_step. PyTorch runs under
 /usr/bin/python3 with OPENBLAS_NUM_THREADS=1, its default threads.
-BENCHMARKS.md ("Python") has the numbers.
+BENCHMARKS.md (History: "a training step from Python") has the numbers.
 """
 import argparse
 import json
