@@ -188,6 +188,16 @@ class DataParallel {
     } else {
       if (n == 1) return call(shard(0), model_, be_);
       prepare(n);
+      // A tensor allocates its storage at its first access (core/tensor.hpp):
+      // the model's are settled here, on one thread, since shard 0 uses them
+      // while the others copy them (two threads growing one vector corrupt
+      // the heap), and the replicas' gradients before they are summed.
+      for (Tensor* t : values_) (void)t->data();
+      if (gradients) {
+        for (Tensor* t : grads_) (void)t->data();
+        for (Replica& rep : replicas_)
+          for (Tensor* t : rep.grads) (void)t->data();
+      }
       // The per-call lists live in members, so a step allocates nothing.
       std::vector<DropoutState>& dropout = dropout_;
       dropout_state(model_, dropout);  // before shard 0 advances it
