@@ -429,7 +429,7 @@ class GgufWeights final : public WeightSource {
       while (r >= p->first + p->rows) ++p;
       return std::pair{p, file_->bytes(*p->tensor).data() + stored_row(*p, r - p->first) * blocks * kBlock};
     };
-    std::vector<std::exception_ptr> errors(std::size_t(detail::thread_count()));
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(detail::thread_count()));
     std::exception_ptr* error = errors.data();
     detail::parallel_ranges(detail::q4_panels(N), N * K > detail::kParallelWork, [=, this](long lo, long hi) {
       try {
