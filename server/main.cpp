@@ -36,10 +36,15 @@ int run(int argc, char** argv) {
       "chatml, llama3 or plain (default: the model's tokenizer_config.json's, else plain)")(
       "name", po::value(&o.name), "the model's id in the API (default: the model path's last part)")(
       "max-body", po::value(&o.max_body)->default_value(o.max_body), "largest request body, bytes (413 past it)")(
+      "max-connections", po::value(&o.max_connections)->default_value(o.max_connections),
+      "connections held at once, idle or not (503 past it)")(
       "drain", po::value(&o.drain)->default_value(o.drain), "seconds running requests get to finish after SIGTERM");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!o.model.empty(), "--model PATH is required");
+  // An unset variable in a script (--api-key "$KEY") must not open the server.
+  require(!vm.count("api-key") || o.api_key.find_first_not_of(" \t\r\n") != std::string::npos,
+          "--api-key is empty: the server would answer everyone; give a key, or leave the option out");
   o.engine = engine_options(vm, backend, precision, tokenizer);
   return server::serve(o);
 }

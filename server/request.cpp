@@ -1,16 +1,20 @@
 // request.cpp: request.hpp's parsing and checks.
 #include "request.hpp"
 
+#include <algorithm>
+#include <random>
+#include <set>
+
 namespace xfmr::server {
 
-void send_error(httplib::Response& res, const HttpError& e) {
+void send_error(http::Response& res, const HttpError& e) {
   res.status = e.status;
   json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
   res.set_content(dump(json{{"error", err}}), "application/json");
 }
 
-json parse_body(const httplib::Request& req) {
+json parse_body(const http::Request& req) {
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) bad_request("the request body is not valid JSON");
   if (!body.is_object()) bad_request("the request body must be a JSON object");
@@ -82,6 +86,105 @@ std::vector<std::string> stop_strings(const json& body) {
     out.push_back(e.get<std::string>());
   }
   return out;
+}
+
+namespace {
+
+// Fields of OpenAI's API this server does not implement: each is refused
+// when it asks for something (a value other than its neutral one), so
+// that nobody gets an answer as if it had not been sent.
+bool neutral(const std::string& key, const json& v) {
+  if (v.is_null()) return true;
+  if (key == "logprobs" || key == "echo") return v == false || v == 0;
+  if (key == "top_logprobs") return v == 0;
+  if (key == "best_of") return v == 1;
+  if (key == "logit_bias" || key == "metadata") return v.is_object() && v.empty();
+  if (key == "presence_penalty" || key == "frequency_penalty") return v.is_number() && v.get<double>() == 0.0;
+  if (key == "suffix") return v == "";
+  if (key == "response_format") return v.is_object() && v.size() == 1 && v.value("type", "") == "text";
+  if (key == "tools" || key == "functions") return v.is_array() && v.empty();
+  if (key == "tool_choice" || key == "function_call") return v == "none";
+  return false;
+}
+
+const std::set<std::string> kRead = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stream",
+                                     "stream_options", "stop", "ignore_eos", "n", "user"};
+const std::set<std::string> kReadCompletion = {"prompt"};
+const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "parallel_tool_calls", "store"};
+const std::set<std::string> kUnimplemented = {"logprobs", "top_logprobs", "echo", "best_of", "logit_bias",
+                                              "suffix", "response_format", "tools", "tool_choice", "functions",
+                                              "function_call", "presence_penalty", "frequency_penalty", "metadata"};
+
+}  // namespace
+
+CompletionParams read_completion(const json& body, bool chat, const ModelFacts& model) {
+  for (const auto& [key, value] : body.items()) {
+    if (kRead.contains(key) || (chat ? kReadChat : kReadCompletion).contains(key)) continue;
+    if (kUnimplemented.contains(key)) {
+      if (neutral(key, value)) continue;
+      bad_request("'" + key + "' is not supported by this server", key);
+    }
+    bad_request("'" + key + "' is not a field of " + (chat ? "/v1/chat/completions" : "/v1/completions"), key);
+  }
+  if (const auto m = field<std::string>(body, "model"); m && *m != model.name)
+    throw HttpError{404, "The model '" + *m + "' does not exist; this server has '" + model.name + "'", "model",
+                    "invalid_request_error"};
+  if (const auto n = field<int>(body, "n"); n && *n != 1) bad_request("'n' must be 1", "n");
+  std::vector<std::int32_t> prompt;
+  if (chat) {
+    try {
+      prompt = model.tokenizer.encode(model.chat.render(chat_messages(body, model.chat)));
+    } catch (const Error& e) {
+      bad_request(e.what(), "messages");
+    }
+  } else {
+    prompt = completion_prompt(body, model.tokenizer);
+  }
+  if (prompt.empty()) {
+    if (model.tokenizer.start() < 0) bad_request("'prompt' is empty", "prompt");
+    prompt.push_back(model.tokenizer.start());
+  }
+  const int context = model.context;
+  if (int(prompt.size()) >= context)
+    bad_request(
+        "the prompt is " + std::to_string(prompt.size()) + " tokens; the context is " + std::to_string(context),
+        chat ? "messages" : "prompt");
+  auto max_tokens = field<int>(body, "max_tokens");
+  if (!max_tokens && chat) max_tokens = field<int>(body, "max_completion_tokens");
+  const int room = context - int(prompt.size());
+  if (max_tokens && (*max_tokens < 1 || *max_tokens > room))
+    bad_request("'max_tokens' " + std::to_string(*max_tokens) + " outside [1, " + std::to_string(room) +
+                    "]: the prompt's " + std::to_string(prompt.size()) + " tokens leave " + std::to_string(room) +
+                    " of the context's " + std::to_string(context),
+                "max_tokens");
+  CompletionParams p;
+  CompletionRequest& r = p.request;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens.value_or(chat ? room : std::min(16, room));
+  r.sampling.temperature = field<double>(body, "temperature").value_or(1.0);
+  r.sampling.top_p = field<double>(body, "top_p").value_or(1.0);
+  r.sampling.top_k = field<int>(body, "top_k").value_or(0);
+  if (!(r.sampling.temperature >= 0 && r.sampling.temperature <= 2))
+    bad_request("'temperature' must be in [0, 2]", "temperature");
+  if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) bad_request("'top_p' must be in (0, 1]", "top_p");
+  if (r.sampling.top_k < 0) bad_request("'top_k' must be >= 0", "top_k");
+  r.seed = field<std::uint64_t>(body, "seed").value_or(std::random_device{}());
+  // ignore_eos (an extension, llama.cpp's and vLLM's): decode past the end-of-text token (benchmarks).
+  r.ignore_eos = field<bool>(body, "ignore_eos").value_or(false);
+  (void)field<std::string>(body, "user");
+  r.stop = stop_strings(body);
+  if (chat) {
+    r.stop_ids = model.chat_stop_ids;
+    r.stop.insert(r.stop.end(), model.chat_stop_strings.begin(), model.chat_stop_strings.end());
+  }
+  p.stream = field<bool>(body, "stream").value_or(false);
+  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) bad_request("'stream_options' must be an object", "stream_options");
+    for (const auto& [key, value] : so->items())
+      if (key != "include_usage") bad_request("'stream_options." + key + "' is not supported", "stream_options");
+    p.include_usage = field<bool>(*so, "include_usage").value_or(false);
+  }
+  return p;
 }
 
 }  // namespace xfmr::server

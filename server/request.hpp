@@ -1,9 +1,8 @@
 // request.hpp: an HTTP request's JSON read and checked: OpenAI's error
-// object for what is wrong, naming the field (a 4xx), and the fields'
-// types and ranges.
+// object for what is wrong, naming the field (a 4xx), the fields' types
+// and ranges, and a completion request whole (read_completion, the fuzz
+// target's subject: test/fuzz/fuzz_http.cpp).
 #pragma once
-
-#include <httplib.h>
 
 #include <cstdint>
 #include <limits>
@@ -13,8 +12,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "xfmr/text/chat_template.hpp"
+#include "http.hpp"
+#include "xfmr/infer/engine.hpp"
 #include "xfmr/io/model_tokenizer.hpp"
+#include "xfmr/text/chat_template.hpp"
 
 namespace xfmr::server {
 
@@ -33,7 +34,7 @@ struct HttpError {
 [[noreturn]] inline void bad_request(std::string message, std::string param = {}) {
   throw HttpError{400, std::move(message), std::move(param)};
 }
-void send_error(httplib::Response& res, const HttpError& e);
+void send_error(http::Response& res, const HttpError& e);
 
 // The request's field `key` as T when present (a wrong type names the field).
 template <class T>
@@ -56,7 +57,7 @@ std::optional<T> field(const json& body, const char* key) {
 }
 
 // The body, a JSON object.
-json parse_body(const httplib::Request& req);
+json parse_body(const http::Request& req);
 // A list of token ids below `vocab`, field `what`.
 std::vector<std::int32_t> token_ids(const json& list, const char* what, int vocab);
 // "prompt": a text, a list of one text, or a list of token ids.
@@ -65,5 +66,27 @@ std::vector<std::int32_t> completion_prompt(const json& body, const ModelTokeniz
 std::vector<ChatMessage> chat_messages(const json& body, const ChatTemplate& chat);
 // "stop": a string or a list of up to 4.
 std::vector<std::string> stop_strings(const json& body);
+
+// What a completion request is read against: the model's.
+struct ModelFacts {
+  const ModelTokenizer& tokenizer;
+  const ChatTemplate& chat;
+  const std::vector<std::int32_t>& chat_stop_ids;      // the template's stops that are one token
+  const std::vector<std::string>& chat_stop_strings;  // and the others
+  const std::string& name;                            // the model's id in the API
+  int context;                                        // tokens a slot holds
+};
+
+struct CompletionParams {
+  CompletionRequest request;
+  bool stream = false, include_usage = false;
+};
+
+// A /v1/completions (chat false) or /v1/chat/completions body, checked
+// whole: every field's type and range, the prompt within the context, and
+// no field this server does not implement (logprobs, echo, best_of,
+// logit_bias, response_format, tools, penalties, ...: each refused by name,
+// as is any field OpenAI's API does not have).
+CompletionParams read_completion(const json& body, bool chat, const ModelFacts& model);
 
 }  // namespace xfmr::server

@@ -2,77 +2,82 @@
 // 503 while the model loads, every error as OpenAI's error object.
 #include "routes.hpp"
 
-#include <httplib.h>
-
 namespace xfmr::server {
 
 // The chat page (server/chat.html), compiled in by CMake.
 extern const char kChatPage[];
 
-void add_routes(httplib::Server& http, Service& service, const ServerOptions& o) {
-  http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    ++service.counters().http_requests;
-    if (req.path.starts_with("/v1/") && !o.api_key.empty() &&
-        req.get_header_value("Authorization") != "Bearer " + o.api_key) {
-      ++service.counters().client_errors;
-      send_error(res, {401, "a valid API key is required: 'Authorization: Bearer KEY'", "", "invalid_request_error"});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (req.path != "/health" && req.path != "/" && req.path != "/metrics" && !service.ready()) {
-      send_error(res, {503, "the model is loading", "", "server_loading"});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  auto handle = [&](auto&& f) {
-    return [&, f](const httplib::Request& req, httplib::Response& res) {
-      try {
-        f(req, res);
-      } catch (const HttpError& e) {
-        if (e.status < 500) ++service.counters().client_errors;
-        send_error(res, e);
-      } catch (const Error& e) {
-        ++service.counters().client_errors;
-        send_error(res, {400, e.what()});
-      } catch (const std::exception& e) {
-        send_error(res, {500, e.what(), "", "server_error"});
-      }
-    };
-  };
-  http.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
+namespace {
+
+// Compares in a time that does not depend on where the strings differ.
+bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+void dispatch(Service& service, const http::Request& req, http::Response& res) {
+  const std::string& path = req.path;
+  const bool get = req.method == "GET", post = req.method == "POST";
+  if (path == "/health" && get) {
     res.status = service.ready() ? 200 : 503;
     res.set_content(service.ready() ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
-  });
-  http.Get("/", [&](const httplib::Request&, httplib::Response& res) {
+  } else if (path == "/" && get) {
     res.set_content(kChatPage, "text/html; charset=utf-8");
-  });
-  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+  } else if (path == "/metrics" && get) {
     res.set_content(service.metrics(), "text/plain; version=0.0.4");
-  });
-  http.Get("/v1/models", handle([&](const httplib::Request&, httplib::Response& res) {
-             res.set_content(dump(json{{"object", "list"},
-                                       {"data", json::array({{{"id", service.name()},
-                                                              {"object", "model"},
-                                                              {"created", 0},
-                                                              {"owned_by", "xfmr"},
-                                                              {"max_model_len", service.engine().batch_context()}}})}}),
-                             "application/json");
-           }));
-  http.Post("/v1/completions",
-            handle([&](const httplib::Request& q, httplib::Response& r) { service.completions(q, r, false); }));
-  http.Post("/v1/chat/completions",
-            handle([&](const httplib::Request& q, httplib::Response& r) { service.completions(q, r, true); }));
-  http.Post("/tokenize", handle([&](const httplib::Request& q, httplib::Response& r) { service.tokenize(q, r); }));
-  http.Post("/detokenize", handle([&](const httplib::Request& q, httplib::Response& r) { service.detokenize(q, r); }));
-  http.set_error_handler([&](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status >= 400 && res.status < 500) ++service.counters().client_errors;
-    const char* what = res.status == 404   ? "no such route"
-                       : res.status == 413 ? "the request body is too large"
-                                           : "the request was refused";
-    send_error(res, {res.status, what});
-  });
+  } else if (path == "/v1/models" && get) {
+    res.set_content(dump(json{{"object", "list"},
+                              {"data", json::array({{{"id", service.name()},
+                                                     {"object", "model"},
+                                                     {"created", 0},
+                                                     {"owned_by", "xfmr"},
+                                                     {"max_model_len", service.engine().batch_context()}}})}}),
+                    "application/json");
+  } else if (path == "/v1/completions" && post) {
+    service.completions(req, res, false);
+  } else if (path == "/v1/chat/completions" && post) {
+    service.completions(req, res, true);
+  } else if (path == "/tokenize" && post) {
+    service.tokenize(req, res);
+  } else if (path == "/detokenize" && post) {
+    service.detokenize(req, res);
+  } else {
+    for (const char* known : {"/health", "/", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions",
+                              "/tokenize", "/detokenize"})
+      if (path == known) throw HttpError{405, "the method " + req.method + " is not allowed on " + path};
+    throw HttpError{404, "no such route: " + path};
+  }
+}
 
+}  // namespace
+
+void route(Service& service, const ServerOptions& o, const http::Request& req, http::Response& res) {
+  ++service.counters().http_requests;
+  try {
+    if (req.path.starts_with("/v1/") && !o.api_key.empty()) {
+      const std::string_view auth = req.header("authorization");
+      if (!auth.starts_with("Bearer ") || !same_secret(auth.substr(7), o.api_key))
+        throw HttpError{401, "a valid API key is required: 'Authorization: Bearer KEY'"};
+    }
+    if (req.path != "/health" && req.path != "/" && req.path != "/metrics" && !service.ready())
+      throw HttpError{503, "the model is loading", "", "server_loading"};
+    dispatch(service, req, res);
+  } catch (const HttpError& e) {
+    if (e.status < 500) ++service.counters().client_errors;
+    send_error(res, e);
+  } catch (const Error& e) {
+    ++service.counters().client_errors;
+    send_error(res, {400, e.what()});
+  } catch (const std::exception& e) {
+    send_error(res, {500, e.what(), "", "server_error"});
+  }
+}
+
+void error_page(Service& service, int status, const std::string& message, http::Response& res) {
+  if (status >= 400 && status < 500) ++service.counters().client_errors;
+  send_error(res, {status, message, "", status >= 500 ? "server_error" : "invalid_request_error"});
 }
 
 }  // namespace xfmr::server

@@ -1,19 +1,84 @@
-// server.cpp: serve(): listening, the signals, the model loaded while
+// server.cpp: serve(): the signals, listening, the model loaded while
 // /health says 503, the engine's steps on this thread, and the drain.
-#include <pthread.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <iostream>
 #include <thread>
 
+#include "http.hpp"
 #include "routes.hpp"
 #include "server.hpp"
 #include "service.hpp"
 
 namespace xfmr::server {
+
+namespace {
+
+// SIGINT and SIGTERM, whichever thread the kernel gives them to (threads
+// that libraries started before main have them unblocked): a handler
+// writes the signal's number to a pipe, which one thread reads. The
+// handlers are installed whatever the dispositions were (a background job
+// of a script inherits SIGINT ignored).
+class SignalPipe {
+ public:
+  SignalPipe() {
+    system_call([&] { return ::pipe2(fds_, O_CLOEXEC | O_NONBLOCK); }, "pipe2");
+    write_end_ = fds_[1];
+    struct sigaction sa {};
+    sa.sa_handler = [](int sig) {
+      const int saved = errno;
+      const unsigned char c = static_cast<unsigned char>(sig);
+      (void)!::write(write_end_, &c, 1);
+      errno = saved;
+    };
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+  ~SignalPipe() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    write_end_ = -1;
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+  }
+  // The next signal's number; 0 when release() came first.
+  int wait() {
+    for (;;) {
+      pollfd p{.fd = fds_[0], .events = POLLIN, .revents = 0};
+      if (::poll(&p, 1, -1) < 0 && errno != EINTR) return 0;
+      unsigned char c = 0;
+      const ssize_t n = ::read(fds_[0], &c, 1);
+      if (n == 1) return c;
+    }
+  }
+  // Ends a wait() with 0 (the program, not a signal, is done).
+  void release() {
+    const unsigned char c = 0;
+    (void)!::write(fds_[1], &c, 1);
+  }
+
+ private:
+  static inline volatile int write_end_ = -1;
+  int fds_[2] = {-1, -1};
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// host:port as a URL's authority ([::1]:8080 for an IPv6 address).
+std::string authority(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
 
 int serve(const ServerOptions& o) {
   require(!o.model.empty(), "no model to serve");
@@ -22,56 +87,40 @@ int serve(const ServerOptions& o) {
   require(o.context >= 0, "--context ", o.context, " must be >= 0");
   require(o.queue >= 0 && o.queue <= 4096, "--queue ", o.queue, " outside [0, 4096]");
   require(o.drain >= 0, "--drain ", o.drain, " must be >= 0");
+  require(o.max_body >= 1024, "--max-body ", o.max_body, " must be at least 1024 bytes");
+  require(o.max_connections >= 1, "--max-connections ", o.max_connections, " must be >= 1");
+  require(o.api_key.empty() || o.api_key.find_first_not_of(" \t\r\n") != std::string::npos,
+          "the API key is only white space; give a key, or none");
   (void)Engine::check(o.model, o.engine);
   if (!o.chat_template.empty()) (void)ChatTemplate::named(o.chat_template);
 
-  // SIGINT and SIGTERM go to one thread (sigwait), whatever thread they hit.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-
+  SignalPipe signals;
   Service service(o);
-  httplib::Server http;
-  http.set_payload_max_length(o.max_body);
-  const std::size_t threads = std::size_t(o.slots) + std::size_t(o.queue) + 8;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  add_routes(http, service, o);
+  http::ServerLimits limits;
+  limits.max_body = o.max_body;
+  limits.workers = o.slots + o.queue + 8;  // a request being decoded holds a worker; 8 for the rest
+  limits.max_connections = o.max_connections;
+  http::Server http(
+      limits, [&](const http::Request& q, http::Response& r) { route(service, o, q, r); },
+      [&](int status, const std::string& message, http::Response& r) { error_page(service, status, message, r); });
+  const int port = http.listen(o.host, o.port);
+  http.start();
+  std::cerr << "xfmr-serve: listening on http://" << authority(o.host, port) << "/ (loading the model)\n" << std::flush;
 
-  // cpp-httplib listens with a backlog of 5: a burst of clients connecting
-  // at once overflows it and the kernel drops their connections. Its
-  // listening socket is listened on again with the system's bound.
-  int listening = -1;
-  http.set_socket_options([&](int fd) {
-    httplib::default_socket_options(fd);
-    listening = fd;
-  });
-  const int port = o.port == 0 ? http.bind_to_any_port(o.host) : (http.bind_to_port(o.host, o.port) ? o.port : -1);
-  require(port > 0, "cannot listen on ", o.host, ":", o.port, " (in use, or not an address of this machine)");
-  system_call([&] { return ::listen(listening, SOMAXCONN); }, "listen on ", o.host, ":", port);
-  std::cerr << "xfmr-serve: listening on http://" << o.host << ":" << port << "/ (loading the model)\n" << std::flush;
-  std::jthread listener([&] { http.listen_after_bind(); });
-
-  std::atomic<bool> stopping = false, released = false;  // released: the program, not a signal, ends the waits
+  std::atomic<bool> stopping = false;
   std::jthread signal_waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (!released)
-      std::cerr << "xfmr-serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": finishing the running requests\n";
+    const int sig = signals.wait();
+    if (sig == 0) return;
+    std::cerr << "xfmr-serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": finishing the running requests\n";
     stopping = true;
-    sigwait(&signals, &sig);  // a second one cancels what runs
-    if (service.ready()) service.engine().cancel_all();
+    if (signals.wait() != 0 && service.ready()) service.engine().cancel_all();  // a second one cancels what runs
   });
   try {
     service.load();
   } catch (...) {
     http.stop();
-    released = true;
-    pthread_kill(signal_waiter.native_handle(), SIGTERM);  // releases both of its waits, one after the other
-    while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    pthread_kill(signal_waiter.native_handle(), SIGTERM);
+    signals.release();
+    signals.release();
     throw;
   }
   // Drain, once a signal came: no new requests; the running ones get
@@ -92,9 +141,9 @@ int serve(const ServerOptions& o) {
   service.engine().run({});
   drainer.join();
   http.stop();
-  listener.join();
-  released = true;
-  pthread_kill(signal_waiter.native_handle(), SIGTERM);  // releases the second sigwait
+  signals.release();
+  signals.release();
+  signal_waiter.join();
   std::cerr << "xfmr-serve: stopped\n";
   return 0;
 }

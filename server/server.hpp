@@ -17,17 +17,20 @@
 // GET  /metrics               Prometheus text: requests, tokens, queue, slots
 //
 // Every bad request is a 4xx with {"error": {"message", "type", "param", "code"}}
-// naming the field; past the queue's bound, 503 with Retry-After. SIGINT or
+// naming the field (a field the server does not implement, too); past the
+// queue's bound, 503 with Retry-After. The HTTP layer (http.hpp) holds
+// connections apart from the workers, with deadlines for a request's head
+// (10 s) and body (60 s) and for an idle connection (30 s). SIGINT or
 // SIGTERM: no new requests, those running finish (at most `drain` seconds,
-// then they are cancelled), and serve returns 0; a second signal cancels
-// them at once.
+// then they are cut: a 503, or an error event in a stream), and serve
+// returns 0; a second signal cuts them at once.
 //
-// The folder is split as llama.cpp's server is: request.cpp (parsing and
-// validation), service.cpp (a request into the engine's CompletionRequest,
-// the model's routes), tasks.cpp (a submitted request answered, whole or
-// streamed), routes.cpp (the HTTP routes, authentication, errors),
-// server.cpp (listening, signals, the engine's steps, draining); main.cpp
-// is the program.
+// The folder is split as llama.cpp's server is: http.cpp (HTTP/1.1:
+// connections, parsing, answers), request.cpp (a request's JSON read and
+// checked into the engine's CompletionRequest), service.cpp (the model's
+// routes), tasks.cpp (a submitted request answered, whole or streamed),
+// routes.cpp (the routes, authentication, errors), server.cpp (signals,
+// listening, the engine's steps, draining); main.cpp is the program.
 #pragma once
 
 #include <cstddef>
@@ -46,7 +49,8 @@ struct ServerOptions {
   int context = 0;        // tokens a slot holds (0: the model's, at most 2048)
   int queue = 64;         // requests waiting for a slot before 503
   int drain = 10;         // seconds running requests get after SIGTERM
-  std::size_t max_body = 1 << 20;  // largest request body (413 past it)
+  std::size_t max_body = 1 << 20;  // largest request body, however sent (413 past it)
+  int max_connections = 1024;      // connections held, idle or not (503 past it; at most half the descriptors)
   std::string api_key;        // required as a Bearer token on /v1 when not empty
   std::string chat_template;  // chatml, llama3 or plain (empty: the model's, else plain)
   std::string name;           // the model's id in the API (empty: the model path's last part)

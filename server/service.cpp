@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
-#include <random>
 #include <sstream>
 
 namespace xfmr::server {
@@ -35,69 +34,17 @@ void Service::load() {
             << std::flush;
 }
 
-void Service::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
-  const json body = parse_body(req);
-  if (const auto m = field<std::string>(body, "model"); m && *m != name_)
-    throw HttpError{404, "The model '" + *m + "' does not exist; this server has '" + name_ + "'", "model",
-                    "invalid_request_error"};
-  if (const auto n = field<int>(body, "n"); n && *n != 1) bad_request("'n' must be 1", "n");
-  std::string prompt_text;
-  std::vector<std::int32_t> prompt;
-  if (chat) {
-    prompt = tokenizer().encode(chat_.render(chat_messages(body, chat_)));
-  } else {
-    prompt = completion_prompt(body, tokenizer());
-  }
-  if (prompt.empty()) {
-    if (tokenizer().start() < 0) bad_request("'prompt' is empty", "prompt");
-    prompt.push_back(tokenizer().start());
-  }
-  const int context = engine_->batch_context();
-  if (int(prompt.size()) >= context)
-    bad_request(
-        "the prompt is " + std::to_string(prompt.size()) + " tokens; the context is " + std::to_string(context),
-        chat ? "messages" : "prompt");
-  auto max_tokens = field<int>(body, "max_tokens");
-  if (!max_tokens && chat) max_tokens = field<int>(body, "max_completion_tokens");
-  const int room = context - int(prompt.size());
-  if (max_tokens && (*max_tokens < 1 || *max_tokens > room))
-    bad_request("'max_tokens' " + std::to_string(*max_tokens) + " outside [1, " + std::to_string(room) +
-                    "]: the prompt's " + std::to_string(prompt.size()) + " tokens leave " + std::to_string(room) +
-                    " of the context's " + std::to_string(context),
-                "max_tokens");
-  CompletionRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens.value_or(chat ? room : std::min(16, room));
-  r.sampling.temperature = field<double>(body, "temperature").value_or(1.0);
-  r.sampling.top_p = field<double>(body, "top_p").value_or(1.0);
-  r.sampling.top_k = field<int>(body, "top_k").value_or(0);
-  if (!(r.sampling.temperature >= 0 && r.sampling.temperature <= 2))
-    bad_request("'temperature' must be in [0, 2]", "temperature");
-  if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) bad_request("'top_p' must be in (0, 1]", "top_p");
-  if (r.sampling.top_k < 0) bad_request("'top_k' must be >= 0", "top_k");
-  r.seed = field<std::uint64_t>(body, "seed").value_or(std::random_device{}());
-  // ignore_eos (an extension, llama.cpp's and vLLM's): decode past the end-of-text token (benchmarks).
-  r.ignore_eos = field<bool>(body, "ignore_eos").value_or(false);
-  r.stop = stop_strings(body);
-  if (chat) {
-    r.stop_ids = chat_stop_ids_;
-    r.stop.insert(r.stop.end(), chat_stop_strings_.begin(), chat_stop_strings_.end());
-  }
-  const bool stream = field<bool>(body, "stream").value_or(false);
-  bool include_usage = false;
-  if (const auto so = body.find("stream_options"); so != body.end() && so->is_object())
-    include_usage = field<bool>(*so, "include_usage").value_or(false);
-  answer(std::move(r), chat, stream, include_usage, req, res);
+void Service::completions(const http::Request& req, http::Response& res, bool chat) {
+  answer(read_completion(parse_body(req), chat, facts()), chat, req, res);
 }
 
-
-void Service::tokenize(const httplib::Request& req, httplib::Response& res) {
+void Service::tokenize(const http::Request& req, http::Response& res) {
   const json body = parse_body(req);
   const auto text = field<std::string>(body, "content");
   if (!text) bad_request("'content' is required", "content");
   res.set_content(dump(json{{"tokens", tokenizer().encode(*text)}}), "application/json");
 }
-void Service::detokenize(const httplib::Request& req, httplib::Response& res) {
+void Service::detokenize(const http::Request& req, http::Response& res) {
   const json body = parse_body(req);
   const auto t = body.find("tokens");
   if (t == body.end() || !t->is_array()) bad_request("'tokens' must be a list of token ids", "tokens");

@@ -3,8 +3,6 @@
 // the counters), loaded while /health says 503.
 #pragma once
 
-#include <httplib.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -37,15 +35,17 @@ class Service {
   Counters& counters() { return counters_; }
 
   // POST /v1/completions (chat false) and /v1/chat/completions.
-  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
-  void tokenize(const httplib::Request& req, httplib::Response& res);
-  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void completions(const http::Request& req, http::Response& res, bool chat);
+  void tokenize(const http::Request& req, http::Response& res);
+  void detokenize(const http::Request& req, http::Response& res);
   std::string metrics();
 
  private:
   // tasks.cpp: submits r to the engine and answers it, whole or streamed.
-  void answer(CompletionRequest r, bool chat, bool stream, bool include_usage, const httplib::Request& req,
-              httplib::Response& res);
+  void answer(CompletionParams p, bool chat, const http::Request& req, http::Response& res);
+  ModelFacts facts() const {
+    return {tokenizer(), chat_, chat_stop_ids_, chat_stop_strings_, name_, engine_->batch_context()};
+  }
 
   ServerOptions options_;
   std::atomic<bool> ready_{false};

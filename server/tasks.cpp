@@ -5,9 +5,9 @@
 #include <ctime>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string_view>
 
-#include "http_connection.hpp"
 #include "service.hpp"
 
 namespace xfmr::server {
@@ -27,8 +27,7 @@ struct Stream {
 
 }  // namespace
 
-void Service::answer(CompletionRequest r, bool chat, bool stream, bool include_usage, const httplib::Request& req,
-                     httplib::Response& res) {
+void Service::answer(CompletionParams p, bool chat, const http::Request& req, http::Response& res) {
   auto s = std::make_shared<Stream>();
   const auto on_text = [s](std::string_view piece) {
     std::lock_guard lock(s->m);
@@ -43,7 +42,7 @@ void Service::answer(CompletionRequest r, bool chat, bool stream, bool include_u
     s->cv.notify_all();
   };
   try {
-    s->id = engine_->submit(std::move(r), on_text, on_finish);
+    s->id = engine_->submit(std::move(p.request), on_text, on_finish);
   } catch (const QueueFull& e) {
     ++counters_.rejected_busy;
     res.set_header("Retry-After", "1");
@@ -55,33 +54,39 @@ void Service::answer(CompletionRequest r, bool chat, bool stream, bool include_u
   }
   const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(s->id);
   const std::int64_t created = std::time(nullptr);
-  const std::string object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  const std::string object = chat ? (p.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   auto usage = [](const Completion& b) {
     return json{{"prompt_tokens", b.prompt_tokens},
                 {"completion_tokens", b.completion_tokens()},
                 {"total_tokens", b.prompt_tokens + b.completion_tokens()}};
   };
-  auto reason = [](const Completion& b) -> json {
-    if (b.reason == FinishReason::length) return "length";
-    return "stop";
+  // A request the model did not end (cut by the drain's deadline or a
+  // second signal, or failed) is no answer: an error, never "stop".
+  auto failure = [](const Completion& b) -> std::optional<HttpError> {
+    if (b.reason == FinishReason::error) return HttpError{500, "generation failed: " + b.error, "", "server_error"};
+    if (b.reason == FinishReason::cancelled)
+      return HttpError{503,
+                       "the request was cut after " + std::to_string(b.completion_tokens()) +
+                           " tokens: the server is shutting down",
+                       "", "server_shutting_down"};
+    return std::nullopt;
   };
-  if (!stream) {
-    // A client that has gone (http_connection.hpp) is noticed within a
+  auto reason = [](const Completion& b) -> json { return b.reason == FinishReason::length ? "length" : "stop"; };
+  if (!p.stream) {
+    // A client that has gone (http::client_gone) is noticed within a
     // wait, and its request cancelled: no slot decodes for nobody.
-    const int socket = xfmr::server::connection_socket(req);
     std::unique_lock lock(s->m);
     bool gone = false;
     while (!s->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return s->done; }))
-      if (!gone && xfmr::server::connection_closed(socket)) {
+      if (!gone && http::client_gone(req)) {
         engine_->cancel(s->id);
         gone = true;
       }
     if (gone) return;  // nobody to answer
-    if (s->result.reason == FinishReason::error)
-      throw HttpError{500, "generation failed: " + s->result.error, "", "server_error"};
+    if (const auto f = failure(s->result)) throw *f;
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason(s->result)}};
     std::string text;
-    for (const std::string& p : s->pieces) text += p;
+    for (const std::string& piece : s->pieces) text += piece;
     if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
     else choice["text"] = text;
     res.set_content(dump(json{{"id", id},
@@ -93,14 +98,13 @@ void Service::answer(CompletionRequest r, bool chat, bool stream, bool include_u
                     "application/json");
     return;
   }
+  auto event = [](const json& j) { return "data: " + dump(j) + "\n\n"; };
   auto chunk = [=, this](const json& choice) {
-    return "data: " +
-           dump(json{{"id", id},
-                     {"object", object},
-                     {"created", created},
-                     {"model", name_},
-                     {"choices", json::array({choice})}}) +
-           "\n\n";
+    return event(json{{"id", id},
+                      {"object", object},
+                      {"created", created},
+                      {"model", name_},
+                      {"choices", json::array({choice})}});
   };
   auto piece = [chat](const std::string& text, const json& finish) {
     json c = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
@@ -108,64 +112,44 @@ void Service::answer(CompletionRequest r, bool chat, bool stream, bool include_u
     else c["text"] = text;
     return c;
   };
-  auto started = std::make_shared<bool>(false);
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [=, this](std::size_t, httplib::DataSink& sink) {
-        try {
-          if (chat && !*started) {
-            const std::string first = chunk({{"index", 0},
-                                             {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                             {"logprobs", nullptr},
-                                             {"finish_reason", nullptr}});
-            if (!sink.write(first.data(), first.size())) return false;
-          }
-          *started = true;
-          std::vector<std::string> pieces;
-          bool done = false;
-          Completion result;
-          {
-            std::unique_lock lock(s->m);
-            s->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return s->done || !s->pieces.empty(); });
-            pieces.swap(s->pieces);
-            done = s->done;
-            result = s->result;
-          }
-          std::string out;
-          for (const std::string& p : pieces) out += chunk(piece(p, nullptr));  // an event a token, as OpenAI sends
-          if (done) {
-            if (result.reason == FinishReason::error) {
-              out += "data: " +
-                     dump(json{{"error", {{"message", "generation failed: " + result.error}, {"type", "server_error"}}}}) +
-                     "\n\n";
-            } else {
-              out += chunk(piece("", reason(result)));
-              if (include_usage)
-                out += "data: " +
-                       dump(json{{"id", id},       {"object", object},         {"created", created},
-                                 {"model", name_}, {"choices", json::array()}, {"usage", usage(result)}}) +
-                       "\n\n";
-            }
-            out += "data: [DONE]\n\n";
-          }
-          // An empty wait still probes the connection (a comment line), so a
-          // client that has gone is noticed within the wait.
-          if (out.empty()) out = ": waiting\n\n";
-          if (!sink.write(out.data(), out.size())) return false;
-          if (done) sink.done();
-          return true;
-        } catch (const std::exception& e) {
-          std::cerr << "xfmr-serve: a stream failed: " << e.what() << "\n";
-          return false;
+  res.content_type = "text/event-stream";
+  res.stream = [=, this](http::Writer& out) {
+    bool done = false;
+    if (chat)
+      out.write(chunk(
+          {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+    while (!done && !out.failed()) {
+      std::vector<std::string> pieces;
+      Completion result;
+      {
+        std::unique_lock lock(s->m);
+        s->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return s->done || !s->pieces.empty(); });
+        pieces.swap(s->pieces);
+        done = s->done;
+        result = s->result;
+      }
+      std::string text;
+      for (const std::string& t : pieces) text += chunk(piece(t, nullptr));  // an event a token, as OpenAI sends
+      if (done) {
+        if (const auto f = failure(result))
+          text += event(json{{"error", {{"message", f->message}, {"type", f->type}, {"code", f->status}}}});
+        else {
+          text += chunk(piece("", reason(result)));
+          if (p.include_usage)
+            text += event(json{{"id", id},       {"object", object},         {"created", created},
+                               {"model", name_}, {"choices", json::array()}, {"usage", usage(result)}});
         }
-      },
-      [this, s](bool) {
-        // Whatever ended the response (done, or the client gone), the slot is freed.
-        std::lock_guard lock(s->m);
-        if (!s->done) engine_->cancel(s->id);
-      });
+        text += "data: [DONE]\n\n";
+      }
+      // An empty wait still probes the connection (a comment line), so a
+      // client that has gone is noticed within the wait.
+      out.write(text.empty() ? std::string(": waiting\n\n") : text);
+    }
+    // Whatever ended the stream (done, or the client gone), the slot is freed.
+    std::lock_guard lock(s->m);
+    if (!s->done) engine_->cancel(s->id);
+  };
 }
-
 
 }  // namespace xfmr::server

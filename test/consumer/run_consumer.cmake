@@ -12,6 +12,17 @@ if(MODE STREQUAL "package")
     message(FATAL_ERROR "installing xfmr failed (${rc})")
   endif()
   list(APPEND consumer_args "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release)
+  # The installed server drains on SIGTERM and SIGINT as the build tree's
+  # does (its libraries start threads before main).
+  if(EXISTS "${WORK_DIR}/prefix/bin/xfmr-serve")
+    set(fixtures "${XFMR_SOURCE_DIR}/test/reference/fixtures")
+    execute_process(COMMAND bash "${XFMR_SOURCE_DIR}/test/examples/serve_signals.sh" "${WORK_DIR}/prefix/bin/xfmr-serve"
+                            "${fixtures}/families/gpt2-ctx2048" "${fixtures}/lm/tokenizer.json" "${WORK_DIR}/serve_signals"
+                    RESULT_VARIABLE rc)
+    if(rc)
+      message(FATAL_ERROR "the installed xfmr-serve failed its signal checks (${rc})")
+    endif()
+  endif()
   # The Python module, where the build has one: imported from where it was
   # installed (docs/python.md's PYTHONPATH), it loads a model.
   file(GLOB module "${WORK_DIR}/prefix/lib/python3*/dist-packages/xfmr/_xfmr*.so")
