@@ -11,12 +11,14 @@
 // that run the model release the GIL; Ctrl-C stops a generation at the
 // next token (KeyboardInterrupt). One call runs on a model at a time; a call
 // ends a stream still open on the same model.
+#include <nlohmann/json.hpp>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,6 +29,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "xfmr/backend/cpu.hpp"
@@ -47,6 +50,70 @@ namespace {
 
 using Be = CpuBackend<float>;
 using Lm = LanguageModel<Be>;
+
+// Arguments from Python, checked as the library's own: an xfmr.Error
+// naming the argument by its Python name, never a wrapped or truncated
+// value (a float is not an id; 2**40 is not an int32) nor pybind11's
+// TypeError for a value out of a C++ type's range.
+std::string shown(const py::handle& v) {
+  std::string r = py::repr(v).cast<std::string>();
+  return r.size() > 60 ? r.substr(0, 57) + "..." : r;
+}
+std::int64_t int_arg(const py::handle& v, const char* name, std::int64_t lo, std::int64_t hi) {
+  require(!py::isinstance<py::bool_>(v) && PyIndex_Check(v.ptr()), name, " must be an integer, not ", shown(v));
+  const auto i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  require(overflow == 0 && x >= lo && x <= hi, name, " ", shown(v), " outside [", lo, ", ", hi, "]");
+  return x;
+}
+// A seed: an integer in [0, 2**64), or None (a fresh one).
+std::optional<std::uint64_t> seed_arg(const py::handle& v, const char* name) {
+  if (v.is_none()) return std::nullopt;
+  require(!py::isinstance<py::bool_>(v) && PyIndex_Check(v.ptr()), name, " must be an integer, not ", shown(v));
+  const auto i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  const unsigned long long x = PyLong_AsUnsignedLongLong(i.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    fail(name, " ", shown(v), " outside [0, 2**64)");
+  }
+  return x;
+}
+// An array of integer ids (a list, a tuple or a NumPy array of any
+// integer type), each within [lo, hi); its values and shape.
+struct IdArray {
+  std::vector<std::int32_t> values;
+  std::vector<py::ssize_t> shape;
+};
+IdArray ids_arg(const py::handle& v, const char* name, std::int64_t lo, std::int64_t hi) {
+  require(!py::isinstance<py::str>(v) && !py::isinstance<py::bytes>(v), name, " must be integer ids, not a string");
+  py::array a;
+  try {
+    a = py::module_::import("numpy").attr("asarray")(v);
+  } catch (const py::error_already_set&) {
+    fail(name, " must be integer ids (a list or an array), not ", shown(v));
+  }
+  IdArray out;
+  out.shape.assign(a.shape(), a.shape() + a.ndim());
+  if (a.size() == 0) return out;
+  const char kind = a.dtype().kind();
+  require(kind == 'i' || kind == 'u', name, " must be integer ids, not ",
+          kind == 'O' ? std::string("values beyond 64-bit integers or of mixed types")
+                      : py::str(a.dtype()).cast<std::string>() + " values");
+  out.values.reserve(std::size_t(a.size()));
+  auto take = [&](auto typed) {
+    const auto* d = typed.data();
+    for (py::ssize_t i = 0; i < typed.size(); ++i) {
+      const auto x = d[i];
+      require(std::cmp_greater_equal(x, lo) && std::cmp_less(x, hi), name, " holds ", +x, ", outside [", lo, ", ", hi,
+              ")");
+      out.values.push_back(std::int32_t(x));
+    }
+  };
+  if (kind == 'u') take(py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>::ensure(a));
+  else take(py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a));
+  return out;
+}
 
 // The result of generate(): the engine's Completion, its text None
 // without a tokenizer.
@@ -113,22 +180,27 @@ class Model {
   // The ids of `prompt` (text or ids), checked against the model.
   std::vector<std::int32_t> prompt_ids(const py::object& prompt) const {
     if (py::isinstance<py::str>(prompt)) return engine_.prompt(prompt.cast<std::string>());
-    std::vector<std::int32_t> ids = prompt.cast<std::vector<std::int32_t>>();
-    if (ids.empty()) return engine_.prompt("");
-    engine_.check_ids(ids, "prompt");
-    return ids;
+    IdArray ids = ids_arg(prompt, "prompt", 0, engine_.vocab());
+    require(ids.shape.size() == 1, "prompt must be text or a list of ids (one dimension), not ", ids.shape.size(),
+            " dimensions");
+    if (ids.values.empty()) return engine_.prompt("");
+    return ids.values;
   }
   void check_ids(std::span<const std::int32_t> ids, const char* what) const { engine_.check_ids(ids, what); }
 
-  CompletionRequest request(const py::object& prompt, int max_tokens, double temperature, int top_k, double top_p,
-                            std::optional<std::uint64_t> seed, std::optional<std::vector<std::string>> stop,
-                            bool ignore_eos) const {
+  // generate's arguments, checked by their Python names.
+  CompletionRequest request(const py::object& prompt, const py::object& max_tokens, double temperature,
+                            const py::object& top_k, double top_p, std::optional<std::uint64_t> seed,
+                            std::optional<std::vector<std::string>> stop, bool ignore_eos) const {
     CompletionRequest r;
     r.prompt = prompt_ids(prompt);
-    r.sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
-    r.sampling.validate();
-    require(max_tokens >= 0, "max_tokens ", max_tokens, " is negative");
-    r.max_tokens = max_tokens;
+    require(std::isfinite(temperature) && temperature >= 0, "temperature ", temperature,
+            " must be a finite number >= 0 (0: greedy)");
+    require(top_p > 0 && top_p <= 1, "top_p ", top_p, " outside (0, 1]");
+    r.sampling = {.temperature = temperature,
+                  .top_k = int(int_arg(top_k, "top_k", 0, std::numeric_limits<int>::max())),
+                  .top_p = top_p};
+    r.max_tokens = int(int_arg(max_tokens, "max_tokens", 0, std::numeric_limits<int>::max()));
     r.seed = seed ? *seed : std::random_device{}();
     if (stop) r.stop = *stop;
     r.ignore_eos = ignore_eos;
@@ -189,13 +261,15 @@ class Model {
   }
 
   // Logits of ids (T) or a batch (B, T): numpy float32 (T, vocab) or (B, T, vocab).
-  py::array_t<float> logits(const py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>& ids) {
-    require(ids.ndim() == 1 || ids.ndim() == 2, "logits: ids of ", ids.ndim(), " dimensions (1: T, or 2: B, T)");
-    const int B = ids.ndim() == 2 ? int(ids.shape(0)) : 1, T = int(ids.shape(ids.ndim() - 1));
+  py::array_t<float> logits(const py::object& ids_) {
+    const IdArray ids = ids_arg(ids_, "ids", 0, engine_.vocab());
+    const std::size_t dims = ids.shape.size();
+    require(dims == 1 || dims == 2, "logits: ids of ", dims, " dimensions (1: T, or 2: B, T)");
+    const int B = dims == 2 ? int(ids.shape[0]) : 1, T = int(ids.shape[dims - 1]);
     require(B > 0 && T > 0, "logits: no ids");
-    const std::span<const std::int32_t> in(ids.data(), std::size_t(B) * T);
+    const std::span<const std::int32_t> in(ids.values);
     std::vector<py::ssize_t> shape = {T, engine_.vocab()};
-    if (ids.ndim() == 2) shape.insert(shape.begin(), B);
+    if (dims == 2) shape.insert(shape.begin(), B);
     std::vector<float> values;
     {
       py::gil_scoped_release release;
@@ -278,28 +352,41 @@ class TokenStream {
   }
   ~TokenStream() { close(); }
 
+  // One reader at a time: a second thread's next() while one waits is an
+  // Error (the state's lock is only taken with the GIL released, so that
+  // the two never wait for each other).
   std::string next() {
+    require(!reading_.exchange(true), "this stream is being read by another thread; a stream has one reader");
+    const struct Done {
+      std::atomic<bool>& reading;
+      ~Done() { reading = false; }
+    } done{reading_};
     State& s = *state_;
-    std::unique_lock lock(s.m);
-    while (s.pieces.empty() && !s.done) {
+    for (;;) {
+      std::optional<std::string> text;
+      bool ended = false;
+      std::exception_ptr error;
       {
         py::gil_scoped_release release;
-        s.changed.wait_for(lock, std::chrono::milliseconds(50));
+        std::unique_lock lock(s.m);
+        s.changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return !s.pieces.empty() || s.done; });
+        if (!s.pieces.empty()) {
+          text = std::move(s.pieces.front());
+          s.pieces.pop_front();
+          s.changed.notify_all();
+        } else if (s.done) {
+          ended = true;
+          error = std::exchange(s.error, nullptr);
+        }
       }
+      if (text) return *text;
+      if (error) std::rethrow_exception(error);
+      if (ended) throw py::stop_iteration();
       if (PyErr_CheckSignals() != 0) {
-        lock.unlock();
         close();
         throw py::error_already_set();
       }
     }
-    if (!s.pieces.empty()) {
-      std::string text = std::move(s.pieces.front());
-      s.pieces.pop_front();
-      s.changed.notify_all();
-      return text;
-    }
-    if (s.error) std::rethrow_exception(std::exchange(s.error, nullptr));
-    throw py::stop_iteration();
   }
   // Ends the generation at its next token and waits for it.
   void close() {
@@ -310,10 +397,12 @@ class TokenStream {
     }
   }
   std::vector<std::int32_t> ids() {
+    py::gil_scoped_release release;
     std::lock_guard lock(state_->m);
     return state_->ids;
   }
   std::optional<std::string> finish_reason() {
+    py::gil_scoped_release release;
     std::lock_guard lock(state_->m);
     return state_->done && !state_->error ? std::optional(state_->finish_reason) : std::nullopt;
   }
@@ -322,6 +411,7 @@ class TokenStream {
   std::shared_ptr<Model> model_;
   std::shared_ptr<State> state_;
   std::thread worker_;
+  std::atomic<bool> reading_ = false;
 };
 
 // xfmr.Trainer: the library's TrainingRun (train/training_run.hpp: AdamW,
@@ -332,7 +422,7 @@ class TokenStream {
 // ignore_index).
 class PyTrainer {
  public:
-  using Ids = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>;
+  using Ids = py::object;  // integer ids: ids_arg
   static inline const AdamWOptions kRecipe = adamw_recipe(AdamWRecipe::language_model, 0.1);
   struct Options {
     double lr = 3e-4;
@@ -344,9 +434,37 @@ class PyTrainer {
     int grad_accum = 1, shards = 0;
     std::string precision = "fp32", recompute = "none";
     std::uint64_t data_seed = 0;
+
+    // Each setting within its range, by its Python name: a NaN learning
+    // rate would turn the weights to NaN at the first step.
+    void check() const {
+      auto finite = [](double v, const char* name, double lo, bool lo_open, double hi, bool hi_open) {
+        const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+        require(ok, "Trainer: ", name, " ", v, " outside ", lo_open ? "(" : "[", lo, ", ", hi, hi_open ? ")" : "]");
+      };
+      const double inf = std::numeric_limits<double>::max();
+      finite(lr, "lr", 0, true, inf, false);
+      finite(weight_decay, "weight_decay", 0, false, inf, false);
+      finite(beta1, "beta1", 0, false, 1, true);
+      finite(beta2, "beta2", 0, false, 1, true);
+      finite(eps, "eps", 0, true, inf, false);
+      finite(clip, "clip", 0, false, inf, false);
+      finite(label_smoothing, "label_smoothing", 0, false, 1, true);
+      require(steps >= 1, "Trainer: steps ", steps, " must be >= 1");
+      require(grad_accum >= 1, "Trainer: grad_accum ", grad_accum, " must be >= 1");
+      require(shards >= 0, "Trainer: shards ", shards, " must be >= 0 (0: the CPU's default)");
+    }
+    // What a checkpoint records and a resumed Trainer must have.
+    nlohmann::json json() const {
+      return {{"lr", lr},          {"schedule", schedule},       {"steps", steps},
+              {"weight_decay", weight_decay}, {"beta1", beta1},   {"beta2", beta2},
+              {"eps", eps},        {"clip", clip},               {"label_smoothing", label_smoothing},
+              {"grad_accum", grad_accum},     {"data_seed", data_seed}};
+    }
   };
 
-  PyTrainer(std::shared_ptr<Model> model, const Options& o) : model_(std::move(model)) {
+  PyTrainer(std::shared_ptr<Model> model, const Options& o) : model_(std::move(model)), options_(o) {
+    o.check();
     require(model_->precision() == "fp32", "Trainer: the model was loaded for decoding in ", model_->precision(),
             "; train one loaded in fp32 (Trainer(precision='bf16') trains with bf16 products)");
     check_training_precision(o.precision, "Trainer: precision");
@@ -420,12 +538,28 @@ class PyTrainer {
     metadata["vocab"] = std::to_string(lm.vocab());
     metadata["tie_weights"] = lm.options().tie_weights ? "1" : "0";
     metadata["head_bias"] = lm.options().head_bias ? "1" : "0";
+    metadata["trainer_settings"] = options_.json().dump();
+    if (model_->has_tokenizer()) metadata["tokenizer_hash"] = hex(model_->tokenizer_().content_hash());
     run_->save(dir, metadata, model_->tokenizer_files());
   }
-  // Continues from save's checkpoint, bit for bit.
+  // Continues from save's checkpoint, bit for bit: the Trainer's settings
+  // and the model's tokenizer (by content) must be the checkpoint's.
   long resume(const std::filesystem::path& dir) {
     py::gil_scoped_release release;
     std::lock_guard lock(model_->busy());
+    const Metadata saved = read_checkpoint_metadata(dir);
+    if (const auto it = saved.find("trainer_settings"); it != saved.end()) {
+      const nlohmann::json was = nlohmann::json::parse(it->second, nullptr, false), is = options_.json();
+      require(was.is_object(), "resume: ", dir.string(), ": trainer_settings is not a JSON object");
+      for (const auto& [key, value] : is.items())
+        require(!was.contains(key) || was[key] == value || (key == "steps" && options_.schedule == "constant"),
+                "resume: ", dir.string(), " was trained with ", key, "=", was.contains(key) ? was[key].dump() : "?",
+                "; this Trainer has ", key, "=", value.dump(), " (build the Trainer with the checkpoint's settings)");
+    }
+    if (const auto it = saved.find("tokenizer_hash"); it != saved.end() && model_->has_tokenizer())
+      require(it->second == hex(model_->tokenizer_().content_hash()), "resume: the model's tokenizer (",
+              model_->tokenizer_().files().empty() ? std::string("?") : model_->tokenizer_().files().front().string(),
+              ") is not the one ", dir.string(), " was trained with (its content differs)");
     run_->resume(dir);
     model_->lm().set_training(false);
     model_->engine().weights_changed();
@@ -439,29 +573,33 @@ class PyTrainer {
  private:
   // batch's inputs and targets into ids_ and targets_; its row count.
   // Without targets, batch is (B, T + 1); with them, both are (B, T).
-  int take(const Ids& batch, const std::optional<Ids>& targets, const char* what) {
-    const int extra = targets ? 0 : 1;
-    require(batch.ndim() == 2 && batch.shape(0) > 0 && batch.shape(1) > extra, what, ": a batch is ",
-            targets ? "(B, T) ids with targets (B, T)" : "(B, T + 1) ids, T >= 1", "; this one has ", batch.ndim(),
+  int take(const Ids& batch_, const std::optional<Ids>& targets_in, const char* what) {
+    const int extra = targets_in ? 0 : 1;
+    const IdArray batch = ids_arg(batch_, "batch", 0, model_->lm().vocab());
+    const std::optional<IdArray> targets =
+        targets_in ? std::optional(ids_arg(*targets_in, "targets", kIgnoreIndex, model_->lm().vocab())) : std::nullopt;
+    const std::size_t dims = batch.shape.size();
+    require(dims == 2 && batch.shape[0] > 0 && batch.shape[1] > extra, what, ": a batch is ",
+            targets ? "(B, T) ids with targets (B, T)" : "(B, T + 1) ids, T >= 1", "; this one has ", dims,
             " dimensions",
-            batch.ndim() == 2 ? " (" + std::to_string(batch.shape(0)) + ", " + std::to_string(batch.shape(1)) + ")"
-                              : std::string());
-    const int B = int(batch.shape(0)), T = int(batch.shape(1)) - extra;
+            dims == 2 ? " (" + std::to_string(batch.shape[0]) + ", " + std::to_string(batch.shape[1]) + ")"
+                      : std::string());
+    const int B = int(batch.shape[0]), T = int(batch.shape[1]) - extra;
     if (targets)
-      require(targets->ndim() == 2 && targets->shape(0) == B && targets->shape(1) == T, what,
+      require(targets->shape.size() == 2 && targets->shape[0] == B && targets->shape[1] == T, what,
               ": targets must have the batch's shape (", B, ", ", T, ")");
     require(T <= model_->lm().max_t(), what, ": sequences of ", T, " inputs; the model's context is ",
             model_->lm().max_t());
     T_ = T;
     ids_.resize(std::size_t(B) * T);
     targets_.resize(std::size_t(B) * T);
-    const std::int32_t* in = batch.data();
+    const std::int32_t* in = batch.values.data();
     const std::size_t row = std::size_t(T + extra);
     for (int b = 0; b < B; ++b) {
       std::copy(in + b * row, in + b * row + T, ids_.begin() + std::size_t(b) * T);
       if (!targets) std::copy(in + b * row + 1, in + b * row + 1 + T, targets_.begin() + std::size_t(b) * T);
     }
-    if (targets) std::copy(targets->data(), targets->data() + targets_.size(), targets_.begin());
+    if (targets) std::copy(targets->values.begin(), targets->values.end(), targets_.begin());
     model_->check_ids(ids_, what);
     for (std::size_t i = 0; i < targets_.size(); ++i)
       require(targets_[i] == kIgnoreIndex || (targets_[i] >= 0 && targets_[i] < model_->lm().vocab()), what,
@@ -475,6 +613,7 @@ class PyTrainer {
   }
 
   std::shared_ptr<Model> model_;
+  Options options_;
   std::unique_ptr<Be> be_;
   std::unique_ptr<TrainingRun<Lm, Be>> run_;
   decltype(&run_->trainer()) trainer_ = nullptr;
@@ -514,9 +653,10 @@ PYBIND11_MODULE(_xfmr, m) {
           "the ids of text")
       .def(
           "decode",
-          [](const Tokenizer& t, const std::vector<std::int32_t>& ids) {
-            t.model->check_ids(ids, "decode:");
-            return utf8_repaired(t.tok().decode(ids));
+          [](const Tokenizer& t, const py::object& ids) {
+            const IdArray a = ids_arg(ids, "ids", 0, t.tok().size());
+            require(a.shape.size() <= 1, "decode: ids of ", a.shape.size(), " dimensions (1 expected)");
+            return utf8_repaired(t.tok().decode(a.values));
           },
           py::arg("ids"), "the text of ids (bytes that are not UTF-8 as U+FFFD)")
       .def(
@@ -556,9 +696,11 @@ PYBIND11_MODULE(_xfmr, m) {
           "its tokenizer, or None")
       .def(
           "generate",
-          [](Model& self, const py::object& prompt, int max_tokens, double temperature, int top_k, double top_p,
-             std::optional<std::uint64_t> seed, std::optional<std::vector<std::string>> stop, bool ignore_eos) {
-            return self.generate(self.request(prompt, max_tokens, temperature, top_k, top_p, seed, stop, ignore_eos));
+          [](Model& self, const py::object& prompt, const py::object& max_tokens, double temperature,
+             const py::object& top_k, double top_p, const py::object& seed,
+             std::optional<std::vector<std::string>> stop, bool ignore_eos) {
+            return self.generate(
+                self.request(prompt, max_tokens, temperature, top_k, top_p, seed_arg(seed, "seed"), stop, ignore_eos));
           },
           py::arg("prompt"), py::kw_only(), py::arg("max_tokens") = 100, py::arg("temperature") = sampling.temperature,
           py::arg("top_k") = sampling.top_k, py::arg("top_p") = sampling.top_p, py::arg("seed") = py::none(),
@@ -567,11 +709,12 @@ PYBIND11_MODULE(_xfmr, m) {
           "ignore_eos), at a stop string, or after max_tokens")
       .def(
           "stream",
-          [](std::shared_ptr<Model> self, const py::object& prompt, int max_tokens, double temperature, int top_k,
-             double top_p, std::optional<std::uint64_t> seed, std::optional<std::vector<std::string>> stop,
-             bool ignore_eos) {
+          [](std::shared_ptr<Model> self, const py::object& prompt, const py::object& max_tokens, double temperature,
+             const py::object& top_k, double top_p, const py::object& seed,
+             std::optional<std::vector<std::string>> stop, bool ignore_eos) {
             (void)self->tokenizer_();  // a stream is text
-            CompletionRequest r = self->request(prompt, max_tokens, temperature, top_k, top_p, seed, stop, ignore_eos);
+            CompletionRequest r = self->request(prompt, max_tokens, temperature, top_k, top_p, seed_arg(seed, "seed"),
+                                                stop, ignore_eos);
             return std::make_unique<TokenStream>(std::move(self), std::move(r));
           },
           py::arg("prompt"), py::kw_only(), py::arg("max_tokens") = 100, py::arg("temperature") = sampling.temperature,
@@ -587,10 +730,11 @@ PYBIND11_MODULE(_xfmr, m) {
            "f16, bf16, q8_0 or q4_0; an existing file only with overwrite=True")
       .def(
           "generate_batch",
-          [](Model& self, const std::vector<py::object>& prompts, int max_tokens, double temperature, int top_k,
-             double top_p, std::optional<std::uint64_t> seed, std::optional<std::vector<std::string>> stop,
-             bool ignore_eos, int batch_size) {
-            const std::uint64_t base = seed ? *seed : std::random_device{}();
+          [](Model& self, const std::vector<py::object>& prompts, const py::object& max_tokens, double temperature,
+             const py::object& top_k, double top_p, const py::object& seed,
+             std::optional<std::vector<std::string>> stop, bool ignore_eos, const py::object& batch_size_) {
+            const int batch_size = int(int_arg(batch_size_, "batch_size", 1, 4096));
+            const std::uint64_t base = seed_arg(seed, "seed").value_or(std::random_device{}());
             std::vector<CompletionRequest> requests;
             for (std::size_t i = 0; i < prompts.size(); ++i)
               requests.push_back(
@@ -608,13 +752,18 @@ PYBIND11_MODULE(_xfmr, m) {
 
   const PyTrainer::Options t;
   py::class_<PyTrainer>(m, "Trainer", "Trains a model: AdamW, a learning-rate schedule, batches of ids")
-      .def(py::init([](std::shared_ptr<Model> model, double lr, std::string schedule, long steps, double weight_decay,
-                       double beta1, double beta2, double eps, double clip, int grad_accum, double label_smoothing,
-                       int shards, std::string precision, std::string recompute, std::uint64_t data_seed) {
+      .def(py::init([](std::shared_ptr<Model> model, double lr, std::string schedule, const py::object& steps,
+                       double weight_decay, double beta1, double beta2, double eps, double clip,
+                       const py::object& grad_accum, double label_smoothing, const py::object& shards,
+                       std::string precision, std::string recompute, const py::object& data_seed) {
+             const int most = std::numeric_limits<int>::max();
              return std::make_unique<PyTrainer>(
-                 std::move(model), PyTrainer::Options{lr, std::move(schedule), steps, weight_decay, beta1, beta2, eps,
-                                                      clip, label_smoothing, grad_accum, shards, std::move(precision),
-                                                      std::move(recompute), data_seed});
+                 std::move(model),
+                 PyTrainer::Options{lr, std::move(schedule), long(int_arg(steps, "Trainer: steps", 1, 1L << 40)),
+                                    weight_decay, beta1, beta2, eps, clip, label_smoothing,
+                                    int(int_arg(grad_accum, "Trainer: grad_accum", 1, most)),
+                                    int(int_arg(shards, "Trainer: shards", 0, 1024)), std::move(precision),
+                                    std::move(recompute), seed_arg(data_seed, "Trainer: data_seed").value_or(0)});
            }),
            py::arg("model"), py::kw_only(), py::arg("lr") = t.lr, py::arg("schedule") = t.schedule,
            py::arg("steps") = t.steps, py::arg("weight_decay") = t.weight_decay, py::arg("beta1") = t.beta1,

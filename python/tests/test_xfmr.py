@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -186,7 +187,7 @@ def test_errors_are_xfmr_errors_with_the_librarys_message(smollm):
         xfmr.load(SMOLLM, precision="fp8")
     with pytest.raises(xfmr.Error, match="backend 'tpu'"):
         xfmr.load(SMOLLM, backend="tpu")
-    with pytest.raises(xfmr.Error, match=r"id 300 at 1 outside \[0, 257\)"):
+    with pytest.raises(xfmr.Error, match=r"ids holds 300, outside \[0, 257\)"):
         smollm.logits([1, 300])
     with pytest.raises(xfmr.Error, match="context is 64"):
         smollm.logits(np.zeros(65, dtype=np.int32))
@@ -194,12 +195,130 @@ def test_errors_are_xfmr_errors_with_the_librarys_message(smollm):
         smollm.generate("a", temperature=-1)
     with pytest.raises(xfmr.Error, match="max_tokens -2"):
         smollm.generate("a", max_tokens=-2)
-    with pytest.raises(xfmr.Error, match="top-p 0"):
+    with pytest.raises(xfmr.Error, match="top_p 0"):
         smollm.stream("a", top_p=0)
-    with pytest.raises(xfmr.Error, match="decode: id -1"):
+    with pytest.raises(xfmr.Error, match=r"ids holds -1, outside \[0, 257\)"):
         smollm.tokenizer.decode([-1])
     # The model still works after each.
     assert len(smollm.generate("a", max_tokens=3, ignore_eos=True).ids) == 3
+
+
+def test_arguments_are_checked_by_their_python_names(smollm):
+    # Ids are integers within the vocabulary: never wrapped (int64 -> int32) nor truncated (floats).
+    for ids, pattern in [(np.array([1, 2**40]), r"ids holds 1099511627776, outside \[0, 257\)"),
+                         (np.array([1.9, 2.0]), "ids must be integer ids, not float64 values"),
+                         ([1, 2**70], "beyond 64-bit integers"), ("12", "not a string"),
+                         (np.array([True, False]), "not bool values")]:
+        with pytest.raises(xfmr.Error, match=pattern):
+            smollm.logits(ids)
+    assert smollm.logits(np.array([1, 2], dtype=np.uint8)).shape == (2, 257)
+    with pytest.raises(xfmr.Error, match="prompt must be integer ids, not float64"):
+        smollm.generate([1.5, 2.0])
+    with pytest.raises(xfmr.Error, match="prompt holds 2147483648"):
+        smollm.generate([2**31])
+    # Every argument's range, by its Python name, as xfmr.Error (not pybind11's TypeError).
+    for kwargs, pattern in [(dict(max_tokens=2**40), "max_tokens 1099511627776 outside"),
+                            (dict(max_tokens=2**70), "max_tokens 1180591620717411303424 outside"),
+                            (dict(seed=-1), r"seed -1 outside \[0, 2\*\*64\)"),
+                            (dict(seed=2**64), r"seed 18446744073709551616 outside"),
+                            (dict(seed=1.5), "seed must be an integer, not 1.5"),
+                            (dict(top_k=-1), "top_k -1 outside"), (dict(top_p=1.5), "top_p 1.5 outside"),
+                            (dict(temperature=float("nan")), "temperature nan")]:
+        with pytest.raises(xfmr.Error, match=pattern):
+            smollm.generate("a", **kwargs)
+        with pytest.raises(xfmr.Error, match=pattern):
+            smollm.stream("a", **kwargs)
+    with pytest.raises(xfmr.Error, match="batch_size 0 outside"):
+        smollm.generate_batch(["a"], batch_size=0)
+    assert len(smollm.generate("a", max_tokens=2, seed=2**64 - 1, ignore_eos=True).ids) == 2
+
+
+def test_a_stream_has_one_reader(smollm):
+    # Two threads iterating one stream: each piece goes to one of them, the
+    # second reader may get an xfmr.Error while the first waits, and neither hangs.
+    whole = smollm.generate("a", max_tokens=40, temperature=0, ignore_eos=True).text
+    for _ in range(5):
+        stream = smollm.stream("a", max_tokens=40, temperature=0, ignore_eos=True)
+        pieces, errors = [], []
+
+        def read():
+            while True:
+                try:
+                    pieces.append(next(stream))
+                except StopIteration:
+                    return
+                except xfmr.Error as e:
+                    errors.append(str(e))
+
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for r in readers:
+            r.start()
+        for r in readers:
+            r.join(timeout=60)
+        assert not any(r.is_alive() for r in readers), "a reader hung"
+        assert all("read by another thread" in e for e in errors)
+        assert len("".join(pieces)) == len(whole)
+
+
+def test_trainer_settings_are_checked_and_a_resume_must_agree(tmp_path):
+    m = fresh(dropout=0.0)
+    for kwargs, pattern in [(dict(lr=float("nan")), "lr nan outside"), (dict(lr=0), "lr 0 outside"),
+                            (dict(steps=-1), "steps -1 outside"), (dict(weight_decay=-1), "weight_decay -1 outside"),
+                            (dict(beta1=1.0), r"beta1 1 outside \[0, 1\)"), (dict(eps=0), "eps 0 outside"),
+                            (dict(clip=float("inf")), "clip inf outside"),
+                            (dict(label_smoothing=1), "label_smoothing 1 outside"),
+                            (dict(grad_accum=0), "grad_accum 0 outside"), (dict(data_seed=-1), "data_seed -1")]:
+        with pytest.raises(xfmr.Error, match=pattern):
+            xfmr.Trainer(m, **kwargs)
+    batch = corpus_batches(m, 1)[0]
+    with pytest.raises(xfmr.Error, match="batch must be integer ids, not float64"):
+        xfmr.Trainer(m, steps=4).step(batch.astype(np.float64))
+    with pytest.raises(xfmr.Error, match="targets holds -101"):
+        xfmr.Trainer(m, steps=4).step(batch[:, :-1], np.full_like(batch[:, 1:], -101))
+    settings = dict(lr=1e-3, steps=4, schedule="cosine")
+    trainer = xfmr.Trainer(m, **settings)
+    trainer.step(batch)
+    trainer.save(tmp_path / "ck")
+    for other, pattern in [(dict(lr=2e-3), "trained with lr=0.001; this Trainer has lr=0.002"),
+                           (dict(schedule="constant"), 'schedule="cosine"'), (dict(steps=8), "steps=4"),
+                           (dict(weight_decay=0.5), "weight_decay=0.1")]:
+        with pytest.raises(xfmr.Error, match=pattern):
+            xfmr.Trainer(fresh(dropout=0.0), **{**settings, **other}).resume(tmp_path / "ck")
+    assert xfmr.Trainer(fresh(dropout=0.0), **settings).resume(tmp_path / "ck") == 1
+    # A tokenizer edited in place (two ids swapped) is not the checkpoint's.
+    tok = json.load(open(TOKENIZER))
+    vocab = tok["model"]["vocab"]
+    a, b = list(vocab)[10], list(vocab)[11]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (tmp_path / "swapped.json").write_text(json.dumps(tok))
+    swapped = xfmr.create(xfmr.load(SMOLLM).config, seed=5, dropout=0.0, tokenizer=tmp_path / "swapped.json")
+    with pytest.raises(xfmr.Error, match="tokenizer .* is not the one .* was trained with"):
+        xfmr.Trainer(swapped, **settings).resume(tmp_path / "ck")
+
+
+def test_configs_and_paths_that_are_refused_by_name(smollm, tmp_path):
+    # A config.json with NaN (Python's json.dump writes it) names the field.
+    config = json.load(open(os.path.join(SMOLLM, "config.json")))
+    (tmp_path / "nan").mkdir()
+    for f in os.listdir(SMOLLM):
+        if f != "config.json":
+            os.symlink(os.path.join(SMOLLM, f), tmp_path / "nan" / f)
+    config["rope_theta"] = float("nan")
+    (tmp_path / "nan" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(xfmr.Error, match="'rope_theta' is NaN"):
+        xfmr.load(tmp_path / "nan")
+    gpt2 = os.path.join(FIXTURES, "families", "gpt2-ctx2048")
+    config = json.load(open(os.path.join(gpt2, "config.json")))
+    config["scale_attn_by_inverse_layer_idx"] = True
+    (tmp_path / "gpt2").mkdir()
+    os.symlink(os.path.join(gpt2, "model.safetensors"), tmp_path / "gpt2" / "model.safetensors")
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(xfmr.Error, match="scale_attn_by_inverse_layer_idx true is not built"):
+        xfmr.load(tmp_path / "gpt2", tokenizer=TOKENIZER)
+    with pytest.raises(xfmr.Error, match="no directory named"):
+        smollm.export_hf("")
+    with pytest.raises(xfmr.Error, match="no file named"):
+        smollm.export_gguf("")
 
 
 def run_python(script):
@@ -377,7 +496,7 @@ def test_evaluate_and_training_errors(tmp_path):
         trainer.step(batch[0])
     with pytest.raises(xfmr.Error, match="context is 64"):
         trainer.step(np.zeros((2, 70), dtype=np.int32))
-    with pytest.raises(xfmr.Error, match="id 999"):
+    with pytest.raises(xfmr.Error, match="batch holds 999"):
         trainer.step(np.full((2, 5), 999, dtype=np.int32))
     with pytest.raises(xfmr.Error, match="grad_accum 3"):
         xfmr.Trainer(m, grad_accum=3).step(batch)
