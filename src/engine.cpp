@@ -431,10 +431,12 @@ std::vector<float> Engine::logits(std::span<const std::int32_t> ids, int B, int 
   return static_cast<Core*>(core_)->logits(ids, B, T);
 }
 void Engine::export_hf(const std::filesystem::path& dir, bool overwrite) {
+  require(!dir.empty(), "export_hf: no directory named (an empty path)");
   const std::vector<AttachedFile> files = tokenizer_ ? tokenizer_->attached_files() : std::vector<AttachedFile>{};
   static_cast<Core*>(core_)->export_hf(dir, overwrite, files);
 }
 void Engine::export_gguf(const std::filesystem::path& file, GgmlType type, bool overwrite) {
+  require(!file.empty(), "export_gguf: no file named (an empty path)");
   require(overwrite || !std::filesystem::exists(file), file.string(), " exists already (overwrite replaces it)");
   visit([&]<class Be>(LanguageModel<Be>& model, Be&) { save_gguf(model, file, type, tokenizer_); });
 }

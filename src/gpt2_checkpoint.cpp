@@ -62,6 +62,14 @@ Gpt2Config Gpt2Config::from_json(std::string_view text, const std::string& sourc
   if (j.contains("model_type") && j["model_type"].is_string())
     require(j["model_type"] == "gpt2", source, ": model_type '", j["model_type"].get<std::string>(),
             "' is not gpt2");
+  // Fields that change what the model computes, beyond the blocks xfmr builds.
+  auto refused = [&](const char* key, const nlohmann::json& built, const char* what) {
+    if (j.contains(key) && !j[key].is_null())
+      require(j[key] == built, source, ": ", key, " ", j[key].dump(), " is not built (", what, ")");
+  };
+  refused("scale_attn_by_inverse_layer_idx", false, "attention scaled by 1/(layer + 1)");
+  refused("scale_attn_weights", true, "attention without the 1/sqrt(head width) scale");
+  refused("add_cross_attention", false, "cross-attention to an encoder");
   require(c.n_embd % c.n_head == 0, source, ": n_embd ", c.n_embd, " is not a multiple of n_head ", c.n_head);
   return c;
 }

@@ -2,6 +2,8 @@
 // config names (io/pretrained.hpp).
 #include "xfmr/io/pretrained.hpp"
 
+#include "json_bounds.hpp"
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -37,10 +39,10 @@ CheckpointFormat checkpoint_format(const fs::path& path) {
   const fs::path config = file.parent_path() / "config.json";
   std::string type;
   if (fs::exists(config)) {
-    const auto j = nlohmann::json::parse(read_text_file(config), nullptr, false);
-    require(j.is_object(), config.string(), ": not a JSON object (", j.is_discarded() ? "unreadable or truncated JSON"
-                                                                                     : "a JSON value of another kind",
-            ")");
+    const std::string text = read_text_file(config);
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded()) (void)detail::parse_json_object(text, config.string(), "a model's config");  // names the fault
+    require(j.is_object(), config.string(), ": not a JSON object (a JSON value of another kind)");
     require(j.contains("model_type") && j["model_type"].is_string(), config.string(),
             ": no model_type (\"gpt2\", \"llama\", \"qwen2\" or \"mistral\")");
     type = j["model_type"];
