@@ -10,7 +10,7 @@ packages=(
   libopenblas-openmp-dev             # the CPU backend's GEMMs (OpenBLAS sharing xfmr's OpenMP threads)
   libboost-test-dev libboost-program-options-dev
   nlohmann-json3-dev zlib1g-dev
-  libcpp-httplib-dev curl            # xfmr-serve's HTTP layer; curl for its tests
+  libcpp-httplib-dev curl            # the HTTP client of xfmr-serve's tests and benchmark; curl for its tests
   libpcre2-dev                       # GPT-2's pre-tokenizer (regular expressions with Unicode properties)
   libopenmpi-dev openmpi-bin         # training across processes (mpirun; core/distributed.hpp)
   python3-dev pybind11-dev           # the Python module (python/)
