@@ -95,8 +95,7 @@ namespace {
 // that nobody gets an answer as if it had not been sent.
 bool neutral(const std::string& key, const json& v) {
   if (v.is_null()) return true;
-  if (key == "logprobs" || key == "echo") return v == false || v == 0;
-  if (key == "top_logprobs") return v == 0;
+  if (key == "echo") return v == false;
   if (key == "best_of") return v == 1;
   if (key == "logit_bias" || key == "metadata") return v.is_object() && v.empty();
   if (key == "presence_penalty" || key == "frequency_penalty") return v.is_number() && v.get<double>() == 0.0;
@@ -107,17 +106,19 @@ bool neutral(const std::string& key, const json& v) {
   return false;
 }
 
-const std::set<std::string> kRead = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stream",
-                                     "stream_options", "stop", "ignore_eos", "n", "user"};
+const std::set<std::string> kRead = {"model", "max_tokens", "temperature", "top_p", "top_k",   "seed",
+                                     "stream", "stream_options", "stop", "ignore_eos", "n", "user", "logprobs"};
 const std::set<std::string> kReadCompletion = {"prompt"};
-const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "parallel_tool_calls", "store"};
-const std::set<std::string> kUnimplemented = {"logprobs", "top_logprobs", "echo", "best_of", "logit_bias",
-                                              "suffix", "response_format", "tools", "tool_choice", "functions",
-                                              "function_call", "presence_penalty", "frequency_penalty", "metadata"};
+const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "parallel_tool_calls", "store",
+                                         "top_logprobs"};
+const std::set<std::string> kUnimplemented = {"echo", "best_of", "logit_bias", "suffix", "response_format",
+                                              "tools", "tool_choice", "functions", "function_call",
+                                              "presence_penalty", "frequency_penalty", "metadata"};
 
 }  // namespace
 
 CompletionParams read_completion(const json& body, bool chat, const ModelFacts& model) {
+  constexpr int kMaxChoices = 16;
   for (const auto& [key, value] : body.items()) {
     if (kRead.contains(key) || (chat ? kReadChat : kReadCompletion).contains(key)) continue;
     if (kUnimplemented.contains(key)) {
@@ -129,7 +130,8 @@ CompletionParams read_completion(const json& body, bool chat, const ModelFacts& 
   if (const auto m = field<std::string>(body, "model"); m && *m != model.name)
     throw HttpError{404, "The model '" + *m + "' does not exist; this server has '" + model.name + "'", "model",
                     "invalid_request_error"};
-  if (const auto n = field<int>(body, "n"); n && *n != 1) bad_request("'n' must be 1", "n");
+  const int n = field<int>(body, "n").value_or(1);
+  if (n < 1 || n > kMaxChoices) bad_request("'n' " + std::to_string(n) + " outside [1, " + std::to_string(kMaxChoices) + "]", "n");
   std::vector<std::int32_t> prompt;
   if (chat) {
     try {
@@ -158,7 +160,20 @@ CompletionParams read_completion(const json& body, bool chat, const ModelFacts& 
                     " of the context's " + std::to_string(context),
                 "max_tokens");
   CompletionParams p;
+  p.n = n;
   CompletionRequest& r = p.request;
+  // logprobs: chat's a boolean with top_logprobs (0-20) beside it;
+  // completions' the number of likeliest ids (0-5), as OpenAI's API has them.
+  if (chat) {
+    const bool asked = field<bool>(body, "logprobs").value_or(false);
+    const auto top = field<int>(body, "top_logprobs");
+    if (top && (*top < 0 || *top > 20)) bad_request("'top_logprobs' must be in [0, 20]", "top_logprobs");
+    if (top && !asked) bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    r.logprobs = asked ? top.value_or(0) : -1;
+  } else if (const auto top = field<int>(body, "logprobs")) {
+    if (*top < 0 || *top > 5) bad_request("'logprobs' must be in [0, 5]", "logprobs");
+    r.logprobs = *top;
+  }
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens.value_or(chat ? room : std::min(16, room));
   r.sampling.temperature = field<double>(body, "temperature").value_or(1.0);

@@ -78,15 +78,16 @@ struct ModelFacts {
 };
 
 struct CompletionParams {
-  CompletionRequest request;
+  CompletionRequest request;  // choice i draws with request.seed + i
+  int n = 1;                  // choices
   bool stream = false, include_usage = false;
 };
 
 // A /v1/completions (chat false) or /v1/chat/completions body, checked
 // whole: every field's type and range, the prompt within the context, and
-// no field this server does not implement (logprobs, echo, best_of,
-// logit_bias, response_format, tools, penalties, ...: each refused by name,
-// as is any field OpenAI's API does not have).
+// no field this server does not implement (echo, best_of, logit_bias,
+// response_format, tools, penalties, ...: each refused by name, as is any
+// field OpenAI's API does not have).
 CompletionParams read_completion(const json& body, bool chat, const ModelFacts& model);
 
 }  // namespace xfmr::server

@@ -27,6 +27,8 @@ void dispatch(Service& service, const http::Request& req, http::Response& res) {
     res.set_content(kChatPage, "text/html; charset=utf-8");
   } else if (path == "/metrics" && get) {
     res.set_content(service.metrics(), "text/plain; version=0.0.4");
+  } else if (path == "/slots" && get) {
+    res.set_content(dump(service.slots()), "application/json");
   } else if (path == "/v1/models" && get) {
     res.set_content(dump(json{{"object", "list"},
                               {"data", json::array({{{"id", service.name()},
@@ -44,7 +46,7 @@ void dispatch(Service& service, const http::Request& req, http::Response& res) {
   } else if (path == "/detokenize" && post) {
     service.detokenize(req, res);
   } else {
-    for (const char* known : {"/health", "/", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions",
+    for (const char* known : {"/health", "/", "/metrics", "/slots", "/v1/models", "/v1/completions", "/v1/chat/completions",
                               "/tokenize", "/detokenize"})
       if (path == known) throw HttpError{405, "the method " + req.method + " is not allowed on " + path};
     throw HttpError{404, "no such route: " + path};
@@ -61,7 +63,8 @@ void route(Service& service, const ServerOptions& o, const http::Request& req, h
       if (!auth.starts_with("Bearer ") || !same_secret(auth.substr(7), o.api_key))
         throw HttpError{401, "a valid API key is required: 'Authorization: Bearer KEY'"};
     }
-    if (req.path != "/health" && req.path != "/" && req.path != "/metrics" && !service.ready())
+    if (req.path != "/health" && req.path != "/" && req.path != "/metrics" && req.path != "/slots" &&
+        !service.ready())
       throw HttpError{503, "the model is loading", "", "server_loading"};
     dispatch(service, req, res);
   } catch (const HttpError& e) {

@@ -11,10 +11,12 @@
 // GET  /health                503 {"status": "loading"} until the model is loaded, then 200
 // GET  /v1/models             the one model, named `name` (default: the model path's last part), and
 //                             its context (max_model_len, as vLLM's)
-// POST /v1/completions        OpenAI's shapes, "stream": true as server-sent events ending "data: [DONE]"
+// POST /v1/completions        OpenAI's shapes, "stream": true as server-sent events ending "data: [DONE]";
+//                             logprobs, n choices, usage's cached_tokens, llama-server's timings
 // POST /v1/chat/completions   the same for a conversation, rendered by the chat template (text/chat_template.hpp)
 // POST /tokenize, /detokenize {"content": text} <-> {"tokens": [ids]}
 // GET  /metrics               Prometheus text: requests, tokens, queue, slots
+// GET  /slots                 each slot's state: busy, its request, prompt, cached and decoded tokens
 //
 // Every bad request is a 4xx with {"error": {"message", "type", "param", "code"}}
 // naming the field (a field the server does not implement, too); past the

@@ -52,6 +52,24 @@ void Service::detokenize(const http::Request& req, http::Response& res) {
                   "application/json");
 }
 
+json Service::slots() {
+  json out = json::array();
+  if (!ready_) return out;
+  const std::vector<SlotState> states = engine_->slot_states();
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    const SlotState& x = states[i];
+    out.push_back({{"id", i},
+                   {"n_ctx", engine_->batch_context()},
+                   {"is_processing", x.busy},
+                   {"id_task", x.request},
+                   {"n_prompt_tokens", x.prompt_tokens},
+                   {"n_prompt_tokens_cached", x.cached_tokens},
+                   {"n_decoded", x.generated_tokens},
+                   {"n_held", x.held_tokens}});
+  }
+  return out;
+}
+
 std::string Service::metrics() {
   const BatchStats s = ready_ ? engine_->stats() : BatchStats{};
   std::ostringstream o;
@@ -67,6 +85,8 @@ std::string Service::metrics() {
   metric("requests_finished_total", "counter", "generation requests finished", s.finished);
   metric("requests_cancelled_total", "counter", "generation requests cancelled (client gone)", s.cancelled);
   metric("prompt_tokens_total", "counter", "prompt tokens read", s.prompt_tokens);
+  metric("prompt_tokens_cached_total", "counter", "prompt tokens taken from the cache instead of read",
+         s.cached_tokens);
   metric("tokens_generated_total", "counter", "tokens generated", s.generated_tokens);
   metric("steps_total", "counter", "batched decoding steps", s.steps);
   metric("busy_seconds_total", "counter", "seconds spent in decoding steps", s.busy_seconds);

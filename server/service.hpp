@@ -39,10 +39,15 @@ class Service {
   void tokenize(const http::Request& req, http::Response& res);
   void detokenize(const http::Request& req, http::Response& res);
   std::string metrics();
+  // GET /slots: each slot's state (the engine's batcher).
+  json slots();
 
  private:
   // tasks.cpp: submits r to the engine and answers it, whole or streamed.
   void answer(CompletionParams p, bool chat, const http::Request& req, http::Response& res);
+  // OpenAI's logprobs object of a choice (chat's content list, or
+  // completions' tokens and offsets from text_offset).
+  json logprobs_json(const std::vector<TokenLogprobs>& lps, bool chat, std::size_t text_offset) const;
   ModelFacts facts() const {
     return {tokenizer(), chat_, chat_stop_ids_, chat_stop_strings_, name_, engine_->batch_context()};
   }

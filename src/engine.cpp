@@ -37,6 +37,7 @@ class Core : public detail::EngineCore {
   virtual void stop_batching() = 0;
   virtual int batch_context() const = 0;
   virtual std::uint64_t submit(BatchRequest r) = 0;
+  virtual std::vector<SlotState> slot_states() const = 0;
   virtual void cancel(std::uint64_t id) = 0;
   virtual void cancel_all() = 0;
   virtual void close() = 0;
@@ -87,6 +88,9 @@ class CoreFor final : public Core {
   void stop_batching() override { batcher_.reset(); }
   int batch_context() const override { return batcher().context(); }
   std::uint64_t submit(BatchRequest r) override { return batcher().submit(std::move(r)); }
+  std::vector<SlotState> slot_states() const override {
+    return batcher_ ? batcher_->slot_states() : std::vector<SlotState>{};
+  }
   void cancel(std::uint64_t id) override { batcher().cancel(id); }
   void cancel_all() override { batcher().cancel_all(); }
   void close() override { batcher().close(); }
@@ -292,6 +296,7 @@ Completion Engine::generate(const CompletionRequest& r, const OnToken& on_token)
   check_ids(r.prompt, "prompt");
   r.sampling.validate();
   require(r.max_tokens >= 0, "max_tokens ", r.max_tokens, " is negative");
+  require(r.logprobs < 0, "logprobs: the batcher's (Engine::submit, generate_batch), not generate's");
   Completion c;
   c.prompt_tokens = int(r.prompt.size());
   CompletionText text(tokenizer_, r, impl_->end_ids);
@@ -328,7 +333,7 @@ struct Pending {
 };
 
 BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std::shared_ptr<Pending>& p,
-                           OnText on_text, OnCompletion on_finish) {
+                           OnStep on_step, OnCompletion on_finish) {
   require(!r.restart, "a restart id: one sequence at a time (Engine::generate)");
   require(r.use_cache, "use_cache false: one sequence at a time (Engine::generate)");
   p->completion.prompt_tokens = int(r.prompt.size());
@@ -338,25 +343,32 @@ BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std
                       .stop_ids = p->text->end_ids(),
                       .vocabulary = vocabulary,
                       .seed = r.seed,
+                      .top_logprobs = r.logprobs,
+                      .on_logprobs = [p](const TokenLogprobs& lp) { p->completion.logprobs.push_back(lp); },
                       .on_token =
-                          [p, on_text](std::int32_t id) {
-                            p->completion.ids.push_back(id);
+                          [p, on_step](std::int32_t id) {
+                            Completion& c = p->completion;
+                            c.ids.push_back(id);
                             const std::string piece = p->text->feed(id);
-                            p->completion.text += piece;
-                            if (on_text && !on_text(piece) && !p->text->ended()) {
+                            c.text += piece;
+                            const TokenLogprobs* lp = c.logprobs.size() == c.ids.size() ? &c.logprobs.back() : nullptr;
+                            if (on_step && !on_step({id, piece, lp}) && !p->text->ended()) {
                               p->cancelled = true;
                               return false;
                             }
                             return !p->text->ended();
                           },
                       .on_finish =
-                          [p, on_text, on_finish = std::move(on_finish)](const BatchResult& b) {
+                          [p, on_step, on_finish = std::move(on_finish)](const BatchResult& b) {
                             Completion& c = p->completion;
                             const std::string rest = p->text->flush();
                             c.text += rest;
-                            if (!rest.empty() && on_text) on_text(rest);
+                            if (!rest.empty() && on_step) on_step({-1, rest, nullptr});
                             c.reason = p->cancelled ? FinishReason::cancelled : b.reason;
                             c.error = b.error;
+                            c.cached_tokens = b.cached_tokens;
+                            c.prompt_seconds = b.prompt_seconds;
+                            c.generation_seconds = b.generation_seconds;
                             if (on_finish) on_finish(c);
                           }};
 }
@@ -404,12 +416,18 @@ std::vector<Completion> Engine::generate_batch(std::span<const CompletionRequest
 void Engine::start_batching(BatchOptions opts) { static_cast<Core*>(core_)->start_batching(opts); }
 int Engine::batch_context() const { return static_cast<Core*>(core_)->batch_context(); }
 std::uint64_t Engine::submit(CompletionRequest r, OnText on_text, OnCompletion on_finish) {
+  OnStep on_step;
+  if (on_text) on_step = [on_text = std::move(on_text)](const TokenStep& t) { return on_text(t.text); };
+  return submit(std::move(r), std::move(on_step), std::move(on_finish));
+}
+std::uint64_t Engine::submit(CompletionRequest r, OnStep on_step, OnCompletion on_finish) {
   require(!r.prompt.empty(), "the prompt is empty (give at least one token)");
   auto p = std::make_shared<Pending>();
   p->text.emplace(tokenizer_, r, impl_->end_ids);
   const int vocabulary = drawn_vocabulary() < vocab() ? drawn_vocabulary() : 0;
-  return static_cast<Core*>(core_)->submit(batch_request(r, vocabulary, p, std::move(on_text), std::move(on_finish)));
+  return static_cast<Core*>(core_)->submit(batch_request(r, vocabulary, p, std::move(on_step), std::move(on_finish)));
 }
+std::vector<SlotState> Engine::slot_states() const { return static_cast<Core*>(core_)->slot_states(); }
 void Engine::cancel(std::uint64_t id) { static_cast<Core*>(core_)->cancel(id); }
 void Engine::cancel_all() { static_cast<Core*>(core_)->cancel_all(); }
 void Engine::close() { static_cast<Core*>(core_)->close(); }

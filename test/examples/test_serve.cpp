@@ -319,7 +319,9 @@ BOOST_AUTO_TEST_CASE(bad_requests_are_4xx_naming_the_field) {
       {{{"prompt", "a"}, {"max_tokens", 0}}, "max_tokens"},
       {{{"prompt", "a"}, {"temperature", -1}}, "temperature"},
       {{{"prompt", "a"}, {"top_p", 0}}, "top_p"},
-      {{{"prompt", "a"}, {"n", 2}}, "n"},
+      {{{"prompt", "a"}, {"n", 17}}, "n"},
+      {{{"prompt", "a"}, {"logprobs", 6}}, "logprobs"},
+      {{{"prompt", "a"}, {"logprobs", true}}, "logprobs"},
       {{{"prompt", "a"}, {"stop", json::array({1})}}, "stop"},
       {{{"prompt", "a"}, {"stream", "yes"}}, "stream"},
       {{{"prompt", long_prompt}}, "prompt"},
@@ -363,11 +365,121 @@ BOOST_AUTO_TEST_CASE(stop_strings_end_the_text) {
   BOOST_TEST(tried > 0);
 }
 
+// logprobs in OpenAI's two shapes, whole and streamed: under greedy
+// decoding each token is its step's likeliest; the top lists are sorted.
+BOOST_AUTO_TEST_CASE(logprobs_in_openais_shapes) {
+  const json r = post("/v1/completions", {{"prompt", "The cat"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 2}});
+  const json& lp = r["choices"][0]["logprobs"];
+  const int n = r["usage"]["completion_tokens"];
+  BOOST_REQUIRE(lp.is_object());
+  BOOST_TEST(lp["tokens"].size() == std::size_t(n));
+  BOOST_TEST(lp["token_logprobs"].size() == std::size_t(n));
+  BOOST_TEST(lp["text_offset"][0] == 0);
+  for (int i = 0; i < n; ++i) {
+    double best = -1e9;
+    for (const auto& [token, value] : lp["top_logprobs"][i].items()) best = std::max(best, value.get<double>());
+    BOOST_TEST(lp["token_logprobs"][i].get<double>() <= 0.0);
+    BOOST_TEST(lp["token_logprobs"][i].get<double>() == best, boost::test_tools::tolerance(1e-6));
+  }
+  const json messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  const json chat = post("/v1/chat/completions", {{"messages", messages},
+                                                  {"max_tokens", 5},
+                                                  {"temperature", 0},
+                                                  {"logprobs", true},
+                                                  {"top_logprobs", 3}});
+  const json& content = chat["choices"][0]["logprobs"]["content"];
+  BOOST_TEST(content.size() == chat["usage"]["completion_tokens"].get<std::size_t>());
+  for (const json& t : content) {
+    BOOST_REQUIRE(t["top_logprobs"].size() == 3u);
+    BOOST_TEST(t["logprob"].get<double>() == t["top_logprobs"][0]["logprob"].get<double>());
+    BOOST_TEST(t["top_logprobs"][0]["logprob"].get<double>() >= t["top_logprobs"][2]["logprob"].get<double>());
+    BOOST_TEST(t["bytes"].is_array());
+  }
+  // Streamed: a token's logprobs in its chunk, as many as the whole answer's.
+  auto s = server().client().Post("/v1/chat/completions", kAuth,
+                                  json{{"messages", messages},
+                                       {"max_tokens", 5},
+                                       {"temperature", 0},
+                                       {"logprobs", true},
+                                       {"stream", true}}
+                                      .dump(),
+                                  "application/json");
+  BOOST_REQUIRE(s);
+  std::size_t streamed = 0;
+  for (const std::string& e : events(s->body))
+    if (e != "[DONE]")
+      if (const json c = json::parse(e); !c["choices"].empty() && c["choices"][0]["logprobs"].is_object())
+        streamed += c["choices"][0]["logprobs"]["content"].size();
+  BOOST_TEST(streamed == content.size());
+}
+
+// n choices: choice i is what the request gives alone with seed + i, whole
+// and streamed; the prompt is read once.
+BOOST_AUTO_TEST_CASE(n_choices_are_each_a_lone_request_with_its_seed) {
+  const json body = {{"prompt", "Once upon"}, {"max_tokens", 8}, {"temperature", 0.9}, {"seed", 70}};
+  json many = body;
+  many["n"] = 3;
+  const json r = post("/v1/completions", many);
+  BOOST_REQUIRE(r["choices"].size() == 3u);
+  int tokens = 0;
+  for (int i = 0; i < 3; ++i) {
+    json one = body;
+    one["seed"] = 70 + i;
+    const json alone = post("/v1/completions", one);
+    BOOST_TEST(r["choices"][i]["index"] == i);
+    BOOST_TEST(r["choices"][i]["text"] == alone["choices"][0]["text"], "choice " << i);
+    tokens += alone["usage"]["completion_tokens"].get<int>();
+  }
+  BOOST_TEST(r["usage"]["completion_tokens"] == tokens);
+  many["stream"] = true;
+  auto s = server().client().Post("/v1/completions", kAuth, many.dump(), "application/json");
+  BOOST_REQUIRE(s);
+  std::vector<std::string> text(3);
+  int finished = 0;
+  for (const std::string& e : events(s->body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    text[c["index"].get<std::size_t>()] += c["text"].get<std::string>();
+    finished += !c["finish_reason"].is_null();
+  }
+  BOOST_TEST(finished == 3);
+  for (int i = 0; i < 3; ++i) BOOST_TEST(text[std::size_t(i)] == r["choices"][i]["text"].get<std::string>());
+}
+
+// A prompt that begins with what a slot holds reads only the rest, and its
+// greedy answer is a fresh server's (no cache), bit for bit.
+BOOST_AUTO_TEST_CASE(the_prompt_cache_changes_no_answer) {
+  const json first = json::array({5, 9, 14, 22, 31, 40, 52, 60, 71, 80});
+  json second = first;
+  for (int id : {90, 101, 112, 120}) second.push_back(id);
+  const json body = {{"prompt", second}, {"max_tokens", 12}, {"temperature", 0}};
+  std::string uncached;
+  {
+    Server fresh;
+    auto r = fresh.client().Post("/v1/completions", kAuth, body.dump(), "application/json");
+    BOOST_REQUIRE(r);
+    const json j = json::parse(r->body);
+    BOOST_TEST(j["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);
+    uncached = j["choices"][0]["text"];
+  }
+  post("/v1/completions", {{"prompt", first}, {"max_tokens", 4}, {"temperature", 0}});
+  const json cached = post("/v1/completions", body);
+  BOOST_TEST(cached["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() >= int(first.size()));
+  BOOST_TEST(cached["timings"]["cache_n"] == cached["usage"]["prompt_tokens_details"]["cached_tokens"]);
+  BOOST_TEST(cached["choices"][0]["text"] == uncached);
+  // GET /slots says what each slot holds.
+  auto slots = server().client().Get("/slots");
+  BOOST_REQUIRE(slots);
+  const json states = json::parse(slots->body);
+  BOOST_TEST(states.size() == 8u);
+  BOOST_TEST(states[0].contains("n_held"));
+}
+
 // Fields of OpenAI's API the server does not implement are refused by
 // name (never answered as if not sent); their neutral values pass.
 BOOST_AUTO_TEST_CASE(unimplemented_fields_are_refused_by_name) {
   const std::vector<std::pair<std::string, json>> asked = {
-      {"logprobs", 2},          {"echo", true},        {"best_of", 3},
+      {"top_logprobs", 2},      {"echo", true},        {"best_of", 3},
       {"logit_bias", {{"1", 5}}}, {"suffix", "end"},  {"presence_penalty", 0.5},
       {"frequency_penalty", 1}, {"made_up_field", 1}};
   for (const auto& [key, value] : asked) {
@@ -376,8 +488,8 @@ BOOST_AUTO_TEST_CASE(unimplemented_fields_are_refused_by_name) {
   }
   const json messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
   const std::vector<std::pair<std::string, json>> chat_asked = {
-      {"logprobs", true},
-      {"top_logprobs", 2},
+      {"top_logprobs", 2},  // without logprobs: true
+      {"logprobs", 3},
       {"response_format", {{"type", "json_object"}}},
       {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
       {"tool_choice", "required"}};
@@ -387,6 +499,8 @@ BOOST_AUTO_TEST_CASE(unimplemented_fields_are_refused_by_name) {
     BOOST_TEST(e["param"] == key, e.dump());
   }
   post("/v1/completions", {{"prompt", "a"}, {"max_tokens", 2}, {"logprobs", nullptr}, {"echo", false}, {"best_of", 1}});
+  BOOST_TEST(post("/v1/chat/completions", {{"messages", messages}, {"logprobs", true}, {"top_logprobs", 21}},
+                  400)["error"]["param"] == "top_logprobs");
   post("/v1/chat/completions", {{"messages", messages},
                                 {"max_tokens", 2},
                                 {"logprobs", false},

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <ostream>
 #include <span>
 #include <thread>
@@ -152,6 +153,104 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(each_request_gets_the_tokens_it_gets_alone, Cfg,
       BOOST_TEST(s.queued == 0);
     }
   }
+}
+
+// Prompt caching: a chat's next turn (the last prompt, its answer, more)
+// reads only what the slot does not hold; n requests of one prompt sent at
+// once read it once (the others wait, then copy its rows); each gets the
+// tokens it gets alone, greedy and sampled.
+BOOST_AUTO_TEST_CASE_TEMPLATE(prompts_share_what_the_cache_holds, Cfg, decltype(std::tuple<GptLike, LlamaLike>())) {
+  Be be;
+  Decoder<Cfg, Be> model(kVocab, 7);
+  for (double temperature : {0.0, 0.9}) {
+    BOOST_TEST_CONTEXT("temperature " << temperature) {
+      const SamplingOptions sampling{.temperature = temperature};
+      auto alone = [&](const std::vector<std::int32_t>& prompt, int max_tokens, std::uint64_t seed) {
+        Rng rng(seed);
+        return generate(model, be, prompt, {.sampling = sampling, .max_tokens = max_tokens}, rng);
+      };
+      ContinuousBatcher batcher(model, be, {.slots = 3, .context = 16, .prefill_chunk = 2, .queue = 16});
+      Collected got;
+      std::uint64_t first = 0, second = 0;
+      const std::vector<std::int32_t> turn1 = {1, 2, 3, 4};
+      first = batcher.submit(got.with_callbacks({.prompt = turn1, .sampling = sampling, .max_tokens = 3, .seed = 5}, first));
+      drain(batcher);
+      BOOST_TEST(got.results[first].cached_tokens == 0);
+      std::vector<std::int32_t> turn2 = turn1;
+      turn2.insert(turn2.end(), got.tokens[first].begin(), got.tokens[first].end());
+      turn2.insert(turn2.end(), {5, 6});
+      second = batcher.submit(got.with_callbacks({.prompt = turn2, .sampling = sampling, .max_tokens = 3, .seed = 6}, second));
+      drain(batcher);
+      // The slot holds turn 1's prompt and the answer's tokens but its last (drawn, never fed).
+      BOOST_TEST(got.results[second].cached_tokens == 4 + 3 - 1);
+      BOOST_TEST(got.tokens[second] == alone(turn2, 3, 6), boost::test_tools::per_element());
+      // Three choices of one prompt, sent together.
+      const std::vector<std::int32_t> shared = {9, 8, 7, 6, 5, 4, 3};
+      std::vector<std::uint64_t> ids(3);
+      for (std::size_t i = 0; i < 3; ++i)
+        ids[i] = batcher.submit(
+            got.with_callbacks({.prompt = shared, .sampling = sampling, .max_tokens = 4, .seed = 10 + i}, ids[i]));
+      drain(batcher);
+      int copied = 0;
+      for (std::size_t i = 0; i < 3; ++i) BOOST_TEST_CONTEXT("choice " << i) {
+          BOOST_TEST(got.tokens[ids[i]] == alone(shared, 4, 10 + i), boost::test_tools::per_element());
+          copied += got.results[ids[i]].cached_tokens == int(shared.size()) - 1;
+        }
+      BOOST_TEST(copied == 2);  // the first read it; the others copied all but its last id
+      BOOST_TEST(batcher.stats().cached_tokens == std::uint64_t(6 + 2 * 6));
+      const auto states = batcher.slot_states();
+      BOOST_TEST(states.size() == 3u);
+      for (const SlotState& x : states) BOOST_TEST(!x.busy);
+    }
+  }
+}
+
+// logprobs: each drawn token's log-probability under softmax(logits / T),
+// and the likeliest ids' (ties by id), as a full forward of the sequence
+// so far gives them.
+BOOST_AUTO_TEST_CASE(logprobs_are_the_distribution_the_sampler_drew_from) {
+  Be be;
+  Decoder<GptLike, Be> model(kVocab, 7);
+  ContinuousBatcher batcher(model, be, {.slots = 2, .context = 16, .queue = 8});
+  const std::vector<std::int32_t> prompt = {1, 2, 3};
+  const double temperature = 0.7;
+  std::vector<TokenLogprobs> got;
+  std::vector<std::int32_t> tokens;
+  batcher.submit({.prompt = prompt,
+                  .sampling = {.temperature = temperature},
+                  .max_tokens = 4,
+                  .seed = 3,
+                  .top_logprobs = 3,
+                  .on_logprobs = [&](const TokenLogprobs& lp) { got.push_back(lp); },
+                  .on_token = [&](std::int32_t t) {
+                    tokens.push_back(t);
+                    return true;
+                  }});
+  drain(batcher);
+  BOOST_REQUIRE(got.size() == 4u);
+  std::vector<std::int32_t> seq = prompt;
+  for (std::size_t k = 0; k < got.size(); ++k) BOOST_TEST_CONTEXT("token " << k) {
+      const int T = int(seq.size());
+      const auto all = model.forward(be, seq, Shape{1, T});
+      const std::vector<double> logits(all.end() - kVocab, all.end());
+      const double top = *std::max_element(logits.begin(), logits.end());
+      double z = 0;
+      for (double l : logits) z += std::exp((l - top) / temperature);
+      auto lp = [&](int id) { return (logits[std::size_t(id)] - top) / temperature - std::log(z); };
+      BOOST_TEST(got[k].token.id == tokens[k]);
+      BOOST_TEST(got[k].token.logprob == lp(tokens[k]), boost::test_tools::tolerance(1e-4));
+      std::vector<int> order(kVocab);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[std::size_t(a)] > logits[std::size_t(b)]; });
+      BOOST_REQUIRE(got[k].top.size() == 3u);
+      for (int j = 0; j < 3; ++j) {
+        BOOST_TEST(got[k].top[std::size_t(j)].id == order[std::size_t(j)]);
+        BOOST_TEST(got[k].top[std::size_t(j)].logprob == lp(order[std::size_t(j)]), boost::test_tools::tolerance(1e-4));
+      }
+      seq.push_back(tokens[k]);
+    }
+  BOOST_TEST(error_of([&] { batcher.submit({.prompt = {1}, .max_tokens = 2, .top_logprobs = 21}); }).find("top_logprobs 21") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(stops_lengths_and_cancellations) {

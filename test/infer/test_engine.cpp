@@ -224,7 +224,7 @@ BOOST_AUTO_TEST_CASE(bad_settings_and_ids_are_errors_naming_them) {
   BOOST_TEST(error_of([&] { (void)e.generate({}); }).find("the prompt is empty") != std::string::npos);
   BOOST_TEST(error_of([&] { (void)e.logits(std::vector<std::int32_t>(65, 1), 1, 65); }).find("context is 64") !=
              std::string::npos);
-  BOOST_TEST(error_of([&] { e.submit({.prompt = {1}}, {}, {}); }).find("start_batching") != std::string::npos);
+  BOOST_TEST(error_of([&] { e.submit({.prompt = {1}}, OnText{}, {}); }).find("start_batching") != std::string::npos);
   BOOST_TEST(error_of([] {
                (void)Engine::create(LanguageModelPresets::info("shakespeare-small"), 0, 1, {}, {.tokenizer_required = false});
              }).find("vocabulary") != std::string::npos);

@@ -1,7 +1,8 @@
 // The official openai package against xfmr-serve, as an application uses it:
 //   node openai_client.mjs BASE_URL API_KEY
 // Streams a chat completion and a completion, checks them against the whole
-// answers, and checks that errors reach the client as the package's own.
+// answers, logprobs and n choices, and that errors reach the client as the
+// package's own.
 import OpenAI from "openai";
 
 const [base, key] = process.argv.slice(2);
@@ -36,6 +37,18 @@ for await (const chunk of await client.completions.create({ model, prompt, max_t
 }
 if (text !== plain.choices[0].text) fail(`completion: streamed ${JSON.stringify(text)} != whole ${JSON.stringify(plain.choices[0].text)}`);
 console.log(`completion: ${chunks} chunks, ${plain.usage.completion_tokens} tokens`);
+
+// logprobs (chat's shape), and n choices each equal to its lone request.
+const withLogprobs = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2 });
+const content = withLogprobs.choices[0].logprobs?.content ?? [];
+if (content.length !== withLogprobs.usage.completion_tokens) fail(`logprobs: ${content.length} entries for ${withLogprobs.usage.completion_tokens} tokens`);
+if (content.some((t) => t.top_logprobs.length !== 2 || t.logprob !== t.top_logprobs[0].logprob)) fail("logprobs: a greedy token is not its step's likeliest");
+const three = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0.8, seed: 11, n: 3 });
+for (let i = 0; i < 3; i++) {
+  const alone = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0.8, seed: 11 + i });
+  if (three.choices[i].text !== alone.choices[0].text) fail(`n: choice ${i} is not its lone request`);
+}
+console.log(`logprobs: ${content.length} tokens; n: 3 choices, ${three.usage.completion_tokens} tokens`);
 
 try {
   await client.completions.create({ model, prompt, max_tokens: 100000 });

@@ -40,6 +40,12 @@ case $what in
       -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": true}' > curl.txt
     grep -q '^data: \[DONE\]$' curl.txt || { echo "curl -N: no [DONE]"; cat curl.txt; exit 1; }
     echo "curl -N: $(grep -c '^data: ' curl.txt) events"
+    # ... with two choices and logprobs: events of index 1, each token's logprobs.
+    curl -sfN "$url/v1/completions" -H "Authorization: Bearer $key" \
+      -d '{"prompt": "Hi", "max_tokens": 4, "n": 2, "logprobs": 1, "stream": true}' > curl_n.txt
+    grep -q '"index":1' curl_n.txt && grep -q '"token_logprobs":\[' curl_n.txt ||
+      { echo "curl -N: no second choice or no logprobs"; cat curl_n.txt; exit 1; }
+    echo "curl -N, n 2 with logprobs: $(grep -c '"token_logprobs"' curl_n.txt) token events"
     ;;
   page) node chat_page.mjs "$url/?temperature=0" "$work/chat_page.png" ;;  # greedy: the same answers every run
 esac

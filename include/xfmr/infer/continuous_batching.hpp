@@ -18,6 +18,15 @@
 // in the queue (at most `queue`) until a slot is free and takes it at the
 // next step; one that ends, or is cancelled, frees its slot at once.
 //
+// Prompts share what the cache holds (prompt caching): a slot keeps the
+// ids whose keys and values it holds after its request ends, and a new
+// request reads only the part of its prompt past the longest prefix any
+// slot holds: in its own slot (a chat's next turn, whose prompt is the
+// last one's with the answer and a new message), or copied from another
+// slot's rows (copy_prefix). A request whose prompt another slot is still
+// reading (n choices of one prompt, sent at once) waits for that read and
+// copies it. BatchResult::cached_tokens counts the ids not read again.
+//
 // Each sequence draws from its own Sampler and Rng(seed), from the logits
 // of its own last position: it gets the tokens Generator (generate.hpp)
 // gives it alone, whatever else is in the batch (test_continuous_batching),
@@ -72,7 +81,11 @@ inline const char* finish_reason_name(FinishReason r) {
 struct BatchResult {
   FinishReason reason = FinishReason::length;
   int prompt_tokens = 0, completion_tokens = 0;
-  std::string error{};  // reason error: what the model's step threw
+  int cached_tokens = 0;  // prompt ids whose keys and values came from the cache, not read again
+  std::string error{};    // reason error: what the model's step threw
+  // From taking a slot to the first token drawn (reading the prompt), and
+  // from there to the end (llama-server's `timings`).
+  double prompt_seconds = 0, generation_seconds = 0;
 };
 
 struct BatchRequest {
@@ -82,6 +95,10 @@ struct BatchRequest {
   std::vector<std::int32_t> stop_ids{};  // generation ends after any of them (the last token given)
   int vocabulary = 0;                  // ids drawn below it (0: the model's), as GenerateOptions'
   std::uint64_t seed = 0;
+  // >= 0: on_logprobs gets each drawn token's log-probability and the
+  // top_logprobs likeliest ids' (token_logprobs, sampling.hpp), before on_token.
+  int top_logprobs = -1;
+  std::function<void(const TokenLogprobs&)> on_logprobs{};
   // On the engine's thread: each token as it is drawn; returning false ends
   // the generation there with reason stop (the caller saw a stop string).
   std::function<bool(std::int32_t)> on_token{};
@@ -102,10 +119,19 @@ struct BatchOptions {
   int queue = 64;           // requests waiting for a slot when every slot is busy, at most
 };
 
+// A slot's state (xfmr-serve's GET /slots).
+struct SlotState {
+  bool busy = false;
+  std::uint64_t request = 0;  // the request it decodes (busy) or decoded last
+  int prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  int held_tokens = 0;  // positions whose keys and values it holds (for the next prompt's prefix)
+};
+
 // Counts since the batcher started, and its state now.
 struct BatchStats {
   std::uint64_t requests = 0, finished = 0, cancelled = 0, failed = 0;
   std::uint64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  std::uint64_t cached_tokens = 0;  // prompt ids taken from the cache instead of read
   double busy_seconds = 0;  // time spent in steps
   int queued = 0, busy_slots = 0, slots = 0;
 };
@@ -145,6 +171,7 @@ class ContinuousBatcher {
     require(long(r.prompt.size()) + long(r.max_tokens) <= long(opts_.context), "the prompt's ", r.prompt.size(),
             " tokens and max_tokens ", r.max_tokens, " exceed the context of ", opts_.context, " tokens");
     require(r.vocabulary >= 0 && r.vocabulary <= V, "vocabulary ", r.vocabulary, " outside [0, ", V, "]");
+    require(r.top_logprobs >= -1 && r.top_logprobs <= 20, "top_logprobs ", r.top_logprobs, " outside [0, 20]");
     r.sampling.validate();
     std::lock_guard lock(mutex_);
     require(!closed_, "the server is shutting down");
@@ -187,6 +214,11 @@ class ContinuousBatcher {
     s.slots = opts_.slots;
     return s;
   }
+  // Each slot's state, as of the last step.
+  std::vector<SlotState> slot_states() const {
+    std::lock_guard lock(mutex_);
+    return slot_states_;
+  }
   // Nothing queued and no slot busy.
   bool idle() const {
     std::lock_guard lock(mutex_);
@@ -206,16 +238,25 @@ class ContinuousBatcher {
       const auto out = model_.forward_cached(be_, ids_, segments_, cache_);
       logits = be_.host_view(out, staging_);
     } catch (const std::exception& e) {
-      // A step that cannot run ends every sequence in it, never leaving a slot stuck.
-      for (int s : owners_) finish(s, FinishReason::error, e.what());
+      // A step that cannot run ends every sequence in it, never leaving a
+      // slot stuck; what their caches hold is not trusted.
+      for (int s : owners_) {
+        finish(s, FinishReason::error, e.what());
+        slots_[s].held.clear();
+      }
+      publish();
       return true;
     }
     const std::size_t V = std::size_t(model_.vocab());
     std::uint64_t drawn_tokens = 0, read_tokens = 0;
+    std::size_t fed_ids = 0;
     for (std::size_t i = 0; i < segments_.size(); ++i) {
       const int s = owners_[i];
       Slot& slot = slots_[s];
       slot.position += segments_[i].rows;
+      slot.held.insert(slot.held.end(), ids_.begin() + std::ptrdiff_t(fed_ids),
+                       ids_.begin() + std::ptrdiff_t(fed_ids + std::size_t(segments_[i].rows)));
+      fed_ids += std::size_t(segments_[i].rows);
       if (slot.fed < slot.prompt_size()) {
         slot.fed += segments_[i].rows;
         read_tokens += segments_[i].rows;
@@ -230,13 +271,18 @@ class ContinuousBatcher {
         continue;
       }
       ++slot.generated, ++drawn_tokens;
+      if (slot.generated == 1) slot.first_token = Clock::now();
       slot.next = next;
+      if (slot.req.top_logprobs >= 0 && slot.req.on_logprobs)
+        slot.req.on_logprobs(
+            token_logprobs(logits.subspan(i * V, drawn), next, slot.req.top_logprobs, slot.req.sampling.temperature));
       const bool more = slot.req.on_token ? slot.req.on_token(next) : true;
       const bool stop = std::find(slot.req.stop_ids.begin(), slot.req.stop_ids.end(), next) != slot.req.stop_ids.end();
       if (!more || stop) finish(s, FinishReason::stop);
       else if (slot.generated >= slot.req.max_tokens || slot.position >= opts_.context)
         finish(s, FinishReason::length);
     }
+    publish();
     std::lock_guard lock(mutex_);
     stats_.generated_tokens += drawn_tokens;
     stats_.prompt_tokens += read_tokens;
@@ -272,10 +318,16 @@ class ContinuousBatcher {
     BatchRequest req;
     std::optional<Sampler> sampler;
     Rng rng;
-    int fed = 0;        // prompt ids read
+    int fed = 0;        // prompt ids read (or taken from the cache)
     int position = 0;   // positions in the cache
     int generated = 0;  // tokens drawn
+    int cached = 0;     // prompt ids taken from the cache
     std::int32_t next = 0;
+    // The ids whose keys and values the slot's cache rows hold, in order;
+    // kept after the request ends, for the next prompt that begins so.
+    std::vector<std::int32_t> held;
+    std::uint64_t last_used = 0;  // the step it last took a request (free slots: the oldest goes first)
+    Clock::time_point admitted{}, first_token{};
     int prompt_size() const { return int(req.prompt.size()); }
   };
 
@@ -310,18 +362,74 @@ class ContinuousBatcher {
     for (int s = 0; s < int(slots_.size()); ++s)
       if (slots_[s].busy && slots_[s].cancelled) finish(s, FinishReason::cancelled);
     std::lock_guard lock(mutex_);
-    for (int s = 0; s < int(slots_.size()) && !waiting_.empty(); ++s) {
-      Slot& slot = slots_[s];
-      if (slot.busy) continue;
-      Waiting w = std::move(waiting_.front());
-      waiting_.pop_front();
-      slot.busy = true, slot.cancelled = false;
-      slot.id = w.id;
-      slot.req = std::move(w.req);
-      slot.sampler.emplace(slot.req.sampling);
-      slot.rng = Rng(slot.req.seed);
-      slot.fed = slot.position = slot.generated = 0;
+    for (auto w = waiting_.begin(); w != waiting_.end() && busy_ < int(slots_.size());) {
+      const auto [slot, from, reuse] = place(w->req.prompt);
+      if (slot < 0) {
+        ++w;  // another slot is reading its prompt's prefix: it waits for that
+        continue;
+      }
+      Slot& x = slots_[slot];
+      if (from != slot) {
+        cache_.copy_prefix(be_, from, slot, reuse);
+        x.held.assign(slots_[from].held.begin(), slots_[from].held.begin() + reuse);
+      }
+      x.held.resize(std::size_t(reuse));
+      x.busy = true, x.cancelled = false;
+      x.id = w->id;
+      x.req = std::move(w->req);
+      x.sampler.emplace(x.req.sampling);
+      x.rng = Rng(x.req.seed);
+      x.fed = x.position = x.cached = reuse;
+      x.generated = 0;
+      x.last_used = ++uses_;
+      x.admitted = Clock::now();
+      stats_.cached_tokens += std::uint64_t(reuse);
       ++busy_;
+      w = waiting_.erase(w);
+    }
+  }
+
+  // Where a prompt goes: {slot, the slot whose rows it copies (itself: none
+  // to copy), the prompt ids reused}; slot -1 when it should wait, a busy
+  // slot reading a longer prefix of it than any cache holds. At least the
+  // prompt's last id is read (its logits draw the first token).
+  struct Place {
+    int slot, from, reuse;
+  };
+  Place place(const std::vector<std::int32_t>& prompt) const {
+    const auto common = [&](const std::vector<std::int32_t>& held) {
+      const std::size_t n = std::min(held.size(), prompt.size() - 1);
+      return int(std::mismatch(held.begin(), held.begin() + std::ptrdiff_t(n), prompt.begin()).first - held.begin());
+    };
+    int own = -1, own_reuse = -1, from = -1, reuse = 0, oldest = -1, reading = 0;
+    for (int s = 0; s < int(slots_.size()); ++s) {
+      const Slot& x = slots_[s];
+      const int n = common(x.held);
+      if (n > reuse) from = s, reuse = n;
+      if (x.busy && x.fed < x.prompt_size()) reading = std::max(reading, common(x.req.prompt));
+      if (x.busy) continue;
+      if (n > own_reuse) own = s, own_reuse = n;
+      if (oldest < 0 || x.last_used < slots_[oldest].last_used) oldest = s;
+    }
+    if (reading > reuse) return {-1, -1, 0};
+    if (reuse == 0) return {oldest, oldest, 0};  // nothing shared: the cache used longest ago goes
+    if (own_reuse == reuse) return {own, own, reuse};
+    // The rows are a busy slot's: copied to the free slot used longest ago.
+    return {oldest, from, reuse};
+  }
+
+  // The slots' states for slot_states(), once a step has changed them.
+  void publish() {
+    std::lock_guard lock(mutex_);
+    slot_states_.resize(slots_.size());
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      const Slot& x = slots_[s];
+      slot_states_[s] = {x.busy,
+                         x.id,
+                         x.busy ? x.prompt_size() : slot_states_[s].prompt_tokens,
+                         x.busy ? x.cached : slot_states_[s].cached_tokens,
+                         x.busy ? x.generated : slot_states_[s].generated_tokens,
+                         int(x.held.size())};
     }
   }
 
@@ -351,7 +459,21 @@ class ContinuousBatcher {
   void finish(int s, FinishReason reason, std::string error = {}) {
     Slot& slot = slots_[s];
     if (!slot.busy) return;
-    const BatchResult result{reason, slot.prompt_size(), slot.generated, std::move(error)};
+    const auto now = Clock::now();
+    const auto first = slot.generated > 0 ? slot.first_token : now;
+    const BatchResult result{reason,
+                             slot.prompt_size(),
+                             slot.generated,
+                             slot.cached,
+                             std::move(error),
+                             std::chrono::duration<double>(first - slot.admitted).count(),
+                             std::chrono::duration<double>(now - first).count()};
+    {
+      std::lock_guard lock(mutex_);
+      if (std::size_t(s) < slot_states_.size())
+        slot_states_[std::size_t(s)] = {false, slot.id, slot.prompt_size(), slot.cached, slot.generated,
+                                        int(slot.held.size())};
+    }
     auto on_finish = std::move(slot.req.on_finish);
     slot.busy = false;
     slot.req = {};
@@ -386,7 +508,9 @@ class ContinuousBatcher {
   bool cancel_all_ = false, closed_ = false;
   int busy_ = 0;
   std::uint64_t next_id_ = 1;
+  std::uint64_t uses_ = 0;  // requests placed in slots
   BatchStats stats_;
+  std::vector<SlotState> slot_states_;
 };
 
 }  // namespace xfmr

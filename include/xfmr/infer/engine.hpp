@@ -79,6 +79,10 @@ struct CompletionRequest {
   std::vector<std::string> stop{};
   std::vector<std::int32_t> stop_ids{};
   bool ignore_eos = false;
+  // >= 0 (at most 20): each drawn token's log-probability, and this many of
+  // the likeliest ids' (sampling.hpp's token_logprobs); through the
+  // batcher (submit, generate_batch), not generate.
+  int logprobs = -1;
   bool use_cache = true;  // generate only: false recomputes the context for every token
   // generate only: this id starts a fresh context (a names model's separator, GenerateOptions').
   std::optional<std::int32_t> restart = std::nullopt;
@@ -90,6 +94,11 @@ struct Completion {
   FinishReason reason = FinishReason::length;
   int prompt_tokens = 0;
   std::string error{};  // reason error: what the step threw
+  std::vector<TokenLogprobs> logprobs{};  // a token's each, when the request asked
+  // Through the batcher: prompt ids taken from its cache (not read again);
+  // seconds reading the prompt (to the first token) and generating.
+  int cached_tokens = 0;
+  double prompt_seconds = 0, generation_seconds = 0;
   int completion_tokens() const { return int(ids.size()); }
 };
 
@@ -101,6 +110,14 @@ using OnText = std::function<bool(std::string_view)>;
 // whole) comes last, with id -1.
 using OnToken = std::function<bool(std::int32_t, std::string_view)>;
 using OnCompletion = std::function<void(const Completion&)>;
+// The same with the token's log-probabilities (null unless the request
+// asked): what a server streams with each piece of text.
+struct TokenStep {
+  std::int32_t id = -1;
+  std::string_view text{};
+  const TokenLogprobs* logprobs = nullptr;
+};
+using OnStep = std::function<bool(const TokenStep&)>;
 
 namespace detail {
 // What runs on the backend's type (src/engine.cpp's EngineCoreFor<Be>).
@@ -164,11 +181,13 @@ class Engine {
   // Queues r (QueueFull past the bound, an Error naming a bad field);
   // on_text and on_finish run on the thread that steps.
   std::uint64_t submit(CompletionRequest r, OnText on_text, OnCompletion on_finish);
+  std::uint64_t submit(CompletionRequest r, OnStep on_step, OnCompletion on_finish);
   void cancel(std::uint64_t id);
   void cancel_all();
   void close();
   bool idle() const;
   BatchStats stats() const;
+  std::vector<SlotState> slot_states() const;
   bool step();
   void run(std::stop_token stop);
 

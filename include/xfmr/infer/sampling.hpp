@@ -140,4 +140,38 @@ class Sampler {
   std::vector<float> weights_;  // every id's
 };
 
+// A drawn token's log-probability, and the likeliest ids' (OpenAI's
+// `logprobs`): under softmax(logits / temperature), the distribution a
+// Sampler draws from before top-k and top-p (temperature 1 when greedy).
+struct TokenLogprob {
+  std::int32_t id = 0;
+  float logprob = 0;
+};
+struct TokenLogprobs {
+  TokenLogprob token;
+  std::vector<TokenLogprob> top;  // the `top` likeliest, most likely first (ties by id)
+};
+
+template <class S>
+TokenLogprobs token_logprobs(std::span<const S> logits, std::int32_t id, int top, double temperature) {
+  require(!logits.empty() && id >= 0 && std::size_t(id) < logits.size(), "logprobs of id ", id, " among ",
+          logits.size());
+  const double inv = temperature > 0 && std::isfinite(1.0 / temperature) ? 1.0 / temperature : 1.0;
+  const double largest = double(*std::max_element(logits.begin(), logits.end()));
+  double sum = 0.0;
+  for (const S l : logits) sum += std::exp((double(l) - largest) * inv);
+  const double log_z = std::log(sum);
+  const auto logprob = [&](std::size_t i) { return float((double(logits[i]) - largest) * inv - log_z); };
+  TokenLogprobs out{{id, logprob(std::size_t(id))}, {}};
+  const std::size_t k = std::min<std::size_t>(std::size_t(std::max(top, 0)), logits.size());
+  if (k == 0) return out;
+  std::vector<std::int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(k), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return logits[std::size_t(a)] > logits[std::size_t(b)] || (logits[std::size_t(a)] == logits[std::size_t(b)] && a < b);
+  });
+  for (std::size_t i = 0; i < k; ++i) out.top.push_back({order[i], logprob(std::size_t(order[i]))});
+  return out;
+}
+
 }  // namespace xfmr

@@ -6,7 +6,8 @@
 //   k (B, capacity, k_width), v (B, capacity, v_width), `length` rows filled.
 // DecodingCache holds one KvCache per layer of a model. reorder() permutes the
 // sequences (beam search keeps the cache of the beams it continues);
-// truncate() forgets the newest positions.
+// truncate() forgets the newest positions; copy_prefix() gives a sequence
+// another's first positions (a prompt's prefix, shared).
 //
 // A ragged step (continuous batching, infer/continuous_batching.hpp) decodes
 // sequences of different lengths together: a DecodingCache started for
@@ -69,6 +70,16 @@ class KvCache {
     length_ = length;
   }
 
+  // Sequence `to` takes the first n positions of sequence `from` (a
+  // shared prompt's, copied instead of computed again).
+  void copy_prefix(Backend& be, int from, int to, int n) {
+    require(from >= 0 && from < B_ && to >= 0 && to < B_ && n >= 0 && n <= capacity_, "copy of ", n,
+            " positions from sequence ", from, " to ", to, " in a cache of ", B_, " x ", capacity_);
+    if (n == 0 || from == to) return;
+    be.copy(std::size_t(n) * k_width_, k_row(from, 0), k_row(to, 0));
+    be.copy(std::size_t(n) * v_width_, v_row(from, 0), v_row(to, 0));
+  }
+
   // Sequence b takes the cache of sequence order[b].
   void reorder(Backend& be, std::span<const int> order) {
     require(order.size() == std::size_t(B_), "reorder of ", order.size(), " sequences, the cache holds ", B_);
@@ -114,6 +125,9 @@ class DecodingCache {
   }
   void truncate(int length) {
     for (auto& l : layers_) l.truncate(length);
+  }
+  void copy_prefix(Backend& be, int from, int to, int n) {
+    for (auto& l : layers_) l.copy_prefix(be, from, to, n);
   }
 
  private:
