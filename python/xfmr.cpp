@@ -282,6 +282,21 @@ class Model {
     return out;
   }
 
+  // Engine::embedding of a text or ids: numpy float32 (d_model,), unit length.
+  py::array_t<float> embedding(const py::object& input) {
+    const std::vector<std::int32_t> ids = prompt_ids(input);
+    std::vector<float> e;
+    {
+      py::gil_scoped_release release;
+      end_open_stream();
+      std::lock_guard lock(busy_);
+      e = engine_.embedding(ids);
+    }
+    py::array_t<float> out(py::ssize_t(e.size()));
+    std::copy(e.begin(), e.end(), out.mutable_data());
+    return out;
+  }
+
   // A Hugging Face directory (GPT-2 or Llama), with the tokenizer's files.
   void export_hf(const std::filesystem::path& dir, bool overwrite) {
     py::gil_scoped_release release;
@@ -747,6 +762,9 @@ PYBIND11_MODULE(_xfmr, m) {
           "generate for each of prompts, batch_size of them decoded together (one weight read serves them all); "
           "prompt i draws with seed + i, so it gets what generate(prompt, seed=seed + i) gets while the prompt and "
           "max_tokens fit the context")
+      .def("embedding", &Model::embedding, py::arg("input"),
+           "the mean of the final hidden states (after the last norm) over input's positions (text or ids), of unit "
+           "length: a float32 array (d_model,), as xfmr-serve's /v1/embeddings gives it")
       .def("logits", &Model::logits, py::arg("ids"),
            "the logits of ids (T) or of a batch (B, T): a float32 array (T, vocab) or (B, T, vocab)");
 

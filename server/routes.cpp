@@ -41,12 +41,14 @@ void dispatch(Service& service, const http::Request& req, http::Response& res) {
     service.completions(req, res, false);
   } else if (path == "/v1/chat/completions" && post) {
     service.completions(req, res, true);
+  } else if (path == "/v1/embeddings" && post) {
+    service.embeddings(req, res);
   } else if (path == "/tokenize" && post) {
     service.tokenize(req, res);
   } else if (path == "/detokenize" && post) {
     service.detokenize(req, res);
   } else {
-    for (const char* known : {"/health", "/", "/metrics", "/slots", "/v1/models", "/v1/completions", "/v1/chat/completions",
+    for (const char* known : {"/health", "/", "/metrics", "/slots", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
                               "/tokenize", "/detokenize"})
       if (path == known) throw HttpError{405, "the method " + req.method + " is not allowed on " + path};
     throw HttpError{404, "no such route: " + path};

@@ -14,6 +14,7 @@
 // POST /v1/completions        OpenAI's shapes, "stream": true as server-sent events ending "data: [DONE]";
 //                             logprobs, n choices, usage's cached_tokens, llama-server's timings
 // POST /v1/chat/completions   the same for a conversation, rendered by the chat template (text/chat_template.hpp)
+// POST /v1/embeddings         OpenAI's shape: the mean final hidden state of each input, of unit length
 // POST /tokenize, /detokenize {"content": text} <-> {"tokens": [ids]}
 // GET  /metrics               Prometheus text: requests, tokens, queue, slots
 // GET  /slots                 each slot's state: busy, its request, prompt, cached and decoded tokens

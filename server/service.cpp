@@ -4,6 +4,7 @@
 #include "service.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -36,6 +37,83 @@ void Service::load() {
 
 void Service::completions(const http::Request& req, http::Response& res, bool chat) {
   answer(read_completion(parse_body(req), chat, facts()), chat, req, res);
+}
+
+namespace {
+
+// float32 values' little-endian bytes in base64 (OpenAI's encoding_format
+// "base64", which its clients ask for by default).
+std::string base64_floats(const std::vector<float>& v) {
+  static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes(v.size() * 4, '\0');
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &v[i], 4);
+    for (int b = 0; b < 4; ++b) bytes[i * 4 + std::size_t(b)] = char((u >> (8 * b)) & 0xff);
+  }
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
+    std::uint32_t x = 0;
+    for (std::size_t j = 0; j < 3; ++j) x = (x << 8) | (j < n ? std::uint8_t(bytes[i + j]) : 0u);
+    for (std::size_t j = 0; j < 4; ++j) out += j <= n ? kDigits[(x >> (18 - 6 * j)) & 63] : '=';
+  }
+  return out;
+}
+
+}  // namespace
+
+void Service::embeddings(const http::Request& req, http::Response& res) {
+  const json body = parse_body(req);
+  for (const auto& [key, value] : body.items())
+    if (key != "input" && key != "model" && key != "encoding_format" && key != "user" && key != "dimensions")
+      bad_request("'" + key + "' is not a field of /v1/embeddings", key);
+  if (const auto m = field<std::string>(body, "model"); m && *m != name_)
+    throw HttpError{404, "The model '" + *m + "' does not exist; this server has '" + name_ + "'", "model",
+                    "invalid_request_error"};
+  const std::string format = field<std::string>(body, "encoding_format").value_or("float");
+  if (format != "float" && format != "base64")
+    bad_request("'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
+  (void)field<std::string>(body, "user");
+  // The inputs: a text, a list of texts, a list of ids, or a list of lists of ids.
+  const auto in = body.find("input");
+  if (in == body.end() || in->is_null()) bad_request("'input' is required", "input");
+  std::vector<std::vector<std::int32_t>> inputs;
+  auto one = [&](const json& x) {
+    if (x.is_string()) inputs.push_back(tokenizer().encode(x.get<std::string>()));
+    else if (x.is_array() && (x.empty() || x[0].is_number())) inputs.push_back(token_ids(x, "input", tokenizer().size()));
+    else bad_request("'input' must be a text, a list of texts, a list of token ids, or a list of such lists", "input");
+  };
+  if (in->is_array() && !in->empty() && (in->front().is_string() || in->front().is_array())) {
+    if (in->size() > 256) bad_request("'input' holds " + std::to_string(in->size()) + " inputs; at most 256", "input");
+    for (const json& x : *in) one(x);
+  } else {
+    one(*in);
+  }
+  const int context = engine_->max_t();
+  const int width = engine_->architecture().d_model;
+  if (const auto d = field<int>(body, "dimensions"); d && *d != width)
+    bad_request("'dimensions' " + std::to_string(*d) + ": this model's embeddings have " + std::to_string(width),
+                "dimensions");
+  json data = json::array();
+  int tokens = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) bad_request("input " + std::to_string(i) + " is empty", "input");
+    if (int(inputs[i].size()) > context)
+      bad_request("input " + std::to_string(i) + " is " + std::to_string(inputs[i].size()) +
+                      " tokens; the context is " + std::to_string(context),
+                  "input");
+    tokens += int(inputs[i].size());
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::vector<float> e = engine_->embedding(inputs[i]);
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", format == "float" ? json(e) : json(base64_floats(e))}});
+  }
+  res.set_content(dump(json{{"object", "list"},
+                            {"data", data},
+                            {"model", name_},
+                            {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}),
+                  "application/json");
 }
 
 void Service::tokenize(const http::Request& req, http::Response& res) {

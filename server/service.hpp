@@ -37,6 +37,8 @@ class Service {
   // POST /v1/completions (chat false) and /v1/chat/completions.
   void completions(const http::Request& req, http::Response& res, bool chat);
   void tokenize(const http::Request& req, http::Response& res);
+  // POST /v1/embeddings: the engine's embedding of each input.
+  void embeddings(const http::Request& req, http::Response& res);
   void detokenize(const http::Request& req, http::Response& res);
   std::string metrics();
   // GET /slots: each slot's state (the engine's batcher).

@@ -5,6 +5,8 @@
 #include "xfmr/infer/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -37,6 +39,7 @@ class Core : public detail::EngineCore {
   virtual void stop_batching() = 0;
   virtual int batch_context() const = 0;
   virtual std::uint64_t submit(BatchRequest r) = 0;
+  virtual void post(std::function<void()> task) = 0;
   virtual std::vector<SlotState> slot_states() const = 0;
   virtual void cancel(std::uint64_t id) = 0;
   virtual void cancel_all() = 0;
@@ -47,6 +50,7 @@ class Core : public detail::EngineCore {
   virtual void run(std::stop_token stop) = 0;
   virtual LossSum loss(std::span<const std::int32_t> tokens, int context, int batch, long windows) = 0;
   virtual std::vector<float> logits(std::span<const std::int32_t> ids, int B, int T) = 0;
+  virtual std::vector<float> hidden(std::span<const std::int32_t> ids) = 0;
   virtual void export_hf(const std::filesystem::path& dir, bool overwrite, std::span<const AttachedFile> files) = 0;
   virtual void synchronize() = 0;
   virtual void weights_changed() = 0;
@@ -88,6 +92,7 @@ class CoreFor final : public Core {
   void stop_batching() override { batcher_.reset(); }
   int batch_context() const override { return batcher().context(); }
   std::uint64_t submit(BatchRequest r) override { return batcher().submit(std::move(r)); }
+  void post(std::function<void()> task) override { batcher().post(std::move(task)); }
   std::vector<SlotState> slot_states() const override {
     return batcher_ ? batcher_->slot_states() : std::vector<SlotState>{};
   }
@@ -105,6 +110,11 @@ class CoreFor final : public Core {
   std::vector<float> logits(std::span<const std::int32_t> ids, int B, int T) override {
     model_->set_training(false);
     const auto out = be_.host_view(model_->forward(be_, ids, Shape{B, T}), staging_);
+    return std::vector<float>(out.begin(), out.end());
+  }
+  std::vector<float> hidden(std::span<const std::int32_t> ids) override {
+    model_->set_training(false);
+    const auto out = be_.host_view(model_->hidden(be_, ids, Shape{1, int(ids.size())}), staging_);
     return std::vector<float>(out.begin(), out.end());
   }
   void export_hf(const std::filesystem::path& dir, bool overwrite, std::span<const AttachedFile> files) override {
@@ -447,6 +457,37 @@ std::vector<float> Engine::logits(std::span<const std::int32_t> ids, int B, int 
   require(T <= max_t(), "logits: ", T, " positions; the model's context is ", max_t());
   check_ids(ids, "logits:");
   return static_cast<Core*>(core_)->logits(ids, B, T);
+}
+std::vector<float> Engine::embedding(std::span<const std::int32_t> ids) {
+  require(!ids.empty(), "embedding: no ids");
+  require(int(ids.size()) <= max_t(), "embedding: ", ids.size(), " positions; the model's context is ", max_t());
+  check_ids(ids, "embedding:");
+  Core& core = *static_cast<Core*>(core_);
+  std::vector<float> h;
+  if (core.batching()) {  // on the engine's thread, between its steps
+    std::promise<std::vector<float>> done;
+    auto result = done.get_future();
+    core.post([&] {
+      try {
+        done.set_value(core.hidden(ids));
+      } catch (...) {
+        done.set_exception(std::current_exception());
+      }
+    });
+    h = result.get();
+  } else {
+    h = core.hidden(ids);
+  }
+  const std::size_t T = ids.size(), D = h.size() / T;
+  std::vector<double> mean(D, 0.0);
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t d = 0; d < D; ++d) mean[d] += h[t * D + d];
+  double norm = 0.0;
+  for (double& m : mean) norm += (m /= double(T)) * m;
+  norm = std::sqrt(norm);
+  std::vector<float> out(D);
+  for (std::size_t d = 0; d < D; ++d) out[d] = float(norm > 0 ? mean[d] / norm : 0.0);
+  return out;
 }
 void Engine::export_hf(const std::filesystem::path& dir, bool overwrite) {
   require(!dir.empty(), "export_hf: no directory named (an empty path)");

@@ -233,6 +233,16 @@ def test_arguments_are_checked_by_their_python_names(smollm):
     assert len(smollm.generate("a", max_tokens=2, seed=2**64 - 1, ignore_eos=True).ids) == 2
 
 
+def test_an_embedding_is_the_mean_hidden_state_of_unit_length(smollm):
+    e = smollm.embedding("The cat sat")
+    assert e.dtype == np.float32 and e.shape == (smollm.config["dims"]["d_model"],)
+    assert abs(float(np.linalg.norm(e)) - 1) < 1e-5
+    assert np.array_equal(smollm.embedding(smollm.tokenizer.encode("The cat sat")), e)
+    assert not np.array_equal(smollm.embedding("A dog"), e)
+    with pytest.raises(xfmr.Error, match="prompt holds 999"):
+        smollm.embedding([1, 999])
+
+
 def test_a_stream_has_one_reader(smollm):
     # Two threads iterating one stream: each piece goes to one of them, the
     # second reader may get an xfmr.Error while the first waits, and neither hangs.

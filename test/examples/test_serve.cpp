@@ -446,6 +446,26 @@ BOOST_AUTO_TEST_CASE(n_choices_are_each_a_lone_request_with_its_seed) {
   for (int i = 0; i < 3; ++i) BOOST_TEST(text[std::size_t(i)] == r["choices"][i]["text"].get<std::string>());
 }
 
+// /v1/embeddings: a unit vector of the model's width an input, the same
+// for the same text, in floats or base64 (OpenAI's clients' default).
+BOOST_AUTO_TEST_CASE(embeddings_of_texts_and_ids) {
+  const json r = post("/v1/embeddings", {{"input", {"The cat", "a dog", "The cat"}}});
+  BOOST_REQUIRE(r["data"].size() == 3u);
+  const auto e0 = r["data"][0]["embedding"].get<std::vector<double>>();
+  double length = 0;
+  for (double x : e0) length += x * x;
+  BOOST_TEST(length == 1.0, boost::test_tools::tolerance(1e-5));
+  BOOST_TEST(r["data"][2]["embedding"] == r["data"][0]["embedding"]);
+  BOOST_TEST(r["data"][1]["embedding"] != r["data"][0]["embedding"]);
+  BOOST_TEST(r["usage"]["prompt_tokens"].get<int>() > 0);
+  const json ids = post("/tokenize", {{"content", "The cat"}})["tokens"];
+  BOOST_TEST(post("/v1/embeddings", {{"input", ids}})["data"][0]["embedding"] == r["data"][0]["embedding"]);
+  const json b64 = post("/v1/embeddings", {{"input", "The cat"}, {"encoding_format", "base64"}});
+  BOOST_TEST(b64["data"][0]["embedding"].get<std::string>().size() == (e0.size() * 4 + 2) / 3 * 4);
+  BOOST_TEST(post("/v1/embeddings", {{"input", 3.5}}, 400)["error"]["param"] == "input");
+  BOOST_TEST(post("/v1/embeddings", {{"input", "a"}, {"dimensions", 7}}, 400)["error"]["param"] == "dimensions");
+}
+
 // A prompt that begins with what a slot holds reads only the rest, and its
 // greedy answer is a fresh server's (no cache), bit for bit.
 BOOST_AUTO_TEST_CASE(the_prompt_cache_changes_no_answer) {

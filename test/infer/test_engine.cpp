@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/errors.hpp"
@@ -228,6 +229,40 @@ BOOST_AUTO_TEST_CASE(bad_settings_and_ids_are_errors_naming_them) {
   BOOST_TEST(error_of([] {
                (void)Engine::create(LanguageModelPresets::info("shakespeare-small"), 0, 1, {}, {.tokenizer_required = false});
              }).find("vocabulary") != std::string::npos);
+}
+
+// An embedding: the mean of the final hidden states over the positions, of
+// unit length; the same while the engine serves (run between its steps).
+BOOST_AUTO_TEST_CASE(an_embedding_is_the_mean_final_hidden_state_normalised) {
+  Engine e = smollm();
+  const std::vector<std::int32_t> ids = {5, 17, 40, 2};
+  const std::vector<float> got = e.embedding(ids);
+  const int D = e.architecture().d_model;
+  BOOST_REQUIRE(got.size() == std::size_t(D));
+  std::vector<double> mean(std::size_t(D), 0.0);
+  e.visit([&]<class B>(LanguageModel<B>& model, B& be) {
+    if constexpr (std::is_same_v<B, Be>) {  // the CPU's float32, which this engine runs
+      const auto h = model.hidden(be, ids, Shape{1, int(ids.size())});
+      for (std::size_t t = 0; t < ids.size(); ++t)
+        for (int d = 0; d < D; ++d)
+          mean[std::size_t(d)] += double(h[t * std::size_t(D) + std::size_t(d)]) / double(ids.size());
+    }
+  });
+  double norm = 0.0;
+  for (double m : mean) norm += m * m;
+  norm = std::sqrt(norm);
+  double length = 0.0;
+  for (int d = 0; d < D; ++d) {
+    BOOST_TEST(got[std::size_t(d)] == mean[std::size_t(d)] / norm, boost::test_tools::tolerance(1e-5));
+    length += double(got[std::size_t(d)]) * got[std::size_t(d)];
+  }
+  BOOST_TEST(length == 1.0, boost::test_tools::tolerance(1e-5));
+  BOOST_TEST(e.embedding(std::vector<std::int32_t>{5, 17}) != got);
+  // Serving: the embedding runs on the engine's thread, between steps.
+  e.start_batching({.slots = 2, .context = 32});
+  std::jthread engine([&](std::stop_token stop) { e.run(stop); });
+  BOOST_TEST(e.embedding(ids) == got, boost::test_tools::per_element());
+  BOOST_TEST(error_of([&] { (void)e.embedding(std::vector<std::int32_t>{}); }).find("no ids") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(logits_and_loss_are_the_models) {

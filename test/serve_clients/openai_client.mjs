@@ -49,6 +49,13 @@ for (let i = 0; i < 3; i++) {
   if (three.choices[i].text !== alone.choices[0].text) fail(`n: choice ${i} is not its lone request`);
 }
 console.log(`logprobs: ${content.length} tokens; n: 3 choices, ${three.usage.completion_tokens} tokens`);
+// Embeddings (the package asks for base64 and decodes it).
+const embedded = await client.embeddings.create({ model, input: ["Once upon a time", "Once upon a time", "Hello"] });
+const [a, b, c] = embedded.data.map((d) => d.embedding);
+const length = Math.sqrt(a.reduce((s, x) => s + x * x, 0));
+if (embedded.data.length !== 3 || Math.abs(length - 1) > 1e-5) fail(`embeddings: ${embedded.data.length} vectors, length ${length}`);
+if (a.some((x, i) => x !== b[i]) || a.every((x, i) => x === c[i])) fail("embeddings: one text gave two vectors, or two texts one");
+console.log(`embeddings: 3 vectors of ${a.length}`);
 
 try {
   await client.completions.create({ model, prompt, max_tokens: 100000 });

@@ -186,6 +186,16 @@ class ContinuousBatcher {
     return id;
   }
 
+  // Runs task on the engine's thread before the next step: what must not
+  // run beside a step (another forward of the model: an embedding). Any
+  // thread; an Error once closed.
+  void post(std::function<void()> task) {
+    std::lock_guard lock(mutex_);
+    require(!closed_, "the server is shutting down");
+    tasks_.push_back(std::move(task));
+    work_.notify_one();
+  }
+
   // Ends request `id` at the next step (reason cancelled); any thread. An id
   // that has finished is ignored.
   void cancel(std::uint64_t id) {
@@ -229,9 +239,15 @@ class ContinuousBatcher {
   // requests, then runs the ragged step of every busy slot. False when
   // there was nothing to run.
   bool step() {
+    std::vector<std::function<void()>> tasks;
+    {
+      std::lock_guard lock(mutex_);
+      tasks.swap(tasks_);
+    }
+    for (auto& task : tasks) task();
     admit();
     build_step();
-    if (segments_.empty()) return false;
+    if (segments_.empty()) return !tasks.empty();
     const auto t0 = Clock::now();
     std::span<const typename Backend::Scalar> logits;
     try {
@@ -300,9 +316,9 @@ class ContinuousBatcher {
       if (stop.stop_requested()) close();
       if (step()) continue;
       std::unique_lock lock(mutex_);
-      if (closed_ && waiting_.empty() && busy_ == 0) return;
+      if (closed_ && waiting_.empty() && busy_ == 0 && tasks_.empty()) return;
       work_.wait_for(lock, std::chrono::milliseconds(50), [&] {
-        return !waiting_.empty() || !cancels_.empty() || cancel_all_ || stop.stop_requested();
+        return !waiting_.empty() || !cancels_.empty() || !tasks_.empty() || cancel_all_ || stop.stop_requested();
       });
     }
   }
@@ -505,6 +521,7 @@ class ContinuousBatcher {
   std::condition_variable work_;
   std::deque<Waiting> waiting_;
   std::vector<std::uint64_t> cancels_;
+  std::vector<std::function<void()>> tasks_;
   bool cancel_all_ = false, closed_ = false;
   int busy_ = 0;
   std::uint64_t next_id_ = 1;

@@ -28,7 +28,9 @@
 // start_batching(opts), then submit / cancel / step / run: the server's
 //   engine, requests coming from any thread and decoded together on the
 //   thread that runs it (continuous_batching.hpp's rules).
-// loss, logits: the model's numbers on token windows and ids.
+// loss, logits: the model's numbers on token windows and ids; embedding:
+//   a text's vector (the mean final hidden state, of unit length), run on
+//   the engine's thread between steps while it serves.
 // visit(f): f(LanguageModel<Be>&, Be&) with the backend's type, for what
 //   needs the model itself (a trainer, a benchmark's ceilings); after the
 //   weights change, weights_changed() makes the copies again.
@@ -195,6 +197,9 @@ class Engine {
   LossSum loss(std::span<const std::int32_t> tokens, int context, int batch, long windows);
   // The logits (B*T, vocab) of ids (B*T), on the host.
   std::vector<float> logits(std::span<const std::int32_t> ids, int B, int T);
+  // An embedding of ids (one sequence): the mean of the final hidden
+  // states (after the last norm) over the positions, of unit length.
+  std::vector<float> embedding(std::span<const std::int32_t> ids);
   // save_pretrained with the tokenizer's files.
   void export_hf(const std::filesystem::path& dir, bool overwrite);
   // save_gguf (io/pretrained.hpp) with the tokenizer: a GGUF llama.cpp

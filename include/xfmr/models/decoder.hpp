@@ -75,6 +75,13 @@ class Decoder {
     return {logits, std::size_t(rows_) * vocab()};
   }
 
+  // The final hidden states (B*T, d_model) of ids (B*T): after the last
+  // norm, before the head (an embedding's features); valid until the next forward.
+  std::span<const A> hidden(Backend& be, std::span<const std::int32_t> ids, Shape bt) {
+    const auto h = trunk_.forward(be, ids, bt);
+    return {h.data, std::size_t(h.rows) * std::size_t(h.cols)};
+  }
+
   // Incremental decoding: start a cache for B sequences, then feed each
   // sequence's next n ids (ids B*n) and get their logits (B*n, vocab). The
   // same numbers as forward() over the whole prefix, at one row of work per

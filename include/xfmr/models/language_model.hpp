@@ -63,6 +63,8 @@ class LanguageModel : public VirtualModel<Backend> {
   // decoding through a cache.
   virtual std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) = 0;
   virtual void backward(Backend& be, std::span<const A> dlogits) = 0;
+  // The final hidden states (B*T, d_model): Decoder::hidden.
+  virtual std::span<const A> hidden(Backend& be, std::span<const std::int32_t> ids, Shape bt) = 0;
   virtual void start_cache(DecodingCache<Backend>& cache, int B, int capacity = 0) = 0;
   virtual std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
                                             DecodingCache<Backend>& cache) = 0;
@@ -106,6 +108,9 @@ class DecoderModel final : public LanguageModel<Backend> {
     return model_.forward(be, ids, bt);
   }
   void backward(Backend& be, std::span<const A> dlogits) override { model_.backward(be, dlogits); }
+  std::span<const A> hidden(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
+    return model_.hidden(be, ids, bt);
+  }
   void start_cache(DecodingCache<Backend>& cache, int B, int capacity = 0) override {
     model_.start_cache(cache, B, capacity);
   }
