@@ -35,6 +35,7 @@
 #include "xfmr/backend/cpu.hpp"
 #include "xfmr/backend/factory.hpp"
 #include "xfmr/infer/engine.hpp"
+#include "xfmr/infer/json_grammar.hpp"
 #include "xfmr/io/architecture.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/io/pretrained.hpp"
@@ -747,21 +748,33 @@ PYBIND11_MODULE(_xfmr, m) {
           "generate_batch",
           [](Model& self, const std::vector<py::object>& prompts, const py::object& max_tokens, double temperature,
              const py::object& top_k, double top_p, const py::object& seed,
-             std::optional<std::vector<std::string>> stop, bool ignore_eos, const py::object& batch_size_) {
+             std::optional<std::vector<std::string>> stop, bool ignore_eos, const py::object& batch_size_,
+             const py::object& json_schema) {
             const int batch_size = int(int_arg(batch_size_, "batch_size", 1, 4096));
             const std::uint64_t base = seed_arg(seed, "seed").value_or(std::random_device{}());
+            // json_schema: a schema (a dict, as JSON has it) or "json_object": every text a value of it.
+            std::shared_ptr<const JsonSchema> schema;
+            if (py::isinstance<py::str>(json_schema) && json_schema.cast<std::string>() == "json_object")
+              schema = JsonSchema::any_object();
+            else if (!json_schema.is_none())
+              schema = JsonSchema::compile(nlohmann::json::parse(
+                  py::module_::import("json").attr("dumps")(json_schema).cast<std::string>()));
             std::vector<CompletionRequest> requests;
-            for (std::size_t i = 0; i < prompts.size(); ++i)
+            for (std::size_t i = 0; i < prompts.size(); ++i) {
               requests.push_back(
                   self.request(prompts[i], max_tokens, temperature, top_k, top_p, base + i, stop, ignore_eos));
+              requests.back().json_schema = schema;
+            }
             return self.generate_batch(requests, batch_size);
           },
           py::arg("prompts"), py::kw_only(), py::arg("max_tokens") = 100, py::arg("temperature") = sampling.temperature,
           py::arg("top_k") = sampling.top_k, py::arg("top_p") = sampling.top_p, py::arg("seed") = py::none(),
           py::arg("stop") = py::none(), py::arg("ignore_eos") = false, py::arg("batch_size") = 8,
+          py::arg("json_schema") = py::none(),
           "generate for each of prompts, batch_size of them decoded together (one weight read serves them all); "
           "prompt i draws with seed + i, so it gets what generate(prompt, seed=seed + i) gets while the prompt and "
-          "max_tokens fit the context")
+          "max_tokens fit the context. json_schema (a JSON schema as a dict, or 'json_object'): each text is a "
+          "value of it (structured output), then the end token")
       .def("embedding", &Model::embedding, py::arg("input"),
            "the mean of the final hidden states (after the last norm) over input's positions (text or ids), of unit "
            "length: a float32 array (d_model,), as xfmr-serve's /v1/embeddings gives it")

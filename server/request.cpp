@@ -100,20 +100,20 @@ bool neutral(const std::string& key, const json& v) {
   if (key == "logit_bias" || key == "metadata") return v.is_object() && v.empty();
   if (key == "presence_penalty" || key == "frequency_penalty") return v.is_number() && v.get<double>() == 0.0;
   if (key == "suffix") return v == "";
-  if (key == "response_format") return v.is_object() && v.size() == 1 && v.value("type", "") == "text";
   if (key == "tools" || key == "functions") return v.is_array() && v.empty();
   if (key == "tool_choice" || key == "function_call") return v == "none";
   return false;
 }
 
 const std::set<std::string> kRead = {"model", "max_tokens", "temperature", "top_p", "top_k",   "seed",
-                                     "stream", "stream_options", "stop", "ignore_eos", "n", "user", "logprobs"};
+                                     "stream", "stream_options", "stop", "ignore_eos", "n", "user", "logprobs",
+                                     "response_format"};
 const std::set<std::string> kReadCompletion = {"prompt"};
 const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "parallel_tool_calls", "store",
                                          "top_logprobs"};
-const std::set<std::string> kUnimplemented = {"echo", "best_of", "logit_bias", "suffix", "response_format",
-                                              "tools", "tool_choice", "functions", "function_call",
-                                              "presence_penalty", "frequency_penalty", "metadata"};
+const std::set<std::string> kUnimplemented = {"echo", "best_of", "logit_bias", "suffix", "tools", "tool_choice",
+                                              "functions", "function_call", "presence_penalty", "frequency_penalty",
+                                              "metadata"};
 
 }  // namespace
 
@@ -162,6 +162,29 @@ CompletionParams read_completion(const json& body, bool chat, const ModelFacts& 
   CompletionParams p;
   p.n = n;
   CompletionRequest& r = p.request;
+  // response_format: text, any JSON object, or a value of a JSON schema
+  // (json_grammar.hpp: each token drawn keeps the text a value's prefix).
+  if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      bad_request("'response_format' must be an object with a 'type'", "response_format");
+    const std::string type = (*rf)["type"];
+    try {
+      if (type == "json_object") {
+        r.json_schema = JsonSchema::any_object();
+      } else if (type == "json_schema") {
+        const auto js = rf->find("json_schema");
+        if (js == rf->end() || !js->is_object() || !js->contains("schema"))
+          bad_request("'response_format.json_schema' must be an object with a 'schema'", "response_format");
+        r.json_schema = JsonSchema::compile((*js)["schema"]);
+      } else if (type != "text") {
+        bad_request("'response_format.type' \"" + type + "\" (text, json_object or json_schema)", "response_format");
+      }
+    } catch (const Error& e) {
+      bad_request(std::string("'response_format': ") + e.what(), "response_format");
+    }
+    if (r.json_schema && field<bool>(body, "ignore_eos").value_or(false))
+      bad_request("'ignore_eos' with a 'response_format': the value ends with the end-of-text token", "ignore_eos");
+  }
   // logprobs: chat's a boolean with top_logprobs (0-20) beside it;
   // completions' the number of likeliest ids (0-5), as OpenAI's API has them.
   if (chat) {
@@ -175,7 +198,14 @@ CompletionParams read_completion(const json& body, bool chat, const ModelFacts& 
     r.logprobs = *top;
   }
   r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens.value_or(chat ? room : std::min(16, room));
+  r.max_tokens = max_tokens.value_or(chat || r.json_schema ? room : std::min(16, room));
+  if (r.json_schema) {
+    const int shortest = r.json_schema->node(r.json_schema->root()).min_chars;
+    if (r.max_tokens < shortest)
+      bad_request("'max_tokens' " + std::to_string(r.max_tokens) + " is fewer than the schema's shortest value needs (" +
+                      std::to_string(shortest) + " characters, a token each at worst)",
+                  "max_tokens");
+  }
   r.sampling.temperature = field<double>(body, "temperature").value_or(1.0);
   r.sampling.top_p = field<double>(body, "top_p").value_or(1.0);
   r.sampling.top_k = field<int>(body, "top_k").value_or(0);

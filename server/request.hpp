@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "http.hpp"
+#include "xfmr/infer/json_grammar.hpp"
 #include "xfmr/infer/engine.hpp"
 #include "xfmr/io/model_tokenizer.hpp"
 #include "xfmr/text/chat_template.hpp"
@@ -86,8 +87,8 @@ struct CompletionParams {
 // A /v1/completions (chat false) or /v1/chat/completions body, checked
 // whole: every field's type and range, the prompt within the context, and
 // no field this server does not implement (echo, best_of, logit_bias,
-// response_format, tools, penalties, ...: each refused by name, as is any
-// field OpenAI's API does not have).
+// tools, penalties, ...: each refused by name, as is any field OpenAI's API
+// does not have); response_format's schema compiled (json_grammar.hpp).
 CompletionParams read_completion(const json& body, bool chat, const ModelFacts& model);
 
 }  // namespace xfmr::server

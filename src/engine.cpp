@@ -4,6 +4,8 @@
 // reasons, whole UTF-8 text) is Engine's own, above it.
 #include "xfmr/infer/engine.hpp"
 
+#include "xfmr/infer/json_grammar.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <future>
@@ -159,6 +161,9 @@ struct Engine::Impl {
   CheckpointFormat format = CheckpointFormat::xfmr;
   Metadata metadata;
   std::vector<std::int32_t> end_ids;  // the end-of-text id, when the tokenizer has one
+  // Each id's text, for structured output; made at its first request.
+  std::mutex pieces_made;
+  std::shared_ptr<const TokenPieces> pieces;
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -307,6 +312,7 @@ Completion Engine::generate(const CompletionRequest& r, const OnToken& on_token)
   r.sampling.validate();
   require(r.max_tokens >= 0, "max_tokens ", r.max_tokens, " is negative");
   require(r.logprobs < 0, "logprobs: the batcher's (Engine::submit, generate_batch), not generate's");
+  require(!r.json_schema, "a json_schema: the batcher's (Engine::submit, generate_batch), not generate's");
   Completion c;
   c.prompt_tokens = int(r.prompt.size());
   CompletionText text(tokenizer_, r, impl_->end_ids);
@@ -343,9 +349,12 @@ struct Pending {
 };
 
 BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std::shared_ptr<Pending>& p,
-                           OnStep on_step, OnCompletion on_finish) {
+                           OnStep on_step, OnCompletion on_finish,
+                           const std::shared_ptr<const TokenPieces>& pieces = nullptr) {
   require(!r.restart, "a restart id: one sequence at a time (Engine::generate)");
   require(r.use_cache, "use_cache false: one sequence at a time (Engine::generate)");
+  std::shared_ptr<TokenConstraint> constraint;
+  if (r.json_schema) constraint = std::make_shared<JsonConstraint>(r.json_schema, pieces, p->text->end_ids());
   p->completion.prompt_tokens = int(r.prompt.size());
   return BatchRequest{.prompt = r.prompt,
                       .sampling = r.sampling,
@@ -355,6 +364,7 @@ BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std
                       .seed = r.seed,
                       .top_logprobs = r.logprobs,
                       .on_logprobs = [p](const TokenLogprobs& lp) { p->completion.logprobs.push_back(lp); },
+                      .constraint = std::move(constraint),
                       .on_token =
                           [p, on_step](std::int32_t id) {
                             Completion& c = p->completion;
@@ -411,7 +421,8 @@ std::vector<Completion> Engine::generate_batch(std::span<const CompletionRequest
     p->text.emplace(tokenizer_, r, impl_->end_ids);
     out[i].prompt_tokens = int(r.prompt.size());
     if (r.max_tokens == 0) continue;
-    core.submit(batch_request(r, vocabulary, p, {}, [&c = out[i]](const Completion& done) { c = done; }));
+    core.submit(batch_request(r, vocabulary, p, {}, [&c = out[i]](const Completion& done) { c = done; },
+                              r.json_schema ? pieces() : nullptr));
   }
   while (core.step())
     if (interrupted && interrupted()) {
@@ -435,7 +446,20 @@ std::uint64_t Engine::submit(CompletionRequest r, OnStep on_step, OnCompletion o
   auto p = std::make_shared<Pending>();
   p->text.emplace(tokenizer_, r, impl_->end_ids);
   const int vocabulary = drawn_vocabulary() < vocab() ? drawn_vocabulary() : 0;
-  return static_cast<Core*>(core_)->submit(batch_request(r, vocabulary, p, std::move(on_step), std::move(on_finish)));
+  return static_cast<Core*>(core_)->submit(
+      batch_request(r, vocabulary, p, std::move(on_step), std::move(on_finish), r.json_schema ? pieces() : nullptr));
+}
+std::shared_ptr<const TokenPieces> Engine::pieces() const {
+  std::lock_guard lock(impl_->pieces_made);
+  if (!impl_->pieces) {
+    // After an ordinary id (a SentencePiece's text drops its space after the start token).
+    const ModelTokenizer& tok = tokenizer();
+    const std::int32_t ordinary = tok.start() == 0 ? 1 : 0;
+    auto p = std::make_shared<TokenPieces>(std::size_t(tok.size()));
+    for (int id = 0; id < tok.size(); ++id) (*p)[std::size_t(id)] = tok.piece(ordinary, id);
+    impl_->pieces = std::move(p);
+  }
+  return impl_->pieces;
 }
 std::vector<SlotState> Engine::slot_states() const { return static_cast<Core*>(core_)->slot_states(); }
 void Engine::cancel(std::uint64_t id) { static_cast<Core*>(core_)->cancel(id); }
@@ -483,7 +507,10 @@ std::vector<float> Engine::embedding(std::span<const std::int32_t> ids) {
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t d = 0; d < D; ++d) mean[d] += h[t * D + d];
   double norm = 0.0;
-  for (double& m : mean) norm += (m /= double(T)) * m;
+  for (double& m : mean) {
+    m /= double(T);
+    norm += m * m;
+  }
   norm = std::sqrt(norm);
   std::vector<float> out(D);
   for (std::size_t d = 0; d < D; ++d) out[d] = float(norm > 0 ? mean[d] / norm : 0.0);

@@ -243,6 +243,35 @@ def test_an_embedding_is_the_mean_hidden_state_of_unit_length(smollm):
         smollm.embedding([1, 999])
 
 
+def test_structured_output_from_a_trained_model_and_a_random_one():
+    # A model trained briefly on JSON records, and the same shape untrained:
+    # 100 of 100 texts of each are values of the schema.
+    schema = {"type": "object", "required": ["name", "age"],
+              "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"},
+                             "ok": {"type": "boolean"}}}
+    records = "".join(json.dumps({"name": n, "age": a, "ok": a % 2 == 0}, separators=(",", ":")) + "\n"
+                      for n, a in zip(["ann", "bob", "cy", "dee", "eve", "fay"] * 20, range(20, 140)))
+    trained = fresh(dropout=0.0)
+    ids = np.array(trained.tokenizer.encode(records), dtype=np.int32)
+    trainer = xfmr.Trainer(trained, lr=3e-3, steps=150, schedule="constant")
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        trainer.step(np.stack([ids[s:s + 33] for s in rng.integers(0, len(ids) - 33, 8)]))
+
+    def check(v):
+        return (isinstance(v, dict) and set(v) <= {"name", "age", "ok"} and isinstance(v["name"], str)
+                and len(v["name"]) <= 8 and isinstance(v["age"], int) and not isinstance(v["age"], bool)
+                and isinstance(v.get("ok", True), bool))
+
+    for model in [trained, fresh(dropout=0.0)]:
+        out = model.generate_batch(["\n"] * 100, max_tokens=40, temperature=1.0, seed=1, json_schema=schema)
+        assert sum(check(json.loads(c.text)) for c in out) == 100, [c.text for c in out if not c.text.startswith("{")][:3]
+    objects = trained.generate_batch(["\n"] * 10, max_tokens=40, seed=2, json_schema="json_object")
+    assert all(isinstance(json.loads(c.text), dict) for c in objects)
+    with pytest.raises(xfmr.Error, match="'pattern' is not supported"):
+        trained.generate_batch(["a"], json_schema={"type": "string", "pattern": "x"})
+
+
 def test_a_stream_has_one_reader(smollm):
     # Two threads iterating one stream: each piece goes to one of them, the
     # second reader may get an xfmr.Error while the first waits, and neither hangs.

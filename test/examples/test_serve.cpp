@@ -466,6 +466,57 @@ BOOST_AUTO_TEST_CASE(embeddings_of_texts_and_ids) {
   BOOST_TEST(post("/v1/embeddings", {{"input", "a"}, {"dimensions", 7}}, 400)["error"]["param"] == "dimensions");
 }
 
+// response_format: 20 of 20 random-model answers parse and validate, whole
+// and streamed; json_object answers are objects; a schema the server cannot
+// guarantee, or too few tokens for it, is a 400 naming the field.
+BOOST_AUTO_TEST_CASE(response_format_answers_are_valid_json) {
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"answer", {{"type", "string"}, {"maxLength", 6}}},
+                         {"sure", {{"type", "boolean"}}},
+                         {"n", {{"type", "integer"}}}}},
+                       {"required", {"answer", "sure"}}};
+  const json format = {{"type", "json_schema"}, {"json_schema", {{"name", "reply"}, {"schema", schema}}}};
+  const json messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  for (int i = 0; i < 20; ++i) {
+    const bool chat = i % 2 == 0;
+    json body = {{"max_tokens", 40}, {"temperature", 1.0}, {"seed", i}, {"response_format", format}};
+    if (chat) body["messages"] = messages;
+    else body["prompt"] = "Reply:";
+    const json r = post(chat ? "/v1/chat/completions" : "/v1/completions", body);
+    const std::string text = chat ? r["choices"][0]["message"]["content"] : r["choices"][0]["text"];
+    const json v = json::parse(text, nullptr, false);
+    BOOST_TEST_CONTEXT("answer " << i << ": " << text) {
+      BOOST_REQUIRE(v.is_object());
+      BOOST_TEST(v["answer"].is_string());
+      BOOST_TEST(v["answer"].get<std::string>().size() <= 6u);
+      BOOST_TEST(v["sure"].is_boolean());
+      BOOST_TEST((!v.contains("n") || v["n"].is_number_integer()));
+      // The end token, or the last of max_tokens with the value whole.
+      BOOST_TEST((r["choices"][0]["finish_reason"] == "stop" || r["choices"][0]["finish_reason"] == "length"));
+    }
+  }
+  auto s = server().client().Post("/v1/chat/completions", kAuth,
+                                  json{{"messages", messages}, {"max_tokens", 40}, {"seed", 3}, {"stream", true},
+                                       {"response_format", {{"type", "json_object"}}}}
+                                      .dump(),
+                                  "application/json");
+  BOOST_REQUIRE(s);
+  std::string streamed;
+  for (const std::string& e : events(s->body))
+    if (e != "[DONE]") streamed += json::parse(e)["choices"][0]["delta"].value("content", "");
+  BOOST_TEST(json::parse(streamed, nullptr, false).is_object(), streamed);
+  const json pattern = {{"type", "json_schema"},
+                        {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "^a"}}}}}};
+  BOOST_TEST(post("/v1/completions", {{"prompt", "a"}, {"response_format", pattern}}, 400)["error"]["message"]
+                 .get<std::string>()
+                 .find("'pattern' is not supported") != std::string::npos);
+  BOOST_TEST(post("/v1/completions", {{"prompt", "a"}, {"max_tokens", 5}, {"response_format", format}}, 400)["error"]["param"] ==
+             "max_tokens");
+  BOOST_TEST(post("/v1/completions", {{"prompt", "a"}, {"response_format", {{"type", "xml"}}}}, 400)["error"]["param"] ==
+             "response_format");
+}
+
 // A prompt that begins with what a slot holds reads only the rest, and its
 // greedy answer is a fresh server's (no cache), bit for bit.
 BOOST_AUTO_TEST_CASE(the_prompt_cache_changes_no_answer) {
@@ -510,7 +561,6 @@ BOOST_AUTO_TEST_CASE(unimplemented_fields_are_refused_by_name) {
   const std::vector<std::pair<std::string, json>> chat_asked = {
       {"top_logprobs", 2},  // without logprobs: true
       {"logprobs", 3},
-      {"response_format", {{"type", "json_object"}}},
       {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
       {"tool_choice", "required"}};
   for (const auto& [key, value] : chat_asked) {

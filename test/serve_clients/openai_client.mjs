@@ -49,6 +49,13 @@ for (let i = 0; i < 3; i++) {
   if (three.choices[i].text !== alone.choices[0].text) fail(`n: choice ${i} is not its lone request`);
 }
 console.log(`logprobs: ${content.length} tokens; n: 3 choices, ${three.usage.completion_tokens} tokens`);
+// Structured output: a JSON schema's value, parsed by the application.
+const schema = { type: "object", properties: { answer: { type: "string", maxLength: 8 }, sure: { type: "boolean" } }, required: ["answer", "sure"] };
+const structured = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Hi" }], max_tokens: 40, seed: 5,
+  response_format: { type: "json_schema", json_schema: { name: "reply", schema } } });
+const reply = JSON.parse(structured.choices[0].message.content);
+if (typeof reply.answer !== "string" || typeof reply.sure !== "boolean") fail(`response_format: ${structured.choices[0].message.content}`);
+console.log(`response_format: ${structured.choices[0].message.content}`);
 // Embeddings (the package asks for base64 and decodes it).
 const embedded = await client.embeddings.create({ model, input: ["Once upon a time", "Once upon a time", "Hello"] });
 const [a, b, c] = embedded.data.map((d) => d.embedding);

@@ -54,6 +54,8 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
@@ -63,6 +65,7 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/infer/sampling.hpp"
+#include "xfmr/infer/token_constraint.hpp"
 #include "xfmr/layers/kv_cache.hpp"
 
 namespace xfmr {
@@ -99,6 +102,8 @@ struct BatchRequest {
   // top_logprobs likeliest ids' (token_logprobs, sampling.hpp), before on_token.
   int top_logprobs = -1;
   std::function<void(const TokenLogprobs&)> on_logprobs{};
+  // Draws only the ids it allows (structured output); it sees each id drawn.
+  std::shared_ptr<TokenConstraint> constraint{};
   // On the engine's thread: each token as it is drawn; returning false ends
   // the generation there with reason stop (the caller saw a stop string).
   std::function<bool(std::int32_t)> on_token{};
@@ -279,9 +284,20 @@ class ContinuousBatcher {
         if (slot.fed < slot.prompt_size()) continue;  // more of the prompt to read
       }
       const std::size_t drawn = std::size_t(slot.req.vocabulary > 0 ? slot.req.vocabulary : V);
+      std::span<const typename Backend::Scalar> row = logits.subspan(i * V, drawn);
       std::int32_t next = 0;
       try {
-        next = (*slot.sampler)(logits.subspan(i * V, drawn), slot.rng);
+        if (slot.req.constraint) {  // the ids it does not allow get the lowest logit
+          require(slot.req.constraint->allowed(mask_, slot.req.max_tokens - slot.generated - 1),
+                  "structured output: no token keeps the text valid");
+          masked_.assign(row.begin(), row.end());
+          for (std::size_t j = 0; j < masked_.size(); ++j)
+            if (j >= mask_.size() || !mask_[j])
+              masked_[j] = static_cast<typename Backend::Scalar>(std::numeric_limits<float>::lowest());
+          row = masked_;
+        }
+        next = (*slot.sampler)(row, slot.rng);
+        if (slot.req.constraint) slot.req.constraint->accept(next);
       } catch (const std::exception& e) {
         finish(s, FinishReason::error, e.what());
         continue;
@@ -290,8 +306,7 @@ class ContinuousBatcher {
       if (slot.generated == 1) slot.first_token = Clock::now();
       slot.next = next;
       if (slot.req.top_logprobs >= 0 && slot.req.on_logprobs)
-        slot.req.on_logprobs(
-            token_logprobs(logits.subspan(i * V, drawn), next, slot.req.top_logprobs, slot.req.sampling.temperature));
+        slot.req.on_logprobs(token_logprobs(row, next, slot.req.top_logprobs, slot.req.sampling.temperature));
       const bool more = slot.req.on_token ? slot.req.on_token(next) : true;
       const bool stop = std::find(slot.req.stop_ids.begin(), slot.req.stop_ids.end(), next) != slot.req.stop_ids.end();
       if (!more || stop) finish(s, FinishReason::stop);
@@ -516,6 +531,8 @@ class ContinuousBatcher {
   std::vector<std::int32_t> ids_;
   std::vector<int> owners_;  // the slot of each segment
   std::vector<typename Backend::Scalar> staging_;
+  std::vector<std::uint8_t> mask_;                 // a constraint's allowed ids
+  std::vector<typename Backend::Scalar> masked_;  // a row of logits with the others at the lowest
 
   mutable std::mutex mutex_;  // guards what follows
   std::condition_variable work_;

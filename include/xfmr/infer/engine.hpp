@@ -60,6 +60,8 @@
 
 namespace xfmr {
 
+class JsonSchema;  // infer/json_grammar.hpp
+
 struct EngineOptions {
   std::string backend = "cpu";  // cpu, cuda, cuda-tf32, cuda-bf16
   std::string precision{};      // fp32, bf16, int8, q4; empty: the checkpoint's (int8, q4), else fp32
@@ -85,6 +87,9 @@ struct CompletionRequest {
   // the likeliest ids' (sampling.hpp's token_logprobs); through the
   // batcher (submit, generate_batch), not generate.
   int logprobs = -1;
+  // Structured output: only text that is a value of this schema
+  // (json_grammar.hpp), then the end; through the batcher, as logprobs.
+  std::shared_ptr<const JsonSchema> json_schema{};
   bool use_cache = true;  // generate only: false recomputes the context for every token
   // generate only: this id starts a fresh context (a names model's separator, GenerateOptions').
   std::optional<std::int32_t> restart = std::nullopt;
@@ -190,6 +195,9 @@ class Engine {
   bool idle() const;
   BatchStats stats() const;
   std::vector<SlotState> slot_states() const;
+  // Each id's text as it adds it to a completion (structured output's
+  // vocabulary), made once.
+  std::shared_ptr<const std::vector<std::string>> pieces() const;
   bool step();
   void run(std::stop_token stop);
 
