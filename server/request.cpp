@@ -52,6 +52,17 @@ std::vector<ChatMessage> chat_messages(const json& body, const ChatTemplate& cha
     if (!e.is_object() || !e.contains("role") || !e["role"].is_string())
       bad_request(at + " needs a 'role' string", "messages");
     std::string content;
+    std::vector<ToolCall> calls;
+    if (const auto tc = e.find("tool_calls"); tc != e.end() && !tc->is_null()) {
+      if (!tc->is_array()) bad_request(at + ".tool_calls must be a list", "messages");
+      for (const json& call : *tc) {
+        const json f = call.is_object() ? call.value("function", json()) : json();
+        if (!f.is_object() || !f.contains("name") || !f["name"].is_string() ||
+            (f.contains("arguments") && !f["arguments"].is_string()))
+          bad_request(at + ".tool_calls: each needs a function with a 'name' and 'arguments' (a JSON text)", "messages");
+        calls.push_back({f["name"].get<std::string>(), f.value("arguments", "{}")});
+      }
+    }
     const auto c = e.find("content");
     if (c == e.end() || c->is_null()) content = "";
     else if (c->is_string()) content = c->get<std::string>();
@@ -65,7 +76,7 @@ std::vector<ChatMessage> chat_messages(const json& body, const ChatTemplate& cha
     } else {
       bad_request(at + ".content must be a string or a list of text parts", "messages");
     }
-    out.push_back({e["role"].get<std::string>(), std::move(content)});
+    out.push_back({e["role"].get<std::string>(), std::move(content), std::move(calls)});
   }
   try {
     chat.render(out);
@@ -110,10 +121,44 @@ const std::set<std::string> kRead = {"model", "max_tokens", "temperature", "top_
                                      "response_format"};
 const std::set<std::string> kReadCompletion = {"prompt"};
 const std::set<std::string> kReadChat = {"messages", "max_completion_tokens", "parallel_tool_calls", "store",
-                                         "top_logprobs"};
-const std::set<std::string> kUnimplemented = {"echo", "best_of", "logit_bias", "suffix", "tools", "tool_choice",
-                                              "functions", "function_call", "presence_penalty", "frequency_penalty",
-                                              "metadata"};
+                                         "top_logprobs", "tools", "tool_choice"};
+const std::set<std::string> kUnimplemented = {"echo", "best_of", "logit_bias", "suffix", "functions", "function_call",
+                                              "presence_penalty", "frequency_penalty", "metadata"};
+
+// "tools": OpenAI's functions, each with its parameters' schema.
+std::vector<ChatTool> chat_tools(const json& body) {
+  std::vector<ChatTool> tools;
+  const auto t = body.find("tools");
+  if (t == body.end() || t->is_null()) return tools;
+  if (!t->is_array() || t->size() > 64) bad_request("'tools' must be a list of up to 64 functions", "tools");
+  for (const json& tool : *t) {
+    const json f = tool.is_object() && tool.value("type", "") == "function" ? tool.value("function", json()) : json();
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+      bad_request("'tools': each must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
+    if (f.contains("parameters") && !f["parameters"].is_object())
+      bad_request("'tools': a function's parameters must be a JSON schema (an object)", "tools");
+    tools.push_back({f["name"].get<std::string>(), f.value("description", ""),
+                     f.contains("parameters") ? f["parameters"].dump() : std::string()});
+  }
+  return tools;
+}
+
+// The schema a forced call is written under: {"name": one of the names (or
+// the one named), "arguments": that function's parameters (any object when
+// several may be called)}.
+json call_schema(const std::vector<ChatTool>& tools, const std::string& named, const ChatTemplate& chat) {
+  json names = json::array(), arguments = {{"type", "object"}, {"properties", json::object()}};
+  for (const ChatTool& t : tools)
+    if (named.empty() || t.name == named) {
+      names.push_back(t.name);
+      if (!t.parameters.empty()) arguments = json::parse(t.parameters);
+    }
+  if (names.empty()) bad_request("'tool_choice' names '" + named + "', which is not among 'tools'", "tool_choice");
+  if (names.size() > 1) arguments = {{"type", "object"}};  // any object: the function is only known once named
+  return {{"type", "object"},
+          {"properties", {{"name", {{"enum", names}}}, {chat.arguments_key(), arguments}}},
+          {"required", {"name", chat.arguments_key()}}};
+}
 
 }  // namespace
 
@@ -133,12 +178,41 @@ CompletionParams read_completion(const json& body, bool chat, const ModelFacts& 
   const int n = field<int>(body, "n").value_or(1);
   if (n < 1 || n > kMaxChoices) bad_request("'n' " + std::to_string(n) + " outside [1, " + std::to_string(kMaxChoices) + "]", "n");
   std::vector<std::int32_t> prompt;
+  std::shared_ptr<const JsonSchema> forced_call;
+  CompletionParams::Tools tool_mode = CompletionParams::Tools::none;
   if (chat) {
+    std::vector<ChatTool> tools = chat_tools(body);
+    std::string choice = tools.empty() ? "none" : "auto", named;
+    if (const auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
+      if (tc->is_string()) choice = tc->get<std::string>();
+      else if (tc->is_object() && tc->value("type", "") == "function" && tc->contains("function") &&
+               (*tc)["function"].is_object() && (*tc)["function"].contains("name") &&
+               (*tc)["function"]["name"].is_string())
+        choice = "function", named = (*tc)["function"]["name"].get<std::string>();
+      else bad_request("'tool_choice' must be none, auto, required or {\"type\": \"function\", ...}", "tool_choice");
+      if (choice != "none" && choice != "auto" && choice != "required" && choice != "function")
+        bad_request("'tool_choice' \"" + choice + "\" (none, auto, required or a function)", "tool_choice");
+      if (choice != "none" && tools.empty()) bad_request("'tool_choice' without 'tools'", "tool_choice");
+    }
+    if (choice == "none") tools.clear();
+    std::string text;
     try {
-      prompt = model.tokenizer.encode(model.chat.render(chat_messages(body, model.chat)));
+      text = model.chat.render(chat_messages(body, model.chat), tools);
     } catch (const Error& e) {
       bad_request(e.what(), "messages");
     }
+    if (choice == "required" || choice == "function") {
+      try {
+        forced_call = JsonSchema::compile(call_schema(tools, named, model.chat));
+      } catch (const Error& e) {
+        bad_request(std::string("'tools': ") + e.what(), "tools");
+      }
+      text += model.chat.tool_call_opening();
+      tool_mode = CompletionParams::Tools::forced;
+    } else if (!tools.empty()) {
+      tool_mode = CompletionParams::Tools::offered;
+    }
+    prompt = model.tokenizer.encode(text);
   } else {
     prompt = completion_prompt(body, model.tokenizer);
   }
@@ -161,7 +235,12 @@ CompletionParams read_completion(const json& body, bool chat, const ModelFacts& 
                 "max_tokens");
   CompletionParams p;
   p.n = n;
+  p.tools = tool_mode;
   CompletionRequest& r = p.request;
+  if (forced_call && body.contains("response_format") && body["response_format"].is_object() &&
+      body["response_format"].value("type", "text") != "text")
+    bad_request("'response_format' with a forced tool call: the call's schema is the answer's", "response_format");
+  r.json_schema = forced_call;
   // response_format: text, any JSON object, or a value of a JSON schema
   // (json_grammar.hpp: each token drawn keeps the text a value's prefix).
   if (const auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {

@@ -63,7 +63,7 @@ json parse_body(const http::Request& req);
 std::vector<std::int32_t> token_ids(const json& list, const char* what, int vocab);
 // "prompt": a text, a list of one text, or a list of token ids.
 std::vector<std::int32_t> completion_prompt(const json& body, const ModelTokenizer& tok);
-// "messages", which `chat` must render.
+// "messages" (with assistants' tool_calls and tool results), which `chat` must render.
 std::vector<ChatMessage> chat_messages(const json& body, const ChatTemplate& chat);
 // "stop": a string or a list of up to 4.
 std::vector<std::string> stop_strings(const json& body);
@@ -81,6 +81,10 @@ struct ModelFacts {
 struct CompletionParams {
   CompletionRequest request;  // choice i draws with request.seed + i
   int n = 1;                  // choices
+  // Tools: none offered; offered (the answer's calls parsed back); or a
+  // call forced (required, or a named function: the answer is the call's
+  // JSON, written under its schema).
+  enum class Tools { none, offered, forced } tools = Tools::none;
   bool stream = false, include_usage = false;
 };
 

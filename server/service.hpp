@@ -50,6 +50,10 @@ class Service {
   // OpenAI's logprobs object of a choice (chat's content list, or
   // completions' tokens and offsets from text_offset).
   json logprobs_json(const std::vector<TokenLogprobs>& lps, bool chat, std::size_t text_offset) const;
+  // A chat answer with its tool calls read back (the chat format's, or a
+  // forced call's JSON): {content, calls} as OpenAI's message has them.
+  std::pair<std::string, json> tool_answer(const std::string& text, CompletionParams::Tools mode,
+                                           const std::string& id) const;
   ModelFacts facts() const {
     return {tokenizer(), chat_, chat_stop_ids_, chat_stop_strings_, name_, engine_->batch_context()};
   }

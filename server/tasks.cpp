@@ -98,6 +98,27 @@ json Service::logprobs_json(const std::vector<TokenLogprobs>& lps, bool chat, st
   return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+std::pair<std::string, json> Service::tool_answer(const std::string& text, CompletionParams::Tools mode,
+                                                  const std::string& id) const {
+  ChatTemplate::Answer parsed;
+  if (mode == CompletionParams::Tools::forced) {
+    // The call's JSON alone (its opening was the prompt's end).
+    const std::string opening = chat_.tool_call_opening();
+    parsed = chat_.parse_tool_calls(opening.empty() ? text : opening + text + "\n</tool_call>");
+    if (parsed.calls.empty()) parsed.content = text;
+  } else if (mode == CompletionParams::Tools::offered) {
+    parsed = chat_.parse_tool_calls(text);
+  } else {
+    parsed.content = text;
+  }
+  json calls = json::array();
+  for (std::size_t k = 0; k < parsed.calls.size(); ++k)
+    calls.push_back({{"id", "call_" + id + "_" + std::to_string(k)},
+                     {"type", "function"},
+                     {"function", {{"name", parsed.calls[k].name}, {"arguments", parsed.calls[k].arguments}}}});
+  return {parsed.content, calls};
+}
+
 void Service::answer(CompletionParams p, bool chat, const http::Request& req, http::Response& res) {
   auto s = std::make_shared<Stream>();
   s->results.resize(std::size_t(p.n));
@@ -177,8 +198,17 @@ void Service::answer(CompletionParams p, bool chat, const http::Request& req, ht
       json choice = {{"index", i},
                      {"logprobs", logprobs ? logprobs_json(r.logprobs, chat, 0) : json(nullptr)},
                      {"finish_reason", reason(r)}};
-      if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-      else choice["text"] = text;
+      if (chat) {
+        const auto [content, calls] = tool_answer(text, p.tools, std::to_string(s->ids[std::size_t(i)]));
+        choice["message"] = {{"role", "assistant"}, {"content", content}};
+        if (!calls.empty()) {
+          choice["message"]["tool_calls"] = calls;
+          if (content.empty()) choice["message"]["content"] = nullptr;
+          choice["finish_reason"] = "tool_calls";
+        }
+      } else {
+        choice["text"] = text;
+      }
       choices.push_back(std::move(choice));
     }
     res.set_content(dump(json{{"id", id},
@@ -204,6 +234,9 @@ void Service::answer(CompletionParams p, bool chat, const http::Request& req, ht
   res.stream = [=, this](http::Writer& out) {
     std::vector<std::size_t> offsets(std::size_t(p.n), 0);  // completions' text_offset, per choice
     std::vector<bool> ended(std::size_t(p.n), false);
+    // With tools, a choice's text is held to its end, then sent as text or as calls.
+    const bool held = p.tools != CompletionParams::Tools::none;
+    std::vector<std::string> texts(std::size_t(p.n));
     auto piece = [&](const Piece& x) {
       json c = {{"index", x.choice}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
       if (x.logprobs) c["logprobs"] = logprobs_json({*x.logprobs}, chat, offsets[std::size_t(x.choice)]);
@@ -230,7 +263,9 @@ void Service::answer(CompletionParams p, bool chat, const http::Request& req, ht
         done = s->done();
       }
       std::string text;
-      for (const Piece& x : pieces) text += piece(x);  // an event a token, as OpenAI sends
+      for (const Piece& x : pieces)
+        if (held) texts[std::size_t(x.choice)] += x.text;
+        else text += piece(x);  // an event a token, as OpenAI sends
       // A choice's end once all its text has gone; a failure ends the stream.
       std::optional<HttpError> failed;
       for (int i = 0; i < p.n && !failed; ++i) {
@@ -238,6 +273,18 @@ void Service::answer(CompletionParams p, bool chat, const http::Request& req, ht
         if (!r || ended[std::size_t(i)]) continue;
         if ((failed = failure(*r))) break;
         json c = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", reason(*r)}};
+        if (held) {
+          const auto [content, calls] = tool_answer(texts[std::size_t(i)], p.tools, std::to_string(s->ids[std::size_t(i)]));
+          json delta = json::object();
+          if (!content.empty()) delta["content"] = content;
+          if (!calls.empty()) {
+            delta["tool_calls"] = calls;
+            for (std::size_t k = 0; k < calls.size(); ++k) delta["tool_calls"][k]["index"] = k;
+            c["finish_reason"] = "tool_calls";
+          }
+          if (!delta.empty())
+            text += chunk({{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+        }
         if (chat) c["delta"] = json::object();
         else c["text"] = "";
         text += chunk(c);

@@ -97,13 +97,19 @@ int JsonSchema::add(const json& s, int depth, const std::string& at) {
   require(s.contains("type"), at, " has no 'type' (nor enum or const)");
   require(s["type"].is_string(), at, ".type ", s["type"].dump(), " is not supported (one type, a string)");
   const std::string type = s["type"];
-  if (type == "object") {
+  if (type == "object" && !s.contains("properties")) {  // any object
+    require(!s.contains("required"), at, ": 'required' without 'properties'");
+    n.kind = Node::object;
+    n.free_keys = true;
+    n.children = {add_any(std::min(kAnyDepth, kMaxNesting - depth) - 1)};
+    n.min_chars = 2;
+  } else if (type == "object") {
     n.kind = Node::object;
     if (s.contains("additionalProperties"))
       require(s["additionalProperties"] == false, at, ".additionalProperties must be false (only the properties named)");
     const json props = s.value("properties", json::object());
-    require(props.is_object() && !props.empty() && int(props.size()) <= kMaxProperties, at,
-            ".properties must name 1 to ", kMaxProperties, " properties");
+    require(props.is_object() && int(props.size()) <= kMaxProperties, at, ".properties must name at most ",
+            kMaxProperties, " properties");
     for (const auto& [key, sub] : props.items()) {
       require(!key.empty() && std::all_of(key.begin(), key.end(), printable), at, ": the property name '", key,
               "' must be printable ASCII without quotes or backslashes");

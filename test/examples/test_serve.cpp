@@ -517,6 +517,82 @@ BOOST_AUTO_TEST_CASE(response_format_answers_are_valid_json) {
              "response_format");
 }
 
+// Tools: a forced call (required, or a named function) is a tool call whose
+// arguments are its parameters' schema's, whole and streamed; the result
+// goes back as a tool message and the conversation goes on.
+BOOST_AUTO_TEST_CASE(tool_calls_round_trip) {
+  // The tools' offer is some 600 characters: a model of a longer context.
+  Server big({"--context", "2048"}, kFixtures + "/families/gpt2-ctx2048");
+  auto post = [&](const std::string& path, const json& body, int expect = 200) {
+    auto r = big.client().Post(path, kAuth, body.dump(), "application/json");
+    BOOST_REQUIRE(r);
+    BOOST_TEST(r->status == expect, path << " -> " << r->status << " " << r->body);
+    return json::parse(r->body);
+  };
+  const json tools = json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "weather"},
+          {"description", "The weather in a city"},
+          {"parameters",
+           {{"type", "object"},
+            {"properties", {{"city", {{"type", "string"}, {"maxLength", 5}}}, {"days", {{"type", "integer"}}}}},
+            {"required", {"city"}}}}}}},
+       {{"type", "function"}, {"function", {{"name", "time"}, {"parameters", {{"type", "object"}}}}}}});
+  const json ask = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  for (const json& choice : {json("required"), json{{"type", "function"}, {"function", {{"name", "weather"}}}}}) {
+    const json r = post("/v1/chat/completions", {{"messages", ask}, {"tools", tools}, {"tool_choice", choice},
+                                                 {"max_tokens", 50}, {"seed", 1}});
+    const json& c = r["choices"][0];
+    BOOST_TEST_CONTEXT(c.dump()) {
+      BOOST_TEST(c["finish_reason"] == "tool_calls");
+      BOOST_REQUIRE(c["message"]["tool_calls"].size() == 1u);
+      const json& call = c["message"]["tool_calls"][0];
+      BOOST_TEST(call["type"] == "function");
+      const json args = json::parse(call["function"]["arguments"].get<std::string>());
+      BOOST_TEST(args.is_object());
+      if (choice.is_object()) {  // a named function: its parameters' schema (with two, any object)
+        BOOST_TEST(call["function"]["name"] == "weather");
+        BOOST_TEST(args["city"].is_string());
+      }
+      BOOST_TEST(c["message"]["content"].is_null());
+    }
+  }
+  // The round trip: the call and its result back in the conversation.
+  const json first = post("/v1/chat/completions", {{"messages", ask}, {"tools", tools}, {"max_tokens", 50},
+                                                   {"tool_choice", {{"type", "function"}, {"function", {{"name", "weather"}}}}}});
+  json conversation = ask;
+  conversation.push_back(first["choices"][0]["message"]);
+  conversation.push_back({{"role", "tool"}, {"tool_call_id", first["choices"][0]["message"]["tool_calls"][0]["id"]},
+                          {"content", "{\"sky\":\"clear\"}"}});
+  const json second = post("/v1/chat/completions", {{"messages", conversation}, {"tools", tools}, {"max_tokens", 8}});
+  BOOST_TEST(second["usage"]["prompt_tokens"].get<int>() > first["usage"]["prompt_tokens"].get<int>());
+  // Streamed: the call comes as a tool_calls delta, then the reason.
+  auto s = big.client().Post(
+      "/v1/chat/completions", kAuth,
+      json{{"messages", ask}, {"tools", tools}, {"tool_choice", "required"}, {"max_tokens", 50}, {"stream", true}}.dump(),
+      "application/json");
+  BOOST_REQUIRE(s);
+  int deltas = 0;
+  std::string finish;
+  for (const std::string& e : events(s->body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    if (c["delta"].contains("tool_calls")) {
+      ++deltas;
+      BOOST_TEST(c["delta"]["tool_calls"][0]["index"] == 0);
+    }
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  BOOST_TEST(deltas == 1);
+  BOOST_TEST(finish == "tool_calls");
+  BOOST_TEST(post("/v1/chat/completions", {{"messages", ask}, {"tool_choice", "required"}}, 400)["error"]["param"] ==
+             "tool_choice");
+  BOOST_TEST(post("/v1/chat/completions", {{"messages", ask}, {"tools", tools},
+                                           {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}},
+                  400)["error"]["param"] == "tool_choice");
+}
+
 // A prompt that begins with what a slot holds reads only the rest, and its
 // greedy answer is a fresh server's (no cache), bit for bit.
 BOOST_AUTO_TEST_CASE(the_prompt_cache_changes_no_answer) {
@@ -561,7 +637,6 @@ BOOST_AUTO_TEST_CASE(unimplemented_fields_are_refused_by_name) {
   const std::vector<std::pair<std::string, json>> chat_asked = {
       {"top_logprobs", 2},  // without logprobs: true
       {"logprobs", 3},
-      {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
       {"tool_choice", "required"}};
   for (const auto& [key, value] : chat_asked) {
     const json e =

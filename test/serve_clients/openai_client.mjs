@@ -56,6 +56,18 @@ const structured = await client.chat.completions.create({ model, messages: [{ ro
 const reply = JSON.parse(structured.choices[0].message.content);
 if (typeof reply.answer !== "string" || typeof reply.sure !== "boolean") fail(`response_format: ${structured.choices[0].message.content}`);
 console.log(`response_format: ${structured.choices[0].message.content}`);
+// Tools: a forced call, its result sent back, and the conversation going on.
+const tools = [{ type: "function", function: { name: "weather", description: "The weather in a city",
+  parameters: { type: "object", properties: { city: { type: "string", maxLength: 6 } }, required: ["city"] } } }];
+const ask = [{ role: "user", content: "Weather?" }];
+const called = await client.chat.completions.create({ model, messages: ask, tools, tool_choice: "required", max_tokens: 80 });
+const call = called.choices[0].message.tool_calls?.[0];
+if (called.choices[0].finish_reason !== "tool_calls" || call?.function.name !== "weather" || typeof JSON.parse(call.function.arguments).city !== "string")
+  fail(`tools: ${JSON.stringify(called.choices[0])}`);
+const after = await client.chat.completions.create({ model, tools, max_tokens: 4,
+  messages: [...ask, called.choices[0].message, { role: "tool", tool_call_id: call.id, content: "sunny" }] });
+if (!after.choices[0].message) fail("tools: no answer after the result");
+console.log(`tools: ${call.function.name}(${call.function.arguments}), then ${after.usage.prompt_tokens} prompt tokens`);
 // Embeddings (the package asks for base64 and decodes it).
 const embedded = await client.embeddings.create({ model, input: ["Once upon a time", "Once upon a time", "Hello"] });
 const [a, b, c] = embedded.data.map((d) => d.embedding);

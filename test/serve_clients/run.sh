@@ -20,7 +20,7 @@ if ! npm ci --no-audit --no-fund > npm.log 2>&1; then
 fi
 key=serve-test-key
 args=(--model "$model" --tokenizer "$tokenizer" --port 0 --slots 4)
-[[ $what == openai ]] && args+=(--api-key "$key" --context 64) || args+=(--context 2048)
+[[ $what == openai ]] && args+=(--api-key "$key" --context 1024) || args+=(--context 2048)
 "$serve" "${args[@]}" 2> serve.log &
 pid=$!
 trap 'kill $pid 2> /dev/null || true' EXIT

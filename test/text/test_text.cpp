@@ -347,4 +347,38 @@ BOOST_AUTO_TEST_CASE(chat_templates) {
              std::string::npos);
 }
 
+// Tools offered as each format's models saw them in training, calls and
+// results rendered back, and an answer's calls read back.
+BOOST_AUTO_TEST_CASE(chat_templates_with_tools) {
+  const std::vector<ChatTool> tools = {
+      {"weather", "The weather in a city", R"({"type":"object","properties":{"city":{"type":"string"}}})"}};
+  const std::vector<ChatMessage> chat = {{"user", "Weather in Paris?"},
+                                         {"assistant", "", {{"weather", R"({"city":"Paris"})"}}},
+                                         {"tool", R"({"sky":"clear"})"}};
+  const ChatTemplate chatml = ChatTemplate::named("chatml"), llama3 = ChatTemplate::named("llama3");
+  const std::string m = chatml.render(chat, tools);
+  BOOST_TEST(m.starts_with("<|im_start|>system\n# Tools\n"));
+  BOOST_TEST(m.find("<tools>\n{\"function\":{\"description\":\"The weather in a city\",\"name\":\"weather\"") != std::string::npos, m);
+  BOOST_TEST(m.find("<|im_start|>assistant\n<tool_call>\n{\"arguments\":{\"city\":\"Paris\"},\"name\":\"weather\"}\n</tool_call><|im_end|>") !=
+             std::string::npos, m);
+  BOOST_TEST(m.find("<|im_start|>user\n<tool_response>\n{\"sky\":\"clear\"}\n</tool_response><|im_end|>\n<|im_start|>assistant\n") !=
+             std::string::npos, m);
+  const std::string l = llama3.render(chat, tools);
+  BOOST_TEST(l.find("Environment: ipython") != std::string::npos);
+  BOOST_TEST(l.find("{\"name\":\"weather\",\"parameters\":{\"city\":\"Paris\"}}<|eot_id|>") != std::string::npos, l);
+  BOOST_TEST(l.find("<|start_header_id|>ipython<|end_header_id|>\n\n{\"sky\":\"clear\"}<|eot_id|>") != std::string::npos);
+  // Read back: the calls, and the text beside them.
+  const auto a = chatml.parse_tool_calls("Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
+  BOOST_REQUIRE(a.calls.size() == 1u);
+  BOOST_TEST(a.calls[0].name == "weather");
+  BOOST_TEST(a.calls[0].arguments == R"({"city":"Oslo"})");
+  BOOST_TEST(a.content == "Let me look.");
+  BOOST_TEST(chatml.parse_tool_calls("<tool_call>not json</tool_call>").calls.empty());
+  BOOST_TEST(llama3.parse_tool_calls(R"( {"name": "weather", "parameters": {"city": "Rome"}} )").calls.at(0).arguments ==
+             R"({"city":"Rome"})");
+  BOOST_TEST(llama3.parse_tool_calls("It is sunny.").content == "It is sunny.");
+  const std::vector<ChatMessage> bad = {{"user", "x", {{"weather", "{}"}}}};
+  BOOST_TEST(error_of([&] { chatml.render(bad); }).find("only an assistant's message has tool calls") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

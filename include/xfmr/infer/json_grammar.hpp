@@ -1,9 +1,10 @@
 // json_grammar.hpp: structured output. A JSON schema (a subset: objects
-// with properties and required ones, arrays, strings, numbers, integers,
-// booleans, null, enum and const, nesting; or any JSON object, OpenAI's
-// "json_object") compiled into a grammar, and JsonConstraint, which tells a
-// decoder at each step which tokens keep the text a prefix of a value the
-// schema accepts and still finishable within the tokens left.
+// with properties and required ones, or any keys without properties;
+// arrays, strings, numbers, integers, booleans, null, enum and const,
+// nesting; or any JSON object, OpenAI's "json_object") compiled into a
+// grammar, and JsonConstraint, which tells a decoder at each step which
+// tokens keep the text a prefix of a value the schema accepts and still
+// finishable within the tokens left.
 //
 //   auto schema = xfmr::JsonSchema::compile(nlohmann::json::parse(text));  // Error naming what is not supported
 //   xfmr::JsonConstraint c(schema, pieces, end_ids);   // pieces: each id's text (TokenPieces)
