@@ -242,7 +242,7 @@ class Model {
 
   // Many generations decoded together (Engine::generate_batch), each with
   // its own seed, so that each gets the tokens it would get alone.
-  std::vector<PyCompletion> generate_batch(const std::vector<CompletionRequest>& requests, int batch_size) {
+  std::vector<PyCompletion> generate_batch(const std::vector<CompletionRequest>& requests, int batch_size, int lookup) {
     bool interrupted = false;
     std::vector<Completion> done;
     {
@@ -253,7 +253,7 @@ class Model {
         py::gil_scoped_acquire acquire;
         interrupted = PyErr_CheckSignals() != 0;
         return interrupted;
-      });
+      }, lookup);
     }
     if (interrupted) throw py::error_already_set();
     std::vector<PyCompletion> out;
@@ -749,8 +749,9 @@ PYBIND11_MODULE(_xfmr, m) {
           [](Model& self, const std::vector<py::object>& prompts, const py::object& max_tokens, double temperature,
              const py::object& top_k, double top_p, const py::object& seed,
              std::optional<std::vector<std::string>> stop, bool ignore_eos, const py::object& batch_size_,
-             const py::object& json_schema) {
+             const py::object& json_schema, const py::object& lookup) {
             const int batch_size = int(int_arg(batch_size_, "batch_size", 1, 4096));
+            const int drafts = int(int_arg(lookup, "lookup", 0, 16));
             const std::uint64_t base = seed_arg(seed, "seed").value_or(std::random_device{}());
             // json_schema: a schema (a dict, as JSON has it) or "json_object": every text a value of it.
             std::shared_ptr<const JsonSchema> schema;
@@ -765,16 +766,17 @@ PYBIND11_MODULE(_xfmr, m) {
                   self.request(prompts[i], max_tokens, temperature, top_k, top_p, base + i, stop, ignore_eos));
               requests.back().json_schema = schema;
             }
-            return self.generate_batch(requests, batch_size);
+            return self.generate_batch(requests, batch_size, drafts);
           },
           py::arg("prompts"), py::kw_only(), py::arg("max_tokens") = 100, py::arg("temperature") = sampling.temperature,
           py::arg("top_k") = sampling.top_k, py::arg("top_p") = sampling.top_p, py::arg("seed") = py::none(),
           py::arg("stop") = py::none(), py::arg("ignore_eos") = false, py::arg("batch_size") = 8,
-          py::arg("json_schema") = py::none(),
+          py::arg("json_schema") = py::none(), py::arg("lookup") = 0,
           "generate for each of prompts, batch_size of them decoded together (one weight read serves them all); "
           "prompt i draws with seed + i, so it gets what generate(prompt, seed=seed + i) gets while the prompt and "
           "max_tokens fit the context. json_schema (a JSON schema as a dict, or 'json_object'): each text is a "
-          "value of it (structured output), then the end token")
+          "value of it (structured output), then the end token. lookup: speculative decoding by prompt lookup, up to "
+          "that many drafts a step (the same tokens, in fewer steps where the text repeats the prompt)")
       .def("embedding", &Model::embedding, py::arg("input"),
            "the mean of the final hidden states (after the last norm) over input's positions (text or ids), of unit "
            "length: a float32 array (d_model,), as xfmr-serve's /v1/embeddings gives it")

@@ -3,7 +3,7 @@
 //
 //   xfmr-serve --model PATH [--host 127.0.0.1] [--port 8080] [--slots 8] [--context T]
 //              [--precision fp32|bf16|int8|q4] [--backend cpu] [--api-key KEY]
-//              [--chat-template chatml|llama3|plain]
+//              [--chat-template chatml|llama3|plain] [--lookup K]
 #include <boost/program_options.hpp>
 #include <string>
 
@@ -38,7 +38,9 @@ int run(int argc, char** argv) {
       "max-body", po::value(&o.max_body)->default_value(o.max_body), "largest request body, bytes (413 past it)")(
       "max-connections", po::value(&o.max_connections)->default_value(o.max_connections),
       "connections held at once, idle or not (503 past it)")(
-      "drain", po::value(&o.drain)->default_value(o.drain), "seconds running requests get to finish after SIGTERM");
+      "drain", po::value(&o.drain)->default_value(o.drain), "seconds running requests get to finish after SIGTERM")(
+      "lookup", po::value(&o.lookup)->default_value(o.lookup),
+      "speculative decoding by prompt lookup: up to this many drafts a step from the prompt and the answer (0: off)");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!o.model.empty(), "--model PATH is required");

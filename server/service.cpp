@@ -18,7 +18,8 @@ void Service::load() {
   engine_.emplace(Engine::load(o.model, o.engine));
   const int context = o.context > 0 ? o.context : std::min(engine_->max_t(), 2048);
   require(context <= engine_->max_t(), "--context ", context, " exceeds the model's ", engine_->max_t());
-  engine_->start_batching({.slots = o.slots, .context = context, .prefill_chunk = 128, .queue = o.queue});
+  engine_->start_batching(
+      {.slots = o.slots, .context = context, .prefill_chunk = 128, .queue = o.queue, .lookup = o.lookup});
   if (!o.chat_template.empty()) chat_ = ChatTemplate::named(o.chat_template);
   else chat_ = model_chat_template(o.model);
   name_ = o.name.empty() ? fs::path(o.model).lexically_normal().filename().string() : o.name;
@@ -167,6 +168,8 @@ std::string Service::metrics() {
          s.cached_tokens);
   metric("tokens_generated_total", "counter", "tokens generated", s.generated_tokens);
   metric("steps_total", "counter", "batched decoding steps", s.steps);
+  metric("draft_tokens_total", "counter", "tokens drafted by prompt lookup", s.drafted_tokens);
+  metric("draft_accepted_total", "counter", "drafted tokens drawn as drafted", s.accepted_tokens);
   metric("busy_seconds_total", "counter", "seconds spent in decoding steps", s.busy_seconds);
   metric("tokens_per_second", "gauge", "tokens generated per second of decoding steps",
          s.busy_seconds > 0 ? double(s.generated_tokens) / s.busy_seconds : 0.0);

@@ -396,7 +396,7 @@ BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std
 }  // namespace
 
 std::vector<Completion> Engine::generate_batch(std::span<const CompletionRequest> requests, int batch_size,
-                                               const std::function<bool()>& interrupted) {
+                                               const std::function<bool()>& interrupted, int lookup) {
   require(batch_size >= 1, "generate_batch: batch_size ", batch_size, " must be at least 1");
   Core& core = *static_cast<Core*>(core_);
   require(!core.batching(), "generate_batch: the engine is serving (its batcher runs the requests: submit)");
@@ -408,7 +408,8 @@ std::vector<Completion> Engine::generate_batch(std::span<const CompletionRequest
   for (const CompletionRequest& r : requests) context = std::max(context, long(r.prompt.size()) + r.max_tokens);
   core.start_batching({.slots = int(std::min<std::size_t>(requests.size(), std::size_t(batch_size))),
                        .context = int(std::min<long>(context, max_t())),
-                       .queue = int(requests.size())});
+                       .queue = int(requests.size()),
+                       .lookup = lookup});
   struct StopBatching {
     Core& core;
     ~StopBatching() { core.stop_batching(); }

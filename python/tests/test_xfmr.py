@@ -272,6 +272,16 @@ def test_structured_output_from_a_trained_model_and_a_random_one():
         trained.generate_batch(["a"], json_schema={"type": "string", "pattern": "x"})
 
 
+def test_prompt_lookup_changes_no_token(smollm):
+    prompts = ["the cat sat, the cat sat", "a b a b a b", "Once upon"]
+    for temperature in [0.0, 0.8]:
+        plain = smollm.generate_batch(prompts, max_tokens=24, temperature=temperature, seed=4, ignore_eos=True)
+        fast = smollm.generate_batch(prompts, max_tokens=24, temperature=temperature, seed=4, ignore_eos=True, lookup=4)
+        assert [c.ids for c in fast] == [c.ids for c in plain]
+    with pytest.raises(xfmr.Error, match="lookup 17 outside"):
+        smollm.generate_batch(["a"], lookup=17)
+
+
 def test_a_stream_has_one_reader(smollm):
     # Two threads iterating one stream: each piece goes to one of them, the
     # second reader may get an xfmr.Error while the first waits, and neither hangs.

@@ -593,6 +593,28 @@ BOOST_AUTO_TEST_CASE(tool_calls_round_trip) {
                   400)["error"]["param"] == "tool_choice");
 }
 
+// --lookup (prompt lookup): the same greedy answers as plain decoding,
+// drafts counted in /metrics.
+BOOST_AUTO_TEST_CASE(prompt_lookup_changes_no_answer) {
+  Server fast({"--lookup", "4"});
+  int drafted = 0;
+  for (const std::string& prompt : {std::string("the cat the cat the cat the"), std::string("Once upon"),
+                                    std::string("abcabcabcabc")}) {
+    const json body = {{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
+    auto r = fast.client().Post("/v1/completions", kAuth, body.dump(), "application/json");
+    BOOST_REQUIRE(r);
+    BOOST_TEST(json::parse(r->body)["choices"][0]["text"] == post("/v1/completions", body)["choices"][0]["text"],
+               prompt);
+  }
+  auto m = fast.client().Get("/metrics");
+  BOOST_REQUIRE(m);
+  std::smatch found;
+  const std::regex line("\nxfmr_draft_tokens_total ([0-9]+)\n");
+  BOOST_REQUIRE(std::regex_search(m->body, found, line));
+  drafted = std::stoi(found[1]);
+  BOOST_TEST(drafted > 0);
+}
+
 // A prompt that begins with what a slot holds reads only the rest, and its
 // greedy answer is a fresh server's (no cache), bit for bit.
 BOOST_AUTO_TEST_CASE(the_prompt_cache_changes_no_answer) {

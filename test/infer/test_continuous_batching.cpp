@@ -43,6 +43,13 @@ struct GptLike : TinyPre {
 struct LlamaLike : TinyLlama {
   static constexpr int MAX_T = 16, N_LAYERS = 2, N_HEADS = 4, N_KV_HEADS = 2;
 };
+// The same with room for long answers (prompt lookup's).
+struct GptLongLike : GptLike {
+  static constexpr int MAX_T = 64;
+};
+struct LlamaLongLike : LlamaLike {
+  static constexpr int MAX_T = 64;
+};
 constexpr int kVocab = 11;
 
 const std::vector<std::vector<std::int32_t>> kPrompts = {
@@ -201,6 +208,46 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(prompts_share_what_the_cache_holds, Cfg, decltype(
       const auto states = batcher.slot_states();
       BOOST_TEST(states.size() == 3u);
       for (const SlotState& x : states) BOOST_TEST(!x.busy);
+    }
+  }
+}
+
+// Prompt lookup: with drafts from the text so far, each request gets the
+// tokens it gets alone, greedy and sampled, in fewer steps where the
+// drafts hold (a random model's greedy text falls into loops).
+BOOST_AUTO_TEST_CASE_TEMPLATE(prompt_lookup_changes_no_token, Cfg, decltype(std::tuple<GptLongLike, LlamaLongLike>())) {
+  Be be;
+  Decoder<Cfg, Be> model(kVocab, 7);
+  const std::vector<std::vector<std::int32_t>> prompts = {
+      {1, 2, 3, 1, 2, 3, 1, 2}, {4, 5, 4, 5, 4}, {9, 8, 7, 6, 9, 8, 7}, {3}, {10, 0, 10, 0, 10, 0, 10}};
+  for (double temperature : {0.0, 0.9}) {
+    BOOST_TEST_CONTEXT("temperature " << temperature) {
+      std::vector<std::uint64_t> plain_steps;
+      for (int lookup : {0, 4}) {
+        ContinuousBatcher batcher(model, be, {.slots = 3, .context = 56, .prefill_chunk = 4, .queue = 16, .lookup = lookup});
+        Collected got;
+        std::vector<std::uint64_t> ids(prompts.size());
+        for (std::size_t i = 0; i < prompts.size(); ++i)
+          ids[i] = batcher.submit(got.with_callbacks(
+              {.prompt = prompts[i], .sampling = {.temperature = temperature}, .max_tokens = 40, .seed = 60 + i}, ids[i]));
+        drain(batcher);
+        for (std::size_t i = 0; i < prompts.size(); ++i) BOOST_TEST_CONTEXT("lookup " << lookup << ", request " << i) {
+            Rng rng(60 + i);
+            const auto alone =
+                generate(model, be, prompts[i], {.sampling = {.temperature = temperature}, .max_tokens = 40}, rng);
+            BOOST_TEST(got.tokens[ids[i]] == alone, boost::test_tools::per_element());
+          }
+        const BatchStats st = batcher.stats();
+        if (lookup == 0) {
+          BOOST_TEST(st.drafted_tokens == 0u);
+          plain_steps.push_back(st.steps);
+        } else if (temperature == 0.0) {
+          BOOST_TEST_MESSAGE(st.accepted_tokens << " of " << st.drafted_tokens << " drafts drawn; " << st.steps
+                                                << " steps against " << plain_steps.back());
+          BOOST_TEST(st.accepted_tokens > 0u);
+          BOOST_TEST(st.steps < plain_steps.back());
+        }
+      }
     }
   }
 }

@@ -27,6 +27,15 @@
 // reading (n choices of one prompt, sent at once) waits for that read and
 // copies it. BatchResult::cached_tokens counts the ids not read again.
 //
+// Speculative decoding by prompt lookup (BatchOptions::lookup): a decoding
+// slot feeds, after its newest token, the tokens that followed the latest
+// earlier occurrence of its text's last ids (the prompt's and the answer's:
+// an answer that copies its input); the step returns logits for each of
+// those rows, and each row draws as a step of its own would, while the
+// draws equal the drafts. Greedy or sampled, the tokens are those of plain
+// decoding (one draw of the slot's Rng a token either way); only the steps
+// are fewer.
+//
 // Each sequence draws from its own Sampler and Rng(seed), from the logits
 // of its own last position: it gets the tokens Generator (generate.hpp)
 // gives it alone, whatever else is in the batch (test_continuous_batching),
@@ -122,6 +131,7 @@ struct BatchOptions {
   int context = 0;          // positions a slot holds (0: the model's max_t)
   int prefill_chunk = 128;  // prompt ids read in one step, over all the prompts being read
   int queue = 64;           // requests waiting for a slot when every slot is busy, at most
+  int lookup = 0;           // speculative decoding by prompt lookup: up to this many drafts a step (0: none)
 };
 
 // A slot's state (xfmr-serve's GET /slots).
@@ -137,6 +147,7 @@ struct BatchStats {
   std::uint64_t requests = 0, finished = 0, cancelled = 0, failed = 0;
   std::uint64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
   std::uint64_t cached_tokens = 0;  // prompt ids taken from the cache instead of read
+  std::uint64_t drafted_tokens = 0, accepted_tokens = 0;  // prompt lookup's drafts, and those drawn as drafted
   double busy_seconds = 0;  // time spent in steps
   int queued = 0, busy_slots = 0, slots = 0;
 };
@@ -154,11 +165,12 @@ class ContinuousBatcher {
             "], the model's");
     require(opts_.prefill_chunk >= 1, "prefill chunk ", opts_.prefill_chunk, " must be >= 1");
     require(opts_.queue >= 0, "queue bound ", opts_.queue, " must be >= 0");
+    require(opts_.lookup >= 0 && opts_.lookup <= 16, "lookup ", opts_.lookup, " drafts outside [0, 16]");
     model_.set_training(false);
     model_.start_cache(cache_, opts_.slots, opts_.context);
     slots_.resize(opts_.slots);
     segments_.reserve(opts_.slots);
-    ids_.reserve(std::size_t(opts_.slots) + opts_.prefill_chunk);
+    ids_.reserve(std::size_t(opts_.slots) * std::size_t(1 + opts_.lookup) + std::size_t(opts_.prefill_chunk));
     owners_.reserve(opts_.slots);
   }
 
@@ -269,54 +281,45 @@ class ContinuousBatcher {
       return true;
     }
     const std::size_t V = std::size_t(model_.vocab());
-    std::uint64_t drawn_tokens = 0, read_tokens = 0;
-    std::size_t fed_ids = 0;
+    std::uint64_t drawn_tokens = 0, read_tokens = 0, drafted = 0, accepted = 0;
+    std::size_t fed_ids = 0, output = 0;
     for (std::size_t i = 0; i < segments_.size(); ++i) {
       const int s = owners_[i];
       Slot& slot = slots_[s];
-      slot.position += segments_[i].rows;
-      slot.held.insert(slot.held.end(), ids_.begin() + std::ptrdiff_t(fed_ids),
-                       ids_.begin() + std::ptrdiff_t(fed_ids + std::size_t(segments_[i].rows)));
-      fed_ids += std::size_t(segments_[i].rows);
-      if (slot.fed < slot.prompt_size()) {
-        slot.fed += segments_[i].rows;
-        read_tokens += segments_[i].rows;
+      const StepSegment& seg = segments_[i];
+      const auto fed = ids_.begin() + std::ptrdiff_t(fed_ids);
+      fed_ids += std::size_t(seg.rows);
+      const std::size_t first = output;
+      output += std::size_t(seg.outputs);
+      if (slot.fed < slot.prompt_size()) {  // reading the prompt
+        slot.position += seg.rows;
+        slot.held.insert(slot.held.end(), fed, fed + seg.rows);
+        slot.fed += seg.rows;
+        read_tokens += seg.rows;
         if (slot.fed < slot.prompt_size()) continue;  // more of the prompt to read
-      }
-      const std::size_t drawn = std::size_t(slot.req.vocabulary > 0 ? slot.req.vocabulary : V);
-      std::span<const typename Backend::Scalar> row = logits.subspan(i * V, drawn);
-      std::int32_t next = 0;
-      try {
-        if (slot.req.constraint) {  // the ids it does not allow get the lowest logit
-          require(slot.req.constraint->allowed(mask_, slot.req.max_tokens - slot.generated - 1),
-                  "structured output: no token keeps the text valid");
-          masked_.assign(row.begin(), row.end());
-          for (std::size_t j = 0; j < masked_.size(); ++j)
-            if (j >= mask_.size() || !mask_[j])
-              masked_[j] = static_cast<typename Backend::Scalar>(std::numeric_limits<float>::lowest());
-          row = masked_;
-        }
-        next = (*slot.sampler)(row, slot.rng);
-        if (slot.req.constraint) slot.req.constraint->accept(next);
-      } catch (const std::exception& e) {
-        finish(s, FinishReason::error, e.what());
+        draw(s, logits.subspan(first * V, V), drawn_tokens);
         continue;
       }
-      ++slot.generated, ++drawn_tokens;
-      if (slot.generated == 1) slot.first_token = Clock::now();
-      slot.next = next;
-      if (slot.req.top_logprobs >= 0 && slot.req.on_logprobs)
-        slot.req.on_logprobs(token_logprobs(row, next, slot.req.top_logprobs, slot.req.sampling.temperature));
-      const bool more = slot.req.on_token ? slot.req.on_token(next) : true;
-      const bool stop = std::find(slot.req.stop_ids.begin(), slot.req.stop_ids.end(), next) != slot.req.stop_ids.end();
-      if (!more || stop) finish(s, FinishReason::stop);
-      else if (slot.generated >= slot.req.max_tokens || slot.position >= opts_.context)
-        finish(s, FinishReason::length);
+      // Decoding: the newest token, then the step's drafts (prompt lookup).
+      // Each output row draws the next token as a step of its own would;
+      // while a draw equals the draft the next row was fed, that row's
+      // input was right and it draws too. The rows past the first wrong
+      // draft are forgotten (their positions are written again).
+      drafted += std::size_t(seg.rows - 1);
+      for (int j = 0; j < seg.outputs; ++j) {
+        ++slot.position;
+        slot.held.push_back(fed[j]);
+        const std::int32_t drew = draw(s, logits.subspan((first + std::size_t(j)) * V, V), drawn_tokens);
+        if (!slot.busy || drew < 0 || j + 1 >= seg.outputs || drew != fed[j + 1]) break;
+        ++accepted;
+      }
     }
     publish();
     std::lock_guard lock(mutex_);
     stats_.generated_tokens += drawn_tokens;
     stats_.prompt_tokens += read_tokens;
+    stats_.drafted_tokens += drafted;
+    stats_.accepted_tokens += accepted;
     ++stats_.steps;
     stats_.busy_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     return true;
@@ -464,6 +467,64 @@ class ContinuousBatcher {
     }
   }
 
+  // Slot s draws its next token from `logits` (a row of the model's
+  // vocabulary): through its constraint, sampler, logprobs and callbacks,
+  // finishing it at a stop or its length. The id, or -1 when it failed.
+  std::int32_t draw(int s, std::span<const typename Backend::Scalar> logits, std::uint64_t& drawn_tokens) {
+    Slot& slot = slots_[s];
+    const std::size_t drawn = std::size_t(slot.req.vocabulary > 0 ? slot.req.vocabulary : int(logits.size()));
+    std::span<const typename Backend::Scalar> row = logits.first(drawn);
+    std::int32_t next = 0;
+    try {
+      if (slot.req.constraint) {  // the ids it does not allow get the lowest logit
+        require(slot.req.constraint->allowed(mask_, slot.req.max_tokens - slot.generated - 1),
+                "structured output: no token keeps the text valid");
+        masked_.assign(row.begin(), row.end());
+        for (std::size_t j = 0; j < masked_.size(); ++j)
+          if (j >= mask_.size() || !mask_[j])
+            masked_[j] = static_cast<typename Backend::Scalar>(std::numeric_limits<float>::lowest());
+        row = masked_;
+      }
+      next = (*slot.sampler)(row, slot.rng);
+      if (slot.req.constraint) slot.req.constraint->accept(next);
+    } catch (const std::exception& e) {
+      finish(s, FinishReason::error, e.what());
+      return -1;
+    }
+    ++slot.generated, ++drawn_tokens;
+    if (slot.generated == 1) slot.first_token = Clock::now();
+    slot.next = next;
+    if (slot.req.top_logprobs >= 0 && slot.req.on_logprobs)
+      slot.req.on_logprobs(token_logprobs(row, next, slot.req.top_logprobs, slot.req.sampling.temperature));
+    const bool more = slot.req.on_token ? slot.req.on_token(next) : true;
+    const bool stop = std::find(slot.req.stop_ids.begin(), slot.req.stop_ids.end(), next) != slot.req.stop_ids.end();
+    if (!more || stop) finish(s, FinishReason::stop);
+    else if (slot.generated >= slot.req.max_tokens || slot.position >= opts_.context) finish(s, FinishReason::length);
+    return next;
+  }
+
+  // Prompt lookup: up to `most` tokens that followed the latest earlier
+  // occurrence of the text's last n ids (n = 3, then 2), the prompt and
+  // the tokens so far together; none without one.
+  std::vector<std::int32_t> drafts(const Slot& slot, int most) const {
+    std::vector<std::int32_t> out;
+    if (most <= 0) return out;
+    const std::vector<std::int32_t>& held = slot.held;  // the text but its newest token
+    const std::size_t size = held.size() + 1;
+    auto at = [&](std::size_t i) { return i < held.size() ? held[i] : slot.next; };
+    for (std::size_t n = 3; n >= 2 && out.empty(); --n) {
+      if (size < n + 1) continue;
+      for (std::size_t start = size - n; start-- > 0;) {  // the latest occurrence before the end
+        bool same = true;
+        for (std::size_t k = 0; k < n && same; ++k) same = at(start + k) == at(size - n + k);
+        if (!same) continue;
+        for (std::size_t k = start + n; k < size && int(out.size()) < most; ++k) out.push_back(at(k));
+        break;
+      }
+    }
+    return out;
+  }
+
   // The step's segments: each decoding slot's newest token, then the
   // prompts being read, in slot order, up to prefill_chunk ids in all.
   void build_step() {
@@ -471,8 +532,13 @@ class ContinuousBatcher {
     for (int s = 0; s < int(slots_.size()); ++s) {
       const Slot& slot = slots_[s];
       if (!slot.busy || slot.fed < slot.prompt_size()) continue;
-      segments_.push_back({s, slot.position, 1});
+      // Drafts while the tokens and the positions left hold them (none
+      // under a constraint, whose next ids depend on the ones drawn).
+      const int room = std::min(slot.req.max_tokens - slot.generated - 1, opts_.context - slot.position - 1);
+      const auto d = slot.req.constraint ? std::vector<std::int32_t>{} : drafts(slot, std::min(opts_.lookup, room));
+      segments_.push_back({s, slot.position, 1 + int(d.size()), 1 + int(d.size())});
       ids_.push_back(slot.next);
+      ids_.insert(ids_.end(), d.begin(), d.end());
       owners_.push_back(s);
     }
     int budget = opts_.prefill_chunk;

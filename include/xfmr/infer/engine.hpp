@@ -179,8 +179,9 @@ class Engine {
   Completion generate(const CompletionRequest& r, const OnText& on_text = {});
   Completion generate(const CompletionRequest& r, const OnToken& on_token);
   // interrupted(), asked after each step, ends them all (cancelled).
+  // lookup: speculative decoding by prompt lookup, up to that many drafts a step (BatchOptions::lookup).
   std::vector<Completion> generate_batch(std::span<const CompletionRequest> requests, int batch_size,
-                                         const std::function<bool()>& interrupted = {});
+                                         const std::function<bool()>& interrupted = {}, int lookup = 0);
 
   // Serving: the batcher, for the engine's life.
   void start_batching(BatchOptions opts);

@@ -26,8 +26,10 @@ namespace xfmr {
 
 // `rows` new positions of the sequence in cache row `slot`, at positions
 // [start, start + rows): the sequence's earlier positions are in the cache.
+// `outputs`: the last positions whose logits the step returns (1: the next
+// token's; more: a speculative step's drafts, each checked).
 struct StepSegment {
-  int slot = 0, start = 0, rows = 0;
+  int slot = 0, start = 0, rows = 0, outputs = 1;
 };
 // A ragged step's segments, their rows consecutive in the step's input.
 using RaggedStep = std::span<const StepSegment>;

@@ -99,17 +99,22 @@ class Decoder {
 
   // A ragged step (layers/kv_cache.hpp: continuous batching): each
   // segment's ids continue its sequence in its row of a cache started for
-  // all the slots. Returns the logits of each segment's last position
-  // (segments, vocab): the next token's, the only ones a decoder samples.
+  // all the slots. Returns the logits of each segment's last `outputs`
+  // positions (their sum, vocab): the next token's, the only ones a decoder
+  // samples, and a speculative step's drafts'.
   std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, RaggedStep step,
                                     DecodingCache<Backend>& cache) {
     const auto h = trunk_.forward_cached(be, ids, step, cache);
-    const int n = static_cast<int>(step.size());
+    int n = 0;
+    for (const StepSegment& s : step) {
+      require(s.outputs >= 1 && s.outputs <= s.rows, "a segment of ", s.rows, " rows with ", s.outputs, " outputs");
+      n += s.outputs;
+    }
     const auto last = last_.rows(n, Dim<D>(trunk_.dims().d_model));
-    int r = 0;
-    for (int i = 0; i < n; ++i) {
-      r += step[i].rows;
-      be.copy(last.cols, h.row(r - 1), last.row(i));
+    int r = 0, o = 0;
+    for (const StepSegment& s : step) {
+      r += s.rows;
+      for (int k = s.outputs; k >= 1; --k) be.copy(last.cols, h.row(r - k), last.row(o++));
     }
     A* logits = logits_.reserve(std::size_t(n) * vocab());
     head_->forward(be, ConstRows<A, D>(last), logits);
