@@ -4,7 +4,7 @@
 // workers, which answers it (whole, or streamed in chunks) and hands a
 // kept-alive connection back. So clients that send slowly, send nothing,
 // or hold idle connections hold no worker, and their number is bounded on
-// its own (docs/DESIGN.md, "xfmr-serve", says why not cpp-httplib 0.11).
+// its own (docs/DESIGN.md's "The HTTP layer" says why not cpp-httplib 0.11).
 //
 //   http::Server s(limits, [](const http::Request& q, http::Response& r) {
 //     r.set_content(R"({"ok":true})", "application/json");

@@ -1,7 +1,7 @@
 // request.hpp: an HTTP request's JSON read and checked: OpenAI's error
 // object for what is wrong, naming the field (a 4xx), the fields' types
 // and ranges, and a completion request whole (read_completion, the fuzz
-// target's subject: test/fuzz/fuzz_http.cpp).
+// target's subject: test/fuzz/fuzz_serve_request.cpp).
 #pragma once
 
 #include <cstdint>
@@ -91,8 +91,9 @@ struct CompletionParams {
 // A /v1/completions (chat false) or /v1/chat/completions body, checked
 // whole: every field's type and range, the prompt within the context, and
 // no field this server does not implement (echo, best_of, logit_bias,
-// tools, penalties, ...: each refused by name, as is any field OpenAI's API
-// does not have); response_format's schema compiled (json_grammar.hpp).
+// functions, penalties, ...: each refused by name, as is any field OpenAI's
+// API does not have); response_format's schema compiled (json_grammar.hpp),
+// tools offered through the chat template.
 CompletionParams read_completion(const json& body, bool chat, const ModelFacts& model);
 
 }  // namespace xfmr::server

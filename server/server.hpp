@@ -12,9 +12,10 @@
 // GET  /v1/models             the one model, named `name` (default: the model path's last part), and
 //                             its context (max_model_len, as vLLM's)
 // POST /v1/completions        OpenAI's shapes, "stream": true as server-sent events ending "data: [DONE]";
-//                             logprobs, n choices, response_format (JSON schemas), tools, usage's cached_tokens,
+//                             logprobs, n choices, response_format (JSON schemas), usage's cached_tokens,
 //                             llama-server's timings
-// POST /v1/chat/completions   the same for a conversation, rendered by the chat template (text/chat_template.hpp)
+// POST /v1/chat/completions   the same for a conversation, rendered by the chat template (text/chat_template.hpp),
+//                             with tools and tool_choice
 // POST /v1/embeddings         OpenAI's shape: the mean final hidden state of each input, of unit length
 // POST /tokenize, /detokenize {"content": text} <-> {"tokens": [ids]}
 // GET  /metrics               Prometheus text: requests, tokens, queue, slots

@@ -15,7 +15,8 @@
 // exponents, every object's keys among the schema's (no others), so that
 // any model, even one of random weights, writes a value that parses and
 // validates: strings, arrays and numbers are bounded (maxLength, maxItems,
-// else 32 characters, 8 items, 16 characters), and a token is allowed only
+// else 32 characters, 8 items, 16 characters; an object of any keys, 4
+// keys of up to 16 characters, its arrays 4 items), and a token is allowed only
 // if the value can still be finished in the tokens left, one character a
 // token (a byte-level vocabulary has a token for each). Once the value is
 // whole, only the end ids are allowed.
