@@ -44,7 +44,7 @@ std::shared_ptr<const JsonSchema> JsonSchema::any_object() {
   s->nodes_.push_back({});  // the root: an object of any keys
   const int value = s->add_any(kAnyDepth - 1);
   Node& root = s->nodes_[0];
-  root.kind = Node::object;
+  root.kind = Node::Kind::object;
   root.depth = kAnyDepth;
   root.children = {value};
   root.min_chars = 2;
@@ -56,7 +56,7 @@ int JsonSchema::add_any(int depth) {
   const int i = int(nodes_.size());
   nodes_.push_back({});
   Node n;
-  n.kind = Node::any;
+  n.kind = Node::Kind::any;
   n.depth = depth;
   n.literals = {"true", "false", "null"};
   n.min_chars = 1;  // a digit
@@ -80,7 +80,7 @@ int JsonSchema::add(const json& s, int depth, const std::string& at) {
     require(!s.contains(refused), at, ": '", refused, "' is not supported in a response schema");
   Node n;
   if (s.contains("enum") || s.contains("const")) {
-    n.kind = Node::literal;
+    n.kind = Node::Kind::literal;
     const json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
     require(values.is_array() && !values.empty() && values.size() <= 32, at, ".enum must be a list of 1 to 32 values");
     for (const json& v : values) {
@@ -99,12 +99,12 @@ int JsonSchema::add(const json& s, int depth, const std::string& at) {
   const std::string type = s["type"];
   if (type == "object" && !s.contains("properties")) {  // any object
     require(!s.contains("required"), at, ": 'required' without 'properties'");
-    n.kind = Node::object;
+    n.kind = Node::Kind::object;
     n.free_keys = true;
     n.children = {add_any(std::min(kAnyDepth, kMaxNesting - depth) - 1)};
     n.min_chars = 2;
   } else if (type == "object") {
-    n.kind = Node::object;
+    n.kind = Node::Kind::object;
     if (s.contains("additionalProperties"))
       require(s["additionalProperties"] == false, at, ".additionalProperties must be false (only the properties named)");
     const json props = s.value("properties", json::object());
@@ -129,7 +129,7 @@ int JsonSchema::add(const json& s, int depth, const std::string& at) {
       if (n.required >> k & 1) chars += int(n.keys[k].size()) + 4 + nodes_[std::size_t(n.children[k])].min_chars;
     n.min_chars = n.required == 0 ? 2 : chars;
   } else if (type == "array") {
-    n.kind = Node::array;
+    n.kind = Node::Kind::array;
     n.children = {s.contains("items") ? add(s["items"], depth + 1, at + ".items") : add_any(kAnyDepth - 1)};
     n.min_items = integer_of(s, "minItems", 0, 64, at);
     n.max_items = integer_of(s, "maxItems", std::max(n.min_items, 8), 64, at);
@@ -137,16 +137,16 @@ int JsonSchema::add(const json& s, int depth, const std::string& at) {
     const int item = nodes_[std::size_t(n.children[0])].min_chars;
     n.min_chars = n.min_items == 0 ? 2 : 1 + n.min_items * (item + 1);
   } else if (type == "string") {
-    n.kind = Node::string;
+    n.kind = Node::Kind::string;
     n.min_length = integer_of(s, "minLength", 0, 256, at);
     n.max_length = integer_of(s, "maxLength", std::max(n.min_length, 32), 256, at);
     require(n.min_length <= n.max_length, at, ": minLength ", n.min_length, " > maxLength ", n.max_length);
     n.min_chars = 2 + n.min_length;
   } else if (type == "number" || type == "integer") {
-    n.kind = type == "number" ? Node::number : Node::integer;
+    n.kind = type == "number" ? Node::Kind::number : Node::Kind::integer;
     n.min_chars = 1;
   } else if (type == "boolean" || type == "null") {
-    n.kind = Node::literal;
+    n.kind = Node::Kind::literal;
     n.literals = type == "null" ? std::vector<std::string>{"null"} : std::vector<std::string>{"true", "false"};
     n.min_chars = 4;
   } else {
@@ -159,21 +159,21 @@ int JsonSchema::add(const json& s, int depth, const std::string& at) {
 bool JsonSchema::matches(int i, const json& v) const {
   const Node& n = node(i);
   switch (n.kind) {
-    case Node::any:
+    case Node::Kind::any:
       return true;
-    case Node::literal:
+    case Node::Kind::literal:
       return std::any_of(n.literals.begin(), n.literals.end(), [&](const std::string& l) { return json::parse(l) == v; });
-    case Node::string:
+    case Node::Kind::string:
       return v.is_string() && int(v.get<std::string>().size()) >= n.min_length &&
              int(v.get<std::string>().size()) <= n.max_length;
-    case Node::number:
+    case Node::Kind::number:
       return v.is_number();
-    case Node::integer:
+    case Node::Kind::integer:
       return v.is_number_integer();
-    case Node::array:
+    case Node::Kind::array:
       if (!v.is_array() || int(v.size()) < n.min_items || int(v.size()) > n.max_items) return false;
       return std::all_of(v.begin(), v.end(), [&](const json& x) { return matches(n.children[0], x); });
-    case Node::object: {
+    case Node::Kind::object: {
       if (!v.is_object()) return false;
       if (n.free_keys) return true;
       std::uint64_t seen = 0;
@@ -205,7 +205,7 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const JsonSchema> schema, std::sh
 
 namespace {
 // A schema object whose keys are free (any_object's root, or an any node).
-bool free_keys(const JsonSchema::Node& n) { return n.kind == JsonSchema::Node::any || n.free_keys; }
+bool free_keys(const JsonSchema::Node& n) { return n.kind == JsonSchema::Node::Kind::any || n.free_keys; }
 }  // namespace
 
 bool JsonConstraint::start_value(State& s, int node, char c) const {
@@ -213,19 +213,19 @@ bool JsonConstraint::start_value(State& s, int node, char c) const {
   const Node& n = schema_->node(node);
   if (s.size >= kMaxDepth) return false;
   Frame f{.node = std::int16_t(node)};
-  const bool any = n.kind == Node::any;
-  if ((n.kind == Node::object || (any && n.depth > 0)) && c == '{') {
+  const bool any = n.kind == Node::Kind::any;
+  if ((n.kind == Node::Kind::object || (any && n.depth > 0)) && c == '{') {
     f.type = kObject;
     f.state = 0;
-  } else if ((n.kind == Node::array || (any && n.depth > 0)) && c == '[') {
+  } else if ((n.kind == Node::Kind::array || (any && n.depth > 0)) && c == '[') {
     f.type = kArray;
-  } else if ((n.kind == Node::string || any) && c == '"') {
+  } else if ((n.kind == Node::Kind::string || any) && c == '"') {
     f.type = kString;
-  } else if ((n.kind == Node::number || n.kind == Node::integer || any) && (c == '-' || digit(c))) {
+  } else if ((n.kind == Node::Kind::number || n.kind == Node::Kind::integer || any) && (c == '-' || digit(c))) {
     f.type = kNumber;
     f.state = c == '-' ? 0 : c == '0' ? 1 : 2;
     f.pos = 1;
-  } else if (n.kind == Node::literal || any) {
+  } else if (n.kind == Node::Kind::literal || any) {
     f.type = kLiteral;
     for (std::size_t a = 0; a < n.literals.size(); ++a)
       if (n.literals[a][0] == c) f.alive |= 1u << a;
@@ -329,8 +329,8 @@ bool JsonConstraint::feed_frame(State& s, char c) const {
       return false;
     }
     case kArray: {
-      const int item = n.kind == Node::any ? n.children[0] : n.children[0];
-      const int min_items = n.kind == Node::any ? 0 : n.min_items, max_items = n.kind == Node::any ? kAnyItems : n.max_items;
+      const int item = n.kind == Node::Kind::any ? n.children[0] : n.children[0];
+      const int min_items = n.kind == Node::Kind::any ? 0 : n.min_items, max_items = n.kind == Node::Kind::any ? kAnyItems : n.max_items;
       switch (f.state) {
         case 0:  // after '['
           if (c == ']') return min_items == 0 ? (close(), true) : false;
@@ -349,15 +349,15 @@ bool JsonConstraint::feed_frame(State& s, char c) const {
       return false;
     }
     case kString: {
-      const int min_length = n.kind == Node::string ? n.min_length : 0;
-      const int max_length = n.kind == Node::string ? n.max_length : 32;
+      const int min_length = n.kind == Node::Kind::string ? n.min_length : 0;
+      const int max_length = n.kind == Node::Kind::string ? n.max_length : 32;
       if (c == '"') return f.pos >= min_length ? (close(), true) : false;
       if (!printable(c) || f.pos >= max_length) return false;
       ++f.pos;
       return true;
     }
     case kNumber: {
-      const bool fraction = n.kind != Node::integer;
+      const bool fraction = n.kind != Node::Kind::integer;
       const bool room = f.pos < kMaxNumber;
       switch (f.state) {
         case 0:  // after '-'
@@ -460,7 +460,7 @@ int JsonConstraint::frame_cost(const Frame& f) const {
       return 0;
     }
     case kArray: {
-      const int min_items = n.kind == Node::any ? 0 : n.min_items;
+      const int min_items = n.kind == Node::Kind::any ? 0 : n.min_items;
       const int item = schema_->node(n.children[0]).min_chars + 1;
       switch (f.state) {
         case 0:
@@ -475,7 +475,7 @@ int JsonConstraint::frame_cost(const Frame& f) const {
       return 0;
     }
     case kString:
-      return std::max(0, (n.kind == Node::string ? n.min_length : 0) - f.pos) + 1;
+      return std::max(0, (n.kind == Node::Kind::string ? n.min_length : 0) - f.pos) + 1;
     case kNumber:
       return f.state == 0 || f.state == 3 ? 1 : 0;
     case kLiteral: {

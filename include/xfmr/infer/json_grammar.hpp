@@ -36,7 +36,7 @@ namespace xfmr {
 class JsonSchema {
  public:
   struct Node {
-    enum Kind : std::uint8_t { object, array, string, number, integer, literal, any } kind = any;
+    enum class Kind : std::uint8_t { object, array, string, number, integer, literal, any } kind = Kind::any;
     std::vector<std::string> keys{};  // object: its properties' names (quotes not included)
     std::vector<int> children{};      // object: each property's node; array: the items' node
     std::uint64_t required = 0;       // object: a bit a required property
