@@ -893,8 +893,9 @@ BOOST_AUTO_TEST_CASE(the_request_parser) {
   BOOST_TEST(refused(std::string(70000, 'A')) == 431);
 }
 
-// 64 clients x 20 requests: whole, streamed, streams dropped after their
-// first event, malformed. Each gets one answer; afterwards no slot is
+// 64 clients x 20 requests: whole (with logprobs, two choices, a JSON
+// object), streamed, streams dropped after their first event, malformed,
+// chats and embeddings. Each gets one answer; afterwards no slot is
 // busy, every accepted request has finished, and the memory is flat.
 BOOST_AUTO_TEST_CASE(a_load_of_64_clients_loses_nothing) {
   auto metric = [](const std::string& name) {
@@ -951,18 +952,27 @@ BOOST_AUTO_TEST_CASE(a_load_of_64_clients_loses_nothing) {
           } else {
             // 503 (every slot busy, the queue full: dropped streams hold
             // theirs until the server notices) says when to come back.
-            const std::string path = kind == 4 ? "/v1/chat/completions" : "/v1/completions";
+            // The features in the mix: logprobs, two choices, structured
+            // output (plain completions), embeddings (every other chat).
+            const bool embed = kind == 4 && i % 2 == 1;
+            json plain = body;
+            if (kind == 0 && i % 3 == 0) plain["logprobs"] = 2;
+            if (kind == 0 && i % 3 == 1) plain["n"] = 2;
+            if (kind == 0 && i % 3 == 2) plain["response_format"] = {{"type", "json_object"}};
+            const std::string path = embed ? "/v1/embeddings" : kind == 4 ? "/v1/chat/completions" : "/v1/completions";
             const std::string text =
-                kind == 4
+                embed ? json{{"input", kPrompts[(c + i) % kPrompts.size()]}}.dump()
+                : kind == 4
                     ? json{{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"max_tokens", 8}}.dump()
-                    : body.dump();
+                    : plain.dump();
             httplib::Result r = client->Post(path, kAuth, text, "application/json");
             for (int tries = 0; r && r->status == 503 && r->has_header("Retry-After") && tries < 100; ++tries) {
               ++busy;
               std::this_thread::sleep_for(std::chrono::milliseconds(50));
               r = client->Post(path, kAuth, text, "application/json");
             }
-            if (r && r->status == 200 && r->body.find("\"finish_reason\"") != std::string::npos) ++ok;
+            if (r && r->status == 200 && r->body.find(embed ? "\"embedding\"" : "\"finish_reason\"") != std::string::npos)
+              ++ok;
             else ++failed, note(r, kind, i);
           }
         }
