@@ -143,23 +143,6 @@ std::vector<ChatTool> chat_tools(const json& body) {
   return tools;
 }
 
-// The schema a forced call is written under: {"name": one of the names (or
-// the one named), "arguments": that function's parameters (any object when
-// several may be called)}.
-json call_schema(const std::vector<ChatTool>& tools, const std::string& named, const ChatTemplate& chat) {
-  json names = json::array(), arguments = {{"type", "object"}, {"properties", json::object()}};
-  for (const ChatTool& t : tools)
-    if (named.empty() || t.name == named) {
-      names.push_back(t.name);
-      if (!t.parameters.empty()) arguments = json::parse(t.parameters);
-    }
-  if (names.empty()) bad_request("'tool_choice' names '" + named + "', which is not among 'tools'", "tool_choice");
-  if (names.size() > 1) arguments = {{"type", "object"}};  // any object: the function is only known once named
-  return {{"type", "object"},
-          {"properties", {{"name", {{"enum", names}}}, {chat.arguments_key(), arguments}}},
-          {"required", {"name", chat.arguments_key()}}};
-}
-
 }  // namespace
 
 CompletionParams read_completion(const json& body, bool chat, const ModelFacts& model) {
@@ -203,7 +186,9 @@ CompletionParams read_completion(const json& body, bool chat, const ModelFacts& 
     }
     if (choice == "required" || choice == "function") {
       try {
-        forced_call = JsonSchema::compile(call_schema(tools, named, model.chat));
+        if (!named.empty() && std::none_of(tools.begin(), tools.end(), [&](const ChatTool& t) { return t.name == named; }))
+          bad_request("'tool_choice' names '" + named + "', which is not among 'tools'", "tool_choice");
+        forced_call = JsonSchema::compile(json::parse(model.chat.tool_call_schema(tools, named)));
       } catch (const Error& e) {
         bad_request(std::string("'tools': ") + e.what(), "tools");
       }

@@ -70,6 +70,21 @@ std::string ChatTemplate::tool_call_json(const ToolCall& call) const {
   return nlohmann::json{{"name", call.name}, {arguments_key(), args}}.dump();
 }
 
+std::string ChatTemplate::tool_call_schema(std::span<const ChatTool> tools, std::string_view named) const {
+  nlohmann::json names = nlohmann::json::array(), arguments = {{"type", "object"}, {"properties", nlohmann::json::object()}};
+  for (const ChatTool& t : tools)
+    if (named.empty() || t.name == named) {
+      names.push_back(t.name);
+      if (!t.parameters.empty()) arguments = nlohmann::json::parse(t.parameters);
+    }
+  require(!names.empty(), "no tool named '", named, "' among the tools");
+  if (names.size() > 1) arguments = {{"type", "object"}};  // any object: the function is only known once named
+  return nlohmann::json{{"type", "object"},
+                        {"properties", {{"name", {{"enum", names}}}, {arguments_key(), arguments}}},
+                        {"required", {"name", arguments_key()}}}
+      .dump();
+}
+
 std::string ChatTemplate::tool_call_opening() const { return format_ == Format::llama3 ? "" : "<tool_call>\n"; }
 
 std::string ChatTemplate::tool_call_text(const ToolCall& call) const {

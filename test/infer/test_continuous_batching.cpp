@@ -252,6 +252,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(prompt_lookup_changes_no_token, Cfg, decltype(std:
   }
 }
 
+BOOST_AUTO_TEST_CASE(prompt_lookup_drafts_what_followed_the_last_ids) {
+  const std::vector<std::int32_t> held = {1, 2, 3, 4, 5, 1, 2, 3, 9, 7, 2};
+  // The text ends 7 2 3: no earlier 7 2 3, but an earlier 2 3, followed by 9 7 2 3.
+  BOOST_TEST(prompt_lookup_drafts(held, 3, 4) == (std::vector<std::int32_t>{9, 7, 2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(prompt_lookup_drafts(held, 3, 2) == (std::vector<std::int32_t>{9, 7}), boost::test_tools::per_element());
+  BOOST_TEST(prompt_lookup_drafts(held, 8, 4).empty());  // "2 8" never came before
+  BOOST_TEST(prompt_lookup_drafts(held, 3, 0).empty());
+  BOOST_TEST(prompt_lookup_drafts({}, 3, 4).empty());
+}
+
 // logprobs: each drawn token's log-probability under softmax(logits / T),
 // and the likeliest ids' (ties by id), as a full forward of the sequence
 // so far gives them.

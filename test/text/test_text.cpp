@@ -377,6 +377,9 @@ BOOST_AUTO_TEST_CASE(chat_templates_with_tools) {
   BOOST_TEST(llama3.parse_tool_calls(R"( {"name": "weather", "parameters": {"city": "Rome"}} )").calls.at(0).arguments ==
              R"({"city":"Rome"})");
   BOOST_TEST(llama3.parse_tool_calls("It is sunny.").content == "It is sunny.");
+  BOOST_TEST(chatml.tool_call_schema(tools) ==
+             R"({"properties":{"arguments":{"properties":{"city":{"type":"string"}},"type":"object"},"name":{"enum":["weather"]}},"required":["name","arguments"],"type":"object"})");
+  BOOST_TEST(error_of([&] { (void)chatml.tool_call_schema(tools, "time"); }).find("no tool named 'time'") != std::string::npos);
   const std::vector<ChatMessage> bad = {{"user", "x", {{"weather", "{}"}}}};
   BOOST_TEST(error_of([&] { chatml.render(bad); }).find("only an assistant's message has tool calls") != std::string::npos);
 }

@@ -73,84 +73,12 @@
 
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
+#include "xfmr/infer/batch_request.hpp"
+#include "xfmr/infer/prompt_lookup.hpp"
 #include "xfmr/infer/sampling.hpp"
-#include "xfmr/infer/token_constraint.hpp"
 #include "xfmr/layers/kv_cache.hpp"
 
 namespace xfmr {
-
-enum class FinishReason { stop, length, cancelled, error };
-inline const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::cancelled: return "cancelled";
-    case FinishReason::error: return "error";
-  }
-  return "?";
-}
-
-struct BatchResult {
-  FinishReason reason = FinishReason::length;
-  int prompt_tokens = 0, completion_tokens = 0;
-  int cached_tokens = 0;  // prompt ids whose keys and values came from the cache, not read again
-  std::string error{};    // reason error: what the model's step threw
-  // From taking a slot to the first token drawn (reading the prompt), and
-  // from there to the end (llama-server's `timings`).
-  double prompt_seconds = 0, generation_seconds = 0;
-};
-
-struct BatchRequest {
-  std::vector<std::int32_t> prompt{};  // at least one id, below the model's vocabulary
-  SamplingOptions sampling{};
-  int max_tokens = 16;                 // prompt + max_tokens <= the batcher's context
-  std::vector<std::int32_t> stop_ids{};  // generation ends after any of them (the last token given)
-  int vocabulary = 0;                  // ids drawn below it (0: the model's), as GenerateOptions'
-  std::uint64_t seed = 0;
-  // >= 0: on_logprobs gets each drawn token's log-probability and the
-  // top_logprobs likeliest ids' (token_logprobs, sampling.hpp), before on_token.
-  int top_logprobs = -1;
-  std::function<void(const TokenLogprobs&)> on_logprobs{};
-  // Draws only the ids it allows (structured output); it sees each id drawn.
-  std::shared_ptr<TokenConstraint> constraint{};
-  // On the engine's thread: each token as it is drawn; returning false ends
-  // the generation there with reason stop (the caller saw a stop string).
-  std::function<bool(std::int32_t)> on_token{};
-  // On the engine's thread, once, last.
-  std::function<void(const BatchResult&)> on_finish{};
-};
-
-// The queue is full (a server's 503): try again later.
-class QueueFull : public Error {
- public:
-  using Error::Error;
-};
-
-struct BatchOptions {
-  int slots = 8;            // sequences decoded together
-  int context = 0;          // positions a slot holds (0: the model's max_t)
-  int prefill_chunk = 128;  // prompt ids read in one step, over all the prompts being read
-  int queue = 64;           // requests waiting for a slot when every slot is busy, at most
-  int lookup = 0;           // speculative decoding by prompt lookup: up to this many drafts a step (0: none)
-};
-
-// A slot's state (xfmr-serve's GET /slots).
-struct SlotState {
-  bool busy = false;
-  std::uint64_t request = 0;  // the request it decodes (busy) or decoded last
-  int prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
-  int held_tokens = 0;  // positions whose keys and values it holds (for the next prompt's prefix)
-};
-
-// Counts since the batcher started, and its state now.
-struct BatchStats {
-  std::uint64_t requests = 0, finished = 0, cancelled = 0, failed = 0;
-  std::uint64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
-  std::uint64_t cached_tokens = 0;  // prompt ids taken from the cache instead of read
-  std::uint64_t drafted_tokens = 0, accepted_tokens = 0;  // prompt lookup's drafts, and those drawn as drafted
-  double busy_seconds = 0;  // time spent in steps
-  int queued = 0, busy_slots = 0, slots = 0;
-};
 
 template <class Model, class Backend>
 class ContinuousBatcher {
@@ -503,28 +431,6 @@ class ContinuousBatcher {
     return next;
   }
 
-  // Prompt lookup: up to `most` tokens that followed the latest earlier
-  // occurrence of the text's last n ids (n = 3, then 2), the prompt and
-  // the tokens so far together; none without one.
-  std::vector<std::int32_t> drafts(const Slot& slot, int most) const {
-    std::vector<std::int32_t> out;
-    if (most <= 0) return out;
-    const std::vector<std::int32_t>& held = slot.held;  // the text but its newest token
-    const std::size_t size = held.size() + 1;
-    auto at = [&](std::size_t i) { return i < held.size() ? held[i] : slot.next; };
-    for (std::size_t n = 3; n >= 2 && out.empty(); --n) {
-      if (size < n + 1) continue;
-      for (std::size_t start = size - n; start-- > 0;) {  // the latest occurrence before the end
-        bool same = true;
-        for (std::size_t k = 0; k < n && same; ++k) same = at(start + k) == at(size - n + k);
-        if (!same) continue;
-        for (std::size_t k = start + n; k < size && int(out.size()) < most; ++k) out.push_back(at(k));
-        break;
-      }
-    }
-    return out;
-  }
-
   // The step's segments: each decoding slot's newest token, then the
   // prompts being read, in slot order, up to prefill_chunk ids in all.
   void build_step() {
@@ -535,7 +441,8 @@ class ContinuousBatcher {
       // Drafts while the tokens and the positions left hold them (none
       // under a constraint, whose next ids depend on the ones drawn).
       const int room = std::min(slot.req.max_tokens - slot.generated - 1, opts_.context - slot.position - 1);
-      const auto d = slot.req.constraint ? std::vector<std::int32_t>{} : drafts(slot, std::min(opts_.lookup, room));
+      const auto d = slot.req.constraint ? std::vector<std::int32_t>{}
+                                         : prompt_lookup_drafts(slot.held, slot.next, std::min(opts_.lookup, room));
       segments_.push_back({s, slot.position, 1 + int(d.size()), 1 + int(d.size())});
       ids_.push_back(slot.next);
       ids_.insert(ids_.end(), d.begin(), d.end());

@@ -80,6 +80,11 @@ class ChatTemplate {
   // "<tool_call>\n"; llama3: nothing), and the key of its arguments.
   std::string tool_call_opening() const;
   const char* arguments_key() const { return format_ == Format::llama3 ? "parameters" : "arguments"; }
+  // The JSON schema (its text) a call the model is made to write must
+  // match: {"name": one of the tools' (or `named`), its arguments: that
+  // function's parameters, or any object when several may be called}
+  // (infer/json_grammar.hpp compiles it).
+  std::string tool_call_schema(std::span<const ChatTool> tools, std::string_view named = {}) const;
   // An answer's calls, and its text outside them; a call that is not
   // valid JSON with a name stays text.
   struct Answer {
