@@ -462,7 +462,7 @@ void Server::close(std::unique_ptr<Connection> c) {
   --connections_;
 }
 
-void Server::refuse(int socket, int status, const std::string& message, bool) {
+void Server::refuse(int socket, int status, const std::string& message) {
   Response r;
   r.status = status;
   error_page_(status, message, r);

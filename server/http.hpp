@@ -177,7 +177,7 @@ class Server {
   void on_readable(Connection& c);
   bool advance(std::unique_ptr<Connection>& c);  // false: c was handed off or closed
   void close(std::unique_ptr<Connection> c);
-  void refuse(int socket, int status, const std::string& message, bool keep_open = false);
+  void refuse(int socket, int status, const std::string& message);
   void answer(Job& job);
   std::string head_of(const Response& r, bool keep_alive, bool chunked, bool sized) const;
 

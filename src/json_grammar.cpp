@@ -329,7 +329,7 @@ bool JsonConstraint::feed_frame(State& s, char c) const {
       return false;
     }
     case kArray: {
-      const int item = n.kind == Node::Kind::any ? n.children[0] : n.children[0];
+      const int item = n.children[0];
       const int min_items = n.kind == Node::Kind::any ? 0 : n.min_items, max_items = n.kind == Node::Kind::any ? kAnyItems : n.max_items;
       switch (f.state) {
         case 0:  // after '['
