@@ -240,9 +240,22 @@ class Model {
     return completion(c);
   }
 
+  // Engine::set_draft: speculative decoding's draft model, loaded on this
+  // model's backend.
+  void load_draft(const std::filesystem::path& path, const std::optional<std::string>& precision,
+                  const std::optional<std::filesystem::path>& tokenizer) {
+    py::gil_scoped_release release;
+    end_open_stream();
+    std::lock_guard lock(busy_);
+    engine_.set_draft(Engine::load(path, {.backend = engine_.backend_name(),
+                                          .precision = precision.value_or(""),
+                                          .tokenizer = tokenizer.value_or("")}));
+  }
+
   // Many generations decoded together (Engine::generate_batch), each with
   // its own seed, so that each gets the tokens it would get alone.
-  std::vector<PyCompletion> generate_batch(const std::vector<CompletionRequest>& requests, int batch_size, int lookup) {
+  std::vector<PyCompletion> generate_batch(const std::vector<CompletionRequest>& requests, int batch_size,
+                                          Speculation speculation) {
     bool interrupted = false;
     std::vector<Completion> done;
     {
@@ -253,7 +266,7 @@ class Model {
         py::gil_scoped_acquire acquire;
         interrupted = PyErr_CheckSignals() != 0;
         return interrupted;
-      }, lookup);
+      }, speculation);
     }
     if (interrupted) throw py::error_already_set();
     std::vector<PyCompletion> out;
@@ -749,9 +762,10 @@ PYBIND11_MODULE(_xfmr, m) {
           [](Model& self, const std::vector<py::object>& prompts, const py::object& max_tokens, double temperature,
              const py::object& top_k, double top_p, const py::object& seed,
              std::optional<std::vector<std::string>> stop, bool ignore_eos, const py::object& batch_size_,
-             const py::object& json_schema, const py::object& lookup) {
+             const py::object& json_schema, const py::object& lookup, const py::object& draft) {
             const int batch_size = int(int_arg(batch_size_, "batch_size", 1, 4096));
-            const int drafts = int(int_arg(lookup, "lookup", 0, 16));
+            const Speculation speculation{.lookup = int(int_arg(lookup, "lookup", 0, 16)),
+                                          .draft = int(int_arg(draft, "draft", 0, 16))};
             const std::uint64_t base = seed_arg(seed, "seed").value_or(std::random_device{}());
             // json_schema: a schema (a dict, as JSON has it) or "json_object": every text a value of it.
             std::shared_ptr<const JsonSchema> schema;
@@ -766,17 +780,22 @@ PYBIND11_MODULE(_xfmr, m) {
                   self.request(prompts[i], max_tokens, temperature, top_k, top_p, base + i, stop, ignore_eos));
               requests.back().json_schema = schema;
             }
-            return self.generate_batch(requests, batch_size, drafts);
+            return self.generate_batch(requests, batch_size, speculation);
           },
           py::arg("prompts"), py::kw_only(), py::arg("max_tokens") = 100, py::arg("temperature") = sampling.temperature,
           py::arg("top_k") = sampling.top_k, py::arg("top_p") = sampling.top_p, py::arg("seed") = py::none(),
           py::arg("stop") = py::none(), py::arg("ignore_eos") = false, py::arg("batch_size") = 8,
-          py::arg("json_schema") = py::none(), py::arg("lookup") = 0,
+          py::arg("json_schema") = py::none(), py::arg("lookup") = 0, py::arg("draft") = 0,
           "generate for each of prompts, batch_size of them decoded together (one weight read serves them all); "
           "prompt i draws with seed + i, so it gets what generate(prompt, seed=seed + i) gets while the prompt and "
           "max_tokens fit the context. json_schema (a JSON schema as a dict, or 'json_object'): each text is a "
           "value of it (structured output), then the end token. lookup: speculative decoding by prompt lookup, up to "
-          "that many drafts a step (the same tokens, in fewer steps where the text repeats the prompt)")
+          "that many drafts a step (the same tokens, in fewer steps where the text repeats the prompt); draft: up "
+          "to that many drafts a step from the draft model (load_draft), the same tokens")
+      .def("load_draft", &Model::load_draft, py::arg("path"), py::kw_only(), py::arg("precision") = py::none(),
+           py::arg("tokenizer") = py::none(),
+           "loads speculative decoding's draft model (generate_batch(draft=K)): a smaller model with the same "
+           "tokenizer (each id's text checked), on this model's backend; precision and tokenizer as load's")
       .def("embedding", &Model::embedding, py::arg("input"),
            "the mean of the final hidden states (after the last norm) over input's positions (text or ids), of unit "
            "length: a float32 array (d_model,), as xfmr-serve's /v1/embeddings gives it")

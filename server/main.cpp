@@ -3,7 +3,7 @@
 //
 //   xfmr-serve --model PATH [--host 127.0.0.1] [--port 8080] [--slots 8] [--context T]
 //              [--precision fp32|bf16|int8|q4] [--backend cpu] [--api-key KEY]
-//              [--chat-template chatml|llama3|plain] [--lookup K]
+//              [--chat-template chatml|llama3|plain] [--lookup K | --draft PATH [--draft-tokens K]]
 #include <boost/program_options.hpp>
 #include <string>
 
@@ -18,7 +18,8 @@ namespace {
 
 int run(int argc, char** argv) {
   server::ServerOptions o;
-  std::string tokenizer, backend = "cpu", precision = "fp32";
+  std::string tokenizer, backend = "cpu", precision = "fp32", draft_precision;
+  int draft_tokens = 4;
   po::options_description opts("xfmr-serve: an OpenAI-compatible server for a language model");
   opts.add_options()("help", "show this help")(
       "model", po::value(&o.model), "a Hugging Face directory, a llama2.c .bin, a GGUF file, or an xfmr-lm checkpoint (required)")(
@@ -39,8 +40,15 @@ int run(int argc, char** argv) {
       "max-connections", po::value(&o.max_connections)->default_value(o.max_connections),
       "connections held at once, idle or not (503 past it)")(
       "drain", po::value(&o.drain)->default_value(o.drain), "seconds running requests get to finish after SIGTERM")(
-      "lookup", po::value(&o.lookup)->default_value(o.lookup),
-      "speculative decoding by prompt lookup: up to this many drafts a step from the prompt and the answer (0: off)");
+      "lookup", po::value(&o.speculation.lookup)->default_value(o.speculation.lookup),
+      "speculative decoding by prompt lookup: up to this many drafts a step from the prompt and the answer (0: off)")(
+      "draft", po::value(&o.draft),
+      "speculative decoding by a draft model: a smaller model of the same tokenizer (any model --model reads; "
+      "--tokenizer is both's)")(
+      "draft-tokens", po::value(&draft_tokens)->default_value(draft_tokens),
+      "with --draft: up to this many of its tokens a step")(
+      "draft-precision", po::value(&draft_precision),
+      "with --draft: its precision, as --precision's (default: the draft checkpoint's, else fp32)");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!o.model.empty(), "--model PATH is required");
@@ -48,6 +56,20 @@ int run(int argc, char** argv) {
   require(!vm.count("api-key") || o.api_key.find_first_not_of(" \t\r\n") != std::string::npos,
           "--api-key is empty: the server would answer everyone; give a key, or leave the option out");
   o.engine = engine_options(vm, backend, precision, tokenizer);
+  require(o.draft.empty() || o.speculation.lookup == 0, "--draft and --lookup: speculative decoding takes its drafts ",
+          "from one source");
+  require(!o.draft.empty() || (!vm.count("draft-precision") && vm["draft-tokens"].defaulted()),
+          "--draft-tokens and --draft-precision are --draft's: name the draft model");
+  if (!o.draft.empty()) {
+    o.speculation.draft = draft_tokens;
+    // Its tokenizer: --tokenizer's (the vocabulary both share), else its own.
+    o.draft_engine = {.backend = backend,
+                      .precision = draft_precision,
+                      .tokenizer = tokenizer,
+                      .backend_option = "--backend",
+                      .precision_option = "--draft-precision",
+                      .tokenizer_option = "--tokenizer"};
+  }
   return server::serve(o);
 }
 

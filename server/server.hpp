@@ -54,7 +54,9 @@ struct ServerOptions {
   int context = 0;        // tokens a slot holds (0: the model's, at most 2048)
   int queue = 64;         // requests waiting for a slot before 503
   int drain = 10;         // seconds running requests get after SIGTERM
-  int lookup = 0;         // speculative decoding by prompt lookup: drafts a step (0: off)
+  Speculation speculation;  // drafts a step: by prompt lookup, or by the draft model (both 0: off)
+  std::string draft;        // the draft model (Engine::load reads it), for speculation.draft
+  EngineOptions draft_engine;  // its precision and tokenizer (the backend is the model's)
   std::size_t max_body = 1 << 20;  // largest request body, however sent (413 past it)
   int max_connections = 1024;      // connections held, idle or not (503 past it; at most half the descriptors)
   std::string api_key;        // required as a Bearer token on /v1 when not empty

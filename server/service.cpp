@@ -18,8 +18,9 @@ void Service::load() {
   engine_.emplace(Engine::load(o.model, o.engine));
   const int context = o.context > 0 ? o.context : std::min(engine_->max_t(), 2048);
   require(context <= engine_->max_t(), "--context ", context, " exceeds the model's ", engine_->max_t());
+  if (!o.draft.empty()) engine_->set_draft(Engine::load(o.draft, o.draft_engine));
   engine_->start_batching(
-      {.slots = o.slots, .context = context, .prefill_chunk = 128, .queue = o.queue, .lookup = o.lookup});
+      {.slots = o.slots, .context = context, .prefill_chunk = 128, .queue = o.queue, .speculation = o.speculation});
   if (!o.chat_template.empty()) chat_ = ChatTemplate::named(o.chat_template);
   else chat_ = model_chat_template(o.model);
   name_ = o.name.empty() ? fs::path(o.model).lexically_normal().filename().string() : o.name;
@@ -32,8 +33,11 @@ void Service::load() {
   }
   ready_ = true;
   std::cerr << "xfmr-serve: " << name_ << " (" << engine_->architecture().name << ", " << engine_->describe() << "), "
-            << o.slots << " slots of " << context << " tokens, chat template " << chat_.name() << "\n"
-            << std::flush;
+            << o.slots << " slots of " << context << " tokens, chat template " << chat_.name();
+  if (engine_->has_draft())
+    std::cerr << ", draft model " << o.draft << " (" << engine_->draft()->architecture().name << ", "
+              << engine_->draft()->describe() << ", " << o.speculation.draft << " tokens a step)";
+  std::cerr << "\n" << std::flush;
 }
 
 void Service::completions(const http::Request& req, http::Response& res, bool chat) {
@@ -168,7 +172,7 @@ std::string Service::metrics() {
          s.cached_tokens);
   metric("tokens_generated_total", "counter", "tokens generated", s.generated_tokens);
   metric("steps_total", "counter", "batched decoding steps", s.steps);
-  metric("draft_tokens_total", "counter", "tokens drafted by prompt lookup", s.drafted_tokens);
+  metric("draft_tokens_total", "counter", "tokens drafted (prompt lookup or the draft model)", s.drafted_tokens);
   metric("draft_accepted_total", "counter", "drafted tokens drawn as drafted", s.accepted_tokens);
   metric("busy_seconds_total", "counter", "seconds spent in decoding steps", s.busy_seconds);
   metric("tokens_per_second", "gauge", "tokens generated per second of decoding steps",

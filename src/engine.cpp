@@ -35,8 +35,9 @@ class Core : public detail::EngineCore {
   virtual std::string describe() const = 0;
   virtual std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, const GenerateOptions& opts, Rng& rng,
                                              const std::function<bool(std::int32_t)>& on_token) = 0;
-  // A batcher for the engine's life (serving) or for one call (generate_batch).
-  virtual void start_batching(BatchOptions opts) = 0;
+  // A batcher for the engine's life (serving) or for one call
+  // (generate_batch); draft: the draft model's core (the same backend's).
+  virtual void start_batching(BatchOptions opts, Core* draft) = 0;
   virtual bool batching() const = 0;
   virtual void stop_batching() = 0;
   virtual int batch_context() const = 0;
@@ -86,9 +87,11 @@ class CoreFor final : public Core {
     return (*generator_)(std::move(prompt), opts, rng, [&](std::int32_t id) { return on_token(id); });
   }
 
-  void start_batching(BatchOptions opts) override {
+  void start_batching(BatchOptions opts, Core* draft) override {
     batcher_.reset();
-    batcher_.emplace(*model_, be_, opts);
+    require(!draft || draft->backend_type() == typeid(Be), "the draft model runs on another backend");
+    batcher_.emplace(*model_, be_, opts, draft ? static_cast<Lm*>(draft->model()) : nullptr,
+                     draft ? static_cast<Be*>(draft->backend()) : nullptr);
   }
   bool batching() const override { return batcher_.has_value(); }
   void stop_batching() override { batcher_.reset(); }
@@ -164,6 +167,7 @@ struct Engine::Impl {
   // Each id's text, for structured output; made at its first request.
   std::mutex pieces_made;
   std::shared_ptr<const TokenPieces> pieces;
+  std::unique_ptr<Engine> draft;  // speculative decoding's (set_draft)
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -396,7 +400,7 @@ BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std
 }  // namespace
 
 std::vector<Completion> Engine::generate_batch(std::span<const CompletionRequest> requests, int batch_size,
-                                               const std::function<bool()>& interrupted, int lookup) {
+                                               const std::function<bool()>& interrupted, Speculation speculation) {
   require(batch_size >= 1, "generate_batch: batch_size ", batch_size, " must be at least 1");
   Core& core = *static_cast<Core*>(core_);
   require(!core.batching(), "generate_batch: the engine is serving (its batcher runs the requests: submit)");
@@ -406,10 +410,10 @@ std::vector<Completion> Engine::generate_batch(std::span<const CompletionRequest
   // 3's 131072 positions for a few tokens).
   long context = 2;
   for (const CompletionRequest& r : requests) context = std::max(context, long(r.prompt.size()) + r.max_tokens);
-  core.start_batching({.slots = int(std::min<std::size_t>(requests.size(), std::size_t(batch_size))),
-                       .context = int(std::min<long>(context, max_t())),
-                       .queue = int(requests.size()),
-                       .lookup = lookup});
+  start_batching({.slots = int(std::min<std::size_t>(requests.size(), std::size_t(batch_size))),
+                  .context = int(std::min<long>(context, max_t())),
+                  .queue = int(requests.size()),
+                  .speculation = speculation});
   struct StopBatching {
     Core& core;
     ~StopBatching() { core.stop_batching(); }
@@ -435,7 +439,31 @@ std::vector<Completion> Engine::generate_batch(std::span<const CompletionRequest
   return out;
 }
 
-void Engine::start_batching(BatchOptions opts) { static_cast<Core*>(core_)->start_batching(opts); }
+void Engine::start_batching(BatchOptions opts) {
+  require(opts.speculation.draft == 0 || impl_->draft, "draft ", opts.speculation.draft,
+          " tokens a step need a draft model (set_draft)");
+  static_cast<Core*>(core_)->start_batching(
+      opts, opts.speculation.draft > 0 ? static_cast<Core*>(impl_->draft->core_) : nullptr);
+}
+
+void Engine::set_draft(Engine draft) {
+  require(!static_cast<Core*>(core_)->batching(), "set_draft: the engine is batching (set it before start_batching)");
+  require(draft.backend_ == backend_, "the draft model's backend ", draft.backend_, " is not the model's, ", backend_);
+  require(draft.core_->backend_type() == core_->backend_type(), "the draft model's backend type is not the model's");
+  // The same tokenizer: each id the same text, the same start and end.
+  require(has_tokenizer() && draft.has_tokenizer(),
+          "a draft model and the model need their tokenizers, to check that they are one");
+  const ModelTokenizer &a = tokenizer(), &b = draft.tokenizer();
+  require(a.size() == b.size(), "the draft model's tokenizer has ", b.size(), " tokens, the model's ", a.size());
+  require(a.start() == b.start() && a.end() == b.end(), "the draft model's tokenizer starts and ends with ids ",
+          b.start(), " and ", b.end(), ", the model's with ", a.start(), " and ", a.end());
+  const auto pa = pieces(), pb = draft.pieces();
+  for (std::size_t id = 0; id < pa->size(); ++id)
+    require((*pa)[id] == (*pb)[id], "the draft model's tokenizer gives id ", id, " another text than the model's");
+  impl_->draft = std::make_unique<Engine>(std::move(draft));
+}
+bool Engine::has_draft() const { return impl_->draft != nullptr; }
+const Engine* Engine::draft() const { return impl_->draft.get(); }
 int Engine::batch_context() const { return static_cast<Core*>(core_)->batch_context(); }
 std::uint64_t Engine::submit(CompletionRequest r, OnText on_text, OnCompletion on_finish) {
   OnStep on_step;

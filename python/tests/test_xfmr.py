@@ -282,6 +282,23 @@ def test_prompt_lookup_changes_no_token(smollm):
         smollm.generate_batch(["a"], lookup=17)
 
 
+def test_a_draft_model_changes_no_token():
+    # The fixture's weights in int8 drafting for themselves in float32.
+    model = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
+    prompts = ["the cat sat, the cat sat", "Once upon"]
+    with pytest.raises(xfmr.Error, match="need a draft model"):
+        model.generate_batch(prompts, draft=3)
+    model.load_draft(SMOLLM, precision="int8", tokenizer=TOKENIZER)
+    for temperature in [0.0, 0.8]:
+        plain = model.generate_batch(prompts, max_tokens=24, temperature=temperature, seed=4, ignore_eos=True)
+        fast = model.generate_batch(prompts, max_tokens=24, temperature=temperature, seed=4, ignore_eos=True, draft=3)
+        assert [c.ids for c in fast] == [c.ids for c in plain]
+    with pytest.raises(xfmr.Error, match="lookup 2 or draft 3"):
+        model.generate_batch(prompts, lookup=2, draft=3)
+    with pytest.raises(xfmr.Error, match="draft 17 outside"):
+        model.generate_batch(prompts, draft=17)
+
+
 def test_a_stream_has_one_reader(smollm):
     # Two threads iterating one stream: each piece goes to one of them, the
     # second reader may get an xfmr.Error while the first waits, and neither hangs.

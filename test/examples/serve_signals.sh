@@ -93,6 +93,12 @@ for key in "" "  "; do
   [[ $status == 1 ]] && grep -q -- "--api-key is empty" key.log || fail "--api-key '$key': status $status, $(cat key.log)"
 done
 echo "an empty --api-key: refused"
+# Speculative decoding from two sources, or a draft's option without a draft.
+for opts in "--lookup 2 --draft $model" "--draft-tokens 2"; do
+  status=0 && "$serve" --model "$model" --tokenizer "$tokenizer" $opts 2> draft.log || status=$?
+  [[ $status == 1 ]] && grep -q -e "from one source" -e "are --draft's" draft.log || fail "$opts: status $status, $(cat draft.log)"
+done
+echo "--lookup with --draft, --draft-tokens alone: refused"
 
 # A model that does not load ends the server with status 1, every time.
 for i in 1 2 3 4 5; do

@@ -615,6 +615,27 @@ BOOST_AUTO_TEST_CASE(prompt_lookup_changes_no_answer) {
   BOOST_TEST(drafted > 0);
 }
 
+// --draft (a draft model: the fixture's weights in int8): the same greedy
+// and seeded sampled answers as plain decoding, drafts drawn in /metrics.
+BOOST_AUTO_TEST_CASE(a_draft_model_changes_no_answer) {
+  Server fast({"--draft", kModel, "--draft-precision", "int8", "--draft-tokens", "3"});
+  for (const std::string& prompt : {std::string("the cat the cat the cat the"), std::string("Once upon")})
+    for (double temperature : {0.0, 0.9}) {
+      const json body = {{"prompt", prompt}, {"max_tokens", 24}, {"temperature", temperature}, {"seed", 7},
+                         {"ignore_eos", true}};
+      auto r = fast.client().Post("/v1/completions", kAuth, body.dump(), "application/json");
+      BOOST_REQUIRE(r);
+      BOOST_TEST(json::parse(r->body)["choices"][0]["text"] == post("/v1/completions", body)["choices"][0]["text"],
+                 prompt << " at temperature " << temperature);
+    }
+  auto m = fast.client().Get("/metrics");
+  BOOST_REQUIRE(m);
+  std::smatch found;
+  BOOST_REQUIRE(std::regex_search(m->body, found, std::regex("\nxfmr_draft_accepted_total ([0-9]+)\n")));
+  BOOST_TEST(std::stoi(found[1]) > 0);
+  BOOST_TEST(fast.log().find("draft model") != std::string::npos);
+}
+
 // A prompt that begins with what a slot holds reads only the rest, and its
 // greedy answer is a fresh server's (no cache), bit for bit.
 BOOST_AUTO_TEST_CASE(the_prompt_cache_changes_no_answer) {

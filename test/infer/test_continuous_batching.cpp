@@ -224,7 +224,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(prompt_lookup_changes_no_token, Cfg, decltype(std:
     BOOST_TEST_CONTEXT("temperature " << temperature) {
       std::vector<std::uint64_t> plain_steps;
       for (int lookup : {0, 4}) {
-        ContinuousBatcher batcher(model, be, {.slots = 3, .context = 56, .prefill_chunk = 4, .queue = 16, .lookup = lookup});
+        ContinuousBatcher batcher(model, be, {.slots = 3, .context = 56, .prefill_chunk = 4, .queue = 16,
+                                                 .speculation = {.lookup = lookup}});
         Collected got;
         std::vector<std::uint64_t> ids(prompts.size());
         for (std::size_t i = 0; i < prompts.size(); ++i)
@@ -250,6 +251,73 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(prompt_lookup_changes_no_token, Cfg, decltype(std:
       }
     }
   }
+}
+
+// A draft model: each request gets the tokens it gets alone, greedy and
+// sampled, whatever the draft; one with the model's weights has its drafts
+// drawn as drafted under greedy decoding (fewer steps), another model's
+// changes no token either. The second round's prompts begin with the first
+// round's (prompt caching: the draft's rows shared or caught up too).
+BOOST_AUTO_TEST_CASE_TEMPLATE(draft_model_changes_no_token, Cfg, decltype(std::tuple<GptLongLike, LlamaLongLike>())) {
+  Be be, draft_be;
+  Decoder<Cfg, Be> model(kVocab, 7), same(kVocab, 7), other(kVocab, 8);
+  std::vector<std::vector<std::int32_t>> first = {{1, 2, 3}, {4, 5, 4, 5, 4}, {1, 2, 3}, {9, 8, 7, 6}, {10, 0}};
+  for (double temperature : {0.0, 0.9}) {
+    std::uint64_t plain_steps = 0;
+    for (Decoder<Cfg, Be>* draft : {static_cast<Decoder<Cfg, Be>*>(nullptr), &same, &other}) {
+      BOOST_TEST_CONTEXT("temperature " << temperature << ", draft " << (!draft ? "none" : draft == &same ? "same" : "other")) {
+        ContinuousBatcher batcher(model, be, {.slots = 3, .context = 56, .prefill_chunk = 4, .queue = 16,
+                                              .speculation = {.draft = draft ? 4 : 0}},
+                                  draft, &draft_be);
+        std::vector<std::vector<std::int32_t>> prompts = first;
+        std::uint64_t seed = 80;
+        for (int round = 0; round < 2; ++round) {
+          Collected got;
+          std::vector<std::uint64_t> ids(prompts.size());
+          for (std::size_t i = 0; i < prompts.size(); ++i)
+            ids[i] = batcher.submit(got.with_callbacks({.prompt = prompts[i], .sampling = {.temperature = temperature},
+                                                        .max_tokens = 20, .seed = seed + i},
+                                                       ids[i]));
+          drain(batcher);
+          for (std::size_t i = 0; i < prompts.size(); ++i) BOOST_TEST_CONTEXT("round " << round << ", request " << i) {
+              Rng rng(seed + i);
+              const auto alone =
+                  generate(model, be, prompts[i], {.sampling = {.temperature = temperature}, .max_tokens = 20}, rng);
+              BOOST_TEST(got.tokens[ids[i]] == alone, boost::test_tools::per_element());
+              // The next round: this text, then a new id.
+              prompts[i].insert(prompts[i].end(), alone.begin(), alone.end());
+              prompts[i].push_back(std::int32_t(i));
+            }
+          seed += 10;
+        }
+        const BatchStats st = batcher.stats();
+        BOOST_TEST(st.cached_tokens > 0u);
+        if (!draft) {
+          BOOST_TEST(st.drafted_tokens == 0u);
+          plain_steps = st.steps;
+          continue;
+        }
+        BOOST_TEST_MESSAGE(st.accepted_tokens << " of " << st.drafted_tokens << " drafts drawn; " << st.steps
+                                              << " steps against " << plain_steps);
+        BOOST_TEST(st.drafted_tokens > 0u);
+        if (draft == &same && temperature == 0.0) {
+          BOOST_TEST(st.accepted_tokens * 10 >= st.drafted_tokens * 9);
+          BOOST_TEST(st.steps * 2 < plain_steps);
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(speculation_is_checked) {
+  Be be;
+  Decoder<GptLongLike, Be> model(kVocab, 7);
+  BOOST_TEST(error_of([&] { ContinuousBatcher b(model, be, {.speculation = {.draft = 2}}); })
+                 .find("draft 2 tokens a step need a draft model") != std::string::npos);
+  BOOST_TEST(error_of([&] { ContinuousBatcher b(model, be, {.speculation = {.lookup = 2, .draft = 2}}, &model, &be); })
+                 .find("from one source") != std::string::npos);
+  BOOST_TEST(error_of([&] { ContinuousBatcher b(model, be, {.speculation = {.draft = 17}}, &model, &be); })
+                 .find("draft 17 tokens outside [0, 16]") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(prompt_lookup_drafts_what_followed_the_last_ids) {

@@ -11,9 +11,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "support/errors.hpp"
 #include "support/temp_dir.hpp"
@@ -186,6 +189,56 @@ BOOST_AUTO_TEST_CASE(batched_and_served_requests_get_what_one_alone_gets) {
   }
   BOOST_TEST(e.stats().finished == requests.size());
   BOOST_TEST(error_of([&] { (void)e.generate_batch(requests, 2); }).find("serving") != std::string::npos);
+}
+
+// A draft model (set_draft): with its drafts, batched and served requests
+// get the tokens plain decoding gives, greedy and sampled, whether the
+// draft is the model's weights in int8 or a model of another family
+// (Qwen2's shape) with the same tokenizer. A draft whose tokenizer gives an
+// id another text, or a draft step asked of an engine without a draft, is
+// refused naming it.
+BOOST_AUTO_TEST_CASE(a_draft_model_changes_no_token) {
+  Engine plain = smollm();
+  std::vector<CompletionRequest> requests;
+  for (const char* p : {"Once upon", "The cat sat on the mat. The cat", "Why"})
+    for (double t : {0.0, 0.8})
+      requests.push_back({.prompt = plain.prompt(p), .sampling = {.temperature = t}, .max_tokens = 12,
+                          .seed = 5 + requests.size(), .ignore_eos = true});
+  const std::vector<Completion> expected = plain.generate_batch(requests, 3);
+  BOOST_TEST(error_of([&] { (void)plain.generate_batch(requests, 3, {}, {.draft = 2}); }).find("set_draft") !=
+             std::string::npos);
+  const fs::path qwen2 = fs::path(XFMR_FIXTURE_DIR) / "families" / "qwen2";
+  for (const bool same_weights : {true, false}) {
+    BOOST_TEST_CONTEXT((same_weights ? "int8 draft" : "qwen2 draft")) {
+      Engine e = smollm();
+      e.set_draft(same_weights ? smollm("int8") : Engine::load(qwen2, {.tokenizer = kTokenizer}));
+      BOOST_TEST(e.has_draft());
+      const std::vector<Completion> got = e.generate_batch(requests, 3, {}, {.draft = 3});
+      for (std::size_t i = 0; i < requests.size(); ++i) BOOST_TEST(got[i].ids == expected[i].ids);
+      e.start_batching({.slots = 2, .context = 48, .speculation = {.draft = 3}});
+      std::vector<Completion> served(requests.size());
+      for (std::size_t i = 0; i < requests.size(); ++i)
+        e.submit(requests[i], OnText{}, [&, i](const Completion& c) { served[i] = c; });
+      while (e.step()) {
+      }
+      for (std::size_t i = 0; i < requests.size(); ++i) BOOST_TEST(served[i].ids == expected[i].ids);
+      const BatchStats st = e.stats();
+      BOOST_TEST_MESSAGE(st.accepted_tokens << " of " << st.drafted_tokens << " drafts drawn, " << st.steps
+                                            << " steps");
+      BOOST_TEST(st.drafted_tokens > 0u);
+      if (same_weights) BOOST_TEST(st.accepted_tokens > 0u);  // misplaced drafts would hardly ever be drawn
+    }
+  }
+  // A tokenizer with two ids swapped.
+  const TempDir dir("draft");
+  nlohmann::json tok = nlohmann::json::parse(std::ifstream(kTokenizer));
+  auto& vocab = tok["model"]["vocab"];
+  std::swap(vocab["a"], vocab["b"]);
+  std::ofstream(dir.path / "tokenizer.json") << tok.dump();
+  Engine e = smollm();
+  BOOST_TEST(error_of([&] { e.set_draft(Engine::load(kModel, {.tokenizer = dir.path / "tokenizer.json"})); })
+                 .find("gives id 97 another text") != std::string::npos);
+  BOOST_TEST(!e.has_draft());
 }
 
 BOOST_AUTO_TEST_CASE(a_quantised_checkpoint_decodes_in_its_precision) {

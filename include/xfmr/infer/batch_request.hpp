@@ -62,12 +62,19 @@ class QueueFull : public Error {
   using Error::Error;
 };
 
+// Speculative decoding (continuous_batching.hpp): a decoding slot feeds,
+// after its newest token, up to this many drafts a step, from one source.
+struct Speculation {
+  int lookup = 0;  // by prompt lookup (prompt_lookup.hpp)
+  int draft = 0;   // by the draft model's greedy tokens (the batcher's draft)
+};
+
 struct BatchOptions {
   int slots = 8;            // sequences decoded together
   int context = 0;          // positions a slot holds (0: the model's max_t)
   int prefill_chunk = 128;  // prompt ids read in one step, over all the prompts being read
   int queue = 64;           // requests waiting for a slot when every slot is busy, at most
-  int lookup = 0;           // speculative decoding by prompt lookup: up to this many drafts a step (0: none)
+  Speculation speculation{};
 };
 
 // A slot's state (xfmr-serve's GET /slots).
@@ -83,7 +90,7 @@ struct BatchStats {
   std::uint64_t requests = 0, finished = 0, cancelled = 0, failed = 0;
   std::uint64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
   std::uint64_t cached_tokens = 0;  // prompt ids taken from the cache instead of read
-  std::uint64_t drafted_tokens = 0, accepted_tokens = 0;  // prompt lookup's drafts, and those drawn as drafted
+  std::uint64_t drafted_tokens = 0, accepted_tokens = 0;  // speculative drafts fed, and those drawn as drafted
   double busy_seconds = 0;  // time spent in steps
   int queued = 0, busy_slots = 0, slots = 0;
 };

@@ -27,14 +27,26 @@
 // reading (n choices of one prompt, sent at once) waits for that read and
 // copies it. BatchResult::cached_tokens counts the ids not read again.
 //
-// Speculative decoding by prompt lookup (BatchOptions::lookup): a decoding
-// slot feeds, after its newest token, the tokens that followed the latest
-// earlier occurrence of its text's last ids (the prompt's and the answer's:
-// an answer that copies its input); the step returns logits for each of
-// those rows, and each row draws as a step of its own would, while the
-// draws equal the drafts. Greedy or sampled, the tokens are those of plain
-// decoding (one draw of the slot's Rng a token either way); only the steps
-// are fewer.
+// Speculative decoding (BatchOptions::speculation): a decoding slot feeds,
+// after its newest token, drafts of the tokens to come; the step returns
+// logits for each of those rows, and each row draws as a step of its own
+// would, while the draws equal the drafts. Greedy or sampled, the tokens
+// are those of plain decoding (one draw of the slot's Rng a token either
+// way); only the steps are fewer. The drafts come from one of:
+// - prompt lookup (`lookup`): the tokens that followed the latest earlier
+//   occurrence of the text's last ids (the prompt's and the answer's: an
+//   answer that copies its input);
+// - a draft model (`draft`): a smaller model of the same tokenizer, given
+//   to the constructor, draws them greedily, a ragged step of its own a
+//   draft, from a cache pool of its own (each slot's rows holding a prefix
+//   of the slot's text: it reads the prompts one step behind the model,
+//   shares their prefixes as the model's rows do, and takes the tokens
+//   drawn since its last drafts at the next step). A greedy draft accepted
+//   while the model's draw equals it is the standard acceptance rule for a
+//   draft distribution that puts all its mass on one token (accepted with
+//   the model's probability of it, else a draw from the rest), so under
+//   sampling too the tokens keep plain decoding's distribution; here they
+//   are plain decoding's, bit for bit.
 //
 // Each sequence draws from its own Sampler and Rng(seed), from the logits
 // of its own last position: it gets the tokens Generator (generate.hpp)
@@ -85,7 +97,10 @@ class ContinuousBatcher {
   using Clock = std::chrono::steady_clock;
 
  public:
-  ContinuousBatcher(Model& model, Backend& be, BatchOptions opts) : model_(model), be_(be), opts_(opts) {
+  // draft, draft_be: the draft model of speculation.draft, on a backend
+  // object of its own (its weights' decoding copies); its ids the model's.
+  ContinuousBatcher(Model& model, Backend& be, BatchOptions opts, Model* draft = nullptr, Backend* draft_be = nullptr)
+      : model_(model), be_(be), opts_(opts), draft_(draft), draft_be_(draft_be) {
     const int max_t = model_.max_t();
     if (opts_.context == 0) opts_.context = max_t;
     require(opts_.slots >= 1 && opts_.slots <= 4096, "slots ", opts_.slots, " outside [1, 4096]");
@@ -93,12 +108,24 @@ class ContinuousBatcher {
             "], the model's");
     require(opts_.prefill_chunk >= 1, "prefill chunk ", opts_.prefill_chunk, " must be >= 1");
     require(opts_.queue >= 0, "queue bound ", opts_.queue, " must be >= 0");
-    require(opts_.lookup >= 0 && opts_.lookup <= 16, "lookup ", opts_.lookup, " drafts outside [0, 16]");
+    const Speculation& sp = opts_.speculation;
+    require(sp.lookup >= 0 && sp.lookup <= 16, "lookup ", sp.lookup, " drafts outside [0, 16]");
+    require(sp.draft >= 0 && sp.draft <= 16, "draft ", sp.draft, " tokens outside [0, 16]");
+    require(sp.lookup == 0 || sp.draft == 0, "speculative decoding takes its drafts from one source: lookup ",
+            sp.lookup, " or draft ", sp.draft);
+    require(sp.draft == 0 || (draft_ && draft_be_), "draft ", sp.draft, " tokens a step need a draft model");
+    if (sp.draft == 0) draft_ = nullptr;
     model_.set_training(false);
     model_.start_cache(cache_, opts_.slots, opts_.context);
+    if (draft_) {
+      draft_context_ = std::min(opts_.context, draft_->max_t());
+      draft_->set_training(false);
+      draft_->start_cache(draft_cache_, opts_.slots, draft_context_);
+    }
     slots_.resize(opts_.slots);
     segments_.reserve(opts_.slots);
-    ids_.reserve(std::size_t(opts_.slots) * std::size_t(1 + opts_.lookup) + std::size_t(opts_.prefill_chunk));
+    ids_.reserve(std::size_t(opts_.slots) * std::size_t(1 + std::max(sp.lookup, sp.draft)) +
+                 std::size_t(opts_.prefill_chunk));
     owners_.reserve(opts_.slots);
   }
 
@@ -191,6 +218,7 @@ class ContinuousBatcher {
     }
     for (auto& task : tasks) task();
     admit();
+    make_drafts();
     build_step();
     if (segments_.empty()) return !tasks.empty();
     const auto t0 = Clock::now();
@@ -228,7 +256,7 @@ class ContinuousBatcher {
         draw(s, logits.subspan(first * V, V), drawn_tokens);
         continue;
       }
-      // Decoding: the newest token, then the step's drafts (prompt lookup).
+      // Decoding: the newest token, then the step's drafts.
       // Each output row draws the next token as a step of its own would;
       // while a draw equals the draft the next row was fed, that row's
       // input was right and it draws too. The rows past the first wrong
@@ -288,6 +316,8 @@ class ContinuousBatcher {
     // The ids whose keys and values the slot's cache rows hold, in order;
     // kept after the request ends, for the next prompt that begins so.
     std::vector<std::int32_t> held;
+    std::vector<std::int32_t> draft_held;  // the same for the draft model's rows: a prefix of held, then next
+    std::vector<std::int32_t> drafts;      // this step's
     std::uint64_t last_used = 0;  // the step it last took a request (free slots: the oldest goes first)
     Clock::time_point admitted{}, first_token{};
     int prompt_size() const { return int(req.prompt.size()); }
@@ -334,6 +364,13 @@ class ContinuousBatcher {
       if (from != slot) {
         cache_.copy_prefix(be_, from, slot, reuse);
         x.held.assign(slots_[from].held.begin(), slots_[from].held.begin() + reuse);
+        if (draft_) {  // the draft's rows of that prefix too
+          const auto& d = slots_[from].draft_held;
+          const std::size_t n = std::min(d.size(), std::size_t(reuse));
+          const int same = int(std::mismatch(d.begin(), d.begin() + std::ptrdiff_t(n), x.held.begin()).first - d.begin());
+          draft_cache_.copy_prefix(*draft_be_, from, slot, same);
+          x.draft_held.assign(d.begin(), d.begin() + same);
+        }
       }
       x.held.resize(std::size_t(reuse));
       x.busy = true, x.cancelled = false;
@@ -431,6 +468,100 @@ class ContinuousBatcher {
     return next;
   }
 
+  // Drafts a decoding slot may feed this step: while the tokens and the
+  // positions left hold them; none under a constraint, whose next ids
+  // depend on the ones drawn.
+  int draft_room(const Slot& slot, int most) const {
+    if (slot.req.constraint) return 0;
+    return std::max(0, std::min({most, slot.req.max_tokens - slot.generated - 1, opts_.context - slot.position - 1}));
+  }
+
+  // Each decoding slot's drafts for this step (Slot::drafts).
+  void make_drafts() {
+    for (Slot& slot : slots_) {
+      slot.drafts.clear();
+      if (slot.busy && slot.fed >= slot.prompt_size() && opts_.speculation.lookup > 0)
+        slot.drafts = prompt_lookup_drafts(slot.held, slot.next, draft_room(slot, opts_.speculation.lookup));
+    }
+    if (!draft_) return;
+    try {
+      draw_drafts();
+    } catch (const std::exception& e) {
+      // As a failed step of the model's: its sequences end, their rows untrusted.
+      for (int s : draft_owners_) {
+        finish(s, FinishReason::error, e.what());
+        slots_[s].held.clear();
+        slots_[s].draft_held.clear();
+        slots_[s].drafts.clear();
+      }
+    }
+  }
+
+  // The draft model's drafts. Its first ragged step feeds each busy slot's
+  // rows the ids they lack (the prompt as far as the model has read it, the
+  // tokens drawn since the last drafts, the newest; past a few a slot, at
+  // most prefill_chunk in all) and draws a decoding slot's first draft
+  // greedily once its rows have caught up; each further step feeds the
+  // last draft and draws the next.
+  void draw_drafts() {
+    const int most = opts_.speculation.draft;
+    std::vector<StepSegment>& segs = draft_segments_;
+    std::vector<std::int32_t>& ids = draft_ids_;
+    segs.clear(), ids.clear(), draft_owners_.clear();
+    int budget = opts_.prefill_chunk;
+    for (int s = 0; s < int(slots_.size()); ++s) {
+      Slot& slot = slots_[s];
+      if (!slot.busy) continue;
+      const bool decoding = slot.fed >= slot.prompt_size();
+      const int want = decoding ? draft_room(slot, most) : 0;
+      if (decoding && want == 0) continue;
+      // The text the rows should hold: held, then the newest token (fed again: its logits draw the first draft).
+      const std::size_t n = slot.held.size() + (decoding ? 1 : 0);
+      const auto text = [&slot](std::size_t i) { return i < slot.held.size() ? slot.held[i] : slot.next; };
+      std::size_t same = 0;
+      while (same < slot.draft_held.size() && same < n && slot.draft_held[same] == text(same)) ++same;
+      if (decoding) same = std::min(same, n - 1);
+      slot.draft_held.resize(same);
+      const std::size_t end = std::min(n, std::size_t(draft_context_));
+      if (same >= end || (decoding && int(n) + want - 1 > draft_context_)) continue;
+      int feed = int(end - same);
+      if (feed > most + 2) {  // more than a step adds: from the chunk's budget
+        if (budget <= 0) continue;
+        feed = std::min(feed, budget);
+        budget -= feed;
+      }
+      segs.push_back({s, int(same), feed, 1});
+      for (std::size_t i = same; i < same + std::size_t(feed); ++i) ids.push_back(text(i));
+      draft_owners_.push_back(s);
+    }
+    const int V = std::min(model_.vocab(), draft_->vocab());
+    while (!segs.empty()) {
+      const auto out = draft_->forward_cached(*draft_be_, ids, segs, draft_cache_);
+      const auto logits = draft_be_->host_view(out, draft_staging_);
+      std::size_t fed = 0;
+      next_segments_.clear(), next_ids_.clear();
+      for (std::size_t i = 0; i < segs.size(); ++i) {
+        Slot& slot = slots_[segs[i].slot];
+        slot.draft_held.insert(slot.draft_held.end(), ids.begin() + std::ptrdiff_t(fed),
+                               ids.begin() + std::ptrdiff_t(fed + std::size_t(segs[i].rows)));
+        fed += std::size_t(segs[i].rows);
+        // Caught up: the rows hold the slot's text, its newest token and the drafts so far.
+        if (slot.fed < slot.prompt_size() ||
+            slot.draft_held.size() != slot.held.size() + 1 + slot.drafts.size())
+          continue;
+        const int limit = std::min(V, slot.req.vocabulary > 0 ? slot.req.vocabulary : V);
+        const auto row = logits.subspan(i * std::size_t(draft_->vocab()), std::size_t(limit));
+        const std::int32_t d = std::int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+        slot.drafts.push_back(d);
+        if (int(slot.drafts.size()) < draft_room(slot, most)) {
+          next_segments_.push_back({segs[i].slot, int(slot.draft_held.size()), 1, 1});
+          next_ids_.push_back(d);
+        }
+      }
+      segs.swap(next_segments_), ids.swap(next_ids_);
+    }
+  }
+
   // The step's segments: each decoding slot's newest token, then the
   // prompts being read, in slot order, up to prefill_chunk ids in all.
   void build_step() {
@@ -438,11 +569,7 @@ class ContinuousBatcher {
     for (int s = 0; s < int(slots_.size()); ++s) {
       const Slot& slot = slots_[s];
       if (!slot.busy || slot.fed < slot.prompt_size()) continue;
-      // Drafts while the tokens and the positions left hold them (none
-      // under a constraint, whose next ids depend on the ones drawn).
-      const int room = std::min(slot.req.max_tokens - slot.generated - 1, opts_.context - slot.position - 1);
-      const auto d = slot.req.constraint ? std::vector<std::int32_t>{}
-                                         : prompt_lookup_drafts(slot.held, slot.next, std::min(opts_.lookup, room));
+      const auto& d = slot.drafts;
       segments_.push_back({s, slot.position, 1 + int(d.size()), 1 + int(d.size())});
       ids_.push_back(slot.next);
       ids_.insert(ids_.end(), d.begin(), d.end());
@@ -498,7 +625,14 @@ class ContinuousBatcher {
   Model& model_;
   Backend& be_;
   BatchOptions opts_;
-  DecodingCache<Backend> cache_;
+  Model* draft_;  // null without speculation.draft
+  Backend* draft_be_;
+  int draft_context_ = 0;  // positions a slot's draft rows hold
+  DecodingCache<Backend> cache_, draft_cache_;
+  std::vector<StepSegment> draft_segments_, next_segments_;
+  std::vector<std::int32_t> draft_ids_, next_ids_;
+  std::vector<int> draft_owners_;  // the slots in the draft's first step
+  std::vector<typename Backend::Scalar> draft_staging_;
   std::vector<Slot> slots_;
   std::vector<StepSegment> segments_;
   std::vector<std::int32_t> ids_;

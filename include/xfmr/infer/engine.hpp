@@ -24,7 +24,8 @@
 //   ends it, reason cancelled). The cache serves call after call.
 // generate_batch(requests, batch_size): many at once, batch_size decoded
 //   together (infer/continuous_batching.hpp), each getting what generate
-//   gives it alone.
+//   gives it alone; with speculative decoding (prompt lookup, or a draft
+//   model given by set_draft), the same in fewer steps.
 // start_batching(opts), then submit / cancel / step / run: the server's
 //   engine, requests coming from any thread and decoded together on the
 //   thread that runs it (continuous_batching.hpp's rules).
@@ -179,9 +180,17 @@ class Engine {
   Completion generate(const CompletionRequest& r, const OnText& on_text = {});
   Completion generate(const CompletionRequest& r, const OnToken& on_token);
   // interrupted(), asked after each step, ends them all (cancelled).
-  // lookup: speculative decoding by prompt lookup, up to that many drafts a step (BatchOptions::lookup).
+  // speculation: drafts a step by prompt lookup or the draft model
+  // (set_draft): the same tokens in fewer steps.
   std::vector<Completion> generate_batch(std::span<const CompletionRequest> requests, int batch_size,
-                                         const std::function<bool()>& interrupted = {}, int lookup = 0);
+                                         const std::function<bool()>& interrupted = {}, Speculation speculation = {});
+
+  // Speculative decoding by a draft model (Speculation::draft): a smaller
+  // model of the same tokenizer (each id's text checked) on the same
+  // backend, which the engine keeps; before start_batching.
+  void set_draft(Engine draft);
+  bool has_draft() const;
+  const Engine* draft() const;  // null without one
 
   // Serving: the batcher, for the engine's life.
   void start_batching(BatchOptions opts);
