@@ -1,3 +1,4 @@
+#include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 #include "xfmr/layers/linear.hpp"
 
@@ -33,6 +34,66 @@ BOOST_AUTO_TEST_CASE(linear_gradients_without_bias) {
   c.backward = [&] { lin.backward(be, crows_of<6>(c.dy), rows_of<4>(c.dx[0])); };
   c.visit = [&](const ParamFn& f) { lin.visit(f); };
   check_case(c);
+}
+
+// LoRA (layers/lora.hpp): adapters on two ranges of the outputs (as q and
+// v of a fused qkv), B drawn too (it starts at zero): the gradients of the
+// input, of A and B, and of the base when it is not frozen, in double.
+BOOST_AUTO_TEST_CASE(lora_gradients) {
+  for (const bool frozen : {false, true}) {
+    Rng rng(4);
+    Be be;
+    Linear<5, 7, Be> lin(rng);
+    auto& ad = lin.adapters();
+    ad.add("q", 0, 3, 2, 0.75, rng);
+    ad.add("v", 4, 3, 3, 1.5, rng);
+    for (auto& x : ad.list()) x.b.generate([&] { return rng.uniform(-1, 1); });
+    ad.freeze(frozen);
+    GradCase c;
+    c.name = frozen ? "Linear<5,7> LoRA, frozen base" : "Linear<5,7> LoRA";
+    c.input("x", 4 * 5, rng);
+    c.output(4 * 7, rng);
+    c.forward = [&] { lin.forward(be, crows_of<5>(c.x[0]), rows_of<7>(c.y)); };
+    c.backward = [&] { lin.backward(be, crows_of<7>(c.dy), rows_of<5>(c.dx[0])); };
+    c.visit = [&](const ParamFn& f) {
+      if (!frozen) lin.visit(f);
+      ad.visit(f);
+    };
+    check_case(c);
+    if (frozen)  // the base's gradients were never touched
+      lin.visit([](std::string_view n, auto&, auto& g) { BOOST_TEST(g.allocated_bytes() == 0u, n); });
+  }
+}
+
+// An adapted Linear gives what its merged weight gives: W + scale B A on
+// the adapter's rows. Adapters refuse a rank past their widths and a
+// range past the outputs.
+BOOST_AUTO_TEST_CASE(lora_equals_its_merged_weight) {
+  Rng rng(5);
+  Be be;
+  Linear<6, 8, Be> lin(rng), merged(rng);
+  auto& ad = lin.adapters();
+  ad.add("gate", 0, 4, 2, 2.0, rng);
+  ad.add("up", 4, 4, 2, 0.5, rng);
+  for (auto& x : ad.list()) x.b.generate([&] { return rng.uniform(-1, 1); });
+  copy_parameters(lin, merged);
+  for (const auto& x : ad.list())
+    for (int o = 0; o < x.width; ++o)
+      for (int i = 0; i < 6; ++i) {
+        double d = 0;
+        for (int k = 0; k < x.rank; ++k) d += x.b.data()[o * x.rank + k] * x.a.data()[k * 6 + i];
+        merged.weight().data()[(x.begin + o) * 6 + i] += x.scale * d;
+      }
+  const Vec in = random_vector(3 * 6, rng);
+  Vec y(3 * 8), want(3 * 8);
+  lin.forward(be, crows_of<6>(in), rows_of<8>(y));
+  merged.forward(be, crows_of<6>(in), rows_of<8>(want));
+  for (std::size_t i = 0; i < y.size(); ++i) BOOST_TEST(std::abs(y[i] - want[i]) <= 1e-12);
+  BOOST_TEST(error_of([&] { ad.add("k", 0, 4, 5, 1.0, rng); }).find("LoRA rank 5 outside [1, 4]") != std::string::npos);
+  BOOST_TEST(error_of([&] { ad.add("k", 6, 4, 2, 1.0, rng); }).find("columns [6, 10) of a Linear with 8 outputs") !=
+             std::string::npos);
+  BOOST_TEST(error_of([&] { ad.add("up", 0, 4, 2, 1.0, rng); }).find("a second LoRA adapter named up") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(linear_matches_definition) {

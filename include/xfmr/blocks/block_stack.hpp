@@ -164,6 +164,11 @@ class BlockStack {
   void for_each_dropout(F&& f) {
     for (auto& b : blocks_) b.for_each_dropout(f);
   }
+  template <class F>
+  void visit_linears(F&& f) {
+    for (std::size_t i = 0; i < blocks_.size(); ++i)
+      blocks_[i].visit_linears(prefixed_part("blocks." + std::to_string(i) + ".", f));
+  }
   Block& operator[](int i) { return blocks_.at(i); }
   int size() const { return static_cast<int>(blocks_.size()); }
 

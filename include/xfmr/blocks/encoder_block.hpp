@@ -106,6 +106,13 @@ class SelfAttentionBlock {
   void visit(F&& f) {
     parts([&](const char* name, auto& part) { part.visit(prefixed(name, f)); });
   }
+  // f(name, linear) for each projection of its attention and feed-forward.
+  template <class F>
+  void visit_linears(F&& f) {
+    parts([&](const char* name, auto& part) {
+      if constexpr (requires { part.visit_linears(f); }) part.visit_linears(prefixed_part(name, f));
+    });
+  }
   template <class F>
   void for_each_dropout(F&& f) {
     parts([&](const char*, auto& part) { for_each_dropout_of(part, f); });

@@ -37,6 +37,12 @@ auto prefixed(std::string_view prefix, F& f) {
   };
 }
 
+// The same for f(name, part) (visit_linears' visitors).
+template <class F>
+auto prefixed_part(std::string_view prefix, F& f) {
+  return [prefix, &f](std::string_view name, auto& part) { f(std::string(prefix).append(name), part); };
+}
+
 // A part's dropout keys (DropoutKeys&: Dropout, Residual, attention), where
 // it has any: what a block's for_each_dropout walks its parts with.
 template <class Part, class F>

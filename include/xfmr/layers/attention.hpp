@@ -332,6 +332,12 @@ class SelfAttention {
     cache.reset(B, capacity > 0 ? capacity : sz_.MAX_T, KV_HEADS * QK_HEAD_DIM, KV_HEADS * V_HEAD_DIM);
   }
 
+  // f(name, linear) for its projections (LoRA's targets).
+  template <class F>
+  void visit_linears(F&& f) {
+    f("qkv", qkv_);
+    f("proj", proj_);
+  }
   template <class F>
   void visit(F&& f) {
     qkv_.visit(prefixed("qkv.", f));

@@ -71,8 +71,11 @@ class FeedForward {
   }
   bool gated() const { return kind() == Kind::swiglu || kind() == Kind::geglu; }
   // GELU goes through fc1's and fc2's fused products (Linear::forward_gelu,
-  // backward_gelu); the other activations through their own operations.
-  bool fused_gelu() const { return kind() == Kind::gelu; }
+  // backward_gelu) unless either has LoRA adapters; the other activations
+  // (and GELU then) through their own operations.
+  bool fused_gelu() const {
+    return kind() == Kind::gelu && fc1_.adapters().empty() && fc2_.adapters().empty();
+  }
 
   // The paths below run for the activation there is: at run time for
   // Dynamic parts, and for a static one only its own path is compiled (a
@@ -134,6 +137,13 @@ class FeedForward {
   void for_each_saved(F&& f, Same&... others) {
     f(hidden_, others.hidden_...);
     f(activated_, others.activated_...);
+  }
+
+  // f(name, linear) for its projections (LoRA's targets).
+  template <class F>
+  void visit_linears(F&& f) {
+    f("fc1", fc1_);
+    f("fc2", fc2_);
   }
 
   template <class F>

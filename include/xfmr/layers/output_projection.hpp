@@ -59,8 +59,10 @@ class OutputProjection {
   }
 
   void backward(Backend& be, const A* dy, Rows<A, IN_> dx) {
-    be.gemm(true, false, out_, IN, x_.rows, S(1), dy, out_, x_.data, IN, S(1), dweight_->data(), IN);  // (out, IN)
-    if (has_bias_) be.bias_grad(x_.rows, out_, dy, dbias_.data());
+    if (!frozen_) {
+      be.gemm(true, false, out_, IN, x_.rows, S(1), dy, out_, x_.data, IN, S(1), dweight_->data(), IN);  // (out, IN)
+      if (has_bias_) be.bias_grad(x_.rows, out_, dy, dbias_.data());
+    }
     if (dx.data) {
       require_rows(dx, x_.rows, "output projection input gradient");
       be.gemm(false, false, x_.rows, IN, out_, S(1), dy, out_, weight_->product_data(), IN, S(0), dx.data, IN);  // (rows, IN)
@@ -75,8 +77,11 @@ class OutputProjection {
 
   int out() const { return out_; }
   bool tied() const { return weight_ != &own_weight_; }
+  // Frozen: backward computes the input's gradient only (LoRA's base).
+  void freeze(bool on) { frozen_ = on; }
 
  private:
+  bool frozen_ = false;
   void init_bias(Rng& rng, double bound) {
     if (!has_bias_) return;
     bias_.resize({out_});

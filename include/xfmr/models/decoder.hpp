@@ -139,6 +139,19 @@ class Decoder {
   void for_each_dropout(F&& f) {
     trunk_.for_each_dropout(f);
   }
+  // f(name, linear) for the blocks' projections ("blocks.0.attn.qkv", ...: LoRA's targets).
+  template <class F>
+  void visit_linears(F&& f) {
+    trunk_.visit_linears(f);
+  }
+  // A frozen base (LoRA, models/lora.hpp): backward computes no gradient
+  // of the embeddings, the projections or the head, only the adapters'
+  // (and the norms' weights', d_model each, which nothing reads).
+  void freeze_base(bool on) {
+    head_->freeze(on);
+    trunk_.freeze_stem(on);
+    visit_linears([on](std::string_view, auto& linear) { linear.adapters().freeze(on); });
+  }
   void set_training(bool on) { trunk_.set_training(on); }
   // Activation recompute of the blocks (block_stack.hpp).
   void set_recompute(Recompute r) { trunk_.set_recompute(r); }

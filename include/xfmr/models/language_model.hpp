@@ -72,6 +72,14 @@ class LanguageModel : public VirtualModel<Backend> {
   virtual std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, RaggedStep step,
                                             DecodingCache<Backend>& cache) = 0;
 
+  // f(name, adapters, weight) for each projection of the blocks
+  // ("blocks.0.attn.qkv", "blocks.0.ff.fc1", ...: Decoder::visit_linears):
+  // LoRA (models/lora.hpp).
+  using AdapterVisitor = FunctionRef<void(std::string_view, LinearAdapters<Backend>&, Tensor&)>;
+  virtual void visit_adapters(AdapterVisitor f) = 0;
+  // Decoder::freeze_base: backward leaves the base's gradients untouched.
+  virtual void freeze_base(bool on) = 0;
+
   virtual void set_training(bool on) = 0;
   virtual void set_recompute(Recompute r) = 0;
   virtual Recompute recompute() const = 0;
@@ -122,6 +130,11 @@ class DecoderModel final : public LanguageModel<Backend> {
                                     DecodingCache<Backend>& cache) override {
     return model_.forward_cached(be, ids, step, cache);
   }
+
+  void visit_adapters(typename LanguageModel<Backend>::AdapterVisitor f) override {
+    model_.visit_linears([&](std::string_view name, auto& linear) { f(name, linear.adapters(), linear.weight()); });
+  }
+  void freeze_base(bool on) override { model_.freeze_base(on); }
 
   void set_training(bool on) override { model_.set_training(on); }
   void set_recompute(Recompute r) override { model_.set_recompute(r); }

@@ -140,8 +140,10 @@ class Transformer {
     } else {
       blocks_.backward(be, dhidden, dx);
     }
-    stem_.backward(be, dx);
+    if (!frozen_stem_) stem_.backward(be, dx);
   }
+  // The embeddings take no gradient (a frozen base: LoRA).
+  void freeze_stem(bool on) { frozen_stem_ = on; }
 
   template <class F>
   void visit(F&& f) {
@@ -152,6 +154,11 @@ class Transformer {
   template <class F>
   void for_each_dropout(F&& f) {
     blocks_.for_each_dropout(f);
+  }
+  // f(name, linear) for the blocks' projections (LoRA's targets).
+  template <class F>
+  void visit_linears(F&& f) {
+    blocks_.visit_linears(f);
   }
   void set_training(bool on) {
     for_each_dropout([on](auto& d) { d.set_training(on); });
@@ -186,6 +193,7 @@ class Transformer {
   bool final_norm_;  // ln_f ends the trunk (PreNorm blocks)
   Shape bt_;
   Buffer<A> x_, h_, hn_, dh_, dx_;
+  bool frozen_stem_ = false;
 };
 
 }  // namespace xfmr

@@ -1,0 +1,120 @@
+// lora.hpp: low-rank adapters (LoRA) on a Linear's outputs, over a base
+// that may be frozen.
+//
+// A Linear (linear.hpp) holds a LinearAdapters: adapters, each on a range
+// of the Linear's output columns [begin, begin + width) (one projection of
+// a fused one: q, k or v of attention's qkv, gate or up of a gated fc1; or
+// all of them), adding
+//
+//   y[:, range] += scale * (x A^T) B^T,   A (rank, IN), B (width, rank),
+//
+// scale alpha / rank (alpha / sqrt(rank) with rsLoRA). A is drawn as peft
+// draws it (Kaiming-uniform with a = sqrt(5): U(-1/sqrt(IN), 1/sqrt(IN))),
+// B is zero: an adapter starts as the base exactly. A frozen base (freeze)
+// computes no gradient of the Linear's weight or bias, whose storage is
+// then never touched; the adapters' and the input's gradients still flow.
+//
+// Saves: each adapter's x A^T (rows, rank), in a buffer of its own.
+// Backward: dA, dB accumulate; dx += scale * (dy[:, range] B) A, after the
+// base's dx. Parameters (visit): "<name>.lora_A" (rank, IN) and
+// "<name>.lora_B" (width, rank), name the adapter's ("q", "up", ...).
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/core/tensor.hpp"
+
+namespace xfmr {
+
+template <class Backend>
+class LinearAdapters {
+ public:
+  using S = typename Backend::Scalar;
+  using A = typename Backend::Activation;
+  using Tensor = typename Backend::Tensor;
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+
+  struct Adapter {
+    std::string name;  // what a target list calls it: "q", "up", "c_attn", ...
+    int begin = 0, width = 0, rank = 0;
+    double scale = 1.0;
+    Tensor a, da;       // (rank, IN)
+    Tensor b, db;       // (width, rank)
+    Buffer<A> xa;       // x A^T of the last forward (rows, rank)
+  };
+
+  LinearAdapters(int in, int out) : in_(in), out_(out) {}
+
+  // An adapter on output columns [begin, begin + width): A drawn from rng
+  // (peft's Kaiming-uniform), B zero.
+  Adapter& add(std::string name, int begin, int width, int rank, double scale, Rng& rng) {
+    require(begin >= 0 && width > 0 && begin + width <= out_, "a LoRA adapter on columns [", begin, ", ",
+            begin + width, ") of a Linear with ", out_, " outputs");
+    require(rank >= 1 && rank <= std::min(in_, width), "LoRA rank ", rank, " outside [1, ", std::min(in_, width),
+            "] for ", name, " (", in_, " inputs, ", width, " outputs)");
+    for (const Adapter& x : list_) require(x.name != name, "a second LoRA adapter named ", name);
+    Adapter& x = list_.emplace_back();
+    x.name = std::move(name), x.begin = begin, x.width = width, x.rank = rank, x.scale = scale;
+    x.a.resize({rank, in_});
+    x.da.resize({rank, in_});
+    x.b.resize({width, rank});
+    x.db.resize({width, rank});
+    const double bound = 1.0 / std::sqrt(double(in_));
+    x.a.generate([&] { return S(rng.uniform(-bound, bound)); });
+    x.b.zero();
+    return x;
+  }
+  void clear() { list_.clear(); }
+
+  bool empty() const { return list_.empty(); }
+  std::vector<Adapter>& list() { return list_; }
+  const std::vector<Adapter>& list() const { return list_; }
+  // The base's weight and bias take no gradients.
+  void freeze(bool on) { frozen_ = on; }
+  bool frozen() const { return frozen_; }
+
+  // y (rows, OUT) += each adapter's columns.
+  void forward(Backend& be, int rows, const A* x, A* y) {
+    for (Adapter& s : list_) {
+      A* xa = s.xa.reserve(std::size_t(rows) * std::size_t(s.rank));
+      be.gemm(false, true, rows, s.rank, in_, S(1), x, in_, s.a.product_data(), in_, S(0), xa, s.rank);
+      be.gemm(false, true, rows, s.width, s.rank, S(s.scale), xa, s.rank, s.b.product_data(), s.rank, S(1), y + s.begin, out_);
+    }
+  }
+
+  // The adapters' gradients from dy (rows, OUT) and the saved input x;
+  // dx (rows, IN), when not null, gets theirs added.
+  void backward(Backend& be, int rows, const A* dy, const A* x, A* dx) {
+    auto scratch = be.workspace().frame();
+    for (Adapter& s : list_) {
+      const A* g = dy + s.begin;  // (rows, width), row stride OUT
+      be.gemm(true, false, s.width, s.rank, rows, S(s.scale), g, out_, s.xa.data(), s.rank, S(1), s.db.data(), s.rank);
+      A* gb = scratch.take(std::size_t(rows) * std::size_t(s.rank));  // scale dy B (rows, rank)
+      be.gemm(false, false, rows, s.rank, s.width, S(s.scale), g, out_, s.b.product_data(), s.rank, S(0), gb, s.rank);
+      be.gemm(true, false, s.rank, in_, rows, S(1), gb, s.rank, x, in_, S(1), s.da.data(), in_);
+      if (dx) be.gemm(false, false, rows, in_, s.rank, S(1), gb, s.rank, s.a.product_data(), in_, S(1), dx, in_);
+    }
+  }
+
+  // f(name, value, grad) for each adapter's A and B.
+  template <class F>
+  void visit(F&& f) {
+    for (Adapter& s : list_) {
+      f(s.name + ".lora_A", s.a, s.da);
+      f(s.name + ".lora_B", s.b, s.db);
+    }
+  }
+
+ private:
+  int in_, out_;
+  bool frozen_ = false;
+  std::vector<Adapter> list_;
+};
+
+}  // namespace xfmr

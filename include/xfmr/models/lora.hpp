@@ -1,0 +1,152 @@
+// lora.hpp (models): LoRA on a LanguageModel: low-rank adapters
+// (layers/lora.hpp) on the projections a target list names, over a frozen
+// base, and the adapters as a model of their own for what trains them.
+//
+//   xfmr::add_lora(*model, {.rank = 16, .alpha = 32}, seed);  // B zero: the model's logits unchanged
+//   xfmr::LoraAdapters<Be> adapters(*model);  // visit: the adapters alone ("blocks.0.attn.qkv.q.lora_A", ...)
+//   xfmr::AdamW<Be> opt(adapters);            // state for the adapters only
+//   ... model->forward / backward (the base's gradients untouched), opt.step ...
+//   xfmr::merge_lora(be, *model);             // W += scale B A, adapters dropped: a plain model again
+//
+// Targets, by the projections of a block: "q", "k", "v" (attention's fused
+// qkv, their column ranges) or "qkv" (all of it, GPT-2's c_attn), "o" (the
+// attention's output), "gate" and "up" (a gated feed-forward's fc1 halves)
+// or "fc1" (all of it, GPT-2's c_fc), "down" (fc2). Scale alpha / rank, or
+// alpha / sqrt(rank) with rslora (peft's use_rslora).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xfmr/core/error.hpp"
+#include "xfmr/core/params.hpp"
+#include "xfmr/core/rng.hpp"
+#include "xfmr/models/language_model.hpp"
+
+namespace xfmr {
+
+struct LoraOptions {
+  int rank = 16;
+  double alpha = 32;
+  bool rslora = false;  // scale alpha / sqrt(rank)
+  std::vector<std::string> targets = {"q", "k", "v", "o", "gate", "up", "down"};
+  double scale() const { return rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank); }
+};
+
+namespace detail {
+// The adapters a target list puts on one of a block's projections (its
+// name's last part: qkv, proj, fc1, fc2): {target, first column, width}.
+struct LoraRange {
+  std::string target;
+  int begin, width;
+};
+inline std::vector<LoraRange> lora_ranges(std::string_view projection, const ModelDims& d, bool gated,
+                                          const std::vector<std::string>& targets) {
+  const auto wants = [&](const char* t) { return std::find(targets.begin(), targets.end(), t) != targets.end(); };
+  std::vector<LoraRange> out;
+  const int q = d.n_heads * d.qk_head(), k = d.kv_heads() * d.qk_head(), v = d.kv_heads() * d.v_head();
+  if (projection == "qkv") {
+    if (wants("qkv")) out.push_back({"qkv", 0, q + k + v});
+    if (wants("q")) out.push_back({"q", 0, q});
+    if (wants("k")) out.push_back({"k", q, k});
+    if (wants("v")) out.push_back({"v", q + k, v});
+  } else if (projection == "proj" && wants("o")) {
+    out.push_back({"o", 0, d.d_model});
+  } else if (projection == "fc1") {
+    if (wants("fc1")) out.push_back({"fc1", 0, gated ? 2 * d.d_ff : d.d_ff});
+    if (gated && wants("gate")) out.push_back({"gate", 0, d.d_ff});
+    if (gated && wants("up")) out.push_back({"up", d.d_ff, d.d_ff});
+  } else if (projection == "fc2" && wants("down")) {
+    out.push_back({"down", 0, d.d_model});
+  }
+  return out;
+}
+}  // namespace detail
+
+// Adapters on every projection `o.targets` names (each target must name
+// one the architecture has; a whole projection and its parts not both),
+// A drawn from seed, B zero, and the base frozen.
+template <class Backend>
+void add_lora(LanguageModel<Backend>& model, const LoraOptions& o, std::uint64_t seed) {
+  static const std::vector<std::string> known = {"q", "k", "v", "qkv", "o", "gate", "up", "fc1", "down"};
+  require(!o.targets.empty(), "LoRA: no targets (choose among q, k, v, qkv, o, gate, up, fc1, down)");
+  for (const std::string& t : o.targets)
+    require(std::find(known.begin(), known.end(), t) != known.end(), "LoRA target '", t,
+            "' is not a projection (choose among q, k, v, qkv, o, gate, up, fc1, down)");
+  const auto has = [&](const char* t) { return std::find(o.targets.begin(), o.targets.end(), t) != o.targets.end(); };
+  require(!(has("qkv") && (has("q") || has("k") || has("v"))), "LoRA targets qkv and q, k or v overlap");
+  require(!(has("fc1") && (has("gate") || has("up"))), "LoRA targets fc1 and gate or up overlap");
+  require(o.rank >= 1, "LoRA rank ", o.rank, " must be at least 1");
+  require(std::isfinite(o.alpha) && o.alpha > 0, "LoRA alpha ", o.alpha, " must be positive");
+  const ModelDims d = model.dims();
+  const bool gated = d.parts.activation == ModelParts::Activation::swiglu ||
+                     d.parts.activation == ModelParts::Activation::geglu;
+  for (const std::string& t : o.targets)
+    require((t != "gate" && t != "up") || gated, "LoRA target '", t, "': the model's feed-forward is not gated (",
+            "target fc1)");
+  model.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& adapters, auto&) {
+    require(adapters.empty(), "the model has LoRA adapters already (", name, ")");
+  });
+  Rng rng(seed);
+  std::vector<std::string> placed;
+  try {
+    model.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& adapters, auto&) {
+      const std::string_view projection = name.substr(name.rfind('.') + 1);
+      for (const auto& r : detail::lora_ranges(projection, d, gated, o.targets)) {
+        adapters.add(r.target, r.begin, r.width, o.rank, o.scale(), rng);
+        placed.push_back(r.target);
+      }
+    });
+  } catch (...) {  // none, rather than some
+    model.visit_adapters([](std::string_view, LinearAdapters<Backend>& adapters, auto&) { adapters.clear(); });
+    throw;
+  }
+  for (const std::string& t : o.targets)
+    require(std::find(placed.begin(), placed.end(), t) != placed.end(), "LoRA target '", t,
+            "' is no projection of this model");
+  model.freeze_base(true);
+}
+
+// The adapters of a model as a model of their own: visit(f) lists each
+// adapter's A and B ("blocks.0.attn.qkv.q.lora_A", ...), nothing of the
+// base; what an optimizer, gradient clipping or a checkpoint takes.
+template <class Backend>
+class LoraAdapters {
+ public:
+  explicit LoraAdapters(LanguageModel<Backend>& model) : model_(model) {}
+  template <class F>
+  void visit(F&& f) {
+    model_.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& adapters, auto&) {
+      const std::string prefix = std::string(name) + ".";
+      adapters.visit(prefixed(prefix, f));
+    });
+  }
+  LanguageModel<Backend>& model() { return model_; }
+
+ private:
+  LanguageModel<Backend>& model_;
+};
+
+// Folds each adapter into its base weight (W[range] += scale B A), drops
+// the adapters and unfreezes the base: the model then gives the adapted
+// logits by itself (within rounding), to export or decode as any other.
+template <class Backend>
+void merge_lora(Backend& be, LanguageModel<Backend>& model) {
+  using S = typename Backend::Scalar;
+  model.visit_adapters([&](std::string_view, LinearAdapters<Backend>& adapters, auto& weight) {
+    if (adapters.empty()) return;
+    for (auto& x : adapters.list()) {
+      const int in = int(x.a.dim(1));
+      be.gemm(false, false, x.width, in, x.rank, S(x.scale), x.b.data(), x.rank, x.a.data(), in, S(1),
+              weight.data() + std::size_t(x.begin) * std::size_t(in), in);
+    }
+    adapters.clear();
+  });
+  model.freeze_base(false);
+}
+
+}  // namespace xfmr
