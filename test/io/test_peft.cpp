@@ -94,7 +94,7 @@ BOOST_AUTO_TEST_CASE(what_is_not_a_lora_of_the_model_is_refused) {
     auto p = load_pretrained<Cpu>(kFixtures / "families" / family);
     const std::string e = error_of([&] { (void)load_peft_adapter(*p.model, dir.path / "a"); });
     std::size_t left = 0;  // nothing half-loaded
-    LoraAdapters<Cpu>(*p.model).visit([&](std::string_view, auto&, auto&) { ++left; });
+    LoraModel<Cpu>(*p.model).visit([&](std::string_view, auto&, auto&) { ++left; });
     BOOST_TEST(left == 0u);
     return e;
   };

@@ -3,9 +3,9 @@
 // base, and the adapters as a model of their own for what trains them.
 //
 //   xfmr::add_lora(*model, {.rank = 16, .alpha = 32}, seed);  // B zero: the model's logits unchanged
-//   xfmr::LoraAdapters<Be> adapters(*model);  // visit: the adapters alone ("blocks.0.attn.qkv.q.lora_A", ...)
-//   xfmr::AdamW<Be> opt(adapters);            // state for the adapters only
-//   ... model->forward / backward (the base's gradients untouched), opt.step ...
+//   xfmr::LoraModel<Be> lora(*model);        // the model, its parameters the adapters alone
+//   xfmr::AdamW<Be> opt(lora);                // state for the adapters only
+//   xfmr::Trainer<xfmr::LanguageModel<Be>, Be> trainer(lora, be, opt, {.split = {.shards = 1}});
 //   xfmr::merge_lora(be, *model);             // W += scale B A, adapters dropped: a plain model again
 //
 // Targets, by the projections of a block: "q", "k", "v" (attention's fused
@@ -111,24 +111,64 @@ void add_lora(LanguageModel<Backend>& model, const LoraOptions& o, std::uint64_t
   model.freeze_base(true);
 }
 
-// The adapters of a model as a model of their own: visit(f) lists each
-// adapter's A and B ("blocks.0.attn.qkv.q.lora_A", ...), nothing of the
-// base; what an optimizer, gradient clipping or a checkpoint takes.
+// A model with adapters, as the model that trains them: its forward,
+// backward and decoding are the model's, its parameters (visit) the
+// adapters' A and B alone ("blocks.0.attn.qkv.q.lora_A", ...), so that an
+// optimizer, gradient clipping, a Trainer and its checkpoints hold and
+// write nothing of the base. It trains as one shard (Trainer's
+// split.shards 1, the products threaded): a replica would copy the base.
 template <class Backend>
-class LoraAdapters {
+class LoraModel final : public LanguageModel<Backend> {
  public:
-  explicit LoraAdapters(LanguageModel<Backend>& model) : model_(model) {}
-  template <class F>
-  void visit(F&& f) {
-    model_.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& adapters, auto&) {
+  using A = typename Backend::Activation;
+  using Base = LanguageModel<Backend>;
+  explicit LoraModel(Base& model) : m_(model) {}
+  Base& base() { return m_; }
+
+  const PresetInfo& preset() const override { return m_.preset(); }
+  int vocab() const override { return m_.vocab(); }
+  const DecoderOptions& options() const override { return m_.options(); }
+  std::size_t parameter_count() const override {
+    std::size_t n = 0;
+    const_cast<LoraModel*>(this)->visit([&](std::string_view, auto& value, auto&) { n += value.size(); });
+    return n;
+  }
+  std::unique_ptr<Base> clone() const override {
+    detail::fail("a LoRA model trains as one shard (shards 1): a replica would copy its base");
+  }
+  std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
+    return m_.forward(be, ids, bt);
+  }
+  void backward(Backend& be, std::span<const A> dlogits) override { m_.backward(be, dlogits); }
+  std::span<const A> hidden(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
+    return m_.hidden(be, ids, bt);
+  }
+  void start_cache(DecodingCache<Backend>& cache, int B, int capacity = 0) override { m_.start_cache(cache, B, capacity); }
+  std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, int B,
+                                    DecodingCache<Backend>& cache) override {
+    return m_.forward_cached(be, ids, B, cache);
+  }
+  std::span<const A> forward_cached(Backend& be, std::span<const std::int32_t> ids, RaggedStep step,
+                                    DecodingCache<Backend>& cache) override {
+    return m_.forward_cached(be, ids, step, cache);
+  }
+  void visit_adapters(typename Base::AdapterVisitor f) override { m_.visit_adapters(f); }
+  void freeze_base(bool on) override { m_.freeze_base(on); }
+  void set_training(bool on) override { m_.set_training(on); }
+  void set_recompute(Recompute r) override { m_.set_recompute(r); }
+  Recompute recompute() const override { return m_.recompute(); }
+  void keep_attention_probabilities(bool on) override { m_.keep_attention_probabilities(on); }
+
+ private:
+  void visit_parameters(typename VirtualModel<Backend>::ParameterVisitor f) override {
+    m_.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& adapters, auto&) {
       const std::string prefix = std::string(name) + ".";
       adapters.visit(prefixed(prefix, f));
     });
   }
-  LanguageModel<Backend>& model() { return model_; }
+  void visit_dropout(typename VirtualModel<Backend>::DropoutVisitor f) override { m_.for_each_dropout(f); }
 
- private:
-  LanguageModel<Backend>& model_;
+  Base& m_;
 };
 
 // Folds each adapter into its base weight (W[range] += scale B A), drops
