@@ -1,5 +1,6 @@
 // xfmr-serve as its clients see it, over loopback: a Llama-shaped model of
-// the family fixtures. Greedy completions equal `xfmr-lm sample
+// the family fixtures, decoded speculatively with its int8 copy as the
+// draft (plain decoding's answers). Greedy completions equal `xfmr-lm sample
 // --temperature 0`, alone and eight at once; streams carry the same text
 // and end with [DONE]; every bad request is a 4xx naming the field (and
 // every field the server does not implement); the HTTP layer over raw
@@ -121,8 +122,11 @@ class Server {
   std::string log_;
 };
 
+// The server most cases share decodes speculatively with a draft model
+// (the fixture's weights in int8), whose answers are plain decoding's:
+// every case below checks them, the load test included.
 Server& server() {
-  static Server s;
+  static Server s({"--draft", kModel, "--draft-precision", "int8", "--draft-tokens", "3"});
   return s;
 }
 
@@ -596,7 +600,7 @@ BOOST_AUTO_TEST_CASE(tool_calls_round_trip) {
 // --lookup (prompt lookup): the same greedy answers as plain decoding,
 // drafts counted in /metrics.
 BOOST_AUTO_TEST_CASE(prompt_lookup_changes_no_answer) {
-  Server fast({"--lookup", "4"});
+  Server fast({"--lookup", "4"});  // against the shared server: a draft model's answers, plain decoding's
   int drafted = 0;
   for (const std::string& prompt : {std::string("the cat the cat the cat the"), std::string("Once upon"),
                                     std::string("abcabcabcabc")}) {
@@ -615,25 +619,26 @@ BOOST_AUTO_TEST_CASE(prompt_lookup_changes_no_answer) {
   BOOST_TEST(drafted > 0);
 }
 
-// --draft (a draft model: the fixture's weights in int8): the same greedy
-// and seeded sampled answers as plain decoding, drafts drawn in /metrics.
+// --draft (the shared server's: a draft model, the fixture's weights in
+// int8): the same greedy and seeded sampled answers as a plain server's,
+// drafts drawn in /metrics.
 BOOST_AUTO_TEST_CASE(a_draft_model_changes_no_answer) {
-  Server fast({"--draft", kModel, "--draft-precision", "int8", "--draft-tokens", "3"});
+  Server plain;
   for (const std::string& prompt : {std::string("the cat the cat the cat the"), std::string("Once upon")})
     for (double temperature : {0.0, 0.9}) {
       const json body = {{"prompt", prompt}, {"max_tokens", 24}, {"temperature", temperature}, {"seed", 7},
                          {"ignore_eos", true}};
-      auto r = fast.client().Post("/v1/completions", kAuth, body.dump(), "application/json");
+      auto r = plain.client().Post("/v1/completions", kAuth, body.dump(), "application/json");
       BOOST_REQUIRE(r);
       BOOST_TEST(json::parse(r->body)["choices"][0]["text"] == post("/v1/completions", body)["choices"][0]["text"],
                  prompt << " at temperature " << temperature);
     }
-  auto m = fast.client().Get("/metrics");
+  auto m = server().client().Get("/metrics");
   BOOST_REQUIRE(m);
   std::smatch found;
   BOOST_REQUIRE(std::regex_search(m->body, found, std::regex("\nxfmr_draft_accepted_total ([0-9]+)\n")));
   BOOST_TEST(std::stoi(found[1]) > 0);
-  BOOST_TEST(fast.log().find("draft model") != std::string::npos);
+  BOOST_TEST(server().log().find("draft model") != std::string::npos);
 }
 
 // A prompt that begins with what a slot holds reads only the rest, and its
@@ -914,9 +919,9 @@ BOOST_AUTO_TEST_CASE(the_request_parser) {
   BOOST_TEST(refused(std::string(70000, 'A')) == 431);
 }
 
-// 64 clients x 20 requests: whole (with logprobs, two choices, a JSON
-// object), streamed, streams dropped after their first event, malformed,
-// chats and embeddings. Each gets one answer; afterwards no slot is
+// 64 clients x 20 requests to the drafting server: whole (with logprobs,
+// two choices, a JSON object), streamed, streams dropped after their
+// first event, malformed, chats and embeddings. Each gets one answer; afterwards no slot is
 // busy, every accepted request has finished, and the memory is flat.
 BOOST_AUTO_TEST_CASE(a_load_of_64_clients_loses_nothing) {
   auto metric = [](const std::string& name) {
