@@ -89,15 +89,36 @@ std::vector<std::int32_t> corpus_tokens(const std::string& path, const ModelToke
 // sample --------------------------------------------------------------------
 
 struct SampleArgs {
-  std::string model, tokenizer, prompt, backend = "cpu", precision = "fp32";
+  std::string model, tokenizer, prompt, backend = "cpu", precision = "fp32", lora;
   int tokens = 256;
   SamplingOptions sampling;
   std::uint64_t seed = 1;
   bool no_cache = false;
 };
 
+// --lora DIR[:SCALE]: a peft adapter at SCALE times its own.
+std::pair<std::string, double> lora_option(const std::string& v) {
+  const std::size_t colon = v.rfind(':');
+  if (colon == std::string::npos || colon == 0) return {v, 1.0};
+  const std::string scale = v.substr(colon + 1);
+  std::size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(scale, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  require(used > 0 && used == scale.size(), "--lora ", v, ": the scale after ':' is not a number");
+  return {v.substr(0, colon), x};
+}
+
 void sample(const SampleArgs& a, const EngineOptions& o) {
   Engine engine = Engine::load(a.model, o);
+  if (!a.lora.empty()) {
+    const auto [dir, scale] = lora_option(a.lora);
+    const LoraOptions l = engine.load_adapter(dir, scale);
+    std::cerr << "xfmr-lm: LoRA " << dir << " (rank " << l.rank << ", alpha " << l.alpha << ", scale x" << scale << ")\n";
+  }
   std::size_t dropped = 0;
   std::vector<std::int32_t> context = engine.tokenizer().encode(a.prompt, &dropped);
   warn_dropped(engine.tokenizer(), dropped, a.prompt.size(), "--prompt");
@@ -136,6 +157,8 @@ int run_sample(int argc, char** argv) {
       ("top-p", po::value(&a.sampling.top_p)->default_value(1.0), "nucleus sampling threshold (1 = off)")
       ("seed", po::value(&a.seed)->default_value(a.seed), "sampling seed")
       ("no-cache", po::bool_switch(&a.no_cache), "recompute the whole context for every token (the reference path)")
+      ("lora", po::value(&a.lora), "DIR[:SCALE]: a LoRA adapter in peft's format (adapter_config.json, "
+       "adapter_model.safetensors) on the model, at SCALE times its own (default 1)")
       ("precision", po::value(&a.precision)->default_value(a.precision), kDecodePrecisionHelp)
       ("backend", po::value(&a.backend)->default_value(a.backend), kBackendHelp);
   po::variables_map vm;

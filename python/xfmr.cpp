@@ -252,6 +252,14 @@ class Model {
                                           .tokenizer = tokenizer.value_or("")}));
   }
 
+  // Engine::load_adapter: a peft LoRA adapter directory on the model.
+  void load_adapter(const std::filesystem::path& dir, double scale) {
+    py::gil_scoped_release release;
+    end_open_stream();
+    std::lock_guard lock(busy_);
+    (void)engine_.load_adapter(dir, scale);
+  }
+
   // Many generations decoded together (Engine::generate_batch), each with
   // its own seed, so that each gets the tokens it would get alone.
   std::vector<PyCompletion> generate_batch(const std::vector<CompletionRequest>& requests, int batch_size,
@@ -792,6 +800,9 @@ PYBIND11_MODULE(_xfmr, m) {
           "value of it (structured output), then the end token. lookup: speculative decoding by prompt lookup, up to "
           "that many drafts a step (the same tokens, in fewer steps where the text repeats the prompt); draft: up "
           "to that many drafts a step from the draft model (load_draft), the same tokens")
+      .def("load_adapter", &Model::load_adapter, py::arg("dir"), py::kw_only(), py::arg("scale") = 1.0,
+           "puts a LoRA adapter in Hugging Face peft's format (a directory of adapter_config.json and "
+           "adapter_model.safetensors) on the model's projections, at scale times its own; one adapter")
       .def("load_draft", &Model::load_draft, py::arg("path"), py::kw_only(), py::arg("precision") = py::none(),
            py::arg("tokenizer") = py::none(),
            "loads speculative decoding's draft model (generate_batch(draft=K)): a smaller model with the same "

@@ -20,6 +20,7 @@
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/infer/window_loss.hpp"
 #include "xfmr/io/checkpoint.hpp"
+#include "xfmr/io/peft.hpp"
 
 namespace xfmr {
 
@@ -463,6 +464,18 @@ void Engine::set_draft(Engine draft) {
   impl_->draft = std::make_unique<Engine>(std::move(draft));
 }
 bool Engine::has_draft() const { return impl_->draft != nullptr; }
+
+LoraOptions Engine::load_adapter(const std::filesystem::path& dir, double scale) {
+  require(!static_cast<Core*>(core_)->batching(), "load_adapter: the engine is batching (load it before start_batching)");
+  require(std::isfinite(scale) && scale > 0, "load_adapter: scale ", scale, " must be positive");
+  return visit([&]<class Be>(LanguageModel<Be>& model, Be&) {
+    const LoraOptions o = load_peft_adapter(model, dir);
+    model.visit_adapters([&](std::string_view, LinearAdapters<Be>& adapters, auto&) {
+      for (auto& x : adapters.list()) x.scale *= scale;
+    });
+    return o;
+  });
+}
 const Engine* Engine::draft() const { return impl_->draft.get(); }
 int Engine::batch_context() const { return static_cast<Core*>(core_)->batch_context(); }
 std::uint64_t Engine::submit(CompletionRequest r, OnText on_text, OnCompletion on_finish) {

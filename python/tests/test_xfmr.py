@@ -299,6 +299,20 @@ def test_a_draft_model_changes_no_token():
         model.generate_batch(prompts, draft=17)
 
 
+def test_a_lora_adapter_moves_the_logits():
+    # fixtures/lora/smollm2: a peft adapter written by plain PyTorch (test_engine checks its logits).
+    model = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
+    ids = [72, 101, 108, 108, 111]
+    base = model.logits(ids)
+    model.load_adapter(os.path.join(FIXTURES, "lora", "smollm2"))
+    adapted = model.logits(ids)
+    assert np.abs(adapted - base).max() > 1e-2
+    with pytest.raises(xfmr.Error, match="LoRA adapters already"):
+        model.load_adapter(os.path.join(FIXTURES, "lora", "smollm2"))
+    with pytest.raises(xfmr.Error, match="no projection of Llama"):
+        xfmr.load(SMOLLM, tokenizer=TOKENIZER).load_adapter(os.path.join(FIXTURES, "lora", "gpt2-ctx2048"))
+
+
 def test_a_stream_has_one_reader(smollm):
     # Two threads iterating one stream: each piece goes to one of them, the
     # second reader may get an xfmr.Error while the first waits, and neither hangs.

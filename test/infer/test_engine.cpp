@@ -26,6 +26,7 @@
 #include "xfmr/infer/stop_strings.hpp"
 #include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/io/pretrained.hpp"
+#include "xfmr/io/safetensors.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_engine)
 
@@ -239,6 +240,36 @@ BOOST_AUTO_TEST_CASE(a_draft_model_changes_no_token) {
   BOOST_TEST(error_of([&] { e.set_draft(Engine::load(kModel, {.tokenizer = dir.path / "tokenizer.json"})); })
                  .find("gives id 97 another text") != std::string::npos);
   BOOST_TEST(!e.has_draft());
+}
+
+// A LoRA adapter (load_adapter, peft's format): the engine's logits are
+// PyTorch's of the merged base (fixtures/lora, lora_reference.py); one
+// generation and a batch of them decode the same tokens through it; half
+// the scale moves the logits; a second adapter is refused.
+BOOST_AUTO_TEST_CASE(a_lora_adapter_gives_pytorchs_merged_logits) {
+  const fs::path adapter = fs::path(XFMR_FIXTURE_DIR) / "lora" / "smollm2";
+  const SafeTensors expected = SafeTensors::load(adapter / "expected.safetensors");
+  const auto wide = expected.integers("ids");
+  const std::vector<std::int32_t> ids(wide.begin(), wide.end());
+  const auto want = expected.values<double>("logits");
+  Engine e = smollm();
+  const LoraOptions o = e.load_adapter(adapter);
+  BOOST_TEST(o.rank == 4);
+  const std::vector<float> got = e.logits(ids, 1, int(ids.size()));
+  double scale = 0, worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::abs(want[i]));
+    worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+  }
+  BOOST_TEST(worst <= 1e-4 * scale, "logits differ by " << worst << " at scale " << scale);
+  const CompletionRequest r{.prompt = ids, .sampling = {.temperature = 0}, .max_tokens = 8, .ignore_eos = true};
+  const std::vector<CompletionRequest> both = {r, r};
+  BOOST_TEST(e.generate_batch(both, 2)[1].ids == e.generate(r).ids);
+  BOOST_TEST(error_of([&] { (void)e.load_adapter(adapter); }).find("LoRA adapters already") != std::string::npos);
+  Engine half = smollm();
+  (void)half.load_adapter(adapter, 0.5);
+  const std::vector<float> h = half.logits(ids, 1, int(ids.size()));
+  BOOST_TEST(std::abs(h[0] - got[0]) > 1e-4);
 }
 
 BOOST_AUTO_TEST_CASE(a_quantised_checkpoint_decodes_in_its_precision) {

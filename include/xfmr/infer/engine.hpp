@@ -58,6 +58,7 @@
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/layers/losses.hpp"
 #include "xfmr/models/language_model.hpp"
+#include "xfmr/models/lora.hpp"
 
 namespace xfmr {
 
@@ -191,6 +192,12 @@ class Engine {
   void set_draft(Engine draft);
   bool has_draft() const;
   const Engine* draft() const;  // null without one
+
+  // LoRA: a peft adapter directory (io/peft.hpp) on the model's
+  // projections, at `scale` times its own scale (1: as trained); the base's
+  // weights and their decoding copies stay as they are. One adapter, before
+  // start_batching; the adapter's settings.
+  LoraOptions load_adapter(const std::filesystem::path& dir, double scale = 1.0);
 
   // Serving: the batcher, for the engine's life.
   void start_batching(BatchOptions opts);
