@@ -25,8 +25,10 @@
 #include "xfmr/infer/engine.hpp"
 #include "xfmr/infer/window_loss.hpp"
 #include "xfmr/io/checkpoint.hpp"
+#include "xfmr/io/peft.hpp"
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
+#include "xfmr/models/lora.hpp"
 #include "xfmr/text/datasets.hpp"
 #include "xfmr/io/model_tokenizer.hpp"
 #include "xfmr/text/text.hpp"
@@ -234,6 +236,7 @@ int run_eval(int argc, char** argv) {
 struct RunSettings : LmTrainingSettings {
   std::string preset, init, tokenizer;
   std::string architecture;  // --architecture's, as architecture_json writes it
+  std::string lora;          // --lora's, as LoraOptions::str writes it: adapters on --init's frozen model
   int context = 0;
 
   RunSettings() {  // fine-tuning's defaults
@@ -244,6 +247,7 @@ struct RunSettings : LmTrainingSettings {
   json to_json() const {
     json j = {{"preset", preset}, {"init", init}, {"tokenizer", tokenizer}, {"context", context}};
     if (!architecture.empty()) j["architecture"] = architecture;
+    if (!lora.empty()) j["lora"] = lora;
     write(j);
     return j;
   }
@@ -255,6 +259,7 @@ struct RunSettings : LmTrainingSettings {
     s.tokenizer = j.at("tokenizer");
     s.context = json_integer<int>(j, "context");
     if (j.contains("architecture")) s.architecture = j.at("architecture").get<std::string>();
+    if (j.contains("lora")) s.lora = j.at("lora").get<std::string>();
     return s;
   }
 };
@@ -276,7 +281,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   // resumed fine-tune is built from its own checkpoint, which carries the
   // architecture and the tokenizer: the base model may have moved since.
   Loaded<Be> l;
-  if (resumed && !run.init.empty()) {
+  if (resumed && !run.init.empty() && run.lora.empty()) {
     l = load_lm<Be>(a.resume, a.resume_tokenizer, base);
   } else if (!run.init.empty()) {
     l = load_lm<Be>(run.init, run.tokenizer, base);
@@ -297,6 +302,16 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
     require(resumed->at("tokenizer_hash") == tokenizer_hash, "the tokenizer ", l.tok->source.string(),
             " is not the one the checkpoint ", a.resume, " trained with (its files' contents differ)");
   LanguageModel<Be>& model = *l.model;
+  // LoRA: adapters on the frozen base; what trains (and what a checkpoint
+  // holds) is them alone, as one shard.
+  std::optional<LoraOptions> lora;
+  std::unique_ptr<LoraModel<Be>> lora_model;
+  if (!run.lora.empty()) {
+    lora = LoraOptions::parse(run.lora);
+    add_lora(model, *lora, seed_for(run.seed, 0x10a));
+    lora_model = std::make_unique<LoraModel<Be>>(model);
+  }
+  LanguageModel<Be>& trained = lora_model ? *lora_model : model;
   const std::string preset(model.preset().name);
   const PresetInfo arch = model.preset();
   const int V = model.vocab(), T = run.context > 0 ? run.context : std::min(model.max_t(), 256);
@@ -332,12 +347,12 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   const int my_rows = run.batch / ranks, my_first = rank_rows(group, run.batch).first;
   Be be = make_backend<Be>(a.backend, a.precision);
   TrainingRun<LanguageModel<Be>, Be> session(
-      model, be, {.optimizer = adamw_recipe(AdamWRecipe::language_model, run.weight_decay),
+      trained, be, {.optimizer = adamw_recipe(AdamWRecipe::language_model, run.weight_decay),
               .trainer = {.grad_accum = run.grad_accum,
                           .clip = run.clip,
                           .schedule = LrSchedule::parse(run.schedule, run.lr, a.steps),
                           .data_seed = seed_for(run.seed, 0xda7a),
-                          .split = {.shards = a.shards, .group = &group, .zero = a.zero}},
+                          .split = {.shards = lora ? 1 : a.shards, .group = &group, .zero = a.zero}},
               .loop = {.total = a.steps,
                        .stop_after = a.stop_after,
                        .eval_every = a.eval_every,
@@ -346,7 +361,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   auto& trainer = session.trainer();
   if (resumed) session.resume(a.resume);  // its data checked above
   const long start = trainer.steps();
-  const Metadata metadata = {{"format", kFormat},
+  Metadata metadata = {{"format", kFormat},
                              {"preset", preset},
                              {"architecture", architecture_json(arch)},
                              {"vocab", std::to_string(V)},
@@ -358,8 +373,11 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                              {"steps", std::to_string(a.steps)},
                              {"data", a.data},
                              {"data_hash", data_hash}};
+  if (lora) metadata["lora"] = run.lora;  // what Engine::load refuses to decode alone
   std::cout << "xfmr-lm: " << preset << (run.init.empty() ? "" : " from " + run.init) << " on " << describe(be)
-            << ", " << model.parameter_count() << " parameters, vocabulary " << V << ", " << train_ids.size()
+            << ", " << model.parameter_count() << " parameters"
+            << (lora ? " (LoRA " + lora->str() + ": " + std::to_string(trained.parameter_count()) + " trained)" : "")
+            << ", vocabulary " << V << ", " << train_ids.size()
             << " train / " << val_ids.size() << " val tokens, batch " << run.batch << " x " << T
             << (resumed ? ", resuming at step " + std::to_string(start) : std::string())
             << (ranks > 1 ? ", " + std::to_string(ranks) + " ranks of " + std::to_string(my_rows) + " sequences" : "")
@@ -398,7 +416,12 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
         return Evaluation{r.loss, val, ": train batch loss " + fixed(r.loss, 4) + ", val loss " + fixed(val, 4)};
       },
       [&] {
-        if (!a.out.empty()) session.save(a.out, metadata, tokenizer_files);
+        if (a.out.empty()) return;
+        // A LoRA run's checkpoint is also a peft adapter directory (sample --lora).
+        std::vector<AttachedFile> files = tokenizer_files;
+        if (lora)
+          for (AttachedFile& f : peft_adapter_files(model, *lora)) files.push_back(std::move(f));
+        session.save(a.out, metadata, files);
       });
   const double last_val = o.evals.empty() ? start_val : o.last.val;
   write_html_report(a.report, "xfmr-lm: " + preset,
@@ -439,7 +462,10 @@ int run_train(int argc, char** argv) {
       ("context", po::value(&a.run.context)->default_value(a.run.context), "sequence length (0: the model's, at most 256)")
       ("eval-every", po::value(&a.eval_every)->default_value(a.eval_every), "steps between evaluations (and checkpoints)")
       ("eval-windows", po::value(&a.eval_windows)->default_value(a.eval_windows), "validation windows per loss")
-      ("resume", po::value(&a.resume), "continue from this checkpoint (its settings; --data must be the same)");
+      ("resume", po::value(&a.resume), "continue from this checkpoint (its settings; --data must be the same)")
+      ("lora", po::value(&a.run.lora), "with --init: train low-rank adapters on its frozen weights, "
+       "r=16,alpha=32,targets=q,k,v,o,gate,up,down[,rslora] (GPT-2: targets=qkv,o,fc1,down); the checkpoint is the "
+       "adapters (a peft adapter directory: sample --lora) and the run's state");
   add_lm_training_options(opts, a.run, "peak learning rate (AdamW, betas 0.9, 0.95)",
                           "dropout rate (default: the preset's; 0 for a published model)");
   add_run_options(opts, a, "lm", "checkpoint directory, written at every evaluation", "the losses, tokens/s and wall time");
@@ -462,6 +488,7 @@ int run_train(int argc, char** argv) {
     agree("preset", given.preset == saved.preset);
     agree("architecture", given.architecture == saved.architecture);
     agree("context", given.context == saved.context);
+    agree("lora", !given.lora.empty() && LoraOptions::parse(given.lora).str() == saved.lora);
     given.agree_with(saved, agree);
     a.resume_tokenizer = given.tokenizer;  // compared by content, in train()
     a.run = saved;
@@ -473,6 +500,11 @@ int run_train(int argc, char** argv) {
   }
   require(int(!a.run.init.empty()) + int(!a.run.preset.empty()) + int(!a.run.architecture.empty()) == 1,
           "give one of --init PATH (fine-tune), --preset NAME or --architecture FILE (from scratch)");
+  if (!a.run.lora.empty()) {
+    require(!a.run.init.empty(), "--lora trains adapters on --init's model (give --init PATH)");
+    require(a.shards <= 1, "--lora trains as one shard (--shards ", a.shards, "): a replica would copy the base");
+    a.run.lora = LoraOptions::parse(a.run.lora).str();
+  }
   if (!a.run.preset.empty()) (void)LanguageModelPresets::info(a.run.preset);
   if (a.run.init.empty())
     require(!a.run.tokenizer.empty(), a.run.preset.empty() ? "--architecture" : "--preset",

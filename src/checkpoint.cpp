@@ -30,9 +30,14 @@ namespace {
 
 constexpr const char* kTrainerStateFormat = "xfmr-trainer";
 
+// A file a checkpoint carries beside its own: its tokenizer's, or (a LoRA
+// run's) the peft adapter directory's two files.
+bool is_carried_file(const std::string& name) {
+  return is_tokenizer_file_name(name) || name == "adapter_config.json" || name == "adapter_model.safetensors";
+}
 // One of the three files a checkpoint directory holds, or one it carries.
 bool is_checkpoint_file(const std::string& name) {
-  return name == kModelFile || name == kOptimizerFile || name == kTrainerStateFile || is_tokenizer_file_name(name);
+  return name == kModelFile || name == kOptimizerFile || name == kTrainerStateFile || is_carried_file(name);
 }
 
 void fsync_path(const fs::path& p, bool directory) {
@@ -270,7 +275,7 @@ void write_checkpoint_files(const fs::path& target, const SafeTensorsWriter& mod
   if (optimizer) files.push_back({kOptimizerFile, optimizer_bytes});
   files.push_back({kTrainerStateFile, std::as_bytes(std::span<const char>(state.data(), state.size()))});
   for (const AttachedFile& a : attached) {
-    require(is_tokenizer_file_name(a.name), "a checkpoint carries no file named ", a.name);
+    require(is_carried_file(a.name), "a checkpoint carries no file named ", a.name);
     files.push_back({a.name, a.bytes});
   }
   detail::write_directory(dir, files, "checkpoint");

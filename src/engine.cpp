@@ -186,6 +186,9 @@ std::string Engine::check(const std::filesystem::path& path, const EngineOptions
   Metadata metadata = is_checkpoint(path) ? read_checkpoint_metadata(path, opts.format) : Metadata{};
   if (!is_checkpoint(path) && std::filesystem::is_regular_file(path) && checkpoint_format(path) == CheckpointFormat::gguf)
     metadata[kWeightsKey] = gguf_precision(open_gguf_model(path));  // its matrices' type's
+  if (const auto lora = metadata.find("lora"); lora != metadata.end())
+    detail::fail(path.string(), " holds LoRA adapters (", lora->second, ") trained on another model: decode that ",
+                 "model with them (sample --model BASE --lora ", path.string(), ")");
   const std::string precision = decoding_precision(opts.precision, metadata);
   check_engine_backend(opts, precision);
   return precision;

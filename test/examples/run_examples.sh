@@ -1000,6 +1000,26 @@ open('big/model.safetensors', 'wb').write(b)"
     same ft half
     "$lm" export --model ft --hf ft-hf > /dev/null || fail "export failed"
     grep -q '"model_type": "qwen2"' ft-hf/config.json || fail "the export is not Qwen2's: $(cat ft-hf/config.json)"
+    # LoRA (--lora): adapters on the frozen base train (the loss falls); the
+    # checkpoint is the adapters, a peft directory, and the run's state; it
+    # resumes bit for bit and decodes through sample --lora, not alone.
+    lora_tune() { "$lm" train --init "$fam/qwen2" --tokenizer "$tok" --data corpus.txt --steps 30 --batch 4 \
+                    --context 16 --lr 1e-2 --eval-every 10 --eval-windows 4 "$@" > /dev/null; }
+    lora=(--lora r=4,alpha=8,targets=q,k,v,o,gate,up,down)
+    lora_tune "${lora[@]}" --out lora --metrics-json lora.json || fail "LoRA fine-tuning failed"
+    start=$(json_value lora.json start_val_loss) end=$(json_value lora.json val_loss)
+    awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA went from $start to $end"
+    for f in adapter_config.json adapter_model.safetensors; do [[ -f lora/$f ]] || fail "no lora/$f: $(ls lora)"; done
+    lora_tune "${lora[@]}" --out lora-half --stop-after 10 || fail "LoRA to step 10 failed"
+    lora_tune --resume lora-half || fail "resuming the LoRA run failed"
+    same lora lora-half
+    "$lm" sample --model "$fam/qwen2" --tokenizer "$tok" --lora lora --prompt Once --tokens 8 --temperature 0 \
+      > lora.txt 2> /dev/null || fail "sample --lora failed"
+    grep -q "^Once" lora.txt || fail "sample --lora lost its prompt: $(cat lora.txt)"
+    expect_error "holds LoRA adapters" "$lm" sample --model lora --tokens 4
+    expect_error "--lora trains adapters on --init's model" "$lm" train --preset tiny --tokenizer "$tok" \
+      --data corpus.txt --lora r=2
+    expect_error "LoRA setting 'rank=x'" "$lm" train --init "$fam/qwen2" --tokenizer "$tok" --data corpus.txt --lora rank=x
     "$lm" eval --model ft --data corpus.txt --context 16 > ft.eval || fail "eval of the fine-tuned model failed"
     "$lm" eval --model ft-hf --tokenizer "$tok" --data corpus.txt --context 16 > ft-hf.eval || fail "eval of the export failed"
     [ "$(grep -o 'loss [0-9.]*' ft.eval)" = "$(grep -o 'loss [0-9.]*' ft-hf.eval)" ] ||

@@ -158,6 +158,23 @@ BOOST_AUTO_TEST_CASE(a_trainer_steps_the_adapters_alone) {
   BOOST_TEST(step(again).loss == next);
 }
 
+BOOST_AUTO_TEST_CASE(lora_settings_read_as_written) {
+  const LoraOptions o = LoraOptions::parse("r=8,alpha=16.5,targets=q,v,down,rslora");
+  BOOST_TEST(o.rank == 8);
+  BOOST_TEST(o.alpha == 16.5);
+  BOOST_TEST(o.rslora);
+  BOOST_TEST(o.targets == (std::vector<std::string>{"q", "v", "down"}), boost::test_tools::per_element());
+  BOOST_TEST(o.str() == "r=8,alpha=16.5,targets=q,v,down,rslora");
+  BOOST_TEST(LoraOptions::parse(o.str()).str() == o.str());
+  BOOST_TEST(LoraOptions::parse("alpha=4").str() == "r=16,alpha=4,targets=q,k,v,o,gate,up,down");
+  BOOST_TEST(error_of([] { (void)LoraOptions::parse("r=0"); }).find("'r=0': r must be a number >= 1") !=
+             std::string::npos);
+  BOOST_TEST(error_of([] { (void)LoraOptions::parse("r=2.5"); }).find("whole number") != std::string::npos);
+  BOOST_TEST(error_of([] { (void)LoraOptions::parse("q,k"); }).find("'q' is none of r=, alpha=") != std::string::npos);
+  BOOST_TEST(error_of([] { (void)LoraOptions::parse("dropout=0.1"); }).find("'dropout=0.1' is none of") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(bad_targets_are_refused) {
   using F = CpuBackend<float>;
   auto gpt = make_decoder_model<Gpt, F>(kVocab, 3, {});

@@ -15,6 +15,9 @@
 //                          attaches it (tokenizer.json, vocab.json +
 //                          merges.txt or tokenizer.bin): the checkpoint
 //                          then stands alone
+//   adapter files          a LoRA run's (model.safetensors then holds the
+//                          adapters alone): adapter_config.json and
+//                          adapter_model.safetensors, peft's (io/peft.hpp)
 // Trainer::save(dir, metadata) writes one and Trainer::resume(dir) continues
 // its run bit for bit (train/trainer.hpp).
 // An int8 checkpoint (quantise_checkpoint) is for decoding only: its
@@ -248,7 +251,8 @@ class CheckpointLock {
 
 // Writes the three files into `dir` atomically (see above), and the
 // `attached` ones (a language model's tokenizer, under its canonical names:
-// the checkpoint then loads, resumes and exports with nothing beside it).
+// the checkpoint then loads, resumes and exports with nothing beside it; a
+// LoRA run's peft adapter files).
 void write_checkpoint(const std::filesystem::path& dir, const SafeTensorsWriter& model,
                       const SafeTensorsWriter& optimizer, const TrainerState& state,
                       std::span<const AttachedFile> attached = {});

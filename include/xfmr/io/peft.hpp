@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -72,17 +73,12 @@ inline std::int64_t hf_row(std::int64_t r, int head) {
 
 }  // namespace detail
 
-// Writes the model's adapters (those add_lora put there with o) as a peft
-// adapter directory; an existing adapter there is replaced only with overwrite.
+// The model's adapters (those add_lora put there with o) as a peft
+// adapter directory's two files: adapter_config.json and
+// adapter_model.safetensors (a checkpoint carries them: AttachedFile).
 template <class Backend>
-void save_peft_adapter(LanguageModel<Backend>& model, const LoraOptions& o, const std::filesystem::path& dir,
-                       bool overwrite = false) {
-  namespace fs = std::filesystem;
+std::vector<AttachedFile> peft_adapter_files(LanguageModel<Backend>& model, const LoraOptions& o) {
   using S = typename Backend::Scalar;
-  require(!dir.empty(), "save_peft_adapter: no directory named (an empty path)");
-  const fs::path file = dir / "adapter_model.safetensors", config = dir / "adapter_config.json";
-  require(overwrite || (!fs::exists(file) && !fs::exists(config)), dir.string(),
-          " holds an adapter already (overwrite replaces it)");
   const ModelDims d = model.dims();
   const bool gpt2 = detail::peft_gpt2(d);
   SafeTensorsWriter w;
@@ -106,7 +102,7 @@ void save_peft_adapter(LanguageModel<Backend>& model, const LoraOptions& o, cons
       ++adapters;
     }
   });
-  require(adapters > 0, "save_peft_adapter: the model has no LoRA adapters");
+  require(adapters > 0, "a peft adapter: the model has no LoRA adapters");
   nlohmann::json modules = nlohmann::json::array();
   const auto has = [&](const char* t) { return std::find(targets.begin(), targets.end(), t) != targets.end(); };
   for (const std::string& t : targets) {
@@ -128,10 +124,27 @@ void save_peft_adapter(LanguageModel<Backend>& model, const LoraOptions& o, cons
                             {"alpha_pattern", nlohmann::json::object()},
                             {"init_lora_weights", true},   {"inference_mode", true},
                             {"base_model_name_or_path", nullptr}};
+  const std::string text = c.dump(2) + "\n";
+  std::vector<std::byte> config(text.size());
+  std::memcpy(config.data(), text.data(), text.size());
+  return {{"adapter_config.json", std::move(config)}, {"adapter_model.safetensors", w.serialize()}};
+}
+
+// Writes them to dir; an existing adapter there is replaced only with overwrite.
+template <class Backend>
+void save_peft_adapter(LanguageModel<Backend>& model, const LoraOptions& o, const std::filesystem::path& dir,
+                       bool overwrite = false) {
+  namespace fs = std::filesystem;
+  require(!dir.empty(), "save_peft_adapter: no directory named (an empty path)");
+  require(overwrite || (!fs::exists(dir / "adapter_model.safetensors") && !fs::exists(dir / "adapter_config.json")),
+          dir.string(), " holds an adapter already (overwrite replaces it)");
+  const std::vector<AttachedFile> files = peft_adapter_files(model, o);
   fs::create_directories(dir);
-  w.write(file);
-  std::ofstream(config) << c.dump(2) << "\n";
-  require(fs::exists(config), "could not write ", config.string());
+  for (const AttachedFile& f : files) {
+    std::ofstream out(dir / f.name, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(f.bytes.data()), std::streamsize(f.bytes.size()));
+    require(out.good(), "could not write ", (dir / f.name).string());
+  }
 }
 
 // Reads a peft adapter directory into the model: add_lora with its

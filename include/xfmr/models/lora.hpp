@@ -35,6 +35,65 @@ struct LoraOptions {
   bool rslora = false;  // scale alpha / sqrt(rank)
   std::vector<std::string> targets = {"q", "k", "v", "o", "gate", "up", "down"};
   double scale() const { return rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank); }
+
+  // "r=16,alpha=32,targets=q,k,v,o,gate,up,down[,rslora]" (a program's
+  // --lora): the words after targets= up to the next key are targets;
+  // what is not given keeps its default. An Error names a bad part.
+  static LoraOptions parse(std::string_view spec) {
+    LoraOptions o;
+    bool in_targets = false;
+    std::size_t at = 0;
+    while (at <= spec.size()) {
+      const std::size_t comma = std::min(spec.find(',', at), spec.size());
+      const std::string part(spec.substr(at, comma - at));
+      at = comma + 1;
+      const std::size_t eq = part.find('=');
+      const std::string key = part.substr(0, eq), value = eq == std::string::npos ? "" : part.substr(eq + 1);
+      const auto number = [&](double lo) {
+        std::size_t used = 0;
+        double x = 0;
+        try {
+          x = std::stod(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        require(used > 0 && used == value.size() && x >= lo, "LoRA setting '", part, "': ", key, " must be a number >= ",
+                lo);
+        return x;
+      };
+      if (eq == std::string::npos && key == "rslora") {
+        o.rslora = true, in_targets = false;
+      } else if (eq == std::string::npos && in_targets && !key.empty()) {
+        o.targets.push_back(key);
+      } else if (key == "r" || key == "rank") {
+        const double r = number(1);
+        require(r == std::floor(r), "LoRA setting '", part, "': the rank is a whole number");
+        o.rank = int(r), in_targets = false;
+      } else if (key == "alpha") {
+        o.alpha = number(0), in_targets = false;
+        require(o.alpha > 0, "LoRA setting '", part, "': alpha must be positive");
+      } else if (key == "targets") {
+        o.targets = {value}, in_targets = true;
+      } else {
+        detail::fail("LoRA setting '", part, "' is none of r=, alpha=, targets=, rslora (\"", spec, "\")");
+      }
+    }
+    return o;
+  }
+  // The same as parse reads it.
+  std::string str() const {
+    std::string s = "r=" + std::to_string(rank) + ",alpha=" + format_number(alpha) + ",targets=";
+    for (std::size_t i = 0; i < targets.size(); ++i) s += (i ? "," : "") + targets[i];
+    return rslora ? s + ",rslora" : s;
+  }
+
+ private:
+  static std::string format_number(double x) {
+    std::string s = std::to_string(x);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (s.back() == '.') s.pop_back();
+    return s;
+  }
 };
 
 namespace detail {
