@@ -304,12 +304,17 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   LanguageModel<Be>& model = *l.model;
   // LoRA: adapters on the frozen base; what trains (and what a checkpoint
   // holds) is them alone, as one shard.
+  constexpr bool kCpu = std::is_same_v<Be, CpuBackend<float>>;  // LoRA's one backend until it has run on a GPU
   std::optional<LoraOptions> lora;
-  std::unique_ptr<LoraModel<Be>> lora_model;
+  std::unique_ptr<LanguageModel<Be>> lora_model;
   if (!run.lora.empty()) {
-    lora = LoraOptions::parse(run.lora);
-    add_lora(model, *lora, seed_for(run.seed, 0x10a));
-    lora_model = std::make_unique<LoraModel<Be>>(model);
+    if constexpr (kCpu) {
+      lora = LoraOptions::parse(run.lora);
+      add_lora(model, *lora, seed_for(run.seed, 0x10a));
+      lora_model = std::make_unique<LoraModel<Be>>(model);
+    } else {
+      detail::fail("--lora runs on the CPU backend (it has not run on a GPU yet), not --backend ", a.backend);
+    }
   }
   LanguageModel<Be>& trained = lora_model ? *lora_model : model;
   const std::string preset(model.preset().name);
@@ -419,8 +424,9 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
         if (a.out.empty()) return;
         // A LoRA run's checkpoint is also a peft adapter directory (sample --lora).
         std::vector<AttachedFile> files = tokenizer_files;
-        if (lora)
-          for (AttachedFile& f : peft_adapter_files(model, *lora)) files.push_back(std::move(f));
+        if constexpr (kCpu)
+          if (lora)
+            for (AttachedFile& f : peft_adapter_files(model, *lora)) files.push_back(std::move(f));
         session.save(a.out, metadata, files);
       });
   const double last_val = o.evals.empty() ? start_val : o.last.val;

@@ -3,7 +3,8 @@
 //
 //   xfmr-serve --model PATH [--host 127.0.0.1] [--port 8080] [--slots 8] [--context T]
 //              [--precision fp32|bf16|int8|q4] [--backend cpu] [--api-key KEY]
-//              [--chat-template chatml|llama3|plain] [--lookup K | --draft PATH [--draft-tokens K]]
+//              [--chat-template chatml|llama3|plain]
+//              [--lookup K | --draft PATH [--draft-tokens K] [--draft-precision P]]
 #include <boost/program_options.hpp>
 #include <string>
 

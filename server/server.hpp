@@ -56,7 +56,7 @@ struct ServerOptions {
   int drain = 10;         // seconds running requests get after SIGTERM
   Speculation speculation;  // drafts a step: by prompt lookup, or by the draft model (both 0: off)
   std::string draft;        // the draft model (Engine::load reads it), for speculation.draft
-  EngineOptions draft_engine;  // its precision and tokenizer (the backend is the model's)
+  EngineOptions draft_engine;  // how to load it: its backend must be the model's (set_draft checks)
   std::size_t max_body = 1 << 20;  // largest request body, however sent (413 past it)
   int max_connections = 1024;      // connections held, idle or not (503 past it; at most half the descriptors)
   std::string api_key;        // required as a Bearer token on /v1 when not empty

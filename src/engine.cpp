@@ -186,9 +186,17 @@ std::string Engine::check(const std::filesystem::path& path, const EngineOptions
   Metadata metadata = is_checkpoint(path) ? read_checkpoint_metadata(path, opts.format) : Metadata{};
   if (!is_checkpoint(path) && std::filesystem::is_regular_file(path) && checkpoint_format(path) == CheckpointFormat::gguf)
     metadata[kWeightsKey] = gguf_precision(open_gguf_model(path));  // its matrices' type's
-  if (const auto lora = metadata.find("lora"); lora != metadata.end())
-    detail::fail(path.string(), " holds LoRA adapters (", lora->second, ") trained on another model: decode that ",
-                 "model with them (sample --model BASE --lora ", path.string(), ")");
+  if (const auto lora = metadata.find("lora"); lora != metadata.end()) {
+    std::string base = "the model they were trained on";  // the run's --init, in its settings
+    if (const auto s = metadata.find("settings"); s != metadata.end()) {
+      const nlohmann::json settings = nlohmann::json::parse(s->second, nullptr, false);
+      if (settings.is_object() && settings.contains("init") && settings["init"].is_string())
+        base = settings["init"].get<std::string>();
+    }
+    detail::fail(path.string(), " holds LoRA adapters (", lora->second, "), not a model: load ", base,
+                 " with them as its adapter (xfmr-lm sample --model ", base, " --lora ", path.string(),
+                 "; Python's load_adapter)");
+  }
   const std::string precision = decoding_precision(opts.precision, metadata);
   check_engine_backend(opts, precision);
   return precision;
@@ -471,13 +479,18 @@ bool Engine::has_draft() const { return impl_->draft != nullptr; }
 LoraOptions Engine::load_adapter(const std::filesystem::path& dir, double scale) {
   require(!static_cast<Core*>(core_)->batching(), "load_adapter: the engine is batching (load it before start_batching)");
   require(std::isfinite(scale) && scale > 0, "load_adapter: scale ", scale, " must be positive");
-  return visit([&]<class Be>(LanguageModel<Be>& model, Be&) {
-    const LoraOptions o = load_peft_adapter(model, dir);
-    model.visit_adapters([&](std::string_view, LinearAdapters<Be>& adapters, auto&) {
-      for (auto& x : adapters.list()) x.scale *= scale;
-    });
-    return o;
+  LoraOptions o;
+  visit([&]<class Be>(LanguageModel<Be>& model, Be&) {
+    if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
+      o = load_peft_adapter(model, dir);
+      model.visit_adapters([&](std::string_view, LinearAdapters<Be>& adapters, auto&) {
+        for (auto& x : adapters.list()) x.scale *= scale;
+      });
+    } else {
+      detail::fail("load_adapter: LoRA runs on the CPU backend (it has not run on a GPU yet), not ", backend_);
+    }
   });
+  return o;
 }
 const Engine* Engine::draft() const { return impl_->draft.get(); }
 int Engine::batch_context() const { return static_cast<Core*>(core_)->batch_context(); }

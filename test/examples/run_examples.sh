@@ -1016,7 +1016,7 @@ open('big/model.safetensors', 'wb').write(b)"
     "$lm" sample --model "$fam/qwen2" --tokenizer "$tok" --lora lora --prompt Once --tokens 8 --temperature 0 \
       > lora.txt 2> /dev/null || fail "sample --lora failed"
     grep -q "^Once" lora.txt || fail "sample --lora lost its prompt: $(cat lora.txt)"
-    expect_error "holds LoRA adapters" "$lm" sample --model lora --tokens 4
+    expect_error "qwen2 with them as its adapter" "$lm" sample --model lora --tokens 4
     expect_error "--lora trains adapters on --init's model" "$lm" train --preset tiny --tokenizer "$tok" \
       --data corpus.txt --lora r=2
     expect_error "LoRA setting 'rank=x'" "$lm" train --init "$fam/qwen2" --tokenizer "$tok" --data corpus.txt --lora rank=x

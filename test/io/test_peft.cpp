@@ -108,6 +108,9 @@ BOOST_AUTO_TEST_CASE(what_is_not_a_lora_of_the_model_is_refused) {
   c["target_modules"] = {"query_key_value"};
   BOOST_TEST(refused(c).find("'query_key_value' is no projection") != std::string::npos);
   c = good;
+  c["fan_in_fan_out"] = true;
+  BOOST_TEST(refused(c).find("fan_in_fan_out is for GPT-2's Conv1D") != std::string::npos);
+  c = good;
   c["r"] = 3;
   BOOST_TEST(refused(c).find("shape") != std::string::npos);
   BOOST_TEST(refused(good, "gpt2-ctx2048").find("'q_proj' is no projection of GPT-2") != std::string::npos);

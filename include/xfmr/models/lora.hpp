@@ -234,18 +234,37 @@ class LoraModel final : public LanguageModel<Backend> {
 // the adapters and unfreezes the base: the model then gives the adapted
 // logits by itself (within rounding), to export or decode as any other.
 template <class Backend>
-void merge_lora(Backend& be, LanguageModel<Backend>& model) {
+void merge_lora(Backend&, LanguageModel<Backend>& model) {
   using S = typename Backend::Scalar;
   model.visit_adapters([&](std::string_view, LinearAdapters<Backend>& adapters, auto& weight) {
     if (adapters.empty()) return;
+    // On the host, once: any backend's weights and adapters, whatever its products take.
+    std::vector<S> w(weight.size());
+    weight.copy_to_host(w.data());
     for (auto& x : adapters.list()) {
-      const int in = int(x.a.dim(1));
-      be.gemm(false, false, x.width, in, x.rank, S(x.scale), x.b.data(), x.rank, x.a.data(), in, S(1),
-              weight.data() + std::size_t(x.begin) * std::size_t(in), in);
+      const std::size_t in = std::size_t(x.a.dim(1)), r = std::size_t(x.rank);
+      std::vector<S> a(x.a.size()), b(x.b.size());
+      x.a.copy_to_host(a.data());
+      x.b.copy_to_host(b.data());
+      for (std::size_t o = 0; o < std::size_t(x.width); ++o)
+        for (std::size_t i = 0; i < in; ++i) {
+          double d = 0;
+          for (std::size_t k = 0; k < r; ++k) d += double(b[o * r + k]) * double(a[k * in + i]);
+          S& v = w[(std::size_t(x.begin) + o) * in + i];
+          v = S(double(v) + x.scale * d);
+        }
     }
+    weight.copy_from_host(w.data());
     adapters.clear();
   });
   model.freeze_base(false);
 }
+
+// Compiled once in the library (src/peft.cpp) for CpuBackend<float>; other
+// backends (double's, for gradient checks) instantiate here.
+#define XFMR_LORA(KEYWORDS, Be)                                                      \
+  KEYWORDS void add_lora<Be>(LanguageModel<Be>&, const LoraOptions&, std::uint64_t); \
+  KEYWORDS void merge_lora<Be>(Be&, LanguageModel<Be>&);
+XFMR_LORA(extern template, CpuBackend<float>)
 
 }  // namespace xfmr
