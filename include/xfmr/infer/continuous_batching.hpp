@@ -37,11 +37,9 @@
 //   occurrence of the text's last ids (the prompt's and the answer's: an
 //   answer that copies its input);
 // - a draft model (`draft`): a smaller model of the same tokenizer, given
-//   to the constructor, draws them greedily, a ragged step of its own a
-//   draft, from a cache pool of its own (each slot's rows holding a prefix
-//   of the slot's text: it reads the prompts one step behind the model,
-//   shares their prefixes as the model's rows do, and takes the tokens
-//   drawn since its last drafts at the next step). A greedy draft accepted
+//   to the constructor, draws them greedily (draft_model.hpp: a ragged
+//   step of its own a draft, from a cache pool of its own that follows the
+//   slots' texts and shares their prompts' prefixes). A greedy draft accepted
 //   while the model's draw equals it is the standard acceptance rule for a
 //   draft distribution that puts all its mass on one token (accepted with
 //   the model's probability of it, else a draw from the rest), so under
@@ -86,6 +84,7 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/infer/batch_request.hpp"
+#include "xfmr/infer/draft_model.hpp"
 #include "xfmr/infer/prompt_lookup.hpp"
 #include "xfmr/infer/sampling.hpp"
 #include "xfmr/layers/kv_cache.hpp"
@@ -100,7 +99,7 @@ class ContinuousBatcher {
   // draft, draft_be: the draft model of speculation.draft, on a backend
   // object of its own (its weights' decoding copies); its ids the model's.
   ContinuousBatcher(Model& model, Backend& be, BatchOptions opts, Model* draft = nullptr, Backend* draft_be = nullptr)
-      : model_(model), be_(be), opts_(opts), draft_(draft), draft_be_(draft_be) {
+      : model_(model), be_(be), opts_(opts) {
     const int max_t = model_.max_t();
     if (opts_.context == 0) opts_.context = max_t;
     require(opts_.slots >= 1 && opts_.slots <= 4096, "slots ", opts_.slots, " outside [1, 4096]");
@@ -113,16 +112,12 @@ class ContinuousBatcher {
     require(sp.draft >= 0 && sp.draft <= 16, "draft ", sp.draft, " tokens outside [0, 16]");
     require(sp.lookup == 0 || sp.draft == 0, "speculative decoding takes its drafts from one source: lookup ",
             sp.lookup, " or draft ", sp.draft);
-    require(sp.draft == 0 || (draft_ && draft_be_), "draft ", sp.draft, " tokens a step need a draft model");
-    if (sp.draft == 0) draft_ = nullptr;
+    require(sp.draft == 0 || (draft && draft_be), "draft ", sp.draft, " tokens a step need a draft model");
     model_.set_training(false);
     model_.start_cache(cache_, opts_.slots, opts_.context);
-    if (draft_) {
-      draft_context_ = std::min(opts_.context, draft_->max_t());
-      draft_->set_training(false);
-      draft_->start_cache(draft_cache_, opts_.slots, draft_context_);
-    }
+    if (sp.draft > 0) draft_.emplace(*draft, *draft_be, opts_.slots, opts_.context, opts_.prefill_chunk, sp.draft);
     slots_.resize(opts_.slots);
+    asks_.resize(slots_.size());
     segments_.reserve(opts_.slots);
     ids_.reserve(std::size_t(opts_.slots) * std::size_t(1 + std::max(sp.lookup, sp.draft)) +
                  std::size_t(opts_.prefill_chunk));
@@ -316,8 +311,7 @@ class ContinuousBatcher {
     // The ids whose keys and values the slot's cache rows hold, in order;
     // kept after the request ends, for the next prompt that begins so.
     std::vector<std::int32_t> held;
-    std::vector<std::int32_t> draft_held;  // the same for the draft model's rows: a prefix of held, then next
-    std::vector<std::int32_t> drafts;      // this step's
+    std::vector<std::int32_t> drafts;  // this step's
     std::uint64_t last_used = 0;  // the step it last took a request (free slots: the oldest goes first)
     Clock::time_point admitted{}, first_token{};
     int prompt_size() const { return int(req.prompt.size()); }
@@ -364,13 +358,7 @@ class ContinuousBatcher {
       if (from != slot) {
         cache_.copy_prefix(be_, from, slot, reuse);
         x.held.assign(slots_[from].held.begin(), slots_[from].held.begin() + reuse);
-        if (draft_) {  // the draft's rows of that prefix too
-          const auto& d = slots_[from].draft_held;
-          const std::size_t n = std::min(d.size(), std::size_t(reuse));
-          const int same = int(std::mismatch(d.begin(), d.begin() + std::ptrdiff_t(n), x.held.begin()).first - d.begin());
-          draft_cache_.copy_prefix(*draft_be_, from, slot, same);
-          x.draft_held.assign(d.begin(), d.begin() + same);
-        }
+        if (draft_) draft_->share(from, slot, x.held);  // the draft's rows of that prefix too
       }
       x.held.resize(std::size_t(reuse));
       x.busy = true, x.cancelled = false;
@@ -484,81 +472,27 @@ class ContinuousBatcher {
         slot.drafts = prompt_lookup_drafts(slot.held, slot.next, draft_room(slot, opts_.speculation.lookup));
     }
     if (!draft_) return;
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      const Slot& slot = slots_[s];
+      const bool decoding = slot.busy && slot.fed >= slot.prompt_size();
+      asks_[s] = {slot.busy,
+                  decoding,
+                  slot.held,
+                  slot.next,
+                  decoding ? draft_room(slot, opts_.speculation.draft) : 0,
+                  slot.req.vocabulary > 0 ? slot.req.vocabulary : model_.vocab(),
+                  &slots_[s].drafts};
+    }
     try {
-      draw_drafts();
+      draft_->draw(asks_);
     } catch (const std::exception& e) {
       // As a failed step of the model's: its sequences end, their rows untrusted.
-      for (int s : draft_owners_) {
+      for (int s : draft_->stepped()) {
         finish(s, FinishReason::error, e.what());
         slots_[s].held.clear();
-        slots_[s].draft_held.clear();
         slots_[s].drafts.clear();
+        draft_->forget(s);
       }
-    }
-  }
-
-  // The draft model's drafts. Its first ragged step feeds each busy slot's
-  // rows the ids they lack (the prompt as far as the model has read it, the
-  // tokens drawn since the last drafts, the newest; past a few a slot, at
-  // most prefill_chunk in all) and draws a decoding slot's first draft
-  // greedily once its rows have caught up; each further step feeds the
-  // last draft and draws the next.
-  void draw_drafts() {
-    const int most = opts_.speculation.draft;
-    std::vector<StepSegment>& segs = draft_segments_;
-    std::vector<std::int32_t>& ids = draft_ids_;
-    segs.clear(), ids.clear(), draft_owners_.clear();
-    int budget = opts_.prefill_chunk;
-    for (int s = 0; s < int(slots_.size()); ++s) {
-      Slot& slot = slots_[s];
-      if (!slot.busy) continue;
-      const bool decoding = slot.fed >= slot.prompt_size();
-      const int want = decoding ? draft_room(slot, most) : 0;
-      if (decoding && want == 0) continue;
-      // The text the rows should hold: held, then the newest token (fed again: its logits draw the first draft).
-      const std::size_t n = slot.held.size() + (decoding ? 1 : 0);
-      const auto text = [&slot](std::size_t i) { return i < slot.held.size() ? slot.held[i] : slot.next; };
-      std::size_t same = 0;
-      while (same < slot.draft_held.size() && same < n && slot.draft_held[same] == text(same)) ++same;
-      if (decoding) same = std::min(same, n - 1);
-      slot.draft_held.resize(same);
-      const std::size_t end = std::min(n, std::size_t(draft_context_));
-      if (same >= end || (decoding && int(n) + want - 1 > draft_context_)) continue;
-      int feed = int(end - same);
-      if (feed > most + 2) {  // more than a step adds: from the chunk's budget
-        if (budget <= 0) continue;
-        feed = std::min(feed, budget);
-        budget -= feed;
-      }
-      segs.push_back({s, int(same), feed, 1});
-      for (std::size_t i = same; i < same + std::size_t(feed); ++i) ids.push_back(text(i));
-      draft_owners_.push_back(s);
-    }
-    const int V = std::min(model_.vocab(), draft_->vocab());
-    while (!segs.empty()) {
-      const auto out = draft_->forward_cached(*draft_be_, ids, segs, draft_cache_);
-      const auto logits = draft_be_->host_view(out, draft_staging_);
-      std::size_t fed = 0;
-      next_segments_.clear(), next_ids_.clear();
-      for (std::size_t i = 0; i < segs.size(); ++i) {
-        Slot& slot = slots_[segs[i].slot];
-        slot.draft_held.insert(slot.draft_held.end(), ids.begin() + std::ptrdiff_t(fed),
-                               ids.begin() + std::ptrdiff_t(fed + std::size_t(segs[i].rows)));
-        fed += std::size_t(segs[i].rows);
-        // Caught up: the rows hold the slot's text, its newest token and the drafts so far.
-        if (slot.fed < slot.prompt_size() ||
-            slot.draft_held.size() != slot.held.size() + 1 + slot.drafts.size())
-          continue;
-        const int limit = std::min(V, slot.req.vocabulary > 0 ? slot.req.vocabulary : V);
-        const auto row = logits.subspan(i * std::size_t(draft_->vocab()), std::size_t(limit));
-        const std::int32_t d = std::int32_t(std::max_element(row.begin(), row.end()) - row.begin());
-        slot.drafts.push_back(d);
-        if (int(slot.drafts.size()) < draft_room(slot, most)) {
-          next_segments_.push_back({segs[i].slot, int(slot.draft_held.size()), 1, 1});
-          next_ids_.push_back(d);
-        }
-      }
-      segs.swap(next_segments_), ids.swap(next_ids_);
     }
   }
 
@@ -625,14 +559,9 @@ class ContinuousBatcher {
   Model& model_;
   Backend& be_;
   BatchOptions opts_;
-  Model* draft_;  // null without speculation.draft
-  Backend* draft_be_;
-  int draft_context_ = 0;  // positions a slot's draft rows hold
-  DecodingCache<Backend> cache_, draft_cache_;
-  std::vector<StepSegment> draft_segments_, next_segments_;
-  std::vector<std::int32_t> draft_ids_, next_ids_;
-  std::vector<int> draft_owners_;  // the slots in the draft's first step
-  std::vector<typename Backend::Scalar> draft_staging_;
+  DecodingCache<Backend> cache_;
+  std::optional<DraftModel<Model, Backend>> draft_;  // speculation.draft's
+  std::vector<typename DraftModel<Model, Backend>::Ask> asks_;  // a draw's, a slot each
   std::vector<Slot> slots_;
   std::vector<StepSegment> segments_;
   std::vector<std::int32_t> ids_;
