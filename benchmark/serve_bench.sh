@@ -8,6 +8,7 @@
 set -euo pipefail
 build=$1 model=$2 tokenizer=$3 precision=$4
 shift 4
+cmake --build "$build" --target xfmr-serve-bench > /dev/null  # built on demand (no test runs it)
 log=$(mktemp)
 "$build/server/xfmr-serve" --model "$model" --tokenizer "$tokenizer" --precision "$precision" --port 0 \
   --slots 16 --context 512 2> "$log" &

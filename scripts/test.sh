@@ -3,9 +3,9 @@
 # Usage: scripts/test.sh [what]
 #   (none)          release, then sanitizer-lane: what CI runs (.ci/run)
 #   release         every test of the release preset
-#   sanitizer-lane  the asan preset (Clang 14, ASan + UBSan): the suites that
-#                   build and run quickly under it, and the fuzz targets'
-#                   smoke runs (ctest label sanitizer-lane)
+#   sanitizer-lane  the sanitizer-lane preset (the asan preset's Clang 14,
+#                   ASan + UBSan, building only the suites that build and run
+#                   quickly under it, and the fuzz targets' smoke runs)
 #   debug | asan    every test of that preset
 set -euo pipefail
 self=$(realpath "$0")
@@ -53,8 +53,8 @@ case "$what" in
     ;;
   sanitizer-lane)
     scripts/install-deps.sh "${clang_packages[@]}"
-    run_preset asan sanitizer_lane
-    run_tests asan -L sanitizer-lane
+    run_preset sanitizer-lane
+    run_tests sanitizer-lane
     ;;
   *)
     echo "usage: scripts/test.sh [release|sanitizer-lane|debug|asan]" >&2
