@@ -7,6 +7,8 @@
 //   xfmr-bench --translator multi30k [--vocab 8000]   (translator decoding only)
 //   xfmr-bench --pretrained PATH [--decode-tokens 128] [--batch B] [--prefill N] [--memory]
 //              (a checkpoint's load, decoding and prompt)
+//   xfmr-bench --pretrained PATH --lora r=16,alpha=32 [--batch 4] [--seq-len 256] [--recompute block]
+//              (a LoRA training step on it)
 //
 // Modes (every time is the median of many repetitions after a warm-up):
 //   train     one full step: forward, cross-entropy, backward, AdamW; under
@@ -50,6 +52,7 @@
 #include <cstdint>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -64,6 +67,7 @@
 #include "xfmr/infer/generate.hpp"
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
+#include "xfmr/models/lora.hpp"
 #include "xfmr/models/translation_model.hpp"
 #include "xfmr/presets.hpp"
 #include "xfmr/train/optimizers.hpp"
@@ -96,6 +100,7 @@ struct Args {
   bool materialise_attention = false;  // the model's attention keeps its probabilities (not tiled)
   bool memory = false;  // --pretrained: no GEMM ceiling or bandwidth measurement (their buffers would count)
   int prefill = 0;      // --pretrained: also time a prompt of this many tokens
+  std::string lora;     // --pretrained: time a LoRA training step on it instead (LoraOptions::parse)
 };
 
 // Batch sizes of the benchmark presets (the shapes).
@@ -697,6 +702,61 @@ json run_pretrained(const Args& a, const std::string& precision) {
   });
 }
 
+// A LoRA training step on a checkpoint (models/lora.hpp; as xfmr-lm train
+// --init CKPT --lora SPEC steps): adapters on its projections, the base
+// frozen, forward, cross-entropy, backward to the adapters and the input,
+// AdamW on the adapters; B x T random tokens, one shard (the products
+// threaded). In bf16 precision the base is held as its bf16 copies alone
+// (a WeightCopies scope over the file's matrices: infer/weight_copies.hpp),
+// never in float32. Load time, the step, the process's peak RSS.
+json run_lora(const Args& a) {
+  using Be = CpuBackend<float>;
+  const auto t_load = Clock::now();
+  Pretrained<Be> loaded = load_model<Be>(a.pretrained, {.recompute = parse_recompute(a.recompute)});
+  const double load_s = seconds_since(t_load);
+  LanguageModel<Be>& model = *loaded.model;
+  const LoraOptions o = LoraOptions::parse(a.lora);
+  add_lora(model, o, 1337);
+  LoraModel<Be> lora(model);
+  const PresetInfo& p = model.preset();
+  const int B = a.batch > 0 ? a.batch : 4, T = a.seq_len > 0 ? a.seq_len : std::min(p.max_t, 256), V = model.vocab();
+  require(T <= p.max_t, "--seq-len ", T, " exceeds the model's context ", p.max_t);
+  check_batch_memory(p, p.n_layers, B, T, V, "--batch " + std::to_string(B));
+  Be be = make_backend<Be>(a.backend, a.precision);
+  std::optional<WeightCopies<Be>> copies;
+  if (a.precision == "bf16") copies.emplace(be, model, WeightCopyOptions{.panels = false});
+  AdamW<Be> opt(lora, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+  Trainer<LanguageModel<Be>, Be> trainer(lora, be, opt, {.schedule = LrSchedule{.lr = 1e-4}, .split = {.shards = 1}});
+  Rng rng(7);
+  std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
+  for (auto& i : ids) i = std::int32_t(rng.below(V));
+  for (auto& i : targets) i = std::int32_t(rng.below(V));
+  model.set_training(true);
+  const auto t = time_calls(a, be, [&] {
+    trainer.step([&](int) { return BatchTargets{B, std::span<const std::int32_t>(targets)}; },
+                 [&](const Shard& s, LanguageModel<Be>& m, Be& b) {
+                   return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T,
+                                                                                 std::size_t(s.size()) * T),
+                                    Shape{s.size(), T});
+                 });
+  });
+  return {{"impl", "xfmr"},
+          {"backend", describe(be)},
+          {"model", std::string(p.name) + " " + std::string(format_name(loaded.format)) + " checkpoint"},
+          {"shape", {{"B", B}, {"T", T}, {"D", p.d_model}, {"H", p.n_heads}, {"KV", p.kv_heads()}, {"L", p.n_layers},
+                     {"FF", p.d_ff}, {"V", V}}},
+          {"lora", {{"options", o.str()}, {"trained", lora.parameter_count()}}},
+          {"recompute", a.recompute},
+          {"threads", cpu_threads()},
+          {"blas", blas_kernel()},
+          {"cpu_kernels", cpu_level_description()},
+          {"gemm_ceiling_gflops", 0.0},
+          {"parameters", model.parameter_count()},
+          {"results", {{"train_step", summarize(t, double(B) * T, 0, 0)}}},
+          {"load", {{"load_s", load_s}, {"precision", a.precision}}},
+          {"memory", {{"peak_rss_mb", peak_rss_mb()}}}};
+}
+
 // Greedy translation decoding, per token, with and without the caches.
 // p: the preset, whose family's Seq2Seq the library compiled.
 template <class Be>
@@ -772,7 +832,12 @@ void print(const json& r) {
   if (r["gemm_ceiling_gflops"].get<double>() > 0)
     std::cout << "; GEMM ceiling " << r["gemm_ceiling_gflops"].get<double>() << " GFLOP/s";
   std::cout << "\n";
-  if (r.contains("load"))
+  if (r.contains("lora"))
+    std::cout << "  LoRA " << r["lora"]["options"].get<std::string>() << ": " << r["lora"]["trained"]
+              << " parameters trained, the base's frozen; load " << std::setprecision(2)
+              << r["load"]["load_s"].get<double>() << " s, recompute " << r["recompute"].get<std::string>()
+              << ", peak RSS " << std::setprecision(0) << r["memory"]["peak_rss_mb"].get<double>() << " MB\n";
+  else if (r.contains("load"))
     std::cout << "  load " << std::setprecision(2) << r["load"]["load_s"].get<double>() << " s, first token after "
               << r["load"]["first_token_s"].get<double>() << " s (the " << r["load"]["precision"].get<std::string>()
               << " copies made), peak RSS while decoding " << std::setprecision(0)
@@ -837,6 +902,8 @@ int main(int argc, char** argv) {
        "bandwidth, whose buffers would count in the process's peak memory (/usr/bin/time -v)")
       ("prefill", po::value(&a.prefill)->default_value(a.prefill), "with --pretrained: also time a prompt of this "
        "many tokens through the KV cache (its tokens a second)")
+      ("lora", po::value(&a.lora), "with --pretrained: time a LoRA training step on it instead (xfmr-lm train --lora's "
+       "SPEC, e.g. r=16,alpha=32; --batch 4, --seq-len 256 by default; CPU; --precision bf16: the base held in bf16)")
       ("decode-tokens", po::value(&a.decode_tokens)->default_value(a.decode_tokens),
        "with --pretrained: tokens per generation (below the model's context)")
       ("modes", po::value(&a.modes)->default_value(a.modes), "comma-separated: train, forward, generate; under mpirun: train, or allreduce (its cost by size)")
@@ -894,6 +961,9 @@ int main(int argc, char** argv) {
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
     require(a.decode_tokens >= 1 && a.decode_tokens < (1 << 20), "--decode-tokens ", a.decode_tokens, " is not positive");
     require(a.prefill >= 0 && a.prefill < (1 << 20), "--prefill ", a.prefill, " is negative");
+    require(a.lora.empty() || (!a.pretrained.empty() && a.backend == "cpu" &&
+                               (a.precision == "fp32" || a.precision == "bf16")),
+            "--lora times a LoRA step on a --pretrained checkpoint, on the CPU backend with an fp32 or bf16 base");
     json result;
     if (a.modes == "allreduce") {
       result = run_allreduce(a);
@@ -921,6 +991,8 @@ int main(int argc, char** argv) {
                   << m["peak_rss_mb"].get<double>() << " MB\n";
       if (!a.json_path.empty()) write_text_atomic(a.json_path, result.dump(1) + "\n");
       return 0;
+    } else if (!a.lora.empty()) {
+      result = run_lora(a);
     } else if (!a.pretrained.empty()) {
       result = run_pretrained(a, a.precision);
     } else if (a.translator.empty()) {

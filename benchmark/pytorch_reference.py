@@ -241,6 +241,116 @@ def attention_benchmark(args):
             "attention": {"B": b, "H": h, "T": t, "head": hd}, "results": {"sdpa": r}}
 
 
+class LoraLinear(nn.Module):
+    """A frozen base matrix in its own dtype (fp32 or bf16: its product in that
+    dtype, the result back in float32) plus peft's adapter in float32:
+    y = x W^T + (alpha / r) (x A^T) B^T, A Kaiming-uniform, B zero."""
+
+    def __init__(self, fin, fout, rank, alpha, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(fout, fin, dtype=dtype).normal_(0, 0.02), requires_grad=False)
+        self.lora_a = nn.Parameter(torch.empty(rank, fin))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+        self.lora_b = nn.Parameter(torch.zeros(fout, rank))
+        self.scale = alpha / rank
+
+    def forward(self, x):
+        y = F.linear(x.to(self.weight.dtype), self.weight).float()
+        return y + self.scale * F.linear(F.linear(x, self.lora_a), self.lora_b)
+
+
+class LlamaBlock(nn.Module):
+    """Hugging Face Llama's block: RMSNorm, rotary (rotate-half) attention with
+    grouped key/value heads written out, SwiGLU; LoRA on all seven projections."""
+
+    def __init__(self, d, h, kv, ff, rank, alpha, dtype):
+        super().__init__()
+        self.h, self.kv, self.hd = h, kv, d // h
+        lin = lambda i, o: LoraLinear(i, o, rank, alpha, dtype)
+        self.q, self.k, self.v, self.o = lin(d, d), lin(d, kv * self.hd), lin(d, kv * self.hd), lin(d, d)
+        self.gate, self.up, self.down = lin(d, ff), lin(d, ff), lin(ff, d)
+        self.norm1 = nn.Parameter(torch.ones(d), requires_grad=False)
+        self.norm2 = nn.Parameter(torch.ones(d), requires_grad=False)
+
+    @staticmethod
+    def rms(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * g
+
+    @staticmethod
+    def rotate(x, cos, sin):
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+    def forward(self, x, cos, sin, mask):
+        b, t, _ = x.shape
+        a = self.rms(x, self.norm1)
+        q = self.rotate(self.q(a).view(b, t, self.h, self.hd).transpose(1, 2), cos, sin)
+        k = self.rotate(self.k(a).view(b, t, self.kv, self.hd).transpose(1, 2), cos, sin)
+        v = self.v(a).view(b, t, self.kv, self.hd).transpose(1, 2)
+        k, v = (z.repeat_interleave(self.h // self.kv, dim=1) for z in (k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
+        y = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1) @ v
+        x = x + self.o(y.transpose(1, 2).reshape(b, t, -1))
+        m = self.rms(x, self.norm2)
+        return x + self.down(F.silu(self.gate(m)) * self.up(m))
+
+
+class LoraLlama(nn.Module):
+    def __init__(self, shape, rank, alpha, dtype):
+        super().__init__()
+        _, d, h, kv, l, ff, v = shape
+        self.emb = nn.Parameter(torch.empty(v, d).normal_(0, 0.02), requires_grad=False)
+        self.blocks = nn.ModuleList(LlamaBlock(d, h, kv, ff, rank, alpha, dtype) for _ in range(l))
+        self.norm = nn.Parameter(torch.ones(d), requires_grad=False)
+        self.head = nn.Parameter(torch.empty(v, d, dtype=dtype).normal_(0, 0.02), requires_grad=False)
+        self.hd = d // h
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        inv = 1.0 / (10000.0 ** (torch.arange(0, self.hd, 2).float() / self.hd))
+        freqs = torch.outer(torch.arange(t).float(), inv)
+        cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+        x = self.emb[ids]
+        for blk in self.blocks:
+            x = blk(x, cos, sin, mask)
+        return F.linear(LlamaBlock.rms(x, self.norm).to(self.head.dtype), self.head).float()
+
+
+def lora_benchmark(args):
+    """A LoRA training step on a Llama shape (random weights): forward, cross-entropy, backward to the adapters
+    only (the base frozen, in --precision), AdamW on the adapters, as xfmr-bench --pretrained --lora times it."""
+    from random_checkpoint import SHAPES
+    shape = SHAPES[args.lora]
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    b, t, v = args.batch or 4, args.seq_len or 256, shape[6]
+    torch.manual_seed(1337)
+    t0 = time.perf_counter()
+    model = LoraLlama(shape, args.rank, 2 * args.rank, dtype)
+    build_s = time.perf_counter() - t0
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    ids, targets = torch.randint(0, v, (b, t)), torch.randint(0, v, (b, t))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(ids).view(-1, v), targets.view(-1)).backward()
+        opt.step()
+    r = summarize(time_calls(step, args), b * t, 0, 0)
+    _, d, h, kv, l, ff, _ = shape
+    out = {"impl": "pytorch", "backend": "cpu", "model": args.lora, "torch": torch.__version__,
+           "precision": args.precision, "attention": "written out",
+           "shape": {"B": b, "T": t, "D": d, "H": h, "KV": kv, "L": l, "FF": ff, "V": v},
+           "lora": {"rank": args.rank, "alpha": 2 * args.rank, "trained": sum(p.numel() for p in trained)},
+           "threads": torch.get_num_threads(), "blas": blas_kernel(),
+           "parameters": sum(p.numel() for p in model.parameters()), "load": {"load_s": build_s},
+           "results": {"train_step": r},
+           "memory": {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}}
+    print(f"pytorch LoRA r{args.rank} {args.lora} (B{b} T{t}), base {args.precision}, {out['threads']} threads: "
+          f"{r['median_ms']:.0f} ms a step, {r['tokens_per_s']:.0f} tok/s, peak RSS {out['memory']['peak_rss_mb']:.0f} MB")
+    return out
+
+
 def quantile(v, q):
     v = sorted(v)
     pos = q * (len(v) - 1)
@@ -316,6 +426,9 @@ def main():
                    help="time scaled_dot_product_attention alone instead, forward and backward at this many positions "
                         "(12 heads of 64, causal, --batch or 1; bf16 tensors with --precision bf16), as xfmr-bench "
                         "--attention")
+    p.add_argument("--lora", help="time a LoRA training step on this Llama shape of random_checkpoint.py instead "
+                   "(r --rank on q, k, v, o, gate, up, down; the base frozen in --precision)")
+    p.add_argument("--rank", type=int, default=16, help="with --lora: the adapters' rank (alpha twice it)")
     p.add_argument("--gpt2-tokens", type=int, default=128, help="with --gpt2: greedy tokens per generation")
     args = p.parse_args()
     if args.smoke:
@@ -327,8 +440,8 @@ def main():
             p.error(f"--sdpa: PyTorch {torch.__version__} has no scaled_dot_product_attention (2.0 on)")
         global SDPA
         SDPA = True
-    if args.gpt2 or args.attention:
-        out = gpt2_benchmark(args) if args.gpt2 else attention_benchmark(args)
+    if args.gpt2 or args.attention or args.lora:
+        out = gpt2_benchmark(args) if args.gpt2 else attention_benchmark(args) if args.attention else lora_benchmark(args)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1)

@@ -6,6 +6,7 @@
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/cpu/onednn_sgemm.hpp"
 
+#include <array>
 #include <compare>
 #include <cstddef>
 #include <map>
@@ -78,6 +79,7 @@ struct Context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Shape, dnnl::matmul> products;
+  std::map<std::array<int, 3>, dnnl::reorder> roundings;  // {rows, cols, ld}: float32 to bfloat16
   std::vector<std::uint16_t> a, b;  // the operands, rounded
   std::vector<float> fa, fb;         // ... and widened back to float32, without AVX512-BF16
 };
@@ -100,13 +102,21 @@ void rounded_floats(int rows, int cols, const float* x, const std::uint16_t* bit
     }
 }
 
-// rows x cols of x (leading dimension ld) into out, rounded, same layout.
-void round_matrix(int rows, int cols, const float* x, int ld, std::vector<std::uint16_t>& out) {
+dnnl::memory::desc matrix(int rows, int cols, bool transposed, int ld, dnnl::memory::data_type type);
+
+// rows x cols of x (leading dimension ld) into out, rounded to nearest
+// even, same layout: by oneDNN's reorder (its conversion instruction, on
+// the native path's processors), each product's operands every call.
+void round_matrix(Context& ctx, int rows, int cols, const float* x, int ld, std::vector<std::uint16_t>& out) {
   out.resize(std::size_t(rows - 1) * std::size_t(ld) + std::size_t(cols));
-  std::uint16_t* o = out.data();
-#pragma omp parallel for schedule(static) if (long(rows) * cols > 65536)
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) o[std::size_t(r) * ld + c] = from_float(x[std::size_t(r) * ld + c]);
+  using dt = dnnl::memory::data_type;
+  const auto from = matrix(rows, cols, false, ld, dt::f32), to = matrix(rows, cols, false, ld, dt::bf16);
+  auto it = ctx.roundings.find({rows, cols, ld});
+  if (it == ctx.roundings.end())
+    it = ctx.roundings.emplace(std::array<int, 3>{rows, cols, ld}, dnnl::reorder(dnnl::reorder::primitive_desc(
+                                                                       ctx.engine, from, ctx.engine, to))).first;
+  dnnl::memory src(from, ctx.engine, const_cast<float*>(x)), dst(to, ctx.engine, out.data());
+  it->second.execute(ctx.stream, src, dst);
 }
 
 dnnl::memory::desc matrix(int rows, int cols, bool transposed, int ld, dnnl::memory::data_type type) {
@@ -158,9 +168,9 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
   const Shape shape{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
   auto it = ctx.products.find(shape);
   if (it == ctx.products.end()) it = ctx.products.emplace(shape, make_product(shape, ctx.engine)).first;
-  round_matrix(ta ? K : M, ta ? M : K, A, lda, ctx.a);
+  round_matrix(ctx, ta ? K : M, ta ? M : K, A, lda, ctx.a);
   if (!B_bits) {
-    round_matrix(tb ? N : K, tb ? K : N, B, ldb, ctx.b);
+    round_matrix(ctx, tb ? N : K, tb ? K : N, B, ldb, ctx.b);
     B_bits = ctx.b.data();
   }
   using dt = dnnl::memory::data_type;

@@ -108,6 +108,7 @@ class CpuLinear {
   const S* read_into_scratch(const WeightSource& source) {
     scratch_.resize(std::size_t(source.rows() * source.cols()));
     if constexpr (std::is_same_v<S, float>) source.read_rows(0, source.rows(), scratch_.data());
+    source.release();  // the file's pages given back: a frozen base's backward reads each matrix a step
     return scratch_.data();
   }
 
