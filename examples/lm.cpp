@@ -98,26 +98,10 @@ struct SampleArgs {
   bool no_cache = false;
 };
 
-// --lora DIR[:SCALE]: a peft adapter at SCALE times its own.
-std::pair<std::string, double> lora_option(const std::string& v) {
-  const std::size_t colon = v.rfind(':');
-  if (colon == std::string::npos || colon == 0) return {v, 1.0};
-  const std::string scale = v.substr(colon + 1);
-  std::size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(scale, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  require(used > 0 && used == scale.size(), "--lora ", v, ": the scale after ':' is not a number");
-  return {v.substr(0, colon), x};
-}
-
 void sample(const SampleArgs& a, const EngineOptions& o) {
   Engine engine = Engine::load(a.model, o);
   if (!a.lora.empty()) {
-    const auto [dir, scale] = lora_option(a.lora);
+    const auto [dir, scale] = adapter_option("--lora", a.lora);
     const LoraOptions l = engine.load_adapter(dir, scale);
     std::cerr << "xfmr-lm: LoRA " << dir << " (rank " << l.rank << ", alpha " << l.alpha << ", scale x" << scale << ")\n";
   }

@@ -192,7 +192,8 @@ class Model {
   // generate's arguments, checked by their Python names.
   CompletionRequest request(const py::object& prompt, const py::object& max_tokens, double temperature,
                             const py::object& top_k, double top_p, std::optional<std::uint64_t> seed,
-                            std::optional<std::vector<std::string>> stop, bool ignore_eos) const {
+                            std::optional<std::vector<std::string>> stop, bool ignore_eos,
+                            const std::optional<std::string>& adapter) const {
     CompletionRequest r;
     r.prompt = prompt_ids(prompt);
     require(std::isfinite(temperature) && temperature >= 0, "temperature ", temperature,
@@ -205,6 +206,7 @@ class Model {
     r.seed = seed ? *seed : std::random_device{}();
     if (stop) r.stop = *stop;
     r.ignore_eos = ignore_eos;
+    r.adapter = adapter.value_or("");
     return r;
   }
 
@@ -258,6 +260,13 @@ class Model {
     end_open_stream();
     std::lock_guard lock(busy_);
     (void)engine_.load_adapter(dir, scale);
+  }
+  // Engine::add_adapter: one beside the model, a generation's choice by name.
+  void add_adapter(const std::string& name, const std::filesystem::path& dir, double scale) {
+    py::gil_scoped_release release;
+    end_open_stream();
+    std::lock_guard lock(busy_);
+    (void)engine_.add_adapter(name, dir, scale);
   }
 
   // Many generations decoded together (Engine::generate_batch), each with
@@ -735,28 +744,28 @@ PYBIND11_MODULE(_xfmr, m) {
           "generate",
           [](Model& self, const py::object& prompt, const py::object& max_tokens, double temperature,
              const py::object& top_k, double top_p, const py::object& seed,
-             std::optional<std::vector<std::string>> stop, bool ignore_eos) {
-            return self.generate(
-                self.request(prompt, max_tokens, temperature, top_k, top_p, seed_arg(seed, "seed"), stop, ignore_eos));
+             std::optional<std::vector<std::string>> stop, bool ignore_eos, const std::optional<std::string>& adapter) {
+            return self.generate(self.request(prompt, max_tokens, temperature, top_k, top_p, seed_arg(seed, "seed"), stop,
+                                              ignore_eos, adapter));
           },
           py::arg("prompt"), py::kw_only(), py::arg("max_tokens") = 100, py::arg("temperature") = sampling.temperature,
           py::arg("top_k") = sampling.top_k, py::arg("top_p") = sampling.top_p, py::arg("seed") = py::none(),
-          py::arg("stop") = py::none(), py::arg("ignore_eos") = false,
+          py::arg("stop") = py::none(), py::arg("ignore_eos") = false, py::arg("adapter") = py::none(),
           "Tokens after prompt (text or ids): greedy at temperature 0; ends at the end-of-text token (unless "
-          "ignore_eos), at a stop string, or after max_tokens")
+          "ignore_eos), at a stop string, or after max_tokens; adapter: a LoRA adapter's name (add_adapter)")
       .def(
           "stream",
           [](std::shared_ptr<Model> self, const py::object& prompt, const py::object& max_tokens, double temperature,
              const py::object& top_k, double top_p, const py::object& seed,
-             std::optional<std::vector<std::string>> stop, bool ignore_eos) {
+             std::optional<std::vector<std::string>> stop, bool ignore_eos, const std::optional<std::string>& adapter) {
             (void)self->tokenizer_();  // a stream is text
             CompletionRequest r = self->request(prompt, max_tokens, temperature, top_k, top_p, seed_arg(seed, "seed"),
-                                                stop, ignore_eos);
+                                                stop, ignore_eos, adapter);
             return std::make_unique<TokenStream>(std::move(self), std::move(r));
           },
           py::arg("prompt"), py::kw_only(), py::arg("max_tokens") = 100, py::arg("temperature") = sampling.temperature,
           py::arg("top_k") = sampling.top_k, py::arg("top_p") = sampling.top_p, py::arg("seed") = py::none(),
-          py::arg("stop") = py::none(), py::arg("ignore_eos") = false,
+          py::arg("stop") = py::none(), py::arg("ignore_eos") = false, py::arg("adapter") = py::none(),
           "generate's tokens as an iterator of their text, as they are drawn")
       .def("export_hf", &Model::export_hf, py::arg("dir"), py::kw_only(), py::arg("overwrite") = false,
            "writes a Hugging Face directory (GPT2LMHeadModel or LlamaForCausalLM, with the tokenizer's files); an "
@@ -770,7 +779,8 @@ PYBIND11_MODULE(_xfmr, m) {
           [](Model& self, const std::vector<py::object>& prompts, const py::object& max_tokens, double temperature,
              const py::object& top_k, double top_p, const py::object& seed,
              std::optional<std::vector<std::string>> stop, bool ignore_eos, const py::object& batch_size_,
-             const py::object& json_schema, const py::object& lookup, const py::object& draft) {
+             const py::object& json_schema, const py::object& lookup, const py::object& draft,
+             const py::object& adapters) {
             const int batch_size = int(int_arg(batch_size_, "batch_size", 1, 4096));
             const Speculation speculation{.lookup = int(int_arg(lookup, "lookup", 0, 16)),
                                           .draft = int(int_arg(draft, "draft", 0, 16))};
@@ -782,10 +792,19 @@ PYBIND11_MODULE(_xfmr, m) {
             else if (!json_schema.is_none())
               schema = JsonSchema::compile(nlohmann::json::parse(
                   py::module_::import("json").attr("dumps")(json_schema).cast<std::string>()));
+            // adapters: one name (or None) for every prompt, or a list of them, a prompt's each.
+            std::vector<std::optional<std::string>> chosen(prompts.size());
+            if (py::isinstance<py::str>(adapters)) {
+              std::fill(chosen.begin(), chosen.end(), adapters.cast<std::string>());
+            } else if (!adapters.is_none()) {
+              chosen = adapters.cast<std::vector<std::optional<std::string>>>();
+              require(chosen.size() == prompts.size(), "adapters: ", chosen.size(), " names for ", prompts.size(),
+                      " prompts");
+            }
             std::vector<CompletionRequest> requests;
             for (std::size_t i = 0; i < prompts.size(); ++i) {
-              requests.push_back(
-                  self.request(prompts[i], max_tokens, temperature, top_k, top_p, base + i, stop, ignore_eos));
+              requests.push_back(self.request(prompts[i], max_tokens, temperature, top_k, top_p, base + i, stop,
+                                              ignore_eos, chosen[i]));
               requests.back().json_schema = schema;
             }
             return self.generate_batch(requests, batch_size, speculation);
@@ -794,15 +813,21 @@ PYBIND11_MODULE(_xfmr, m) {
           py::arg("top_k") = sampling.top_k, py::arg("top_p") = sampling.top_p, py::arg("seed") = py::none(),
           py::arg("stop") = py::none(), py::arg("ignore_eos") = false, py::arg("batch_size") = 8,
           py::arg("json_schema") = py::none(), py::arg("lookup") = 0, py::arg("draft") = 0,
+          py::arg("adapters") = py::none(),
           "generate for each of prompts, batch_size of them decoded together (one weight read serves them all); "
           "prompt i draws with seed + i, so it gets what generate(prompt, seed=seed + i) gets while the prompt and "
           "max_tokens fit the context. json_schema (a JSON schema as a dict, or 'json_object'): each text is a "
           "value of it (structured output), then the end token. lookup: speculative decoding by prompt lookup, up to "
           "that many drafts a step (the same tokens, in fewer steps where the text repeats the prompt); draft: up "
-          "to that many drafts a step from the draft model (load_draft), the same tokens")
+          "to that many drafts a step from the draft model (load_draft), the same tokens. adapters: a LoRA "
+          "adapter's name (add_adapter) for every prompt, or a list of names (None: the model alone), decoded in one "
+          "batch")
       .def("load_adapter", &Model::load_adapter, py::arg("dir"), py::kw_only(), py::arg("scale") = 1.0,
            "puts a LoRA adapter in Hugging Face peft's format (a directory of adapter_config.json and "
            "adapter_model.safetensors) on the model's projections, at scale times its own; one adapter")
+      .def("add_adapter", &Model::add_adapter, py::arg("name"), py::arg("dir"), py::kw_only(), py::arg("scale") = 1.0,
+           "loads a LoRA adapter (peft's format) beside the model under name: a generation that names it "
+           "(adapter=, adapters=) decodes with it, others without, in the same batch")
       .def("load_draft", &Model::load_draft, py::arg("path"), py::kw_only(), py::arg("precision") = py::none(),
            py::arg("tokenizer") = py::none(),
            "loads speculative decoding's draft model (generate_batch(draft=K)): a smaller model with the same "

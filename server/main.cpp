@@ -5,6 +5,7 @@
 //              [--precision fp32|bf16|int8|q4] [--backend cpu] [--api-key KEY]
 //              [--chat-template chatml|llama3|plain]
 //              [--lookup K | --draft PATH [--draft-tokens K] [--draft-precision P]]
+//              [--lora NAME=DIR[:SCALE] ...]
 #include <boost/program_options.hpp>
 #include <string>
 
@@ -20,6 +21,7 @@ namespace {
 int run(int argc, char** argv) {
   server::ServerOptions o;
   std::string tokenizer, backend = "cpu", precision = "fp32", draft_precision;
+  std::vector<std::string> adapters;
   int draft_tokens = 4;
   po::options_description opts("xfmr-serve: an OpenAI-compatible server for a language model");
   opts.add_options()("help", "show this help")(
@@ -49,7 +51,10 @@ int run(int argc, char** argv) {
       "draft-tokens", po::value(&draft_tokens)->default_value(draft_tokens),
       "with --draft: up to this many of its tokens a step")(
       "draft-precision", po::value(&draft_precision),
-      "with --draft: its precision, as --precision's (default: the draft checkpoint's, else fp32)");
+      "with --draft: its precision, as --precision's (default: the draft checkpoint's, else fp32)")(
+      "lora", po::value(&adapters)->composing(),
+      "NAME=DIR[:SCALE], repeatable: a LoRA adapter in peft's format beside the model, at SCALE times its scale; a "
+      "request whose \"model\" is NAME decodes with it, in the same batch as the others (CPU backend)");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
   require(!o.model.empty(), "--model PATH is required");
@@ -70,6 +75,12 @@ int run(int argc, char** argv) {
                       .backend_option = "--backend",
                       .precision_option = "--draft-precision",
                       .tokenizer_option = "--tokenizer"};
+  }
+  for (const std::string& v : adapters) {
+    const std::size_t eq = v.find('=');
+    require(eq != std::string::npos && eq > 0 && eq + 1 < v.size(), "--lora ", v, ": give NAME=DIR[:SCALE]");
+    const auto [dir, scale] = adapter_option("--lora", v.substr(eq + 1));
+    o.adapters.push_back({v.substr(0, eq), dir, scale});
   }
   return server::serve(o);
 }

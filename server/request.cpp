@@ -155,9 +155,19 @@ CompletionParams read_completion(const json& body, bool chat, const ModelFacts& 
     }
     bad_request("'" + key + "' is not a field of " + (chat ? "/v1/chat/completions" : "/v1/completions"), key);
   }
-  if (const auto m = field<std::string>(body, "model"); m && *m != model.name)
-    throw HttpError{404, "The model '" + *m + "' does not exist; this server has '" + model.name + "'", "model",
-                    "invalid_request_error"};
+  // "model": the model's name, or a LoRA adapter's (--lora NAME=DIR), which the request's rows then take.
+  std::string adapter;
+  if (const auto m = field<std::string>(body, "model"); m && *m != model.name) {
+    if (model.adapters && std::find(model.adapters->begin(), model.adapters->end(), *m) != model.adapters->end()) {
+      adapter = *m;
+    } else {
+      std::string names = "'" + model.name + "'";
+      if (model.adapters)
+        for (const std::string& a : *model.adapters) names += ", '" + a + "'";
+      throw HttpError{404, "The model '" + *m + "' does not exist; this server has " + names, "model",
+                      "invalid_request_error"};
+    }
+  }
   const int n = field<int>(body, "n").value_or(1);
   if (n < 1 || n > kMaxChoices) bad_request("'n' " + std::to_string(n) + " outside [1, " + std::to_string(kMaxChoices) + "]", "n");
   std::vector<std::int32_t> prompt;
@@ -222,6 +232,7 @@ CompletionParams read_completion(const json& body, bool chat, const ModelFacts& 
   p.n = n;
   p.tools = tool_mode;
   CompletionRequest& r = p.request;
+  r.adapter = adapter;
   if (forced_call && body.contains("response_format") && body["response_format"].is_object() &&
       body["response_format"].value("type", "text") != "text")
     bad_request("'response_format' with a forced tool call: the call's schema is the answer's", "response_format");

@@ -76,6 +76,7 @@ struct ModelFacts {
   const std::vector<std::string>& chat_stop_strings;  // and the others
   const std::string& name;                            // the model's id in the API
   int context;                                        // tokens a slot holds
+  const std::vector<std::string>* adapters = nullptr;  // LoRA adapters' ids in the API (a request's "model")
 };
 
 struct CompletionParams {

@@ -30,13 +30,16 @@ void dispatch(Service& service, const http::Request& req, http::Response& res) {
   } else if (path == "/slots" && get) {
     res.set_content(dump(service.slots()), "application/json");
   } else if (path == "/v1/models" && get) {
-    res.set_content(dump(json{{"object", "list"},
-                              {"data", json::array({{{"id", service.name()},
-                                                     {"object", "model"},
-                                                     {"created", 0},
-                                                     {"owned_by", "xfmr"},
-                                                     {"max_model_len", service.engine().batch_context()}}})}}),
-                    "application/json");
+    json models = json::array();
+    const auto add = [&](const std::string& id, bool adapter) {
+      json m = {{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "xfmr"},
+                {"max_model_len", service.engine().batch_context()}};
+      if (adapter) m["parent"] = service.name();  // a LoRA adapter's base, as vLLM lists it
+      models.push_back(std::move(m));
+    };
+    add(service.name(), false);
+    for (const std::string& a : service.engine().adapter_names()) add(a, true);
+    res.set_content(dump(json{{"object", "list"}, {"data", models}}), "application/json");
   } else if (path == "/v1/completions" && post) {
     service.completions(req, res, false);
   } else if (path == "/v1/chat/completions" && post) {

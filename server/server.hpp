@@ -9,8 +9,9 @@
 //
 // GET  /                      the chat page (server/chat.html, compiled in)
 // GET  /health                503 {"status": "loading"} until the model is loaded, then 200
-// GET  /v1/models             the one model, named `name` (default: the model path's last part), and
-//                             its context (max_model_len, as vLLM's)
+// GET  /v1/models             the model, named `name` (default: the model path's last part), and each
+//                             LoRA adapter by its name (a request's "model" chooses), with the
+//                             context (max_model_len, as vLLM's)
 // POST /v1/completions        OpenAI's shapes, "stream": true as server-sent events ending "data: [DONE]";
 //                             logprobs, n choices, response_format (JSON schemas), usage's cached_tokens,
 //                             llama-server's timings
@@ -40,6 +41,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "xfmr/infer/engine.hpp"
 
@@ -62,6 +64,15 @@ struct ServerOptions {
   std::string api_key;        // required as a Bearer token on /v1 when not empty
   std::string chat_template;  // chatml, llama3 or plain (empty: the model's, else plain)
   std::string name;           // the model's id in the API (empty: the model path's last part)
+  // LoRA adapters (peft directories) beside the model, each a model id in
+  // the API: a request naming one decodes with it, in the same batch as
+  // the others (Engine::add_adapter).
+  struct Adapter {
+    std::string name;
+    std::string dir;
+    double scale = 1.0;
+  };
+  std::vector<Adapter> adapters;
 };
 
 // Listens, loads the model (while /health says 503), serves until a signal,

@@ -19,12 +19,15 @@ void Service::load() {
   const int context = o.context > 0 ? o.context : std::min(engine_->max_t(), 2048);
   require(context <= engine_->max_t(), "--context ", context, " exceeds the model's ", engine_->max_t());
   if (!o.draft.empty()) engine_->set_draft(Engine::load(o.draft, o.draft_engine));
+  for (const ServerOptions::Adapter& a : o.adapters) engine_->add_adapter(a.name, a.dir, a.scale);
   engine_->start_batching(
       {.slots = o.slots, .context = context, .prefill_chunk = 128, .queue = o.queue, .speculation = o.speculation});
   if (!o.chat_template.empty()) chat_ = ChatTemplate::named(o.chat_template);
   else chat_ = model_chat_template(o.model);
   name_ = o.name.empty() ? fs::path(o.model).lexically_normal().filename().string() : o.name;
   if (name_.empty()) name_ = fs::path(o.model).lexically_normal().parent_path().filename().string();
+  for (const ServerOptions::Adapter& a : o.adapters)
+    require(a.name != name_, "--lora ", a.name, ": the model's own name (--name sets it)");
   // Stop markers the tokenizer holds as one id end generation by id; the others as text.
   for (const std::string& s : chat_.stops()) {
     const auto ids = tokenizer().encode(s);
@@ -37,6 +40,7 @@ void Service::load() {
   if (engine_->has_draft())
     std::cerr << ", draft model " << o.draft << " (" << engine_->draft()->architecture().name << ", "
               << engine_->draft()->describe() << ", " << o.speculation.draft << " tokens a step)";
+  for (const ServerOptions::Adapter& a : o.adapters) std::cerr << ", LoRA adapter " << a.name << " (" << a.dir << ")";
   std::cerr << "\n" << std::flush;
 }
 

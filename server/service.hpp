@@ -55,7 +55,8 @@ class Service {
   std::pair<std::string, json> tool_answer(const std::string& text, CompletionParams::Tools mode,
                                            const std::string& id) const;
   ModelFacts facts() const {
-    return {tokenizer(), chat_, chat_stop_ids_, chat_stop_strings_, name_, engine_->batch_context()};
+    return {tokenizer(), chat_, chat_stop_ids_, chat_stop_strings_, name_, engine_->batch_context(),
+            &engine_->adapter_names()};
   }
 
   ServerOptions options_;

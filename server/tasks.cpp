@@ -123,6 +123,7 @@ void Service::answer(CompletionParams p, bool chat, const http::Request& req, ht
   auto s = std::make_shared<Stream>();
   s->results.resize(std::size_t(p.n));
   const bool logprobs = p.request.logprobs >= 0;
+  const std::string model = p.request.adapter.empty() ? name_ : p.request.adapter;  // the id it asked for
   try {
     for (int i = 0; i < p.n; ++i) {
       CompletionRequest r = p.request;
@@ -214,7 +215,7 @@ void Service::answer(CompletionParams p, bool chat, const http::Request& req, ht
     res.set_content(dump(json{{"id", id},
                               {"object", object},
                               {"created", created},
-                              {"model", name_},
+                              {"model", model},
                               {"choices", choices},
                               {"usage", usage_of(s->results)},
                               {"timings", timings_of(s->results)}}),
@@ -226,7 +227,7 @@ void Service::answer(CompletionParams p, bool chat, const http::Request& req, ht
     return event(json{{"id", id},
                       {"object", object},
                       {"created", created},
-                      {"model", name_},
+                      {"model", model},
                       {"choices", json::array({choice})}});
   };
   res.set_header("Cache-Control", "no-cache");
@@ -301,7 +302,7 @@ void Service::answer(CompletionParams p, bool chat, const http::Request& req, ht
           text += event(json{{"id", id},
                              {"object", object},
                              {"created", created},
-                             {"model", name_},
+                             {"model", model},
                              {"choices", json::array()},
                              {"usage", usage_of(results)},
                              {"timings", timings_of(results)}});

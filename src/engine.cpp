@@ -34,8 +34,9 @@ class Core : public detail::EngineCore {
   virtual std::size_t parameter_count() const = 0;
   virtual const DecoderOptions& options() const = 0;
   virtual std::string describe() const = 0;
-  virtual std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, const GenerateOptions& opts, Rng& rng,
-                                             const std::function<bool(std::int32_t)>& on_token) = 0;
+  // adapter: the one every row takes (LinearAdapters' id; 0: none).
+  virtual std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, const GenerateOptions& opts, int adapter,
+                                             Rng& rng, const std::function<bool(std::int32_t)>& on_token) = 0;
   // A batcher for the engine's life (serving) or for one call
   // (generate_batch); draft: the draft model's core (the same backend's).
   virtual void start_batching(BatchOptions opts, Core* draft) = 0;
@@ -83,8 +84,13 @@ class CoreFor final : public Core {
   const DecoderOptions& options() const override { return model_->options(); }
   std::string describe() const override { return xfmr::describe(be_); }
 
-  std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, const GenerateOptions& opts, Rng& rng,
-                                     const std::function<bool(std::int32_t)>& on_token) override {
+  std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, const GenerateOptions& opts, int adapter,
+                                     Rng& rng, const std::function<bool(std::int32_t)>& on_token) override {
+    struct Select {  // for this call
+      Lm& m;
+      Select(Lm& model, int id) : m(model) { m.select_adapter(id); }
+      ~Select() { m.select_adapter(0); }
+    } select(*model_, adapter);
     return (*generator_)(std::move(prompt), opts, rng, [&](std::int32_t id) { return on_token(id); });
   }
 
@@ -169,6 +175,17 @@ struct Engine::Impl {
   std::mutex pieces_made;
   std::shared_ptr<const TokenPieces> pieces;
   std::unique_ptr<Engine> draft;  // speculative decoding's (set_draft)
+  std::vector<std::string> adapters;  // add_adapter's names: adapter k + 1 (LinearAdapters' id)
+  // A request's adapter's id (0: none), or an Error naming the adapters there are.
+  int adapter_id(const CompletionRequest& r) const {
+    if (r.adapter.empty()) return 0;
+    const auto at = std::find(adapters.begin(), adapters.end(), r.adapter);
+    if (at != adapters.end()) return int(at - adapters.begin()) + 1;
+    std::string names;
+    for (const std::string& n : adapters) names += (names.empty() ? "" : ", ") + n;
+    detail::fail("no LoRA adapter named '", r.adapter, "' (", adapters.empty() ? "none is loaded" : "loaded: " + names,
+                 ")");
+  }
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -329,6 +346,7 @@ Completion Engine::generate(const CompletionRequest& r, const OnToken& on_token)
   require(r.max_tokens >= 0, "max_tokens ", r.max_tokens, " is negative");
   require(r.logprobs < 0, "logprobs: the batcher's (Engine::submit, generate_batch), not generate's");
   require(!r.json_schema, "a json_schema: the batcher's (Engine::submit, generate_batch), not generate's");
+  const int adapter = impl_->adapter_id(r);
   Completion c;
   c.prompt_tokens = int(r.prompt.size());
   CompletionText text(tokenizer_, r, impl_->end_ids);
@@ -338,7 +356,7 @@ Completion Engine::generate(const CompletionRequest& r, const OnToken& on_token)
                              .restart = r.restart,
                              .use_cache = r.use_cache,
                              .vocabulary = drawn_vocabulary() < vocab() ? drawn_vocabulary() : 0};
-  c.ids = static_cast<Core*>(core_)->generate(r.prompt, opts, rng, [&](std::int32_t id) {
+  c.ids = static_cast<Core*>(core_)->generate(r.prompt, opts, adapter, rng, [&](std::int32_t id) {
     const std::string piece = text.feed(id);
     c.text += piece;
     if (text.ended()) c.reason = FinishReason::stop;
@@ -364,7 +382,7 @@ struct Pending {
   bool cancelled = false;  // on_text said stop
 };
 
-BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std::shared_ptr<Pending>& p,
+BatchRequest batch_request(const CompletionRequest& r, int vocabulary, int adapter, const std::shared_ptr<Pending>& p,
                            OnStep on_step, OnCompletion on_finish,
                            const std::shared_ptr<const TokenPieces>& pieces = nullptr) {
   require(!r.restart, "a restart id: one sequence at a time (Engine::generate)");
@@ -378,6 +396,7 @@ BatchRequest batch_request(const CompletionRequest& r, int vocabulary, const std
                       .stop_ids = p->text->end_ids(),
                       .vocabulary = vocabulary,
                       .seed = r.seed,
+                      .adapter = adapter,
                       .top_logprobs = r.logprobs,
                       .on_logprobs = [p](const TokenLogprobs& lp) { p->completion.logprobs.push_back(lp); },
                       .constraint = std::move(constraint),
@@ -438,7 +457,8 @@ std::vector<Completion> Engine::generate_batch(std::span<const CompletionRequest
     p->text.emplace(tokenizer_, r, impl_->end_ids);
     out[i].prompt_tokens = int(r.prompt.size());
     if (r.max_tokens == 0) continue;
-    core.submit(batch_request(r, vocabulary, p, {}, [&c = out[i]](const Completion& done) { c = done; },
+    core.submit(batch_request(r, vocabulary, impl_->adapter_id(r), p, {},
+                              [&c = out[i]](const Completion& done) { c = done; },
                               r.json_schema ? pieces() : nullptr));
   }
   while (core.step())
@@ -484,7 +504,8 @@ LoraOptions Engine::load_adapter(const std::filesystem::path& dir, double scale)
     if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
       o = load_peft_adapter(model, dir);
       model.visit_adapters([&](std::string_view, LinearAdapters<Be>& adapters, auto&) {
-        for (auto& x : adapters.list()) x.scale *= scale;
+        for (auto& x : adapters.list())
+          if (x.id == 0) x.scale *= scale;
       });
     } else {
       detail::fail("load_adapter: LoRA runs on the CPU backend (it has not run on a GPU yet), not ", backend_);
@@ -492,6 +513,29 @@ LoraOptions Engine::load_adapter(const std::filesystem::path& dir, double scale)
   });
   return o;
 }
+LoraOptions Engine::add_adapter(const std::string& name, const std::filesystem::path& dir, double scale) {
+  require(!static_cast<Core*>(core_)->batching(), "add_adapter: the engine is batching (add it before start_batching)");
+  require(!name.empty(), "add_adapter: an adapter needs a name");
+  require(std::find(impl_->adapters.begin(), impl_->adapters.end(), name) == impl_->adapters.end(),
+          "add_adapter: an adapter named '", name, "' is loaded already");
+  require(std::isfinite(scale) && scale > 0, "add_adapter: scale ", scale, " must be positive");
+  const int id = int(impl_->adapters.size()) + 1;
+  LoraOptions o;
+  visit([&]<class Be>(LanguageModel<Be>& model, Be&) {
+    if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
+      o = load_peft_adapter(model, dir, id);
+      model.visit_adapters([&](std::string_view, LinearAdapters<Be>& adapters, auto&) {
+        for (auto& x : adapters.list())
+          if (x.id == id) x.scale *= scale;
+      });
+    } else {
+      detail::fail("add_adapter: LoRA runs on the CPU backend (it has not run on a GPU yet), not ", backend_);
+    }
+  });
+  impl_->adapters.push_back(name);
+  return o;
+}
+const std::vector<std::string>& Engine::adapter_names() const { return impl_->adapters; }
 const Engine* Engine::draft() const { return impl_->draft.get(); }
 int Engine::batch_context() const { return static_cast<Core*>(core_)->batch_context(); }
 std::uint64_t Engine::submit(CompletionRequest r, OnText on_text, OnCompletion on_finish) {
@@ -504,8 +548,8 @@ std::uint64_t Engine::submit(CompletionRequest r, OnStep on_step, OnCompletion o
   auto p = std::make_shared<Pending>();
   p->text.emplace(tokenizer_, r, impl_->end_ids);
   const int vocabulary = drawn_vocabulary() < vocab() ? drawn_vocabulary() : 0;
-  return static_cast<Core*>(core_)->submit(
-      batch_request(r, vocabulary, p, std::move(on_step), std::move(on_finish), r.json_schema ? pieces() : nullptr));
+  return static_cast<Core*>(core_)->submit(batch_request(r, vocabulary, impl_->adapter_id(r), p, std::move(on_step),
+                                                         std::move(on_finish), r.json_schema ? pieces() : nullptr));
 }
 std::shared_ptr<const TokenPieces> Engine::pieces() const {
   std::lock_guard lock(impl_->pieces_made);

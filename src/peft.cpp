@@ -66,6 +66,7 @@ std::vector<AttachedFile> peft_adapter_files(LanguageModel<Backend>& model, cons
   std::size_t adapters = 0;
   model.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& linear, auto&) {
     for (auto& x : linear.list()) {
+      if (x.id != 0) continue;  // the model's own adapter (those loaded beside it are others' files)
       const int block = detail::block_of(name);
       const std::int64_t in = x.a.dim(1);
       std::vector<S> a(x.a.size()), b(x.b.size());
@@ -127,7 +128,7 @@ void save_peft_adapter(LanguageModel<Backend>& model, const LoraOptions& o, cons
 }
 
 template <class Backend>
-LoraOptions load_peft_adapter(LanguageModel<Backend>& model, const std::filesystem::path& dir) {
+LoraOptions load_peft_adapter(LanguageModel<Backend>& model, const std::filesystem::path& dir, int id) {
   using S = typename Backend::Scalar;
   const std::filesystem::path config_file = dir / "adapter_config.json";
   std::ifstream in(config_file);
@@ -180,11 +181,12 @@ LoraOptions load_peft_adapter(LanguageModel<Backend>& model, const std::filesyst
       if (std::find(o.targets.begin(), o.targets.end(), t) == o.targets.end()) o.targets.push_back(t);
   }
   const SafeTensors file = SafeTensors::load(dir / "adapter_model.safetensors");
-  add_lora(model, o, 0);
+  add_lora(model, o, 0, id);
   std::size_t read = 0;
   try {
     model.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& linear, auto&) {
       for (auto& x : linear.list()) {
+        if (x.id != id) continue;
         const int block = detail::block_of(name);
         const std::string ka = detail::peft_key(gpt2, block, x.name, "lora_A"),
                           kb = detail::peft_key(gpt2, block, x.name, "lora_B");
@@ -211,8 +213,8 @@ LoraOptions load_peft_adapter(LanguageModel<Backend>& model, const std::filesyst
     require(read == file.names().size(), file.source(), " holds ", file.names().size(), " tensors; target_modules ",
             "names ", read);
   } catch (...) {
-    model.visit_adapters([](std::string_view, LinearAdapters<Backend>& linear, auto&) { linear.clear(); });
-    model.freeze_base(false);
+    model.visit_adapters([&](std::string_view, LinearAdapters<Backend>& linear, auto&) { linear.clear(id); });
+    if (id == 0) model.freeze_base(false);
     throw;
   }
   return o;

@@ -313,6 +313,27 @@ def test_a_lora_adapter_moves_the_logits():
         xfmr.load(SMOLLM, tokenizer=TOKENIZER).load_adapter(os.path.join(FIXTURES, "lora", "gpt2-ctx2048"))
 
 
+def test_adapters_beside_the_model_decode_in_one_batch():
+    # add_adapter: a generation names its adapter; the model and two adapters in one batch each give
+    # what they give alone, and a named adapter alone what load_adapter's gives.
+    lora = os.path.join(FIXTURES, "lora", "smollm2")
+    model = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
+    model.add_adapter("one", lora)
+    model.add_adapter("three", lora, scale=3.0)
+    names = ["one", None, "three"]
+    alone = [model.generate("Once", max_tokens=10, temperature=0, ignore_eos=True, adapter=n).ids for n in names]
+    assert alone[0] != alone[1] and alone[2] != alone[1]
+    batch = model.generate_batch(["Once"] * 3, max_tokens=10, temperature=0, ignore_eos=True, adapters=names)
+    assert [c.ids for c in batch] == alone
+    own = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
+    own.load_adapter(lora)
+    assert own.generate("Once", max_tokens=10, temperature=0, ignore_eos=True).ids == alone[0]
+    with pytest.raises(xfmr.Error, match="no LoRA adapter named 'two'"):
+        model.generate("Once", adapter="two")
+    with pytest.raises(xfmr.Error, match="3 names for 2 prompts"):
+        model.generate_batch(["a", "b"], adapters=names)
+
+
 def test_a_stream_has_one_reader(smollm):
     # Two threads iterating one stream: each piece goes to one of them, the
     # second reader may get an xfmr.Error while the first waits, and neither hangs.

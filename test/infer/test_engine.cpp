@@ -272,6 +272,69 @@ BOOST_AUTO_TEST_CASE(a_lora_adapter_gives_pytorchs_merged_logits) {
   BOOST_TEST(std::abs(h[0] - got[0]) > 1e-4);
 }
 
+// Adapters beside the model (add_adapter), each request's choice: two
+// adapters (the fixture at scale 1 and 3) and the bare model, greedy and
+// sampled, in one batch and in one ragged step, each give what it gives
+// alone; alone, a named adapter gives what load_adapter's (the one whose
+// logits are PyTorch's above) gives; prompts share cached rows only with
+// their own adapter's.
+BOOST_AUTO_TEST_CASE(requests_with_other_adapters_decode_in_one_batch) {
+  const fs::path adapter = fs::path(XFMR_FIXTURE_DIR) / "lora" / "smollm2";
+  Engine e = smollm();
+  (void)e.add_adapter("one", adapter);
+  (void)e.add_adapter("three", adapter, 3.0);
+  BOOST_TEST((e.adapter_names() == std::vector<std::string>{"one", "three"}));
+  const std::vector<std::int32_t> prompt = {1, 7, 42, 9, 3, 11};
+  std::vector<CompletionRequest> requests;
+  for (const char* name : {"one", "", "three"})
+    for (const double t : {0.0, 0.9})
+      requests.push_back({.prompt = prompt,
+                          .sampling = {.temperature = t},
+                          .max_tokens = 12,
+                          .seed = 5,
+                          .ignore_eos = true,
+                          .adapter = name});
+  std::vector<std::vector<std::int32_t>> alone;
+  for (const CompletionRequest& r : requests) alone.push_back(e.generate(r).ids);
+  // Greedy: the adapters and the model differ (else this would prove nothing).
+  BOOST_TEST(alone[0] != alone[2]);
+  BOOST_TEST(alone[4] != alone[2]);
+  BOOST_TEST(alone[0] != alone[4]);
+  Engine own = smollm(), own3 = smollm();
+  (void)own.load_adapter(adapter);
+  (void)own3.load_adapter(adapter, 3.0);
+  for (int i : {0, 1}) {
+    CompletionRequest r = requests[std::size_t(i)];
+    r.adapter.clear();
+    BOOST_TEST(own.generate(r).ids == alone[std::size_t(i)]);
+    BOOST_TEST(own3.generate(r).ids == alone[std::size_t(4 + i)]);
+  }
+  // All six in one batch (one ragged step reads every prompt: chunk 128),
+  // twice: the second round's prompts find their rows in the cache, each
+  // its own adapter's.
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<Completion> batch = e.generate_batch(requests, int(requests.size()));
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      BOOST_TEST(batch[i].ids == alone[i], "request " << i << " (adapter '" << requests[i].adapter << "')");
+  }
+  e.start_batching({.slots = 2, .context = 64});
+  std::vector<Completion> served(3);
+  for (std::size_t i = 0; i < 3; ++i)
+    (void)e.submit(requests[2 * i], OnText{}, [&served, i](const Completion& c) { served[i] = c; });
+  while (e.step()) {
+  }
+  for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(served[i].ids == alone[2 * i]);
+  // A name none was added under, and one added twice, are refused by name.
+  CompletionRequest unknown = requests[0];
+  unknown.adapter = "two";
+  BOOST_TEST(error_of([&] { (void)e.submit(unknown, OnText{}, {}); }).find("no LoRA adapter named 'two'") !=
+             std::string::npos);
+  Engine f = smollm();
+  BOOST_TEST(error_of([&] { (void)f.generate(unknown); }).find("none is loaded") != std::string::npos);
+  (void)f.add_adapter("two", adapter);
+  BOOST_TEST(error_of([&] { (void)f.add_adapter("two", adapter); }).find("loaded already") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(a_quantised_checkpoint_decodes_in_its_precision) {
   const TempDir dir("engine");
   const fs::path int8 = dir.path / "int8";

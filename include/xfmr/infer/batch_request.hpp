@@ -43,6 +43,7 @@ struct BatchRequest {
   std::vector<std::int32_t> stop_ids{};  // generation ends after any of them (the last token given)
   int vocabulary = 0;                  // ids drawn below it (0: the model's), as GenerateOptions'
   std::uint64_t seed = 0;
+  int adapter = 0;  // the LoRA adapter loaded beside the model its rows take (LinearAdapters' id; 0: none)
   // >= 0: on_logprobs gets each drawn token's log-probability and the
   // top_logprobs likeliest ids' (token_logprobs, sampling.hpp), before on_token.
   int top_logprobs = -1;

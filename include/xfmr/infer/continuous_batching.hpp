@@ -46,6 +46,11 @@
 //   sampling too the tokens keep plain decoding's distribution; here they
 //   are plain decoding's, bit for bit.
 //
+// LoRA adapters loaded beside the model (models/lora.hpp, ids k > 0): a
+// request's `adapter` is the one its rows take, in a step with other
+// sequences' adapters or none (each row selects its own); a prompt shares
+// cached rows only with prompts of its adapter.
+//
 // Each sequence draws from its own Sampler and Rng(seed), from the logits
 // of its own last position: it gets the tokens Generator (generate.hpp)
 // gives it alone, whatever else is in the batch (test_continuous_batching),
@@ -94,6 +99,8 @@ namespace xfmr {
 template <class Model, class Backend>
 class ContinuousBatcher {
   using Clock = std::chrono::steady_clock;
+  // Whether the model takes LoRA adapters a row (LanguageModel's select_adapters).
+  static constexpr bool kAdapters = requires(Model& m, std::span<const int> rows) { m.select_adapters(rows); };
 
  public:
   // draft, draft_be: the draft model of speculation.draft, on a backend
@@ -138,6 +145,8 @@ class ContinuousBatcher {
     require(long(r.prompt.size()) + long(r.max_tokens) <= long(opts_.context), "the prompt's ", r.prompt.size(),
             " tokens and max_tokens ", r.max_tokens, " exceed the context of ", opts_.context, " tokens");
     require(r.vocabulary >= 0 && r.vocabulary <= V, "vocabulary ", r.vocabulary, " outside [0, ", V, "]");
+    require(r.adapter >= 0, "adapter ", r.adapter, " is negative");
+    require(r.adapter == 0 || kAdapters, "adapter ", r.adapter, ": this model takes no LoRA adapters");
     require(r.top_logprobs >= -1 && r.top_logprobs <= 20, "top_logprobs ", r.top_logprobs, " outside [0, 20]");
     r.sampling.validate();
     std::lock_guard lock(mutex_);
@@ -219,6 +228,19 @@ class ContinuousBatcher {
     const auto t0 = Clock::now();
     std::span<const typename Backend::Scalar> logits;
     try {
+      // Each row takes its sequence's adapter (LinearAdapters::select); none is chosen between steps.
+      struct Select {
+        Model& m;
+        bool on;
+        Select(Model& model, bool any, std::span<const int> rows) : m(model), on(any) {
+          if constexpr (kAdapters)
+            if (on) m.select_adapters(rows);
+        }
+        ~Select() {
+          if constexpr (kAdapters)
+            if (on) m.select_adapters({});
+        }
+      } select(model_, adapters_, row_adapters_);
       const auto out = model_.forward_cached(be_, ids_, segments_, cache_);
       logits = be_.host_view(out, staging_);
     } catch (const std::exception& e) {
@@ -311,6 +333,7 @@ class ContinuousBatcher {
     // The ids whose keys and values the slot's cache rows hold, in order;
     // kept after the request ends, for the next prompt that begins so.
     std::vector<std::int32_t> held;
+    int held_adapter = 0;              // the adapter whose rows those are (BatchRequest::adapter)
     std::vector<std::int32_t> drafts;  // this step's
     std::uint64_t last_used = 0;  // the step it last took a request (free slots: the oldest goes first)
     Clock::time_point admitted{}, first_token{};
@@ -349,7 +372,7 @@ class ContinuousBatcher {
       if (slots_[s].busy && slots_[s].cancelled) finish(s, FinishReason::cancelled);
     std::lock_guard lock(mutex_);
     for (auto w = waiting_.begin(); w != waiting_.end() && busy_ < int(slots_.size());) {
-      const auto [slot, from, reuse] = place(w->req.prompt);
+      const auto [slot, from, reuse] = place(w->req.prompt, w->req.adapter);
       if (slot < 0) {
         ++w;  // another slot is reading its prompt's prefix: it waits for that
         continue;
@@ -361,6 +384,7 @@ class ContinuousBatcher {
         if (draft_) draft_->share(from, slot, x.held);  // the draft's rows of that prefix too
       }
       x.held.resize(std::size_t(reuse));
+      x.held_adapter = w->req.adapter;
       x.busy = true, x.cancelled = false;
       x.id = w->id;
       x.req = std::move(w->req);
@@ -383,17 +407,18 @@ class ContinuousBatcher {
   struct Place {
     int slot, from, reuse;
   };
-  Place place(const std::vector<std::int32_t>& prompt) const {
-    const auto common = [&](const std::vector<std::int32_t>& held) {
+  Place place(const std::vector<std::int32_t>& prompt, int adapter) const {
+    const auto common = [&](const std::vector<std::int32_t>& held, int held_adapter) {
+      if (held_adapter != adapter) return 0;  // another adapter's keys and values
       const std::size_t n = std::min(held.size(), prompt.size() - 1);
       return int(std::mismatch(held.begin(), held.begin() + std::ptrdiff_t(n), prompt.begin()).first - held.begin());
     };
     int own = -1, own_reuse = -1, from = -1, reuse = 0, oldest = -1, reading = 0;
     for (int s = 0; s < int(slots_.size()); ++s) {
       const Slot& x = slots_[s];
-      const int n = common(x.held);
+      const int n = common(x.held, x.held_adapter);
       if (n > reuse) from = s, reuse = n;
-      if (x.busy && x.fed < x.prompt_size()) reading = std::max(reading, common(x.req.prompt));
+      if (x.busy && x.fed < x.prompt_size()) reading = std::max(reading, common(x.req.prompt, x.req.adapter));
       if (x.busy) continue;
       if (n > own_reuse) own = s, own_reuse = n;
       if (oldest < 0 || x.last_used < slots_[oldest].last_used) oldest = s;
@@ -499,7 +524,7 @@ class ContinuousBatcher {
   // The step's segments: each decoding slot's newest token, then the
   // prompts being read, in slot order, up to prefill_chunk ids in all.
   void build_step() {
-    segments_.clear(), ids_.clear(), owners_.clear();
+    segments_.clear(), ids_.clear(), owners_.clear(), row_adapters_.clear();
     for (int s = 0; s < int(slots_.size()); ++s) {
       const Slot& slot = slots_[s];
       if (!slot.busy || slot.fed < slot.prompt_size()) continue;
@@ -508,6 +533,7 @@ class ContinuousBatcher {
       ids_.push_back(slot.next);
       ids_.insert(ids_.end(), d.begin(), d.end());
       owners_.push_back(s);
+      row_adapters_.insert(row_adapters_.end(), 1 + d.size(), slot.req.adapter);
     }
     int budget = opts_.prefill_chunk;
     for (int s = 0; s < int(slots_.size()) && budget > 0; ++s) {
@@ -517,8 +543,10 @@ class ContinuousBatcher {
       segments_.push_back({s, slot.position, n});
       ids_.insert(ids_.end(), slot.req.prompt.begin() + slot.fed, slot.req.prompt.begin() + slot.fed + n);
       owners_.push_back(s);
+      row_adapters_.insert(row_adapters_.end(), std::size_t(n), slot.req.adapter);
       budget -= n;
     }
+    adapters_ = std::any_of(row_adapters_.begin(), row_adapters_.end(), [](int a) { return a != 0; });
   }
 
   void finish(int s, FinishReason reason, std::string error = {}) {
@@ -566,6 +594,8 @@ class ContinuousBatcher {
   std::vector<StepSegment> segments_;
   std::vector<std::int32_t> ids_;
   std::vector<int> owners_;  // the slot of each segment
+  std::vector<int> row_adapters_;  // each row's adapter (BatchRequest::adapter)
+  bool adapters_ = false;          // whether any row of the step takes one
   std::vector<typename Backend::Scalar> staging_;
   std::vector<std::uint8_t> mask_;                 // a constraint's allowed ids
   std::vector<typename Backend::Scalar> masked_;  // a row of logits with the others at the lowest

@@ -11,6 +11,8 @@
 //                                              [](std::string_view text) { std::cout << text; return true; });
 //   // c.text, c.ids, c.reason (stop: an end token or a stop string; length: max_tokens)
 //
+// add_adapter(name, dir): a LoRA adapter beside the model that a request
+//   names (CompletionRequest::adapter); several, decoded in one batch.
 // load(path, opts): any model load_model reads (io/pretrained.hpp). The
 //   backend is a setting (opts.backend: backend/factory.hpp's names), not a
 //   type; the precision is opts.precision, or when empty a quantised
@@ -92,6 +94,10 @@ struct CompletionRequest {
   // Structured output: only text that is a value of this schema
   // (json_grammar.hpp), then the end; through the batcher, as logprobs.
   std::shared_ptr<const JsonSchema> json_schema{};
+  // A LoRA adapter added beside the model (Engine::add_adapter), by its
+  // name; empty: the model as loaded. Requests with different adapters
+  // decode in one batch.
+  std::string adapter{};
   bool use_cache = true;  // generate only: false recomputes the context for every token
   // generate only: this id starts a fresh context (a names model's separator, GenerateOptions').
   std::optional<std::int32_t> restart = std::nullopt;
@@ -198,6 +204,15 @@ class Engine {
   // weights and their decoding copies stay as they are. One adapter, before
   // start_batching; the adapter's settings.
   LoraOptions load_adapter(const std::filesystem::path& dir, double scale = 1.0);
+  // LoRA adapters beside the model, each request's choice
+  // (CompletionRequest::adapter), as a server offers them under model
+  // names: a peft directory under `name`, at `scale` times its own scale.
+  // The model's weights and its own adapter stay as they are; requests
+  // with other adapters or none decode in the same batch (each row takes
+  // its sequence's: layers/lora.hpp). Before start_batching; the
+  // adapter's settings. The names, in the order added.
+  LoraOptions add_adapter(const std::string& name, const std::filesystem::path& dir, double scale = 1.0);
+  const std::vector<std::string>& adapter_names() const;
 
   // Serving: the batcher, for the engine's life.
   void start_batching(BatchOptions opts);

@@ -37,17 +37,19 @@ void save_peft_adapter(LanguageModel<Backend>& model, const LoraOptions& o, cons
                        bool overwrite = false);
 
 // Reads a peft adapter directory into the model: add_lora with its
-// settings (the base frozen), then each A and B from the file, whose every
-// tensor must be one the settings put there, of its shape. The settings.
+// settings (the base frozen) and id, then each A and B from the file, whose
+// every tensor must be one the settings put there, of its shape. The
+// settings. Id 0: the model's own adapter; k > 0: the k-th loaded beside
+// it, for the rows that select it (layers/lora.hpp).
 template <class Backend>
-LoraOptions load_peft_adapter(LanguageModel<Backend>& model, const std::filesystem::path& dir);
+LoraOptions load_peft_adapter(LanguageModel<Backend>& model, const std::filesystem::path& dir, int id = 0);
 
 // Compiled once in the library (src/peft.cpp), for the CPU backend: LoRA
 // has not run on a GPU yet (Engine::load_adapter and xfmr-lm refuse CUDA).
 #define XFMR_PEFT(KEYWORDS, Be)                                                                                   \
   KEYWORDS std::vector<AttachedFile> peft_adapter_files<Be>(LanguageModel<Be>&, const LoraOptions&);            \
   KEYWORDS void save_peft_adapter<Be>(LanguageModel<Be>&, const LoraOptions&, const std::filesystem::path&, bool); \
-  KEYWORDS LoraOptions load_peft_adapter<Be>(LanguageModel<Be>&, const std::filesystem::path&);
+  KEYWORDS LoraOptions load_peft_adapter<Be>(LanguageModel<Be>&, const std::filesystem::path&, int);
 XFMR_PEFT(extern template, CpuBackend<float>)
 
 }  // namespace xfmr

@@ -18,9 +18,19 @@
 // Backward: dA, dB accumulate; dx += scale * (dy[:, range] B) A, after the
 // base's dx. Parameters (visit): "<name>.lora_A" (rank, IN) and
 // "<name>.lora_B" (width, rank), name the adapter's ("q", "up", ...).
+//
+// Several adapters at once (a server's, one a request): an adapter with
+// id 0 is the model's own and adds to every row; one with id k > 0 (the
+// k-th adapter loaded beside the model, decoding only) adds to the rows
+// that select k: select(rows) gives each row's id (0: none of them), as a
+// ragged step's rows of several sequences need, or select_all(k) every
+// row's. Rows choosing one id sit together in a step (a sequence's), so
+// each run of them is one product.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +52,7 @@ class LinearAdapters {
 
   struct Adapter {
     std::string name;  // what a target list calls it: "q", "up", "c_attn", ...
+    int id = 0;        // 0: the model's own (every row); k > 0: the rows that select k
     int begin = 0, width = 0, rank = 0;
     double scale = 1.0;
     Tensor a, da;       // (rank, IN)
@@ -53,14 +64,15 @@ class LinearAdapters {
 
   // An adapter on output columns [begin, begin + width): A drawn from rng
   // (peft's Kaiming-uniform), B zero.
-  Adapter& add(std::string name, int begin, int width, int rank, double scale, Rng& rng) {
+  Adapter& add(std::string name, int begin, int width, int rank, double scale, Rng& rng, int id = 0) {
     require(begin >= 0 && width > 0 && begin + width <= out_, "a LoRA adapter on columns [", begin, ", ",
             begin + width, ") of a Linear with ", out_, " outputs");
     require(rank >= 1 && rank <= std::min(in_, width), "LoRA rank ", rank, " outside [1, ", std::min(in_, width),
             "] for ", name, " (", in_, " inputs, ", width, " outputs)");
-    for (const Adapter& x : list_) require(x.name != name, "a second LoRA adapter named ", name);
+    require(id >= 0, "LoRA adapter id ", id, " is negative");
+    for (const Adapter& x : list_) require(x.name != name || x.id != id, "a second LoRA adapter named ", name);
     Adapter& x = list_.emplace_back();
-    x.name = std::move(name), x.begin = begin, x.width = width, x.rank = rank, x.scale = scale;
+    x.name = std::move(name), x.id = id, x.begin = begin, x.width = width, x.rank = rank, x.scale = scale;
     x.a.resize({rank, in_});
     x.da.resize({rank, in_});
     x.b.resize({width, rank});
@@ -71,6 +83,19 @@ class LinearAdapters {
     return x;
   }
   void clear() { list_.clear(); }
+  // Drops the adapters of one id.
+  void clear(int id) {
+    std::erase_if(list_, [&](const Adapter& x) { return x.id == id; });
+  }
+  bool has(int id) const {
+    return std::any_of(list_.begin(), list_.end(), [&](const Adapter& x) { return x.id == id; });
+  }
+
+  // Which adapters (id k > 0) the next forwards' rows take: rows[r] for
+  // row r (its size the forwards' rows), or k for every row (rows empty).
+  // The span must outlive those forwards.
+  void select(std::span<const int> rows) { rows_ = rows, all_ = 0; }
+  void select_all(int id) { rows_ = {}, all_ = id; }
 
   bool empty() const { return list_.empty(); }
   std::vector<Adapter>& list() { return list_; }
@@ -81,10 +106,21 @@ class LinearAdapters {
 
   // y (rows, OUT) += each adapter's columns.
   void forward(Backend& be, int rows, const A* x, A* y) {
+    require(rows_.empty() || rows_.size() == std::size_t(rows), "LoRA: ", rows_.size(), " rows' adapter ids for ",
+            rows, " rows");
     for (Adapter& s : list_) {
       A* xa = s.xa.reserve(std::size_t(rows) * std::size_t(s.rank));
-      be.gemm(false, true, rows, s.rank, in_, S(1), x, in_, s.a.product_data(), in_, S(0), xa, s.rank);
-      be.gemm(false, true, rows, s.width, s.rank, S(s.scale), xa, s.rank, s.b.product_data(), s.rank, S(1), y + s.begin, out_);
+      if (s.id == 0 || (rows_.empty() && all_ == s.id)) {
+        product(be, s, rows, x, xa, y);
+        continue;
+      }
+      for (int r = 0; r < int(rows_.size());) {  // each run of rows selecting it
+        int end = r + 1;
+        while (end < int(rows_.size()) && rows_[std::size_t(end)] == rows_[std::size_t(r)]) ++end;
+        if (rows_[std::size_t(r)] == s.id)
+          product(be, s, end - r, x + std::size_t(r) * std::size_t(in_), xa, y + std::size_t(r) * std::size_t(out_));
+        r = end;
+      }
     }
   }
 
@@ -93,6 +129,7 @@ class LinearAdapters {
   void backward(Backend& be, int rows, const A* dy, const A* x, A* dx) {
     auto scratch = be.workspace().frame();
     for (Adapter& s : list_) {
+      require(s.id == 0, "LoRA adapter ", s.name, " of id ", s.id, " decodes only (it takes no gradients)");
       const A* g = dy + s.begin;  // (rows, width), row stride OUT
       be.gemm(true, false, s.width, s.rank, rows, S(s.scale), g, out_, s.xa.data(), s.rank, S(1), s.db.data(), s.rank);
       A* gb = scratch.take(std::size_t(rows) * std::size_t(s.rank));  // scale dy B (rows, rank)
@@ -102,10 +139,12 @@ class LinearAdapters {
     }
   }
 
-  // f(name, value, grad) for each adapter's A and B.
+  // f(name, value, grad) for each of the model's own adapters' A and B
+  // (id 0: the parameters that train).
   template <class F>
   void visit(F&& f) {
     for (Adapter& s : list_) {
+      if (s.id != 0) continue;
       f(s.name + ".lora_A", s.a, s.da);
       f(s.name + ".lora_B", s.b, s.db);
     }
@@ -115,6 +154,15 @@ class LinearAdapters {
   int in_, out_;
   bool frozen_ = false;
   std::vector<Adapter> list_;
+  std::span<const int> rows_;  // select's
+  int all_ = 0;                // select_all's
+
+  // y (rows, OUT)[:, range] += scale (x A^T) B^T, x A^T into xa.
+  void product(Backend& be, Adapter& s, int rows, const A* x, A* xa, A* y) {
+    be.gemm(false, true, rows, s.rank, in_, S(1), x, in_, s.a.product_data(), in_, S(0), xa, s.rank);
+    be.gemm(false, true, rows, s.width, s.rank, S(s.scale), xa, s.rank, s.b.product_data(), s.rank, S(1), y + s.begin,
+            out_);
+  }
 };
 
 }  // namespace xfmr

@@ -77,6 +77,15 @@ class LanguageModel : public VirtualModel<Backend> {
   // LoRA (models/lora.hpp).
   using AdapterVisitor = FunctionRef<void(std::string_view, LinearAdapters<Backend>&, Tensor&)>;
   virtual void visit_adapters(AdapterVisitor f) = 0;
+  // Which adapters loaded beside the model (ids k > 0, LinearAdapters::select)
+  // the next forwards' rows take: ids[r] for row r (a ragged step's; the
+  // span outlives the forward), or one for every row.
+  void select_adapters(std::span<const int> ids) {
+    visit_adapters([&](std::string_view, LinearAdapters<Backend>& a, Tensor&) { a.select(ids); });
+  }
+  void select_adapter(int id) {
+    visit_adapters([&](std::string_view, LinearAdapters<Backend>& a, Tensor&) { a.select_all(id); });
+  }
   // Decoder::freeze_base: backward leaves the base's gradients untouched.
   virtual void freeze_base(bool on) = 0;
 

@@ -128,9 +128,11 @@ inline std::vector<LoraRange> lora_ranges(std::string_view projection, const Mod
 
 // Adapters on every projection `o.targets` names (each target must name
 // one the architecture has; a whole projection and its parts not both),
-// A drawn from seed, B zero, and the base frozen.
+// A drawn from seed, B zero, and the base frozen. Id 0: the model's own
+// adapter (the one that trains); k > 0: the k-th of those loaded beside
+// it, decoding only, for the rows that select k (layers/lora.hpp).
 template <class Backend>
-void add_lora(LanguageModel<Backend>& model, const LoraOptions& o, std::uint64_t seed) {
+void add_lora(LanguageModel<Backend>& model, const LoraOptions& o, std::uint64_t seed, int id = 0) {
   static const std::vector<std::string> known = {"q", "k", "v", "qkv", "o", "gate", "up", "fc1", "down"};
   require(!o.targets.empty(), "LoRA: no targets (choose among q, k, v, qkv, o, gate, up, fc1, down)");
   for (const std::string& t : o.targets)
@@ -147,8 +149,10 @@ void add_lora(LanguageModel<Backend>& model, const LoraOptions& o, std::uint64_t
   for (const std::string& t : o.targets)
     require((t != "gate" && t != "up") || gated, "LoRA target '", t, "': the model's feed-forward is not gated (",
             "target fc1)");
+  require(id >= 0, "LoRA adapter id ", id, " is negative");
   model.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& adapters, auto&) {
-    require(adapters.empty(), "the model has LoRA adapters already (", name, ")");
+    require(!adapters.has(id), "the model has LoRA adapters ", id == 0 ? "already" : "of id " + std::to_string(id),
+            " (", name, ")");
   });
   Rng rng(seed);
   std::vector<std::string> placed;
@@ -156,12 +160,12 @@ void add_lora(LanguageModel<Backend>& model, const LoraOptions& o, std::uint64_t
     model.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& adapters, auto&) {
       const std::string_view projection = name.substr(name.rfind('.') + 1);
       for (const auto& r : detail::lora_ranges(projection, d, gated, o.targets)) {
-        adapters.add(r.target, r.begin, r.width, o.rank, o.scale(), rng);
+        adapters.add(r.target, r.begin, r.width, o.rank, o.scale(), rng, id);
         placed.push_back(r.target);
       }
     });
   } catch (...) {  // none, rather than some
-    model.visit_adapters([](std::string_view, LinearAdapters<Backend>& adapters, auto&) { adapters.clear(); });
+    model.visit_adapters([&](std::string_view, LinearAdapters<Backend>& adapters, auto&) { adapters.clear(id); });
     throw;
   }
   for (const std::string& t : o.targets)
@@ -236,6 +240,11 @@ class LoraModel final : public LanguageModel<Backend> {
 template <class Backend>
 void merge_lora(Backend&, LanguageModel<Backend>& model) {
   using S = typename Backend::Scalar;
+  model.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& adapters, auto&) {
+    for (const auto& x : adapters.list())
+      require(x.id == 0, "merge_lora: ", name, " holds adapter ", x.id, ", loaded beside the model, whose base a "
+              "merge would change");
+  });
   model.visit_adapters([&](std::string_view, LinearAdapters<Backend>& adapters, auto& weight) {
     if (adapters.empty()) return;
     // On the host, once: any backend's weights and adapters, whatever its products take.
@@ -263,7 +272,7 @@ void merge_lora(Backend&, LanguageModel<Backend>& model) {
 // Compiled once in the library (src/peft.cpp) for CpuBackend<float>; other
 // backends (double's, for gradient checks) instantiate here.
 #define XFMR_LORA(KEYWORDS, Be)                                                      \
-  KEYWORDS void add_lora<Be>(LanguageModel<Be>&, const LoraOptions&, std::uint64_t); \
+  KEYWORDS void add_lora<Be>(LanguageModel<Be>&, const LoraOptions&, std::uint64_t, int); \
   KEYWORDS void merge_lora<Be>(Be&, LanguageModel<Be>&);
 XFMR_LORA(extern template, CpuBackend<float>)
 
