@@ -6,7 +6,7 @@
 //   xfmr-lm eval   --model PATH --data FILE [--context T] [--windows N]
 //   xfmr-lm train  --data FILE (--init PATH | (--preset NAME | --architecture FILE.json) --tokenizer PATH)
 //                  --out DIR [--steps N] ...
-//   xfmr-lm export --model PATH (--hf DIR | --gguf FILE [--type f16])
+//   xfmr-lm export --model PATH [--lora DIR[:SCALE]] (--hf DIR | --gguf FILE [--type f16])
 //
 // --model (and --init) is a Hugging Face model directory, a llama2.c .bin
 // file, a GGUF file (llama, qwen2, gpt2), or a checkpoint `train --out` wrote; the preset
@@ -517,7 +517,7 @@ int run_train(int argc, char** argv) {
 // export --------------------------------------------------------------------
 
 int run_export(int argc, char** argv) {
-  std::string model, tokenizer, hf, gguf, type = "f16";
+  std::string model, tokenizer, hf, gguf, type = "f16", lora;
   bool overwrite = false;
   po::options_description opts("xfmr-lm export: a model in the Hugging Face layout of its family (GPT-2 or Llama), or "
                                "as a GGUF file llama.cpp reads (llama, qwen2 or gpt2)");
@@ -527,6 +527,7 @@ int run_export(int argc, char** argv) {
       ("gguf", po::value(&gguf), "or a GGUF file to write (a Llama-, Qwen2- or GPT-2-shaped model, with its tokenizer)")
       ("type", po::value(&type)->default_value(type), "--gguf's matrices: f32, f16, bf16, q8_0 or q4_0 (rows that "
        "are not whole blocks of 32 in f16; norms in f32)")
+      ("lora", po::value(&lora), "DIR[:SCALE]: a LoRA adapter (peft's format) merged into the model's weights first")
       ("overwrite", po::bool_switch(&overwrite), "replace an export already there");
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, vm)) return 0;
@@ -539,6 +540,11 @@ int run_export(int argc, char** argv) {
     require(overwrite || !fs::exists(gguf), "--gguf ", gguf, " exists already (--overwrite replaces it)");
   Engine engine = Engine::load(model, {.tokenizer = tokenizer, .tokenizer_required = hf.empty() ? false : true,
                                        .tokenizer_option = "--tokenizer"});
+  if (!lora.empty()) {
+    const auto [dir, scale] = adapter_option("--lora", lora);
+    (void)engine.load_adapter(dir, scale);
+    engine.merge_adapter();
+  }
   if (!gguf.empty()) {
     engine.export_gguf(gguf, ggml, overwrite);
     std::cout << "xfmr-lm: " << engine.architecture().name << " (" << engine.parameter_count() << " parameters) to "

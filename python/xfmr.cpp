@@ -261,6 +261,13 @@ class Model {
     std::lock_guard lock(busy_);
     (void)engine_.load_adapter(dir, scale);
   }
+  // Engine::merge_adapter: load_adapter's folded into the weights.
+  void merge_adapter() {
+    py::gil_scoped_release release;
+    end_open_stream();
+    std::lock_guard lock(busy_);
+    engine_.merge_adapter();
+  }
   // Engine::add_adapter: one beside the model, a generation's choice by name.
   void add_adapter(const std::string& name, const std::filesystem::path& dir, double scale) {
     py::gil_scoped_release release;
@@ -825,6 +832,8 @@ PYBIND11_MODULE(_xfmr, m) {
       .def("load_adapter", &Model::load_adapter, py::arg("dir"), py::kw_only(), py::arg("scale") = 1.0,
            "puts a LoRA adapter in Hugging Face peft's format (a directory of adapter_config.json and "
            "adapter_model.safetensors) on the model's projections, at scale times its own; one adapter")
+      .def("merge_adapter", &Model::merge_adapter,
+           "folds load_adapter's adapter into the model's weights (a plain model again, to export)")
       .def("add_adapter", &Model::add_adapter, py::arg("name"), py::arg("dir"), py::kw_only(), py::arg("scale") = 1.0,
            "loads a LoRA adapter (peft's format) beside the model under name: a generation that names it "
            "(adapter=, adapters=) decodes with it, others without, in the same batch")

@@ -618,14 +618,42 @@ std::vector<float> Engine::embedding(std::span<const std::int32_t> ids) {
   for (std::size_t d = 0; d < D; ++d) out[d] = float(norm > 0 ? mean[d] / norm : 0.0);
   return out;
 }
+namespace {
+// An export writes the base's weights alone: one of a model with adapters would drop them.
+void check_no_adapters(Engine& e, const char* what) {
+  e.visit([&]<class Be>(LanguageModel<Be>& model, Be&) {
+    model.visit_adapters([&](std::string_view name, LinearAdapters<Be>& adapters, auto&) {
+      require(adapters.empty(), what, ": ", name, " holds LoRA adapters, which the export would leave out ",
+              "(merge_adapter folds the model's own into its weights first)");
+    });
+  });
+}
+}  // namespace
+
+void Engine::merge_adapter() {
+  require(!static_cast<Core*>(core_)->batching(), "merge_adapter: the engine is batching");
+  require(impl_->adapters.empty(), "merge_adapter: adapters are loaded beside the model (add_adapter), whose base a "
+          "merge would change");
+  bool any = false;
+  visit([&]<class Be>(LanguageModel<Be>& model, Be& be) {
+    model.visit_adapters([&](std::string_view, LinearAdapters<Be>& adapters, auto&) { any = any || !adapters.empty(); });
+    require(any, "merge_adapter: the model has no LoRA adapter (load_adapter)");
+    if constexpr (std::is_same_v<Be, CpuBackend<float>>) merge_lora(be, model);
+    else detail::fail("merge_adapter: LoRA runs on the CPU backend (it has not run on a GPU yet), not ", backend_);
+  });
+  weights_changed();
+}
+
 void Engine::export_hf(const std::filesystem::path& dir, bool overwrite) {
   require(!dir.empty(), "export_hf: no directory named (an empty path)");
+  check_no_adapters(*this, "export_hf");
   const std::vector<AttachedFile> files = tokenizer_ ? tokenizer_->attached_files() : std::vector<AttachedFile>{};
   static_cast<Core*>(core_)->export_hf(dir, overwrite, files);
 }
 void Engine::export_gguf(const std::filesystem::path& file, GgmlType type, bool overwrite) {
   require(!file.empty(), "export_gguf: no file named (an empty path)");
   require(overwrite || !std::filesystem::exists(file), file.string(), " exists already (overwrite replaces it)");
+  check_no_adapters(*this, "export_gguf");
   visit([&]<class Be>(LanguageModel<Be>& model, Be&) { save_gguf(model, file, type, tokenizer_); });
 }
 void Engine::synchronize() { static_cast<Core*>(core_)->synchronize(); }

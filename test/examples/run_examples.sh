@@ -1016,6 +1016,11 @@ open('big/model.safetensors', 'wb').write(b)"
     "$lm" sample --model "$fam/qwen2" --tokenizer "$tok" --lora lora --prompt Once --tokens 8 --temperature 0 \
       > lora.txt 2> /dev/null || fail "sample --lora failed"
     grep -q "^Once" lora.txt || fail "sample --lora lost its prompt: $(cat lora.txt)"
+    # Merged into the base and exported, the model samples what base + adapter sampled.
+    "$lm" export --model "$fam/qwen2" --tokenizer "$tok" --lora lora --hf merged > /dev/null || fail "export --lora failed"
+    "$lm" sample --model merged --prompt Once --tokens 8 --temperature 0 > merged.txt 2> /dev/null ||
+      fail "sampling the merged export failed"
+    cmp -s lora.txt merged.txt || fail "the merged export samples '$(cat merged.txt)', base + adapter '$(cat lora.txt)'"
     expect_error "qwen2 with them as its adapter" "$lm" sample --model lora --tokens 4
     expect_error "--lora trains adapters on --init's model" "$lm" train --preset tiny --tokenizer "$tok" \
       --data corpus.txt --lora r=2

@@ -245,7 +245,8 @@ BOOST_AUTO_TEST_CASE(a_draft_model_changes_no_token) {
 // A LoRA adapter (load_adapter, peft's format): the engine's logits are
 // PyTorch's of the merged base (fixtures/lora, lora_reference.py); one
 // generation and a batch of them decode the same tokens through it; half
-// the scale moves the logits; a second adapter is refused.
+// the scale moves the logits; a second adapter is refused; merged, the
+// model and its export give those logits.
 BOOST_AUTO_TEST_CASE(a_lora_adapter_gives_pytorchs_merged_logits) {
   const fs::path adapter = fs::path(XFMR_FIXTURE_DIR) / "lora" / "smollm2";
   const SafeTensors expected = SafeTensors::load(adapter / "expected.safetensors");
@@ -266,6 +267,18 @@ BOOST_AUTO_TEST_CASE(a_lora_adapter_gives_pytorchs_merged_logits) {
   const std::vector<CompletionRequest> both = {r, r};
   BOOST_TEST(e.generate_batch(both, 2)[1].ids == e.generate(r).ids);
   BOOST_TEST(error_of([&] { (void)e.load_adapter(adapter); }).find("LoRA adapters already") != std::string::npos);
+  // Exported, the adapter is merged first (an export would leave it out):
+  // the merged model's logits are the adapted ones, and its export's.
+  const TempDir dir("engine_lora");
+  BOOST_TEST(error_of([&] { e.export_hf(dir.path / "hf", false); }).find("merge_adapter") != std::string::npos);
+  e.merge_adapter();
+  const std::vector<float> merged = e.logits(ids, 1, int(ids.size()));
+  worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(double(merged[i]) - want[i]));
+  BOOST_TEST(worst <= 1e-4 * scale, "merged logits differ by " << worst << " at scale " << scale);
+  e.export_hf(dir.path / "hf", false);
+  BOOST_TEST((Engine::load(dir.path / "hf").logits(ids, 1, int(ids.size())) == merged));
+  BOOST_TEST(error_of([&] { e.merge_adapter(); }).find("no LoRA adapter") != std::string::npos);
   Engine half = smollm();
   (void)half.load_adapter(adapter, 0.5);
   const std::vector<float> h = half.logits(ids, 1, int(ids.size()));

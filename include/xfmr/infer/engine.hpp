@@ -213,6 +213,9 @@ class Engine {
   // adapter's settings. The names, in the order added.
   LoraOptions add_adapter(const std::string& name, const std::filesystem::path& dir, double scale = 1.0);
   const std::vector<std::string>& adapter_names() const;
+  // Folds the model's own adapter (load_adapter's) into its weights
+  // (merge_lora): a plain model again, to export; none beside it.
+  void merge_adapter();
 
   // Serving: the batcher, for the engine's life.
   void start_batching(BatchOptions opts);
@@ -240,7 +243,8 @@ class Engine {
   // An embedding of ids (one sequence): the mean of the final hidden
   // states (after the last norm) over the positions, of unit length.
   std::vector<float> embedding(std::span<const std::int32_t> ids);
-  // save_pretrained with the tokenizer's files.
+  // save_pretrained with the tokenizer's files. A model with LoRA adapters
+  // is refused (its export would leave them out): merge_adapter first.
   void export_hf(const std::filesystem::path& dir, bool overwrite);
   // save_gguf (io/pretrained.hpp) with the tokenizer: a GGUF llama.cpp
   // reads; an existing file is replaced only with overwrite.
