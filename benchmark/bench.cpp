@@ -708,7 +708,8 @@ json run_pretrained(const Args& a, const std::string& precision) {
 // AdamW on the adapters; B x T random tokens, one shard (the products
 // threaded). In bf16 precision the base is held as its bf16 copies alone
 // (a WeightCopies scope over the file's matrices: infer/weight_copies.hpp),
-// never in float32. Load time, the step, the process's peak RSS.
+// never in float32, and its products are bf16 (every other one float32:
+// make_frozen_base_backend). Load time, the step, the process's peak RSS.
 json run_lora(const Args& a) {
   using Be = CpuBackend<float>;
   const auto t_load = Clock::now();
@@ -722,7 +723,7 @@ json run_lora(const Args& a) {
   const int B = a.batch > 0 ? a.batch : 4, T = a.seq_len > 0 ? a.seq_len : std::min(p.max_t, 256), V = model.vocab();
   require(T <= p.max_t, "--seq-len ", T, " exceeds the model's context ", p.max_t);
   check_batch_memory(p, p.n_layers, B, T, V, "--batch " + std::to_string(B));
-  Be be = make_backend<Be>(a.backend, a.precision);
+  Be be = make_frozen_base_backend<Be>(a.backend, a.precision);
   std::optional<WeightCopies<Be>> copies;
   if (a.precision == "bf16") copies.emplace(be, model, WeightCopyOptions{.panels = false});
   AdamW<Be> opt(lora, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});

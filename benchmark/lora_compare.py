@@ -2,11 +2,13 @@
 """A LoRA training step, xfmr against plain PyTorch, in alternating rounds.
 
     benchmark/lora_compare.py CHECKPOINT SHAPE [--rank 16] [--batch 4] [--seq-len 256]
-        [--rounds 2] [--recompute none,block] [--torch-precisions fp32,bf16] [--torch-threads 1,2]
+        [--rounds 2] [--precisions fp32,bf16] [--recompute none,block] [--torch-precisions fp32,bf16]
+        [--torch-threads 1,2]
 
 CHECKPOINT is random_checkpoint.py SHAPE's directory (float32 weights), e.g.
     benchmark/random_checkpoint.py tinyllama-1.1b /tmp/tl
-xfmr times `xfmr-bench --pretrained CHECKPOINT --lora r=R,alpha=2R` under each
+xfmr times `xfmr-bench --pretrained CHECKPOINT --lora r=R,alpha=2R` in each of
+--precisions (bf16: the base held as bf16 copies, every product bf16) under each
 --recompute mode; PyTorch times pytorch_reference.py --lora SHAPE (the same
 shape, random weights, LoRA written in plain PyTorch) with its frozen base in
 each --torch-precisions and under each thread count. Each round runs every
@@ -63,6 +65,7 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--min-reps", type=int, default=2)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--precisions", default="fp32,bf16")
     p.add_argument("--recompute", default="none,block")
     p.add_argument("--torch-precisions", default="fp32,bf16")
     p.add_argument("--torch-threads", default="1,2")
@@ -73,9 +76,11 @@ def main():
     common = ["--batch", str(args.batch), "--seq-len", str(args.seq_len), "--min-reps", str(args.min_reps),
               "--min-time", "0", "--warmup", str(args.warmup)]
     impls = {}
-    for mode in args.recompute.split(","):
-        impls[f"xfmr recompute {mode}"] = [args.bench, "--pretrained", args.checkpoint, "--lora",
-                                           f"r={args.rank},alpha={2 * args.rank}", "--recompute", mode] + common
+    for precision in args.precisions.split(","):
+        for mode in args.recompute.split(","):
+            impls[f"xfmr {precision} recompute {mode}"] = [
+                args.bench, "--pretrained", args.checkpoint, "--lora", f"r={args.rank},alpha={2 * args.rank}",
+                "--precision", precision, "--recompute", mode] + common
     for precision in args.torch_precisions.split(","):
         for t in args.torch_threads.split(","):
             impls[f"pytorch {precision} {t}t"] = [args.python, str(HERE / "pytorch_reference.py"), "--lora", args.shape,
@@ -89,6 +94,8 @@ def main():
             out = compare.run(cmd, env)
             samples[name] += out["results"]["train_step"]["samples_ms"]
             meta[name] = out
+            print(f"[lora] {name}: {statistics.median(out['results']['train_step']['samples_ms']):.0f} ms, "
+                  f"peak RSS {out['memory']['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     shape = SHAPES[args.shape]
     tokens = args.batch * args.seq_len
     base_gb = {"fp32": base_bytes(shape, 4) / 1e9, "bf16": base_bytes(shape, 2) / 1e9}
@@ -103,13 +110,16 @@ def main():
     medians = {name: statistics.median(s) for name, s in samples.items()}
     for name in impls:
         m = meta[name]
-        precision = "fp32" if name.startswith("xfmr") else name.split()[1]
+        precision = name.split()[1]
         rss_gb = m["memory"]["peak_rss_mb"] / 1e3
         print(f"| {name} | {medians[name]:.0f} ms | {tokens / (medians[name] / 1e3):.0f} | {rss_gb:.2f} GB | "
               f"{rss_gb / base_gb[precision]:.2f}x {precision} ({base_gb[precision]:.2f} GB) | "
               f"{m['load']['load_s']:.1f} s |")
-    fastest = min((n for n in impls if n.startswith("xfmr")), key=medians.get)
     for precision in args.torch_precisions.split(","):
+        mine = [n for n in impls if n.startswith(f"xfmr {precision} ")]
+        if not mine:
+            continue
+        fastest = min(mine, key=medians.get)
         best = min((n for n in impls if n.startswith(f"pytorch {precision} ")), key=medians.get)
         print(f"{fastest} against {best} (PyTorch's best, base {precision}): "
               f"{medians[best] / medians[fastest]:.2f}x")

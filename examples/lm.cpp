@@ -334,7 +334,8 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   const int ranks = group.size();
   require(run.batch % ranks == 0, "--batch ", run.batch, " is not a multiple of the ", ranks, " ranks");
   const int my_rows = run.batch / ranks, my_first = rank_rows(group, run.batch).first;
-  Be be = make_backend<Be>(a.backend, a.precision);
+  // A LoRA run's --precision is its frozen base's (bf16: held in bf16, its products bf16, the rest float32).
+  Be be = lora ? make_frozen_base_backend<Be>(a.backend, a.precision) : make_backend<Be>(a.backend, a.precision);
   TrainingRun<LanguageModel<Be>, Be> session(
       trained, be, {.optimizer = adamw_recipe(AdamWRecipe::language_model, run.weight_decay),
               .trainer = {.grad_accum = run.grad_accum,
@@ -348,6 +349,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                        .tokens_per_step = long(run.batch) * T * run.grad_accum,
                        .log_csv = a.log_csv}});
   auto& trainer = session.trainer();
+  if (lora) session.hold_frozen_base(model);
   if (resumed) session.resume(a.resume);  // its data checked above
   const long start = trainer.steps();
   Metadata metadata = {{"format", kFormat},

@@ -18,8 +18,10 @@
 #include "support/errors.hpp"
 #include "support/temp_dir.hpp"
 #include "xfmr/backend/cpu.hpp"
+#include "xfmr/backend/factory.hpp"
 #include "xfmr/io/peft.hpp"
 #include "xfmr/io/pretrained.hpp"
+#include "xfmr/train/training_run.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_peft)
 
@@ -114,6 +116,47 @@ BOOST_AUTO_TEST_CASE(what_is_not_a_lora_of_the_model_is_refused) {
   c["r"] = 3;
   BOOST_TEST(refused(c).find("shape") != std::string::npos);
   BOOST_TEST(refused(good, "gpt2-ctx2048").find("'q_proj' is no projection of GPT-2") != std::string::npos);
+}
+
+// A frozen base in bf16 (make_frozen_base_backend, TrainingRun::
+// hold_frozen_base): the fixture's adapter trains through the base's bf16
+// copies, its losses float32's within bf16's rounding, falling; the base's
+// matrices, deferred to the file, are never held in float32 (in fp32 they
+// are: else this would prove nothing).
+BOOST_AUTO_TEST_CASE(a_frozen_base_in_bf16_trains_without_float32_weights) {
+  if (!bf16::available()) {
+    BOOST_TEST_MESSAGE("skipped: " << bf16::unavailable_reason());
+    return;
+  }
+  using Lm = LanguageModel<Cpu>;
+  const std::vector<std::int32_t> ids = {1, 7, 42, 9, 3, 11, 5, 8}, targets = {7, 42, 9, 3, 11, 5, 8, 2};
+  const auto train = [&](const char* precision, bool& held) {
+    Pretrained<Cpu> p = load_model<Cpu>(kFixtures / "families" / "smollm2");
+    (void)load_peft_adapter(*p.model, kFixtures / "lora" / "smollm2");
+    LoraModel<Cpu> lora(*p.model);
+    Cpu be = make_frozen_base_backend<Cpu>("cpu", precision);
+    TrainingRun<Lm, Cpu> run(lora, be, {.trainer = {.schedule = LrSchedule{.lr = 1e-2}, .split = {.shards = 1}}});
+    run.hold_frozen_base(*p.model);
+    std::vector<double> losses;
+    for (int i = 0; i < 6; ++i)
+      losses.push_back(run.trainer()
+                           .step([&](int) { return BatchTargets{1, targets}; },
+                                 [&](const Shard&, Lm& m, Cpu& b) { return m.forward(b, ids, Shape{1, 8}); })
+                           .loss);
+    held = false;
+    p.model->visit([&](std::string_view, auto& value, auto&) {
+      if (value.shape().size() == 2 && value.allocated_bytes() > 0) held = true;
+    });
+    return losses;
+  };
+  bool held32 = false, held16 = true;
+  const std::vector<double> fp32 = train("fp32", held32), bf16 = train("bf16", held16);
+  BOOST_TEST(held32);
+  BOOST_TEST(!held16);
+  BOOST_TEST(std::abs(bf16[0] - fp32[0]) <= 2e-2 * std::abs(fp32[0]), "bf16 " << bf16[0] << ", fp32 " << fp32[0]);
+  BOOST_TEST(bf16.back() < bf16.front(), "bf16 loss " << bf16.front() << " -> " << bf16.back());
+  BOOST_TEST(error_of([] { (void)make_frozen_base_backend<Cpu>("cpu", "int8"); }).find("fp32 or bf16") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

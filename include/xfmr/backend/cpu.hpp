@@ -146,9 +146,12 @@ CpuBackend<S>::CpuBackend(CpuOptions opts)
     : detail::CpuLinear<S>(opts), detail::CpuAttention<S>(opts), opts_(opts) {
   require(!opts.bf16 || std::is_same_v<S, float>, "bf16 precision runs on the float CPU backend");
   require(!opts.bf16 || bf16::available(), "bf16 precision: ", bf16::unavailable_reason());
+  require(!opts.bf16_weights || std::is_same_v<S, float>, "bf16 weights run on the float CPU backend");
+  require(!opts.bf16_weights || bf16::available(), "bf16 weights: ", bf16::unavailable_reason());
   require(!opts.int8 || std::is_same_v<S, float>, "int8 precision runs on the float CPU backend");
   require(!opts.q4 || std::is_same_v<S, float>, "4-bit precision runs on the float CPU backend");
-  require(int(opts.int8) + int(opts.bf16) + int(opts.q4) <= 1, "one precision at a time: bf16, int8 or 4-bit");
+  require(int(opts.int8) + int(opts.bf16) + int(opts.bf16_weights) + int(opts.q4) <= 1,
+          "one precision at a time: bf16, int8 or 4-bit");
   detail::cpu_kernels();
 }
 

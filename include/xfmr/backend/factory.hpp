@@ -123,12 +123,32 @@ Be make_backend([[maybe_unused]] std::string_view name, std::string_view precisi
   return Be{};
 }
 
-// The precision a backend runs in: "bf16" (bf16 products), "int8" (int8
-// weights), "q4" (4-bit weights) or "fp32".
+// A LoRA run's backend (models/lora.hpp): its frozen base's products in
+// `precision` (fp32, or bf16: the products of the weights' bf16 copies,
+// WeightCopies), every other product and operation float32. On the CPU
+// backend only until LoRA has run on a GPU.
+template <class Be>
+Be make_frozen_base_backend(std::string_view name, std::string_view precision) {
+  check_precision_name(precision, "precision");
+  require(precision == "fp32" || precision == "bf16", "a LoRA run's frozen base in ", precision,
+          ": fp32 or bf16 (int8 and q4 bases are not yet trained through)");
+  if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
+    if (precision == "fp32") return Be{};
+    require(bf16::available(), "a bf16 base: ", bf16::unavailable_reason());
+    return Be({.bf16_weights = true});
+  } else {
+    detail::fail("LoRA runs on the CPU backend (it has not run on a GPU yet), not ", name);
+  }
+}
+
+// The precision a backend runs in: "bf16" (bf16 products, or bf16
+// weights), "int8" (int8 weights), "q4" (4-bit weights) or "fp32".
 template <class Be>
 std::string precision_of(const Be& be) {
   if constexpr (requires(const Be& b) { b.options().bf16; })
     if (be.options().bf16) return "bf16";
+  if constexpr (requires(const Be& b) { b.options().bf16_weights; })
+    if (be.options().bf16_weights) return "bf16";
   if constexpr (requires(const Be& b) { b.options().int8; })
     if (be.options().int8) return "int8";
   if constexpr (requires(const Be& b) { b.options().q4; })
@@ -150,6 +170,7 @@ std::string describe(const Be& be) {
 #endif
   if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
     if (be.options().bf16) return "cpu (bf16 products)";
+    if (be.options().bf16_weights) return "cpu (bf16 weights)";
     if (be.options().int8) return "cpu (int8 weights)";
     if (be.options().q4) return "cpu (4-bit weights)";
   }

@@ -32,7 +32,9 @@
 
 #include "xfmr/core/distributed.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/backend/factory.hpp"
 #include "xfmr/core/function_ref.hpp"
+#include "xfmr/infer/weight_copies.hpp"
 #include "xfmr/io/checkpoint.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
@@ -96,6 +98,16 @@ class TrainingRun {
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
 
+  // A LoRA run's frozen base (models/lora.hpp: the model whose adapters
+  // train), read for the run's life through the backend's copies of its
+  // weights when the backend keeps them in a precision of their own
+  // (make_frozen_base_backend's bf16: a base loaded from a file is then
+  // held in bf16 alone, never in float32).
+  template <class Base>
+  void hold_frozen_base(Base& base) {
+    if (precision_of(be_) != "fp32") copies_.emplace(be_, base, WeightCopyOptions{.panels = false});
+  }
+
   Model& model() { return model_; }
   Backend& backend() { return be_; }
   Trainer<Model, Backend>& trainer() { return trainer_; }
@@ -144,6 +156,7 @@ class TrainingRun {
   Trainer<Model, Backend> trainer_;
   LoopPlan plan_;
   std::optional<TrainingLoop> loop_;
+  std::optional<WeightCopies<Backend>> copies_;  // hold_frozen_base's
 };
 
 }  // namespace xfmr

@@ -34,6 +34,11 @@ struct CpuOptions {
   // (attention.hpp; its row-by-row kernels stay float32); the weights, the
   // activations between products and every other operation stay float32.
   bool bf16 = false;
+  // bf16 weights (float only; a LoRA run's frozen base): products whose
+  // weight has a bf16 copy (WeightCopies) read it, in either orientation
+  // (the forward's x W^T, the backward's dy W); every other product
+  // (attention's, the adapters') and operation stays float32.
+  bool bf16_weights = false;
   // int8 precision (float only; decoding): products whose weight has an int8
   // copy (WeightCopies, infer/weight_copies.hpp) read it, a scale a row
   // (int8_products.hpp); every other product and operation stays float32.

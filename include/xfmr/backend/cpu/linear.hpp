@@ -4,8 +4,9 @@
 //  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
 //      C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C; beta == 0 never reads C.
 //      gemm.hpp says which kernel serves which shape; in bf16 precision
-//      bf16_products.hpp (operands rounded to bfloat16, float32 sums); in
-//      int8 precision int8_products.hpp (kept weights read as int8).
+//      bf16_products.hpp (operands rounded to bfloat16, float32 sums); with
+//      bf16 weights those whose B is a kept weight alone; in int8 precision
+//      int8_products.hpp (kept weights read as int8).
 //  bias_add(rows, n, bias, y)        y[r,:] += bias                  (accumulate)
 //  bias_grad(rows, n, dy, dbias)     dbias += sum_r dy[r,:]          (accumulate; columns split, rows in order)
 //
@@ -58,6 +59,7 @@ class CpuLinear {
  public:
   explicit CpuLinear(const CpuOptions& opts = {})
       : bf16_(opts.bf16 && std::is_same_v<S, float>),
+        bf16_weights_(opts.bf16_weights && std::is_same_v<S, float>),
         int8_(opts.int8 && std::is_same_v<S, float>),
         q4_(opts.q4 && std::is_same_v<S, float>) {}
 
@@ -67,7 +69,8 @@ class CpuLinear {
       if (any_lent())  // B a lent matrix's address (core/tensor.hpp) that no copy here serves: read its source
         if (const auto source = lent_source(B); source && !serves(ta, tb, M, N, K, alpha, B, ldb, beta))
           B = read_into_scratch(*source);
-      if (bf16_) return products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      if (bf16_ || (bf16_weights_ && products_.serves(ta, tb, N, K, B, ldb)))
+        return products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       const CpuOps<S>& ops = cpu_ops<S>();
       if (int8_ && int8_products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ops.quantise_rows,
                                        ops.quantise_weight_rows))
@@ -98,7 +101,7 @@ class CpuLinear {
   // Whether the precision's copy serves this product whose B is a kept matrix.
   bool serves(bool ta, bool tb, int M, int N, int K, S alpha, const S* B, int ldb, S beta) const {
     if constexpr (std::is_same_v<S, float>) {
-      if (bf16_) return products_.serves(ta, tb, N, K, B, ldb);
+      if (bf16_ || bf16_weights_) return products_.serves(ta, tb, N, K, B, ldb);
       if (int8_) return int8_products_.serves(ta, tb, N, K, alpha, B, ldb, beta);
       if (q4_) return q4_products_.serves(ta, tb, N, K, alpha, B, ldb, beta);
       return panels_.serves(ta, tb, M, N, K, alpha, B, ldb, beta);
@@ -112,7 +115,7 @@ class CpuLinear {
     return scratch_.data();
   }
 
-  bool bf16_, int8_, q4_;
+  bool bf16_, bf16_weights_, int8_, q4_;
   Bf16Products products_;       // bf16 precision's products, and the weight copies they read
   Int8Products int8_products_;  // int8 precision's
   Q4Products q4_products_;      // 4-bit precision's
@@ -152,7 +155,7 @@ bool CpuLinear<S>::keep_weight_copy(const S* w, int rows, int cols, std::shared_
                                     bool panels) {
   if constexpr (std::is_same_v<S, float>) {
     bool served = true;
-    if (bf16_) products_.keep_copy(w, rows, cols, source);
+    if (bf16_ || bf16_weights_) products_.keep_copy(w, rows, cols, source);
     else if (int8_) int8_products_.keep_copy(w, rows, cols, source);
     else if (q4_) q4_products_.keep_copy(w, rows, cols, source);
     else served = panels && panels_.keep_copy(w, rows, cols, source);
