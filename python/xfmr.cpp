@@ -38,8 +38,10 @@
 #include "xfmr/infer/json_grammar.hpp"
 #include "xfmr/io/architecture.hpp"
 #include "xfmr/io/checkpoint.hpp"
+#include "xfmr/io/peft.hpp"
 #include "xfmr/io/pretrained.hpp"
 #include "xfmr/models/language_model.hpp"
+#include "xfmr/models/lora.hpp"
 #include "xfmr/text/text.hpp"
 #include "xfmr/train/schedules.hpp"
 #include "xfmr/train/training_run.hpp"
@@ -487,6 +489,7 @@ class PyTrainer {
     int grad_accum = 1, shards = 0;
     std::string precision = "fp32", recompute = "none";
     std::uint64_t data_seed = 0;
+    std::string lora;  // LoraOptions::parse's spec: adapters alone train, on the frozen model ("": every weight)
 
     // Each setting within its range, by its Python name: a NaN learning
     // rate would turn the weights to NaN at the first step.
@@ -512,7 +515,7 @@ class PyTrainer {
       return {{"lr", lr},          {"schedule", schedule},       {"steps", steps},
               {"weight_decay", weight_decay}, {"beta1", beta1},   {"beta2", beta2},
               {"eps", eps},        {"clip", clip},               {"label_smoothing", label_smoothing},
-              {"grad_accum", grad_accum},     {"data_seed", data_seed}};
+              {"grad_accum", grad_accum},     {"data_seed", data_seed},     {"lora", lora}};
     }
   };
 
@@ -523,9 +526,17 @@ class PyTrainer {
     check_training_precision(o.precision, "Trainer: precision");
     Lm& lm = model_->lm();
     lm.set_recompute(parse_recompute(o.recompute));
-    be_ = std::make_unique<Be>(make_backend<Be>("cpu", o.precision));
+    // LoRA: adapters on the model's projections train (one shard), the model frozen, in `precision` (bf16: held as
+    // its bf16 copies); a checkpoint is the adapters, their state and a peft directory.
+    if (!o.lora.empty()) {
+      lora_ = LoraOptions::parse(o.lora);
+      add_lora(lm, *lora_, o.data_seed ^ 0x10a);
+      adapters_ = std::make_unique<LoraModel<Be>>(lm);
+    }
+    be_ = std::make_unique<Be>(lora_ ? make_frozen_base_backend<Be>("cpu", o.precision)
+                                     : make_backend<Be>("cpu", o.precision));
     run_ = std::make_unique<TrainingRun<Lm, Be>>(
-        lm, *be_,
+        adapters_ ? static_cast<Lm&>(*adapters_) : lm, *be_,
         TrainingRunOptions{
             .optimizer = {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay},
             .trainer = {.grad_accum = o.grad_accum,
@@ -533,7 +544,8 @@ class PyTrainer {
                         .label_smoothing = o.label_smoothing,
                         .schedule = LrSchedule::parse(o.schedule, o.lr, o.steps),
                         .data_seed = o.data_seed,
-                        .split = {.shards = o.shards}}});
+                        .split = {.shards = lora_ ? 1 : o.shards}}});
+    if (lora_) run_->hold_frozen_base(lm);
     trainer_ = &run_->trainer();
   }
 
@@ -555,7 +567,7 @@ class PyTrainer {
           },
           [&](const Shard& sh, Lm& lm, Be& be) { return forward(lm, be, first + sh.begin, sh.size()); });
       model_->lm().set_training(false);
-      model_->engine().weights_changed();  // the decoding copies are of the old weights
+      if (!lora_) model_->engine().weights_changed();  // the decoding copies are of the old weights (not the adapters')
     }
     grad_norm_ = r.grad_norm;
     return r.loss;
@@ -593,7 +605,12 @@ class PyTrainer {
     metadata["head_bias"] = lm.options().head_bias ? "1" : "0";
     metadata["trainer_settings"] = options_.json().dump();
     if (model_->has_tokenizer()) metadata["tokenizer_hash"] = hex(model_->tokenizer_().content_hash());
-    run_->save(dir, metadata, model_->tokenizer_files());
+    std::vector<AttachedFile> files = model_->tokenizer_files();
+    if (lora_) {  // the adapters alone: a peft directory too (load_adapter reads it), which xfmr.load refuses alone
+      metadata["lora"] = lora_->str();
+      for (AttachedFile& f : peft_adapter_files(model_->lm(), *lora_)) files.push_back(std::move(f));
+    }
+    run_->save(dir, metadata, files);
   }
   // Continues from save's checkpoint, bit for bit: the Trainer's settings
   // and the model's tokenizer (by content) must be the checkpoint's.
@@ -615,7 +632,7 @@ class PyTrainer {
               ") is not the one ", dir.string(), " was trained with (its content differs)");
     run_->resume(dir);
     model_->lm().set_training(false);
-    model_->engine().weights_changed();
+    if (!lora_) model_->engine().weights_changed();
     return trainer_->steps();
   }
 
@@ -667,6 +684,8 @@ class PyTrainer {
 
   std::shared_ptr<Model> model_;
   Options options_;
+  std::optional<LoraOptions> lora_;
+  std::unique_ptr<LoraModel<Be>> adapters_;  // what trains with lora: the adapters alone
   std::unique_ptr<Be> be_;
   std::unique_ptr<TrainingRun<Lm, Be>> run_;
   decltype(&run_->trainer()) trainer_ = nullptr;
@@ -852,7 +871,8 @@ PYBIND11_MODULE(_xfmr, m) {
       .def(py::init([](std::shared_ptr<Model> model, double lr, std::string schedule, const py::object& steps,
                        double weight_decay, double beta1, double beta2, double eps, double clip,
                        const py::object& grad_accum, double label_smoothing, const py::object& shards,
-                       std::string precision, std::string recompute, const py::object& data_seed) {
+                       std::string precision, std::string recompute, const py::object& data_seed,
+                       std::optional<std::string> lora) {
              const int most = std::numeric_limits<int>::max();
              return std::make_unique<PyTrainer>(
                  std::move(model),
@@ -860,18 +880,20 @@ PYBIND11_MODULE(_xfmr, m) {
                                     weight_decay, beta1, beta2, eps, clip, label_smoothing,
                                     int(int_arg(grad_accum, "Trainer: grad_accum", 1, most)),
                                     int(int_arg(shards, "Trainer: shards", 0, 1024)), std::move(precision),
-                                    std::move(recompute), seed_arg(data_seed, "Trainer: data_seed").value_or(0)});
+                                    std::move(recompute), seed_arg(data_seed, "Trainer: data_seed").value_or(0),
+                                    lora.value_or("")});
            }),
            py::arg("model"), py::kw_only(), py::arg("lr") = t.lr, py::arg("schedule") = t.schedule,
            py::arg("steps") = t.steps, py::arg("weight_decay") = t.weight_decay, py::arg("beta1") = t.beta1,
            py::arg("beta2") = t.beta2, py::arg("eps") = t.eps, py::arg("clip") = t.clip,
            py::arg("grad_accum") = t.grad_accum, py::arg("label_smoothing") = t.label_smoothing,
            py::arg("shards") = t.shards, py::arg("precision") = t.precision, py::arg("recompute") = t.recompute,
-           py::arg("data_seed") = t.data_seed,
+           py::arg("data_seed") = t.data_seed, py::arg("lora") = py::none(),
            "schedule: 'constant', 'cosine' (a tenth of the steps' warmup, at most 1000, then down to lr / 10) or 'onecycle', over "
            "`steps`; "
            "shards: the CPU's data-parallel replicas (0: its default); precision: 'fp32' or 'bf16'; recompute: "
-           "'none', 'cheap' or 'block'")
+           "'none', 'cheap' or 'block'; lora: 'r=16,alpha=32[,targets=q,k,v,o,gate,up,down][,rslora]': LoRA adapters "
+           "train on the frozen model (precision bf16: held in bf16), a checkpoint their peft directory")
       .def("step", &PyTrainer::step, py::arg("batch"), py::arg("targets") = py::none(),
            "one optimizer step; returns the loss. batch: integer ids (B, T + 1), inputs [:, :-1] and targets "
            "[:, 1:]; or ids (B, T) with targets (B, T), where -100 is not counted")

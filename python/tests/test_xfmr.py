@@ -334,6 +334,36 @@ def test_adapters_beside_the_model_decode_in_one_batch():
         model.generate_batch(["a", "b"], adapters=names)
 
 
+def test_a_trainer_trains_lora_adapters_alone(tmp_path):
+    # Trainer(lora=...): the adapters alone train (the loss falls) on the frozen model, which generates with them;
+    # the checkpoint is a peft directory load_adapter reads (xfmr.load refuses it alone) and resumes bit for bit.
+    batch = np.array([[1, 7, 42, 9, 3, 11, 5, 8, 2], [4, 4, 6, 10, 12, 1, 7, 42, 9]])
+    ids = [1, 7, 42, 9, 3]
+
+    def trainer(model, **kw):
+        return xfmr.Trainer(model, lora="r=4,alpha=8", lr=1e-2, schedule="constant", steps=20, **kw)
+    model = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
+    base = model.logits(ids)
+    t = trainer(model)
+    losses = [t.step(batch) for _ in range(8)]
+    assert losses[-1] < losses[0] - 0.05
+    assert np.abs(model.logits(ids) - base).max() > 1e-3
+    t.save(tmp_path / "ck")
+    assert (tmp_path / "ck" / "adapter_config.json").exists()
+    with pytest.raises(xfmr.Error, match="holds LoRA adapters"):
+        xfmr.load(tmp_path / "ck")
+    fresh = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
+    fresh.load_adapter(tmp_path / "ck")
+    assert np.abs(fresh.logits(ids) - model.logits(ids)).max() < 1e-5
+    nxt = t.step(batch)
+    again = trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER))
+    assert again.resume(tmp_path / "ck") == 8
+    assert again.step(batch) == nxt
+    on_bf16 = trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER), precision="bf16")
+    bf16 = [on_bf16.step(batch) for _ in range(8)]
+    assert abs(bf16[0] - losses[0]) < 2e-2 * abs(losses[0]) and bf16[-1] < bf16[0] - 0.05
+
+
 def test_a_stream_has_one_reader(smollm):
     # Two threads iterating one stream: each piece goes to one of them, the
     # second reader may get an xfmr.Error while the first waits, and neither hangs.

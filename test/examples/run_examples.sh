@@ -1010,6 +1010,11 @@ open('big/model.safetensors', 'wb').write(b)"
     start=$(json_value lora.json start_val_loss) end=$(json_value lora.json val_loss)
     awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA went from $start to $end"
     for f in adapter_config.json adapter_model.safetensors; do [[ -f lora/$f ]] || fail "no lora/$f: $(ls lora)"; done
+    # On a bf16 base (--precision bf16: the base held as bf16 copies) the loss falls too.
+    lora_tune "${lora[@]}" --precision bf16 --out lora-bf16 --metrics-json lora-bf16.json ||
+      fail "LoRA on a bf16 base failed"
+    start=$(json_value lora-bf16.json start_val_loss) end=$(json_value lora-bf16.json val_loss)
+    awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA on bf16 went from $start to $end"
     lora_tune "${lora[@]}" --out lora-half --stop-after 10 || fail "LoRA to step 10 failed"
     lora_tune --resume lora-half || fail "resuming the LoRA run failed"
     same lora lora-half

@@ -102,10 +102,18 @@ class TrainingRun {
   // train), read for the run's life through the backend's copies of its
   // weights when the backend keeps them in a precision of their own
   // (make_frozen_base_backend's bf16: a base loaded from a file is then
-  // held in bf16 alone, never in float32).
+  // held in bf16 alone, never in float32); in fp32, its matrices read into
+  // memory now (a deferred one), as a Trainer of every weight would.
   template <class Base>
   void hold_frozen_base(Base& base) {
-    if (precision_of(be_) != "fp32") copies_.emplace(be_, base, WeightCopyOptions{.panels = false});
+    if (precision_of(be_) != "fp32") {
+      copies_.emplace(be_, base, WeightCopyOptions{.panels = false});
+      return;
+    }
+    base.visit([](std::string_view, auto& value, auto&) {
+      if constexpr (requires { value.deferred(); })
+        if (value.deferred()) (void)value.data();
+    });
   }
 
   Model& model() { return model_; }
