@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds xfmr and runs its tests.
 # Usage: scripts/test.sh [what]
-#   (none)          release and sanitizer-lane (the lane built while release's
-#                   tests run): what CI runs (.ci/run)
+#   (none)          release, then sanitizer-lane: what CI runs (.ci/run)
 #   release         every test of the release preset
 #   sanitizer-lane  the sanitizer-lane preset (the asan preset's Clang 14,
 #                   ASan + UBSan, building only the suites that build and run
@@ -38,24 +37,9 @@ run_tests() {
 
 case "$what" in
   all)
-    # The release build, then its tests while the sanitizer lane builds (the
-    # tests leave the cores half idle: servers, installs, npm; no test depends
-    # on timing), then the lane's tests. The lane's build log follows the
-    # release tests'.
     scripts/install-deps.sh "${clang_packages[@]}"
-    run_preset release
-    lane_log=$(mktemp)
-    trap 'rm -f "$lane_log"' EXIT
-    run_preset sanitizer-lane > "$lane_log" 2>&1 &
-    lane_build=$!
-    status=0
-    run_tests release || status=$?
-    lane_status=0
-    wait "$lane_build" || lane_status=$?
-    cat "$lane_log"
-    [[ $lane_status == 0 ]] || { echo "the sanitizer lane's build failed" >&2; exit "$lane_status"; }
-    run_tests sanitizer-lane || status=$?
-    exit "$status"
+    bash "$self" release
+    bash "$self" sanitizer-lane
     ;;
   release | debug)
     scripts/install-deps.sh
