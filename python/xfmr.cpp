@@ -529,7 +529,9 @@ class PyTrainer {
     // LoRA: adapters on the model's projections train (one shard), the model frozen, in `precision` (bf16: held as
     // its bf16 copies); a checkpoint is the adapters, their state and a peft directory.
     if (!o.lora.empty()) {
+      require(o.shards <= 1, "Trainer: lora trains as one shard (shards ", o.shards, "; a replica would copy the model)");
       lora_ = LoraOptions::parse(o.lora);
+      options_.lora = lora_->str();  // as a checkpoint records it, whatever order the settings came in
       add_lora(lm, *lora_, o.data_seed ^ 0x10a);
       adapters_ = std::make_unique<LoraModel<Be>>(lm);
     }

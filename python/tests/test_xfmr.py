@@ -359,6 +359,11 @@ def test_a_trainer_trains_lora_adapters_alone(tmp_path):
     again = trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER))
     assert again.resume(tmp_path / "ck") == 8
     assert again.step(batch) == nxt
+    reordered = xfmr.Trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER), lora="alpha=8,r=4", lr=1e-2, schedule="constant",
+                             steps=20)
+    assert reordered.resume(tmp_path / "ck") == 8  # the same settings, written in another order
+    with pytest.raises(xfmr.Error, match="lora trains as one shard"):
+        trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER), shards=2)
     on_bf16 = trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER), precision="bf16")
     bf16 = [on_bf16.step(batch) for _ in range(8)]
     assert abs(bf16[0] - losses[0]) < 2e-2 * abs(losses[0]) and bf16[-1] < bf16[0] - 0.05
