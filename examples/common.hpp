@@ -349,24 +349,6 @@ inline void add_lm_training_options(boost::program_options::options_description&
       ("seed", po::value(&s.seed)->default_value(s.seed), "seed for initialisation, data order and dropout");
 }
 
-// A LoRA adapter option's DIR[:SCALE] (xfmr-lm sample --lora, xfmr-serve
-// --lora NAME=DIR[:SCALE]): a peft adapter directory at SCALE times its
-// own scale (1 when not given).
-inline std::pair<std::string, double> adapter_option(const std::string& option, const std::string& v) {
-  const std::size_t colon = v.rfind(':');
-  if (colon == std::string::npos || colon == 0) return {v, 1.0};
-  const std::string scale = v.substr(colon + 1);
-  std::size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(scale, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  require(used > 0 && used == scale.size(), option, " ", v, ": the scale after ':' is not a number");
-  return {v.substr(0, colon), x};
-}
-
 // --backend: xfmr::with_backend (backend/factory.hpp) under the option's
 // name. A program built to fuzz its command line (test/fuzz: XFMR_FUZZ_CLI)
 // stops here: everything up to here (options, checkpoint state, output

@@ -101,7 +101,7 @@ struct SampleArgs {
 void sample(const SampleArgs& a, const EngineOptions& o) {
   Engine engine = Engine::load(a.model, o);
   if (!a.lora.empty()) {
-    const auto [dir, scale] = adapter_option("--lora", a.lora);
+    const auto [dir, scale] = adapter_location(a.lora, "--lora");
     const LoraOptions l = engine.load_adapter(dir, scale);
     std::cerr << "xfmr-lm: LoRA " << dir << " (rank " << l.rank << ", alpha " << l.alpha << ", scale x" << scale << ")\n";
   }
@@ -543,7 +543,7 @@ int run_export(int argc, char** argv) {
   Engine engine = Engine::load(model, {.tokenizer = tokenizer, .tokenizer_required = hf.empty() ? false : true,
                                        .tokenizer_option = "--tokenizer"});
   if (!lora.empty()) {
-    const auto [dir, scale] = adapter_option("--lora", lora);
+    const auto [dir, scale] = adapter_location(lora, "--lora");
     (void)engine.load_adapter(dir, scale);
     engine.merge_adapter();
   }

@@ -79,7 +79,7 @@ int run(int argc, char** argv) {
   for (const std::string& v : adapters) {
     const std::size_t eq = v.find('=');
     require(eq != std::string::npos && eq > 0 && eq + 1 < v.size(), "--lora ", v, ": give NAME=DIR[:SCALE]");
-    const auto [dir, scale] = adapter_option("--lora", v.substr(eq + 1));
+    const auto [dir, scale] = adapter_location(v.substr(eq + 1), "--lora");
     o.adapters.push_back({v.substr(0, eq), dir, scale});
   }
   return server::serve(o);

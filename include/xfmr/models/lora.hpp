@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "xfmr/core/error.hpp"
@@ -28,6 +29,19 @@
 #include "xfmr/models/language_model.hpp"
 
 namespace xfmr {
+
+namespace detail {
+// The whole of `text` as a number (false: not one, or more than one).
+inline bool read_number(const std::string& text, double& x) {
+  std::size_t used = 0;
+  try {
+    x = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used > 0 && used == text.size();
+}
+}  // namespace detail
 
 struct LoraOptions {
   int rank = 16;
@@ -50,14 +64,8 @@ struct LoraOptions {
       const std::size_t eq = part.find('=');
       const std::string key = part.substr(0, eq), value = eq == std::string::npos ? "" : part.substr(eq + 1);
       const auto number = [&](double lo) {
-        std::size_t used = 0;
         double x = 0;
-        try {
-          x = std::stod(value, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        require(used > 0 && used == value.size() && x >= lo, "LoRA setting '", part, "': ", key, " must be a number >= ",
+        require(detail::read_number(value, x) && x >= lo, "LoRA setting '", part, "': ", key, " must be a number >= ",
                 lo);
         return x;
       };
@@ -95,6 +103,17 @@ struct LoraOptions {
     return s;
   }
 };
+
+// "DIR[:SCALE]" (xfmr-lm sample --lora, xfmr-serve --lora NAME=DIR[:SCALE]):
+// a peft adapter directory and the scale to load it at (1 when not given);
+// `what` names the setting in an Error.
+inline std::pair<std::string, double> adapter_location(const std::string& v, std::string_view what) {
+  const std::size_t colon = v.rfind(':');
+  if (colon == std::string::npos || colon == 0) return {v, 1.0};
+  double x = 0;
+  require(detail::read_number(v.substr(colon + 1), x), what, " ", v, ": the scale after ':' is not a number");
+  return {v.substr(0, colon), x};
+}
 
 namespace detail {
 // The adapters a target list puts on one of a block's projections (its
