@@ -16,8 +16,22 @@ clang_packages=(clang-14 libclang-rt-14-dev libomp-14-dev)  # the asan preset's 
 # One job more than the cores: a compiler or a test waiting on the disk or
 # a linker leaves a core idle otherwise (no test depends on timing).
 jobs=$(( $(nproc) + 1 ))
+# The CUDA backend is compiled where its tests can run: on a machine whose
+# GPU answers nvidia-smi (XFMR_TEST_CUDA=ON or OFF decides otherwise).
+# Without one it would be a sixth of the release build and run nothing; the
+# presets themselves build it wherever nvcc is found (a developer's
+# `cmake --preset release`, scripts/gpu-pack.sh before a lease), so that a
+# change that breaks it is seen before a GPU is lent.
+if [[ -z "${XFMR_TEST_CUDA:-}" ]]; then
+  XFMR_TEST_CUDA=OFF
+  if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then XFMR_TEST_CUDA=ON; fi
+fi
 run_preset() {  # run_preset PRESET [build target]
-  cmake --preset "$1"
+  if [[ "$1" == release || "$1" == debug ]]; then
+    cmake --preset "$1" -DXFMR_CUDA="$XFMR_TEST_CUDA"
+  else
+    cmake --preset "$1"
+  fi
   cmake --build --preset "$1" --parallel "$jobs" ${2:+--target "$2"}
 }
 # ctest PRESET [args]: the tests, then why each one that skipped did (the
