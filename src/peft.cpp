@@ -97,7 +97,7 @@ std::vector<AttachedFile> peft_adapter_files(LanguageModel<Backend>& model, cons
   }
   const nlohmann::json c = {{"peft_type", "LORA"},         {"task_type", "CAUSAL_LM"},
                             {"r", o.rank},                 {"lora_alpha", o.alpha},
-                            {"lora_dropout", 0.0},         {"target_modules", modules},
+                            {"lora_dropout", o.dropout},   {"target_modules", modules},
                             {"fan_in_fan_out", gpt2},      {"bias", "none"},
                             {"use_rslora", o.rslora},      {"use_dora", false},
                             {"modules_to_save", nullptr},  {"layers_to_transform", nullptr},
@@ -166,7 +166,8 @@ LoraOptions load_peft_adapter(LanguageModel<Backend>& model, const std::filesyst
   LoraOptions o{.rank = c["r"].template get<int>(),
                 .alpha = c["lora_alpha"].template get<double>(),
                 .rslora = c.value("use_rslora", false),
-                .targets = {}};
+                .targets = {},
+                .dropout = c.value("lora_dropout", 0.0)};
   require(c.contains("target_modules") && c["target_modules"].is_array(), src,
           ": target_modules must be a list of module names (a regular expression is not supported)");
   for (const auto& m : c["target_modules"]) {
@@ -180,8 +181,11 @@ LoraOptions load_peft_adapter(LanguageModel<Backend>& model, const std::filesyst
     for (const std::string& t : found)
       if (std::find(o.targets.begin(), o.targets.end(), t) == o.targets.end()) o.targets.push_back(t);
   }
+  require(o.dropout >= 0 && o.dropout < 1, src, ": lora_dropout ", o.dropout, " outside [0, 1)");
   const SafeTensors file = SafeTensors::load(dir / "adapter_model.safetensors");
-  add_lora(model, o, 0, id);
+  LoraOptions placed = o;  // read to decode with (or to merge): no dropout drawn, whatever the file trained with
+  placed.dropout = 0;
+  add_lora(model, placed, 0, id);
   std::size_t read = 0;
   try {
     model.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& linear, auto&) {

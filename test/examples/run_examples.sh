@@ -1002,10 +1002,11 @@ open('big/model.safetensors', 'wb').write(b)"
     grep -q '"model_type": "qwen2"' ft-hf/config.json || fail "the export is not Qwen2's: $(cat ft-hf/config.json)"
     # LoRA (--lora): adapters on the frozen base train (the loss falls); the
     # checkpoint is the adapters, a peft directory, and the run's state; it
-    # resumes bit for bit and decodes through sample --lora, not alone.
+    # resumes bit for bit (LoRA dropout's masks too) and decodes through
+    # sample --lora (no mask drawn), not alone.
     lora_tune() { "$lm" train --init "$fam/qwen2" --tokenizer "$tok" --data corpus.txt --steps 30 --batch 4 \
                     --context 16 --lr 1e-2 --eval-every 10 --eval-windows 4 "$@" > /dev/null; }
-    lora=(--lora r=4,alpha=8,targets=q,k,v,o,gate,up,down)
+    lora=(--lora r=4,alpha=8,targets=q,k,v,o,gate,up,down,dropout=0.05)  # (the resume replays its masks)
     lora_tune "${lora[@]}" --out lora --metrics-json lora.json || fail "LoRA fine-tuning failed"
     start=$(json_value lora.json start_val_loss) end=$(json_value lora.json val_loss)
     awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA went from $start to $end"

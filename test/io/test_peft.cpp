@@ -115,7 +115,33 @@ BOOST_AUTO_TEST_CASE(what_is_not_a_lora_of_the_model_is_refused) {
   c = good;
   c["r"] = 3;
   BOOST_TEST(refused(c).find("shape") != std::string::npos);
+  c = good;
+  c["lora_dropout"] = 1.5;
+  BOOST_TEST(refused(c).find("lora_dropout 1.5 outside [0, 1)") != std::string::npos);
   BOOST_TEST(refused(good, "gpt2-ctx2048").find("'q_proj' is no projection of GPT-2") != std::string::npos);
+}
+
+// A file's lora_dropout is a training setting: read back in its settings
+// (and written again), it draws no mask when the adapter decodes, so the
+// logits are those of the same adapter without it, bit for bit (the model
+// as load_pretrained gives it, whose dropout keys would drop).
+BOOST_AUTO_TEST_CASE(a_files_lora_dropout_is_kept_and_not_drawn_when_decoding) {
+  const fs::path adapter = kFixtures / "lora" / "smollm2";
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(adapter / "adapter_config.json"));
+  config["lora_dropout"] = 0.1;
+  const TempDir dir("peft_dropout");
+  fs::create_directories(dir.path / "a");
+  fs::copy_file(adapter / "adapter_model.safetensors", dir.path / "a" / "adapter_model.safetensors");
+  std::ofstream(dir.path / "a" / "adapter_config.json") << config.dump();
+  const auto ids = ids_of(SafeTensors::load(adapter / "expected.safetensors"));
+  auto plain = load_pretrained<Cpu>(kFixtures / "families" / "smollm2");
+  BOOST_TEST(load_peft_adapter(*plain.model, adapter).dropout == 0.0);
+  auto p = load_pretrained<Cpu>(kFixtures / "families" / "smollm2");
+  const LoraOptions o = load_peft_adapter(*p.model, dir.path / "a");
+  BOOST_TEST(o.dropout == 0.1);
+  BOOST_TEST(logits_of(*p.model, ids) == logits_of(*plain.model, ids), boost::test_tools::per_element());
+  save_peft_adapter(*p.model, o, dir.path / "b");
+  BOOST_TEST(nlohmann::json::parse(std::ifstream(dir.path / "b" / "adapter_config.json"))["lora_dropout"] == 0.1);
 }
 
 // A frozen base in bf16 (make_frozen_base_backend, TrainingRun::

@@ -3,8 +3,10 @@
 // products) and Llama's (q, k, v of a grouped fused qkv; gate and up); the
 // frozen base's matrices take no gradient memory; an adapted model's
 // logits are its merged model's within float rounding, at step 0 the
-// base's exactly, and through the KV cache the same; a Trainer steps the
-// adapters alone and resumes them bit for bit; bad targets refused.
+// base's exactly, and through the KV cache the same; LoRA dropout's
+// gradients through its masks, none in evaluation, replayed by a block
+// recompute; a Trainer steps the adapters alone and resumes them bit for
+// bit; bad targets refused.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -104,6 +106,71 @@ BOOST_AUTO_TEST_CASE(an_adapted_model_gives_its_merged_models_logits) {
   BOOST_TEST(left == 0u);
 }
 
+// LoRA dropout (peft's lora_dropout): in training each adapter reads its
+// input through a mask of its own; the gradients in double through the
+// masks (the counters wound back before each forward, so every forward
+// draws the same ones); evaluation draws none (the logits of the same
+// adapters without dropout, bit for bit); a block recompute replays the
+// masks (the same gradients as keeping everything, bit for bit).
+BOOST_AUTO_TEST_CASE(dropout_masks_each_adapters_input_while_training) {
+  Be be;
+  auto model = make_decoder_model<LlamaGqa, Be>(kVocab, 3, {});
+  add_lora(*model, {.rank = 2, .alpha = 3, .dropout = 0.4}, 4);
+  draw_b(*model, 5);
+  std::size_t keys = 0;
+  model->for_each_dropout([&](DropoutKeys& k) { keys += k.p() == 0.4f; });  // (beside the residuals', p 0)
+  BOOST_TEST(keys == 8u);  // qkv, o, fc1, down: four Linears a block, two blocks
+  LoraModel<Be> adapters(*model);
+  const auto rewind = [&] { model->for_each_dropout([](DropoutKeys& k) { k.set_calls(0); }); };
+  Rng rng(6);
+  GradCase c;
+  c.name = "LoRA with dropout";
+  c.output(kIds.size() * kVocab, rng);
+  c.forward = [&] {
+    rewind();
+    const auto logits = model->forward(be, kIds, {2, 5});
+    c.y.assign(logits.begin(), logits.end());
+  };
+  c.backward = [&] { model->backward(be, c.dy); };
+  c.visit = [&](const ParamFn& f) { adapters.visit(f); };
+  check_case(c);
+
+  const auto logits_of = [&](LanguageModel<Be>& m) {
+    const auto l = m.forward(be, kIds, {2, 5});
+    return std::vector<double>(l.begin(), l.end());
+  };
+  rewind();
+  const std::vector<double> training = logits_of(*model);
+  auto plain = make_decoder_model<LlamaGqa, Be>(kVocab, 3, {});  // the same adapters, no dropout
+  add_lora(*plain, {.rank = 2, .alpha = 3}, 4);
+  draw_b(*plain, 5);
+  const std::vector<double> undropped = logits_of(*plain);
+  double moved = 0;
+  for (std::size_t i = 0; i < training.size(); ++i) moved = std::max(moved, std::abs(training[i] - undropped[i]));
+  BOOST_TEST(moved > 1e-3);  // the masks dropped something
+  model->set_training(false);
+  BOOST_TEST(logits_of(*model) == undropped, boost::test_tools::per_element());
+  model->set_training(true);
+
+  // Block recompute replays each block's masks: the adapters' gradients are those of keeping every activation.
+  const auto gradients = [&](Recompute r) {
+    model->set_recompute(r);
+    rewind();
+    adapters.visit([](std::string_view, auto&, auto& g) { g.zero(); });
+    (void)model->forward(be, kIds, {2, 5});
+    model->backward(be, c.dy);
+    std::vector<double> g;
+    adapters.visit([&](std::string_view, auto&, auto& grad) {
+      std::vector<double> h(grad.size());
+      grad.copy_to_host(h.data());
+      g.insert(g.end(), h.begin(), h.end());
+    });
+    return g;
+  };
+  const std::vector<double> kept = gradients(Recompute::none);
+  BOOST_TEST(gradients(Recompute::block) == kept, boost::test_tools::per_element());
+}
+
 // The Trainer over a LoraModel: a fixed batch's loss falls, the base's
 // weights stay as they were, bit for bit; the checkpoint holds the
 // adapters and their optimizer state alone, and resumes bit for bit.
@@ -171,7 +238,13 @@ BOOST_AUTO_TEST_CASE(lora_settings_read_as_written) {
              std::string::npos);
   BOOST_TEST(error_of([] { (void)LoraOptions::parse("r=2.5"); }).find("whole number") != std::string::npos);
   BOOST_TEST(error_of([] { (void)LoraOptions::parse("q,k"); }).find("'q' is none of r=, alpha=") != std::string::npos);
-  BOOST_TEST(error_of([] { (void)LoraOptions::parse("dropout=0.1"); }).find("'dropout=0.1' is none of") !=
+  const LoraOptions d = LoraOptions::parse("r=4,dropout=0.05,targets=q,v");
+  BOOST_TEST(d.dropout == 0.05);
+  BOOST_TEST(d.str() == "r=4,alpha=32,targets=q,v,dropout=0.05");
+  BOOST_TEST(LoraOptions::parse(d.str()).str() == d.str());
+  BOOST_TEST(error_of([] { (void)LoraOptions::parse("dropout=1"); }).find("dropout must be below 1") !=
+             std::string::npos);
+  BOOST_TEST(error_of([] { (void)LoraOptions::parse("drop=0.1"); }).find("'drop=0.1' is none of") !=
              std::string::npos);
 }
 

@@ -358,6 +358,8 @@ class SelfAttention {
   template <class F>
   void for_each_dropout(F&& f) {
     visit_if_dropping(drop_, f);
+    qkv_.for_each_dropout(f);  // LoRA's (layers/lora.hpp)
+    proj_.for_each_dropout(f);
   }
 
   // f(buffer, the same buffer of others...) for what the last forward saved

@@ -146,6 +146,13 @@ class FeedForward {
     f("fc2", fc2_);
   }
 
+  // f(keys) for its projections' LoRA dropout, when they drop.
+  template <class F>
+  void for_each_dropout(F&& f) {
+    fc1_.for_each_dropout(f);
+    fc2_.for_each_dropout(f);
+  }
+
   template <class F>
   void visit(F&& f) {
     fc1_.visit(prefixed("fc1.", f));

@@ -94,6 +94,12 @@ class Linear {
     if (has_bias_) f("bias", bias_, dbias_);
   }
 
+  // f(keys) for its adapters' dropout, when they drop.
+  template <class F>
+  void for_each_dropout(F&& f) {
+    adapters_.for_each_dropout(f);
+  }
+
   bool has_bias() const { return has_bias_; }
   int in() const { return IN; }
   int out() const { return OUT; }

@@ -14,9 +14,15 @@
 // computes no gradient of the Linear's weight or bias, whose storage is
 // then never touched; the adapters' and the input's gradients still flow.
 //
-// Saves: each adapter's x A^T (rows, rank), in a buffer of its own.
-// Backward: dA, dB accumulate; dx += scale * (dy[:, range] B) A, after the
-// base's dx. Parameters (visit): "<name>.lora_A" (rank, IN) and
+// LoRA dropout (set_dropout(p, seed), peft's lora_dropout): in training,
+// each of the model's own adapters reads its input dropped, a mask of its
+// own (inverted dropout, layers/dropout.hpp's counter-based keys):
+// y[:, range] += scale (drop(x) A^T) B^T; the base reads x whole.
+//
+// Saves: each adapter's x A^T (rows, rank), in a buffer of its own, and its
+// mask's key (the mask is drawn again in backward, not kept). Backward: dA,
+// dB accumulate; dx += scale * (dy[:, range] B) A (through the mask), after
+// the base's dx. Parameters (visit): "<name>.lora_A" (rank, IN) and
 // "<name>.lora_B" (width, rank), name the adapter's ("q", "up", ...).
 //
 // Several adapters at once (a server's, one a request): an adapter with
@@ -30,6 +36,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +45,7 @@
 #include "xfmr/core/error.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
+#include "xfmr/layers/dropout.hpp"
 
 namespace xfmr {
 
@@ -58,6 +66,8 @@ class LinearAdapters {
     Tensor a, da;       // (rank, IN)
     Tensor b, db;       // (width, rank)
     Buffer<A> xa;       // x A^T of the last forward (rows, rank)
+    bool dropped = false;   // whether the last forward dropped its input
+    std::uint64_t key = 0;  // ... by the mask of this key
   };
 
   LinearAdapters(int in, int out) : in_(in), out_(out) {}
@@ -82,10 +92,14 @@ class LinearAdapters {
     x.b.zero();
     return x;
   }
-  void clear() { list_.clear(); }
-  // Drops the adapters of one id.
+  void clear() {
+    list_.clear();
+    drop_ = DropoutKeys(0.0f, 0);
+  }
+  // Drops the adapters of one id (0: and their dropout).
   void clear(int id) {
     std::erase_if(list_, [&](const Adapter& x) { return x.id == id; });
+    if (id == 0) drop_ = DropoutKeys(0.0f, 0);
   }
   bool has(int id) const {
     return std::any_of(list_.begin(), list_.end(), [&](const Adapter& x) { return x.id == id; });
@@ -103,6 +117,14 @@ class LinearAdapters {
   // The base's weight and bias take no gradients.
   void freeze(bool on) { frozen_ = on; }
   bool frozen() const { return frozen_; }
+  // LoRA dropout on the model's own adapters' input (p 0: none).
+  void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
+  DropoutKeys& dropout() { return drop_; }
+  // f(keys) for its dropout, when it drops (visit_if_dropping).
+  template <class F>
+  void for_each_dropout(F&& f) {
+    visit_if_dropping(drop_, f);
+  }
 
   // y (rows, OUT) += each adapter's columns.
   void forward(Backend& be, int rows, const A* x, A* y) {
@@ -110,6 +132,13 @@ class LinearAdapters {
             rows, " rows");
     for (Adapter& s : list_) {
       A* xa = s.xa.reserve(std::size_t(rows) * std::size_t(s.rank));
+      s.dropped = s.id == 0 && drop_.active();
+      if (s.dropped) {
+        s.key = drop_.next_key();
+        auto scratch = be.workspace().frame();
+        product(be, s, rows, dropped_input(be, scratch, s.key, rows, x), xa, y);
+        continue;
+      }
       if (s.id == 0 || (rows_.empty() && all_ == s.id)) {
         product(be, s, rows, x, xa, y);
         continue;
@@ -134,8 +163,22 @@ class LinearAdapters {
       be.gemm(true, false, s.width, s.rank, rows, S(s.scale), g, out_, s.xa.data(), s.rank, S(1), s.db.data(), s.rank);
       A* gb = scratch.take(std::size_t(rows) * std::size_t(s.rank));  // scale dy B (rows, rank)
       be.gemm(false, false, rows, s.rank, s.width, S(s.scale), g, out_, s.b.product_data(), s.rank, S(0), gb, s.rank);
-      be.gemm(true, false, s.rank, in_, rows, S(1), gb, s.rank, x, in_, S(1), s.da.data(), in_);
-      if (dx) be.gemm(false, false, rows, in_, s.rank, S(1), gb, s.rank, s.a.product_data(), in_, S(1), dx, in_);
+      if (!s.dropped) {
+        be.gemm(true, false, s.rank, in_, rows, S(1), gb, s.rank, x, in_, S(1), s.da.data(), in_);
+        if (dx) be.gemm(false, false, rows, in_, s.rank, S(1), gb, s.rank, s.a.product_data(), in_, S(1), dx, in_);
+        continue;
+      }
+      // Through the mask: dA += gb^T drop(x); dx += drop'(gb A).
+      auto inner = be.workspace().frame();
+      const std::size_t n = std::size_t(rows) * std::size_t(in_);
+      std::uint8_t* keep = nullptr;
+      const A* xd = dropped_input(be, inner, s.key, rows, x, &keep);
+      be.gemm(true, false, s.rank, in_, rows, S(1), gb, s.rank, xd, in_, S(1), s.da.data(), in_);
+      if (!dx) continue;
+      A* gx = inner.take(n);
+      be.gemm(false, false, rows, in_, s.rank, S(1), gb, s.rank, s.a.product_data(), in_, S(0), gx, in_);
+      be.dropout_backward(n, drop_.p(), keep, gx, gx);
+      be.add_to(n, gx, dx);
     }
   }
 
@@ -156,6 +199,20 @@ class LinearAdapters {
   std::vector<Adapter> list_;
   std::span<const int> rows_;  // select's
   int all_ = 0;                // select_all's
+  DropoutKeys drop_{0.0f, 0};  // LoRA dropout's
+
+  // x (rows, IN) dropped by the mask of `key`, in the frame's scratch (and
+  // the mask, when asked for).
+  template <class Frame>
+  const A* dropped_input(Backend& be, Frame& frame, std::uint64_t key, int rows, const A* x,
+                         std::uint8_t** mask = nullptr) {
+    const std::size_t n = std::size_t(rows) * std::size_t(in_);
+    A* xd = frame.take(n);
+    auto* keep = reinterpret_cast<std::uint8_t*>(frame.take((n + sizeof(A) - 1) / sizeof(A)));
+    be.dropout_forward(n, drop_.p(), key, x, xd, keep);
+    if (mask) *mask = keep;
+    return xd;
+  }
 
   // y (rows, OUT)[:, range] += scale (x A^T) B^T, x A^T into xa.
   void product(Backend& be, Adapter& s, int rows, const A* x, A* xa, A* y) {

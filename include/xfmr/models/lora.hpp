@@ -48,9 +48,10 @@ struct LoraOptions {
   double alpha = 32;
   bool rslora = false;  // scale alpha / sqrt(rank)
   std::vector<std::string> targets = {"q", "k", "v", "o", "gate", "up", "down"};
+  double dropout = 0;  // on each adapter's input while training (peft's lora_dropout), in [0, 1)
   double scale() const { return rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank); }
 
-  // "r=16,alpha=32,targets=q,k,v,o,gate,up,down[,rslora]" (a program's
+  // "r=16,alpha=32,targets=q,k,v,o,gate,up,down[,dropout=0.05][,rslora]" (a program's
   // --lora): the words after targets= up to the next key are targets;
   // what is not given keeps its default. An Error names a bad part.
   static LoraOptions parse(std::string_view spec) {
@@ -80,10 +81,13 @@ struct LoraOptions {
       } else if (key == "alpha") {
         o.alpha = number(0), in_targets = false;
         require(o.alpha > 0, "LoRA setting '", part, "': alpha must be positive");
+      } else if (key == "dropout") {
+        o.dropout = number(0), in_targets = false;
+        require(o.dropout < 1, "LoRA setting '", part, "': dropout must be below 1");
       } else if (key == "targets") {
         o.targets = {value}, in_targets = true;
       } else {
-        detail::fail("LoRA setting '", part, "' is none of r=, alpha=, targets=, rslora (\"", spec, "\")");
+        detail::fail("LoRA setting '", part, "' is none of r=, alpha=, targets=, dropout=, rslora (\"", spec, "\")");
       }
     }
     return o;
@@ -92,6 +96,7 @@ struct LoraOptions {
   std::string str() const {
     std::string s = "r=" + std::to_string(rank) + ",alpha=" + format_number(alpha) + ",targets=";
     for (std::size_t i = 0; i < targets.size(); ++i) s += (i ? "," : "") + targets[i];
+    if (dropout > 0) s += ",dropout=" + format_number(dropout);
     return rslora ? s + ",rslora" : s;
   }
 
@@ -162,6 +167,7 @@ void add_lora(LanguageModel<Backend>& model, const LoraOptions& o, std::uint64_t
   require(!(has("fc1") && (has("gate") || has("up"))), "LoRA targets fc1 and gate or up overlap");
   require(o.rank >= 1, "LoRA rank ", o.rank, " must be at least 1");
   require(std::isfinite(o.alpha) && o.alpha > 0, "LoRA alpha ", o.alpha, " must be positive");
+  require(o.dropout >= 0 && o.dropout < 1, "LoRA dropout ", o.dropout, " outside [0, 1)");
   const ModelDims d = model.dims();
   const bool gated = d.parts.activation == ModelParts::Activation::swiglu ||
                      d.parts.activation == ModelParts::Activation::geglu;
@@ -173,15 +179,17 @@ void add_lora(LanguageModel<Backend>& model, const LoraOptions& o, std::uint64_t
     require(!adapters.has(id), "the model has LoRA adapters ", id == 0 ? "already" : "of id " + std::to_string(id),
             " (", name, ")");
   });
-  Rng rng(seed);
+  Rng rng(seed), dropout_seeds(~seed);  // the masks' seeds apart: A is drawn as without dropout
   std::vector<std::string> placed;
   try {
     model.visit_adapters([&](std::string_view name, LinearAdapters<Backend>& adapters, auto&) {
       const std::string_view projection = name.substr(name.rfind('.') + 1);
-      for (const auto& r : detail::lora_ranges(projection, d, gated, o.targets)) {
+      const auto ranges = detail::lora_ranges(projection, d, gated, o.targets);
+      for (const auto& r : ranges) {
         adapters.add(r.target, r.begin, r.width, o.rank, o.scale(), rng, id);
         placed.push_back(r.target);
       }
+      if (id == 0 && !ranges.empty()) adapters.set_dropout(float(o.dropout), dropout_seeds.next_u64());
     });
   } catch (...) {  // none, rather than some
     model.visit_adapters([&](std::string_view, LinearAdapters<Backend>& adapters, auto&) { adapters.clear(id); });
