@@ -6,6 +6,7 @@
 #include "xfmr/backend/bf16.hpp"
 #include "xfmr/backend/cpu/onednn_sgemm.hpp"
 
+#include <algorithm>
 #include <array>
 #include <compare>
 #include <cstddef>
@@ -149,6 +150,19 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
   require(M >= 0 && N >= 0 && K >= 0, "bf16 gemm: negative shape (", M, ", ", N, ", ", K, ")");
   if (M == 0 || N == 0) return;
 #ifdef XFMR_WITH_DNNL
+  // A large A operand (the output head's input gradient: the logits'
+  // gradient, rows x vocabulary) is rounded and multiplied a block of rows
+  // at a time, so that its rounded copy stays at most 16 MB.
+  constexpr long kRoundedA = 1L << 23;
+  if (M > 1 && K > 0 && long(M) * K > kRoundedA) {
+    const int block = int(std::max(1L, kRoundedA / K));
+    for (int r = 0; r < M; r += block) {
+      const int m = std::min(block, M - r);
+      gemm(ta, tb, m, N, K, alpha, ta ? A + r : A + std::size_t(r) * lda, lda, B, ldb, beta, C + std::size_t(r) * ldc,
+           ldc, B_bits);
+    }
+    return;
+  }
   Context& ctx = context();
   if (K == 0) {  // C = beta C
     for (int r = 0; r < M; ++r)

@@ -35,7 +35,10 @@
 // is that of the step's mean loss whatever the shard count. A batch's
 // targets are laid out by sequence: targets.size() / sequences per
 // sequence (one per position for a language model, one per sequence for a
-// classifier); the logits have one row per target.
+// classifier); the logits have one row per target. The loss writes their
+// gradient over them (the fused loss's in-place form: layers/losses.hpp),
+// so the forward function returns the model's own logits, which the
+// Trainer overwrites: no second logits-sized buffer is held.
 //
 // Stops: a loss that is not finite throws xfmr::Error naming the step, the
 // learning rate and the cause: the first parameter that is not finite, or
@@ -143,7 +146,6 @@ class Trainer {
     for (int r = 0; r < dp_.shards(); ++r) {
       shard_loss_.emplace_back(opts.label_smoothing);
       if (opts.label_smoothing != 0.0) eval_loss_.emplace_back(0.0);
-      shard_dlogits_.emplace_back();
     }
   }
 
@@ -288,10 +290,9 @@ class Trainer {
         if (c == 0) return 0.0;
         const std::span<const A> logits = forward(s, m, b);
         auto& ce = eval_loss_.empty() ? shard_loss_[std::size_t(s.index)] : eval_loss_[std::size_t(s.index)];
-        // The loss alone: the fused loss at scale 0 into the training's
-        // gradient buffer, so that no probabilities are kept anywhere.
-        const std::span<A> scratch(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
-        return ce.forward_backward(b, logits, targets, classes(logits, targets), scratch, 0.0) * double(c);
+        // The loss alone: the fused loss at scale 0, in place, so that no
+        // probabilities are kept anywhere.
+        return ce.forward_backward(b, logits, targets, classes(logits, targets), writable(logits), 0.0) * double(c);
       });
     } catch (...) {
       model_.set_training(true);
@@ -326,17 +327,22 @@ class Trainer {
       const double share = double(c) / double(counted);
       auto& ce = shard_loss_[std::size_t(s.index)];
       const std::span<const A> logits = forward(s, m, b);
-      const std::span<A> dlogits(shard_dlogits_[std::size_t(s.index)].reserve(logits.size()), logits.size());
+      const std::span<A> dlogits = writable(logits);  // the gradient over them
       const double shard_loss =
           ce.forward_backward(b, logits, targets, classes(logits, targets), dlogits, share / opts_.grad_accum);
-      if (!std::isfinite(shard_loss)) {  // reported below
-        logits_overflowed_[std::size_t(s.index)] = !std::isfinite(b.sum_squares(logits.size(), logits.data()));
+      if (!std::isfinite(shard_loss)) {  // reported below; the gradient is not finite where the logits were not
+        logits_overflowed_[std::size_t(s.index)] = !std::isfinite(b.sum_squares(dlogits.size(), dlogits.data()));
         return shard_loss;
       }
       m.backward(b, std::span<const A>(dlogits));
       return shard_loss * share;
     });
     return loss;
+  }
+
+  // The logits a forward returned (the model's own memory), to write their gradient over.
+  static std::span<A> writable(std::span<const A> logits) {
+    return {const_cast<A*>(logits.data()), logits.size()};
   }
 
   // A loss that is not finite stops the run, naming the step and the cause.
@@ -348,7 +354,8 @@ class Trainer {
                    !bad.empty()  ? "parameter '" + bad + "' is the first that is not finite"
                    : overflowed ? std::string("every parameter is finite, but the logits are not: the weights grew "
                                               "until the forward pass overflowed")
-                                : std::string("every parameter and logit is finite: the loss itself overflowed"),
+                                : std::string("every parameter and logit is finite (or a logit fell to -inf): the "
+                                              "loss itself overflowed"),
                    "; try a lower learning rate or gradient clipping");
     }
   }
@@ -376,7 +383,6 @@ class Trainer {
   std::vector<char> logits_overflowed_ = std::vector<char>(std::size_t(dp_.shards()), 0);  // a shard's, at a non-finite loss
   std::deque<CrossEntropyLoss<Backend>> shard_loss_;  // one a shard (they do not move)
   std::deque<CrossEntropyLoss<Backend>> eval_loss_;   // without smoothing, when training smooths
-  std::deque<typename Backend::template Buffer<A>> shard_dlogits_;  // (rows, classes), backend memory
 };
 
 }  // namespace xfmr
