@@ -122,6 +122,7 @@ class CpuBackend : public detail::CpuLinear<S>,
       if (const auto source = detail::any_lent() ? detail::lent_source(table) : nullptr) {
         detail::check_token_ids(n, V, ids);
         for (int i = 0; i < n; ++i) source->read_rows(ids[i], ids[i] + 1, y + std::size_t(i) * D);
+        source->release();  // the pages read (and the kernel's neighbours of them) not held between lookups
         return;
       }
     }

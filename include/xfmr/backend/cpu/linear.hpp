@@ -28,7 +28,8 @@
 //      as it is, which must then be in memory). A deferred matrix's products that its copy cannot serve (a
 //      backward pass's, through w untransposed) read its source into scratch first (as does any product
 //      whose B is a lent matrix's address that this backend keeps no copy of: core/tensor.hpp), and
-//      embedding_forward (CpuBackend) a lent table's rows from its source. w must not change meanwhile
+//      embedding_forward (CpuBackend) a lent table's rows from its source (its pages given back after each
+//      lookup). w must not change meanwhile
 //      (WeightCopies, infer/weight_copies.hpp).
 //  keep_weight_copy(w, rows, cols)   the same for a matrix held in memory at w
 //  drop_weight_copies()              the copies and registrations dropped
