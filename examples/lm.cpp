@@ -364,7 +364,10 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
                              {"steps", std::to_string(a.steps)},
                              {"data", a.data},
                              {"data_hash", data_hash}};
-  if (lora) metadata["lora"] = run.lora;  // what Engine::load refuses to decode alone
+  if (lora) {  // what Engine::load refuses to decode alone, naming the base
+    metadata["lora"] = run.lora;
+    metadata["lora_base"] = run.init;
+  }
   std::cout << "xfmr-lm: " << preset << (run.init.empty() ? "" : " from " + run.init) << " on " << describe(be)
             << ", " << model.parameter_count() << " parameters"
             << (lora ? " (LoRA " + lora->str() + ": " + std::to_string(trained.parameter_count()) + " trained)" : "")

@@ -148,9 +148,12 @@ struct State {
 // another call starts).
 class Model {
  public:
-  explicit Model(Engine engine) : engine_(std::move(engine)) {}
+  // source: the path it was loaded from (a LoRA checkpoint names it as its base); empty: made here.
+  explicit Model(Engine engine, std::filesystem::path source = {})
+      : engine_(std::move(engine)), source_(std::move(source)) {}
 
   Engine& engine() { return engine_; }
+  const std::filesystem::path& source() const { return source_; }
   // The model the CPU backend runs (xfmr.Trainer's).
   Lm& lm() {
     Lm* lm = engine_.visit([]<class B>(LanguageModel<B>& m, B&) -> Lm* {
@@ -366,6 +369,7 @@ class Model {
 
  private:
   Engine engine_;
+  std::filesystem::path source_;
   std::mutex busy_;  // held by the call running the model
   std::mutex streams_;
   std::weak_ptr<State> open_stream_;
@@ -610,6 +614,7 @@ class PyTrainer {
     std::vector<AttachedFile> files = model_->tokenizer_files();
     if (lora_) {  // the adapters alone: a peft directory too (load_adapter reads it), which xfmr.load refuses alone
       metadata["lora"] = lora_->str();
+      if (!model_->source().empty()) metadata["lora_base"] = model_->source().string();
       for (AttachedFile& f : peft_adapter_files(model_->lm(), *lora_)) files.push_back(std::move(f));
     }
     run_->save(dir, metadata, files);
@@ -967,7 +972,8 @@ PYBIND11_MODULE(_xfmr, m) {
         return std::make_shared<Model>(Engine::load(path, {.backend = backend,
                                                            .precision = precision.value_or(""),
                                                            .tokenizer = tokenizer.value_or(""),
-                                                           .tokenizer_required = false}));
+                                                           .tokenizer_required = false}),
+                                       std::filesystem::absolute(path).lexically_normal());
       },
       py::arg("path"), py::kw_only(), py::arg("precision") = py::none(), py::arg("backend") = "cpu",
       py::arg("tokenizer") = py::none(),

@@ -204,12 +204,8 @@ std::string Engine::check(const std::filesystem::path& path, const EngineOptions
   if (!is_checkpoint(path) && std::filesystem::is_regular_file(path) && checkpoint_format(path) == CheckpointFormat::gguf)
     metadata[kWeightsKey] = gguf_precision(open_gguf_model(path));  // its matrices' type's
   if (const auto lora = metadata.find("lora"); lora != metadata.end()) {
-    std::string base = "the model they were trained on";  // the run's --init, in its settings
-    if (const auto s = metadata.find("settings"); s != metadata.end()) {
-      const nlohmann::json settings = nlohmann::json::parse(s->second, nullptr, false);
-      if (settings.is_object() && settings.contains("init") && settings["init"].is_string())
-        base = settings["init"].get<std::string>();
-    }
+    const auto named = metadata.find("lora_base");  // xfmr-lm's --init, the path Python's Trainer's model came from
+    const std::string base = named != metadata.end() ? named->second : "the model they were trained on";
     detail::fail(path.string(), " holds LoRA adapters (", lora->second, "), not a model: load ", base,
                  " with them as its adapter (xfmr-lm sample --model ", base, " --lora ", path.string(),
                  "; Python's load_adapter)");

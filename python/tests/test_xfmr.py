@@ -336,7 +336,8 @@ def test_adapters_beside_the_model_decode_in_one_batch():
 
 def test_a_trainer_trains_lora_adapters_alone(tmp_path):
     # Trainer(lora=...): the adapters alone train (the loss falls) on the frozen model, which generates with them;
-    # the checkpoint is a peft directory load_adapter reads (xfmr.load refuses it alone) and resumes bit for bit.
+    # the checkpoint is a peft directory load_adapter reads (xfmr.load refuses it alone, naming the model it was
+    # trained on) and resumes bit for bit.
     batch = np.array([[1, 7, 42, 9, 3, 11, 5, 8, 2], [4, 4, 6, 10, 12, 1, 7, 42, 9]])
     ids = [1, 7, 42, 9, 3]
 
@@ -350,8 +351,9 @@ def test_a_trainer_trains_lora_adapters_alone(tmp_path):
     assert np.abs(model.logits(ids) - base).max() > 1e-3
     t.save(tmp_path / "ck")
     assert (tmp_path / "ck" / "adapter_config.json").exists()
-    with pytest.raises(xfmr.Error, match="holds LoRA adapters"):
+    with pytest.raises(xfmr.Error, match="holds LoRA adapters") as refused:
         xfmr.load(tmp_path / "ck")
+    assert f"load {os.path.normpath(os.path.abspath(SMOLLM))} with them as its adapter" in str(refused.value)
     fresh = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
     fresh.load_adapter(tmp_path / "ck")
     assert np.abs(fresh.logits(ids) - model.logits(ids)).max() < 1e-5
