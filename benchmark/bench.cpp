@@ -72,6 +72,7 @@
 #include "xfmr/presets.hpp"
 #include "xfmr/train/optimizers.hpp"
 #include "xfmr/train/trainer.hpp"
+#include "xfmr/train/training_run.hpp"
 
 namespace po = boost::program_options;
 using json = nlohmann::json;
@@ -706,10 +707,10 @@ json run_pretrained(const Args& a, const std::string& precision) {
 // --init CKPT --lora SPEC steps): adapters on its projections, the base
 // frozen, forward, cross-entropy, backward to the adapters and the input,
 // AdamW on the adapters; B x T random tokens, one shard (the products
-// threaded). In bf16 precision the base is held as its bf16 copies alone
-// (a WeightCopies scope over the file's matrices: infer/weight_copies.hpp),
-// never in float32, and its products are bf16 (every other one float32:
-// make_frozen_base_backend). Load time, the step, the process's peak RSS.
+// threaded). In bf16 or int8 precision the base is held as its copies
+// alone (hold_frozen_base: a WeightCopies scope over the file's matrices),
+// never in float32, and its products are the precision's (every other one
+// float32: make_frozen_base_backend). Load time, the step, the process's peak RSS.
 json run_lora(const Args& a) {
   using Be = CpuBackend<float>;
   const auto t_load = Clock::now();
@@ -725,7 +726,7 @@ json run_lora(const Args& a) {
   check_batch_memory(p, p.n_layers, B, T, V, "--batch " + std::to_string(B));
   Be be = make_frozen_base_backend<Be>(a.backend, a.precision);
   std::optional<WeightCopies<Be>> copies;
-  if (a.precision == "bf16") copies.emplace(be, model, WeightCopyOptions{.panels = false});
+  hold_frozen_base(be, model, copies);  // as a TrainingRun holds it
   AdamW<Be> opt(lora, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
   Trainer<LanguageModel<Be>, Be> trainer(lora, be, opt, {.schedule = LrSchedule{.lr = 1e-4}, .split = {.shards = 1}});
   Rng rng(7);
@@ -962,9 +963,8 @@ int main(int argc, char** argv) {
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
     require(a.decode_tokens >= 1 && a.decode_tokens < (1 << 20), "--decode-tokens ", a.decode_tokens, " is not positive");
     require(a.prefill >= 0 && a.prefill < (1 << 20), "--prefill ", a.prefill, " is negative");
-    require(a.lora.empty() || (!a.pretrained.empty() && a.backend == "cpu" &&
-                               (a.precision == "fp32" || a.precision == "bf16")),
-            "--lora times a LoRA step on a --pretrained checkpoint, on the CPU backend with an fp32 or bf16 base");
+    require(a.lora.empty() || (!a.pretrained.empty() && a.backend == "cpu" && a.precision != "q4"),
+            "--lora times a LoRA step on a --pretrained checkpoint, on the CPU backend with an fp32, bf16 or int8 base");
     json result;
     if (a.modes == "allreduce") {
       result = run_allreduce(a);

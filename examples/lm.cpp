@@ -514,7 +514,7 @@ int run_train(int argc, char** argv) {
   (void)LrSchedule::parse(a.run.schedule, a.run.lr, a.steps);
   (void)parse_recompute(a.recompute);
   require(!a.data.empty(), "--data FILE is required");
-  const auto lock = start_run(a, {{"--data", a.data}, {"--init", a.run.init}}, a.resume);
+  const auto lock = start_run(a, {{"--data", a.data}, {"--init", a.run.init}}, a.resume, !a.run.lora.empty());
   dispatch_backend(a.backend, [&]<class Be>() { train<Be>(a, resumed); });
   return 0;
 }

@@ -527,11 +527,14 @@ class PyTrainer {
     o.check();
     require(model_->precision() == "fp32", "Trainer: the model was loaded for decoding in ", model_->precision(),
             "; train one loaded in fp32 (Trainer(precision='bf16') trains with bf16 products)");
-    check_training_precision(o.precision, "Trainer: precision");
+    if (o.lora.empty()) check_training_precision(o.precision, "Trainer: precision");  // (else the frozen base's)
     Lm& lm = model_->lm();
     lm.set_recompute(parse_recompute(o.recompute));
     // LoRA: adapters on the model's projections train (one shard), the model frozen, in `precision` (bf16: held as
-    // its bf16 copies); a checkpoint is the adapters, their state and a peft directory.
+    // its bf16 copies; int8: its forward through the int8 copies); a checkpoint is the adapters, their state and a
+    // peft directory. The backend first: a precision it refuses leaves the model without adapters.
+    be_ = std::make_unique<Be>(!o.lora.empty() ? make_frozen_base_backend<Be>("cpu", o.precision)
+                                               : make_backend<Be>("cpu", o.precision));
     if (!o.lora.empty()) {
       require(o.shards <= 1, "Trainer: lora trains as one shard (shards ", o.shards, "; a replica would copy the model)");
       lora_ = LoraOptions::parse(o.lora);
@@ -539,8 +542,6 @@ class PyTrainer {
       add_lora(lm, *lora_, o.data_seed ^ 0x10a);
       adapters_ = std::make_unique<LoraModel<Be>>(lm);
     }
-    be_ = std::make_unique<Be>(lora_ ? make_frozen_base_backend<Be>("cpu", o.precision)
-                                     : make_backend<Be>("cpu", o.precision));
     run_ = std::make_unique<TrainingRun<Lm, Be>>(
         adapters_ ? static_cast<Lm&>(*adapters_) : lm, *be_,
         TrainingRunOptions{
@@ -900,7 +901,8 @@ PYBIND11_MODULE(_xfmr, m) {
            "`steps`; "
            "shards: the CPU's data-parallel replicas (0: its default); precision: 'fp32' or 'bf16'; recompute: "
            "'none', 'cheap' or 'block'; lora: 'r=16,alpha=32[,targets=q,k,v,o,gate,up,down][,rslora]': LoRA adapters "
-           "train on the frozen model (precision bf16: held in bf16), a checkpoint their peft directory")
+           "train on the frozen model (precision bf16: held in bf16; int8: its forward through int8 copies), a checkpoint "
+           "their peft directory")
       .def("step", &PyTrainer::step, py::arg("batch"), py::arg("targets") = py::none(),
            "one optimizer step; returns the loss. batch: integer ids (B, T + 1), inputs [:, :-1] and targets "
            "[:, 1:]; or ids (B, T) with targets (B, T), where -100 is not counted")

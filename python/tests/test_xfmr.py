@@ -369,6 +369,13 @@ def test_a_trainer_trains_lora_adapters_alone(tmp_path):
     on_bf16 = trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER), precision="bf16")
     bf16 = [on_bf16.step(batch) for _ in range(8)]
     assert abs(bf16[0] - losses[0]) < 2e-2 * abs(losses[0]) and bf16[-1] < bf16[0] - 0.05
+    on_int8 = trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER), precision="int8")
+    int8 = [on_int8.step(batch) for _ in range(8)]
+    assert int8[0] != losses[0] and abs(int8[0] - losses[0]) < 2e-2 * abs(losses[0]) and int8[-1] < int8[0] - 0.05
+    unchanged = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
+    with pytest.raises(xfmr.Error, match="a 4-bit base is not yet trained through"):
+        trainer(unchanged, precision="q4")
+    assert np.array_equal(unchanged.logits(ids), base)  # refused before any adapter was put on it
 
 
 def test_a_stream_has_one_reader(smollm):

@@ -1016,6 +1016,13 @@ open('big/model.safetensors', 'wb').write(b)"
       fail "LoRA on a bf16 base failed"
     start=$(json_value lora-bf16.json start_val_loss) end=$(json_value lora-bf16.json val_loss)
     awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA on bf16 went from $start to $end"
+    # On an int8 base (the forward through its int8 copies) too; a 4-bit base is refused by name.
+    lora_tune "${lora[@]}" --precision int8 --out lora-int8 --metrics-json lora-int8.json ||
+      fail "LoRA on an int8 base failed"
+    start=$(json_value lora-int8.json start_val_loss) end=$(json_value lora-int8.json val_loss)
+    awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA on int8 went from $start to $end"
+    expect_error "a 4-bit base is not yet trained through" "$lm" train --init "$fam/qwen2" --tokenizer "$tok" \
+      --data corpus.txt --lora r=2 --precision q4
     lora_tune "${lora[@]}" --out lora-half --stop-after 10 || fail "LoRA to step 10 failed"
     lora_tune --resume lora-half || fail "resuming the LoRA run failed"
     same lora lora-half

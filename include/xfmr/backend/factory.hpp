@@ -124,16 +124,21 @@ Be make_backend([[maybe_unused]] std::string_view name, std::string_view precisi
 }
 
 // A LoRA run's backend (models/lora.hpp): its frozen base's products in
-// `precision` (fp32, or bf16: the products of the weights' bf16 copies,
-// WeightCopies), every other product and operation float32. On the CPU
+// `precision` (fp32; bf16: the products of the weights' bf16 copies, in
+// both orientations; int8: the forward's products of the weights' int8
+// copies, the decoding kernels', and the input gradient's of the values
+// the base's source gives: an int8 checkpoint's own, or a float file's,
+// as if the rounding to int8 passed the gradient through unchanged),
+// every other product and operation float32 (WeightCopies). On the CPU
 // backend only until LoRA has run on a GPU.
 template <class Be>
 Be make_frozen_base_backend(std::string_view name, std::string_view precision) {
   check_precision_name(precision, "precision");
-  require(precision == "fp32" || precision == "bf16", "a LoRA run's frozen base in ", precision,
-          ": fp32 or bf16 (int8 and q4 bases are not yet trained through)");
+  require(precision == "fp32" || precision == "bf16" || precision == "int8", "a LoRA run's frozen base in ",
+          precision, ": fp32, bf16 or int8 (a 4-bit base is not yet trained through)");
   if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
     if (precision == "fp32") return Be{};
+    if (precision == "int8") return Be({.int8 = true});
     require(bf16::available(), "a bf16 base: ", bf16::unavailable_reason());
     return Be({.bf16_weights = true});
   } else {

@@ -81,6 +81,24 @@ inline void check_resume(const std::filesystem::path& dir, std::initializer_list
   check_resume(dir, std::span<const ResumeCheck>(checks.begin(), checks.size()));
 }
 
+// A LoRA run's frozen base (models/lora.hpp: the model whose adapters
+// train), held while `copies` is: through the backend's copies of its
+// weights when the backend keeps them in a precision of its own
+// (make_frozen_base_backend's bf16 or int8: a base loaded from a file is
+// then never held in float32); in fp32 its matrices are read into memory
+// now (a deferred one), as a Trainer of every weight would.
+template <class Backend, class Base>
+void hold_frozen_base(Backend& be, Base& base, std::optional<WeightCopies<Backend>>& copies) {
+  if (precision_of(be) != "fp32") {
+    copies.emplace(be, base, WeightCopyOptions{.panels = false});
+    return;
+  }
+  base.visit([](std::string_view, auto& value, auto&) {
+    if constexpr (requires { value.deferred(); })
+      if (value.deferred()) (void)value.data();
+  });
+}
+
 template <class Model, class Backend>
 class TrainingRun {
  public:
@@ -98,22 +116,10 @@ class TrainingRun {
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
 
-  // A LoRA run's frozen base (models/lora.hpp: the model whose adapters
-  // train), read for the run's life through the backend's copies of its
-  // weights when the backend keeps them in a precision of their own
-  // (make_frozen_base_backend's bf16: a base loaded from a file is then
-  // held in bf16 alone, never in float32); in fp32, its matrices read into
-  // memory now (a deferred one), as a Trainer of every weight would.
+  // A LoRA run's frozen base, held for the run's life (xfmr::hold_frozen_base).
   template <class Base>
   void hold_frozen_base(Base& base) {
-    if (precision_of(be_) != "fp32") {
-      copies_.emplace(be_, base, WeightCopyOptions{.panels = false});
-      return;
-    }
-    base.visit([](std::string_view, auto& value, auto&) {
-      if constexpr (requires { value.deferred(); })
-        if (value.deferred()) (void)value.data();
-    });
+    xfmr::hold_frozen_base(be_, base, copies_);
   }
 
   Model& model() { return model_; }
