@@ -459,8 +459,9 @@ int run_train(int argc, char** argv) {
       ("eval-windows", po::value(&a.eval_windows)->default_value(a.eval_windows), "validation windows per loss")
       ("resume", po::value(&a.resume), "continue from this checkpoint (its settings; --data must be the same)")
       ("lora", po::value(&a.run.lora), "with --init: train low-rank adapters on its frozen weights, "
-       "r=16,alpha=32,targets=q,k,v,o,gate,up,down[,rslora] (GPT-2: targets=qkv,o,fc1,down); the checkpoint is the "
-       "adapters (a peft adapter directory: sample --lora) and the run's state");
+       "r=16,alpha=32,targets=q,k,v,o,gate,up,down[,dropout=0.05][,rslora] (GPT-2: targets=qkv,o,fc1,down); "
+       "--precision is then the frozen base's (fp32, bf16 or int8); the checkpoint is the adapters (a peft adapter "
+       "directory: sample --lora) and the run's state");
   add_lm_training_options(opts, a.run, "peak learning rate (AdamW, betas 0.9, 0.95)",
                           "dropout rate (default: the preset's; 0 for a published model)");
   add_run_options(opts, a, "lm", "checkpoint directory, written at every evaluation", "the losses, tokens/s and wall time");

@@ -899,8 +899,9 @@ PYBIND11_MODULE(_xfmr, m) {
            py::arg("data_seed") = t.data_seed, py::arg("lora") = py::none(),
            "schedule: 'constant', 'cosine' (a tenth of the steps' warmup, at most 1000, then down to lr / 10) or 'onecycle', over "
            "`steps`; "
-           "shards: the CPU's data-parallel replicas (0: its default); precision: 'fp32' or 'bf16'; recompute: "
-           "'none', 'cheap' or 'block'; lora: 'r=16,alpha=32[,targets=q,k,v,o,gate,up,down][,rslora]': LoRA adapters "
+           "shards: the CPU's data-parallel replicas (0: its default); precision: 'fp32' or 'bf16' (with lora also "
+           "'int8'); recompute: 'none', 'cheap' or 'block'; lora: "
+           "'r=16,alpha=32[,targets=q,k,v,o,gate,up,down][,dropout=0.05][,rslora]': LoRA adapters "
            "train on the frozen model (precision bf16: held in bf16; int8: its forward through int8 copies), a checkpoint "
            "their peft directory")
       .def("step", &PyTrainer::step, py::arg("batch"), py::arg("targets") = py::none(),

@@ -281,7 +281,7 @@ ProcessGroup& join_ranks(RunOptions& r, std::span<const std::string> arguments, 
 
 void check_batch_memory(const PresetInfo& p, int layers, long batch, long length, long vocab,
                         const std::string& option) {
-  const double per_position = 4.0 * (double(layers) * (10.0 * p.d_model + 2.0 * p.d_ff) + 2.0 * double(vocab));
+  const double per_position = 4.0 * (double(layers) * (10.0 * p.d_model + 2.0 * p.d_ff) + double(vocab));
   const double bytes = per_position * double(batch) * double(length);
   const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
   require(memory <= 0 || bytes <= memory, option, ": a batch of ", batch, " sequences of ", length,

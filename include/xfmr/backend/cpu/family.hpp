@@ -42,7 +42,8 @@ struct CpuOptions {
   // int8 precision (float only; decoding): products whose weight has an int8
   // copy (WeightCopies, infer/weight_copies.hpp) read it, a scale a row
   // (int8_products.hpp); every other product and operation stays float32.
-  // Training does not run in it: its weights change every step.
+  // Training every weight does not run in it (its weights change every
+  // step); a LoRA run's frozen base does (make_frozen_base_backend).
   bool int8 = false;
   // 4-bit precision (float only; decoding): products whose weight has a
   // 4-bit copy read it, blocks of 32 weights with a scale each
