@@ -261,13 +261,8 @@ inline ProcessGroup& join_ranks(RunOptions& r, std::string_view backend, const s
 [[nodiscard]] inline std::unique_ptr<CheckpointLock> start_run(const RunOptions& r, const std::vector<NamedPath>& inputs,
                                                                const std::string& resume = "", bool lora = false) {
   check_run_options(r, inputs, resume);
-  if (lora) {
-    check_precision_name(r.precision, "--precision");
-    require(r.precision != "q4", "--precision q4: a LoRA run's frozen base is fp32, bf16 or int8 (a 4-bit base is "
-            "not yet trained through)");
-  } else {
-    check_training_precision(r.precision, "--precision");
-  }
+  if (lora) check_frozen_base_precision(r.precision, "--precision");
+  else check_training_precision(r.precision, "--precision");
   check_backend(r.backend, r.precision, "--backend", "--precision");
 #ifndef XFMR_FUZZ_CLI  // (a fuzzed --out may name any directory: the lock would create its parents)
   if (!r.out.empty() && ProcessGroup::world().root()) return lock_checkpoint_directory(r.out);

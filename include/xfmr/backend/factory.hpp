@@ -131,11 +131,16 @@ Be make_backend([[maybe_unused]] std::string_view name, std::string_view precisi
 // as if the rounding to int8 passed the gradient through unchanged),
 // every other product and operation float32 (WeightCopies). On the CPU
 // backend only until LoRA has run on a GPU.
+// check_frozen_base_precision: the precisions it takes, or an Error naming
+// `what` (a program's option).
+inline void check_frozen_base_precision(std::string_view precision, std::string_view what = "precision") {
+  check_precision_name(precision, what);
+  require(precision == "fp32" || precision == "bf16" || precision == "int8", what, " ", precision,
+          ": a LoRA run's frozen base is fp32, bf16 or int8 (a 4-bit base is not yet trained through)");
+}
 template <class Be>
 Be make_frozen_base_backend(std::string_view name, std::string_view precision) {
-  check_precision_name(precision, "precision");
-  require(precision == "fp32" || precision == "bf16" || precision == "int8", "a LoRA run's frozen base in ",
-          precision, ": fp32, bf16 or int8 (a 4-bit base is not yet trained through)");
+  check_frozen_base_precision(precision);
   if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
     if (precision == "fp32") return Be{};
     if (precision == "int8") return Be({.int8 = true});
