@@ -60,26 +60,34 @@ bool runs(CpuLevel level) {
   return false;
 }
 
+// Each level's table is built the first time that level is asked for, and
+// only then: building one runs code compiled for its level (the ops tables'
+// initialisers use its instructions), which a lesser CPU cannot execute.
 const detail::CpuKernels& table(CpuLevel level) {
   const auto with_ops = [](detail::CpuKernels k, const detail::CpuOps<float>* ops) {
     k.ops = ops;
     return k;
   };
-  static const detail::CpuKernels portable = with_ops(detail::portable::kernels(), detail::portable_ops());
 #ifdef XFMR_X86
-  static const detail::CpuKernels avx2 = with_ops(detail::avx2::kernels(), detail::avx2_ops());
-  static const detail::CpuKernels avx512 = [&] {
-    detail::CpuKernels k = with_ops(detail::avx512::kernels(), detail::avx512_ops());
-    k.int8_product_rows = features().vnni ? detail::avx512_vnni::int8_product_rows : avx2.int8_product_rows;
-    k.int8_blocked = features().vnni;
-    k.int8_isa = features().vnni ? "VNNI" : avx2.int8_isa;
-    k.q4_product_rows = features().vnni ? detail::avx512_vnni::q4_product_rows : avx2.q4_product_rows;
-    k.q4_isa = features().vnni ? "VNNI" : avx2.q4_isa;
+  const auto avx2 = [&]() -> const detail::CpuKernels& {
+    static const detail::CpuKernels k = with_ops(detail::avx2::kernels(), detail::avx2_ops());
     return k;
-  }();
-  if (level == CpuLevel::avx512) return avx512;
-  if (level == CpuLevel::avx2) return avx2;
+  };
+  if (level == CpuLevel::avx512) {
+    static const detail::CpuKernels avx512 = [&] {
+      detail::CpuKernels k = with_ops(detail::avx512::kernels(), detail::avx512_ops());
+      k.int8_product_rows = features().vnni ? detail::avx512_vnni::int8_product_rows : avx2().int8_product_rows;
+      k.int8_blocked = features().vnni;
+      k.int8_isa = features().vnni ? "VNNI" : avx2().int8_isa;
+      k.q4_product_rows = features().vnni ? detail::avx512_vnni::q4_product_rows : avx2().q4_product_rows;
+      k.q4_isa = features().vnni ? "VNNI" : avx2().q4_isa;
+      return k;
+    }();
+    return avx512;
+  }
+  if (level == CpuLevel::avx2) return avx2();
 #endif
+  static const detail::CpuKernels portable = with_ops(detail::portable::kernels(), detail::portable_ops());
   return portable;
 }
 
