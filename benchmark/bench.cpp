@@ -403,9 +403,9 @@ json run(const Args& a) {
   if (has("train")) {
     model.set_training(true);
     const std::size_t mine = std::size_t(my_first) * T;
-    auto my_forward = [&](const Shard& s, Model& m, Be& b) {
-      return m.forward(b, std::span(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
-                       Shape{s.size(), T});
+    auto my_forward = [&](const Shard& s, Model& m, Be& b) {  // the programs' step: head and loss by blocks
+      return m.forward_to_head(b, std::span(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+                               Shape{s.size(), T});
     };
     const auto t = time_calls(a, be, [&] {
       trainer.step([&](int) { return BatchTargets{my_rows, std::span(targets).subspan(mine, std::size_t(my_rows) * T)}; },
@@ -737,9 +737,9 @@ json run_lora(const Args& a) {
   const auto t = time_calls(a, be, [&] {
     trainer.step([&](int) { return BatchTargets{B, std::span<const std::int32_t>(targets)}; },
                  [&](const Shard& s, LanguageModel<Be>& m, Be& b) {
-                   return m.forward(b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T,
-                                                                                 std::size_t(s.size()) * T),
-                                    Shape{s.size(), T});
+                   return m.forward_to_head(
+                       b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+                       Shape{s.size(), T});
                  });
   });
   return {{"impl", "xfmr"},

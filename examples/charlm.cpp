@@ -150,11 +150,13 @@ void train(TrainArgs args, const std::optional<Resumed>& resumed) {
             << std::endl;  // flushed: a log file shows the run has started
 
   std::vector<std::int32_t> ids(rows), targets(rows);
-  // The model's logits for a shard of this rank's rows of the batch in ids.
+  // The model's forward over a shard of this rank's rows of the batch in
+  // ids, its head and loss left to the Trainer (head_loss).
   const std::size_t mine = std::size_t(my_first) * T;
   auto forward = [&](const Shard& s, Model& m, Be& b) {
-    return m.forward(b, std::span<const std::int32_t>(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
-                     Shape{s.size(), T});
+    return m.forward_to_head(
+        b, std::span<const std::int32_t>(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+        Shape{s.size(), T});
   };
   auto my_targets = [&] { return std::span<const std::int32_t>(targets).subspan(mine, std::size_t(my_rows) * T); };
   // Mean loss over every counted target of the evaluation batches (names

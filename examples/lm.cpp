@@ -391,7 +391,7 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   // This rank's rows of the batch in ids.
   const std::size_t mine = std::size_t(my_first) * T;
   auto forward = [&](const Shard& s, LanguageModel<Be>& m, Be& b) {
-    return m.forward(
+    return m.forward_to_head(
         b, std::span<const std::int32_t>(ids).subspan(mine + std::size_t(s.begin) * T, std::size_t(s.size()) * T),
         Shape{s.size(), T});
   };

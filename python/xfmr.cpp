@@ -684,10 +684,11 @@ class PyTrainer {
               ": target ", targets_[i], " outside [0, ", model_->lm().vocab(), ") (or -100, not counted)");
     return B;
   }
-  std::span<const float> forward(Lm& lm, Be& be, int first, int sequences) {
-    return lm.forward(be,
-                      std::span<const std::int32_t>(ids_).subspan(std::size_t(first) * T_, std::size_t(sequences) * T_),
-                      Shape{sequences, T_});
+  // The Trainer's forward: the head and the loss left to head_loss (no logits of the whole batch).
+  HeadRows forward(Lm& lm, Be& be, int first, int sequences) {
+    return lm.forward_to_head(
+        be, std::span<const std::int32_t>(ids_).subspan(std::size_t(first) * T_, std::size_t(sequences) * T_),
+        Shape{sequences, T_});
   }
 
   std::shared_ptr<Model> model_;

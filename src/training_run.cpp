@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "xfmr/io/safetensors.hpp"
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/train/data_parallel.hpp"
 #include "xfmr/train/report.hpp"
 #include "xfmr/train/run.hpp"
@@ -281,8 +282,9 @@ ProcessGroup& join_ranks(RunOptions& r, std::span<const std::string> arguments, 
 
 void check_batch_memory(const PresetInfo& p, int layers, long batch, long length, long vocab,
                         const std::string& option) {
-  const double per_position = 4.0 * (double(layers) * (10.0 * p.d_model + 2.0 * p.d_ff) + double(vocab));
-  const double bytes = per_position * double(batch) * double(length);
+  const double per_position = 4.0 * double(layers) * (10.0 * p.d_model + 2.0 * p.d_ff);
+  const double logits = 4.0 * double(vocab) * double(std::min(batch * length, long(head_block_rows(int(vocab), 4))));
+  const double bytes = per_position * double(batch) * double(length) + logits;
   const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
   require(memory <= 0 || bytes <= memory, option, ": a batch of ", batch, " sequences of ", length,
           " positions would keep at least ", std::lround(bytes / 1e9), " GB of activations, more than this "

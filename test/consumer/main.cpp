@@ -36,7 +36,8 @@ int main(int argc, char** argv) try {
       return xfmr::BatchTargets{B, y};
     };
     auto forward = [&](const xfmr::Shard& s, Model& m, Be& b) {  // a shard of the batch (one a CPU thread)
-      return m.forward(b, std::span(x).subspan(s.begin * T, s.size() * T), {s.size(), T});
+      // the trunk alone: the Trainer runs the head and the loss by blocks of rows (head_loss)
+      return m.forward_to_head(b, std::span(x).subspan(s.begin * T, s.size() * T), {s.size(), T});
     };
     while (r.trainer.steps() < until) r.trainer.step(next_batch, forward);
   };

@@ -44,7 +44,20 @@ struct Data {
                        Shape{s.size(), T});
     };
   }
+  auto forward_to_head() {
+    return [this](const Shard& s, Lm& m, Be& b) {
+      return m.forward_to_head(
+          b, std::span<const std::int32_t>(ids).subspan(std::size_t(s.begin) * T, std::size_t(s.size()) * T),
+          Shape{s.size(), T});
+    };
+  }
 };
+
+Vec gradients(Lm& m) {
+  Vec g;
+  m.visit([&](std::string_view, auto&, auto& grad) { g.insert(g.end(), grad.begin(), grad.end()); });
+  return g;
+}
 
 Vec weights(Lm& m) {
   Vec w;
@@ -112,6 +125,69 @@ BOOST_AUTO_TEST_CASE(a_step_is_the_hand_written_step) {
   BOOST_TEST(largest_difference(got.weights, weights(*model)) == 0.0);
 }
 
+// The head and the loss a block of rows at a time (forward_to_head, then
+// head_loss) give the loss and every gradient of the whole batch's logits
+// (forward, the loss, backward) to rounding: blocks of 5 of 18 rows, one
+// block of padding alone, untied and tied heads (whose gradient each block
+// adds to the embedding's). At scale 0 the loss alone, no gradient. In a
+// Trainer, steps by blocks train the weights of steps by whole logits.
+BOOST_AUTO_TEST_CASE(the_head_and_loss_by_blocks_give_the_whole_logits_loss_and_gradients) {
+  Be be;
+  for (const bool tied : {false, true}) {
+    BOOST_TEST_CONTEXT("tied head " << tied) {
+      Lm model(V, 3, {.tie_weights = tied, .head_block_rows = 5});
+      BOOST_TEST(model.head_block_rows() == 5);
+      Data data{3};
+      Rng rng(11);
+      data.next(rng);
+      for (int r : {5, 6, 7, 8, 9, 13}) data.targets[std::size_t(r)] = kIgnoreIndex;
+      CrossEntropyLoss<Be> ce;
+      zero_grad(model);
+      const double whole = ce.forward(be, model.forward(be, data.ids, Shape{3, T}), data.targets, V);
+      Vec dlogits(data.ids.size() * V);
+      ce.backward(be, dlogits, 0.7);
+      model.backward(be, std::span<const double>(dlogits));
+      const Vec expected = gradients(model);
+
+      zero_grad(model);
+      BOOST_TEST(model.forward_to_head(be, data.ids, Shape{3, T}).rows == 3 * T);
+      const HeadLoss blocks = model.head_loss(be, ce, data.targets, 0.7);
+      BOOST_TEST(std::abs(blocks.loss - whole) < 1e-12);
+      BOOST_TEST(!blocks.logits_overflowed);
+      const Vec got = gradients(model);
+      BOOST_TEST(largest_difference(got, expected) < 1e-12);
+      BOOST_TEST(largest_difference(got, Vec(got.size(), 0.0)) > 1e-3);  // the check can fail
+
+      zero_grad(model);
+      model.forward_to_head(be, data.ids, Shape{3, T});
+      BOOST_TEST(std::abs(model.head_loss(be, ce, data.targets, 0.0).loss - whole) < 1e-12);
+      BOOST_TEST(largest_difference(gradients(model), Vec(got.size(), 0.0)) == 0.0);
+    }
+  }
+
+  // A Trainer's steps, with padding: blocks against whole logits.
+  auto steps = [&](bool by_blocks) {
+    Lm model(V, 3, {.head_block_rows = 4});
+    AdamW<Be> opt(model);
+    ModelTrainer trainer(model, be, opt, {.data_seed = 2, .split = {.shards = 1}});
+    Data data{3, 4};
+    std::vector<double> losses;
+    for (int i = 0; i < 3; ++i) {
+      auto next = [&](int) { return data.next(trainer.data_rng()); };
+      losses.push_back(by_blocks ? trainer.step(next, data.forward_to_head()).loss : trainer.step(next, data.forward()).loss);
+    }
+    const BatchTargets held_out = data.next(trainer.data_rng());
+    losses.push_back((by_blocks ? trainer.evaluate(held_out, data.forward_to_head())
+                                : trainer.evaluate(held_out, data.forward()))
+                         .mean());
+    return std::pair(weights(model), losses);
+  };
+  const auto [w_blocks, l_blocks] = steps(true);
+  const auto [w_whole, l_whole] = steps(false);
+  BOOST_TEST(largest_difference(w_blocks, w_whole) < 1e-12);
+  for (std::size_t i = 0; i < l_whole.size(); ++i) BOOST_TEST(std::abs(l_blocks[i] - l_whole[i]) < 1e-12);
+}
+
 // Split over shards, or over micro-batches, a step is the gradient of the
 // same mean loss: the weights agree with the one-shard step to rounding,
 // with padding spread unevenly over the shards (each shard weighs by its
@@ -155,32 +231,44 @@ BOOST_AUTO_TEST_CASE(shards_and_micro_batches_give_the_same_step) {
 // what is not finite, never with NaN weights silently trained on.
 BOOST_AUTO_TEST_CASE(a_non_finite_loss_or_gradient_stops_naming_the_step) {
   using FloatModel = Decoder<TinyPre, CpuBackend<float>>;
-  CpuBackend<float> be;
-  FloatModel model(V, 3);
-  AdamW<CpuBackend<float>> opt(model);
-  Trainer<FloatModel, CpuBackend<float>> trainer(model, be, opt, {.schedule = LrSchedule{.lr = 1e6}, .split = {.shards = 1}});
-  std::vector<std::int32_t> ids(std::size_t(2) * T), targets(ids.size());
-  std::string message;
-  long steps = 0;
-  try {
-    for (; steps < 1000; ++steps) {
-      for (auto& i : ids) i = std::int32_t(trainer.data_rng().below(V));
-      for (auto& i : targets) i = std::int32_t(trainer.data_rng().below(V));
-      trainer.step([&](int) { return BatchTargets{2, targets}; },
-                   [&](const Shard&, FloatModel& m, CpuBackend<float>& b) { return m.forward(b, ids, Shape{2, T}); });
+  for (const bool by_blocks : {false, true}) {  // forward, or forward_to_head and head_loss
+    BOOST_TEST_CONTEXT("head and loss by blocks " << by_blocks) {
+      CpuBackend<float> be;
+      FloatModel model(V, 3, {.head_block_rows = 5});
+      AdamW<CpuBackend<float>> opt(model);
+      Trainer<FloatModel, CpuBackend<float>> trainer(model, be, opt,
+                                                     {.schedule = LrSchedule{.lr = 1e6}, .split = {.shards = 1}});
+      std::vector<std::int32_t> ids(std::size_t(2) * T), targets(ids.size());
+      std::string message;
+      long steps = 0;
+      try {
+        for (; steps < 1000; ++steps) {
+          for (auto& i : ids) i = std::int32_t(trainer.data_rng().below(V));
+          for (auto& i : targets) i = std::int32_t(trainer.data_rng().below(V));
+          auto batch = [&](int) { return BatchTargets{2, targets}; };
+          if (by_blocks)
+            trainer.step(batch, [&](const Shard&, FloatModel& m, CpuBackend<float>& b) {
+              return m.forward_to_head(b, ids, Shape{2, T});
+            });
+          else
+            trainer.step(batch, [&](const Shard&, FloatModel& m, CpuBackend<float>& b) {
+              return m.forward(b, ids, Shape{2, T});
+            });
+        }
+      } catch (const Error& e) {
+        message = e.what();
+      }
+      BOOST_TEST_MESSAGE("stopped after " << steps << " steps: " << message);
+      BOOST_TEST_REQUIRE(!message.empty(), "1000 steps at lr 1e6 never stopped");
+      BOOST_TEST(message.find("step " + std::to_string(steps + 1)) != std::string::npos, message);
+      const bool loss = message.find("loss is") != std::string::npos;
+      const bool gradient = message.find("non-finite gradient in '") != std::string::npos;
+      BOOST_TEST((loss || gradient), message);
+      if (loss) {
+        BOOST_TEST(message.find("(learning rate 1e+06)") != std::string::npos, message);
+        BOOST_TEST(message.ends_with("; try a lower learning rate or gradient clipping"), message);
+      }
     }
-  } catch (const Error& e) {
-    message = e.what();
-  }
-  BOOST_TEST_MESSAGE("stopped after " << steps << " steps: " << message);
-  BOOST_TEST_REQUIRE(!message.empty(), "1000 steps at lr 1e6 never stopped");
-  BOOST_TEST(message.find("step " + std::to_string(steps + 1)) != std::string::npos, message);
-  const bool loss = message.find("loss is") != std::string::npos;
-  const bool gradient = message.find("non-finite gradient in '") != std::string::npos;
-  BOOST_TEST((loss || gradient), message);
-  if (loss) {
-    BOOST_TEST(message.find("(learning rate 1e+06)") != std::string::npos, message);
-    BOOST_TEST(message.ends_with("; try a lower learning rate or gradient clipping"), message);
   }
 }
 
@@ -218,6 +306,35 @@ BOOST_AUTO_TEST_CASE(divergence_is_flagged_once_and_overflowing_logits_are_named
     const std::string m = e.what();
     BOOST_TEST(m.starts_with("loss is "), m);
     BOOST_TEST(m.find(" at step 5 (learning rate 1e-09): every parameter is finite, but the logits are not") !=
+                   std::string::npos, m);
+  }
+}
+
+// By blocks (head_loss), logits that overflow from finite weights are
+// named as well: a head of finite weights whose first logit is past
+// float's largest value.
+BOOST_AUTO_TEST_CASE(logits_that_overflow_in_a_block_are_named) {
+  using FloatModel = Decoder<TinyPre, CpuBackend<float>>;
+  CpuBackend<float> be;
+  FloatModel model(V, 3, {.head_block_rows = 5});
+  AdamW<CpuBackend<float>> opt(model);
+  Trainer<FloatModel, CpuBackend<float>> trainer(model, be, opt, {.split = {.shards = 1}});
+  std::vector<std::int32_t> ids(std::size_t(2) * T, 1), targets(ids.size(), 2);
+  const auto h = model.hidden(be, ids, Shape{2, T});
+  const std::vector<float> h0(h.begin(), h.begin() + TinyPre::D_MODEL);
+  model.visit([&](std::string_view name, auto& value, auto&) {
+    if (name == "lm_head.weight")  // each row 1e32 h0: the first row's logits 1e32 |h0|^2 > 0
+      for (std::size_t i = 0; i < value.size(); ++i) value.data()[i] = 1e32f * h0[i % h0.size()];
+    if (name == "lm_head.bias")
+      for (auto& b : value) b = std::numeric_limits<float>::max();
+  });
+  try {
+    trainer.step([&](int) { return BatchTargets{2, targets}; },
+                 [&](const Shard&, FloatModel& m, CpuBackend<float>& b) { return m.forward_to_head(b, ids, Shape{2, T}); });
+    BOOST_FAIL("logits past float's range gave a finite loss");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.find(" at step 1 (learning rate 0.001): every parameter is finite, but the logits are not") !=
                    std::string::npos, m);
   }
 }

@@ -10,9 +10,16 @@
 // backend's fused cross_entropy_forward_backward; what Trainer uses): the
 // same loss and gradient, and dlogits may be the logits' own memory.
 // accuracy(): fraction of counted rows whose arg-max is the target.
+//
+// HeadRows and HeadLoss: a language model's head and loss run together a
+// block of rows at a time, so that no logits of the whole batch are held
+// (Decoder::forward_to_head and head_loss; what Trainer uses when a forward
+// returns HeadRows).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -22,6 +29,32 @@
 namespace xfmr {
 
 inline constexpr int kIgnoreIndex = -100;
+
+// Targets that count towards a loss (not kIgnoreIndex, the padding).
+inline long counted_targets(std::span<const std::int32_t> targets) {
+  long n = 0;
+  for (std::int32_t t : targets) n += t != kIgnoreIndex;
+  return n;
+}
+
+// What a forward returns when its head and loss are left to head_loss: the
+// number of rows (targets) waiting for them, and no logits.
+struct HeadRows {
+  int rows = 0;
+};
+
+// The rows of one block of head_loss (unless the model is told otherwise):
+// 256, or more where 16 MiB of logits of `logit_bytes` each hold more.
+inline int head_block_rows(int vocab, std::size_t logit_bytes) {
+  return std::max(256, int((std::size_t(16) << 20) / (logit_bytes * std::size_t(std::max(vocab, 1)))));
+}
+
+// head_loss's result: the mean loss over the counted targets, and, when it
+// is not finite, whether the logits were not (else the loss overflowed).
+struct HeadLoss {
+  double loss = 0.0;
+  bool logits_overflowed = false;
+};
 
 // A loss summed over batches without gradients: the sum of each target's
 // loss and the number of targets counted.

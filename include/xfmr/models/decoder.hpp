@@ -10,14 +10,19 @@
 // "tok_emb.weight", "pos_emb.weight" (learned positions), "blocks.<i>.*",
 // "ln_f.*", "lm_head.weight" (untied), "lm_head.bias" (with head_bias).
 // forward() returns the logits, valid until the next forward. backward(dlogits)
-// accumulates every parameter gradient. Initialisation: GPT-2 (N(0, 0.02)).
+// accumulates every parameter gradient. Training without the batch's logits:
+// forward_to_head, then head_loss (the head and the fused loss a block of
+// rows at a time, then the backward). Initialisation: GPT-2 (N(0, 0.02)).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <type_traits>
 
+#include "xfmr/layers/losses.hpp"
 #include "xfmr/layers/output_projection.hpp"
 #include "xfmr/models/transformer.hpp"
 
@@ -29,6 +34,8 @@ struct DecoderOptions {
   bool tie_weights = false;
   bool head_bias = true;
   Recompute recompute = Recompute::none;  // activation recompute of the blocks (block_stack.hpp)
+  // head_loss's block of rows (0: layers/losses.hpp's head_block_rows, 256 or 16 MiB of logits).
+  int head_block_rows = 0;
   // false: no initialisation at all (the layers' own nor init_gpt2's), for
   // a loader that then gives every parameter its values (load_model's): the
   // weights are not even allocated until then (core/tensor.hpp).
@@ -62,6 +69,7 @@ class Decoder {
     }
     if (opts.initialise) init_gpt2(*this, rng_);
     set_recompute(opts.recompute);
+    require(opts.head_block_rows >= 0, "head_block_rows ", opts.head_block_rows, " is negative");
   }
   Decoder(const Decoder&) = delete;  // the tied head points into this object
   Decoder& operator=(const Decoder&) = delete;
@@ -73,6 +81,50 @@ class Decoder {
     A* logits = logits_.reserve(std::size_t(rows_) * vocab());  // (B*T, vocab)
     head_->forward(be, h, logits);
     return {logits, std::size_t(rows_) * vocab()};
+  }
+
+  // Training's forward without the logits of the whole batch (B*T x vocab:
+  // 131 MB at TinyLlama's B4 T256): the trunk's forward alone; head_loss
+  // then runs the head and the loss.
+  HeadRows forward_to_head(Backend& be, std::span<const std::int32_t> ids, Shape bt) {
+    head_input_ = trunk_.forward(be, ids, bt);
+    rows_ = bt.rows();
+    return {rows_};
+  }
+
+  // The loss of the last forward_to_head's rows against targets (one a row):
+  // CrossEntropyLoss::forward_backward's mean over the counted targets, and
+  // with scale != 0 backward's gradients of scale * that loss, accumulated.
+  // The head and the fused loss run a block of head_block_rows() rows at a
+  // time, each block's logit gradient written over its logits: one block's
+  // logits are held, not the batch's. The same loss and gradients as
+  // forward, the loss and backward, within rounding (a block's loss is
+  // weighed by its share of the counted targets).
+  HeadLoss head_loss(Backend& be, CrossEntropyLoss<Backend>& loss, std::span<const std::int32_t> targets,
+                     double scale) {
+    require(targets.size() == std::size_t(rows_) && head_input_.rows == rows_, "head_loss: ", targets.size(),
+            " targets for the ", rows_, " rows of the last forward_to_head");
+    const int V = vocab(), width = trunk_.dims().d_model;
+    const double counted = double(counted_targets(targets));
+    const Rows<A, D> dh = scale != 0.0 ? dh_.rows(rows_, Dim<D>(width)) : Rows<A, D>();
+    HeadLoss out;
+    for (int r = 0; r < rows_; r += head_block_rows()) {
+      const int n = std::min(head_block_rows(), rows_ - r);
+      const auto t = targets.subspan(std::size_t(r), std::size_t(n));
+      const double share = counted > 0 ? double(counted_targets(t)) / counted : 0.0;
+      const std::span<A> z(logits_.reserve(std::size_t(n) * V), std::size_t(n) * V);
+      head_->forward(be, ConstRows<A, D>(head_input_.row(r), n, width), z.data());
+      const double l = loss.forward_backward(be, z, t, V, z, scale * share);  // the gradient over the logits
+      if (!std::isfinite(l)) return {l, !std::isfinite(double(be.sum_squares(z.size(), z.data())))};
+      out.loss += l * share;
+      if (scale != 0.0) head_->backward(be, z.data(), Rows<A, D>(dh.row(r), n, width));
+    }
+    if (scale != 0.0) trunk_.backward(be, dh);
+    return out;
+  }
+  // The rows of one block of head_loss (DecoderOptions::head_block_rows).
+  int head_block_rows() const {
+    return opts_.head_block_rows > 0 ? opts_.head_block_rows : xfmr::head_block_rows(vocab(), sizeof(A));
   }
 
   // The final hidden states (B*T, d_model) of ids (B*T): after the last
@@ -169,6 +221,7 @@ class Decoder {
   std::optional<OutputProjection<D, Backend>> head_;
   DecoderOptions opts_;
   int rows_ = 0;
+  ConstRows<A, D> head_input_;  // forward_to_head's
   Buffer<A> logits_, dh_, last_;
 };
 

@@ -9,9 +9,9 @@
 //       [&] { return xfmr::make_language_model<Be>("shakespeare-small", vocab, seed); });
 //
 // It is a Decoder<Cfg, Backend> behind a virtual interface: the same
-// members (forward, backward, start_cache, forward_cached, visit,
-// for_each_dropout, set_training, recompute) and the same numbers, bit for
-// bit. What make_language_model builds is the Decoder of presets.hpp's
+// members (forward, backward, forward_to_head, head_loss, start_cache,
+// forward_cached, visit, for_each_dropout, set_training, recompute) and the
+// same numbers, bit for bit. What make_language_model builds is the Decoder of presets.hpp's
 // AnyParts (every size and every part held at run time: the norms' place
 // and kind, the activation, the positions), compiled once in the library
 // (src/language_models.cpp for CpuBackend<float>,
@@ -63,6 +63,11 @@ class LanguageModel : public VirtualModel<Backend> {
   // decoding through a cache.
   virtual std::span<const A> forward(Backend& be, std::span<const std::int32_t> ids, Shape bt) = 0;
   virtual void backward(Backend& be, std::span<const A> dlogits) = 0;
+  // Training without the batch's logits: Decoder::forward_to_head, then
+  // head_loss (the head and the loss a block of rows at a time, then the backward).
+  virtual HeadRows forward_to_head(Backend& be, std::span<const std::int32_t> ids, Shape bt) = 0;
+  virtual HeadLoss head_loss(Backend& be, CrossEntropyLoss<Backend>& loss, std::span<const std::int32_t> targets,
+                             double scale) = 0;
   // The final hidden states (B*T, d_model): Decoder::hidden.
   virtual std::span<const A> hidden(Backend& be, std::span<const std::int32_t> ids, Shape bt) = 0;
   virtual void start_cache(DecodingCache<Backend>& cache, int B, int capacity = 0) = 0;
@@ -125,6 +130,13 @@ class DecoderModel final : public LanguageModel<Backend> {
     return model_.forward(be, ids, bt);
   }
   void backward(Backend& be, std::span<const A> dlogits) override { model_.backward(be, dlogits); }
+  HeadRows forward_to_head(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
+    return model_.forward_to_head(be, ids, bt);
+  }
+  HeadLoss head_loss(Backend& be, CrossEntropyLoss<Backend>& loss, std::span<const std::int32_t> targets,
+                     double scale) override {
+    return model_.head_loss(be, loss, targets, scale);
+  }
   std::span<const A> hidden(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
     return model_.hidden(be, ids, bt);
   }

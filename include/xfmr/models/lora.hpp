@@ -230,6 +230,13 @@ class LoraModel final : public LanguageModel<Backend> {
     return m_.forward(be, ids, bt);
   }
   void backward(Backend& be, std::span<const A> dlogits) override { m_.backward(be, dlogits); }
+  HeadRows forward_to_head(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
+    return m_.forward_to_head(be, ids, bt);
+  }
+  HeadLoss head_loss(Backend& be, CrossEntropyLoss<Backend>& loss, std::span<const std::int32_t> targets,
+                     double scale) override {
+    return m_.head_loss(be, loss, targets, scale);
+  }
   std::span<const A> hidden(Backend& be, std::span<const std::int32_t> ids, Shape bt) override {
     return m_.hidden(be, ids, bt);
   }

@@ -10,8 +10,8 @@
 //         batches.sample(trainer.data_rng(), ids.data(), targets.data());
 //         return BatchTargets{B, targets};     // B sequences, their targets
 //       },
-//       [&](const Shard& s, Model& m, Be& b) { // the shard's logits
-//         return m.forward(b, std::span(ids).subspan(s.begin * T, s.size() * T), Shape{s.size(), T});
+//       [&](const Shard& s, Model& m, Be& b) { // the shard's forward
+//         return m.forward_to_head(b, std::span(ids).subspan(s.begin * T, s.size() * T), Shape{s.size(), T});
 //       });
 //   trainer.save("run1", {{"preset", "shakespeare-small"}});   // a checkpoint
 //   (a LanguageModel replicates itself for the CPU's shards, clone(); a
@@ -35,10 +35,12 @@
 // is that of the step's mean loss whatever the shard count. A batch's
 // targets are laid out by sequence: targets.size() / sequences per
 // sequence (one per position for a language model, one per sequence for a
-// classifier); the logits have one row per target. The loss writes their
-// gradient over them (the fused loss's in-place form: layers/losses.hpp),
-// so the forward function returns the model's own logits, which the
-// Trainer overwrites: no second logits-sized buffer is held.
+// classifier). The forward function returns either the logits, one row
+// per target (the model's own memory: the loss writes their gradient over
+// them, the fused loss's in-place form, layers/losses.hpp, and the Trainer
+// calls backward), or a language model's HeadRows (forward_to_head: the
+// Trainer calls the model's head_loss, which holds one block of rows'
+// logits at a time and runs the backward).
 //
 // Stops: a loss that is not finite throws xfmr::Error naming the step, the
 // learning rate and the cause: the first parameter that is not finite, or
@@ -110,13 +112,6 @@ struct BatchTargets {
   std::span<const std::int32_t> targets;
 };
 
-// Targets that count towards a loss (not kIgnoreIndex, the padding).
-inline long counted_targets(std::span<const std::int32_t> targets) {
-  long n = 0;
-  for (std::int32_t t : targets) n += t != kIgnoreIndex;
-  return n;
-}
-
 template <class Model, class Backend, class Optimizer = AdamW<Backend>>
 class Trainer {
   static_assert(TrainableModel<Model>, "Trainer: the model must provide visit(f), for_each_dropout(f) and "
@@ -152,7 +147,7 @@ class Trainer {
   // One optimisation step (see the top of this file). next_batch(micro)
   // fills the caller's buffers and returns their BatchTargets;
   // forward(shard, model, backend) returns the logits of the shard's
-  // sequences (backend memory, one row per target of the shard).
+  // sequences (backend memory, one row per target of the shard) or HeadRows.
   template <class NextBatch, class Forward>
   StepResult step(NextBatch&& next_batch, Forward&& forward) {
     StepResult r{step_ + 1, opts_.schedule.at(step_), 0.0, 0.0};
@@ -288,11 +283,8 @@ class Trainer {
         const auto targets = batch.targets.subspan(std::size_t(s.begin) * per, std::size_t(s.size()) * per);
         const long c = counted_targets(targets);
         if (c == 0) return 0.0;
-        const std::span<const A> logits = forward(s, m, b);
         auto& ce = eval_loss_.empty() ? shard_loss_[std::size_t(s.index)] : eval_loss_[std::size_t(s.index)];
-        // The loss alone: the fused loss at scale 0, in place, so that no
-        // probabilities are kept anywhere.
-        return ce.forward_backward(b, logits, targets, classes(logits, targets), writable(logits), 0.0) * double(c);
+        return shard_loss(s, m, b, forward, ce, targets, 0.0) * double(c);
       });
     } catch (...) {
       model_.set_training(true);
@@ -325,24 +317,34 @@ class Trainer {
       const long c = counted_targets(targets);
       if (c == 0) return 0.0;
       const double share = double(c) / double(counted);
-      auto& ce = shard_loss_[std::size_t(s.index)];
-      const std::span<const A> logits = forward(s, m, b);
-      const std::span<A> dlogits = writable(logits);  // the gradient over them
-      const double shard_loss =
-          ce.forward_backward(b, logits, targets, classes(logits, targets), dlogits, share / opts_.grad_accum);
-      if (!std::isfinite(shard_loss)) {  // reported below; the gradient is not finite where the logits were not
-        logits_overflowed_[std::size_t(s.index)] = !std::isfinite(b.sum_squares(dlogits.size(), dlogits.data()));
-        return shard_loss;
-      }
-      m.backward(b, std::span<const A>(dlogits));
-      return shard_loss * share;
+      const double l = shard_loss(s, m, b, forward, shard_loss_[std::size_t(s.index)], targets,
+                                  share / opts_.grad_accum);
+      return std::isfinite(l) ? l * share : l;  // a loss that is not finite is reported by check_loss
     });
     return loss;
   }
 
-  // The logits a forward returned (the model's own memory), to write their gradient over.
-  static std::span<A> writable(std::span<const A> logits) {
-    return {const_cast<A*>(logits.data()), logits.size()};
+  // A shard's loss: the mean over its counted targets, and (scale != 0) the
+  // gradients of scale * that loss. Not finite: the shard's
+  // logits_overflowed_ says whether its logits were not (the gradient over
+  // them is not finite where they were not), and no backward runs.
+  template <class Forward>
+  double shard_loss(const Shard& s, Model& m, Backend& b, Forward& forward, CrossEntropyLoss<Backend>& ce,
+                    std::span<const std::int32_t> targets, double scale) {
+    const auto out = forward(s, m, b);
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(out)>, HeadRows>) {
+      const HeadLoss h = m.head_loss(b, ce, targets, scale);
+      logits_overflowed_[std::size_t(s.index)] = h.logits_overflowed;
+      return h.loss;
+    } else {
+      const std::span<const A> logits = out;
+      const std::span<A> dlogits(const_cast<A*>(logits.data()), logits.size());  // the model's own, written over
+      const double l = ce.forward_backward(b, logits, targets, classes(logits, targets), dlogits, scale);
+      logits_overflowed_[std::size_t(s.index)] =
+          !std::isfinite(l) && !std::isfinite(b.sum_squares(dlogits.size(), dlogits.data()));
+      if (std::isfinite(l) && scale != 0.0) m.backward(b, std::span<const A>(dlogits));
+      return l;
+    }
   }
 
   // A loss that is not finite stops the run, naming the step and the cause.
