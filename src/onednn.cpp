@@ -91,27 +91,30 @@ Context& context() {
 }
 
 // rows x cols of x (leading dimension ld) into out, rounded to bfloat16 and
-// widened back to float32 (or widened from bits, when given), same layout.
+// widened back to float32 (or widened from bits, when given), packed
+// (leading dimension cols: a block of a wider matrix's columns takes the
+// block's room alone).
 void rounded_floats(int rows, int cols, const float* x, const std::uint16_t* bits, int ld, std::vector<float>& out) {
-  out.resize(std::size_t(rows - 1) * std::size_t(ld) + std::size_t(cols));
+  out.resize(std::size_t(rows) * std::size_t(cols));
   float* o = out.data();
 #pragma omp parallel for schedule(static) if (long(rows) * cols > 65536)
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
       const std::size_t i = std::size_t(r) * ld + c;
-      o[i] = bits ? to_float(bits[i]) : round(x[i]);
+      o[std::size_t(r) * cols + c] = bits ? to_float(bits[i]) : round(x[i]);
     }
 }
 
 dnnl::memory::desc matrix(int rows, int cols, bool transposed, int ld, dnnl::memory::data_type type);
 
 // rows x cols of x (leading dimension ld) into out, rounded to nearest
-// even, same layout: by oneDNN's reorder (its conversion instruction, on
-// the native path's processors), each product's operands every call.
+// even, packed (leading dimension cols): by oneDNN's reorder (its
+// conversion instruction, on the native path's processors), each product's
+// operands every call.
 void round_matrix(Context& ctx, int rows, int cols, const float* x, int ld, std::vector<std::uint16_t>& out) {
-  out.resize(std::size_t(rows - 1) * std::size_t(ld) + std::size_t(cols));
+  out.resize(std::size_t(rows) * std::size_t(cols));
   using dt = dnnl::memory::data_type;
-  const auto from = matrix(rows, cols, false, ld, dt::f32), to = matrix(rows, cols, false, ld, dt::bf16);
+  const auto from = matrix(rows, cols, false, ld, dt::f32), to = matrix(rows, cols, false, cols, dt::bf16);
   auto it = ctx.roundings.find({rows, cols, ld});
   if (it == ctx.roundings.end())
     it = ctx.roundings.emplace(std::array<int, 3>{rows, cols, ld}, dnnl::reorder(dnnl::reorder::primitive_desc(
@@ -172,21 +175,46 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
   if (!native()) {
     // Products of bfloat16 values are exact in float32 (8 significant bits
     // times 8): float32's sgemm on the rounded operands gives bf16 products,
-    // their sums in float32 (in its order).
+    // their sums in float32 (in its order). A large B (a weight: 262 MB
+    // widened for TinyLlama's head) is widened a block at a time: of its
+    // rows, summed into C, when K is the longer side (A's columns then
+    // widened once each), else of its columns.
+    if (long(N) * K > kRoundedA && K > N) {
+      const int block = int(std::max(1L, kRoundedA / N));
+      for (int k = 0; k < K; k += block) {
+        const std::size_t at_a = ta ? std::size_t(k) * lda : std::size_t(k), at_b = tb ? std::size_t(k) : std::size_t(k) * ldb;
+        gemm(ta, tb, M, N, std::min(block, K - k), alpha, A + at_a, lda, B ? B + at_b : nullptr, ldb,
+             k == 0 ? beta : 1.0f, C, ldc, B_bits ? B_bits + at_b : nullptr);
+      }
+      return;
+    }
+    if (long(N) * K > kRoundedA) {
+      const int block = int(std::max(1L, kRoundedA / K));
+      for (int c = 0; c < N; c += block) {
+        const std::size_t at = tb ? std::size_t(c) * ldb : std::size_t(c);
+        gemm(ta, tb, M, std::min(block, N - c), K, alpha, A, lda, B ? B + at : nullptr, ldb, beta, C + c, ldc,
+             B_bits ? B_bits + at : nullptr);
+      }
+      return;
+    }
     rounded_floats(ta ? K : M, ta ? M : K, A, nullptr, lda, ctx.fa);
     rounded_floats(tb ? N : K, tb ? K : N, B, B_bits, ldb, ctx.fb);
-    require(detail::onednn_sgemm(ta, tb, M, N, K, alpha, ctx.fa.data(), lda, ctx.fb.data(), ldb, beta, C, ldc),
+    require(detail::onednn_sgemm(ta, tb, M, N, K, alpha, ctx.fa.data(), ta ? M : K, ctx.fb.data(), tb ? K : N, beta,
+                                 C, ldc),
             "bf16 products: oneDNN's sgemm failed on a ", M, " x ", N, " x ", K, " product");
     return;
+  }
+  // The rounded operands are packed; B's bits, when given, are read in place.
+  round_matrix(ctx, ta ? K : M, ta ? M : K, A, lda, ctx.a);
+  lda = ta ? M : K;
+  if (!B_bits) {
+    round_matrix(ctx, tb ? N : K, tb ? K : N, B, ldb, ctx.b);
+    B_bits = ctx.b.data();
+    ldb = tb ? K : N;
   }
   const Shape shape{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
   auto it = ctx.products.find(shape);
   if (it == ctx.products.end()) it = ctx.products.emplace(shape, make_product(shape, ctx.engine)).first;
-  round_matrix(ctx, ta ? K : M, ta ? M : K, A, lda, ctx.a);
-  if (!B_bits) {
-    round_matrix(ctx, tb ? N : K, tb ? K : N, B, ldb, ctx.b);
-    B_bits = ctx.b.data();
-  }
   using dt = dnnl::memory::data_type;
   dnnl::memory a(matrix(M, K, ta, lda, dt::bf16), ctx.engine, ctx.a.data());
   dnnl::memory b(matrix(K, N, tb, ldb, dt::bf16), ctx.engine, const_cast<std::uint16_t*>(B_bits));

@@ -87,13 +87,18 @@ BOOST_AUTO_TEST_CASE(products_run_natively_only_with_avx512_bf16) {
 // 2^-16) sum |a b| plus float32's summation error; and against the sums of
 // the rounded operands in double, to float32's summation error alone.
 BOOST_AUTO_TEST_CASE(products_are_within_their_bound_of_float32, *boost::unit_test::precondition(Bf16Here())) {
-  // The last shape's A (more than 2^23 values) is rounded and multiplied a
-  // block of rows at a time (279 rows, then 21): either orientation of A.
-  for (auto [M, N, K] : {std::array{5, 4, 3}, {70, 40, 30}, {150, 130, 110}, {1, 37, 29}, {300, 4, 30000}})
+  // The last three shapes' A, then B (more than 2^23 values each), are
+  // rounded and multiplied a block at a time: of A's rows (279, then 21);
+  // where the products are not native, of B's rows, summed, then of its
+  // columns (27962, then 2038, each). Either orientation of the operand
+  // split, B from floats and from its bits.
+  for (auto [M, N, K] : {std::array{5, 4, 3}, {70, 40, 30}, {150, 130, 110}, {1, 37, 29}, {300, 4, 30000},
+                         {3, 300, 30000}, {2, 30000, 300}})
     for (auto [alpha, beta] : {std::array{0.7f, -1.3f}, {1.0f, 0.0f}, {1.0f, 1.0f}})
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {
-          if (K > 1000 && (!tb || beta == 0.0f || beta == 1.0f)) continue;
+          const bool large = long(std::max(M, N)) * K > (1L << 23);
+          if (large && (beta == 0.0f || beta == 1.0f || (M > N ? !tb : ta))) continue;
           BOOST_TEST_CONTEXT("M " << M << ", N " << N << ", K " << K << ", ta " << ta << ", tb " << tb << ", alpha "
                                   << alpha << ", beta " << beta) {
             const int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 3, ldc = N + 1;
@@ -101,16 +106,33 @@ BOOST_AUTO_TEST_CASE(products_are_within_their_bound_of_float32, *boost::unit_te
             const auto C0 = randn(std::size_t(M) * ldc, 4);
             std::vector<float> C = C0;
             bf16::gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
-            auto a = [&](int m, int k) { return A[ta ? std::size_t(k) * lda + m : std::size_t(m) * lda + k]; };
-            auto b = [&](int k, int n) { return B[tb ? std::size_t(n) * ldb + k : std::size_t(k) * ldb + n]; };
+            if (large) {  // B given as its bits (a bf16 weight copy): the same product
+              std::vector<std::uint16_t> bits(B.size());
+              for (std::size_t i = 0; i < B.size(); ++i) bits[i] = bf16::from_float(B[i]);
+              std::vector<float> from_bits = C0;
+              bf16::gemm(ta, tb, M, N, K, alpha, A.data(), lda, nullptr, ldb, beta, from_bits.data(), ldc, bits.data());
+              BOOST_TEST(from_bits == C);
+            }
+            // A and B, and their rounded values, by (m, k) and (k, n), k fastest.
+            std::vector<float> a_(std::size_t(M) * K), b_(std::size_t(N) * K), ar(a_.size()), br(b_.size());
+            for (int m = 0; m < M; ++m)
+              for (int k = 0; k < K; ++k)
+                ar[std::size_t(m) * K + k] =
+                    bf16::round(a_[std::size_t(m) * K + k] = A[ta ? std::size_t(k) * lda + m : std::size_t(m) * lda + k]);
+            for (int n = 0; n < N; ++n)
+              for (int k = 0; k < K; ++k)
+                br[std::size_t(n) * K + k] =
+                    bf16::round(b_[std::size_t(n) * K + k] = B[tb ? std::size_t(n) * ldb + k : std::size_t(k) * ldb + n]);
             double worst = 0, worst_rounded = 0;  // of the errors over their bounds
             for (int m = 0; m < M; ++m)
               for (int n = 0; n < N; ++n) {
                 double exact = 0, rounded = 0, size = 0;
+                const float *a = &a_[std::size_t(m) * K], *b = &b_[std::size_t(n) * K];
+                const float *a_r = &ar[std::size_t(m) * K], *b_r = &br[std::size_t(n) * K];
                 for (int k = 0; k < K; ++k) {
-                  exact += double(a(m, k)) * b(k, n);
-                  rounded += double(bf16::round(a(m, k))) * bf16::round(b(k, n));
-                  size += std::abs(double(a(m, k)) * b(k, n));
+                  exact += double(a[k]) * b[k];
+                  rounded += double(a_r[k]) * b_r[k];
+                  size += std::abs(double(a[k]) * b[k]);
                 }
                 const double c0 = C0[std::size_t(m) * ldc + n], got = C[std::size_t(m) * ldc + n];
                 const double summing = (K + 2) * 0x1p-24 * (std::abs(alpha) * size * 1.01 + std::abs(beta * c0));
