@@ -306,7 +306,7 @@ double read_bandwidth_gbs(bool smoke) {
 double peak_rss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_maxrss) / 1e3;  // kilobytes on Linux
+  return double(u.ru_maxrss) * 1024.0 / 1e6;  // Linux counts kibibytes: megabytes (10^6), as weights' sizes are
 }
 
 std::int32_t argmax(std::span<const float> row) {

@@ -132,6 +132,11 @@ class CharGpt(nn.Module):
         return self.lm_head(self.ln_f(x)), present
 
 
+def peak_rss_mb():
+    """The process's peak RSS in megabytes (10^6 bytes; Linux reports kibibytes), as xfmr-bench's."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
+
+
 def load_gpt2(path, device):
     """A CharGpt holding a Hugging Face GPT-2 checkpoint of gpt2-small's shape (model.safetensors, config.json)."""
     with open(f"{path}/config.json") as f:
@@ -345,7 +350,7 @@ def lora_benchmark(args):
            "threads": torch.get_num_threads(), "blas": blas_kernel(),
            "parameters": sum(p.numel() for p in model.parameters()), "load": {"load_s": build_s},
            "results": {"train_step": r},
-           "memory": {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}}
+           "memory": {"peak_rss_mb": peak_rss_mb()}}
     print(f"pytorch LoRA r{args.rank} {args.lora} (B{b} T{t}), base {args.precision}, {out['threads']} threads: "
           f"{r['median_ms']:.0f} ms a step, {r['tokens_per_s']:.0f} tok/s, peak RSS {out['memory']['peak_rss_mb']:.0f} MB")
     return out
@@ -505,7 +510,7 @@ def main():
             full = generate()
             out["results"]["full_context_recompute"] = summarize(
                 time_calls(lambda: model(full), args), 1, forward_flops(cfg, 1, t_max, v), ceiling)
-    out["memory"] = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}
+    out["memory"] = {"peak_rss_mb": peak_rss_mb()}
     if args.device == "cuda":
         out["memory"]["peak_device_mb"] = torch.cuda.max_memory_allocated() / 1e6
     print(f"pytorch {args.model} (B{b} T{t} D{d} H{h} L{l}), {backend}, {out['threads']} threads, {out['blas']}; "
