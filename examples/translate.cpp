@@ -123,8 +123,8 @@ void train(const PresetInfo& p, TrainArgs a, const Metadata* resumed) {
                      "the target vocabulary of " + (a.share_embeddings ? files : a.tgt_train),
                      a.tokens == "bpe" ? "--bpe-vocab" : "--min-freq");
   }
-  check_batch_memory(p, 2 * p.n_layers, a.batch, p.max_t, v.tgt.size(),
-                     "--batch " + std::to_string(a.batch));
+  check_batch_memory(p, 2 * p.n_layers, a.batch, p.max_t, v.tgt.size(), "--batch " + std::to_string(a.batch),
+                     false);  // a translation model's logits: the batch's
   const auto src_ids = encode_sentences(v.src, src_lines, max_len, a.truncate, a.src_train);
   const auto tgt_ids = encode_sentences(v.tgt, tgt_lines, max_len, a.truncate, a.tgt_train);
   std::vector<SentencePair> data;

@@ -281,9 +281,10 @@ ProcessGroup& join_ranks(RunOptions& r, std::span<const std::string> arguments, 
 }
 
 void check_batch_memory(const PresetInfo& p, int layers, long batch, long length, long vocab,
-                        const std::string& option) {
+                        const std::string& option, bool head_by_blocks) {
   const double per_position = 4.0 * double(layers) * (10.0 * p.d_model + 2.0 * p.d_ff);
-  const double logits = 4.0 * double(vocab) * double(std::min(batch * length, long(head_block_rows(int(vocab), 4))));
+  const long rows = head_by_blocks ? std::min(batch * length, long(head_block_rows(int(vocab), 4))) : batch * length;
+  const double logits = 4.0 * double(vocab) * double(rows);
   const double bytes = per_position * double(batch) * double(length) + logits;
   const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
   require(memory <= 0 || bytes <= memory, option, ": a batch of ", batch, " sequences of ", length,

@@ -7,7 +7,8 @@
 // Window i predicts tokens [iT + 1, iT + T] from [iT, iT + T); `batch`
 // windows go through a forward at a time, at most `windows` of them (0:
 // every window that fits). In evaluation mode (no dropout; the model is
-// left so). stop(), asked before each batch (TrainingLoop::interrupted: a
+// left so). A language model's head and loss run a block of rows at a time
+// (head_loss): no batch-sized logits are held. stop(), asked before each batch (TrainingLoop::interrupted: a
 // signal), ends it there, the sum partial. Deterministic, so that any other
 // implementation computes the same number (test/reference/lm_loss.py).
 #pragma once
@@ -39,8 +40,14 @@ LossSum window_loss(Model& model, Backend& be, std::span<const std::int32_t> tok
     const int rows = int(std::min<long>(batch, n - w));
     ids.assign(tokens.begin() + w * T, tokens.begin() + (w + rows) * T);
     targets.assign(tokens.begin() + w * T + 1, tokens.begin() + (w + rows) * T + 1);
-    const auto logits = model.forward(be, ids, Shape{rows, T});
-    sum += LossSum{ce.forward(be, logits, targets, model.vocab()) * double(targets.size()), long(targets.size())};
+    double mean = 0;
+    if constexpr (requires { model.head_loss(be, ce, std::span<const std::int32_t>(targets), 0.0); }) {
+      model.forward_to_head(be, ids, Shape{rows, T});  // the head and the loss a block of rows at a time
+      mean = model.head_loss(be, ce, targets, 0.0).loss;
+    } else {
+      mean = ce.forward(be, model.forward(be, ids, Shape{rows, T}), targets, model.vocab());
+    }
+    sum += LossSum{mean * double(targets.size()), long(targets.size())};
   }
   return sum;
 }

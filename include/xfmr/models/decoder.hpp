@@ -34,7 +34,7 @@ struct DecoderOptions {
   bool tie_weights = false;
   bool head_bias = true;
   Recompute recompute = Recompute::none;  // activation recompute of the blocks (block_stack.hpp)
-  // head_loss's block of rows (0: layers/losses.hpp's head_block_rows, 256 or 16 MiB of logits).
+  // head_loss's block of rows (0: layers/losses.hpp's head_block_rows: 256, or 16 MiB of logits if more).
   int head_block_rows = 0;
   // false: no initialisation at all (the layers' own nor init_gpt2's), for
   // a loader that then gives every parameter its values (load_model's): the
@@ -96,10 +96,12 @@ class Decoder {
   // CrossEntropyLoss::forward_backward's mean over the counted targets, and
   // with scale != 0 backward's gradients of scale * that loss, accumulated.
   // The head and the fused loss run a block of head_block_rows() rows at a
-  // time, each block's logit gradient written over its logits: one block's
-  // logits are held, not the batch's. The same loss and gradients as
-  // forward, the loss and backward, within rounding (a block's loss is
-  // weighed by its share of the counted targets).
+  // time, each block's logit gradient written over its logits, in the buffer
+  // forward() fills (which keeps its largest size: a model that only
+  // trains and evaluates this way holds one block's logits, not the
+  // batch's). The same loss and gradients as forward, the loss and
+  // backward, within rounding (a block's loss is weighed by its share of
+  // the counted targets).
   HeadLoss head_loss(Backend& be, CrossEntropyLoss<Backend>& loss, std::span<const std::int32_t> targets,
                      double scale) {
     require(targets.size() == std::size_t(rows_) && head_input_.rows == rows_, "head_loss: ", targets.size(),

@@ -87,11 +87,13 @@ ProcessGroup& join_ranks(RunOptions& r, std::span<const std::string> arguments, 
 // takes at least, estimated from the model's shape (`p`, `layers` blocks in
 // all): per position and block what the backward keeps (about ten rows of
 // the model's width and two of the feed-forward's; attention's own, which
-// depends on its path, not counted), and one block of head_loss's logits
-// (their gradient written over them).
+// depends on its path, not counted), and the logits (their gradient
+// written over them): one block of head_loss's when `head_by_blocks` (a
+// language model's training), else the batch's.
 // More than the machine's memory is refused, naming `option`: a batch size
 // that cannot train fails here, not in the kernel's out-of-memory killer.
-void check_batch_memory(const PresetInfo& p, int layers, long batch, long length, long vocab, const std::string& option);
+void check_batch_memory(const PresetInfo& p, int layers, long batch, long length, long vocab, const std::string& option,
+                        bool head_by_blocks = true);
 // Sequences a batch; more would overflow the batch's token count and only
 // exhaust memory.
 inline constexpr int kMaxBatch = 1 << 16;
