@@ -8,9 +8,10 @@
 // windows go through a forward at a time, at most `windows` of them (0:
 // every window that fits). In evaluation mode (no dropout; the model is
 // left so). A language model's head and loss run a block of rows at a time
-// (head_loss): no batch-sized logits are held. stop(), asked before each batch (TrainingLoop::interrupted: a
-// signal), ends it there, the sum partial. Deterministic, so that any other
-// implementation computes the same number (test/reference/lm_loss.py).
+// (head_loss): no batch-sized logits are held. stop(), asked before each
+// batch (TrainingLoop::interrupted: a signal), ends it there, the sum
+// partial. Deterministic, so that any other implementation computes the
+// same number (test/reference/lm_loss.py).
 #pragma once
 
 #include <algorithm>
