@@ -707,7 +707,7 @@ json run_pretrained(const Args& a, const std::string& precision) {
 // --init CKPT --lora SPEC steps): adapters on its projections, the base
 // frozen, forward, cross-entropy, backward to the adapters and the input,
 // AdamW on the adapters; B x T random tokens, one shard (the products
-// threaded). In bf16 or int8 precision the base is held as its copies
+// threaded). In bf16, int8 or q4 precision the base is held as its copies
 // alone (hold_frozen_base: a WeightCopies scope over the file's matrices),
 // never in float32, and its products are the precision's (every other one
 // float32: make_frozen_base_backend). Load time, the step, the process's peak RSS.
@@ -963,8 +963,8 @@ int main(int argc, char** argv) {
     if (a.smoke) a.warmup = 0, a.min_reps = 1, a.min_time = 0;
     require(a.decode_tokens >= 1 && a.decode_tokens < (1 << 20), "--decode-tokens ", a.decode_tokens, " is not positive");
     require(a.prefill >= 0 && a.prefill < (1 << 20), "--prefill ", a.prefill, " is negative");
-    require(a.lora.empty() || (!a.pretrained.empty() && a.backend == "cpu" && a.precision != "q4"),
-            "--lora times a LoRA step on a --pretrained checkpoint, on the CPU backend with an fp32, bf16 or int8 base");
+    require(a.lora.empty() || (!a.pretrained.empty() && a.backend == "cpu"),
+            "--lora times a LoRA step on a --pretrained checkpoint, on the CPU backend");
     json result;
     if (a.modes == "allreduce") {
       result = run_allreduce(a);

@@ -8,8 +8,8 @@
 CHECKPOINT is random_checkpoint.py SHAPE's directory (float32 weights), e.g.
     benchmark/random_checkpoint.py tinyllama-1.1b /tmp/tl
 xfmr times `xfmr-bench --pretrained CHECKPOINT --lora r=R,alpha=2R` in each of
---precisions (bf16: the base held as bf16 copies, its products bf16, the rest float32) under each
---recompute mode; PyTorch times pytorch_reference.py --lora SHAPE (the same
+--precisions (bf16, int8, q4: the base held as such copies, its products
+through them, the rest float32) under each --recompute mode; PyTorch times pytorch_reference.py --lora SHAPE (the same
 shape, random weights, LoRA written in plain PyTorch) with its frozen base in
 each --torch-precisions and under each thread count. Each round runs every
 one of them once (A B C ... A B C ...), so that drift in the machine hits all
@@ -98,7 +98,8 @@ def main():
                   f"peak RSS {out['memory']['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     shape = SHAPES[args.shape]
     tokens = args.batch * args.seq_len
-    base_gb = {"fp32": base_bytes(shape, 4) / 1e9, "bf16": base_bytes(shape, 2) / 1e9}
+    # (int8: a byte a weight and its rows' scales, ~1; q4: 18 bytes a block of 32.)
+    base_gb = {p: base_bytes(shape, b) / 1e9 for p, b in (("fp32", 4), ("bf16", 2), ("int8", 1), ("q4", 18 / 32))}
     x = meta[next(iter(impls))]
     print(f"\nLoRA r{args.rank} alpha {2 * args.rank} on q, k, v, o, gate, up, down of {args.shape} "
           f"(random weights; {x['lora']['trained']:,} trained of {x['parameters']:,}), B{args.batch} T{args.seq_len}; "

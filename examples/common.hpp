@@ -256,12 +256,12 @@ inline ProcessGroup& join_ranks(RunOptions& r, std::string_view backend, const s
 }
 
 // xfmr::check_run_options and the precision and backend names (lora: a LoRA run's, its frozen base's
-// precision: make_frozen_base_backend's), then --out locked for this run (rank 0 alone under mpirun) and what
-// interrupted saves of it left removed.
+// precision: any, make_frozen_base_backend's), then --out locked for this run (rank 0 alone under mpirun) and
+// what interrupted saves of it left removed.
 [[nodiscard]] inline std::unique_ptr<CheckpointLock> start_run(const RunOptions& r, const std::vector<NamedPath>& inputs,
                                                                const std::string& resume = "", bool lora = false) {
   check_run_options(r, inputs, resume);
-  if (lora) check_frozen_base_precision(r.precision, "--precision");
+  if (lora) check_precision_name(r.precision, "--precision");
   else check_training_precision(r.precision, "--precision");
   check_backend(r.backend, r.precision, "--backend", "--precision");
 #ifndef XFMR_FUZZ_CLI  // (a fuzzed --out may name any directory: the lock would create its parents)

@@ -334,7 +334,8 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   const int ranks = group.size();
   require(run.batch % ranks == 0, "--batch ", run.batch, " is not a multiple of the ", ranks, " ranks");
   const int my_rows = run.batch / ranks, my_first = rank_rows(group, run.batch).first;
-  // A LoRA run's --precision is its frozen base's (bf16: held in bf16, its products bf16, the rest float32).
+  // A LoRA run's --precision is its frozen base's (bf16, int8, q4: held as such copies, its products through
+  // them, the rest float32).
   Be be = lora ? make_frozen_base_backend<Be>(a.backend, a.precision) : make_backend<Be>(a.backend, a.precision);
   TrainingRun<LanguageModel<Be>, Be> session(
       trained, be, {.optimizer = adamw_recipe(AdamWRecipe::language_model, run.weight_decay),
@@ -460,7 +461,7 @@ int run_train(int argc, char** argv) {
       ("resume", po::value(&a.resume), "continue from this checkpoint (its settings; --data must be the same)")
       ("lora", po::value(&a.run.lora), "with --init: train low-rank adapters on its frozen weights, "
        "r=16,alpha=32,targets=q,k,v,o,gate,up,down[,dropout=0.05][,rslora] (GPT-2: targets=qkv,o,fc1,down); "
-       "--precision is then the frozen base's (fp32, bf16 or int8); the checkpoint is the adapters (a peft adapter "
+       "--precision is then the frozen base's (fp32, bf16, int8 or q4); the checkpoint is the adapters (a peft adapter "
        "directory: sample --lora) and the run's state");
   add_lm_training_options(opts, a.run, "peak learning rate (AdamW, betas 0.9, 0.95)",
                           "dropout rate (default: the preset's; 0 for a published model)");

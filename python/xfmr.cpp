@@ -527,12 +527,13 @@ class PyTrainer {
     o.check();
     require(model_->precision() == "fp32", "Trainer: the model was loaded for decoding in ", model_->precision(),
             "; train one loaded in fp32 (Trainer(precision='bf16') trains with bf16 products)");
-    if (o.lora.empty()) check_training_precision(o.precision, "Trainer: precision");  // (else the frozen base's)
+    if (o.lora.empty()) check_training_precision(o.precision, "Trainer: precision");
+    else check_precision_name(o.precision, "Trainer: precision");  // the frozen base's: any
     Lm& lm = model_->lm();
     lm.set_recompute(parse_recompute(o.recompute));
     // LoRA: adapters on the model's projections train (one shard), the model frozen, in `precision` (bf16: held as
-    // its bf16 copies; int8: its forward through the int8 copies); a checkpoint is the adapters, their state and a
-    // peft directory. The backend first: a precision it refuses leaves the model without adapters.
+    // its bf16 copies; int8, q4: its forward through the int8 or 4-bit copies); a checkpoint is the adapters, their
+    // state and a peft directory. The backend first: a precision it refuses leaves the model without adapters.
     be_ = std::make_unique<Be>(!o.lora.empty() ? make_frozen_base_backend<Be>("cpu", o.precision)
                                                : make_backend<Be>("cpu", o.precision));
     if (!o.lora.empty()) {
@@ -901,9 +902,10 @@ PYBIND11_MODULE(_xfmr, m) {
            "schedule: 'constant', 'cosine' (a tenth of the steps' warmup, at most 1000, then down to lr / 10) or 'onecycle', over "
            "`steps`; "
            "shards: the CPU's data-parallel replicas (0: its default); precision: 'fp32' or 'bf16' (with lora also "
-           "'int8'); recompute: 'none', 'cheap' or 'block'; lora: "
+           "'int8' or 'q4'); recompute: 'none', 'cheap' or 'block'; lora: "
            "'r=16,alpha=32[,targets=q,k,v,o,gate,up,down][,dropout=0.05][,rslora]': LoRA adapters "
-           "train on the frozen model (precision bf16: held in bf16; int8: its forward through int8 copies), a checkpoint "
+           "train on the frozen model (precision bf16: held in bf16; int8 or q4: its forward through int8 or 4-bit copies, "
+           "q4's input gradient through the 4-bit weights), a checkpoint "
            "their peft directory")
       .def("step", &PyTrainer::step, py::arg("batch"), py::arg("targets") = py::none(),
            "one optimizer step; returns the loss. batch: integer ids (B, T + 1), inputs [:, :-1] and targets "

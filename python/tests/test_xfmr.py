@@ -372,9 +372,12 @@ def test_a_trainer_trains_lora_adapters_alone(tmp_path):
     on_int8 = trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER), precision="int8")
     int8 = [on_int8.step(batch) for _ in range(8)]
     assert int8[0] != losses[0] and abs(int8[0] - losses[0]) < 2e-2 * abs(losses[0]) and int8[-1] < int8[0] - 0.05
+    on_q4 = trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER), precision="q4")
+    q4 = [on_q4.step(batch) for _ in range(8)]
+    assert q4[0] != losses[0] and abs(q4[0] - losses[0]) < 5e-2 * abs(losses[0]) and q4[-1] < q4[0] - 0.05
     unchanged = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
-    with pytest.raises(xfmr.Error, match="a 4-bit base is not yet trained through"):
-        trainer(unchanged, precision="q4")
+    with pytest.raises(xfmr.Error, match="unknown Trainer: precision 'fp16'"):
+        trainer(unchanged, precision="fp16")
     assert np.array_equal(unchanged.logits(ids), base)  # refused before any adapter was put on it
 
 

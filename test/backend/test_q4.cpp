@@ -4,7 +4,8 @@
 // copies equal their formula recomputed plainly, bit for bit, at every
 // level the CPU runs and whatever rows come with a row, and lie within the
 // quantisation bound of float32's; a 4-bit checkpoint's panels are read in
-// place and give the products of 4-bit precision on the float model;
+// place and give the products of 4-bit precision on the float model; the
+// input gradient through a copy multiplies the 4-bit weights themselves;
 // decoding through the KV cache gives the tokens of recomputing the context.
 #include <unistd.h>
 
@@ -203,6 +204,48 @@ BOOST_AUTO_TEST_CASE(a_row_gets_the_same_bits_in_any_batch) {
     const std::vector<float> row(A.begin() + std::ptrdiff_t(m) * K, A.begin() + std::ptrdiff_t(m + 1) * K);
     const auto alone = product(q4, row, W.data(), 1, N, K);
     BOOST_TEST_REQUIRE(std::memcmp(&all[std::size_t(m) * N], alone.data(), N * sizeof(float)) == 0, "row " << m);
+  }
+}
+
+// The input gradient through a 4-bit copy (a frozen 4-bit base's dx =
+// dy W, W untransposed): the product of the 4-bit weights themselves, d (q
+// - 8) as the format gives them, within float32's summation error of that
+// product summed in double; the float32 weights it was made from are not
+// read (they are overwritten with NaN once the copy is made). A matrix of
+// more than 2^21 weights is widened a block at a time: of its rows when
+// they are the longer side, summed into C (beta once), else of its columns
+// (C's); and beta 1 adds to C.
+BOOST_AUTO_TEST_CASE(the_input_gradient_multiplies_the_4bit_weights) {
+  struct Case { int rows, cols, M; float beta; };
+  for (const Case c : {Case{53, 100, 3, 0.0f}, Case{53, 100, 2, 1.0f}, Case{4100, 600, 3, 0.0f},
+                       Case{4100, 600, 2, 1.0f}, Case{600, 4100, 3, 0.0f}}) {
+    BOOST_TEST_CONTEXT(c.rows << " x " << c.cols << ", M " << c.M << ", beta " << c.beta) {
+      auto W = randn(std::size_t(c.rows) * c.cols, 60, 0.05f);
+      const Plain plain = quantise_plainly(W, c.rows, c.cols);
+      Cpu q4({.q4 = true});
+      q4.keep_weight_copy(W.data(), c.rows, c.cols);
+      const auto X = randn(std::size_t(c.M) * c.cols, 61);
+      (void)product(q4, X, W.data(), c.M, c.rows, c.cols);  // the forward makes the copy
+      std::fill(W.begin(), W.end(), NAN);
+      const auto dY = randn(std::size_t(c.M) * c.rows, 62);
+      std::vector<float> dX = randn(std::size_t(c.M) * c.cols, 63);
+      const std::vector<float> before = dX;
+      q4.gemm(false, false, c.M, c.cols, c.rows, 1.0f, dY.data(), c.rows, W.data(), c.cols, c.beta, dX.data(), c.cols);
+      const int blocks = (c.cols + 31) / 32;
+      for (int m = 0; m < c.M; ++m)
+        for (int k = 0; k < c.cols; ++k) {
+          double want = c.beta * double(before[std::size_t(m) * c.cols + k]), magnitude = std::fabs(want);
+          for (int n = 0; n < c.rows; ++n) {
+            const double w = double(plain.d[std::size_t(n) * blocks + k / 32]) *
+                             (int(plain.q[std::size_t(n) * blocks * 32 + k]) - 8);
+            want += double(dY[std::size_t(m) * c.rows + n]) * w;
+            magnitude += std::fabs(double(dY[std::size_t(m) * c.rows + n]) * w);
+          }
+          BOOST_TEST_REQUIRE(std::fabs(dX[std::size_t(m) * c.cols + k] - want) <= 1e-7 * (c.rows + 2) * magnitude,
+                             "row " << m << ", column " << k << ": " << dX[std::size_t(m) * c.cols + k] << ", want "
+                                    << want);
+        }
+    }
   }
 }
 

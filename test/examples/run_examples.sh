@@ -1016,13 +1016,21 @@ open('big/model.safetensors', 'wb').write(b)"
       fail "LoRA on a bf16 base failed"
     start=$(json_value lora-bf16.json start_val_loss) end=$(json_value lora-bf16.json val_loss)
     awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA on bf16 went from $start to $end"
-    # On an int8 base (the forward through its int8 copies) too; a 4-bit base is refused by name.
-    lora_tune "${lora[@]}" --precision int8 --out lora-int8 --metrics-json lora-int8.json ||
-      fail "LoRA on an int8 base failed"
-    start=$(json_value lora-int8.json start_val_loss) end=$(json_value lora-int8.json val_loss)
-    awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA on int8 went from $start to $end"
-    expect_error "a 4-bit base is not yet trained through" "$lm" train --init "$fam/qwen2" --tokenizer "$tok" \
-      --data corpus.txt --lora r=2 --precision q4
+    # On an int8 or 4-bit base (the forward through its int8 or 4-bit copies) too.
+    for p in int8 q4; do
+      lora_tune "${lora[@]}" --precision $p --out lora-$p --metrics-json lora-$p.json || fail "LoRA on a $p base failed"
+      start=$(json_value lora-$p.json start_val_loss) end=$(json_value lora-$p.json val_loss)
+      awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA on $p went from $start to $end"
+    done
+    # On a 4-bit checkpoint (its panels read in place), and its adapter decodes on it.
+    "$lm" quantise --model "$fam/qwen2" --tokenizer "$tok" --out q4base --precision q4 > /dev/null || fail "quantise failed"
+    "$lm" train --init q4base --tokenizer "$tok" --data corpus.txt --steps 30 --batch 4 --context 16 --lr 1e-2 \
+      --eval-every 10 --eval-windows 4 --lora r=4,alpha=8 --precision q4 --out lora-q4ckpt \
+      --metrics-json lora-q4ckpt.json > /dev/null || fail "LoRA on a 4-bit checkpoint failed"
+    start=$(json_value lora-q4ckpt.json start_val_loss) end=$(json_value lora-q4ckpt.json val_loss)
+    awk -v s="$start" -v e="$end" 'BEGIN { exit !(e < s - 0.05) }' || fail "LoRA on q4base went from $start to $end"
+    "$lm" sample --model q4base --lora lora-q4ckpt --prompt Once --tokens 4 --temperature 0 > /dev/null 2>&1 ||
+      fail "sample --lora on the 4-bit checkpoint failed"
     lora_tune "${lora[@]}" --out lora-half --stop-after 10 || fail "LoRA to step 10 failed"
     lora_tune --resume lora-half || fail "resuming the LoRA run failed"
     same lora lora-half

@@ -128,22 +128,18 @@ Be make_backend([[maybe_unused]] std::string_view name, std::string_view precisi
 // both orientations; int8: the forward's products of the weights' int8
 // copies, the decoding kernels', and the input gradient's of the values
 // the base's source gives: an int8 checkpoint's own, or a float file's,
-// as if the rounding to int8 passed the gradient through unchanged),
+// as if the rounding to int8 passed the gradient through unchanged; q4:
+// the forward's products of the 4-bit copies, the decoding kernels', and
+// the input gradient's of the 4-bit weights themselves, as QLoRA's),
 // every other product and operation float32 (WeightCopies). On the CPU
 // backend only until LoRA has run on a GPU.
-// check_frozen_base_precision: the precisions it takes, or an Error naming
-// `what` (a program's option).
-inline void check_frozen_base_precision(std::string_view precision, std::string_view what = "precision") {
-  check_precision_name(precision, what);
-  require(precision == "fp32" || precision == "bf16" || precision == "int8", what, " ", precision,
-          ": a LoRA run's frozen base is fp32, bf16 or int8 (a 4-bit base is not yet trained through)");
-}
 template <class Be>
 Be make_frozen_base_backend(std::string_view name, std::string_view precision) {
-  check_frozen_base_precision(precision);
+  check_precision_name(precision);
   if constexpr (std::is_same_v<Be, CpuBackend<float>>) {
     if (precision == "fp32") return Be{};
     if (precision == "int8") return Be({.int8 = true});
+    if (precision == "q4") return Be({.q4 = true});
     require(bf16::available(), "a bf16 base: ", bf16::unavailable_reason());
     return Be({.bf16_weights = true});
   } else {

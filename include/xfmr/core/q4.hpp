@@ -119,14 +119,20 @@ inline float q4_unpack_row(const std::byte* block, int i, std::uint8_t* q) {
   return half_to_float(scale);
 }
 
-// Row r of the 4-bit matrix P (K columns) as float32: d (q - 8).
-inline void q4_dequantise_row(const std::byte* P, long K, long r, float* out) {
+// Rows [r0, r1) and columns [c0, c1) (c0 a multiple of kQ4Block) of the
+// 4-bit matrix P (K columns) as float32, d (q - 8), exact (a float16 scale
+// times an integer of 4 bits), into out (ldo apart).
+inline void q4_dequantise(const std::byte* P, long K, long r0, long r1, long c0, long c1, float* out, long ldo) {
   std::uint8_t q[kQ4Block];
-  for (long b = 0; b < q4_blocks(K); ++b) {
-    const float d = q4_unpack_row(P + q4_offset(K, r / kQ4PanelRows, b), int(r % kQ4PanelRows), q);
-    for (long k = b * kQ4Block; k < std::min(K, (b + 1) * kQ4Block); ++k) out[k] = d * float(int(q[k - b * kQ4Block]) - 8);
-  }
+  for (long r = r0; r < r1; ++r)
+    for (long b = c0 / kQ4Block; b < q4_blocks(c1); ++b) {
+      const float d = q4_unpack_row(P + q4_offset(K, r / kQ4PanelRows, b), int(r % kQ4PanelRows), q);
+      for (long k = b * kQ4Block; k < std::min(c1, (b + 1) * kQ4Block); ++k)
+        out[(r - r0) * ldo + k - c0] = d * float(int(q[k - b * kQ4Block]) - 8);
+    }
 }
+// Row r of the 4-bit matrix P (K columns) as float32.
+inline void q4_dequantise_row(const std::byte* P, long K, long r, float* out) { q4_dequantise(P, K, r, r + 1, 0, K, out, K); }
 
 // One activation row's blocks (see above) into a_q (K rounded up to whole
 // blocks, zeros past K), their scales and -8 times their sums. Always

@@ -77,7 +77,7 @@ class CpuLinear {
                                        ops.quantise_weight_rows))
         return;
       if (q4_ && q4_products_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ops.quantise_rows_q4,
-                                   ops.pack_panel_q4))
+                                   ops.pack_panel_q4, ops.gemm))
         return;
       if (panels_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
     }

@@ -15,8 +15,13 @@
 // formula through the level's kernel (cpu/kernels.hpp's q4_product_rows:
 // AVX-512 VNNI's, AVX2's or a plain loop), the same bits at every level and
 // for any rows beside a row: a prompt's rows and a decoding step's, one
-// stream's and a batch's. Products of other operands (attention's) stay
-// float32. w must not change until drop_copies(); WeightCopies
+// stream's and a batch's. A product through w untransposed (the input
+// gradient of a frozen 4-bit base, models/lora.hpp: dx = dy W) multiplies
+// the 4-bit weights themselves, widened to float32 a block of 2^21 at a
+// time (exact: a scale times a small integer) for the level's float32
+// product: of w's rows, summed into C, when they are the longer side, else
+// of its columns. Products of other operands (attention's) stay float32.
+// w must not change until drop_copies(); WeightCopies
 // (infer/weight_copies.hpp) keeps a model's matrices for one scope.
 #pragma once
 
@@ -66,11 +71,19 @@ class Q4Products {
   // through B's 4-bit copy when it has one and the product is a weight's
   // (see above); false otherwise, C untouched (the caller's float32
   // product). `quantise` and `pack_panel` are the level's (cpu/ops.hpp).
+  // `float_gemm` is the level's float32 product, for w untransposed.
+  using FloatGemm = void (*)(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*,
+                             int);
   bool gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-            float beta, float* C, int ldc, decltype(&quantise_rows_q4) quantise, decltype(&pack_panel_q4) pack_panel) {
+            float beta, float* C, int ldc, decltype(&quantise_rows_q4) quantise, decltype(&pack_panel_q4) pack_panel,
+            FloatGemm float_gemm) {
     if (!serves(ta, tb, N, K, alpha, B, ldb, beta)) return false;
     Copy& copy = copies_.find(B)->second;
     if (!copy.panels) pack(copy, pack_panel);
+    if (!tb) {
+      widened_product(copy, ta, M, N, K, alpha, A, lda, beta, C, ldc, float_gemm);
+      return true;
+    }
     const long blocks = q4_blocks(K), ldq = blocks * kQ4Block;
     quantised_.resize(std::size_t(M) * std::size_t(ldq));
     scales_.resize(std::size_t(M) * std::size_t(blocks));
@@ -87,18 +100,23 @@ class Q4Products {
     return true;
   }
 
-  // Whether this product reads B's copy: a weight's, over all its columns.
+  // Whether this product reads B's copy: a weight's, over all its columns,
+  // or any through B untransposed (its rows and columns within the copy's).
   bool serves(bool ta, bool tb, int N, int K, float alpha, const float* B, int ldb, float beta) const {
     const auto it = copies_.find(B);
-    return it != copies_.end() && it->second.cols == ldb && K == ldb && N <= it->second.rows && tb && !ta &&
-           alpha == 1.0f && beta == 0.0f;
+    if (it == copies_.end() || it->second.cols != ldb) return false;
+    if (!tb) return K <= it->second.rows && N <= ldb;
+    return K == ldb && N <= it->second.rows && !ta && alpha == 1.0f && beta == 0.0f;
   }
 
   void keep_copy(const float* w, int rows, int cols, std::shared_ptr<const WeightSource> source) {
     require(rows > 0 && cols > 0, "4-bit weight copy of a ", rows, " x ", cols, " matrix");
     copies_[w] = Copy{rows, cols, nullptr, nullptr, std::move(source)};
   }
-  void drop_copies() { copies_.clear(); }
+  void drop_copies() {
+    copies_.clear();
+    std::vector<float>().swap(wide_);
+  }
   // The bytes of the copies made here (panels read in place from a file are
   // the file's).
   std::size_t copy_bytes() const {
@@ -138,7 +156,43 @@ class Q4Products {
     copy.source->release();
     copy.source.reset();
   }
+  // C = alpha op(A) W + beta C, W (K x N) the first rows and columns of the
+  // copy, widened a block at a time into wide_.
+  void widened_product(const Copy& copy, bool ta, int M, int N, int K, float alpha, const float* A, int lda,
+                       float beta, float* C, int ldc, FloatGemm float_gemm) {
+    constexpr long kWidened = 1L << 21;  // floats widened at a time (8 MB)
+    if (M == 0 || N == 0) return;
+    const std::byte* P = copy.panels;
+    const long cols = copy.cols;
+    // W's rows [r0, r1), columns [c0, c1) into wide_, c1 - c0 apart, panels over the threads.
+    const auto widen = [&](long r0, long r1, long c0, long c1) {
+      wide_.resize(std::size_t((r1 - r0) * (c1 - c0)));
+      float* out = wide_.data();
+      parallel_ranges(
+          r1 - r0, (r1 - r0) * (c1 - c0) > kParallelWork,
+          [=](long lo, long hi) { q4_dequantise(P, cols, r0 + lo, r0 + hi, c0, c1, out + lo * (c1 - c0), c1 - c0); },
+          kQ4PanelRows);
+    };
+    if (K > N) {  // blocks of W's rows (A's columns), summed into C
+      const long rows = std::max<long>(kQ4PanelRows, kWidened / N / kQ4PanelRows * kQ4PanelRows);
+      for (long r = 0; r < K; r += rows) {
+        const long n = std::min<long>(rows, K - r);
+        widen(r, r + n, 0, N);
+        float_gemm(ta, false, M, N, int(n), alpha, ta ? A + r * lda : A + r, lda, wide_.data(), N,
+                   r == 0 ? beta : 1.0f, C, ldc);
+      }
+    } else {  // blocks of W's columns (C's)
+      const long width = std::max<long>(kQ4Block, kWidened / std::max(K, 1) / kQ4Block * kQ4Block);
+      for (long c = 0; c < N; c += width) {
+        const long n = std::min<long>(width, N - c);
+        widen(0, K, c, c + n);
+        float_gemm(ta, false, M, int(n), K, alpha, A, lda, wide_.data(), int(n), beta, C + c, ldc);
+      }
+    }
+  }
+
   std::unordered_map<const float*, Copy> copies_;  // by weight
+  std::vector<float> wide_;                         // a block of a copy widened (widened_product)
   std::vector<std::int8_t> quantised_;              // a product's rows of A, a block at a time
   std::vector<float> scales_;                       // their blocks' scales
   std::vector<std::int32_t> offsets_;               // and -8 times their sums
