@@ -176,11 +176,13 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
     // Products of bfloat16 values are exact in float32 (8 significant bits
     // times 8): float32's sgemm on the rounded operands gives bf16 products,
     // their sums in float32 (in its order). A large B (a weight: 262 MB
-    // widened for TinyLlama's head) is widened a block at a time: of its
-    // rows, summed into C, when K is the longer side (A's columns then
-    // widened once each), else of its columns.
-    if (long(N) * K > kRoundedA && K > N) {
-      const int block = int(std::max(1L, kRoundedA / N));
+    // widened for TinyLlama's head) is widened a block of 2^21 values (8
+    // MB) at a time: of its rows, summed into C, when K is the longer side
+    // (A's columns then widened a block each), else of its columns (A
+    // widened once for them all).
+    constexpr long kWidenedB = 1L << 21;
+    if (long(N) * K > kWidenedB && K > N) {
+      const int block = int(std::max(1L, kWidenedB / N));
       for (int k = 0; k < K; k += block) {
         const std::size_t at_a = ta ? std::size_t(k) * lda : std::size_t(k), at_b = tb ? std::size_t(k) : std::size_t(k) * ldb;
         gemm(ta, tb, M, N, std::min(block, K - k), alpha, A + at_a, lda, B ? B + at_b : nullptr, ldb,
@@ -188,20 +190,16 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
       }
       return;
     }
-    if (long(N) * K > kRoundedA) {
-      const int block = int(std::max(1L, kRoundedA / K));
-      for (int c = 0; c < N; c += block) {
-        const std::size_t at = tb ? std::size_t(c) * ldb : std::size_t(c);
-        gemm(ta, tb, M, std::min(block, N - c), K, alpha, A, lda, B ? B + at : nullptr, ldb, beta, C + c, ldc,
-             B_bits ? B_bits + at : nullptr);
-      }
-      return;
-    }
     rounded_floats(ta ? K : M, ta ? M : K, A, nullptr, lda, ctx.fa);
-    rounded_floats(tb ? N : K, tb ? K : N, B, B_bits, ldb, ctx.fb);
-    require(detail::onednn_sgemm(ta, tb, M, N, K, alpha, ctx.fa.data(), ta ? M : K, ctx.fb.data(), tb ? K : N, beta,
-                                 C, ldc),
-            "bf16 products: oneDNN's sgemm failed on a ", M, " x ", N, " x ", K, " product");
+    const int block = long(N) * K > kWidenedB ? int(std::max(1L, kWidenedB / K)) : N;
+    for (int c = 0; c < N; c += block) {
+      const int n = std::min(block, N - c);
+      const std::size_t at = tb ? std::size_t(c) * ldb : std::size_t(c);
+      rounded_floats(tb ? n : K, tb ? K : n, B ? B + at : nullptr, B_bits ? B_bits + at : nullptr, ldb, ctx.fb);
+      require(detail::onednn_sgemm(ta, tb, M, n, K, alpha, ctx.fa.data(), ta ? M : K, ctx.fb.data(), tb ? K : n, beta,
+                                   C + c, ldc),
+              "bf16 products: oneDNN's sgemm failed on a ", M, " x ", n, " x ", K, " product");
+    }
     return;
   }
   // The rounded operands are packed; B's bits, when given, are read in place.

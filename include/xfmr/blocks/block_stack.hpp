@@ -18,9 +18,11 @@
 //          backward, its dropout counters wound back so the masks repeat:
 //          the gradients are bit for bit those of none, in the memory of
 //          one block's activations instead of N (blocks keep their
-//          forward's arguments: replay()). The one set of buffers goes up
-//          the stack in the forward and down it in the backward, so a step
-//          allocates nothing once the first is done.
+//          forward's arguments: replay()), and a gated feed-forward's
+//          backward writes its activation's gradient over its saved
+//          pre-activation (FeedForward::set_replayed). The one set of
+//          buffers goes up the stack in the forward and down it in the
+//          backward, so a step allocates nothing once the first is done.
 // Every block's backward takes its scratch from the backend's workspace
 // (core/workspace.hpp), which holds one block's at a time.
 #pragma once
@@ -88,7 +90,8 @@ class BlockStack {
   void set_recompute(Recompute r) {
     recompute_ = r;
     const bool cheap = r == Recompute::cheap;
-    for (auto& b : blocks_) b.share_recomputed(cheap ? &shared_norm_ : nullptr, cheap ? &shared_activated_ : nullptr);
+    for (auto& b : blocks_)
+      b.share_recomputed(cheap ? &shared_norm_ : nullptr, cheap ? &shared_activated_ : nullptr, r == Recompute::block);
   }
   Recompute recompute() const { return recompute_; }
 

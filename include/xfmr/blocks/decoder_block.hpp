@@ -92,9 +92,10 @@ class DecoderBlock {
   void replay(Backend& be) {
     forward(be, last_.x, last_.memory, last_.y, last_.tgt, last_.src, last_.tgt_padding, last_.src_padding);
   }
-  void share_recomputed(Buffer<A>* norm, Buffer<A>* activated) {
+  void share_recomputed(Buffer<A>* norm, Buffer<A>* activated, bool replayed) {
     for (auto* r : {&r1_, &r2_, &r3_}) r->share_norm_output(norm);
     ff_.share_activated(activated);
+    ff_.set_replayed(replayed);
   }
   template <class F, class... Same>
   void for_each_saved(F&& f, Same&... others) {

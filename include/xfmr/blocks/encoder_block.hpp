@@ -80,11 +80,13 @@ class SelfAttentionBlock {
   // of this type (to free or to trade it).
   void replay(Backend& be) { forward(be, last_.x, last_.y, last_.bt, last_.key_padding); }
   // Cheap recompute: the norms' outputs and the activation's in a stack's
-  // shared buffers (Residual::share_norm_output, FeedForward::share_activated).
-  void share_recomputed(Buffer<A>* norm, Buffer<A>* activated) {
+  // shared buffers (Residual::share_norm_output, FeedForward::share_activated);
+  // block recompute: `replayed` (FeedForward::set_replayed).
+  void share_recomputed(Buffer<A>* norm, Buffer<A>* activated, bool replayed) {
     r1_.share_norm_output(norm);
     r2_.share_norm_output(norm);
     ff_.share_activated(activated);
+    ff_.set_replayed(replayed);
   }
   template <class F, class... Same>
   void for_each_saved(F&& f, Same&... others) {

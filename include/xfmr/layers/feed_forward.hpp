@@ -6,8 +6,10 @@
 //
 // Saves: what fc1, the activation and fc2 save (x by pointer, the hidden
 // pre- and post-activation in owned buffers); the backward's hidden
-// gradients are scratch from the backend's workspace (core/workspace.hpp).
-// Backward: parameter gradients accumulate; dx assigned. Parameters:
+// gradients are scratch from the backend's workspace (core/workspace.hpp)
+// (a gated activation's, under block recompute, written over the saved
+// pre-activation: set_replayed). Backward: parameter gradients
+// accumulate; dx assigned. Parameters:
 // "fc1.weight" (D_FF, D), or (2 D_FF, D) gated, "fc1.bias", "fc2.weight"
 // (D, D_FF), "fc2.bias" (the biases unless Cfg::BIAS is false).
 #pragma once
@@ -116,7 +118,7 @@ class FeedForward {
     }
     fc2_.backward(be, dy, da);
     if (gated()) {
-      const auto dh = scratch.rows(dy.rows, HIDDEN);  // (rows, 2 D_FF)
+      const auto dh = replayed_ ? hidden_.rows(dy.rows, HIDDEN) : scratch.rows(dy.rows, HIDDEN);  // (rows, 2 D_FF)
       if (kind() == Kind::swiglu) SwiGlu::backward(be, dy.rows, int(FF), hidden_.data(), da.data, dh.data);
       else GeGlu::backward(be, dy.rows, int(FF), hidden_.data(), da.data, dh.data);
       fc1_.backward(be, dh, dx);
@@ -131,6 +133,11 @@ class FeedForward {
   // computed there again from the saved pre-activation just before fc2's
   // backward; nullptr: its own buffer.
   void share_activated(Buffer<A>* shared) { shared_ = shared; }
+  // Block recompute (block_stack.hpp) runs the forward again before each
+  // backward: a gated activation's gradient is then written over the saved
+  // pre-activation (its rows x 2 D_FF of scratch saved), which otherwise
+  // stays for a second backward of the same forward.
+  void set_replayed(bool replayed) { replayed_ = replayed; }
   // f(buffer, the same buffer of others...) for what the last forward saved
   // (activation recompute frees or trades it, block_stack.hpp).
   template <class F, class... Same>
@@ -175,6 +182,7 @@ class FeedForward {
   Linear<FF_, D_, Backend> fc2_;
   Buffer<A> hidden_, activated_;  // (rows, HIDDEN), (rows, D_FF)
   Buffer<A>* shared_ = nullptr;  // the activation's output under cheap recompute
+  bool replayed_ = false;        // block recompute's (set_replayed)
 };
 
 }  // namespace xfmr

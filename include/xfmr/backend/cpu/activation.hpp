@@ -7,7 +7,8 @@
 //  swiglu_backward(rows, n, h, dy, dh) dh (rows, 2n) assigned
 //  geglu_forward(rows, n, h, y)        y[r,j] = gelu(h[r,j]) h[r,n+j] (GELU's tanh form), h as SwiGLU's
 //  geglu_backward(rows, n, h, dy, dh)  dh (rows, 2n) assigned
-// Every dx may alias dy.
+// Every dx may alias dy; a gated activation's dh may be h (in place: the
+// feed-forward's backward writes it over the saved pre-activation).
 #pragma once
 
 #include <Eigen/Core>
@@ -121,15 +122,19 @@ void swiglu_forward(int rows, int n, const S* h, S* y) {
   });
 }
 
+// (In place, dg over g and du over u: s and du are kept apart until g and
+// u have been read.)
 template <class S>
 void swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
   parallel_ranges(long(rows), long(rows) * n > kParallelWork / 8, [=](long lo, long hi) {
+    ActivationArray<S> s(n), t(n);
     for (long r = lo; r < hi; ++r) {
       const Eigen::Map<const ActivationArray<S>> g(h + r * 2 * n, n), u(h + r * 2 * n + n, n), d(dy + r * n, n);
       Eigen::Map<ActivationArray<S>> dg(dh + r * 2 * n, n), du(dh + r * 2 * n + n, n);
-      du = S(1) / (S(1) + (-g).exp());  // s, for now
-      dg = d * u * du * (S(1) + g * (S(1) - du));
-      du = d * g * du;
+      s = S(1) / (S(1) + (-g).exp());
+      t = d * g * s;
+      dg = d * u * s * (S(1) + g * (S(1) - s));
+      du = t;
     }
   });
 }
@@ -147,16 +152,18 @@ void geglu_forward(int rows, int n, const S* h, S* y) {
   });
 }
 
+// (In place, dg over g and du over u: g is read from a copy.)
 template <class S>
 void geglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
   parallel_ranges(long(rows), long(rows) * n > kParallelWork / 8, [=](long lo, long hi) {
+    ActivationArray<S> gate(n);
     for (long r = lo; r < hi; ++r) {
-      const S* g = h + r * 2 * n;
+      gate = Eigen::Map<const ActivationArray<S>>(h + r * 2 * n, n);
       S *dg = dh + r * 2 * n, *du = dg + n;
       Eigen::Map<ActivationArray<S>>(du, n) =
-          Eigen::Map<const ActivationArray<S>>(dy + r * n, n) * Eigen::Map<const ActivationArray<S>>(g + n, n);  // dy u
-      gelu_gradients(n, g, du, dg);
-      gelu_values(n, g, du);
+          Eigen::Map<const ActivationArray<S>>(dy + r * n, n) * Eigen::Map<const ActivationArray<S>>(h + r * 2 * n + n, n);  // dy u
+      gelu_gradients(n, gate.data(), du, dg);
+      gelu_values(n, gate.data(), du);
       Eigen::Map<ActivationArray<S>>(du, n) *= Eigen::Map<const ActivationArray<S>>(dy + r * n, n);
     }
   });
