@@ -84,7 +84,7 @@ inline void check_resume(const std::filesystem::path& dir, std::initializer_list
 // A LoRA run's frozen base (models/lora.hpp: the model whose adapters
 // train), held while `copies` is: through the backend's copies of its
 // weights when the backend keeps them in a precision of its own
-// (make_frozen_base_backend's bf16 or int8: a base loaded from a file is
+// (make_frozen_base_backend's bf16, int8 or q4: a base loaded from a file is
 // then never held in float32); in fp32 its matrices are read into memory
 // now (a deferred one), as a Trainer of every weight would.
 template <class Backend, class Base>
