@@ -526,7 +526,8 @@ class PyTrainer {
   PyTrainer(std::shared_ptr<Model> model, const Options& o) : model_(std::move(model)), options_(o) {
     o.check();
     require(model_->precision() == "fp32", "Trainer: the model was loaded for decoding in ", model_->precision(),
-            "; train one loaded in fp32 (Trainer(precision='bf16') trains with bf16 products)");
+            "; train one loaded in fp32 (Trainer(precision='bf16') trains with bf16 products",
+            o.lora.empty() ? "" : "; with lora, Trainer(precision='" + model_->precision() + "') holds it so", ")");
     if (o.lora.empty()) check_training_precision(o.precision, "Trainer: precision");
     else check_precision_name(o.precision, "Trainer: precision");  // the frozen base's: any
     Lm& lm = model_->lm();

@@ -375,6 +375,12 @@ def test_a_trainer_trains_lora_adapters_alone(tmp_path):
     on_q4 = trainer(xfmr.load(SMOLLM, tokenizer=TOKENIZER), precision="q4")
     q4 = [on_q4.step(batch) for _ in range(8)]
     assert q4[0] != losses[0] and abs(q4[0] - losses[0]) < 5e-2 * abs(losses[0]) and q4[-1] < q4[0] - 0.05
+    xfmr.quantise(SMOLLM, tmp_path / "q4", tokenizer=TOKENIZER)  # a 4-bit checkpoint as the base (loaded in fp32)
+    with pytest.raises(xfmr.Error, match=r"with lora, Trainer\(precision='q4'\) holds it so"):
+        trainer(xfmr.load(tmp_path / "q4"), precision="q4")
+    on_q4_file = trainer(xfmr.load(tmp_path / "q4", precision="fp32"), precision="q4")
+    q4_file = [on_q4_file.step(batch) for _ in range(8)]
+    assert q4_file[-1] < q4_file[0] - 0.05
     unchanged = xfmr.load(SMOLLM, tokenizer=TOKENIZER)
     with pytest.raises(xfmr.Error, match="unknown Trainer: precision 'fp16'"):
         trainer(unchanged, precision="fp16")
