@@ -905,7 +905,8 @@ int main(int argc, char** argv) {
       ("prefill", po::value(&a.prefill)->default_value(a.prefill), "with --pretrained: also time a prompt of this "
        "many tokens through the KV cache (its tokens a second)")
       ("lora", po::value(&a.lora), "with --pretrained: time a LoRA training step on it instead (xfmr-lm train --lora's "
-       "SPEC, e.g. r=16,alpha=32; --batch 4, --seq-len 256 by default; CPU; --precision bf16: the base held in bf16)")
+       "SPEC, e.g. r=16,alpha=32; --batch 4, --seq-len 256 by default; CPU; --precision bf16, int8 or q4: the base held "
+       "as such copies)")
       ("decode-tokens", po::value(&a.decode_tokens)->default_value(a.decode_tokens),
        "with --pretrained: tokens per generation (below the model's context)")
       ("modes", po::value(&a.modes)->default_value(a.modes), "comma-separated: train, forward, generate; under mpirun: train, or allreduce (its cost by size)")
@@ -922,7 +923,8 @@ int main(int argc, char** argv) {
        "threaded instead")
       ("precision", po::value(&a.precision)->default_value(a.precision),
        "fp32; bf16: matrix products on bfloat16 operands summed in float32 (CPU: AVX512-BF16, or float32 products of the rounded operands); int8 "
-       "(CPU, decoding): weights quantised to int8 once, a float32 scale a row; or q4 (CPU, decoding): 4-bit "
+       "(CPU: decoding, or --lora's base): weights quantised to int8 once, a float32 scale a row; or q4 (CPU: "
+       "decoding, or --lora's base): 4-bit "
        "blocks of 32 with a scale each. A quantised checkpoint decodes in its own by default")
       ("zero", po::value(&a.zero)->default_value(a.zero),
        "under mpirun: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 keeps them whole")

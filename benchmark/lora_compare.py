@@ -8,7 +8,7 @@
 CHECKPOINT is random_checkpoint.py SHAPE's directory (float32 weights), e.g.
     benchmark/random_checkpoint.py tinyllama-1.1b /tmp/tl
 xfmr times `xfmr-bench --pretrained CHECKPOINT --lora r=R,alpha=2R` in each of
---precisions (bf16, int8, q4: the base held as such copies, its products
+--precisions (bf16, int8, q4: the base held as such copies, the forward
 through them, the rest float32) under each --recompute mode; PyTorch times pytorch_reference.py --lora SHAPE (the same
 shape, random weights, LoRA written in plain PyTorch) with its frozen base in
 each --torch-precisions and under each thread count. Each round runs every

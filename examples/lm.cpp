@@ -334,8 +334,8 @@ void train(TrainArgs a, const std::optional<Metadata>& resumed) {
   const int ranks = group.size();
   require(run.batch % ranks == 0, "--batch ", run.batch, " is not a multiple of the ", ranks, " ranks");
   const int my_rows = run.batch / ranks, my_first = rank_rows(group, run.batch).first;
-  // A LoRA run's --precision is its frozen base's (bf16, int8, q4: held as such copies, its products through
-  // them, the rest float32).
+  // A LoRA run's --precision is its frozen base's (bf16, int8, q4: held as such copies, the forward through
+  // them; the input gradient as make_frozen_base_backend says; the rest float32).
   Be be = lora ? make_frozen_base_backend<Be>(a.backend, a.precision) : make_backend<Be>(a.backend, a.precision);
   TrainingRun<LanguageModel<Be>, Be> session(
       trained, be, {.optimizer = adamw_recipe(AdamWRecipe::language_model, run.weight_decay),

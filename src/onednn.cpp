@@ -155,7 +155,8 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
 #ifdef XFMR_WITH_DNNL
   // A large A operand (the output head's input gradient: the logits'
   // gradient, rows x vocabulary) is rounded and multiplied a block of rows
-  // at a time, so that its rounded copy stays at most 16 MB.
+  // at a time, so that its rounded copy stays at most 2^23 values (16 MB;
+  // 32 MB widened to float32 without AVX512-BF16).
   constexpr long kRoundedA = 1L << 23;
   if (M > 1 && K > 0 && long(M) * K > kRoundedA) {
     const int block = int(std::max(1L, kRoundedA / K));

@@ -316,7 +316,8 @@ BOOST_AUTO_TEST_CASE(a_4bit_checkpoint_decodes_from_its_panels_in_place) {
   fs::remove_all(dir);
 }
 
-// q4 is for decoding: training refuses it, a CUDA backend too.
+// q4 is for decoding: training every weight refuses it (a LoRA run's
+// frozen base takes it: test_peft), a CUDA backend too.
 BOOST_AUTO_TEST_CASE(training_refuses_q4) {
   BOOST_CHECK_NO_THROW(check_precision_name("q4"));
   BOOST_CHECK_THROW(check_training_precision("q4", "--precision"), Error);

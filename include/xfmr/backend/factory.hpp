@@ -43,7 +43,8 @@ inline void check_precision_name(std::string_view precision, std::string_view wh
   require(precision == "fp32" || precision == "bf16" || precision == "int8" || precision == "q4", "unknown ", what,
           " '", precision, "' (expected ", kPrecisionNames, ")");
 }
-// int8 and q4 are decoding precisions (weights quantised once, WeightCopies).
+// int8 and q4 are decoding precisions (weights quantised once, WeightCopies),
+// and a LoRA run's frozen base's.
 inline bool is_decoding_precision(std::string_view precision) { return precision == "int8" || precision == "q4"; }
 // Training refuses them, naming `what`.
 inline void check_training_precision(std::string_view precision, std::string_view what = "precision") {

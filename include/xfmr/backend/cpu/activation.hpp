@@ -122,8 +122,8 @@ void swiglu_forward(int rows, int n, const S* h, S* y) {
   });
 }
 
-// (In place, dg over g and du over u: s and du are kept apart until g and
-// u have been read.)
+// (In place, dg over g and du over u: s and du's values (t) are held apart
+// until g and u have been read.)
 template <class S>
 void swiglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
   parallel_ranges(long(rows), long(rows) * n > kParallelWork / 8, [=](long lo, long hi) {

@@ -47,7 +47,9 @@ struct CpuOptions {
   bool int8 = false;
   // 4-bit precision (float only; decoding): products whose weight has a
   // 4-bit copy read it, blocks of 32 weights with a scale each
-  // (q4_products.hpp); every other product and operation stays float32.
+  // (q4_products.hpp; through the weight untransposed, the 4-bit weights
+  // widened); every other product and operation stays float32. Training
+  // every weight does not run in it; a LoRA run's frozen base does.
   bool q4 = false;
 };
 

@@ -6,7 +6,8 @@
 //      gemm.hpp says which kernel serves which shape; in bf16 precision
 //      bf16_products.hpp (operands rounded to bfloat16, float32 sums); with
 //      bf16 weights those whose B is a kept weight alone; in int8 precision
-//      int8_products.hpp (kept weights read as int8).
+//      int8_products.hpp (kept weights read as int8), in 4-bit precision
+//      q4_products.hpp.
 //  bias_add(rows, n, bias, y)        y[r,:] += bias                  (accumulate)
 //  bias_grad(rows, n, dy, dbias)     dbias += sum_r dy[r,:]          (accumulate; columns split, rows in order)
 //
@@ -25,8 +26,9 @@
 //      precision's copy of it (bf16_products.hpp, int8_products.hpp, q4_products.hpp), made at the first such
 //      product; in float32, with `panels`, those of a matrix of 2^17 weights or more read its panels
 //      (float_panels.hpp). Returns whether w's products are so served (false: a small float32 matrix, read
-//      as it is, which must then be in memory). A deferred matrix's products that its copy cannot serve (a
-//      backward pass's, through w untransposed) read its source into scratch first (as does any product
+//      as it is, which must then be in memory). A deferred matrix's products that its copy cannot serve (an
+//      int8 or float32 backward pass's, through w untransposed; bf16 and 4-bit copies serve it) read its source
+//      into scratch first (as does any product
 //      whose B is a lent matrix's address that this backend keeps no copy of: core/tensor.hpp), and
 //      embedding_forward (CpuBackend) a lent table's rows from its source (its pages given back after each
 //      lookup). w must not change meanwhile
