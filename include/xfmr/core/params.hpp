@@ -16,9 +16,18 @@
 #include <vector>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/function_ref.hpp"
 #include "xfmr/core/tensor.hpp"
 
 namespace xfmr {
+
+// A visit's callable behind a FunctionRef: what a model's visit takes (the
+// typed models' and VirtualModel's). The walk through a model's layers is
+// then compiled once a model rather than once a visitor (a Trainer, its
+// optimizer and its checkpoints visit with a dozen between them); a visit
+// is a few hundred calls a step.
+template <class Backend>
+using ParameterVisitor = FunctionRef<void(std::string_view, typename Backend::Tensor&, typename Backend::Tensor&)>;
 
 // Wraps f so that every name it sees gets `prefix` in front. The name is
 // put together on the stack (a heap string only past kMaxParameterName

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/function_ref.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 
@@ -56,6 +57,10 @@ class DropoutKeys {
   std::uint64_t stream_ = 0;
   bool training_ = true;
 };
+
+// A for_each_dropout's callable behind a FunctionRef (core/params.hpp's
+// ParameterVisitor says why).
+using DropoutVisitor = FunctionRef<void(DropoutKeys&)>;
 
 // f(keys) where keys drop anything (p > 0): how blocks visit their attention
 // dropout, so that a model without it has the counters, and checkpoints, it

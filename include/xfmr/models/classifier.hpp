@@ -77,15 +77,13 @@ class Classifier {
     encoder_.backward(be, dh);
   }
 
-  template <class F>
-  void visit(F&& f) {
+  // f(name, value, grad) for every parameter; f(keys) for every dropout
+  // (through a FunctionRef: core/params.hpp).
+  void visit(ParameterVisitor<Backend> f) {
     encoder_.visit(prefixed("encoder.", f));
     head_.visit(prefixed("head.", f));
   }
-  template <class F>
-  void for_each_dropout(F&& f) {
-    encoder_.for_each_dropout(f);
-  }
+  void for_each_dropout(DropoutVisitor f) { encoder_.for_each_dropout(f); }
   void set_training(bool on) { encoder_.set_training(on); }
   // Activation recompute of the encoder's blocks (block_stack.hpp).
   void set_recompute(Recompute r) { encoder_.set_recompute(r); }

@@ -184,15 +184,13 @@ class Decoder {
     trunk_.backward(be, dh);
   }
 
-  template <class F>
-  void visit(F&& f) {
+  // f(name, value, grad) for every parameter; f(keys) for every dropout
+  // (through a FunctionRef: core/params.hpp).
+  void visit(ParameterVisitor<Backend> f) {
     trunk_.visit(f);
     head_->visit(prefixed("lm_head.", f));
   }
-  template <class F>
-  void for_each_dropout(F&& f) {
-    trunk_.for_each_dropout(f);
-  }
+  void for_each_dropout(DropoutVisitor f) { trunk_.for_each_dropout(f); }
   // f(name, linear) for the blocks' projections ("blocks.0.attn.qkv", ...: LoRA's targets).
   template <class F>
   void visit_linears(F&& f) {

@@ -183,8 +183,9 @@ class Seq2Seq {
     encoder_.backward(be, dmem_sum);
   }
 
-  template <class F>
-  void visit(F&& f) {
+  // f(name, value, grad) for every parameter; f(keys) for every dropout
+  // (through a FunctionRef: core/params.hpp).
+  void visit(ParameterVisitor<Backend> f) {
     encoder_.visit(prefixed("encoder.", f));
     auto dec = prefixed("decoder.", f);
     stem_.visit(dec);
@@ -192,8 +193,7 @@ class Seq2Seq {
     if (final_norm_) ln_f_.visit(prefixed("decoder.ln_f.", f));
     head_->visit(prefixed("lm_head.", f));
   }
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     encoder_.for_each_dropout(f);
     blocks_.for_each_dropout(f);
   }

@@ -8,7 +8,7 @@
 
 #include <string_view>
 
-#include "xfmr/core/function_ref.hpp"
+#include "xfmr/core/params.hpp"
 #include "xfmr/layers/dropout.hpp"
 
 namespace xfmr {
@@ -17,8 +17,8 @@ template <class Backend>
 class VirtualModel {
  public:
   using Tensor = typename Backend::Tensor;
-  using ParameterVisitor = FunctionRef<void(std::string_view, Tensor&, Tensor&)>;
-  using DropoutVisitor = FunctionRef<void(DropoutKeys&)>;
+  using ParameterVisitor = xfmr::ParameterVisitor<Backend>;
+  using DropoutVisitor = xfmr::DropoutVisitor;
 
   virtual ~VirtualModel() = default;
 
@@ -39,11 +39,11 @@ class VirtualModel {
   // An implementation's overrides, given its typed model.
   template <class M>
   static void visit_of(M& m, ParameterVisitor f) {
-    m.visit([&](std::string_view name, Tensor& value, Tensor& grad) { f(name, value, grad); });
+    m.visit(f);
   }
   template <class M>
   static void dropout_of(M& m, DropoutVisitor f) {
-    m.for_each_dropout([&](DropoutKeys& d) { f(d); });
+    m.for_each_dropout(f);
   }
 };
 
