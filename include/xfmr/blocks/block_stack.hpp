@@ -159,12 +159,10 @@ class BlockStack {
     }
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i].visit(prefixed("blocks." + std::to_string(i) + ".", f));
   }
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     for (auto& b : blocks_) b.for_each_dropout(f);
   }
   template <class F>

@@ -18,6 +18,7 @@
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 #include "xfmr/layers/attention.hpp"
+#include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/feed_forward.hpp"
 
 namespace xfmr {
@@ -116,12 +117,10 @@ class DecoderBlock {
     f("ln3.", r3_, others.r3_...);
     f("ff.", ff_, others.ff_...);
   }
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     parts([&](const char* name, auto& part) { part.visit(prefixed(name, f)); });
   }
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     parts([&](const char*, auto& part) { for_each_dropout_of(part, f); });
   }
   void set_training(bool on) {

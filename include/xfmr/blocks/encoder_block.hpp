@@ -23,6 +23,7 @@
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 #include "xfmr/layers/attention.hpp"
+#include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/feed_forward.hpp"
 
 namespace xfmr {
@@ -104,8 +105,7 @@ class SelfAttentionBlock {
     f("ln2.", r2_, others.r2_...);
     f("ff.", ff_, others.ff_...);
   }
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     parts([&](const char* name, auto& part) { part.visit(prefixed(name, f)); });
   }
   // f(name, linear) for each projection of its attention and feed-forward.
@@ -115,8 +115,7 @@ class SelfAttentionBlock {
       if constexpr (requires { part.visit_linears(f); }) part.visit_linears(prefixed_part(name, f));
     });
   }
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     parts([&](const char*, auto& part) { for_each_dropout_of(part, f); });
   }
   void set_training(bool on) {

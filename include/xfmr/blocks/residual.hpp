@@ -22,8 +22,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "xfmr/core/tensor.hpp"
 #include "xfmr/core/config.hpp"
+#include "xfmr/core/params.hpp"
+#include "xfmr/core/tensor.hpp"
 #include "xfmr/layers/any_norm.hpp"
 #include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/layer_norm.hpp"
@@ -131,14 +132,12 @@ class Residual {
     }
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     norm_.visit(f);
   }
 
   // f(DropoutKeys&) for the sublayer's dropout: to save or restore its call counter.
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     f(static_cast<DropoutKeys&>(drop_));
   }
   const DropoutKeys& dropout() const { return drop_; }

@@ -1,7 +1,7 @@
 // params.hpp: whole-layer helpers built on visit.
 //
 // Every layer, block and model has
-//   template <class F> void visit(F&& f);   // f(name, value, grad) per tensor
+//   void visit(ParameterVisitor<Backend> f);   // f(name, value, grad) per tensor
 // and these helpers are the only other way parameters are touched. Names
 // follow PyTorch state-dict conventions ("blocks.0.attn.qkv.weight").
 #pragma once
@@ -21,11 +21,11 @@
 
 namespace xfmr {
 
-// A visit's callable behind a FunctionRef: what a model's visit takes (the
-// typed models' and VirtualModel's). The walk through a model's layers is
-// then compiled once a model rather than once a visitor (a Trainer, its
-// optimizer and its checkpoints visit with a dozen between them); a visit
-// is a few hundred calls a step.
+// A visit's callable behind a FunctionRef: what every layer's, block's and
+// model's visit takes. The walk through a model's layers is then compiled
+// once a model rather than once a visitor (a Trainer, its optimizer and its
+// checkpoints visit with a dozen between them); a visit is a few hundred
+// calls a step.
 template <class Backend>
 using ParameterVisitor = FunctionRef<void(std::string_view, typename Backend::Tensor&, typename Backend::Tensor&)>;
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "xfmr/core/params.hpp"
 #include "xfmr/core/tensor.hpp"
 #include "xfmr/layers/layer_norm.hpp"
 #include "xfmr/layers/rms_norm.hpp"
@@ -38,8 +39,7 @@ class AnyNorm {
     if (rms_) rms_->backward(be, dy, dx);
     else ln_->backward(be, dy, dx);
   }
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     if (rms_) rms_->visit(f);
     else ln_->visit(f);
   }

@@ -338,8 +338,7 @@ class SelfAttention {
     f("qkv", qkv_);
     f("proj", proj_);
   }
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     qkv_.visit(prefixed("qkv.", f));
     proj_.visit(prefixed("proj.", f));
   }
@@ -355,8 +354,7 @@ class SelfAttention {
   void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
   DropoutKeys& dropout() { return drop_; }
   // f(keys) for its dropout, when it drops (visit_if_dropping).
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     visit_if_dropping(drop_, f);
     qkv_.for_each_dropout(f);  // LoRA's (layers/lora.hpp)
     proj_.for_each_dropout(f);
@@ -499,8 +497,7 @@ class CrossAttention {
     proj_.forward(be, ctx, y);
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     q_.visit(prefixed("q.", f));
     kv_.visit(prefixed("kv.", f));
     proj_.visit(prefixed("proj.", f));
@@ -517,8 +514,7 @@ class CrossAttention {
   void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
   DropoutKeys& dropout() { return drop_; }
   // f(keys) for its dropout, when it drops (visit_if_dropping).
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     visit_if_dropping(drop_, f);
   }
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 
@@ -59,8 +60,7 @@ class Embedding {
     be.embedding_backward(dy.rows, D, ids_.data(), dy.data, grad().data());
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     if (!shared_) f("weight", weight_, dweight_);
   }
 

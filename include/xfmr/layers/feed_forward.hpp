@@ -21,6 +21,7 @@
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 #include "xfmr/layers/activation.hpp"
+#include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/linear.hpp"
 
 namespace xfmr {
@@ -154,14 +155,12 @@ class FeedForward {
   }
 
   // f(keys) for its projections' LoRA dropout, when they drop.
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     fc1_.for_each_dropout(f);
     fc2_.for_each_dropout(f);
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     fc1_.visit(prefixed("fc1.", f));
     fc2_.visit(prefixed("fc2.", f));
   }

@@ -6,6 +6,7 @@
 // Parameters: "weight" (D) initialised to 1, "bias" (D) initialised to 0.
 #pragma once
 
+#include "xfmr/core/params.hpp"
 #include "xfmr/core/tensor.hpp"
 
 namespace xfmr {
@@ -43,8 +44,7 @@ class LayerNorm {
                            dweight_.data(), dbias_.data());
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     f("weight", weight_, dweight_);
     f("bias", bias_, dbias_);
   }

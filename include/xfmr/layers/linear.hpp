@@ -14,8 +14,10 @@
 #include <cmath>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
+#include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/lora.hpp"
 
 namespace xfmr {
@@ -88,15 +90,13 @@ class Linear {
     be.linear_dgelu_input_grad(dy.rows, IN, OUT, dy.data, weight_.product_data(), h.data, dh.data);
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     f("weight", weight_, dweight_);
     if (has_bias_) f("bias", bias_, dbias_);
   }
 
   // f(keys) for its adapters' dropout, when they drop.
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     adapters_.for_each_dropout(f);
   }
 

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 #include "xfmr/layers/dropout.hpp"
@@ -121,8 +122,7 @@ class LinearAdapters {
   void set_dropout(float p, std::uint64_t seed) { drop_ = DropoutKeys(p, seed); }
   DropoutKeys& dropout() { return drop_; }
   // f(keys) for its dropout, when it drops (visit_if_dropping).
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     visit_if_dropping(drop_, f);
   }
 
@@ -184,8 +184,7 @@ class LinearAdapters {
 
   // f(name, value, grad) for each of the model's own adapters' A and B
   // (id 0: the parameters that train).
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     for (Adapter& s : list_) {
       if (s.id != 0) continue;
       f(s.name + ".lora_A", s.a, s.da);

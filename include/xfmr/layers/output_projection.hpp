@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 
@@ -69,8 +70,7 @@ class OutputProjection {
     }
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     if (weight_ == &own_weight_) f("weight", own_weight_, own_dweight_);
     if (has_bias_) f("bias", bias_, dbias_);
   }

@@ -29,6 +29,7 @@
 
 #include "xfmr/core/config.hpp"
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 
@@ -178,8 +179,7 @@ class LearnedPositions {
     }
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     f("weight", weight_, dweight_);
   }
 
@@ -363,8 +363,7 @@ class AnyPositions {
     else if (sinusoidal_) sinusoidal_->backward(be, dy, dx);
     else none_->backward(be, dy, dx);
   }
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     if (learned_) learned_->visit(f);
   }
 

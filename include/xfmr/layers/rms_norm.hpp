@@ -10,6 +10,7 @@
 // Parameters: "weight" (D) initialised to 1.
 #pragma once
 
+#include "xfmr/core/params.hpp"
 #include "xfmr/core/tensor.hpp"
 
 namespace xfmr {
@@ -42,8 +43,7 @@ class RmsNorm {
     be.rms_norm_backward(x_.rows, D, dy.data, x_.data, weight_.data(), rstd_.data(), dx.data, dweight_.data());
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     f("weight", weight_, dweight_);
   }
 

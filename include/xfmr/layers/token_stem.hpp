@@ -64,8 +64,7 @@ class TokenStem {
     tok_emb_.backward(be, dx);
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     tok_emb_.visit(prefixed("tok_emb.", f));
     pos_.visit(prefixed("pos_emb.", f));
   }

@@ -8,6 +8,7 @@
 #include <span>
 
 #include "xfmr/core/error.hpp"
+#include "xfmr/core/params.hpp"
 #include "xfmr/core/rng.hpp"
 #include "xfmr/core/tensor.hpp"
 
@@ -44,8 +45,7 @@ class Bigram {
     be.embedding_backward(static_cast<int>(ids_.size()), vocab_, ids_.data(), dlogits.data(), dtable_.data());
   }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     f("table.weight", table_, dtable_);
   }
   template <class F>

@@ -20,6 +20,8 @@
 #include "xfmr/blocks/block_stack.hpp"
 #include "xfmr/blocks/encoder_block.hpp"
 #include "xfmr/core/config.hpp"
+#include "xfmr/core/params.hpp"
+#include "xfmr/layers/dropout.hpp"
 #include "xfmr/layers/kv_cache.hpp"
 #include "xfmr/layers/layer_norm.hpp"
 #include "xfmr/layers/token_stem.hpp"
@@ -145,14 +147,12 @@ class Transformer {
   // The embeddings take no gradient (a frozen base: LoRA).
   void freeze_stem(bool on) { frozen_stem_ = on; }
 
-  template <class F>
-  void visit(F&& f) {
+  void visit(ParameterVisitor<Backend> f) {
     stem_.visit(f);
     blocks_.visit(f);
     if (final_norm_) ln_f_.visit(prefixed("ln_f.", f));
   }
-  template <class F>
-  void for_each_dropout(F&& f) {
+  void for_each_dropout(DropoutVisitor f) {
     blocks_.for_each_dropout(f);
   }
   // f(name, linear) for the blocks' projections (LoRA's targets).
