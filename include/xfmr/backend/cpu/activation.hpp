@@ -158,7 +158,7 @@ void geglu_backward(int rows, int n, const S* h, const S* dy, S* dh) {
   parallel_ranges(long(rows), long(rows) * n > kParallelWork / 8, [=](long lo, long hi) {
     ActivationArray<S> gate(n);
     for (long r = lo; r < hi; ++r) {
-      gate = Eigen::Map<const ActivationArray<S>>(h + r * 2 * n, n);
+      std::copy_n(h + r * 2 * n, n, gate.data());  // (not Eigen's assignment: its resize check draws GCC 12's -Wuse-after-free)
       S *dg = dh + r * 2 * n, *du = dg + n;
       Eigen::Map<ActivationArray<S>>(du, n) =
           Eigen::Map<const ActivationArray<S>>(dy + r * n, n) * Eigen::Map<const ActivationArray<S>>(h + r * 2 * n + n, n);  // dy u
