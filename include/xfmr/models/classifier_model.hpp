@@ -82,8 +82,8 @@ class TypedClassifierModel final : public ClassifierModel<Backend> {
   Recompute recompute() const override { return model_.recompute(); }
 
  private:
-  void visit_parameters(typename VirtualModel<Backend>::ParameterVisitor f) override { this->visit_of(model_, f); }
-  void visit_dropout(typename VirtualModel<Backend>::DropoutVisitor f) override { this->dropout_of(model_, f); }
+  void visit_parameters(typename VirtualModel<Backend>::ParameterVisitor f) override { model_.visit(f); }
+  void visit_dropout(typename VirtualModel<Backend>::DropoutVisitor f) override { model_.for_each_dropout(f); }
 
   PresetInfo info_;
   Classifier<Cfg, Backend> model_;

@@ -168,8 +168,8 @@ class DecoderModel final : public LanguageModel<Backend> {
   Decoder<Cfg, Backend>& decoder() { return model_; }
 
  private:
-  void visit_parameters(typename VirtualModel<Backend>::ParameterVisitor f) override { this->visit_of(model_, f); }
-  void visit_dropout(typename VirtualModel<Backend>::DropoutVisitor f) override { this->dropout_of(model_, f); }
+  void visit_parameters(typename VirtualModel<Backend>::ParameterVisitor f) override { model_.visit(f); }
+  void visit_dropout(typename VirtualModel<Backend>::DropoutVisitor f) override { model_.for_each_dropout(f); }
 
   PresetInfo info_;
   Decoder<Cfg, Backend> model_;

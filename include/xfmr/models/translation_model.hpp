@@ -106,8 +106,8 @@ class TypedTranslationModel final : public TranslationModel<Backend> {
   std::span<const S> cross_attention(int layer) override { return model_.block(layer).cross_attention().probabilities(); }
 
  private:
-  void visit_parameters(typename VirtualModel<Backend>::ParameterVisitor f) override { this->visit_of(model_, f); }
-  void visit_dropout(typename VirtualModel<Backend>::DropoutVisitor f) override { this->dropout_of(model_, f); }
+  void visit_parameters(typename VirtualModel<Backend>::ParameterVisitor f) override { model_.visit(f); }
+  void visit_dropout(typename VirtualModel<Backend>::DropoutVisitor f) override { model_.for_each_dropout(f); }
 
   PresetInfo info_;
   Seq2Seq<Cfg, Cfg, Backend> model_;

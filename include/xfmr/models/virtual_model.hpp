@@ -2,8 +2,8 @@
 // virtual interface (LanguageModel, ClassifierModel, TranslationModel)
 // gives the Trainer, the optimizers and the checkpoints: visit(f) over the
 // parameters and for_each_dropout(f) over the dropout layers, as the typed
-// models' templates do, through two virtual functions an implementation
-// overrides with its typed model (visit_of, dropout_of).
+// models do (the same FunctionRefs), through two virtual functions an
+// implementation overrides by handing them to its typed model.
 #pragma once
 
 #include <string_view>
@@ -36,15 +36,6 @@ class VirtualModel {
  protected:
   virtual void visit_parameters(ParameterVisitor f) = 0;
   virtual void visit_dropout(DropoutVisitor f) = 0;
-  // An implementation's overrides, given its typed model.
-  template <class M>
-  static void visit_of(M& m, ParameterVisitor f) {
-    m.visit(f);
-  }
-  template <class M>
-  static void dropout_of(M& m, DropoutVisitor f) {
-    m.for_each_dropout(f);
-  }
 };
 
 }  // namespace xfmr
